@@ -1,0 +1,129 @@
+//! The teardown pull: the sandbox's Hermes home in, the tar Hermes expects out.
+
+use std::io::{self, Read, Write};
+
+use crate::archive::{read_archive, ArchiveSummary, Member, MemberKind, MemberSink, ReadConfig};
+use crate::plan::{check_remote_path, shell_quote};
+use crate::Error;
+
+const OPERATION: &str = "write teardown archive";
+
+/// The command that makes the sandbox stream its Hermes home for [`pull_teardown`]:
+/// `tar -C '<remote root>' -cf - .` (members relative to the root, sockets left out by tar).
+pub fn teardown_command(remote_root: &str) -> Result<String, Error> {
+    check_remote_path(OPERATION, remote_root)?;
+    Ok(format!("tar -C {} -cf - .", shell_quote(remote_root)))
+}
+
+/// Reads the sandbox's archive of `remote_root` (members relative to it, as
+/// [`teardown_command`] produces) and writes to `dest` the archive Hermes' `bulk_download_fn`
+/// must produce: every accepted member named by its absolute remote path without the leading
+/// `/` (`home/user/.hermes/skills/x/SKILL.md`), regular files and directories only, modes
+/// reduced to 0644/0755, owner 0.
+///
+/// On error `dest` holds an unfinished archive without an end marker; the caller discards it.
+/// Returns the summary and `dest` (for the caller to flush or sync).
+pub fn pull_teardown<W: Write>(
+    source: &mut dyn Read,
+    config: &ReadConfig,
+    remote_root: &str,
+    dest: W,
+) -> Result<(ArchiveSummary, W), Error> {
+    let mut out = TeardownArchive::new(dest, remote_root)?;
+    match read_archive(source, config, &mut out) {
+        Ok(summary) => Ok((summary, out.finish()?)),
+        Err(error) => {
+            out.abandon();
+            Err(error)
+        }
+    }
+}
+
+/// A [`MemberSink`] writing the archive Hermes extracts after its teardown pull.
+pub struct TeardownArchive<W: Write> {
+    builder: tar::Builder<Gate<W>>,
+    prefix: String,
+}
+
+impl<W: Write> std::fmt::Debug for TeardownArchive<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeardownArchive").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl<W: Write> TeardownArchive<W> {
+    /// Starts an archive whose members live under `remote_root` (absolute, normalised).
+    pub fn new(dest: W, remote_root: &str) -> Result<Self, Error> {
+        check_remote_path(OPERATION, remote_root)?;
+        let builder = tar::Builder::new(Gate { inner: dest, open: true });
+        Ok(Self { builder, prefix: remote_root[1..].to_owned() })
+    }
+
+    /// Writes the end-of-archive marker and returns the destination.
+    pub fn finish(self) -> Result<W, Error> {
+        self.builder
+            .into_inner()
+            .map(|gate| gate.inner)
+            .map_err(|source| Error::Sink { operation: OPERATION, member: None, source })
+    }
+
+    /// Drops the archive without an end marker, so a partial pull can never pass for a whole
+    /// one.
+    pub fn abandon(mut self) {
+        // The tar builder finishes itself on drop; a closed gate makes that write fail.
+        self.builder.get_mut().open = false;
+    }
+
+    fn header(member: &Member) -> tar::Header {
+        let mut header = tar::Header::new_gnu();
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(member.mtime);
+        match member.kind {
+            MemberKind::Directory => {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(0o755);
+                header.set_size(0);
+            }
+            MemberKind::File { size, executable } => {
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(if executable { 0o755 } else { 0o644 });
+                header.set_size(size);
+            }
+        }
+        header
+    }
+}
+
+impl<W: Write> MemberSink for TeardownArchive<W> {
+    fn directory(&mut self, member: &Member) -> io::Result<()> {
+        let mut header = Self::header(member);
+        let name = format!("{}/{}", self.prefix, member.path);
+        self.builder.append_data(&mut header, name, io::empty())
+    }
+
+    fn file(&mut self, member: &Member, content: &mut dyn Read) -> io::Result<()> {
+        let mut header = Self::header(member);
+        let name = format!("{}/{}", self.prefix, member.path);
+        self.builder.append_data(&mut header, name, content)
+    }
+}
+
+/// A writer that can be closed, so that the builder's finish-on-drop writes nothing.
+struct Gate<W> {
+    inner: W,
+    open: bool,
+}
+
+impl<W: Write> Write for Gate<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !self.open {
+            return Err(io::Error::other("teardown archive abandoned"));
+        }
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
