@@ -1,0 +1,305 @@
+//! Which existing sandbox, if any, a session adopts.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use crate::metadata::IdentityMetadata;
+use crate::scope::{Mode, ScopeIdentity};
+
+/// A sandbox's lifecycle state as a list call reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SandboxState {
+    /// Running; connecting extends its lease.
+    Running,
+    /// Paused; connecting resumes it.
+    Paused,
+    /// Any other value the service reported. Never adopted.
+    Other,
+}
+
+/// One sandbox as a list call returns it.
+///
+/// A plain record filled by the caller from whatever client it uses, so this
+/// crate needs no HTTP types. Every field is untrusted input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The sandbox id.
+    pub sandbox_id: String,
+    /// The template id the service reports (`templateID`).
+    pub template_id: String,
+    /// The template alias the service reports (`alias`), if any.
+    pub template_alias: Option<String>,
+    /// The sandbox's metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// When the sandbox was started (`startedAt`).
+    pub started_at: SystemTime,
+    /// Running, paused or something else.
+    pub state: SandboxState,
+}
+
+/// Why a candidate is not adopted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mismatch {
+    /// Its metadata carries no readable identity of this version.
+    NoIdentity,
+    /// It belongs to another scope (other profile, task, template or posture).
+    OtherScope,
+    /// It was created in the other mode.
+    OtherMode,
+    /// The service reports a template other than the configured one (checked
+    /// against both the template id and the alias).
+    OtherTemplate,
+    /// It is neither running nor paused.
+    NotResumable,
+}
+
+/// Whether `candidate` is a valid substitute for the sandbox `identity` would
+/// create.
+///
+/// The posture (egress and envd protection) is part of the digest, so a
+/// candidate created under another posture carries another scope digest and
+/// fails as [`Mismatch::OtherScope`]. The template is checked twice: through
+/// the digest and against what the service reports, so metadata copied onto a
+/// sandbox of another template is still refused.
+pub fn check(identity: &ScopeIdentity, candidate: &Candidate) -> Result<(), Mismatch> {
+    check_against(identity, &IdentityMetadata::for_scope(identity), candidate)
+}
+
+fn check_against(
+    identity: &ScopeIdentity,
+    wanted: &IdentityMetadata,
+    candidate: &Candidate,
+) -> Result<(), Mismatch> {
+    let found =
+        IdentityMetadata::from_map(&candidate.metadata).map_err(|_| Mismatch::NoIdentity)?;
+    if found.digest != wanted.digest {
+        return Err(Mismatch::OtherScope);
+    }
+    if found.mode != wanted.mode {
+        return Err(Mismatch::OtherMode);
+    }
+    let template_matches = candidate.template_id == identity.template
+        || candidate.template_alias.as_deref() == Some(identity.template.as_str());
+    if !template_matches {
+        return Err(Mismatch::OtherTemplate);
+    }
+    match candidate.state {
+        SandboxState::Running | SandboxState::Paused => Ok(()),
+        SandboxState::Other => Err(Mismatch::NotResumable),
+    }
+}
+
+/// The adoption decision for one scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Adoption<'a> {
+    /// Adopt this candidate: the newest that matches exactly.
+    Adopt {
+        /// The chosen sandbox.
+        candidate: &'a Candidate,
+        /// How many other matching sandboxes exist for the scope; the caller
+        /// warns once when this is non-zero (contract I5).
+        duplicates: usize,
+        /// How many candidates were refused (see [`check`]).
+        rejected: usize,
+    },
+    /// Nothing matches: the writer creates a sandbox, under the creation lock.
+    Create {
+        /// How many candidates were refused (see [`check`]).
+        rejected: usize,
+    },
+    /// Ephemeral mode: a fresh sandbox per session, never adopted.
+    NeverAdopt,
+}
+
+/// Picks the sandbox a session adopts among the candidates a list call
+/// returned.
+///
+/// The newest matching candidate wins (latest `started_at`; on a tie, the
+/// greatest sandbox id, so every process picks the same one). A candidate
+/// that fails [`check`] is never adopted. In ephemeral mode nothing is.
+pub fn choose<'a>(identity: &ScopeIdentity, candidates: &'a [Candidate]) -> Adoption<'a> {
+    if identity.mode == Mode::Ephemeral {
+        return Adoption::NeverAdopt;
+    }
+    let wanted = IdentityMetadata::for_scope(identity);
+    let mut newest: Option<&'a Candidate> = None;
+    let mut matching = 0usize;
+    for candidate in candidates {
+        if check_against(identity, &wanted, candidate).is_err() {
+            continue;
+        }
+        matching += 1;
+        let newer = newest.is_none_or(|best| {
+            (candidate.started_at, &candidate.sandbox_id) > (best.started_at, &best.sandbox_id)
+        });
+        if newer {
+            newest = Some(candidate);
+        }
+    }
+    let rejected = candidates.len() - matching;
+    match newest {
+        Some(candidate) => Adoption::Adopt {
+            candidate,
+            duplicates: matching - 1,
+            rejected,
+        },
+        None => Adoption::Create { rejected },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::scope::{InternetAccess, Security};
+
+    fn identity(mode: Mode) -> ScopeIdentity {
+        ScopeIdentity {
+            profile_home: "/home/u/.hermes".to_owned(),
+            task_id: "default".to_owned(),
+            template: "base".to_owned(),
+            mode,
+            internet: InternetAccess::Allowed,
+            security: Security::Secure,
+        }
+    }
+
+    fn candidate(id: &str, scope: &ScopeIdentity, started_secs: u64) -> Candidate {
+        Candidate {
+            sandbox_id: id.to_owned(),
+            template_id: "rki5dems9wqfm4r03t7g".to_owned(),
+            template_alias: Some("base".to_owned()),
+            metadata: IdentityMetadata::for_scope(scope).to_map(),
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(started_secs),
+            state: SandboxState::Paused,
+        }
+    }
+
+    // contract: I5
+    #[test]
+    fn adopts_the_newest_and_counts_duplicates() {
+        let scope = identity(Mode::Persistent);
+        let list = [
+            candidate("old", &scope, 10),
+            candidate("new", &scope, 30),
+            candidate("mid", &scope, 20),
+        ];
+        match choose(&scope, &list) {
+            Adoption::Adopt {
+                candidate,
+                duplicates,
+                rejected,
+            } => {
+                assert_eq!(candidate.sandbox_id, "new");
+                assert_eq!(duplicates, 2);
+                assert_eq!(rejected, 0);
+            }
+            other => panic!("expected adoption, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn equal_start_times_break_ties_by_sandbox_id() {
+        let scope = identity(Mode::Persistent);
+        let forward = [candidate("a", &scope, 5), candidate("b", &scope, 5)];
+        let backward = [candidate("b", &scope, 5), candidate("a", &scope, 5)];
+        for list in [&forward[..], &backward[..]] {
+            let chosen = match choose(&scope, list) {
+                Adoption::Adopt { candidate, .. } => candidate.sandbox_id.as_str(),
+                _ => "",
+            };
+            assert_eq!(chosen, "b");
+        }
+    }
+
+    // contract: I3
+    #[test]
+    fn never_adopts_another_template_or_posture() {
+        let scope = identity(Mode::Persistent);
+
+        let mut other_template = candidate("t", &scope, 50);
+        other_template.template_id = "python".to_owned();
+        other_template.template_alias = Some("python".to_owned());
+        assert_eq!(check(&scope, &other_template), Err(Mismatch::OtherTemplate));
+
+        let laxer = ScopeIdentity {
+            internet: InternetAccess::Allowed,
+            security: Security::Insecure,
+            ..scope.clone()
+        };
+        let insecure = candidate("i", &laxer, 60);
+        assert_eq!(check(&scope, &insecure), Err(Mismatch::OtherScope));
+
+        let open = ScopeIdentity {
+            internet: InternetAccess::Denied,
+            ..scope.clone()
+        };
+        assert_eq!(
+            check(&open, &candidate("n", &scope, 1)),
+            Err(Mismatch::OtherScope)
+        );
+
+        let mut ephemeral_meta = candidate("e", &scope, 70);
+        ephemeral_meta.metadata = IdentityMetadata {
+            digest: scope.digest(),
+            mode: Mode::Ephemeral,
+        }
+        .to_map();
+        assert_eq!(check(&scope, &ephemeral_meta), Err(Mismatch::OtherMode));
+
+        let list = [other_template, insecure, ephemeral_meta];
+        assert_eq!(choose(&scope, &list), Adoption::Create { rejected: 3 });
+    }
+
+    #[test]
+    fn the_template_may_match_by_id_or_alias() {
+        let by_id = ScopeIdentity {
+            template: "rki5dems9wqfm4r03t7g".to_owned(),
+            ..identity(Mode::Persistent)
+        };
+        let mut listed = candidate("x", &by_id, 1);
+        listed.template_alias = None;
+        assert_eq!(check(&by_id, &listed), Ok(()));
+
+        let by_alias = identity(Mode::Persistent);
+        assert_eq!(check(&by_alias, &candidate("y", &by_alias, 1)), Ok(()));
+    }
+
+    #[test]
+    fn unknown_states_and_unstamped_sandboxes_are_refused() {
+        let scope = identity(Mode::Persistent);
+        let mut dying = candidate("d", &scope, 1);
+        dying.state = SandboxState::Other;
+        assert_eq!(check(&scope, &dying), Err(Mismatch::NotResumable));
+
+        let mut bare = candidate("b", &scope, 1);
+        bare.metadata.clear();
+        assert_eq!(check(&scope, &bare), Err(Mismatch::NoIdentity));
+    }
+
+    // contract: L4
+    #[test]
+    fn ephemeral_mode_never_adopts() {
+        let scope = identity(Mode::Ephemeral);
+        let list = [candidate("e", &scope, 1)];
+        // The candidate matches exactly; ephemeral mode still refuses it.
+        assert_eq!(check(&scope, &list[0]), Ok(()));
+        assert_eq!(choose(&scope, &list), Adoption::NeverAdopt);
+    }
+
+    // contract: I4
+    #[test]
+    fn a_sandbox_whose_create_response_was_lost_is_found_by_metadata_alone() {
+        let scope = identity(Mode::Persistent);
+        let list = [candidate("lost-response", &scope, 1)];
+        assert!(matches!(
+            choose(&scope, &list),
+            Adoption::Adopt { candidate, duplicates: 0, rejected: 0 }
+                if candidate.sandbox_id == "lost-response"
+        ));
+        assert_eq!(choose(&scope, &[]), Adoption::Create { rejected: 0 });
+    }
+}
