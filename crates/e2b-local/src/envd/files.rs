@@ -1,0 +1,475 @@
+//! envd's `/files`: streamed download, multipart and octet-stream upload.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io;
+use std::path::PathBuf;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD_NO_PAD;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use super::Ctx;
+use crate::app::{ApiError, App, json_response};
+use crate::isolation::SandboxUser;
+use crate::paths::{self, Last, PathError, Resolved, SandboxFs};
+
+/// Buffer size for streaming a file out (bounded memory whatever the file size).
+const READ_CHUNK: usize = 64 * 1024;
+
+/// The query parameters `/files` understands.
+#[derive(Debug, Default)]
+struct FilesQuery {
+    path: Option<String>,
+    username: Option<String>,
+    signature: Option<String>,
+    signature_expiration: Option<String>,
+}
+
+fn parse_query(query: Option<&str>) -> FilesQuery {
+    let mut out = FilesQuery::default();
+    for (key, value) in crate::rest::query_pairs(query.unwrap_or_default()) {
+        match key.as_str() {
+            "path" => out.path = Some(value),
+            "username" => out.username = Some(value),
+            "signature" => out.signature = Some(value),
+            "signature_expiration" => out.signature_expiration = Some(value),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The signature the SDK puts in pre-signed URLs.
+fn signature(
+    path: &str,
+    operation: &str,
+    user: &str,
+    token: &str,
+    expiration: Option<&str>,
+) -> String {
+    let mut raw = format!("{path}:{operation}:{user}:{token}");
+    if let Some(exp) = expiration {
+        raw.push(':');
+        raw.push_str(exp);
+    }
+    format!(
+        "v1_{}",
+        STANDARD_NO_PAD.encode(Sha256::digest(raw.as_bytes()))
+    )
+}
+
+fn signature_valid(app: &App, token: &str, query: &FilesQuery, operation: &str) -> bool {
+    let Some(given) = &query.signature else {
+        return false;
+    };
+    let expected = signature(
+        query.path.as_deref().unwrap_or_default(),
+        operation,
+        query.username.as_deref().unwrap_or_default(),
+        token,
+        query.signature_expiration.as_deref(),
+    );
+    if *given != expected {
+        return false;
+    }
+    match query.signature_expiration.as_deref().map(str::parse::<u64>) {
+        None => true,
+        Some(Ok(expires)) => crate::store::nanos(app.clock.now()) / 1_000_000_000 <= expires,
+        Some(Err(_)) => false,
+    }
+}
+
+/// `/files` accepts the access-token header or a valid signature.
+fn authorized(ctx: &Ctx, headers: &HeaderMap, query: &FilesQuery, operation: &str) -> bool {
+    let Some(token) = &ctx.sandbox.token else {
+        return true;
+    };
+    match headers.get("x-access-token").and_then(|v| v.to_str().ok()) {
+        Some(given) => given == token,
+        None => signature_valid(&ctx.app, token, query, operation),
+    }
+}
+
+/// For a pre-signed URL without the sandbox header: the running sandbox whose token signs it.
+pub(crate) fn find_signed_sandbox(app: &App, request: &Request) -> Option<String> {
+    let query = parse_query(request.uri().query());
+    query.signature.as_ref()?;
+    let operation = if request.method() == http::Method::GET {
+        "read"
+    } else {
+        "write"
+    };
+    app.store.running_ids().into_iter().find(|id| {
+        app.store
+            .running(id)
+            .and_then(|s| s.token)
+            .is_some_and(|token| signature_valid(app, &token, &query, operation))
+    })
+}
+
+fn unauthorized() -> Response {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized access, please provide a valid access token or method signing if supported",
+    )
+    .into_response()
+}
+
+fn path_error(error: &PathError) -> Response {
+    match error {
+        PathError::Outside(_) => {
+            ApiError::new(StatusCode::FORBIDDEN, error.message()).into_response()
+        }
+        PathError::Invalid(_) => ApiError::bad_request(error.message()).into_response(),
+    }
+}
+
+fn user_of(query: &FilesQuery) -> Result<SandboxUser, Response> {
+    SandboxUser::parse(query.username.as_deref())
+        .map_err(|m| ApiError::new(StatusCode::UNAUTHORIZED, m).into_response())
+}
+
+fn content_type_for(name: &str) -> &'static str {
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "log" | "md" => "text/plain; charset=utf-8",
+        "json" => "application/json",
+        "html" | "htm" => "text/html; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "js" => "text/javascript; charset=utf-8",
+        "py" => "text/x-python; charset=utf-8",
+        "sh" => "text/x-sh; charset=utf-8",
+        "csv" => "text/csv; charset=utf-8",
+        "xml" => "text/xml; charset=utf-8",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "svg" => "image/svg+xml",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        "tar" => "application/x-tar",
+        _ => "application/octet-stream",
+    }
+}
+
+/// `GET /files?path=`: the file's bytes, streamed from disk.
+pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
+    let query = parse_query(request.uri().query());
+    if !authorized(&ctx, request.headers(), &query, "read") {
+        return unauthorized();
+    }
+    if let Err(response) = user_of(&query) {
+        return response;
+    }
+    let requested = query.path.clone().unwrap_or_default();
+    let fs = SandboxFs {
+        home: &ctx.sandbox.home,
+        tmp: &ctx.sandbox.tmp,
+    };
+    let resolved = match fs.resolve(&requested, Last::Follow) {
+        Ok(resolved) => resolved,
+        Err(error) => return path_error(&error),
+    };
+    let meta = match tokio::fs::metadata(&resolved.host).await {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("path '{}' does not exist", resolved.virt),
+            )
+            .into_response();
+        }
+        Err(e) => {
+            return ApiError::internal(format!("error reading '{}': {e}", resolved.virt))
+                .into_response();
+        }
+    };
+    if meta.is_dir() {
+        return ApiError::bad_request(format!("path '{}' is a directory", resolved.virt))
+            .into_response();
+    }
+    let file = match open_read(&resolved.host).await {
+        Ok(file) => file,
+        Err(e) => {
+            return ApiError::internal(format!("error opening '{}': {e}", resolved.virt))
+                .into_response();
+        }
+    };
+    let name = resolved
+        .virt
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, READ_CHUNK);
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(meta.len()));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type_for(&name)),
+    );
+    if let Ok(value) = HeaderValue::from_str(&format!("inline; filename={name}")) {
+        headers.insert(http::header::CONTENT_DISPOSITION, value);
+    }
+    response
+}
+
+async fn open_read(path: &std::path::Path) -> io::Result<tokio::fs::File> {
+    let mut options = tokio::fs::OpenOptions::new();
+    options.read(true).custom_flags(libc::O_NOFOLLOW);
+    options.open(path).await
+}
+
+/// `POST /files`: multipart (many files) or octet-stream (one file, `?path=`).
+pub(crate) async fn upload(ctx: Ctx, request: Request) -> Response {
+    let query = parse_query(request.uri().query());
+    if !authorized(&ctx, request.headers(), &query, "write") {
+        return unauthorized();
+    }
+    let user = match user_of(&query) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    let headers = request.headers().clone();
+    if headers
+        .get(http::header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|e| !e.eq_ignore_ascii_case("identity"))
+    {
+        return ApiError::bad_request("compressed uploads are not supported by e2b-local")
+            .into_response();
+    }
+    let metadata = upload_metadata(&headers);
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let result = if content_type
+        .to_ascii_lowercase()
+        .starts_with("multipart/form-data")
+    {
+        match multer::parse_boundary(&content_type) {
+            Ok(boundary) => upload_multipart(&ctx, user, &query, boundary, request).await,
+            Err(e) => Err(ApiError::bad_request(format!(
+                "invalid multipart content type: {e}"
+            ))),
+        }
+    } else if content_type
+        .to_ascii_lowercase()
+        .starts_with("application/octet-stream")
+    {
+        match &query.path {
+            Some(path) => {
+                let body = request.into_body().into_data_stream();
+                write_one(&ctx, user, path, body)
+                    .await
+                    .map(|entry| vec![entry])
+            }
+            None => Err(ApiError::bad_request(
+                "path query parameter is required for octet-stream uploads",
+            )),
+        }
+    } else {
+        Err(ApiError::bad_request(format!(
+            "unsupported content type '{content_type}'"
+        )))
+    };
+    match result {
+        Ok(mut entries) => {
+            if !metadata.is_empty() {
+                for entry in &mut entries {
+                    entry["metadata"] = json!(metadata);
+                }
+            }
+            json_response(StatusCode::OK, &Value::Array(entries))
+        }
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `X-Metadata-<Key>: value` headers, keys lowercased (accepted, echoed, not stored).
+fn upload_metadata(headers: &HeaderMap) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let key = name.as_str().strip_prefix("x-metadata-")?;
+            Some((key.to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect()
+}
+
+async fn upload_multipart(
+    ctx: &Ctx,
+    user: SandboxUser,
+    query: &FilesQuery,
+    boundary: String,
+    request: Request,
+) -> Result<Vec<Value>, ApiError> {
+    let mut multipart = multer::Multipart::new(request.into_body().into_data_stream(), boundary);
+    let mut entries = Vec::new();
+    let mut seen: HashSet<PathBuf> = HashSet::new();
+    loop {
+        let field = match multipart.next_field().await {
+            Ok(Some(field)) => field,
+            Ok(None) => break,
+            Err(e) => {
+                return Err(ApiError::bad_request(format!(
+                    "error parsing multipart body: {e}"
+                )));
+            }
+        };
+        if field.name() != Some("file") {
+            continue;
+        }
+        let target = match (&query.path, field.file_name()) {
+            (Some(path), _) => path.clone(),
+            (None, Some(name)) => name.to_owned(),
+            (None, None) => {
+                return Err(ApiError::bad_request(
+                    "multipart part has no filename and no path was given",
+                ));
+            }
+        };
+        let resolved = resolve_for_write(ctx, &target)?;
+        if !seen.insert(resolved.host.clone()) {
+            return Err(ApiError::bad_request(format!(
+                "cannot upload multiple files to the same path '{}'",
+                resolved.virt
+            )));
+        }
+        entries.push(write_resolved(ctx, user, &resolved, field).await?);
+    }
+    if entries.is_empty() {
+        return Err(ApiError::bad_request("no file parts in the multipart body"));
+    }
+    Ok(entries)
+}
+
+fn resolve_for_write(ctx: &Ctx, target: &str) -> Result<Resolved, ApiError> {
+    let fs = SandboxFs {
+        home: &ctx.sandbox.home,
+        tmp: &ctx.sandbox.tmp,
+    };
+    fs.resolve(target, Last::Follow).map_err(|e| match e {
+        PathError::Outside(_) => ApiError::new(StatusCode::FORBIDDEN, e.message()),
+        PathError::Invalid(_) => ApiError::bad_request(e.message()),
+    })
+}
+
+async fn write_one<S, E>(
+    ctx: &Ctx,
+    user: SandboxUser,
+    target: &str,
+    body: S,
+) -> Result<Value, ApiError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let resolved = resolve_for_write(ctx, target)?;
+    write_resolved(ctx, user, &resolved, body).await
+}
+
+/// Streams `body` into the resolved file: parents created, file truncated, owned by `user`.
+async fn write_resolved<S, E>(
+    ctx: &Ctx,
+    user: SandboxUser,
+    resolved: &Resolved,
+    mut body: S,
+) -> Result<Value, ApiError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let virt = resolved.virt.clone();
+    if resolved.host == resolved.area_root
+        || tokio::fs::metadata(&resolved.host)
+            .await
+            .is_ok_and(|m| m.is_dir())
+    {
+        return Err(ApiError::bad_request(format!(
+            "path '{virt}' is a directory"
+        )));
+    }
+    let owner = ctx.app.isolation.owner(user);
+    if let Some(parent) = resolved.host.parent() {
+        let (area_root, parent) = (resolved.area_root.clone(), parent.to_path_buf());
+        tokio::task::spawn_blocking(move || paths::create_dirs(&area_root, &parent, owner))
+            .await
+            .map_err(|e| ApiError::internal(format!("creating parents of '{virt}' failed: {e}")))?
+            .map_err(|e| write_error(&virt, &e))?;
+    }
+    let mut options = tokio::fs::OpenOptions::new();
+    options
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW);
+    let mut file = options
+        .open(&resolved.host)
+        .await
+        .map_err(|e| write_error(&virt, &e))?;
+    paths::chown(&resolved.host, owner).map_err(|e| write_error(&virt, &e))?;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::bad_request(format!("error reading upload of '{virt}': {e}")))?;
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| write_error(&virt, &e))?;
+    }
+    file.flush().await.map_err(|e| write_error(&virt, &e))?;
+    let name = virt.rsplit('/').next().unwrap_or_default().to_owned();
+    Ok(json!({"path": virt, "name": name, "type": "file"}))
+}
+
+fn write_error(virt: &str, error: &io::Error) -> ApiError {
+    if error.raw_os_error() == Some(libc::ENOSPC) {
+        return ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            format!("not enough disk space to write '{virt}'"),
+        );
+    }
+    match error.kind() {
+        io::ErrorKind::NotADirectory | io::ErrorKind::IsADirectory => {
+            ApiError::bad_request(format!("error writing '{virt}': {error}"))
+        }
+        io::ErrorKind::PermissionDenied => ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("error writing '{virt}': {error}"),
+        ),
+        _ => ApiError::internal(format!("error writing '{virt}': {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_matches_sdk_formula() {
+        // sha256("/a:read::tok") in unpadded standard base64, prefixed "v1_".
+        let sig = signature("/a", "read", "", "tok", None);
+        let expected = format!(
+            "v1_{}",
+            STANDARD_NO_PAD.encode(Sha256::digest(b"/a:read::tok"))
+        );
+        assert_eq!(sig, expected);
+        assert_ne!(sig, signature("/a", "write", "", "tok", None));
+        assert_ne!(sig, signature("/a", "read", "", "tok", Some("10")));
+    }
+}

@@ -1,0 +1,98 @@
+//! The crate's one error type.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Everything that can go wrong when starting, driving or stopping an e2b-local [`crate::Server`].
+///
+/// Protocol-level failures seen by clients (404, 409, Connect errors, ...) are HTTP
+/// answers, not values of this type: this enum only covers what the embedding code
+/// itself asked for.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The listening socket could not be bound.
+    #[error("e2b-local: binding the listener on {addr} failed: {source}")]
+    Bind {
+        /// The address that was asked for.
+        addr: SocketAddr,
+        /// The operating-system error.
+        source: io::Error,
+    },
+    /// The state directory (or a file in it) could not be created, read or written.
+    #[error("e2b-local: {operation} failed for {}: {source}", path.display())]
+    StateDir {
+        /// What was being done, e.g. "create state directory".
+        operation: &'static str,
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The operating-system error.
+        source: io::Error,
+    },
+    /// The configuration is not usable.
+    #[error("e2b-local: invalid configuration: {reason}")]
+    InvalidConfig {
+        /// Why the configuration was refused.
+        reason: String,
+    },
+    /// A knob named a sandbox that does not exist (or is not in the required state).
+    #[error("e2b-local: {operation} failed: sandbox {sandbox_id} {reason}")]
+    Sandbox {
+        /// The knob that was used, e.g. "vanish sandbox".
+        operation: &'static str,
+        /// The sandbox the knob named.
+        sandbox_id: String,
+        /// Why the operation could not be applied, e.g. "does not exist".
+        reason: &'static str,
+    },
+    /// The HTTP server task failed or could not be joined.
+    #[error("e2b-local: {operation} failed: {source}")]
+    Serve {
+        /// What was being done, e.g. "serve connections".
+        operation: &'static str,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// True when the listener could not be bound (port in use, bad address).
+    pub fn is_bind(&self) -> bool {
+        matches!(self, Error::Bind { .. })
+    }
+
+    /// True when a knob named a sandbox that does not exist or is in the wrong state.
+    pub fn is_sandbox_not_found(&self) -> bool {
+        matches!(self, Error::Sandbox { .. })
+    }
+
+    /// True when the configuration was refused before anything was started.
+    pub fn is_invalid_config(&self) -> bool {
+        matches!(self, Error::InvalidConfig { .. })
+    }
+
+    /// True for failures of the state directory (disk full, permissions, corrupt record).
+    pub fn is_state_dir(&self) -> bool {
+        matches!(self, Error::StateDir { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn assert_bounds<T: Send + Sync + 'static>() {}
+        assert_bounds::<Error>();
+        let e = Error::Sandbox {
+            operation: "vanish sandbox",
+            sandbox_id: "iabc".into(),
+            reason: "does not exist",
+        };
+        assert!(e.is_sandbox_not_found());
+        assert!(!e.is_bind());
+        assert!(e.to_string().contains("iabc"));
+    }
+}

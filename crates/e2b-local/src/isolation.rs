@@ -1,0 +1,393 @@
+//! How a command is made to see its sandbox: a private mount namespace (preferred) or
+//! plain path mapping (fallback).
+//!
+//! Mount namespace (server runs as root or with CAP_SYS_ADMIN): every command is forked
+//! into its own session and mount namespace, where a tmpfs covers `/home`, the sandbox
+//! root is bound onto `/home/user`, its private tmp onto `/tmp`, and generated
+//! `/etc/passwd` and `/etc/group` that define `user` (uid/gid 1000) are bound over the
+//! host's; then it drops to that user unless root was asked for. Nothing else of the
+//! host is hidden: this is a convenience, not a security boundary.
+//!
+//! Path mapping: commands run as the server's own user with `HOME` set to the sandbox
+//! root and `TMPDIR` to its tmp; a `cwd` under `/home/user` or `/tmp` is mapped to the
+//! host directory. `whoami` then prints the server's user.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// How commands are isolated (the public configuration choice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IsolationMode {
+    /// Use a mount namespace when the OS allows it, else path mapping (with a warning).
+    Auto,
+    /// Require a mount namespace; starting fails where the OS does not allow one.
+    MountNamespace,
+    /// Never use namespaces: commands run as the server's user with paths mapped.
+    PathMapping,
+}
+
+/// The uid and gid of the sandbox user `user`.
+pub(crate) const USER_ID: u32 = 1000;
+
+/// The user a request runs as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SandboxUser {
+    User,
+    Root,
+}
+
+impl SandboxUser {
+    /// Parses a username as envd does: `user` (or none) and `root` exist, nothing else.
+    pub(crate) fn parse(name: Option<&str>) -> Result<SandboxUser, String> {
+        match name {
+            None | Some("") | Some("user") => Ok(SandboxUser::User),
+            Some("root") => Ok(SandboxUser::Root),
+            Some(other) => Err(format!("invalid username: '{other}'")),
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SandboxUser::User => "user",
+            SandboxUser::Root => "root",
+        }
+    }
+}
+
+/// The mechanism actually in use.
+#[derive(Debug)]
+pub(crate) enum Isolation {
+    Namespace { passwd: PathBuf, group: PathBuf },
+    PathMapping,
+}
+
+/// A command to start, in sandbox terms.
+#[derive(Debug)]
+pub(crate) struct CommandSpec<'a> {
+    pub(crate) sandbox_id: &'a str,
+    pub(crate) home: &'a Path,
+    pub(crate) tmp: &'a Path,
+    pub(crate) user: SandboxUser,
+    pub(crate) program: &'a str,
+    pub(crate) args: &'a [String],
+    /// The working directory as the sandbox names it.
+    pub(crate) cwd_virtual: &'a str,
+    /// The same directory on the host (used by path mapping).
+    pub(crate) cwd_host: &'a Path,
+    pub(crate) sandbox_envs: &'a BTreeMap<String, String>,
+    pub(crate) request_envs: &'a BTreeMap<String, String>,
+    pub(crate) stdin: bool,
+}
+
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+impl Isolation {
+    /// Chooses the mechanism; `etc_dir` receives the generated passwd and group files.
+    pub(crate) fn prepare(mode: IsolationMode, etc_dir: &Path) -> io::Result<Isolation> {
+        if mode == IsolationMode::PathMapping {
+            return Ok(Isolation::PathMapping);
+        }
+        let attempt = Isolation::namespace(etc_dir).and_then(|iso| {
+            iso.probe(etc_dir)?;
+            Ok(iso)
+        });
+        match (attempt, mode) {
+            (Ok(iso), _) => Ok(iso),
+            (Err(error), IsolationMode::MountNamespace) => Err(error),
+            (Err(error), _) => {
+                tracing::warn!(%error, "mount namespaces unavailable; commands run as the server's user with path mapping");
+                Ok(Isolation::PathMapping)
+            }
+        }
+    }
+
+    fn namespace(etc_dir: &Path) -> io::Result<Isolation> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "not running as root",
+            ));
+        }
+        fs::create_dir_all(etc_dir)?;
+        let passwd = etc_dir.join("passwd");
+        let group = etc_dir.join("group");
+        let host_passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+        let host_group = fs::read_to_string("/etc/group").unwrap_or_default();
+        fs::write(
+            &passwd,
+            account_file(
+                &host_passwd,
+                &format!("user:x:{USER_ID}:{USER_ID}:user:/home/user:/bin/bash"),
+            ),
+        )?;
+        fs::write(
+            &group,
+            account_file(&host_group, &format!("user:x:{USER_ID}:")),
+        )?;
+        Ok(Isolation::Namespace { passwd, group })
+    }
+
+    /// Runs `id -un` through the namespace set-up once, so a host that refuses it is
+    /// detected at start rather than on the first command.
+    fn probe(&self, etc_dir: &Path) -> io::Result<()> {
+        let home = etc_dir.join("probe-home");
+        let tmp = etc_dir.join("probe-tmp");
+        fs::create_dir_all(&home)?;
+        fs::create_dir_all(&tmp)?;
+        std::os::unix::fs::chown(&home, Some(USER_ID), Some(USER_ID))?;
+        let envs = BTreeMap::new();
+        let args = ["-c".to_owned(), "id -un; test -d /home/user".to_owned()];
+        let spec = CommandSpec {
+            sandbox_id: "probe",
+            home: &home,
+            tmp: &tmp,
+            user: SandboxUser::User,
+            program: "/bin/sh",
+            args: &args,
+            cwd_virtual: "/home/user",
+            cwd_host: &home,
+            sandbox_envs: &envs,
+            request_envs: &envs,
+            stdin: false,
+        };
+        let mut command = self.std_command(&spec)?;
+        let output = command.output()?;
+        let who = String::from_utf8_lossy(&output.stdout);
+        if output.status.success() && who.trim() == "user" {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "namespace probe failed: status {}, stdout {who:?}, stderr {:?}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            )))
+        }
+    }
+
+    /// uid/gid that files written by the server on behalf of `user` must get.
+    pub(crate) fn owner(&self, user: SandboxUser) -> Option<(u32, u32)> {
+        match (self, user) {
+            (Isolation::Namespace { .. }, SandboxUser::User) => Some((USER_ID, USER_ID)),
+            (Isolation::Namespace { .. }, SandboxUser::Root) => Some((0, 0)),
+            (Isolation::PathMapping, _) => None,
+        }
+    }
+
+    /// The name reported as a file's owner for `uid`.
+    pub(crate) fn user_name(&self, uid: u32) -> String {
+        match (self, uid) {
+            (_, 0) => "root".to_owned(),
+            (Isolation::Namespace { .. }, USER_ID) => "user".to_owned(),
+            (Isolation::PathMapping, uid) if uid == current_uid() => "user".to_owned(),
+            (_, uid) => uid.to_string(),
+        }
+    }
+
+    /// Builds the command for `spec`; every command gets its own session (process group).
+    pub(crate) fn command(&self, spec: &CommandSpec<'_>) -> io::Result<tokio::process::Command> {
+        Ok(tokio::process::Command::from(self.std_command(spec)?))
+    }
+
+    fn std_command(&self, spec: &CommandSpec<'_>) -> io::Result<std::process::Command> {
+        use std::os::unix::process::CommandExt;
+        use std::process::Stdio;
+
+        let mut command = std::process::Command::new(spec.program);
+        command.args(spec.args);
+        command.env_clear();
+        let (home, user) = match (self, spec.user) {
+            (Isolation::Namespace { .. }, SandboxUser::User) => ("/home/user".to_owned(), "user"),
+            (Isolation::Namespace { .. }, SandboxUser::Root) => ("/root".to_owned(), "root"),
+            (Isolation::PathMapping, u) => (spec.home.to_string_lossy().into_owned(), u.name()),
+        };
+        command
+            .env("PATH", DEFAULT_PATH)
+            .env("HOME", &home)
+            .env("USER", user)
+            .env("LOGNAME", user)
+            .env("E2B_SANDBOX", "true")
+            .env("E2B_SANDBOX_ID", spec.sandbox_id);
+        if let Isolation::PathMapping = self {
+            command.env("TMPDIR", spec.tmp);
+        }
+        command.envs(spec.sandbox_envs);
+        command.envs(spec.request_envs);
+        command
+            .stdin(if spec.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match self {
+            Isolation::PathMapping => {
+                command.current_dir(spec.cwd_host);
+                // SAFETY: only async-signal-safe libc calls run between fork and exec.
+                unsafe {
+                    command.pre_exec(|| {
+                        if libc::setsid() < 0 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            Isolation::Namespace { passwd, group } => {
+                let plan = MountPlan {
+                    home: cstring(spec.home)?,
+                    tmp: cstring(spec.tmp)?,
+                    passwd: cstring(passwd)?,
+                    group: cstring(group)?,
+                    cwd: CString::new(spec.cwd_virtual).map_err(io::Error::other)?,
+                    drop_to: (spec.user == SandboxUser::User).then_some(USER_ID),
+                };
+                // SAFETY: the closure only calls async-signal-safe libc functions on
+                // strings prepared before the fork; it allocates nothing.
+                unsafe {
+                    command.pre_exec(move || plan.enter());
+                }
+            }
+        }
+        Ok(command)
+    }
+}
+
+/// Everything the child needs after fork, prepared beforehand (no allocation after fork).
+struct MountPlan {
+    home: CString,
+    tmp: CString,
+    passwd: CString,
+    group: CString,
+    cwd: CString,
+    drop_to: Option<u32>,
+}
+
+fn check(result: libc::c_int) -> io::Result<()> {
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+impl MountPlan {
+    /// Runs in the forked child: new session, new mount namespace, binds, user switch.
+    fn enter(&self) -> io::Result<()> {
+        let none = std::ptr::null::<libc::c_char>();
+        // SAFETY: all pointers are valid NUL-terminated strings owned by `self` or
+        // static literals; these calls are async-signal-safe.
+        unsafe {
+            check(libc::setsid())?;
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            // Nothing below may propagate back to the host's mount table.
+            check(libc::mount(
+                none,
+                c"/".as_ptr(),
+                none,
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/home".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                c"mode=755".as_ptr().cast(),
+            ))?;
+            check(libc::mkdir(c"/home/user".as_ptr(), 0o755))?;
+            check(libc::mount(
+                self.home.as_ptr(),
+                c"/home/user".as_ptr(),
+                none,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                self.passwd.as_ptr(),
+                c"/etc/passwd".as_ptr(),
+                none,
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                self.group.as_ptr(),
+                c"/etc/group".as_ptr(),
+                none,
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
+            // Last, because the sources above may live under the host's /tmp.
+            check(libc::mount(
+                self.tmp.as_ptr(),
+                c"/tmp".as_ptr(),
+                none,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ))?;
+            if let Some(id) = self.drop_to {
+                let groups = [id as libc::gid_t];
+                check(libc::setgroups(1, groups.as_ptr()))?;
+                check(libc::setgid(id))?;
+                check(libc::setuid(id))?;
+            }
+            check(libc::chdir(self.cwd.as_ptr()))?;
+        }
+        Ok(())
+    }
+}
+
+fn cstring(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)
+}
+
+/// The host's account file without any entry named `user` or numbered 1000, plus ours.
+fn account_file(host: &str, ours: &str) -> String {
+    let mut out = String::new();
+    for line in host.lines() {
+        let mut fields = line.split(':');
+        let name = fields.next().unwrap_or_default();
+        let id = fields.nth(1).unwrap_or_default();
+        if name == "user" || id == USER_ID.to_string() {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(ours);
+    out.push('\n');
+    out
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn account_file_replaces_uid_1000_and_user() {
+        let host = "root:x:0:0:root:/root:/bin/bash\nbob:x:1000:1000::/home/bob:/bin/sh\nuser:x:1001:1001::/x:/bin/sh\n";
+        let out = account_file(host, "user:x:1000:1000:user:/home/user:/bin/bash");
+        assert_eq!(
+            out,
+            "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
+        );
+    }
+
+    #[test]
+    fn usernames_parse_like_envd() {
+        assert_eq!(SandboxUser::parse(None).unwrap(), SandboxUser::User);
+        assert_eq!(SandboxUser::parse(Some("root")).unwrap(), SandboxUser::Root);
+        assert!(SandboxUser::parse(Some("mallory")).is_err());
+    }
+}

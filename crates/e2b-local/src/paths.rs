@@ -1,0 +1,258 @@
+//! Maps the paths a client names (`/home/user/...`, relative, `~`, `/tmp/...`) onto a
+//! sandbox's host directories, without letting `..` or a symlink lead out of them.
+//!
+//! Symlinks inside the sandbox are resolved in the sandbox's own view: an absolute
+//! target such as `/home/user/x` means the sandbox's home, not the host's. A path that
+//! ends up anywhere but the sandbox home or its private tmp is refused. This guards the
+//! writes the server performs itself; commands are not confined by it.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The virtual directory commands see as their home.
+pub(crate) const HOME: &str = "/home/user";
+
+/// Why a path could not be mapped.
+#[derive(Debug)]
+pub(crate) enum PathError {
+    /// The path (after resolution) is outside `/home/user` and `/tmp`.
+    Outside(String),
+    /// Too many symlink hops, a NUL byte, or a non-UTF-8 link target.
+    Invalid(String),
+}
+
+impl PathError {
+    pub(crate) fn message(&self) -> String {
+        match self {
+            PathError::Outside(p) => format!(
+                "path '{p}' is outside the sandbox: e2b-local serves only /home/user and /tmp"
+            ),
+            PathError::Invalid(p) => format!("invalid path '{p}'"),
+        }
+    }
+}
+
+/// Whether the last component is followed when it is a symlink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Last {
+    Follow,
+    NoFollow,
+}
+
+/// A mapped path: where it lives on the host, and its name inside the sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub(crate) host: PathBuf,
+    pub(crate) virt: String,
+    /// The host directory of the area (home or tmp) the path is in.
+    pub(crate) area_root: PathBuf,
+}
+
+/// A sandbox's two writable areas.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SandboxFs<'a> {
+    pub(crate) home: &'a Path,
+    pub(crate) tmp: &'a Path,
+}
+
+/// Turns any client path into a normalised absolute virtual path.
+pub(crate) fn normalize(path: &str) -> Result<String, PathError> {
+    if path.contains('\0') {
+        return Err(PathError::Invalid(path.replace('\0', "\\0")));
+    }
+    let absolute = if path.is_empty() || path == "~" {
+        HOME.to_owned()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        format!("{HOME}/{rest}")
+    } else if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("{HOME}/{path}")
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for part in absolute.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+impl SandboxFs<'_> {
+    /// Splits a normalised virtual path into (area host root, area virtual root, rest).
+    fn classify<'p>(&self, virt: &'p str) -> Option<(PathBuf, &'static str, Vec<&'p str>)> {
+        let (root, name, rest) = if let Some(rest) = strip_area(virt, HOME) {
+            (self.home, HOME, rest)
+        } else if let Some(rest) = strip_area(virt, "/tmp") {
+            (self.tmp, "/tmp", rest)
+        } else {
+            return None;
+        };
+        let rest = rest.split('/').filter(|p| !p.is_empty()).collect();
+        Some((root.to_path_buf(), name, rest))
+    }
+
+    /// Maps `path` to the host, resolving symlinks in the sandbox's view.
+    pub(crate) fn resolve(&self, path: &str, last: Last) -> Result<Resolved, PathError> {
+        let mut virt = normalize(path)?;
+        let mut hops = 0;
+        'restart: loop {
+            let Some((area_root, area_name, rest)) = self.classify(&virt) else {
+                return Err(PathError::Outside(virt));
+            };
+            let mut host = area_root.clone();
+            let mut current = area_name.to_owned();
+            for (index, part) in rest.iter().enumerate() {
+                let is_last = index + 1 == rest.len();
+                let candidate = host.join(part);
+                let is_link = fs::symlink_metadata(&candidate)
+                    .map(|m| m.file_type().is_symlink())
+                    .unwrap_or(false);
+                if is_link && !(is_last && last == Last::NoFollow) {
+                    hops += 1;
+                    if hops > 40 {
+                        return Err(PathError::Invalid(virt));
+                    }
+                    let target =
+                        fs::read_link(&candidate).map_err(|_| PathError::Invalid(virt.clone()))?;
+                    let Some(target) = target.to_str() else {
+                        return Err(PathError::Invalid(virt));
+                    };
+                    let remaining = rest[index + 1..].join("/");
+                    let joined = if target.starts_with('/') {
+                        format!("{target}/{remaining}")
+                    } else {
+                        format!("{current}/{target}/{remaining}")
+                    };
+                    virt = normalize(&joined)?;
+                    continue 'restart;
+                }
+                host = candidate;
+                current.push('/');
+                current.push_str(part);
+            }
+            return Ok(Resolved {
+                host,
+                virt: current,
+                area_root,
+            });
+        }
+    }
+}
+
+fn strip_area<'p>(virt: &'p str, area: &str) -> Option<&'p str> {
+    let rest = virt.strip_prefix(area)?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+}
+
+/// Creates the missing directories between `area_root` and `dir` (inclusive), giving
+/// each new one to `owner`. Refuses to descend through anything that is not a real
+/// directory.
+pub(crate) fn create_dirs(
+    area_root: &Path,
+    dir: &Path,
+    owner: Option<(u32, u32)>,
+) -> io::Result<()> {
+    let Ok(relative) = dir.strip_prefix(area_root) else {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "directory outside the sandbox",
+        ));
+    };
+    let mut current = area_root.to_path_buf();
+    for part in relative.components() {
+        current.push(part);
+        match fs::symlink_metadata(&current) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotADirectory,
+                    format!(
+                        "'{}' is not a directory",
+                        part.as_os_str().to_string_lossy()
+                    ),
+                ));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&current)?;
+                chown(&current, owner)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Gives `path` (not following a symlink) to `owner`, when one is set.
+pub(crate) fn chown(path: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
+    match owner {
+        Some((uid, gid)) => std::os::unix::fs::lchown(path, Some(uid), Some(gid)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_maps_relative_tilde_and_dotdot() {
+        assert_eq!(normalize("").unwrap(), "/home/user");
+        assert_eq!(normalize("a/b").unwrap(), "/home/user/a/b");
+        assert_eq!(normalize("~/x").unwrap(), "/home/user/x");
+        assert_eq!(normalize("/home/user/../../etc").unwrap(), "/etc");
+        assert_eq!(normalize("../../../..").unwrap(), "/");
+        assert_eq!(normalize("/tmp//./x/").unwrap(), "/tmp/x");
+    }
+
+    #[test]
+    fn resolve_refuses_escapes_and_follows_links_virtually() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let tmp = dir.path().join("tmp");
+        fs::create_dir_all(home.join("sub")).unwrap();
+        fs::create_dir_all(&tmp).unwrap();
+        let fsys = SandboxFs {
+            home: &home,
+            tmp: &tmp,
+        };
+        let r = fsys.resolve("sub/f.txt", Last::Follow).unwrap();
+        assert_eq!(r.host, home.join("sub/f.txt"));
+        assert_eq!(r.virt, "/home/user/sub/f.txt");
+        assert!(matches!(
+            fsys.resolve("../../etc/passwd", Last::Follow),
+            Err(PathError::Outside(_))
+        ));
+        // A link pointing at the host's /etc is refused; one pointing into /tmp maps to
+        // the sandbox's private tmp.
+        std::os::unix::fs::symlink("/etc", home.join("etc")).unwrap();
+        assert!(matches!(
+            fsys.resolve("etc/passwd", Last::Follow),
+            Err(PathError::Outside(_))
+        ));
+        std::os::unix::fs::symlink("/tmp/t", home.join("t")).unwrap();
+        let r = fsys.resolve("t/x", Last::Follow).unwrap();
+        assert_eq!(r.host, tmp.join("t/x"));
+        assert_eq!(r.virt, "/tmp/t/x");
+        // Not following the last component names the link itself.
+        let r = fsys.resolve("etc", Last::NoFollow).unwrap();
+        assert_eq!(r.host, home.join("etc"));
+        // A relative link climbing out is refused too.
+        std::os::unix::fs::symlink("../../../..", home.join("up")).unwrap();
+        assert!(matches!(
+            fsys.resolve("up/x", Last::Follow),
+            Err(PathError::Outside(_))
+        ));
+        // Link loops end with an error, not a hang.
+        std::os::unix::fs::symlink("loop", home.join("loop")).unwrap();
+        assert!(matches!(
+            fsys.resolve("loop", Last::Follow),
+            Err(PathError::Invalid(_))
+        ));
+    }
+}

@@ -1,0 +1,687 @@
+//! The control plane (E2B's REST API, v1 and v2) and the `/_e2b_local/` admin routes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::app::{ApiError, App, json_response};
+use crate::faults::{DropRule, FailRule, FaultScope, Faults};
+use crate::store::{
+    CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, nanos,
+    parse_sandbox_id, rfc3339,
+};
+
+/// The envd version reported: the current real one, so the SDK enables every feature.
+pub(crate) const ENVD_VERSION: &str = "0.6.13";
+
+/// Largest control-plane request body accepted.
+const MAX_BODY: usize = 1024 * 1024;
+
+/// Which generation of the API a route belongs to (defaults differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ApiVersion {
+    V1,
+    V2,
+}
+
+/// Serves one control-plane request.
+pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if method == Method::GET && segments == ["health"] {
+        return (StatusCode::OK, "Health check successful").into_response();
+    }
+    let key = request
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok());
+    if !app.key_accepted(key) {
+        return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
+    }
+    let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+        Ok(body) => body,
+        Err(e) => {
+            return ApiError::bad_request(format!("reading request body: {e}")).into_response();
+        }
+    };
+    let result = route(&app, &method, &segments, &query, &body);
+    match result {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+fn route(
+    app: &Arc<App>,
+    method: &Method,
+    segments: &[&str],
+    query: &str,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    use ApiVersion::{V1, V2};
+    match (method.clone(), segments) {
+        (Method::POST, ["sandboxes"]) => create(app, V1, body),
+        (Method::POST, ["v2", "sandboxes"]) => create(app, V2, body),
+        (Method::GET, ["sandboxes"]) => list(app, V1, query),
+        (Method::GET, ["v2", "sandboxes"]) => list(app, V2, query),
+        (Method::GET, ["sandboxes", id]) => {
+            let record = app.store.get(&parse_sandbox_id(id)?)?;
+            Ok(json_response(StatusCode::OK, &detail_json(&record)))
+        }
+        (Method::DELETE, ["sandboxes", id]) => {
+            app.store.kill(&parse_sandbox_id(id)?)?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (Method::POST, ["sandboxes", id, "connect"]) => connect(app, V1, id, body),
+        (Method::POST, ["v2", "sandboxes", id, "connect"]) => connect(app, V2, id, body),
+        (Method::POST, ["sandboxes", id, "resume"]) => resume(app, id, body),
+        (Method::POST, ["sandboxes", id, "timeout"]) => {
+            let id = parse_sandbox_id(id)?;
+            let req: TimeoutBody = parse_body(body)?;
+            let timeout = req
+                .timeout
+                .ok_or_else(|| ApiError::bad_request("timeout is required"))?;
+            // "Negative → 0": the sandbox expires immediately.
+            app.store
+                .set_timeout(&id, timeout.clamp(0, MAX_TIMEOUT_SECS))?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (Method::POST, ["sandboxes", id, "refreshes"]) => {
+            let id = parse_sandbox_id(id)?;
+            let req: RefreshBody = parse_body(body)?;
+            let duration = req.duration.unwrap_or(15).clamp(15, 3600);
+            let record = app.store.get(&id)?;
+            if record.state != SbState::Running {
+                return Err(ApiError::sandbox_not_found(&id));
+            }
+            app.store.connect(&id, duration)?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (Method::POST, ["sandboxes", id, "pause"]) => {
+            let id = parse_sandbox_id(id)?;
+            let _: Value = parse_body(body)?;
+            app.store.pause(&id)?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (_, ["_e2b_local", rest @ ..]) => admin(app, method, rest, body),
+        (_, ["sandboxes"] | ["v2", "sandboxes"] | ["sandboxes", _]) => Err(method_not_allowed()),
+        (
+            _,
+            [
+                "sandboxes",
+                _,
+                "connect" | "resume" | "timeout" | "refreshes" | "pause",
+            ],
+        )
+        | (_, ["v2", "sandboxes", _, "connect"]) => Err(method_not_allowed()),
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "Not found")),
+    }
+}
+
+fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+}
+
+/// Parses a JSON body; an empty body is `{}`.
+fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let bytes: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
+}
+
+// ---- create ---------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+struct AutoResume {
+    #[serde(default)]
+    enabled: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Network {
+    #[serde(default)]
+    allow_public_traffic: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NewSandbox {
+    #[serde(rename = "templateID")]
+    template_id: Option<String>,
+    timeout: Option<i64>,
+    auto_pause: Option<bool>,
+    auto_pause_memory: Option<bool>,
+    auto_resume: Option<AutoResume>,
+    secure: Option<bool>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+    network: Option<Network>,
+    metadata: Option<BTreeMap<String, String>>,
+    env_vars: Option<BTreeMap<String, String>>,
+}
+
+fn validate_timeout(timeout: i64) -> Result<i64, ApiError> {
+    if timeout <= 0 {
+        return Err(ApiError::bad_request("Timeout must be greater than 0"));
+    }
+    if timeout > MAX_TIMEOUT_SECS {
+        return Err(ApiError::bad_request(format!(
+            "Timeout cannot be greater than {} hours",
+            MAX_TIMEOUT_SECS / 3600
+        )));
+    }
+    Ok(timeout)
+}
+
+fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiError> {
+    let req: NewSandbox = parse_body(body)?;
+    let template = req
+        .template_id
+        .as_deref()
+        .ok_or_else(|| ApiError::bad_request("templateID is required"))?;
+    // "name:tag" and "namespace/name" select the same local template.
+    let name = template.rsplit('/').next().unwrap_or(template);
+    let name = name.split(':').next().unwrap_or(name);
+    if !app.templates.iter().any(|t| t == name) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("template '{template}' not found"),
+        ));
+    }
+    let default_timeout = match version {
+        ApiVersion::V1 => 15,
+        ApiVersion::V2 => 300,
+    };
+    let timeout = validate_timeout(req.timeout.unwrap_or(default_timeout))?;
+    let auto_pause = req.auto_pause.unwrap_or(false);
+    let auto_pause_memory = req.auto_pause_memory.unwrap_or(true);
+    let auto_resume = req.auto_resume.as_ref().is_some_and(|a| a.enabled);
+    if !auto_pause_memory && !auto_pause {
+        return Err(ApiError::bad_request(
+            "autoPauseMemory can only be set together with autoPause",
+        ));
+    }
+    if !auto_pause_memory && auto_resume {
+        return Err(ApiError::bad_request(
+            "autoResume requires memory to be kept on pause",
+        ));
+    }
+    let secure = match version {
+        ApiVersion::V1 => req.secure.unwrap_or(false),
+        ApiVersion::V2 => true,
+    };
+    if req.network.as_ref().and_then(|n| n.allow_public_traffic) == Some(false) && !secure {
+        return Err(ApiError::bad_request(
+            "allowPublicTraffic=false requires a secure sandbox",
+        ));
+    }
+    let record = app.store.create(CreateParams {
+        template: name.to_owned(),
+        timeout_secs: timeout,
+        metadata: req.metadata.unwrap_or_default(),
+        env_vars: req.env_vars.unwrap_or_default(),
+        auto_pause,
+        auto_pause_memory,
+        auto_resume,
+        allow_internet_access: req.allow_internet_access,
+        secure,
+        with_token: secure,
+    })?;
+    tracing::info!(sandbox_id = %record.id, template = %record.template, "sandbox created");
+    Ok(json_response(StatusCode::CREATED, &sandbox_json(&record)))
+}
+
+/// The `Sandbox` schema (create / connect / resume answers).
+fn sandbox_json(record: &Record) -> Value {
+    let mut value = json!({
+        "templateID": record.template,
+        "alias": record.template,
+        "sandboxID": record.id,
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
+        "trafficAccessToken": null,
+        "domain": null,
+    });
+    if let Some(token) = &record.token {
+        value["envdAccessToken"] = json!(token);
+    }
+    value
+}
+
+/// The `ListedSandbox` schema.
+fn listed_json(record: &Record) -> Value {
+    json!({
+        "templateID": record.template,
+        "alias": record.template,
+        "sandboxID": record.id,
+        "clientID": CLIENT_ID,
+        "startedAt": rfc3339(record.started_at),
+        "endAt": rfc3339(record.end_at),
+        "cpuCount": 2,
+        "memoryMB": 512,
+        "diskSizeMB": 1024,
+        "metadata": record.metadata,
+        "state": record.state.as_str(),
+        "envdVersion": ENVD_VERSION,
+    })
+}
+
+/// The `SandboxDetail` schema (GET one).
+fn detail_json(record: &Record) -> Value {
+    let mut value = listed_json(record);
+    if let Some(token) = &record.token {
+        value["envdAccessToken"] = json!(token);
+    }
+    value["allowInternetAccess"] = json!(record.allow_internet_access);
+    value["domain"] = Value::Null;
+    value["lifecycle"] = json!({
+        "autoResume": record.auto_resume,
+        "onTimeout": if record.auto_pause { "pause" } else { "kill" },
+    });
+    if record.auto_pause {
+        value["pauseMode"] = json!(if record.auto_pause_memory {
+            "full"
+        } else {
+            "filesystem"
+        });
+    }
+    value
+}
+
+// ---- connect / resume -----------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+struct TimeoutBody {
+    timeout: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RefreshBody {
+    duration: Option<i64>,
+}
+
+fn connect(app: &App, version: ApiVersion, id: &str, body: &Bytes) -> Result<Response, ApiError> {
+    let id = parse_sandbox_id(id)?;
+    let req: TimeoutBody = parse_body(body)?;
+    let timeout = match (version, req.timeout) {
+        (_, Some(t)) => t,
+        (ApiVersion::V1, None) => return Err(ApiError::bad_request("timeout is required")),
+        (ApiVersion::V2, None) => 300,
+    };
+    let timeout = validate_timeout(timeout)?;
+    let (record, resumed) = app.store.connect(&id, timeout)?;
+    let status = if resumed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json_response(status, &sandbox_json(&record)))
+}
+
+fn resume(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiError> {
+    let id = parse_sandbox_id(id)?;
+    let req: TimeoutBody = parse_body(body)?;
+    let timeout = validate_timeout(req.timeout.unwrap_or(15))?;
+    let record = app.store.get(&id)?;
+    if record.state == SbState::Running {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("Sandbox {id} is already running"),
+        ));
+    }
+    let (record, _) = app.store.connect(&id, timeout)?;
+    Ok(json_response(StatusCode::CREATED, &sandbox_json(&record)))
+}
+
+// ---- list -----------------------------------------------------------------------
+
+/// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte; bad escapes are errors.
+pub(crate) fn query_unescape(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3)?;
+                let hex = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Splits a raw query string into decoded pairs (undecodable pairs are skipped).
+pub(crate) fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((query_unescape(k)?, query_unescape(v)?))
+        })
+        .collect()
+}
+
+/// Parses the metadata filter: the (once-decoded) parameter value is unescaped again,
+/// split into `k=v` pairs, and each side unescaped once more (E2B's double encoding).
+pub(crate) fn parse_metadata_filter(value: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let invalid = || ApiError::bad_request("Error when parsing metadata");
+    let decoded = query_unescape(value).ok_or_else(invalid)?;
+    let mut filters = Vec::new();
+    for pair in decoded.split('&').filter(|p| !p.is_empty()) {
+        let parts: Vec<&str> = pair.split('=').collect();
+        let [k, v] = parts.as_slice() else {
+            return Err(invalid());
+        };
+        filters.push((
+            query_unescape(k).ok_or_else(invalid)?,
+            query_unescape(v).ok_or_else(invalid)?,
+        ));
+    }
+    Ok(filters)
+}
+
+fn parse_list_query(version: ApiVersion, query: &str) -> Result<ListQuery, ApiError> {
+    let mut out = ListQuery {
+        metadata: Vec::new(),
+        states: match version {
+            ApiVersion::V1 => vec![SbState::Running],
+            ApiVersion::V2 => vec![SbState::Running, SbState::Paused],
+        },
+        ascending: false,
+        started_after: None,
+        template: None,
+        cursor: None,
+        limit: 100,
+    };
+    for (key, value) in query_pairs(query) {
+        match key.as_str() {
+            "metadata" => out.metadata = parse_metadata_filter(&value)?,
+            "state" if version == ApiVersion::V2 => {
+                let mut states = Vec::new();
+                for part in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    states.push(match part {
+                        "running" => SbState::Running,
+                        "paused" => SbState::Paused,
+                        other => {
+                            return Err(ApiError::bad_request(format!("invalid state '{other}'")));
+                        }
+                    });
+                }
+                if !states.is_empty() {
+                    out.states = states;
+                }
+            }
+            "order" => {
+                out.ascending = match value.as_str() {
+                    "asc" => true,
+                    "desc" => false,
+                    other => return Err(ApiError::bad_request(format!("invalid order '{other}'"))),
+                }
+            }
+            "startedAfter" => {
+                let t = time::OffsetDateTime::parse(
+                    &value,
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .map_err(|_| ApiError::bad_request("invalid startedAfter"))?;
+                out.started_after = Some(u64::try_from(t.unix_timestamp_nanos()).unwrap_or(0));
+            }
+            "template" => out.template = Some(value),
+            "nextToken" if !value.is_empty() => {
+                out.cursor = Some(
+                    Cursor::decode(&value)
+                        .ok_or_else(|| ApiError::bad_request("Invalid next token"))?,
+                );
+            }
+            "limit" => {
+                let limit: usize = value
+                    .parse()
+                    .map_err(|_| ApiError::bad_request("limit must be an integer"))?;
+                if !(1..=100).contains(&limit) {
+                    return Err(ApiError::bad_request("limit must be between 1 and 100"));
+                }
+                out.limit = limit;
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn list(app: &App, version: ApiVersion, query: &str) -> Result<Response, ApiError> {
+    let query = parse_list_query(version, query)?;
+    let page = app.store.list(&query);
+    let items: Vec<Value> = page.items.iter().map(listed_json).collect();
+    let mut response = json_response(StatusCode::OK, &Value::Array(items));
+    if let Some(token) = page.next_token
+        && let Ok(value) = HeaderValue::from_str(&token)
+    {
+        response.headers_mut().insert("x-next-token", value);
+    }
+    if query.states.contains(&SbState::Running) {
+        response
+            .headers_mut()
+            .insert("x-total-running", HeaderValue::from(page.total_running));
+    }
+    Ok(response)
+}
+
+// ---- admin ----------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AdvanceBody {
+    seconds: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LatencyBody {
+    ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FailBody {
+    #[serde(default = "one")]
+    count: u32,
+    status: u16,
+    scope: Option<String>,
+    path_prefix: Option<String>,
+    retry_after: Option<u64>,
+    should_retry: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CountBody {
+    #[serde(default = "one")]
+    count: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DropBody {
+    #[serde(default = "one")]
+    count: u32,
+    after_bytes: u64,
+    scope: Option<String>,
+    path_prefix: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn scope(text: Option<&str>, default: FaultScope) -> Result<FaultScope, ApiError> {
+    match text {
+        None => Ok(default),
+        Some(text) => FaultScope::parse(text)
+            .ok_or_else(|| ApiError::bad_request(format!("invalid scope '{text}'"))),
+    }
+}
+
+fn clock_json(app: &App) -> Value {
+    let now = nanos(app.clock.now());
+    json!({"now": rfc3339(now), "unixNanos": now})
+}
+
+fn admin(
+    app: &Arc<App>,
+    method: &Method,
+    rest: &[&str],
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let faults = Faults {
+        app: Arc::clone(app),
+    };
+    let no_content = || Ok(StatusCode::NO_CONTENT.into_response());
+    match (method.clone(), rest) {
+        (Method::GET, ["clock"]) => Ok(json_response(StatusCode::OK, &clock_json(app))),
+        (Method::POST, ["clock", "advance"]) => {
+            let req: AdvanceBody = parse_body(body)?;
+            if !req.seconds.is_finite() || req.seconds < 0.0 {
+                return Err(ApiError::bad_request(
+                    "seconds must be a non-negative number",
+                ));
+            }
+            app.clock.advance(Duration::from_secs_f64(req.seconds));
+            app.store.sweep();
+            Ok(json_response(StatusCode::OK, &clock_json(app)))
+        }
+        (Method::POST, ["faults", "latency"]) => {
+            let req: LatencyBody = parse_body(body)?;
+            faults.set_latency(Duration::from_millis(req.ms));
+            no_content()
+        }
+        (Method::POST, ["faults", "fail"]) => {
+            let req: FailBody = parse_body(body)?;
+            if !(100..=599).contains(&req.status) {
+                return Err(ApiError::bad_request("status must be an HTTP status code"));
+            }
+            faults.fail_next(FailRule {
+                count: req.count,
+                status: req.status,
+                scope: scope(req.scope.as_deref(), FaultScope::Any)?,
+                path_prefix: req.path_prefix,
+                retry_after_secs: req.retry_after,
+                should_retry: req.should_retry,
+            });
+            no_content()
+        }
+        (Method::POST, ["faults", "drop-connections"]) => {
+            let req: CountBody = parse_body(body)?;
+            faults.drop_next_connections(req.count);
+            no_content()
+        }
+        (Method::POST, ["faults", "drop-stream"]) => {
+            let req: DropBody = parse_body(body)?;
+            faults.drop_streams(DropRule {
+                count: req.count,
+                after_bytes: req.after_bytes,
+                scope: scope(req.scope.as_deref(), FaultScope::Envd)?,
+                path_prefix: req.path_prefix,
+            });
+            no_content()
+        }
+        (Method::POST, ["faults", "clear"]) => {
+            faults.clear();
+            no_content()
+        }
+        (Method::POST, ["sandboxes", id, action @ ("vanish" | "pause")]) => {
+            let id = parse_sandbox_id(id)?;
+            let result = if *action == "vanish" {
+                faults.vanish_sandbox(&id)
+            } else {
+                faults.pause_sandbox(&id)
+            };
+            match result {
+                Ok(()) => no_content(),
+                Err(e) => Err(ApiError::new(StatusCode::NOT_FOUND, e.to_string())),
+            }
+        }
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "Not found")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_filter_is_double_decoded() {
+        // What SDK 2.63 sends for {"scope": "a b/c"}: after the query layer decoded
+        // `scope%3Da%252520b%252Fc` once, the value is `scope=a%2520b%2Fc`.
+        let pairs = query_pairs("metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50");
+        assert_eq!(
+            pairs[0],
+            ("metadata".to_owned(), "scope=a%2520b%2Fc".to_owned())
+        );
+        let filter = parse_metadata_filter(&pairs[0].1).unwrap();
+        assert_eq!(filter, vec![("scope".to_owned(), "a b/c".to_owned())]);
+        let q = parse_list_query(
+            ApiVersion::V2,
+            "metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50",
+        )
+        .unwrap();
+        assert_eq!(q.limit, 50);
+        assert_eq!(q.states, vec![SbState::Running, SbState::Paused]);
+    }
+
+    #[test]
+    fn metadata_filter_with_two_keys_and_bad_pairs() {
+        let filter = parse_metadata_filter("a%3D1%26b%3Dx%2520y").unwrap();
+        assert_eq!(
+            filter,
+            vec![("a".into(), "1".into()), ("b".into(), "x y".into())]
+        );
+        assert_eq!(
+            parse_metadata_filter("a=1=2").unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            parse_metadata_filter("justkey").unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            parse_metadata_filter("%zz").unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+    }
+
+    #[test]
+    fn list_query_validation() {
+        assert!(parse_list_query(ApiVersion::V2, "limit=0").is_err());
+        assert!(parse_list_query(ApiVersion::V2, "limit=101").is_err());
+        assert!(parse_list_query(ApiVersion::V2, "order=sideways").is_err());
+        assert!(parse_list_query(ApiVersion::V2, "state=dead").is_err());
+        assert!(parse_list_query(ApiVersion::V2, "nextToken=%21%21").is_err());
+        let q = parse_list_query(ApiVersion::V2, "").unwrap();
+        assert_eq!(q.states, vec![SbState::Running, SbState::Paused]);
+        assert_eq!(q.limit, 100);
+        let q = parse_list_query(ApiVersion::V1, "").unwrap();
+        assert_eq!(q.states, vec![SbState::Running]);
+    }
+}

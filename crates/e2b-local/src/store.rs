@@ -1,0 +1,572 @@
+//! The sandbox registry and E2B's lifecycle state machine (running, paused, gone).
+//!
+//! Every operation first applies lease expiry against the injected clock (lazy
+//! evaluation); a periodic sweep does the same for idle servers. At `endAt` a sandbox
+//! with `autoPause` becomes paused (files kept, processes killed: memory is never
+//! kept), any other sandbox is killed (files deleted).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::StatusCode;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::app::ApiError;
+use crate::clock::Clock;
+use crate::envd::process::ProcessTable;
+
+/// The longest lease accepted (E2B's paid-tier maximum).
+pub(crate) const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
+
+/// The client id E2B appends to legacy composite sandbox ids.
+pub(crate) const CLIENT_ID: &str = "6532622b";
+
+const RECORD_FILE: &str = "sandbox.json";
+
+/// The two states a client can observe (anything else is "gone").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SbState {
+    Running,
+    Paused,
+}
+
+impl SbState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SbState::Running => "running",
+            SbState::Paused => "paused",
+        }
+    }
+}
+
+/// Everything the control plane knows about one sandbox; persisted as JSON.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub(crate) id: String,
+    pub(crate) template: String,
+    /// Creation order, the tie-breaker of list ordering (a manual clock gives equal times).
+    pub(crate) seq: u64,
+    /// Unix nanoseconds.
+    pub(crate) started_at: u64,
+    /// Unix nanoseconds: lease end while running, pause time while paused.
+    pub(crate) end_at: u64,
+    pub(crate) state: SbState,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) env_vars: BTreeMap<String, String>,
+    pub(crate) auto_pause: bool,
+    pub(crate) auto_pause_memory: bool,
+    pub(crate) auto_resume: bool,
+    pub(crate) allow_internet_access: Option<bool>,
+    pub(crate) secure: bool,
+    pub(crate) token: Option<String>,
+}
+
+/// What a create request asks for, already validated.
+#[derive(Debug)]
+pub(crate) struct CreateParams {
+    pub(crate) template: String,
+    pub(crate) timeout_secs: i64,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) env_vars: BTreeMap<String, String>,
+    pub(crate) auto_pause: bool,
+    pub(crate) auto_pause_memory: bool,
+    pub(crate) auto_resume: bool,
+    pub(crate) allow_internet_access: Option<bool>,
+    pub(crate) secure: bool,
+    pub(crate) with_token: bool,
+}
+
+/// A list query, already parsed.
+#[derive(Debug)]
+pub(crate) struct ListQuery {
+    pub(crate) metadata: Vec<(String, String)>,
+    pub(crate) states: Vec<SbState>,
+    pub(crate) ascending: bool,
+    pub(crate) started_after: Option<u64>,
+    pub(crate) template: Option<String>,
+    pub(crate) cursor: Option<Cursor>,
+    pub(crate) limit: usize,
+}
+
+/// A position in the list order: (startedAt, creation sequence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Cursor {
+    pub(crate) started_at: u64,
+    pub(crate) seq: u64,
+}
+
+impl Cursor {
+    pub(crate) fn encode(self, id: &str) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{}__{}__{id}", self.started_at, self.seq))
+    }
+
+    pub(crate) fn decode(token: &str) -> Option<Cursor> {
+        let raw = URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).ok()?;
+        let text = String::from_utf8(raw).ok()?;
+        let mut parts = text.splitn(3, "__");
+        let started_at = parts.next()?.parse().ok()?;
+        let seq = parts.next()?.parse().ok()?;
+        parts.next()?;
+        Some(Cursor { started_at, seq })
+    }
+}
+
+/// One page of a list answer.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub(crate) items: Vec<Record>,
+    pub(crate) next_token: Option<String>,
+    pub(crate) total_running: usize,
+}
+
+/// What envd handlers need to serve a running sandbox.
+#[derive(Clone, Debug)]
+pub(crate) struct RunningSandbox {
+    pub(crate) id: String,
+    pub(crate) token: Option<String>,
+    pub(crate) env_vars: BTreeMap<String, String>,
+    pub(crate) home: PathBuf,
+    pub(crate) tmp: PathBuf,
+    pub(crate) procs: Arc<ProcessTable>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    record: Record,
+    procs: Arc<ProcessTable>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: HashMap<String, Entry>,
+    next_seq: u64,
+}
+
+/// The registry. All state changes happen under one short-held mutex.
+#[derive(Debug)]
+pub(crate) struct Store {
+    inner: Mutex<Inner>,
+    clock: Clock,
+    dir: PathBuf,
+    /// uid/gid that owns sandbox homes (None: leave the server's own ownership).
+    owner: Option<(u32, u32)>,
+}
+
+pub(crate) fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+pub(crate) fn rfc3339(unix_nanos: u64) -> String {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_nanos))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
+}
+
+fn secs_to_nanos(secs: i64) -> u64 {
+    u64::try_from(secs.max(0))
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+}
+
+/// Checks a sandbox id like E2B does (`^[a-z0-9]+$`, legacy `<id>-<clientID>` accepted).
+pub(crate) fn parse_sandbox_id(raw: &str) -> Result<String, ApiError> {
+    let id = raw.split_once('-').map_or(raw, |(id, _client)| id);
+    let valid = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if valid {
+        Ok(id.to_owned())
+    } else {
+        Err(ApiError::bad_request("Invalid sandbox ID"))
+    }
+}
+
+fn new_sandbox_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    let mut id = String::with_capacity(21);
+    id.push('i');
+    for _ in 0..20 {
+        id.push(char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]));
+    }
+    id
+}
+
+fn new_token() -> String {
+    let bytes: [u8; 24] = rand::rng().random();
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl Store {
+    /// Opens (or creates) `<state_dir>/sandboxes` and loads every persisted record.
+    pub(crate) fn open(
+        state_dir: &Path,
+        clock: Clock,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<Store> {
+        let dir = state_dir.join("sandboxes");
+        fs::create_dir_all(&dir)?;
+        let mut inner = Inner::default();
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let record_path = entry.path().join(RECORD_FILE);
+            let Ok(text) = fs::read_to_string(&record_path) else {
+                continue;
+            };
+            match serde_json::from_str::<Record>(&text) {
+                Ok(record) => {
+                    inner.next_seq = inner.next_seq.max(record.seq + 1);
+                    let procs = Arc::new(ProcessTable::new(&record.id));
+                    if record.state == SbState::Paused {
+                        procs.close_and_kill();
+                    }
+                    inner
+                        .entries
+                        .insert(record.id.clone(), Entry { record, procs });
+                }
+                Err(error) => {
+                    tracing::warn!(path = %record_path.display(), %error, "skipping unreadable sandbox record");
+                }
+            }
+        }
+        Ok(Store {
+            inner: Mutex::new(inner),
+            clock,
+            dir,
+            owner,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.dir.join(id)
+    }
+
+    /// The host directory a sandbox sees as `/home/user`.
+    pub(crate) fn home_dir(&self, id: &str) -> PathBuf {
+        self.sandbox_dir(id).join("home")
+    }
+
+    /// The host directory a sandbox sees as `/tmp`.
+    pub(crate) fn tmp_dir(&self, id: &str) -> PathBuf {
+        self.sandbox_dir(id).join("tmp")
+    }
+
+    fn persist(&self, record: &Record) {
+        let path = self.sandbox_dir(&record.id).join(RECORD_FILE);
+        let tmp = path.with_extension("json.tmp");
+        let result = serde_json::to_vec_pretty(record)
+            .map_err(io::Error::other)
+            .and_then(|bytes| fs::write(&tmp, bytes))
+            .and_then(|()| fs::rename(&tmp, &path));
+        if let Err(error) = result {
+            tracing::warn!(sandbox_id = %record.id, %error, "persisting sandbox record failed");
+        }
+    }
+
+    fn delete_files(&self, id: &str) {
+        let dir = self.sandbox_dir(id);
+        if let Err(error) = fs::remove_dir_all(&dir)
+            && error.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(sandbox_id = %id, %error, "deleting sandbox files failed");
+        }
+    }
+
+    /// Applies lease expiry to every sandbox whose `endAt` has passed.
+    pub(crate) fn sweep(&self) {
+        let now = nanos(self.clock.now());
+        let mut killed = Vec::new();
+        {
+            let mut inner = self.lock();
+            let expired: Vec<String> = inner
+                .entries
+                .values()
+                .filter(|e| e.record.state == SbState::Running && e.record.end_at <= now)
+                .map(|e| e.record.id.clone())
+                .collect();
+            for id in expired {
+                let Some(entry) = inner.entries.get_mut(&id) else {
+                    continue;
+                };
+                entry.procs.close_and_kill();
+                if entry.record.auto_pause {
+                    tracing::info!(sandbox_id = %id, "lease expired: pausing");
+                    entry.record.state = SbState::Paused;
+                    entry.record.end_at = now;
+                    let record = entry.record.clone();
+                    self.persist(&record);
+                } else {
+                    tracing::info!(sandbox_id = %id, "lease expired: killing");
+                    inner.entries.remove(&id);
+                    killed.push(id);
+                }
+            }
+        }
+        for id in killed {
+            self.delete_files(&id);
+        }
+    }
+
+    pub(crate) fn create(&self, params: CreateParams) -> Result<Record, ApiError> {
+        self.sweep();
+        let now = nanos(self.clock.now());
+        let id = new_sandbox_id();
+        let home = self.home_dir(&id);
+        let tmp = self.tmp_dir(&id);
+        self.make_dirs(&home, &tmp)
+            .map_err(|e| ApiError::internal(format!("creating sandbox {id} files failed: {e}")))?;
+        let mut inner = self.lock();
+        let seq = inner.next_seq;
+        inner.next_seq += 1;
+        let record = Record {
+            id: id.clone(),
+            template: params.template,
+            seq,
+            started_at: now,
+            end_at: now.saturating_add(secs_to_nanos(params.timeout_secs)),
+            state: SbState::Running,
+            metadata: params.metadata,
+            env_vars: params.env_vars,
+            auto_pause: params.auto_pause,
+            auto_pause_memory: params.auto_pause_memory,
+            auto_resume: params.auto_resume,
+            allow_internet_access: params.allow_internet_access,
+            secure: params.secure,
+            token: params.with_token.then(new_token),
+        };
+        self.persist(&record);
+        inner.entries.insert(
+            id.clone(),
+            Entry {
+                record: record.clone(),
+                procs: Arc::new(ProcessTable::new(&id)),
+            },
+        );
+        Ok(record)
+    }
+
+    fn make_dirs(&self, home: &Path, tmp: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        fs::create_dir_all(home)?;
+        fs::create_dir_all(tmp)?;
+        fs::set_permissions(tmp, fs::Permissions::from_mode(0o1777))?;
+        fs::set_permissions(home, fs::Permissions::from_mode(0o755))?;
+        if let Some((uid, gid)) = self.owner {
+            std::os::unix::fs::chown(home, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Result<Record, ApiError> {
+        self.sweep();
+        self.lock()
+            .entries
+            .get(id)
+            .map(|e| e.record.clone())
+            .ok_or_else(|| ApiError::sandbox_not_found(id))
+    }
+
+    pub(crate) fn list(&self, query: &ListQuery) -> Page {
+        self.sweep();
+        let inner = self.lock();
+        let total_running = inner
+            .entries
+            .values()
+            .filter(|e| e.record.state == SbState::Running)
+            .count();
+        let mut items: Vec<&Record> = inner
+            .entries
+            .values()
+            .map(|e| &e.record)
+            .filter(|r| query.states.contains(&r.state))
+            .filter(|r| {
+                query
+                    .metadata
+                    .iter()
+                    .all(|(k, v)| r.metadata.get(k).is_some_and(|have| have == v))
+            })
+            .filter(|r| query.started_after.is_none_or(|t| r.started_at > t))
+            .filter(|r| query.template.as_ref().is_none_or(|t| &r.template == t))
+            .collect();
+        let key = |r: &Record| Cursor {
+            started_at: r.started_at,
+            seq: r.seq,
+        };
+        items.sort_by_key(|r| key(r));
+        if !query.ascending {
+            items.reverse();
+        }
+        if let Some(cursor) = query.cursor {
+            items.retain(|r| {
+                if query.ascending {
+                    key(r) > cursor
+                } else {
+                    key(r) < cursor
+                }
+            });
+        }
+        let more = items.len() > query.limit;
+        items.truncate(query.limit);
+        let next_token = if more {
+            items.last().map(|r| key(r).encode(&r.id))
+        } else {
+            None
+        };
+        Page {
+            items: items.into_iter().cloned().collect(),
+            next_token,
+            total_running,
+        }
+    }
+
+    /// Extend-only connect; resumes a paused sandbox. Returns the record and whether it resumed.
+    pub(crate) fn connect(&self, id: &str, timeout_secs: i64) -> Result<(Record, bool), ApiError> {
+        self.sweep();
+        let now = nanos(self.clock.now());
+        let wanted_end = now.saturating_add(secs_to_nanos(timeout_secs));
+        let mut inner = self.lock();
+        let entry = inner
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        let resumed = match entry.record.state {
+            SbState::Running => {
+                entry.record.end_at = entry.record.end_at.max(wanted_end);
+                false
+            }
+            SbState::Paused => {
+                entry.record.state = SbState::Running;
+                entry.record.end_at = wanted_end;
+                entry.procs = Arc::new(ProcessTable::new(id));
+                true
+            }
+        };
+        let record = entry.record.clone();
+        self.persist(&record);
+        Ok((record, resumed))
+    }
+
+    /// Overwrites the lease of a running sandbox (may shorten).
+    pub(crate) fn set_timeout(&self, id: &str, timeout_secs: i64) -> Result<(), ApiError> {
+        self.sweep();
+        let now = nanos(self.clock.now());
+        {
+            let mut inner = self.lock();
+            let entry = inner
+                .entries
+                .get_mut(id)
+                .filter(|e| e.record.state == SbState::Running)
+                .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+            entry.record.end_at = now.saturating_add(secs_to_nanos(timeout_secs));
+            let record = entry.record.clone();
+            self.persist(&record);
+        }
+        // A zero timeout expires right away.
+        self.sweep();
+        Ok(())
+    }
+
+    pub(crate) fn pause(&self, id: &str) -> Result<(), ApiError> {
+        self.sweep();
+        let now = nanos(self.clock.now());
+        let mut inner = self.lock();
+        let entry = inner
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        if entry.record.state == SbState::Paused {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("Error pausing sandbox - sandbox '{id}' is already paused"),
+            ));
+        }
+        entry.procs.close_and_kill();
+        entry.record.state = SbState::Paused;
+        entry.record.end_at = now;
+        let record = entry.record.clone();
+        self.persist(&record);
+        Ok(())
+    }
+
+    pub(crate) fn kill(&self, id: &str) -> Result<(), ApiError> {
+        self.sweep();
+        let entry = self
+            .lock()
+            .entries
+            .remove(id)
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        entry.procs.close_and_kill();
+        self.delete_files(id);
+        Ok(())
+    }
+
+    /// The envd view of a sandbox, only while it is running.
+    pub(crate) fn running(&self, id: &str) -> Option<RunningSandbox> {
+        self.sweep();
+        let inner = self.lock();
+        let entry = inner.entries.get(id)?;
+        (entry.record.state == SbState::Running).then(|| RunningSandbox {
+            id: id.to_owned(),
+            token: entry.record.token.clone(),
+            env_vars: entry.record.env_vars.clone(),
+            home: self.home_dir(id),
+            tmp: self.tmp_dir(id),
+            procs: Arc::clone(&entry.procs),
+        })
+    }
+
+    /// Every running sandbox (for locating pre-signed `/files` URLs).
+    pub(crate) fn running_ids(&self) -> Vec<String> {
+        self.sweep();
+        self.lock()
+            .entries
+            .values()
+            .filter(|e| e.record.state == SbState::Running)
+            .map(|e| e.record.id.clone())
+            .collect()
+    }
+
+    /// Fault knob: removes a sandbox as if it had been killed.
+    pub(crate) fn vanish(&self, id: &str) -> Result<(), &'static str> {
+        self.kill(id).map_err(|_| "does not exist")
+    }
+
+    /// Fault knob: pauses a running sandbox.
+    pub(crate) fn force_pause(&self, id: &str) -> Result<(), &'static str> {
+        match self.pause(id) {
+            Ok(()) => Ok(()),
+            Err(e) if e.status == StatusCode::CONFLICT => Err("is already paused"),
+            Err(_) => Err("does not exist"),
+        }
+    }
+
+    /// Kills the processes of every sandbox (server shutdown); records stay as they are.
+    pub(crate) fn kill_all_processes(&self) {
+        for entry in self.lock().entries.values() {
+            entry.procs.close_and_kill();
+        }
+    }
+}
+
+/// Lease arithmetic helper for tests and handlers.
+#[allow(dead_code)]
+pub(crate) fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
