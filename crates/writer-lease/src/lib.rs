@@ -1,4 +1,86 @@
 //! Host coordination for one sandbox scope: the writer lease, dirty marker, prepared stamp and creation lock.
 //!
-//! This crate is a placeholder: issue #3 fills it. See `README.md` beside
-//! this crate and `docs/architecture.md` at the workspace root.
+//! ```
+//! use writer_lease::{Admission, Refusal, Role, ScopeFiles, ScopeKey};
+//!
+//! let dir = tempfile::tempdir()?; // normally ~/.hermes/cache/e2b
+//! let key = ScopeKey::from_bytes([7; 32]); // normally the scope digest
+//!
+//! // Session A takes the writer role; session B, on the same host, is a reader.
+//! let a = ScopeFiles::new(dir.path().to_path_buf(), key);
+//! let b = ScopeFiles::new(dir.path().to_path_buf(), key);
+//! let Role::Writer(mut writer) = a.try_acquire_writer()? else { unreachable!() };
+//! assert!(writer.degradation().is_none(), "this host can lock");
+//! assert!(matches!(b.try_acquire_writer()?, Role::Reader));
+//!
+//! // The writer's transition: readers are refused until the push completes.
+//! writer.begin_transition()?;
+//! assert!(matches!(b.admission("isb1"), Admission::Refused(Refusal::Dirty(_))));
+//! writer.complete_push("isb1")?;
+//! assert!(b.admission("isb1").is_admitted());
+//!
+//! // A failed sync closes the gate again until a sync succeeds.
+//! writer.record_sync_failure()?;
+//! assert!(!b.admission("isb1").is_admitted());
+//! writer.record_sync_success()?;
+//! assert!(b.admission("isb1").is_admitted());
+//!
+//! // Released (or crashed): the reader takes the role over.
+//! writer.release();
+//! assert!(matches!(b.try_acquire_writer()?, Role::Writer(_)));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What it guarantees
+//!
+//! - **One writer per scope per host** (contract C1): [`ScopeFiles::try_acquire_writer`]
+//!   takes an exclusive, non-blocking lock (std `File::try_lock`) on
+//!   `<key>.writer.lock` and holds it in the returned [`WriterLease`] until it
+//!   is dropped; the operating system releases it when the process dies,
+//!   SIGKILL included, so a reader can take the role over (C4).
+//! - **Reader admission** (C2, C7): [`ScopeFiles::admission`] admits a command
+//!   only when the scope is not dirty and the current writer generation
+//!   stamped the reader's sandbox prepared. Unreadable files refuse.
+//! - **Writer protocol** (C3): every transition marks the scope dirty, starts
+//!   a new [`Generation`] and removes the previous stamp before the caller
+//!   touches state; every completed push stamps and then clears dirty; a
+//!   failed sync marks dirty and only a later successful sync clears it.
+//! - **Creation lock** (I6): [`ScopeFiles::try_creation_lock`] and the bounded
+//!   [`ScopeFiles::creation_lock_within`]; nothing in this crate waits
+//!   without a bound.
+//! - **Degraded hosts** (C6): where locking is unsupported or the directory
+//!   cannot be written, the caller gets an unprotected writer carrying one
+//!   [`Degradation`] value to log once at WARNING, and a single session works.
+//! - **Files**: written atomically (temp file, fsync, rename, directory
+//!   fsync), named from the scope key's hex only, created 0600 in a 0700
+//!   directory. Lock files are never deleted.
+//!
+//! Every filesystem effect goes through the [`Host`] trait, so tests can
+//! simulate each failure. The `scope-lease` binary in this package prints a
+//! scope's state and drives a session from its standard input; the
+//! multi-process tests use it.
+
+#![deny(missing_docs)]
+
+mod creation;
+mod error;
+mod host;
+mod key;
+mod records;
+mod scope;
+mod writer;
+
+pub use creation::{CREATION_POLL_INTERVAL, CreationAccess, CreationGuard, MAX_CREATION_WAIT};
+pub use error::Error;
+pub use host::{Host, OsHost};
+pub use key::{ScopeFile, ScopeKey};
+pub use records::{DirtyMarker, DirtyReason, Generation, PreparedStamp};
+pub use scope::{
+    Admission, Degradation, DegradationCause, Refusal, Role, ScopeFiles, WriterStatus,
+};
+pub use writer::{WriterLease, WriterPhase};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,358 @@
+//! One scope's coordination files: acquiring the writer role, admitting readers.
+
+use std::fmt;
+use std::fs::{File, TryLockError};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::host::{Host, MAX_RECORD_BYTES, OsHost};
+use crate::key::{ScopeFile, ScopeKey};
+use crate::records::{DirtyMarker, Generation, PreparedStamp, parse_generation};
+use crate::writer::WriterLease;
+
+/// Why this host cannot protect concurrent same-scope sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DegradationCause {
+    /// The platform or filesystem cannot take the lock (no flock, or a
+    /// network/FUSE filesystem without a lock manager).
+    LockingUnsupported,
+    /// The coordination directory or a file in it cannot be created or
+    /// written.
+    MarkerDirUnusable,
+}
+
+impl fmt::Display for DegradationCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DegradationCause::LockingUnsupported => "file locking is not supported",
+            DegradationCause::MarkerDirUnusable => "the coordination directory is not writable",
+        })
+    }
+}
+
+/// The one value that says this host is degraded (contract C6).
+///
+/// The caller logs it once at WARNING and carries on as the sole writer: a
+/// single session works fully, concurrent same-scope sessions are not
+/// protected from each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Degradation {
+    /// What is missing.
+    pub cause: DegradationCause,
+    /// The directory or file where it was found missing.
+    pub path: PathBuf,
+    /// The operating system's error message.
+    pub detail: String,
+}
+
+impl Degradation {
+    fn new(cause: DegradationCause, path: &Path, error: &io::Error) -> Self {
+        Degradation {
+            cause,
+            path: path.to_path_buf(),
+            detail: error.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Degradation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "concurrent same-scope persistent sessions are not supported here: {} ({}: {}); \
+             this session acts as the sole writer",
+            self.cause,
+            self.path.display(),
+            self.detail
+        )
+    }
+}
+
+/// The role a session gets for a scope.
+#[derive(Debug)]
+#[must_use]
+pub enum Role {
+    /// This session is the writer: it alone recovers, pushes and syncs.
+    /// Check [`WriterLease::degradation`]: on a degraded host the role is
+    /// not exclusive.
+    Writer(WriterLease),
+    /// Another session holds the writer role; run commands as a reader once
+    /// [`ScopeFiles::admission`] admits them, and try again later to take
+    /// the role over.
+    Reader,
+}
+
+/// Whether anyone holds a scope's writer role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriterStatus {
+    /// Some session (possibly in this process) holds it.
+    Held,
+    /// Nobody holds it.
+    Free,
+    /// The host cannot tell (see the degradation).
+    Unknown(Degradation),
+}
+
+/// Whether a reader's command may run.
+#[derive(Debug)]
+#[must_use]
+pub enum Admission {
+    /// The scope is clean and stamped prepared for this sandbox.
+    Admitted {
+        /// The generation whose push the command runs against.
+        generation: Generation,
+    },
+    /// The command must not run; fail closed with a retry hint.
+    Refused(Refusal),
+}
+
+impl Admission {
+    /// Whether the command may run.
+    pub fn is_admitted(&self) -> bool {
+        matches!(self, Admission::Admitted { .. })
+    }
+}
+
+/// Why a reader's command is refused.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The scope is marked dirty.
+    Dirty(DirtyMarker),
+    /// No push by the current writer generation has completed.
+    Unprepared,
+    /// The stamp is for another sandbox than the one this reader attached to.
+    OtherSandbox,
+    /// The generation moved while admission was being decided.
+    Changed,
+    /// The coordination files could not be read; the gate cannot vouch for
+    /// anything, so it refuses.
+    Unreadable(Error),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Dirty(marker) => write!(f, "the scope is dirty: {}", marker.reason),
+            Refusal::Unprepared => f.write_str("no writer has prepared the sandbox yet"),
+            Refusal::OtherSandbox => f.write_str("the sandbox was prepared for another sandbox id"),
+            Refusal::Changed => f.write_str("a writer started a new transition"),
+            Refusal::Unreadable(error) => write!(f, "the state markers are unreadable: {error}"),
+        }
+    }
+}
+
+/// The coordination files of one scope in one directory (normally
+/// `~/.hermes/cache/e2b/`).
+///
+/// Cheap to clone; holds no open files. Lock files are never deleted:
+/// deleting a lock file someone holds would let a newcomer lock a fresh
+/// inode beside them.
+#[derive(Debug, Clone)]
+pub struct ScopeFiles {
+    dir: PathBuf,
+    key: ScopeKey,
+    host: Arc<dyn Host>,
+}
+
+impl ScopeFiles {
+    /// The files of scope `key` in `dir`, on the real host.
+    pub fn new(dir: PathBuf, key: ScopeKey) -> Self {
+        ScopeFiles::with_host(dir, key, Arc::new(OsHost))
+    }
+
+    /// The files of scope `key` in `dir`, through a substitute [`Host`].
+    pub fn with_host(dir: PathBuf, key: ScopeKey, host: Arc<dyn Host>) -> Self {
+        ScopeFiles { dir, key, host }
+    }
+
+    /// The coordination directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The scope key.
+    pub fn key(&self) -> ScopeKey {
+        self.key
+    }
+
+    /// The path of one of the scope's files.
+    pub fn path(&self, file: ScopeFile) -> PathBuf {
+        self.dir.join(self.key.file_name(file))
+    }
+
+    pub(crate) fn host(&self) -> &dyn Host {
+        &*self.host
+    }
+
+    /// Tries to take the writer role without blocking.
+    ///
+    /// Returns [`Role::Reader`] when another session holds it. Where the host
+    /// cannot lock or cannot write the directory, returns an unprotected
+    /// writer carrying the [`Degradation`] instead of failing, so a single
+    /// session still works (contract C6). Only an unexpected filesystem
+    /// failure is an error.
+    pub fn try_acquire_writer(&self) -> Result<Role, Error> {
+        let lock = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive) {
+            LockAttempt::Locked(file) => file,
+            LockAttempt::Busy => return Ok(Role::Reader),
+            LockAttempt::Degraded(degradation) => {
+                return Ok(Role::Writer(WriterLease::unprotected(
+                    self.clone(),
+                    degradation,
+                )));
+            }
+        };
+        // The lock works; the markers must be writable too, or readers would
+        // be gated by files this writer cannot update. Give the lock back so
+        // every session on this host degrades alike.
+        if let Err(error) = self.host.probe_writable(&self.dir) {
+            drop(lock);
+            let degradation = Degradation::new(DegradationCause::MarkerDirUnusable, &self.dir, &error);
+            return Ok(Role::Writer(WriterLease::unprotected(self.clone(), degradation)));
+        }
+        Ok(Role::Writer(WriterLease::exclusive(self.clone(), lock)))
+    }
+
+    /// Whether anyone holds the writer role.
+    ///
+    /// Takes a shared lock for an instant; a session trying to become writer
+    /// at that very instant is told the role is held and, like any reader,
+    /// tries again at its next command.
+    pub fn writer_status(&self) -> WriterStatus {
+        match self.lock(ScopeFile::WriterLock, LockKind::Shared) {
+            LockAttempt::Locked(_) => WriterStatus::Free,
+            LockAttempt::Busy => WriterStatus::Held,
+            LockAttempt::Degraded(degradation) => WriterStatus::Unknown(degradation),
+        }
+    }
+
+    /// Decides whether a reader attached to `sandbox_id` may run a command
+    /// now (contracts C2, C7).
+    ///
+    /// Admitted only if the scope is not dirty and the current generation
+    /// stamped this sandbox prepared. Reads the generation, the stamp, the
+    /// dirty marker and the generation again, in that order: a writer marks
+    /// dirty before it bumps the generation and clears dirty only after it
+    /// stamps, so any interleaving that passes saw a clean, stamped scope at
+    /// the moment it read the marker. Fails closed on anything unreadable.
+    pub fn admission(&self, sandbox_id: &str) -> Admission {
+        match self.admission_inner(sandbox_id) {
+            Ok(admission) => admission,
+            Err(error) => Admission::Refused(Refusal::Unreadable(error)),
+        }
+    }
+
+    fn admission_inner(&self, sandbox_id: &str) -> Result<Admission, Error> {
+        let before = self.generation()?;
+        let stamp = self.prepared()?;
+        if let Some(marker) = self.dirty()? {
+            return Ok(Admission::Refused(Refusal::Dirty(marker)));
+        }
+        let current = |stamp: &PreparedStamp| stamp.generation == before && before != Generation::NONE;
+        let Some(stamp) = stamp.filter(current) else {
+            return Ok(Admission::Refused(Refusal::Unprepared));
+        };
+        if self.generation()? != before {
+            return Ok(Admission::Refused(Refusal::Changed));
+        }
+        if stamp.sandbox_id != sandbox_id {
+            return Ok(Admission::Refused(Refusal::OtherSandbox));
+        }
+        Ok(Admission::Admitted { generation: before })
+    }
+
+    /// The dirty marker, if the scope is dirty.
+    pub fn dirty(&self) -> Result<Option<DirtyMarker>, Error> {
+        Ok(self
+            .read_record(ScopeFile::Dirty, "read dirty marker")?
+            .map(|bytes| DirtyMarker::parse(&bytes)))
+    }
+
+    /// The prepared stamp, if any push completed since the last transition
+    /// began.
+    pub fn prepared(&self) -> Result<Option<PreparedStamp>, Error> {
+        const OPERATION: &str = "read prepared stamp";
+        match self.read_record(ScopeFile::Prepared, OPERATION)? {
+            None => Ok(None),
+            Some(bytes) => PreparedStamp::parse(&bytes).map(Some).ok_or(Error::Corrupt {
+                operation: OPERATION,
+                path: self.path(ScopeFile::Prepared),
+                detail: "not a prepared stamp",
+            }),
+        }
+    }
+
+    /// The latest writer generation that began a transition.
+    pub fn generation(&self) -> Result<Generation, Error> {
+        const OPERATION: &str = "read writer generation";
+        match self.read_record(ScopeFile::Generation, OPERATION)? {
+            None => Ok(Generation::NONE),
+            Some(bytes) => parse_generation(&bytes).ok_or(Error::Corrupt {
+                operation: OPERATION,
+                path: self.path(ScopeFile::Generation),
+                detail: "not a generation record",
+            }),
+        }
+    }
+
+    fn read_record(&self, file: ScopeFile, operation: &'static str) -> Result<Option<Vec<u8>>, Error> {
+        let path = self.path(file);
+        match self.host.read(&path) {
+            Ok(bytes) if bytes.len() as u64 > MAX_RECORD_BYTES => Err(Error::Corrupt {
+                operation,
+                path,
+                detail: "larger than any record this crate writes",
+            }),
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(Error::io(operation, &path, error)),
+        }
+    }
+
+    pub(crate) fn lock(&self, file: ScopeFile, kind: LockKind) -> LockAttempt {
+        let unusable = |path: &Path, error: &io::Error| {
+            LockAttempt::Degraded(Degradation::new(DegradationCause::MarkerDirUnusable, path, error))
+        };
+        if let Err(error) = self.host.ensure_private_dir(&self.dir) {
+            return unusable(&self.dir, &error);
+        }
+        let path = self.path(file);
+        let handle = match self.host.open_lock_file(&path) {
+            Ok(handle) => handle,
+            Err(error) => return unusable(&path, &error),
+        };
+        let attempt = match kind {
+            LockKind::Exclusive => self.host.try_lock(&handle),
+            LockKind::Shared => self.host.try_lock_shared(&handle),
+        };
+        match attempt {
+            Ok(()) => LockAttempt::Locked(handle),
+            Err(TryLockError::WouldBlock) => LockAttempt::Busy,
+            // Anything but "held by someone" means this filesystem cannot
+            // lock (ENOLCK, EOPNOTSUPP, Unsupported). Reading it as contention
+            // would report a phantom writer forever.
+            Err(TryLockError::Error(error)) => LockAttempt::Degraded(Degradation::new(
+                DegradationCause::LockingUnsupported,
+                &path,
+                &error,
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LockKind {
+    Exclusive,
+    Shared,
+}
+
+#[derive(Debug)]
+pub(crate) enum LockAttempt {
+    Locked(File),
+    Busy,
+    Degraded(Degradation),
+}
