@@ -1,4 +1,23 @@
-//! Resume recovery of sandbox-authored skills and memories: restore in place, quarantine conflicts, refuse redirections.
-//!
-//! This crate is a placeholder: issue #4 fills it. See `README.md` beside
-//! this crate and `docs/architecture.md` at the workspace root.
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod error;
+mod host;
+mod recover;
+mod report;
+mod snapshot;
+
+pub use error::Error;
+pub use recover::{
+    recover, snapshot_command, RecoveryConfig, DEFAULT_MAX_SNAPSHOT_BYTES, QUARANTINE_DIR, RECOVERABLE_ROOTS,
+};
+pub use report::{FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_is_send_sync_static() {
+        fn assert_bounds<T: Send + Sync + 'static>() {}
+        assert_bounds::<crate::Error>();
+    }
+}

@@ -1,0 +1,572 @@
+//! The recovery itself: decide each sandbox file's outcome and write it through verified handles.
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use cap_fs_ext::DirExt;
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+use crate::host::{commit_temp, compare_host, same_content, write_temp, Comparison, HostOnly, Spool, TempError};
+use crate::report::{FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState};
+use crate::snapshot::{read_snapshot, SnapshotMember};
+use crate::Error;
+
+/// The default cap on the snapshot stream: 2 GiB, the same as the teardown pull.
+pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+/// The trees recovered, relative to the Hermes home on both sides.
+pub const RECOVERABLE_ROOTS: [&str; 2] = ["skills", "memories"];
+
+/// The quarantine tree, relative to the Hermes home; each sandbox gets `<this>/<sandbox id>/`.
+pub const QUARANTINE_DIR: &str = "cache/e2b-recovered";
+
+/// Longest name component the host is assumed to accept (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+/// Longest absolute path the host is assumed to accept, terminator included (`PATH_MAX`).
+const PATH_MAX: usize = 4096;
+/// Files up to this size are held in memory while compared; larger ones in a temp file.
+const MEMORY_SPOOL_LIMIT: u64 = 8 * 1024 * 1024;
+/// How many `name~N` alternatives a quarantine destination may try.
+const MAX_ALTERNATES: u32 = 1000;
+
+/// What to recover, and from where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryConfig {
+    /// The host Hermes home (`~/.hermes`, or a profile home). It may be a symlink.
+    pub hermes_home: PathBuf,
+    /// The sandbox recovered from; names its quarantine directory, so it must be a plain name.
+    pub sandbox_id: String,
+    /// Host-only paths, absolute or relative to the home: credential files, `config.yaml`,
+    /// `.env`, `platforms/`, the mirrored cache trees. A path covers everything below it. They
+    /// are never written from sandbox data, in place or in quarantine.
+    pub host_only: Vec<PathBuf>,
+    /// Cap on the snapshot stream in bytes ([`DEFAULT_MAX_SNAPSHOT_BYTES`]).
+    pub max_snapshot_bytes: u64,
+}
+
+/// The shell command that makes the sandbox stream its snapshot, for `remote_hermes_home`
+/// (e.g. `/home/user/.hermes`).
+///
+/// The snapshot is rooted at the sandbox's Hermes home: members are `skills/...` and
+/// `memories/...`, as `tar -C <home> -cf - skills memories` writes them. When the home, or both
+/// trees, do not exist the command writes an empty archive: that is "nothing to recover". Any
+/// other failure exits non-zero, which the caller must treat as an unreadable snapshot.
+pub fn snapshot_command(remote_hermes_home: &str) -> Result<String, Error> {
+    if !remote_hermes_home.starts_with('/') || remote_hermes_home.contains('\0') {
+        return Err(Error::InvalidRemoteHome { path: remote_hermes_home.to_owned() });
+    }
+    let home = remote_hermes_home.replace('\'', "'\\''");
+    Ok(format!(
+        "h='{home}'; if [ ! -e \"$h\" ] && [ ! -L \"$h\" ]; then exec tar -cf - -T /dev/null; fi; \
+         cd -- \"$h\" || exit 1; set --; \
+         for d in skills memories; do if [ -e \"$d\" ] || [ -L \"$d\" ]; then set -- \"$@\" \"$d\"; fi; done; \
+         exec tar -cf - -T /dev/null \"$@\""
+    ))
+}
+
+/// Recovers the sandbox's `skills/` and `memories/` from `snapshot` (a tar stream rooted at the
+/// sandbox's Hermes home, see [`snapshot_command`]) into the host Hermes home.
+///
+/// Every file member ends restored, unchanged, quarantined or skipped, and is listed in the
+/// report. Host files are never modified. Every write goes through a `cap_std` directory
+/// handle opened, one component at a time and without following symlinks, from the verified
+/// home; files are written to a temp name and then given their name only if it is still free.
+pub fn recover(config: &RecoveryConfig, snapshot: &mut dyn Read) -> Result<RecoveryReport, Error> {
+    check_sandbox_id(&config.sandbox_id)?;
+    let id = config.sandbox_id.as_str();
+    let home_failure =
+        |source| Error::HomeUnusable { sandbox_id: id.to_owned(), home: config.hermes_home.clone(), source };
+    // A symlinked home is not a redirection: resolve it once, then work from the handle.
+    let home_phys = std::fs::canonicalize(&config.hermes_home).map_err(home_failure)?;
+    let home = Dir::open_ambient_dir(&home_phys, ambient_authority()).map_err(home_failure)?;
+    let mut run = Run {
+        id,
+        home_len: home_phys.as_os_str().len(),
+        host_only: HostOnly::resolve(&config.host_only, &config.hermes_home, &home_phys),
+        roots: Vec::new(),
+        home,
+        quarantine: None,
+        files: Vec::new(),
+        seq: 0,
+    };
+    for root in RECOVERABLE_ROOTS {
+        let state = run.probe_root(root)?;
+        run.roots.push((root, state));
+    }
+    let stats = read_snapshot(snapshot, config.max_snapshot_bytes, id, &mut |member| run.member(member))?;
+    let state = if stats.members == 0 { SnapshotState::NothingToRecover } else { SnapshotState::Recovered };
+    Ok(RecoveryReport { sandbox_id: id.to_owned(), state, files: run.files })
+}
+
+fn check_sandbox_id(id: &str) -> Result<(), Error> {
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if plain { Ok(()) } else { Err(Error::InvalidSandboxId { sandbox_id: id.to_owned() }) }
+}
+
+/// A recoverable root as found on the host.
+enum Root {
+    Absent,
+    Dir(Dir),
+    Redirected,
+    NotADirectory,
+}
+
+/// Where a destination stands after walking to it.
+enum Place {
+    Skip(SkipReason),
+    Quarantine(QuarantineReason),
+    /// The file is absent; `create` are the directories still to make below `dir`.
+    Missing { dir: Dir, create: Vec<String> },
+    /// A regular file is there.
+    Regular { dir: Dir },
+}
+
+struct Run<'a> {
+    id: &'a str,
+    home: Dir,
+    home_len: usize,
+    host_only: HostOnly,
+    roots: Vec<(&'static str, Root)>,
+    /// The verified `cache/e2b-recovered/<id>` directory, opened on first need.
+    quarantine: Option<Dir>,
+    files: Vec<FileReport>,
+    seq: u64,
+}
+
+impl Run<'_> {
+    fn member(&mut self, member: SnapshotMember<'_>) -> Result<(), Error> {
+        match member {
+            SnapshotMember::Directory => Ok(()),
+            SnapshotMember::Rejected { name, reason } => {
+                self.files.push(FileReport { member: name, outcome: Outcome::Skipped { reason } });
+                Ok(())
+            }
+            SnapshotMember::File { path, size, executable, content } => {
+                let body = Body { content, size, executable };
+                let outcome = self.file(&path, body)?;
+                self.files.push(FileReport { member: path, outcome });
+                Ok(())
+            }
+        }
+    }
+
+    fn file(&mut self, path: &str, body: Body<'_>) -> Result<Outcome, Error> {
+        let comps: Vec<&str> = path.split('/').collect();
+        if comps.len() < 2 || !RECOVERABLE_ROOTS.contains(&comps[0]) {
+            return Ok(skipped(SkipReason::OutsideRecoverableTrees));
+        }
+        if comps.iter().any(|c| c.len() > NAME_MAX) {
+            return Ok(skipped(SkipReason::NameTooLong));
+        }
+        if self.home_len + 1 + path.len() >= PATH_MAX {
+            return Ok(skipped(SkipReason::PathTooLong));
+        }
+        if self.host_only.covers(path) {
+            return self.quarantine_stream(path, body, QuarantineReason::HostOnlyPath);
+        }
+        let name = comps[comps.len() - 1];
+        match self.locate(&comps)? {
+            Place::Skip(reason) => Ok(skipped(reason)),
+            Place::Quarantine(reason) => self.quarantine_stream(path, body, reason),
+            Place::Missing { dir, create } => self.restore(path, &comps, dir, create, name, body),
+            Place::Regular { dir } => {
+                let spool = self.spool(path, body)?;
+                let compared = compare_host(&dir, name, &spool).map_err(|e| self.host_io("compare", path, e))?;
+                let outcome = match compared {
+                    Comparison::Same => Ok(Outcome::Unchanged),
+                    Comparison::Different => self.quarantine_spool(path, &spool, QuarantineReason::Conflict),
+                    Comparison::Unreadable => self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable),
+                    Comparison::NotRegular => {
+                        self.quarantine_spool(path, &spool, QuarantineReason::HostNotRegularFile)
+                    }
+                };
+                spool.discard();
+                outcome
+            }
+        }
+    }
+
+    fn probe_root(&self, root: &str) -> Result<Root, Error> {
+        match self.home.symlink_metadata(root) {
+            Ok(meta) if meta.is_dir() => Ok(self.home.open_dir_nofollow(root).map_or(Root::Redirected, Root::Dir)),
+            Ok(meta) if meta.file_type().is_symlink() => Ok(Root::Redirected),
+            Ok(_) => Ok(Root::NotADirectory),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Root::Absent),
+            Err(source) => Err(self.host_io("inspect", root, source)),
+        }
+    }
+
+    /// Walks from the root to the destination's directory, one component at a time, never
+    /// following a symlink.
+    fn locate(&self, comps: &[&str]) -> Result<Place, Error> {
+        let root = comps[0];
+        let parents = &comps[1..comps.len() - 1];
+        let name = comps[comps.len() - 1];
+        let state = &self.roots.iter().find(|(r, _)| *r == root).expect("a recoverable root").1;
+        let mut dir = match state {
+            Root::Redirected => return Ok(Place::Quarantine(QuarantineReason::RedirectedRoot { root: root.to_owned() })),
+            Root::NotADirectory => return Ok(Place::Skip(SkipReason::AncestorIsFile { at: root.to_owned() })),
+            Root::Absent => {
+                let create = comps[..comps.len() - 1].iter().map(|c| (*c).to_owned()).collect();
+                return Ok(Place::Missing { dir: self.try_clone(&self.home)?, create });
+            }
+            Root::Dir(dir) => self.try_clone(dir)?,
+        };
+        for (index, comp) in parents.iter().enumerate() {
+            let at = comps[..index + 2].join("/");
+            match dir.symlink_metadata(comp) {
+                Ok(meta) if meta.is_dir() => match dir.open_dir_nofollow(comp) {
+                    Ok(next) => dir = next,
+                    Err(_) => return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory { at })),
+                },
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory { at }));
+                }
+                Ok(_) => return Ok(Place::Skip(SkipReason::AncestorIsFile { at })),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let create = parents[index..].iter().map(|c| (*c).to_owned()).collect();
+                    return Ok(Place::Missing { dir, create });
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                    return Ok(Place::Skip(SkipReason::AncestorIsFile { at }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    return Ok(Place::Quarantine(QuarantineReason::HostUnreadable));
+                }
+                Err(source) => return Err(self.host_io("inspect", &at, source)),
+            }
+        }
+        match dir.symlink_metadata(name) {
+            Ok(meta) if meta.is_file() => Ok(Place::Regular { dir }),
+            Ok(_) => Ok(Place::Quarantine(QuarantineReason::HostNotRegularFile)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Place::Missing { dir, create: Vec::new() }),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                Ok(Place::Quarantine(QuarantineReason::HostUnreadable))
+            }
+            Err(source) => Err(self.host_io("inspect", &comps.join("/"), source)),
+        }
+    }
+
+    /// Writes a file the host lacks: missing directories, then a temp file, then the name.
+    fn restore(
+        &mut self,
+        path: &str,
+        comps: &[&str],
+        mut dir: Dir,
+        create: Vec<String>,
+        name: &str,
+        body: Body<'_>,
+    ) -> Result<Outcome, Error> {
+        let first_created = comps.len() - 1 - create.len();
+        for (offset, comp) in create.iter().enumerate() {
+            let at = comps[..first_created + offset + 1].join("/");
+            match dir.create_dir(comp) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return self.unplaceable(path, &at, e, body),
+            }
+            dir = match dir.open_dir_nofollow(comp) {
+                Ok(next) => next,
+                Err(_) => {
+                    return self.quarantine_stream(path, body, QuarantineReason::SymlinkedDirectory { at });
+                }
+            };
+            if first_created + offset == 0 {
+                // The root itself was created: remember its handle for later members.
+                let state = self.probe_root(comps[0])?;
+                if let Some(slot) = self.roots.iter_mut().find(|(r, _)| *r == comps[0]) {
+                    slot.1 = state;
+                }
+            }
+        }
+        let Body { content, size, executable } = body;
+        let temp = match write_temp(&dir, &mut self.seq, content, size, executable) {
+            Ok(temp) => temp,
+            Err(TempError::Create(e)) => {
+                return self.unplaceable(path, path, e, Body { content, size, executable });
+            }
+            Err(TempError::Source(e)) => return Err(content_error(e)),
+            Err(TempError::Short) => return Err(short_content()),
+            Err(TempError::Write(source)) => return Err(self.host_io("write", path, source)),
+        };
+        let spool = Spool::File { dir: self.try_clone(&dir)?, name: temp };
+        let outcome = match commit_temp(&dir, spool_name(&spool), name) {
+            Ok(true) => return Ok(Outcome::Restored),
+            // The name appeared while the file was being written: the host now has a copy.
+            Ok(false) => match compare_host(&dir, name, &spool).map_err(|e| self.host_io("compare", path, e))? {
+                Comparison::Same => Ok(Outcome::Unchanged),
+                Comparison::Different => self.quarantine_spool(path, &spool, QuarantineReason::Conflict),
+                Comparison::Unreadable => self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable),
+                Comparison::NotRegular => self.quarantine_spool(path, &spool, QuarantineReason::HostNotRegularFile),
+            },
+            Err(e) => match host_write_verdict(&e, path) {
+                Verdict::Skip(reason) => Ok(skipped(reason)),
+                Verdict::Quarantine(reason) => self.quarantine_spool(path, &spool, reason),
+                Verdict::Fail => Err(self.host_io("rename", path, e)),
+            },
+        };
+        spool.discard();
+        outcome
+    }
+
+    /// A restore that cannot be placed before any content was read.
+    fn unplaceable(&mut self, path: &str, at: &str, error: io::Error, body: Body<'_>) -> Result<Outcome, Error> {
+        match host_write_verdict(&error, at) {
+            Verdict::Skip(reason) => Ok(skipped(reason)),
+            Verdict::Quarantine(reason) => self.quarantine_stream(path, body, reason),
+            Verdict::Fail => Err(self.host_io("create", at, error)),
+        }
+    }
+
+    /// Reads the member's content into a spool that can be read again.
+    fn spool(&mut self, path: &str, body: Body<'_>) -> Result<Spool, Error> {
+        let Body { content, size, executable } = body;
+        if size <= MEMORY_SPOOL_LIMIT {
+            let mut data = Vec::with_capacity(size as usize);
+            content.read_to_end(&mut data).map_err(content_error)?;
+            if data.len() as u64 != size {
+                return Err(short_content());
+            }
+            return Ok(Spool::Memory { data, executable });
+        }
+        let base = self.quarantine_base()?;
+        match write_temp(&base, &mut self.seq, content, size, executable) {
+            Ok(name) => Ok(Spool::File { dir: base, name }),
+            Err(TempError::Source(e)) => Err(content_error(e)),
+            Err(TempError::Short) => Err(short_content()),
+            Err(TempError::Create(source) | TempError::Write(source)) => Err(self.host_io("spool", path, source)),
+        }
+    }
+
+    fn quarantine_stream(&mut self, path: &str, body: Body<'_>, reason: QuarantineReason) -> Result<Outcome, Error> {
+        let spool = self.spool(path, body)?;
+        let outcome = self.quarantine_spool(path, &spool, reason);
+        spool.discard();
+        outcome
+    }
+
+    /// Saves `spool` at `cache/e2b-recovered/<id>/<path>` (or `<path>~N` when an earlier,
+    /// different copy holds that name), through the verified quarantine tree.
+    fn quarantine_spool(&mut self, path: &str, spool: &Spool, reason: QuarantineReason) -> Result<Outcome, Error> {
+        let prefix = format!("{QUARANTINE_DIR}/{}", self.id);
+        let rel = format!("{prefix}/{path}");
+        if self.home_len + 1 + rel.len() + 4 >= PATH_MAX {
+            return Ok(skipped(SkipReason::PathTooLong));
+        }
+        if self.host_only.covers(&rel) {
+            return Err(self.refuse(&rel, "a host-only path inside the quarantine tree"));
+        }
+        let comps: Vec<&str> = path.split('/').collect();
+        let name = comps[comps.len() - 1];
+        let mut dir = self.quarantine_base()?;
+        for (index, comp) in comps[..comps.len() - 1].iter().enumerate() {
+            let at = format!("{prefix}/{}", comps[..=index].join("/"));
+            match dir.symlink_metadata(comp) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Err(self.refuse(&at, "a symlink inside the quarantine tree"));
+                }
+                Ok(_) => return Ok(skipped(SkipReason::AncestorIsFile { at })),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => match dir.create_dir(comp) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => match host_write_verdict(&e, &at) {
+                        Verdict::Skip(reason) => return Ok(skipped(reason)),
+                        _ => return Err(self.host_io("create", &at, e)),
+                    },
+                },
+                Err(source) => return Err(self.host_io("inspect", &at, source)),
+            }
+            dir = dir
+                .open_dir_nofollow(comp)
+                .map_err(|_| self.refuse(&at, "a directory inside the quarantine tree was redirected"))?;
+        }
+        let mut temp: Option<String> = None;
+        let mut outcome = None;
+        for attempt in 0..MAX_ALTERNATES {
+            let candidate = if attempt == 0 { name.to_owned() } else { format!("{name}~{attempt}") };
+            let candidate_rel = format!("{}/{candidate}", rel.rsplit_once('/').map_or(rel.as_str(), |(d, _)| d));
+            if self.host_only.covers(&candidate_rel) {
+                return Err(self.refuse(&candidate_rel, "a host-only path inside the quarantine tree"));
+            }
+            match dir.symlink_metadata(&candidate) {
+                Ok(meta) if meta.is_file() => {
+                    // An earlier recovery may already have saved exactly this copy.
+                    let same = same_content(&dir, &candidate, spool).map_err(|e| self.host_io("compare", &candidate_rel, e))?;
+                    if same {
+                        outcome = Some(quarantined(candidate_rel, reason.clone()));
+                        break;
+                    }
+                    continue;
+                }
+                Ok(meta) if meta.is_dir() => continue,
+                Ok(_) => return Err(self.refuse(&candidate_rel, "a symlink or special file inside the quarantine tree")),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => return Err(self.host_io("inspect", &candidate_rel, source)),
+            }
+            let temp_name = match &temp {
+                Some(existing) => existing.clone(),
+                None => {
+                    let mut reader = spool.reader().map_err(|e| self.host_io("read spool", path, e))?;
+                    let (size, executable) = spool_shape(spool).map_err(|e| self.host_io("read spool", path, e))?;
+                    match write_temp(&dir, &mut self.seq, &mut reader, size, executable) {
+                        Ok(name) => {
+                            temp = Some(name.clone());
+                            name
+                        }
+                        Err(TempError::Source(e)) => return Err(content_error(e)),
+                        Err(TempError::Short) => return Err(short_content()),
+                        Err(TempError::Create(e) | TempError::Write(e)) => {
+                            return Err(self.host_io("write", &candidate_rel, e));
+                        }
+                    }
+                }
+            };
+            match commit_temp(&dir, &temp_name, &candidate) {
+                Ok(true) => {
+                    temp = None;
+                    outcome = Some(quarantined(candidate_rel, reason.clone()));
+                    break;
+                }
+                Ok(false) => continue,
+                Err(e) => match host_write_verdict(&e, &candidate_rel) {
+                    Verdict::Skip(skip) => {
+                        outcome = Some(skipped(skip));
+                        break;
+                    }
+                    _ => return Err(self.host_io("rename", &candidate_rel, e)),
+                },
+            }
+        }
+        if let Some(name) = temp {
+            let _ = dir.remove_file(&name);
+        }
+        outcome.ok_or_else(|| self.refuse(&rel, "every alternative name is taken"))
+    }
+
+    /// Opens (creating as needed) `cache/e2b-recovered/<id>`, each level a real directory:
+    /// the tree must resolve to exactly itself (contract S8).
+    fn quarantine_base(&mut self) -> Result<Dir, Error> {
+        if self.quarantine.is_none() {
+            let mut dir = self.try_clone(&self.home)?;
+            let mut at = String::new();
+            for comp in QUARANTINE_DIR.split('/').chain(std::iter::once(self.id)) {
+                if !at.is_empty() {
+                    at.push('/');
+                }
+                at.push_str(comp);
+                match dir.symlink_metadata(comp) {
+                    Ok(meta) if meta.is_dir() => {}
+                    Ok(meta) if meta.file_type().is_symlink() => {
+                        return Err(self.refuse(&at, "the quarantine tree is redirected by a symlink"));
+                    }
+                    Ok(_) => return Err(self.refuse(&at, "the quarantine tree is not a directory")),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => match dir.create_dir(comp) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(source) => return Err(self.host_io("create", &at, source)),
+                    },
+                    Err(source) => return Err(self.host_io("inspect", &at, source)),
+                }
+                dir = dir
+                    .open_dir_nofollow(comp)
+                    .map_err(|_| self.refuse(&at, "the quarantine tree is redirected"))?;
+            }
+            self.quarantine = Some(dir);
+        }
+        self.try_clone(self.quarantine.as_ref().expect("opened above"))
+    }
+
+    fn try_clone(&self, dir: &Dir) -> Result<Dir, Error> {
+        dir.try_clone().map_err(|source| self.host_io("duplicate handle", "", source))
+    }
+
+    fn refuse(&self, at: &str, reason: &'static str) -> Error {
+        Error::QuarantineRefused { sandbox_id: self.id.to_owned(), path: PathBuf::from(at), reason }
+    }
+
+    fn host_io(&self, operation: &'static str, at: &str, source: io::Error) -> Error {
+        Error::HostIo { sandbox_id: self.id.to_owned(), operation, path: PathBuf::from(at), source }
+    }
+}
+
+/// A file member's unread content.
+struct Body<'a> {
+    content: &'a mut dyn Read,
+    size: u64,
+    executable: bool,
+}
+
+enum Verdict {
+    Skip(SkipReason),
+    Quarantine(QuarantineReason),
+    Fail,
+}
+
+/// What a failed host write means for the one file concerned.
+fn host_write_verdict(error: &io::Error, at: &str) -> Verdict {
+    match error.kind() {
+        io::ErrorKind::InvalidFilename => Verdict::Skip(SkipReason::NameTooLong),
+        io::ErrorKind::InvalidInput => Verdict::Skip(SkipReason::Unrepresentable),
+        io::ErrorKind::NotADirectory => Verdict::Skip(SkipReason::AncestorIsFile { at: parent_of(at) }),
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+            Verdict::Quarantine(QuarantineReason::HostUnwritable)
+        }
+        _ => Verdict::Fail,
+    }
+}
+
+fn parent_of(at: &str) -> String {
+    at.rsplit_once('/').map_or(at, |(dir, _)| dir).to_owned()
+}
+
+fn spool_name(spool: &Spool) -> &str {
+    match spool {
+        Spool::File { name, .. } => name,
+        Spool::Memory { .. } => "",
+    }
+}
+
+fn spool_shape(spool: &Spool) -> io::Result<(u64, bool)> {
+    match spool {
+        Spool::Memory { data, executable } => Ok((data.len() as u64, *executable)),
+        Spool::File { dir, name } => {
+            let meta = dir.metadata(name)?;
+            Ok((meta.len(), is_executable(&meta)))
+        }
+    }
+}
+
+#[cfg(unix)]
+fn is_executable(meta: &cap_std::fs::Metadata) -> bool {
+    use cap_std::fs::PermissionsExt;
+    meta.permissions().mode() & 0o111 != 0
+}
+
+#[cfg(not(unix))]
+fn is_executable(_meta: &cap_std::fs::Metadata) -> bool {
+    false
+}
+
+fn skipped(reason: SkipReason) -> Outcome {
+    Outcome::Skipped { reason }
+}
+
+fn quarantined(at: String, reason: QuarantineReason) -> Outcome {
+    Outcome::Quarantined { at: Path::new(&at).to_path_buf(), reason }
+}
+
+/// A failure reading member content; the snapshot reader turns it into what really happened
+/// underneath (over the cap, truncated, source failure).
+fn content_error(error: io::Error) -> Error {
+    Error::SnapshotMalformed { sandbox_id: String::new(), member: None, detail: format!("member content: {error}") }
+}
+
+fn short_content() -> Error {
+    Error::SnapshotMalformed { sandbox_id: String::new(), member: None, detail: "member content ended early".to_owned() }
+}
