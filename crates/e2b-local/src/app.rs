@@ -99,3 +99,18 @@ impl App {
         matches!(*self.isolation, Isolation::Namespace { .. })
     }
 }
+
+/// Largest body read and thrown away before an early answer.
+const DRAIN_LIMIT: usize = 1024 * 1024;
+
+/// Reads (and discards) a request body before answering without it, so that the
+/// connection stays usable: hyper closes a keep-alive connection whose request body
+/// was left unread, and clients then fail their next pooled request.
+pub(crate) async fn drain(request: axum::extract::Request) {
+    let body = request.into_body();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        axum::body::to_bytes(body, DRAIN_LIMIT),
+    )
+    .await;
+}

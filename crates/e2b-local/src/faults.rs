@@ -305,6 +305,7 @@ pub(crate) async fn apply(
     }
     let path = request.uri().path().to_owned();
     if let Some(rule) = app.faults.take_fail(envd, &path) {
+        crate::app::drain(request).await;
         return injected_failure(&rule);
     }
     let drop_rule = app.faults.take_drop(envd, &path);

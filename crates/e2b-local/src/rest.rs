@@ -45,7 +45,9 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
         .headers()
         .get("x-api-key")
         .and_then(|v| v.to_str().ok());
-    if !app.key_accepted(key) {
+    let accepted = app.key_accepted(key);
+    if !accepted {
+        crate::app::drain(request).await;
         return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
     }
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {

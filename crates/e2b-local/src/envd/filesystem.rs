@@ -45,7 +45,10 @@ struct MoveRequest {
 pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response {
     let user = match ctx.user(request.headers()) {
         Ok(user) => user,
-        Err(error) => return error.unary(),
+        Err(error) => {
+            crate::app::drain(request).await;
+            return error.unary();
+        }
     };
     let result = match method {
         "Stat" => match connect::read_unary::<PathRequest>(request).await {
@@ -79,20 +82,27 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             Err(response) => return response,
         },
         "WatchDir" => {
+            crate::app::drain(request).await;
             return ConnectError::new(
                 Code::Unimplemented,
                 "filesystem.Filesystem/WatchDir is not implemented by e2b-local",
             )
             .stream();
         }
-        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(ConnectError::new(
-            Code::Unimplemented,
-            format!("filesystem.Filesystem/{method} is not implemented by e2b-local"),
-        )),
-        _ => Err(ConnectError::new(
-            Code::NotFound,
-            format!("unknown method filesystem.Filesystem/{method}"),
-        )),
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
+            crate::app::drain(request).await;
+            Err(ConnectError::new(
+                Code::Unimplemented,
+                format!("filesystem.Filesystem/{method} is not implemented by e2b-local"),
+            ))
+        }
+        _ => {
+            crate::app::drain(request).await;
+            Err(ConnectError::new(
+                Code::NotFound,
+                format!("unknown method filesystem.Filesystem/{method}"),
+            ))
+        }
     };
     match result {
         Ok(value) => connect::unary_ok(&value),

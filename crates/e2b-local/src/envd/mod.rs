@@ -83,6 +83,7 @@ fn unauthorized() -> Response {
 /// Serves one envd request for the sandbox named in its header.
 pub(crate) async fn handle(app: Arc<App>, sandbox_id: String, request: Request) -> Response {
     let Some(sandbox) = app.store.running(&sandbox_id) else {
+        crate::app::drain(request).await;
         return sandbox_not_found(&sandbox_id);
     };
     serve(Ctx { app, sandbox }, request).await
@@ -95,6 +96,7 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
     let is_files = path == "/files";
     let exempt = (path == "/health" && method == Method::GET) || is_files;
     if !exempt && !token_ok(&ctx, request.headers()) {
+        crate::app::drain(request).await;
         return unauthorized();
     }
     if let Some(rpc) = path.strip_prefix("/process.Process/") {
@@ -118,8 +120,12 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
         (Method::GET, "/envs") => {
             json_response(StatusCode::OK, &serde_json::json!(ctx.sandbox.env_vars))
         }
-        (_, "/health" | "/files" | "/envs") => method_not_allowed(),
+        (_, "/health" | "/files" | "/envs") => {
+            crate::app::drain(request).await;
+            method_not_allowed()
+        }
         _ => {
+            crate::app::drain(request).await;
             ApiError::new(StatusCode::NOT_FOUND, format!("path '{path}' not found")).into_response()
         }
     }

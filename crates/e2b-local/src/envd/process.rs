@@ -512,17 +512,22 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
                 Code::Unimplemented,
                 format!("process.Process/{method} is not implemented by e2b-local"),
             );
-            if connect::is_stream_request(request.headers()) {
+            let stream = connect::is_stream_request(request.headers());
+            crate::app::drain(request).await;
+            if stream {
                 error.stream()
             } else {
                 error.unary()
             }
         }
-        _ => ConnectError::new(
-            Code::NotFound,
-            format!("unknown method process.Process/{method}"),
-        )
-        .unary(),
+        _ => {
+            crate::app::drain(request).await;
+            ConnectError::new(
+                Code::NotFound,
+                format!("unknown method process.Process/{method}"),
+            )
+            .unary()
+        }
     }
 }
 
@@ -545,13 +550,14 @@ fn stream_timing(headers: &http::HeaderMap) -> (Option<Instant>, Duration) {
 
 async fn start(ctx: Ctx, request: Request) -> Response {
     let (deadline, keepalive) = stream_timing(request.headers());
-    let user = match ctx.user(request.headers()) {
-        Ok(user) => user,
-        Err(error) => return error.stream(),
-    };
+    let user = ctx.user(request.headers());
     let req: StartRequest = match connect::read_stream_request(request).await {
         Ok(req) => req,
         Err(response) => return response,
+    };
+    let user = match user {
+        Ok(user) => user,
+        Err(error) => return error.stream(),
     };
     if req.pty.is_some() {
         return ConnectError::new(Code::Unimplemented, "pty is not supported by e2b-local")
