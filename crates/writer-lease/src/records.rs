@@ -92,8 +92,11 @@ impl DirtyMarker {
             generation: None,
             pid: None,
         };
-        let Some(fields) = fields(bytes, "hermes-e2b dirty v1", &["reason", "generation", "pid"])
-        else {
+        let Some(fields) = fields(
+            bytes,
+            "hermes-e2b dirty v1",
+            &["reason", "generation", "pid"],
+        ) else {
             return unknown;
         };
         let reason = match fields[0] {
@@ -226,7 +229,10 @@ mod tests {
         ] {
             assert_eq!(PreparedStamp::parse(bad), None, "{bad:?}");
         }
-        assert_eq!(parse_generation(b"hermes-e2b generation v1\ngeneration: x\n"), None);
+        assert_eq!(
+            parse_generation(b"hermes-e2b generation v1\ngeneration: x\n"),
+            None
+        );
     }
 
     #[test]

@@ -211,8 +211,12 @@ impl ScopeFiles {
         // every session on this host degrades alike.
         if let Err(error) = self.host.probe_writable(&self.dir) {
             drop(lock);
-            let degradation = Degradation::new(DegradationCause::MarkerDirUnusable, &self.dir, &error);
-            return Ok(Role::Writer(WriterLease::unprotected(self.clone(), degradation)));
+            let degradation =
+                Degradation::new(DegradationCause::MarkerDirUnusable, &self.dir, &error);
+            return Ok(Role::Writer(WriterLease::unprotected(
+                self.clone(),
+                degradation,
+            )));
         }
         Ok(Role::Writer(WriterLease::exclusive(self.clone(), lock)))
     }
@@ -252,7 +256,8 @@ impl ScopeFiles {
         if let Some(marker) = self.dirty()? {
             return Ok(Admission::Refused(Refusal::Dirty(marker)));
         }
-        let current = |stamp: &PreparedStamp| stamp.generation == before && before != Generation::NONE;
+        let current =
+            |stamp: &PreparedStamp| stamp.generation == before && before != Generation::NONE;
         let Some(stamp) = stamp.filter(current) else {
             return Ok(Admission::Refused(Refusal::Unprepared));
         };
@@ -278,11 +283,13 @@ impl ScopeFiles {
         const OPERATION: &str = "read prepared stamp";
         match self.read_record(ScopeFile::Prepared, OPERATION)? {
             None => Ok(None),
-            Some(bytes) => PreparedStamp::parse(&bytes).map(Some).ok_or(Error::Corrupt {
-                operation: OPERATION,
-                path: self.path(ScopeFile::Prepared),
-                detail: "not a prepared stamp",
-            }),
+            Some(bytes) => PreparedStamp::parse(&bytes)
+                .map(Some)
+                .ok_or(Error::Corrupt {
+                    operation: OPERATION,
+                    path: self.path(ScopeFile::Prepared),
+                    detail: "not a prepared stamp",
+                }),
         }
     }
 
@@ -299,7 +306,11 @@ impl ScopeFiles {
         }
     }
 
-    fn read_record(&self, file: ScopeFile, operation: &'static str) -> Result<Option<Vec<u8>>, Error> {
+    fn read_record(
+        &self,
+        file: ScopeFile,
+        operation: &'static str,
+    ) -> Result<Option<Vec<u8>>, Error> {
         let path = self.path(file);
         match self.host.read(&path) {
             Ok(bytes) if bytes.len() as u64 > MAX_RECORD_BYTES => Err(Error::Corrupt {
@@ -315,7 +326,11 @@ impl ScopeFiles {
 
     pub(crate) fn lock(&self, file: ScopeFile, kind: LockKind) -> LockAttempt {
         let unusable = |path: &Path, error: &io::Error| {
-            LockAttempt::Degraded(Degradation::new(DegradationCause::MarkerDirUnusable, path, error))
+            LockAttempt::Degraded(Degradation::new(
+                DegradationCause::MarkerDirUnusable,
+                path,
+                error,
+            ))
         };
         if let Err(error) = self.host.ensure_private_dir(&self.dir) {
             return unusable(&self.dir, &error);

@@ -90,7 +90,8 @@ fn racing_processes_elect_exactly_one_writer() {
     const PROCESSES: usize = 8;
     for round in 0..3 {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut sessions: Vec<Session> = (0..PROCESSES).map(|_| Session::spawn(dir.path())).collect();
+        let mut sessions: Vec<Session> =
+            (0..PROCESSES).map(|_| Session::spawn(dir.path())).collect();
         // Every process is up and waiting on its input...
         for session in &mut sessions {
             assert!(session.ask("pid").parse::<u32>().is_ok());
@@ -102,7 +103,11 @@ fn racing_processes_elect_exactly_one_writer() {
         let replies: Vec<String> = sessions.iter_mut().map(Session::recv).collect();
         let writers = replies.iter().filter(|r| *r == "writer").count();
         let readers = replies.iter().filter(|r| *r == "reader").count();
-        assert_eq!((writers, readers), (1, PROCESSES - 1), "round {round}: {replies:?}");
+        assert_eq!(
+            (writers, readers),
+            (1, PROCESSES - 1),
+            "round {round}: {replies:?}"
+        );
         // While the writer lives, nobody else gets the role.
         for (session, reply) in sessions.iter_mut().zip(&replies) {
             if reply == "reader" {
@@ -122,14 +127,22 @@ fn sigkill_of_the_writer_frees_the_lease_for_a_waiting_reader() {
     assert_eq!(writer.ask("acquire"), "writer");
     assert_eq!(writer.ask("begin"), "ok 1");
     assert_eq!(reader.ask("acquire"), "reader");
-    assert!(reader.ask("admit sbx1").starts_with("refused dirty-transition"));
+    assert!(
+        reader
+            .ask("admit sbx1")
+            .starts_with("refused dirty-transition")
+    );
 
     writer.sigkill();
 
     // The role is free; the crash left the scope dirty, so the new writer
     // must run a full transition before anyone is admitted.
     assert_eq!(reader.ask("acquire"), "writer");
-    assert!(reader.ask("admit sbx1").starts_with("refused dirty-transition"));
+    assert!(
+        reader
+            .ask("admit sbx1")
+            .starts_with("refused dirty-transition")
+    );
     assert_eq!(reader.ask("begin"), "ok 2");
     assert_eq!(reader.ask("push sbx1"), "ok 2");
     let mut third = Session::spawn(dir.path());
@@ -146,12 +159,24 @@ fn a_reader_process_is_refused_while_dirty_or_unprepared_and_admitted_after_a_st
     assert_eq!(writer.ask("acquire"), "writer");
     assert!(reader.ask("admit sbx1").starts_with("refused unprepared"));
     assert_eq!(writer.ask("begin"), "ok 1");
-    assert!(reader.ask("admit sbx1").starts_with("refused dirty-transition"));
+    assert!(
+        reader
+            .ask("admit sbx1")
+            .starts_with("refused dirty-transition")
+    );
     assert_eq!(writer.ask("push sbx1"), "ok 1");
     assert_eq!(reader.ask("admit sbx1"), "admitted 1");
-    assert!(reader.ask("admit sbx2").starts_with("refused other-sandbox"));
+    assert!(
+        reader
+            .ask("admit sbx2")
+            .starts_with("refused other-sandbox")
+    );
     assert_eq!(writer.ask("sync-fail"), "ok");
-    assert!(reader.ask("admit sbx1").starts_with("refused dirty-failed-sync"));
+    assert!(
+        reader
+            .ask("admit sbx1")
+            .starts_with("refused dirty-failed-sync")
+    );
     assert_eq!(writer.ask("sync-ok"), "ok");
     assert_eq!(reader.ask("admit sbx1"), "admitted 1");
 

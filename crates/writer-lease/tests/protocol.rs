@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{FaultyHost, Op, denied, disk_full, no_locks, read_only, unsupported};
 use writer_lease::{
-    Admission, CreationAccess, DegradationCause, DirtyReason, Generation, Refusal, Role,
-    ScopeFile, ScopeFiles, ScopeKey, WriterLease, WriterPhase, WriterStatus,
+    Admission, CreationAccess, DegradationCause, DirtyReason, Generation, Refusal, Role, ScopeFile,
+    ScopeFiles, ScopeKey, WriterLease, WriterPhase, WriterStatus,
 };
 
 fn key() -> ScopeKey {
@@ -70,7 +70,10 @@ fn one_writer_per_scope_and_the_role_frees_on_release() {
 fn readers_are_refused_until_stamped_and_while_dirty() {
     let dir = tempfile::tempdir().expect("tempdir");
     let reader = files(&dir);
-    assert!(matches!(refusal(reader.admission("sbx1")), Refusal::Unprepared));
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Unprepared
+    ));
 
     let mut lease = writer(&files(&dir));
     assert_eq!(lease.phase(), WriterPhase::Idle);
@@ -92,7 +95,10 @@ fn readers_are_refused_until_stamped_and_while_dirty() {
         reader.admission("sbx1"),
         Admission::Admitted { generation: g } if g == generation
     ));
-    assert!(matches!(refusal(reader.admission("sbx2")), Refusal::OtherSandbox));
+    assert!(matches!(
+        refusal(reader.admission("sbx2")),
+        Refusal::OtherSandbox
+    ));
 
     lease.record_sync_failure().expect("mark");
     assert_eq!(lease.phase(), WriterPhase::Stale);
@@ -141,7 +147,10 @@ fn a_writer_that_stops_mid_transition_leaves_the_scope_dirty() {
     lease.begin_transition().expect("second transition");
     drop(lease);
 
-    assert!(matches!(refusal(reader.admission("sbx1")), Refusal::Dirty(_)));
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Dirty(_)
+    ));
     let mut next = writer(&reader);
     assert!(
         next.record_sync_success()
@@ -158,11 +167,22 @@ fn protocol_steps_out_of_order_are_refused() {
     let mut lease = writer(&files(&dir));
     let err = lease.complete_push("sbx1").err();
     assert!(err.is_some_and(|e| e.is_caller_error() && e.operation() == "stamp prepared"));
-    assert!(lease.record_sync_success().is_err_and(|e| e.is_caller_error()));
+    assert!(
+        lease
+            .record_sync_success()
+            .is_err_and(|e| e.is_caller_error())
+    );
     lease.begin_transition().expect("begin");
-    assert!(lease.record_sync_success().is_err_and(|e| e.is_caller_error()));
+    assert!(
+        lease
+            .record_sync_success()
+            .is_err_and(|e| e.is_caller_error())
+    );
     for bad in ["", "a/b", "x\ny", "sandbox id"] {
-        assert!(lease.complete_push(bad).is_err_and(|e| e.is_caller_error()), "{bad:?}");
+        assert!(
+            lease.complete_push(bad).is_err_and(|e| e.is_caller_error()),
+            "{bad:?}"
+        );
     }
     assert_eq!(lease.phase(), WriterPhase::InTransition);
 }
@@ -177,14 +197,20 @@ fn corrupt_or_lost_files_refuse_admission_and_never_revive_an_old_stamp() {
 
     // A lost generation file makes the stamp look foreign, not current.
     fs::remove_file(reader.path(ScopeFile::Generation)).expect("remove");
-    assert!(matches!(refusal(reader.admission("sbx1")), Refusal::Unprepared));
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Unprepared
+    ));
 
     // Garbage in the stamp is unreadable, so admission refuses.
     fs::write(reader.path(ScopeFile::Prepared), b"garbage").expect("corrupt");
     match refusal(reader.admission("sbx1")) {
         Refusal::Unreadable(error) => {
             assert!(error.is_corrupt());
-            assert_eq!(error.path(), Some(reader.path(ScopeFile::Prepared).as_path()));
+            assert_eq!(
+                error.path(),
+                Some(reader.path(ScopeFile::Prepared).as_path())
+            );
         }
         other => panic!("expected unreadable, got {other:?}"),
     }
@@ -265,7 +291,10 @@ fn the_creation_lock_excludes_and_its_wait_is_bounded() {
     assert_eq!(host.sleeps() - before, 4, "200 ms at 50 ms per poll");
     // An absurd timeout is still bounded (capped at MAX_CREATION_WAIT).
     let before = host.sleeps();
-    assert!(matches!(a.creation_lock_within(Duration::MAX), CreationAccess::Busy));
+    assert!(matches!(
+        a.creation_lock_within(Duration::MAX),
+        CreationAccess::Busy
+    ));
     let polls = host.sleeps() - before;
     let cap = writer_lease::MAX_CREATION_WAIT.as_millis() / 50;
     assert_eq!(u128::from(polls), cap);
@@ -297,9 +326,7 @@ fn unsupported_locking_degrades_to_an_unprotected_writer() {
         assert_eq!(cause, DegradationCause::LockingUnsupported);
         let warning = lease.degradation().expect("degraded").to_string();
         assert!(
-            warning.contains(
-                "concurrent same-scope persistent sessions are not supported here"
-            ),
+            warning.contains("concurrent same-scope persistent sessions are not supported here"),
             "{warning}"
         );
         assert!(warning.contains(".writer.lock"), "{warning}");
@@ -308,7 +335,10 @@ fn unsupported_locking_degrades_to_an_unprotected_writer() {
         let (_second, second_cause) = degraded(&scope);
         assert_eq!(second_cause, DegradationCause::LockingUnsupported);
         assert!(matches!(scope.writer_status(), WriterStatus::Unknown(_)));
-        assert!(matches!(scope.try_creation_lock(), CreationAccess::Unprotected(_)));
+        assert!(matches!(
+            scope.try_creation_lock(),
+            CreationAccess::Unprotected(_)
+        ));
 
         // A single session still works.
         lease.begin_transition().expect("begin");
@@ -320,7 +350,8 @@ fn unsupported_locking_degrades_to_an_unprotected_writer() {
 // contract: C6
 #[test]
 fn an_unwritable_directory_degrades_and_the_session_still_works() {
-    let cases: [(Op, &'static str, fn() -> std::io::Error); 3] = [
+    type MakeError = fn() -> std::io::Error;
+    let cases: [(Op, &'static str, MakeError); 3] = [
         (Op::EnsureDir, "e2b", denied),
         (Op::OpenLock, ".writer.lock", read_only),
         (Op::Probe, "e2b", denied),
@@ -367,7 +398,9 @@ fn on_a_healthy_host_marker_failures_are_errors_naming_path_and_operation() {
     assert!(lease.degradation().is_none());
 
     host.fail_once(Op::Write, ".dirty", disk_full);
-    let err = lease.begin_transition().err().expect("a failed mark is reported");
+    let Err(err) = lease.begin_transition() else {
+        panic!("a failed mark is reported");
+    };
     assert!(err.is_io());
     assert_eq!(err.operation(), "mark scope dirty");
     assert_eq!(err.path(), Some(scope.path(ScopeFile::Dirty).as_path()));

@@ -91,7 +91,11 @@ fn status(files: &ScopeFiles, sandbox: Option<&String>) -> io::Result<()> {
         Err(error) => writeln!(out, "prepared: unreadable ({error})")?,
     }
     if let Some(sandbox) = sandbox {
-        writeln!(out, "admission: {}", admission_line(files.admission(sandbox)))?;
+        writeln!(
+            out,
+            "admission: {}",
+            admission_line(files.admission(sandbox))
+        )?;
     }
     Ok(())
 }
@@ -137,10 +141,15 @@ fn session(files: &ScopeFiles) -> io::Result<()> {
                 w.begin_transition().map(|g| format!("ok {g}"))
             }),
             ["push", sandbox] => with_writer(&mut state, |w| {
-                w.complete_push(sandbox).map(|s| format!("ok {}", s.generation))
+                w.complete_push(sandbox)
+                    .map(|s| format!("ok {}", s.generation))
             }),
-            ["sync-ok"] => with_writer(&mut state, |w| w.record_sync_success().map(|()| "ok".into())),
-            ["sync-fail"] => with_writer(&mut state, |w| w.record_sync_failure().map(|()| "ok".into())),
+            ["sync-ok"] => with_writer(&mut state, |w| {
+                w.record_sync_success().map(|()| "ok".into())
+            }),
+            ["sync-fail"] => with_writer(&mut state, |w| {
+                w.record_sync_failure().map(|()| "ok".into())
+            }),
             ["admit", sandbox] => admission_line(files.admission(sandbox)),
             ["release"] => {
                 state.writer = None;

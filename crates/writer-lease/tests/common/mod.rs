@@ -115,7 +115,11 @@ impl FaultyHost {
 
     /// Takes back a hook that never ran.
     pub(crate) fn disarm_read_hook(&self) -> Option<Hook> {
-        self.read_hook.lock().expect("hook").take().map(|(_, hook)| hook)
+        self.read_hook
+            .lock()
+            .expect("hook")
+            .take()
+            .map(|(_, hook)| hook)
     }
 
     fn check(&self, op: Op, path: &Path) -> io::Result<()> {
