@@ -1,0 +1,465 @@
+//! The crate's one error type, with the operation and sandbox it concerns.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::ids::SandboxId;
+
+/// The E2B operation an error concerns; its `Display` is the phrase used in error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// `POST /v2/sandboxes`.
+    Create,
+    /// `GET /v2/sandboxes`.
+    List,
+    /// `GET /sandboxes/{id}`.
+    Get,
+    /// `POST /v2/sandboxes/{id}/connect`.
+    Connect,
+    /// `POST /sandboxes/{id}/timeout`.
+    SetTimeout,
+    /// `POST /sandboxes/{id}/pause`.
+    Pause,
+    /// `DELETE /sandboxes/{id}`.
+    Kill,
+    /// envd `GET /health`.
+    Health,
+    /// envd `process.Process/Start`.
+    StartProcess,
+    /// envd `process.Process/Connect`.
+    ConnectProcess,
+    /// envd `process.Process/SendSignal`.
+    SignalProcess,
+    /// envd `process.Process/List`.
+    ListProcesses,
+    /// envd `filesystem.Filesystem/Stat`.
+    Stat,
+    /// envd `filesystem.Filesystem/MakeDir`.
+    MakeDir,
+    /// envd `filesystem.Filesystem/ListDir`.
+    ListDir,
+    /// envd `filesystem.Filesystem/Remove`.
+    Remove,
+    /// envd `filesystem.Filesystem/Move`.
+    Move,
+    /// envd `POST /files`.
+    Upload,
+    /// envd `GET /files`.
+    Download,
+}
+
+impl Operation {
+    /// Whether the operation addresses one sandbox through the control plane, so that a 404
+    /// means that sandbox is gone.
+    fn targets_one_sandbox(self) -> bool {
+        matches!(
+            self,
+            Operation::Get
+                | Operation::Connect
+                | Operation::SetTimeout
+                | Operation::Pause
+                | Operation::Kill
+        )
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Deliberately no "timeout" in any phrase: callers must not confuse these with command
+        // time-outs.
+        f.write_str(match self {
+            Operation::Create => "create sandbox",
+            Operation::List => "list sandboxes",
+            Operation::Get => "get sandbox",
+            Operation::Connect => "connect sandbox",
+            Operation::SetTimeout => "set sandbox lease",
+            Operation::Pause => "pause sandbox",
+            Operation::Kill => "kill sandbox",
+            Operation::Health => "envd health",
+            Operation::StartProcess => "start process",
+            Operation::ConnectProcess => "connect to process",
+            Operation::SignalProcess => "signal process",
+            Operation::ListProcesses => "list processes",
+            Operation::Stat => "stat",
+            Operation::MakeDir => "make directory",
+            Operation::ListDir => "list directory",
+            Operation::Remove => "remove",
+            Operation::Move => "move",
+            Operation::Upload => "upload files",
+            Operation::Download => "download file",
+        })
+    }
+}
+
+/// Where a transport failure happened, which decides whether the request may have reached the
+/// server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportStage {
+    /// The connection could not be established; the request was not sent.
+    Connect,
+    /// The connection failed after the request may have been sent.
+    Request,
+    /// The connection failed while the response body was being read.
+    Body,
+}
+
+impl fmt::Display for TransportStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransportStage::Connect => "could not connect",
+            TransportStage::Request => "connection failed during the request",
+            TransportStage::Body => "connection failed while reading the response",
+        })
+    }
+}
+
+/// Every failure of this crate.
+///
+/// All text fields were cleaned when the error was built: credentials removed (the client's own
+/// API key and access tokens by value, anything key-, token- or credential-URL-shaped by
+/// pattern, see [`crate::redact`]), "timeout" wording rewritten, length capped. So neither
+/// `Display` nor `Debug` can leak a secret, and an infrastructure failure never reads like a
+/// command time-out. The exact `Display` wording is not part of the API; decide with the
+/// `is_*` predicates and the fields.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration cannot be used (bad URL, empty key).
+    #[error("E2B client configuration is invalid: {reason}")]
+    #[non_exhaustive]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The caller's input cannot be sent (for example a path a multipart filename cannot carry).
+    #[error("E2B {operation} refused the request{}: {reason}", ForSandbox(.sandbox_id.as_ref()))]
+    #[non_exhaustive]
+    InvalidInput {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox, where the operation has one.
+        sandbox_id: Option<SandboxId>,
+        /// What is wrong with the input.
+        reason: String,
+    },
+
+    /// The control-plane API answered with an error status.
+    #[error(
+        "E2B {operation} failed{}: HTTP {status}{}: {message}",
+        ForSandbox(.sandbox_id.as_ref()),
+        CodeSuffix(.code.as_deref())
+    )]
+    #[non_exhaustive]
+    Api {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox, where the operation has one.
+        sandbox_id: Option<SandboxId>,
+        /// The HTTP status.
+        status: u16,
+        /// E2B's semantic `error_code`, when the body had one.
+        code: Option<String>,
+        /// E2B's message (cleaned), or the start of a non-JSON body.
+        message: String,
+    },
+
+    /// envd (or the sandbox proxy) answered with an error: a Connect error (`not_found`,
+    /// `already_exists`, …), a plain HTTP error, or an error in a stream's end frame.
+    #[error(
+        "E2B {operation} failed for sandbox {sandbox_id}: {}{}: {message}",
+        StatusText(*.status),
+        CodeSuffix(.code.as_deref())
+    )]
+    #[non_exhaustive]
+    Envd {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox.
+        sandbox_id: SandboxId,
+        /// The HTTP status; `None` when the error arrived in a stream's end frame.
+        status: Option<u16>,
+        /// The Connect error code (`not_found`, `deadline_exceeded`, …) when there was one.
+        code: Option<String>,
+        /// The message (cleaned).
+        message: String,
+    },
+
+    /// The sandbox proxy reports the sandbox is not running (killed, paused or unknown):
+    /// envd's 502 "The sandbox was not found".
+    #[error("E2B {operation} failed for sandbox {sandbox_id}: the sandbox is not running ({message})")]
+    #[non_exhaustive]
+    SandboxNotRunning {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox.
+        sandbox_id: SandboxId,
+        /// The proxy's message (cleaned).
+        message: String,
+    },
+
+    /// The connection failed.
+    #[error("E2B {operation} failed{}: {stage}: {detail}", ForSandbox(.sandbox_id.as_ref()))]
+    #[non_exhaustive]
+    Transport {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox, where the operation has one.
+        sandbox_id: Option<SandboxId>,
+        /// Where it failed; [`TransportStage::Connect`] means the request was never sent.
+        stage: TransportStage,
+        /// The underlying cause (cleaned, URL stripped).
+        detail: String,
+    },
+
+    /// The request, or a stream that went silent, ran past its deadline.
+    #[error(
+        "E2B {operation} failed{}: deadline exceeded after {}",
+        ForSandbox(.sandbox_id.as_ref()),
+        Secs(*.deadline)
+    )]
+    #[non_exhaustive]
+    DeadlineExceeded {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox, where the operation has one.
+        sandbox_id: Option<SandboxId>,
+        /// The deadline that passed (the whole request, or the allowed silence of a stream).
+        deadline: Duration,
+    },
+
+    /// The server broke the protocol: malformed JSON, a bad frame, an oversized length prefix,
+    /// a stream without its end event.
+    #[error("E2B {operation} failed{}: protocol error: {detail}", ForSandbox(.sandbox_id.as_ref()))]
+    #[non_exhaustive]
+    Protocol {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox, where the operation has one.
+        sandbox_id: Option<SandboxId>,
+        /// What was wrong (cleaned).
+        detail: String,
+    },
+
+    /// A body was larger than the caller's cap (checked while streaming, never after).
+    #[error(
+        "E2B {operation} failed{}: {} exceeds the {limit}-byte cap",
+        ForSandbox(.sandbox_id.as_ref()),
+        Subject(.path.as_deref())
+    )]
+    #[non_exhaustive]
+    LimitExceeded {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox, where the operation has one.
+        sandbox_id: Option<SandboxId>,
+        /// The file, for downloads.
+        path: Option<String>,
+        /// The cap in bytes.
+        limit: u64,
+    },
+}
+
+impl Error {
+    /// The operation that failed (`None` only for [`Error::InvalidConfig`]).
+    pub fn operation(&self) -> Option<Operation> {
+        match self {
+            Error::InvalidConfig { .. } => None,
+            Error::InvalidInput { operation, .. }
+            | Error::Api { operation, .. }
+            | Error::Envd { operation, .. }
+            | Error::SandboxNotRunning { operation, .. }
+            | Error::Transport { operation, .. }
+            | Error::DeadlineExceeded { operation, .. }
+            | Error::Protocol { operation, .. }
+            | Error::LimitExceeded { operation, .. } => Some(*operation),
+        }
+    }
+
+    /// The sandbox the failed operation concerned, if any.
+    pub fn sandbox_id(&self) -> Option<&SandboxId> {
+        match self {
+            Error::InvalidConfig { .. } => None,
+            Error::Envd { sandbox_id, .. } | Error::SandboxNotRunning { sandbox_id, .. } => {
+                Some(sandbox_id)
+            }
+            Error::InvalidInput { sandbox_id, .. }
+            | Error::Api { sandbox_id, .. }
+            | Error::Transport { sandbox_id, .. }
+            | Error::DeadlineExceeded { sandbox_id, .. }
+            | Error::Protocol { sandbox_id, .. }
+            | Error::LimitExceeded { sandbox_id, .. } => sandbox_id.as_ref(),
+        }
+    }
+
+    /// The HTTP status of the error response, if there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Api { status, .. } => Some(*status),
+            Error::Envd { status, .. } => *status,
+            Error::SandboxNotRunning { .. } => Some(502),
+            _ => None,
+        }
+    }
+
+    /// The Connect or E2B error code, if the server sent one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            Error::Api { code, .. } | Error::Envd { code, .. } => code.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The thing asked for does not exist: a sandbox (control-plane 404), a file, directory or
+    /// process (Connect `not_found` or HTTP 404 from envd).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => *status == 404,
+            Error::Envd { status, code, .. } => {
+                code.as_deref() == Some("not_found") || *status == Some(404)
+            }
+            _ => false,
+        }
+    }
+
+    /// The request conflicts with the current state: control-plane 409 (for example pausing a
+    /// paused sandbox) or Connect `already_exists` / HTTP 409 from envd.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => *status == 409,
+            Error::Envd { status, code, .. } => {
+                code.as_deref() == Some("already_exists") || *status == Some(409)
+            }
+            _ => false,
+        }
+    }
+
+    /// The sandbox itself is gone or not running: a control-plane 404 for an operation on one
+    /// sandbox, or envd's 502 "The sandbox was not found".
+    pub fn is_sandbox_gone(&self) -> bool {
+        match self {
+            Error::SandboxNotRunning { .. } => true,
+            Error::Api {
+                status, operation, ..
+            } => *status == 404 && operation.targets_one_sandbox(),
+            _ => false,
+        }
+    }
+
+    /// Trying again later may succeed: a connection failure, a passed deadline, or a
+    /// 429/502/503/504 (or Connect `unavailable`/`resource_exhausted`) that is not "sandbox
+    /// gone".
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Transport { .. } | Error::DeadlineExceeded { .. } => true,
+            Error::Api { status, .. } => is_transient_status(*status),
+            Error::Envd { status, code, .. } => {
+                status.is_some_and(is_transient_status)
+                    || matches!(code.as_deref(), Some("unavailable" | "resource_exhausted"))
+            }
+            _ => false,
+        }
+    }
+
+    /// A deadline passed: ours ([`Error::DeadlineExceeded`]) or the server's
+    /// (`deadline_exceeded` from envd, for example a command's process deadline).
+    pub fn is_deadline_exceeded(&self) -> bool {
+        match self {
+            Error::DeadlineExceeded { .. } => true,
+            Error::Envd { code, .. } => code.as_deref() == Some("deadline_exceeded"),
+            _ => false,
+        }
+    }
+
+    /// A body exceeded the caller's cap.
+    pub fn is_limit_exceeded(&self) -> bool {
+        matches!(self, Error::LimitExceeded { .. })
+    }
+
+    /// The credentials were refused (HTTP 401 or Connect `unauthenticated`).
+    pub fn is_unauthorized(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => *status == 401,
+            Error::Envd { status, code, .. } => {
+                *status == Some(401) || code.as_deref() == Some("unauthenticated")
+            }
+            _ => false,
+        }
+    }
+
+    /// The connection could not be established, so the request certainly never reached the
+    /// server.
+    pub fn is_connect(&self) -> bool {
+        matches!(
+            self,
+            Error::Transport {
+                stage: TransportStage::Connect,
+                ..
+            }
+        )
+    }
+}
+
+/// Statuses E2B and the official SDK treat as worth retrying.
+pub(crate) fn is_transient_status(status: u16) -> bool {
+    matches!(status, 429 | 502 | 503 | 504)
+}
+
+/// Renders " for sandbox <id>" or nothing.
+struct ForSandbox<'a>(Option<&'a SandboxId>);
+
+impl fmt::Display for ForSandbox<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, " for sandbox {id}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Renders " (<code>)" or nothing.
+struct CodeSuffix<'a>(Option<&'a str>);
+
+impl fmt::Display for CodeSuffix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(code) => write!(f, " ({code})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Renders "HTTP <status>" or "stream error".
+struct StatusText(Option<u16>);
+
+impl fmt::Display for StatusText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(status) => write!(f, "HTTP {status}"),
+            None => f.write_str("stream error"),
+        }
+    }
+}
+
+/// Renders a duration as seconds with millisecond precision.
+struct Secs(Duration);
+
+impl fmt::Display for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.3}s", self.0.as_secs_f64())
+    }
+}
+
+/// Renders the thing that was too large.
+struct Subject<'a>(Option<&'a str>);
+
+impl fmt::Display for Subject<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(path) => write!(f, "'{path}'"),
+            None => f.write_str("the response"),
+        }
+    }
+}

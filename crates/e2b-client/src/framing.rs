@@ -1,0 +1,294 @@
+//! Connect streaming envelopes: `[flags: u8][length: u32 BE][payload]`, decoded incrementally.
+
+use bytes::{Buf, Bytes, BytesMut};
+use serde::Deserialize;
+
+/// Flag bit: the payload is compressed (we never negotiate compression, so this is an error).
+const FLAG_COMPRESSED: u8 = 0x01;
+/// Flag bit: this is the end-of-stream frame carrying `{}` or `{"error": …}`.
+pub(crate) const FLAG_END_STREAM: u8 = 0x02;
+/// Bytes in an envelope header.
+const HEADER_LEN: usize = 5;
+
+/// Wraps one message into an envelope (used for a server-stream request body).
+pub(crate) fn encode_envelope(payload: &[u8]) -> Bytes {
+    let len = u32::try_from(payload.len()).expect("request messages are far below 4 GiB");
+    let mut out = BytesMut::with_capacity(HEADER_LEN + payload.len());
+    out.extend_from_slice(&[0]);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(payload);
+    out.freeze()
+}
+
+/// One decoded envelope.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Frame {
+    /// The flag byte.
+    pub(crate) flags: u8,
+    /// The message bytes.
+    pub(crate) payload: Bytes,
+}
+
+impl Frame {
+    /// Whether this is the end-of-stream frame.
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.flags & FLAG_END_STREAM != 0
+    }
+}
+
+/// Why the byte stream is not a valid envelope sequence.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FrameError {
+    /// A length prefix above the cap; nothing of the payload was buffered.
+    TooLarge {
+        /// The declared length.
+        declared: u32,
+        /// The cap.
+        limit: usize,
+    },
+    /// A compressed frame although compression was never negotiated.
+    Compressed,
+    /// Unknown flag bits.
+    UnknownFlags(u8),
+    /// The body ended inside a frame.
+    Truncated {
+        /// Bytes of the unfinished frame that did arrive.
+        buffered: usize,
+    },
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::TooLarge { declared, limit } => {
+                write!(f, "frame of {declared} bytes exceeds the {limit}-byte frame cap")
+            }
+            FrameError::Compressed => f.write_str("compressed frame without negotiated compression"),
+            FrameError::UnknownFlags(flags) => write!(f, "unknown frame flags {flags:#04x}"),
+            FrameError::Truncated { buffered } => {
+                write!(f, "stream ended inside a frame ({buffered} bytes buffered)")
+            }
+        }
+    }
+}
+
+/// Splits a byte stream into envelopes as bytes arrive. It holds at most one unfinished frame
+/// plus the chunk being split, and refuses a length prefix above its cap before buffering any of
+/// that payload, so a hostile prefix cannot make it allocate gigabytes.
+#[derive(Debug)]
+pub(crate) struct EnvelopeDecoder {
+    buf: BytesMut,
+    limit: usize,
+}
+
+impl EnvelopeDecoder {
+    /// A decoder that refuses frames longer than `limit` bytes.
+    pub(crate) fn new(limit: usize) -> EnvelopeDecoder {
+        EnvelopeDecoder {
+            buf: BytesMut::new(),
+            limit,
+        }
+    }
+
+    /// Adds bytes from the body.
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// Bytes held right now (for memory accounting in tests).
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next complete frame, `Ok(None)` if more bytes are needed.
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+        if self.buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let flags = self.buf[0];
+        let declared = u32::from_be_bytes([self.buf[1], self.buf[2], self.buf[3], self.buf[4]]);
+        if flags & FLAG_COMPRESSED != 0 {
+            return Err(FrameError::Compressed);
+        }
+        if flags & !FLAG_END_STREAM != 0 {
+            return Err(FrameError::UnknownFlags(flags));
+        }
+        let len = usize::try_from(declared).unwrap_or(usize::MAX);
+        if len > self.limit {
+            return Err(FrameError::TooLarge {
+                declared,
+                limit: self.limit,
+            });
+        }
+        if self.buf.len() < HEADER_LEN + len {
+            // Reserve once for the whole frame so a frame split over many chunks is not copied
+            // repeatedly while it grows.
+            self.buf.reserve(HEADER_LEN + len - self.buf.len());
+            return Ok(None);
+        }
+        self.buf.advance(HEADER_LEN);
+        let payload = self.buf.split_to(len).freeze();
+        Ok(Some(Frame { flags, payload }))
+    }
+
+    /// Call at end of body: an unfinished frame is an error.
+    pub(crate) fn finish(&self) -> Result<(), FrameError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(FrameError::Truncated {
+                buffered: self.buf.len(),
+            })
+        }
+    }
+}
+
+/// The end-of-stream message: `{}`, `{"metadata": …}` or `{"error": {"code", "message"}}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EndStream {
+    /// The error, if the stream failed.
+    #[serde(default)]
+    pub(crate) error: Option<EndStreamError>,
+}
+
+/// A Connect error inside the end-of-stream frame.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EndStreamError {
+    /// The Connect code (`deadline_exceeded`, `not_found`, …).
+    #[serde(default)]
+    pub(crate) code: Option<String>,
+    /// The message.
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![flags];
+        out.extend_from_slice(&u32::try_from(payload.len()).expect("small").to_be_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn encode_then_decode_round_trips() {
+        let encoded = encode_envelope(br#"{"process":{}}"#);
+        assert_eq!(&encoded[..5], &[0, 0, 0, 0, 14]);
+        let mut decoder = EnvelopeDecoder::new(1024);
+        decoder.push(&encoded);
+        let got = decoder.next_frame().expect("valid").expect("complete");
+        assert_eq!(got.flags, 0);
+        assert_eq!(&got.payload[..], br#"{"process":{}}"#);
+        assert_eq!(decoder.next_frame(), Ok(None));
+        assert_eq!(decoder.finish(), Ok(()));
+    }
+
+    #[test]
+    fn frames_split_at_every_byte_boundary() {
+        let mut wire = frame(0, b"first message");
+        wire.extend(frame(0, b""));
+        wire.extend(frame(FLAG_END_STREAM, b"{}"));
+        for split in 0..=wire.len() {
+            let mut decoder = EnvelopeDecoder::new(1024);
+            let mut frames = Vec::new();
+            for part in [&wire[..split], &wire[split..]] {
+                decoder.push(part);
+                while let Some(frame) = decoder.next_frame().expect("valid") {
+                    frames.push(frame);
+                }
+            }
+            assert_eq!(frames.len(), 3, "split at {split}");
+            assert_eq!(&frames[0].payload[..], b"first message");
+            assert!(frames[1].payload.is_empty());
+            assert!(frames[2].is_end_stream());
+            assert_eq!(decoder.finish(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn one_byte_at_a_time() {
+        let wire = frame(0, b"abc");
+        let mut decoder = EnvelopeDecoder::new(16);
+        for (i, byte) in wire.iter().enumerate() {
+            decoder.push(&[*byte]);
+            let got = decoder.next_frame().expect("valid");
+            assert_eq!(got.is_some(), i == wire.len() - 1);
+        }
+    }
+
+    #[test]
+    fn many_frames_in_one_chunk() {
+        let mut wire = Vec::new();
+        for i in 0..50u8 {
+            wire.extend(frame(0, &[i; 3]));
+        }
+        let mut decoder = EnvelopeDecoder::new(16);
+        decoder.push(&wire);
+        for i in 0..50u8 {
+            let got = decoder.next_frame().expect("valid").expect("complete");
+            assert_eq!(&got.payload[..], &[i; 3]);
+        }
+        assert_eq!(decoder.next_frame(), Ok(None));
+        assert_eq!(decoder.buffered(), 0);
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_buffering() {
+        let mut decoder = EnvelopeDecoder::new(1 << 20);
+        // Claims 4 GiB - 1 and sends only the header.
+        decoder.push(&[0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(
+            decoder.next_frame(),
+            Err(FrameError::TooLarge {
+                declared: u32::MAX,
+                limit: 1 << 20
+            })
+        );
+        assert!(decoder.buffered() <= 5);
+        // The cap itself is allowed.
+        let mut decoder = EnvelopeDecoder::new(4);
+        decoder.push(&frame(0, b"abcd"));
+        assert!(decoder.next_frame().expect("at the cap").is_some());
+        decoder.push(&frame(0, b"abcde"));
+        assert!(matches!(
+            decoder.next_frame(),
+            Err(FrameError::TooLarge { declared: 5, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        let mut decoder = EnvelopeDecoder::new(16);
+        decoder.push(&frame(1, b"x"));
+        assert_eq!(decoder.next_frame(), Err(FrameError::Compressed));
+        let mut decoder = EnvelopeDecoder::new(16);
+        decoder.push(&frame(0x80, b"x"));
+        assert_eq!(decoder.next_frame(), Err(FrameError::UnknownFlags(0x80)));
+    }
+
+    #[test]
+    fn truncated_body_is_reported() {
+        let wire = frame(0, b"abcdef");
+        let mut decoder = EnvelopeDecoder::new(16);
+        decoder.push(&wire[..7]);
+        assert_eq!(decoder.next_frame(), Ok(None));
+        assert_eq!(decoder.finish(), Err(FrameError::Truncated { buffered: 7 }));
+    }
+
+    #[test]
+    fn end_stream_error_payload_decodes() {
+        let end: EndStream = serde_json::from_slice(
+            br#"{"error":{"code":"deadline_exceeded","message":"context deadline exceeded"},"metadata":{"k":["v"]}}"#,
+        )
+        .expect("valid end frame");
+        let error = end.error.expect("an error");
+        assert_eq!(error.code.as_deref(), Some("deadline_exceeded"));
+        assert_eq!(error.message.as_deref(), Some("context deadline exceeded"));
+        let ok: EndStream = serde_json::from_slice(b"{}").expect("empty end frame");
+        assert!(ok.error.is_none());
+    }
+}

@@ -1,0 +1,516 @@
+//! The one place requests are sent: deadlines, retries, error bodies, capped reads.
+
+use std::error::Error as _;
+use std::fmt;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::config::{Config, Limits, RetryPolicy};
+use crate::error::{Error, Operation, TransportStage};
+use crate::ids::SandboxId;
+use crate::redact::clean_text;
+use crate::retry::{self, Decision, Idempotency, Outcome};
+use crate::secret::{AccessToken, ApiKey};
+
+/// Error bodies are read only this far; the rest is not needed to explain the failure.
+const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// What the request talks to, which decides how error bodies read.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    /// The control-plane REST API, about one sandbox or none.
+    Control(Option<SandboxId>),
+    /// The envd daemon of one sandbox (through the sandbox proxy).
+    Envd(SandboxId),
+}
+
+/// Everything an error needs to say what failed, and the secrets it must never say.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    /// The operation.
+    pub(crate) operation: Operation,
+    /// Where the request goes.
+    pub(crate) target: Target,
+    api_key: ApiKey,
+    token: Option<AccessToken>,
+}
+
+impl fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ctx")
+            .field("operation", &self.operation)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Ctx {
+    /// A context; `api_key` and `token` are only used to scrub error text.
+    pub(crate) fn new(
+        operation: Operation,
+        target: Target,
+        api_key: ApiKey,
+        token: Option<AccessToken>,
+    ) -> Ctx {
+        Ctx {
+            operation,
+            target,
+            api_key,
+            token,
+        }
+    }
+
+    fn sandbox_id(&self) -> Option<SandboxId> {
+        match &self.target {
+            Target::Control(id) => id.clone(),
+            Target::Envd(id) => Some(id.clone()),
+        }
+    }
+
+    /// Cleans text for an error: known secrets, secret shapes, time wording, length.
+    pub(crate) fn clean(&self, text: &str) -> String {
+        let mut known = vec![self.api_key.expose()];
+        if let Some(token) = &self.token {
+            known.push(token.expose());
+        }
+        clean_text(text, &known)
+    }
+
+    /// The server broke the protocol.
+    pub(crate) fn protocol(&self, detail: impl fmt::Display) -> Error {
+        Error::Protocol {
+            operation: self.operation,
+            sandbox_id: self.sandbox_id(),
+            detail: self.clean(&detail.to_string()),
+        }
+    }
+
+    /// A deadline passed.
+    pub(crate) fn deadline(&self, deadline: Duration) -> Error {
+        Error::DeadlineExceeded {
+            operation: self.operation,
+            sandbox_id: self.sandbox_id(),
+            deadline,
+        }
+    }
+
+    /// A body went over its cap.
+    pub(crate) fn limit(&self, path: Option<&str>, limit: u64) -> Error {
+        Error::LimitExceeded {
+            operation: self.operation,
+            sandbox_id: self.sandbox_id(),
+            path: path.map(|path| self.clean(path)),
+            limit,
+        }
+    }
+
+    /// The caller's input cannot be sent.
+    pub(crate) fn invalid_input(&self, reason: impl fmt::Display) -> Error {
+        Error::InvalidInput {
+            operation: self.operation,
+            sandbox_id: self.sandbox_id(),
+            reason: self.clean(&reason.to_string()),
+        }
+    }
+
+    /// A connection failure; the URL is stripped and the cause chain flattened and cleaned.
+    pub(crate) fn transport(&self, stage: TransportStage, error: reqwest::Error) -> Error {
+        let error = error.without_url();
+        let mut detail = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            detail.push_str(": ");
+            detail.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Error::Transport {
+            operation: self.operation,
+            sandbox_id: self.sandbox_id(),
+            stage,
+            detail: self.clean(&detail),
+        }
+    }
+
+    /// An error carried in a stream's end frame.
+    pub(crate) fn stream_error(&self, code: Option<String>, message: Option<String>) -> Error {
+        let sandbox_id = match &self.target {
+            Target::Envd(id) => id.clone(),
+            Target::Control(_) => return self.protocol("unexpected stream on the control plane"),
+        };
+        Error::Envd {
+            operation: self.operation,
+            sandbox_id,
+            status: None,
+            code: code.map(|code| self.clean(&code)),
+            message: self.clean(message.as_deref().unwrap_or("stream failed")),
+        }
+    }
+
+    /// Builds the error for a non-success response from its status and (start of) body.
+    pub(crate) fn from_response(&self, status: u16, body: &[u8]) -> Error {
+        let parsed: Option<ErrorBody> = serde_json::from_slice(body).ok();
+        let text = || {
+            let raw = String::from_utf8_lossy(body);
+            let trimmed = raw.trim();
+            if trimmed.is_empty() {
+                "(empty body)".to_owned()
+            } else {
+                trimmed.to_owned()
+            }
+        };
+        let message = parsed
+            .as_ref()
+            .and_then(|body| body.message.clone())
+            .unwrap_or_else(text);
+        match &self.target {
+            Target::Control(sandbox_id) => Error::Api {
+                operation: self.operation,
+                sandbox_id: sandbox_id.clone(),
+                status,
+                code: parsed
+                    .and_then(|body| body.error_code)
+                    .map(|code| self.clean(&code)),
+                message: self.clean(&message),
+            },
+            Target::Envd(sandbox_id) => {
+                // The proxy's way of saying the sandbox is not running (e2b-wire 3.2); the
+                // official SDK recognises it by this phrase too.
+                if status == 502 && message.contains("was not found") {
+                    return Error::SandboxNotRunning {
+                        operation: self.operation,
+                        sandbox_id: sandbox_id.clone(),
+                        message: self.clean(&message),
+                    };
+                }
+                // A string code is a Connect error code; a number is a plain HTTP error.
+                let code = parsed.and_then(|body| match body.code {
+                    Some(serde_json::Value::String(code)) => Some(self.clean(&code)),
+                    _ => None,
+                });
+                Error::Envd {
+                    operation: self.operation,
+                    sandbox_id: sandbox_id.clone(),
+                    status: Some(status),
+                    code,
+                    message: self.clean(&message),
+                }
+            }
+        }
+    }
+}
+
+/// Any of E2B's error bodies: control plane `{code: int, message, error_code?}`, Connect
+/// `{code: "not_found", message}`, proxy `{sandboxId, message, code: 502}`.
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    code: Option<serde_json::Value>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default, alias = "errorCode")]
+    error_code: Option<String>,
+}
+
+/// Which connection pool to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pool {
+    /// HTTP/2 where TLS negotiates it, else HTTP/1.1.
+    Default,
+    /// Always HTTP/1.1 (downloads: E2B's proxy pads them with empty HTTP/2 frames).
+    Http1,
+}
+
+/// The HTTP machinery shared by every request of one client.
+#[derive(Debug)]
+pub(crate) struct Http {
+    default: reqwest::Client,
+    http1: reqwest::Client,
+    retry: RetryPolicy,
+    /// The whole-request deadline.
+    pub(crate) deadline: Duration,
+    /// Buffering caps.
+    pub(crate) limits: Limits,
+}
+
+impl Http {
+    /// Builds both pools from the configuration.
+    pub(crate) fn new(config: &Config) -> Result<Http, Error> {
+        let build = |pool: Pool| {
+            let builder = reqwest::Client::builder()
+                .user_agent(concat!("e2b-client-rust/", env!("CARGO_PKG_VERSION")))
+                // A redirect could carry X-API-Key to another host; E2B never redirects.
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(config.request_deadline.min(Duration::from_secs(10)));
+            let builder = match pool {
+                Pool::Default => builder,
+                Pool::Http1 => builder.http1_only(),
+            };
+            builder.build().map_err(|error| Error::InvalidConfig {
+                reason: clean_text(&error.without_url().to_string(), &[]),
+            })
+        };
+        Ok(Http {
+            default: build(Pool::Default)?,
+            http1: build(Pool::Http1)?,
+            retry: config.retry.clone(),
+            deadline: config.request_deadline,
+            limits: config.limits.clone(),
+        })
+    }
+
+    /// A request builder on the chosen pool.
+    pub(crate) fn request(
+        &self,
+        pool: Pool,
+        method: reqwest::Method,
+        url: reqwest::Url,
+    ) -> reqwest::RequestBuilder {
+        match pool {
+            Pool::Default => self.default.request(method, url),
+            Pool::Http1 => self.http1.request(method, url),
+        }
+    }
+
+    /// The deadline for a request starting now.
+    pub(crate) fn deadline_from_now(&self) -> Instant {
+        Instant::now() + self.deadline
+    }
+
+    /// Sends with retries until a 2xx response, a final failure, or the deadline.
+    /// A request whose body cannot be cloned (a stream) gets exactly one attempt.
+    pub(crate) async fn send(
+        &self,
+        ctx: &Ctx,
+        pool: Pool,
+        request: reqwest::Request,
+        idempotency: Idempotency,
+        deadline: Instant,
+    ) -> Result<reqwest::Response, Error> {
+        let client = match pool {
+            Pool::Default => &self.default,
+            Pool::Http1 => &self.http1,
+        };
+        let mut original = Some(request);
+        let mut retries_done = 0;
+        loop {
+            let (attempt, replayable) = match original.as_ref().and_then(|r| r.try_clone()) {
+                Some(copy) => (copy, true),
+                None => match original.take() {
+                    Some(only) => (only, false),
+                    None => unreachable!("a non-replayable request is sent once"),
+                },
+            };
+            let (outcome, failure) =
+                match tokio::time::timeout_at(deadline, client.execute(attempt)).await {
+                    Err(_) => return Err(ctx.deadline(self.deadline)),
+                    Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                    Ok(Ok(response)) => {
+                        let status = response.status().as_u16();
+                        let headers = response.headers().clone();
+                        let body = read_error_body(response, deadline).await;
+                        let failure = ctx.from_response(status, &body);
+                        let outcome = Outcome::Status {
+                            status,
+                            should_retry: retry::should_retry(&headers),
+                            retry_after: retry::retry_after(&headers),
+                            sandbox_gone: failure.is_sandbox_gone(),
+                        };
+                        (outcome, failure)
+                    }
+                    Ok(Err(error)) if error.is_connect() => (
+                        Outcome::ConnectFailed,
+                        ctx.transport(TransportStage::Connect, error),
+                    ),
+                    Ok(Err(error)) => (
+                        Outcome::ConnectionLost,
+                        ctx.transport(TransportStage::Request, error),
+                    ),
+                };
+            let decision = retry::decide(
+                &self.retry,
+                idempotency,
+                retries_done,
+                outcome,
+                self.retry.jitter.fraction(),
+            );
+            let wait = match decision {
+                Decision::RetryAfter(wait) if replayable => wait,
+                _ => return Err(failure),
+            };
+            if Instant::now() + wait >= deadline {
+                // Waiting would outlive the deadline: the real failure says more than
+                // "deadline exceeded" would.
+                return Err(failure);
+            }
+            tracing::debug!(
+                operation = %ctx.operation,
+                retry = retries_done + 1,
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                error = %failure,
+                "retrying E2B request"
+            );
+            tokio::time::sleep(wait).await;
+            retries_done += 1;
+        }
+    }
+
+    /// Reads a whole body of at most `limit` bytes before `deadline`, checking the cap as bytes
+    /// arrive (and against `Content-Length` before reading anything).
+    pub(crate) async fn read_capped(
+        &self,
+        ctx: &Ctx,
+        response: reqwest::Response,
+        limit: usize,
+        deadline: Instant,
+    ) -> Result<Bytes, Error> {
+        let limit_u64 = u64::try_from(limit).unwrap_or(u64::MAX);
+        if response.content_length().is_some_and(|len| len > limit_u64) {
+            return Err(ctx.limit(None, limit_u64));
+        }
+        let mut body = response.bytes_stream();
+        let mut out = BytesMut::new();
+        loop {
+            let next = tokio::time::timeout_at(deadline, body.next())
+                .await
+                .map_err(|_| ctx.deadline(self.deadline))?;
+            match next {
+                None => return Ok(out.freeze()),
+                Some(Err(error)) => return Err(ctx.transport(TransportStage::Body, error)),
+                Some(Ok(chunk)) => {
+                    if out.len() + chunk.len() > limit {
+                        return Err(ctx.limit(None, limit_u64));
+                    }
+                    out.extend_from_slice(&chunk);
+                }
+            }
+        }
+    }
+
+    /// Reads and decodes a JSON body (capped by `limits.max_json_bytes`).
+    pub(crate) async fn read_json<T: DeserializeOwned>(
+        &self,
+        ctx: &Ctx,
+        response: reqwest::Response,
+        deadline: Instant,
+    ) -> Result<T, Error> {
+        let body = self
+            .read_capped(ctx, response, self.limits.max_json_bytes, deadline)
+            .await?;
+        serde_json::from_slice(&body).map_err(|error| ctx.protocol(format!("invalid JSON: {error}")))
+    }
+}
+
+/// The start of an error body; failures to read it just shorten the message.
+async fn read_error_body(response: reqwest::Response, deadline: Instant) -> Vec<u8> {
+    let mut body = response.bytes_stream();
+    let mut out = Vec::new();
+    while out.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout_at(deadline, body.next()).await {
+            Ok(Some(Ok(chunk))) => {
+                let room = MAX_ERROR_BODY - out.len();
+                out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(target: Target) -> Ctx {
+        Ctx::new(
+            Operation::Kill,
+            target,
+            ApiKey::new("e2b_secretkey_123456".to_owned()),
+            Some(AccessToken::new("envd-token-abcdef".to_owned())),
+        )
+    }
+
+    fn id() -> SandboxId {
+        SandboxId::parse("isbx1".to_owned()).expect("valid id")
+    }
+
+    #[test]
+    fn control_plane_error_bodies() {
+        let ctx = ctx(Target::Control(Some(id())));
+        let error = ctx.from_response(
+            404,
+            br#"{"code":404,"message":"Sandbox \"isbx1\" doesn't exist or you don't have access to it"}"#,
+        );
+        assert!(error.is_not_found());
+        assert!(error.is_sandbox_gone());
+        assert!(!error.is_conflict());
+        assert_eq!(error.status(), Some(404));
+        let error = ctx.from_response(
+            409,
+            br#"{"code":409,"message":"already paused","error_code":"conflict_x"}"#,
+        );
+        assert!(error.is_conflict());
+        assert_eq!(error.code(), Some("conflict_x"));
+        let error = ctx.from_response(503, b"<html>busy</html>");
+        assert!(error.is_transient());
+        assert!(error.to_string().contains("<html>busy</html>"), "{error}");
+        let error = ctx.from_response(500, b"");
+        assert!(error.to_string().contains("(empty body)"), "{error}");
+    }
+
+    #[test]
+    fn envd_error_bodies() {
+        let ctx = ctx(Target::Envd(id()));
+        let error = ctx.from_response(
+            404,
+            br#"{"code":"not_found","message":"process with pid 1001 not found"}"#,
+        );
+        assert!(error.is_not_found());
+        assert!(!error.is_sandbox_gone());
+        assert_eq!(error.code(), Some("not_found"));
+        let error = ctx.from_response(
+            502,
+            br#"{"sandboxId":"isbx1","message":"The sandbox was not found","code":502}"#,
+        );
+        assert!(error.is_sandbox_gone());
+        assert!(!error.is_transient());
+        assert!(matches!(error, Error::SandboxNotRunning { .. }));
+        let error = ctx.from_response(502, br#"{"message":"The sandbox is running but port is not open","code":502}"#);
+        assert!(!error.is_sandbox_gone());
+        assert!(error.is_transient());
+        assert_eq!(error.code(), None);
+        let error = ctx.from_response(409, br#"{"code":"already_exists","message":"exists"}"#);
+        assert!(error.is_conflict());
+        let error = ctx.from_response(401, br#"{"code":401,"message":"unauthorized access"}"#);
+        assert!(error.is_unauthorized());
+    }
+
+    #[test]
+    fn error_text_never_carries_known_secrets() {
+        // contract: X1
+        let ctx = ctx(Target::Envd(id()));
+        let error = ctx.from_response(
+            400,
+            br#"{"code":"invalid_argument","message":"bad token envd-token-abcdef for key e2b_secretkey_123456"}"#,
+        );
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains("envd-token-abcdef"), "{shown}");
+        assert!(!shown.contains("secretkey"), "{shown}");
+    }
+
+    #[test]
+    fn stream_errors_keep_the_connect_code() {
+        let ctx = ctx(Target::Envd(id()));
+        let error = ctx.stream_error(
+            Some("deadline_exceeded".to_owned()),
+            Some("context deadline exceeded".to_owned()),
+        );
+        assert!(error.is_deadline_exceeded());
+        assert_eq!(error.status(), None);
+        assert!(error.to_string().contains("stream error (deadline_exceeded)"));
+    }
+}

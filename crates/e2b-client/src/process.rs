@@ -1,0 +1,678 @@
+//! Processes in a sandbox: start options, the event stream, and what List reports.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt, stream};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+use crate::error::Error;
+use crate::framing::{EndStream, EnvelopeDecoder};
+use crate::http::Ctx;
+use crate::json;
+
+/// How to start a command. Start from [`StartOptions::new`]; there is no `Default`.
+#[derive(Clone, Debug)]
+pub struct StartOptions {
+    /// The command line, run as `/bin/bash -l -c <cmd>` like the official SDK.
+    pub cmd: String,
+    /// Extra environment variables (they win over the sandbox's).
+    pub envs: BTreeMap<String, String>,
+    /// Working directory; `None` is envd's default (the user's home).
+    pub cwd: Option<String>,
+    /// Run as this user (`Authorization: Basic`); `None` is envd's default user.
+    pub user: Option<String>,
+    /// Process deadline, sent as `Connect-Timeout-Ms`: envd kills the process when it passes.
+    /// `None` sends no deadline.
+    pub timeout: Option<Duration>,
+    /// How long envd may stay silent before sending a keepalive event
+    /// (`Keepalive-Ping-Interval`). The client gives up on a stream silent for twice this (or
+    /// the request deadline, whichever is longer).
+    pub keepalive: Duration,
+}
+
+impl StartOptions {
+    /// Runs `cmd` as envd's default user in its default directory, with no process deadline and
+    /// the official SDK's 50 s keepalive.
+    pub fn new(cmd: String) -> StartOptions {
+        StartOptions {
+            cmd,
+            envs: BTreeMap::new(),
+            cwd: None,
+            user: None,
+            timeout: None,
+            keepalive: Duration::from_secs(50),
+        }
+    }
+}
+
+/// One event of a process stream, in the order envd sends them: `Start` first, then output and
+/// keepalives, then exactly one `End`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProcessEvent {
+    /// The process started with this pid.
+    Start {
+        /// The pid inside the sandbox.
+        pid: u32,
+    },
+    /// A chunk of standard output, as read by envd (at most 32 KiB).
+    Stdout(Bytes),
+    /// A chunk of standard error.
+    Stderr(Bytes),
+    /// A chunk of terminal output (only for processes started with a PTY by someone else).
+    Pty(Bytes),
+    /// envd is alive; the process has been silent.
+    Keepalive,
+    /// The process ended.
+    End(ProcessEnd),
+}
+
+/// How a process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProcessEnd {
+    /// The exit code; `-1` when killed by a signal.
+    pub exit_code: i32,
+    /// Whether it exited by itself (false when killed by a signal).
+    pub exited: bool,
+    /// envd's status text (`exit status 3`, `signal: killed`).
+    pub status: String,
+    /// envd's error text, when the process failed.
+    pub error: Option<String>,
+}
+
+/// The events of one process, delivered as they arrive.
+///
+/// Bytes are decoded frame by frame from the response body: at most one frame (capped by
+/// [`crate::Limits::max_frame_bytes`]) plus one network chunk is buffered, and each output
+/// chunk is a fresh [`Bytes`] the consumer owns, so memory stays bounded however much the
+/// command prints. Dropping the stream closes the connection; the process keeps running (use
+/// [`crate::Sandbox::kill_process`] to stop it).
+///
+/// The stream ends after the `End` event. It yields an error (and then ends) when the server
+/// breaks the protocol (first event not `Start`, missing `End`, a bad frame), reports an error in
+/// its end frame (for example `deadline_exceeded` when the process deadline passed), the
+/// connection fails, or nothing at all arrives for the allowed silence.
+pub struct ProcessStream {
+    inner: Pin<Box<dyn Stream<Item = Result<ProcessEvent, Error>> + Send>>,
+    pid: Option<u32>,
+    ctx: Ctx,
+}
+
+impl fmt::Debug for ProcessStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessStream")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProcessStream {
+    pub(crate) fn new(
+        ctx: Ctx,
+        body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+        max_frame: usize,
+        idle: Duration,
+    ) -> ProcessStream {
+        let state = Decode {
+            body: Box::pin(body),
+            decoder: EnvelopeDecoder::new(max_frame),
+            ctx: ctx.clone(),
+            idle,
+            seen_start: false,
+            seen_end: false,
+            finished: false,
+        };
+        let inner = stream::unfold(state, |mut state| async move {
+            let item = state.next_event().await?;
+            Some((item, state))
+        });
+        ProcessStream {
+            inner: Box::pin(inner),
+            pid: None,
+            ctx,
+        }
+    }
+
+    /// The pid, once the `Start` event has been read.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Reads up to the `Start` event (consuming it) and returns the pid.
+    pub async fn started(&mut self) -> Result<u32, Error> {
+        if let Some(pid) = self.pid {
+            return Ok(pid);
+        }
+        match self.next().await {
+            Some(Ok(ProcessEvent::Start { pid })) => Ok(pid),
+            Some(Err(error)) => Err(error),
+            // Only reachable when the caller already consumed the start (or the failure).
+            Some(Ok(_)) | None => Err(self.ctx.protocol("the start event was already consumed")),
+        }
+    }
+
+    /// Consumes the stream, keeping stdout and stderr up to `limit` bytes in total; more output
+    /// is [`Error::LimitExceeded`] the moment it arrives.
+    pub async fn collect_output(mut self, limit: u64) -> Result<CommandOutput, Error> {
+        let mut stdout = BytesMut::new();
+        let mut stderr = BytesMut::new();
+        let mut kept: u64 = 0;
+        while let Some(event) = self.next().await {
+            let (target, chunk) = match event? {
+                ProcessEvent::Stdout(chunk) | ProcessEvent::Pty(chunk) => (&mut stdout, chunk),
+                ProcessEvent::Stderr(chunk) => (&mut stderr, chunk),
+                ProcessEvent::End(end) => {
+                    return Ok(CommandOutput {
+                        pid: self.pid.unwrap_or_default(),
+                        stdout: stdout.freeze(),
+                        stderr: stderr.freeze(),
+                        end,
+                    });
+                }
+                ProcessEvent::Start { .. } | ProcessEvent::Keepalive => continue,
+            };
+            kept = kept.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+            if kept > limit {
+                return Err(self.ctx.limit(None, limit));
+            }
+            target.extend_from_slice(&chunk);
+        }
+        // Only reachable when the caller already consumed the end (or the failure).
+        Err(self.ctx.protocol("stream ended without an end event"))
+    }
+}
+
+impl Stream for ProcessStream {
+    type Item = Result<ProcessEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Ok(ProcessEvent::Start { pid }))) = &polled {
+            self.pid = Some(*pid);
+        }
+        polled
+    }
+}
+
+/// Everything a finished command printed (see [`ProcessStream::collect_output`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct CommandOutput {
+    /// The pid it ran as.
+    pub pid: u32,
+    /// Standard output.
+    pub stdout: Bytes,
+    /// Standard error.
+    pub stderr: Bytes,
+    /// How it ended.
+    pub end: ProcessEnd,
+}
+
+/// The incremental decoder behind [`ProcessStream`].
+struct Decode {
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    decoder: EnvelopeDecoder,
+    ctx: Ctx,
+    idle: Duration,
+    seen_start: bool,
+    seen_end: bool,
+    finished: bool,
+}
+
+impl Decode {
+    /// The next event or error; `None` once finished.
+    async fn next_event(&mut self) -> Option<Result<ProcessEvent, Error>> {
+        if self.finished {
+            return None;
+        }
+        let result = self.step().await;
+        if !matches!(result, Some(Ok(_))) {
+            self.finished = true;
+        }
+        result
+    }
+
+    async fn step(&mut self) -> Option<Result<ProcessEvent, Error>> {
+        loop {
+            match self.decoder.next_frame() {
+                Err(error) => return Some(Err(self.ctx.protocol(error))),
+                Ok(Some(frame)) if frame.is_end_stream() => {
+                    let end: EndStream = match serde_json::from_slice(&frame.payload) {
+                        Ok(end) => end,
+                        Err(error) => {
+                            return Some(Err(self
+                                .ctx
+                                .protocol(format!("invalid end-of-stream message: {error}"))));
+                        }
+                    };
+                    if let Some(error) = end.error {
+                        return Some(Err(self.ctx.stream_error(error.code, error.message)));
+                    }
+                    if !self.seen_end {
+                        return Some(Err(self.ctx.protocol("stream ended without an end event")));
+                    }
+                    return None;
+                }
+                Ok(Some(frame)) => match parse_event(&frame.payload) {
+                    Err(detail) => return Some(Err(self.ctx.protocol(detail))),
+                    // An event kind this client does not know: ignored, like unknown fields.
+                    Ok(None) => continue,
+                    Ok(Some(event)) => return Some(self.check_order(event)),
+                },
+                Ok(None) => {}
+            }
+            match tokio::time::timeout(self.idle, self.body.next()).await {
+                Err(_) => return Some(Err(self.ctx.deadline(self.idle))),
+                Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
+                Ok(Some(Err(error))) => {
+                    return Some(Err(self
+                        .ctx
+                        .transport(crate::error::TransportStage::Body, error)));
+                }
+                Ok(None) => {
+                    if let Err(error) = self.decoder.finish() {
+                        return Some(Err(self.ctx.protocol(error)));
+                    }
+                    if self.seen_end {
+                        return None;
+                    }
+                    return Some(Err(self.ctx.protocol("stream ended without an end event")));
+                }
+            }
+        }
+    }
+
+    fn check_order(&mut self, event: ProcessEvent) -> Result<ProcessEvent, Error> {
+        let is_start = matches!(event, ProcessEvent::Start { .. });
+        if self.seen_end {
+            return Err(self.ctx.protocol("event after the end event"));
+        }
+        if !self.seen_start && !is_start {
+            return Err(self.ctx.protocol("first event is not a start event"));
+        }
+        if self.seen_start && is_start {
+            return Err(self.ctx.protocol("second start event"));
+        }
+        self.seen_start = true;
+        if matches!(event, ProcessEvent::End(_)) {
+            self.seen_end = true;
+        }
+        Ok(event)
+    }
+}
+
+#[derive(Deserialize)]
+struct EventMessage {
+    #[serde(default)]
+    event: Option<RawEvent>,
+}
+
+#[derive(Deserialize)]
+struct RawEvent {
+    #[serde(default)]
+    start: Option<RawStart>,
+    #[serde(default)]
+    data: Option<RawData>,
+    #[serde(default)]
+    end: Option<RawEnd>,
+    #[serde(default)]
+    keepalive: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct RawStart {
+    #[serde(default, deserialize_with = "json::int")]
+    pid: u32,
+}
+
+#[derive(Deserialize)]
+struct RawData {
+    #[serde(default)]
+    stdout: Option<String>,
+    #[serde(default)]
+    stderr: Option<String>,
+    #[serde(default)]
+    pty: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawEnd {
+    #[serde(
+        rename = "exitCode",
+        alias = "exit_code",
+        default,
+        deserialize_with = "json::int"
+    )]
+    exit_code: i32,
+    #[serde(default)]
+    exited: bool,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Decodes one stream message; `Ok(None)` for an event kind this client does not know.
+fn parse_event(payload: &[u8]) -> Result<Option<ProcessEvent>, String> {
+    let message: EventMessage =
+        serde_json::from_slice(payload).map_err(|error| format!("invalid event: {error}"))?;
+    let Some(event) = message.event else {
+        return Ok(None);
+    };
+    if let Some(start) = event.start {
+        return Ok(Some(ProcessEvent::Start { pid: start.pid }));
+    }
+    if let Some(data) = event.data {
+        let decode = |text: String| {
+            json::decode_bytes(&text)
+                .map(Bytes::from)
+                .ok_or_else(|| "output is not valid base64".to_owned())
+        };
+        if let Some(text) = data.stdout {
+            return decode(text).map(|bytes| Some(ProcessEvent::Stdout(bytes)));
+        }
+        if let Some(text) = data.stderr {
+            return decode(text).map(|bytes| Some(ProcessEvent::Stderr(bytes)));
+        }
+        if let Some(text) = data.pty {
+            return decode(text).map(|bytes| Some(ProcessEvent::Pty(bytes)));
+        }
+        // A data event with no known output (proto3 may omit an empty one).
+        return Ok(Some(ProcessEvent::Stdout(Bytes::new())));
+    }
+    if let Some(end) = event.end {
+        return Ok(Some(ProcessEvent::End(ProcessEnd {
+            exit_code: end.exit_code,
+            exited: end.exited,
+            status: end.status,
+            error: end.error,
+        })));
+    }
+    if event.keepalive.is_some() {
+        return Ok(Some(ProcessEvent::Keepalive));
+    }
+    Ok(None)
+}
+
+/// The signals envd can send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Signal {
+    /// `SIGKILL`.
+    Kill,
+    /// `SIGTERM`.
+    Term,
+}
+
+impl Signal {
+    /// The proto enum name envd expects.
+    pub(crate) fn wire_name(self) -> &'static str {
+        match self {
+            Signal::Kill => "SIGNAL_SIGKILL",
+            Signal::Term => "SIGNAL_SIGTERM",
+        }
+    }
+}
+
+/// The result of signalling a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignalOutcome {
+    /// envd delivered the signal.
+    Delivered,
+    /// No process with that pid (Connect `not_found`).
+    NotFound,
+}
+
+/// A process as envd's List reports it.
+#[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessInfo {
+    /// The pid.
+    #[serde(default, deserialize_with = "json::int")]
+    pub pid: u32,
+    /// Its tag, if started with one.
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// How it was started.
+    #[serde(default)]
+    pub config: ProcessConfig,
+}
+
+/// The command line a process was started with.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessConfig {
+    /// The program.
+    #[serde(default)]
+    pub cmd: String,
+    /// Its arguments.
+    #[serde(default, deserialize_with = "json::null_default")]
+    pub args: Vec<String>,
+    /// Its extra environment.
+    #[serde(default, deserialize_with = "json::null_default")]
+    pub envs: BTreeMap<String, String>,
+    /// Its working directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::stream;
+
+    use super::*;
+    use crate::error::Operation;
+    use crate::framing::FLAG_END_STREAM;
+    use crate::http::Target;
+    use crate::ids::SandboxId;
+    use crate::secret::ApiKey;
+
+    fn ctx() -> Ctx {
+        Ctx::new(
+            Operation::StartProcess,
+            Target::Envd(SandboxId::parse("isbx".to_owned()).expect("valid")),
+            ApiKey::new("e2b_key_for_tests_000".to_owned()),
+            None,
+        )
+    }
+
+    fn frame(flags: u8, payload: &str) -> Vec<u8> {
+        let mut out = vec![flags];
+        out.extend_from_slice(&u32::try_from(payload.len()).expect("small").to_be_bytes());
+        out.extend_from_slice(payload.as_bytes());
+        out
+    }
+
+    fn from_chunks(chunks: Vec<Vec<u8>>) -> ProcessStream {
+        let body = stream::iter(chunks.into_iter().map(|chunk| Ok(Bytes::from(chunk))));
+        ProcessStream::new(ctx(), body, 1 << 16, Duration::from_secs(5))
+    }
+
+    async fn collect(stream: ProcessStream) -> Vec<Result<ProcessEvent, Error>> {
+        stream.collect().await
+    }
+
+    fn happy_wire() -> Vec<u8> {
+        let mut wire = Vec::new();
+        for line in [
+            r#"{"event":{"start":{"pid":1000}}}"#,
+            r#"{"event":{"data":{"stdout":"aGVsbG8K"}}}"#,
+            r#"{"event":{"data":{"stderr":"d2Fybgo="}}}"#,
+            r#"{"event":{"keepalive":{}}}"#,
+            r#"{"event":{"somethingNew":{"x":1}}}"#,
+            r#"{"event":{"end":{"exitCode":3,"exited":true,"status":"exit status 3","error":"exit status 3"}}}"#,
+        ] {
+            wire.extend(frame(0, line));
+        }
+        wire.extend(frame(FLAG_END_STREAM, "{}"));
+        wire
+    }
+
+    #[tokio::test]
+    async fn decodes_a_whole_stream_however_it_is_chunked() {
+        let wire = happy_wire();
+        for size in [1, 2, 3, 7, 64, wire.len()] {
+            let chunks: Vec<Vec<u8>> = wire.chunks(size).map(<[u8]>::to_vec).collect();
+            let events: Vec<ProcessEvent> = collect(from_chunks(chunks))
+                .await
+                .into_iter()
+                .collect::<Result<_, _>>()
+                .expect("valid stream");
+            assert_eq!(
+                events,
+                vec![
+                    ProcessEvent::Start { pid: 1000 },
+                    ProcessEvent::Stdout(Bytes::from_static(b"hello\n")),
+                    ProcessEvent::Stderr(Bytes::from_static(b"warn\n")),
+                    ProcessEvent::Keepalive,
+                    ProcessEvent::End(ProcessEnd {
+                        exit_code: 3,
+                        exited: true,
+                        status: "exit status 3".to_owned(),
+                        error: Some("exit status 3".to_owned()),
+                    }),
+                ],
+                "chunk size {size}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn snake_case_and_string_integers_decode() {
+        let mut wire = frame(0, r#"{"event":{"start":{"pid":"77"}}}"#);
+        wire.extend(frame(
+            0,
+            r#"{"event":{"end":{"exit_code":"-1","status":"signal: killed"}}}"#,
+        ));
+        let mut stream = from_chunks(vec![wire]);
+        assert_eq!(stream.started().await.expect("start"), 77);
+        assert_eq!(stream.pid(), Some(77));
+        let end = stream.next().await.expect("an event").expect("valid");
+        assert_eq!(
+            end,
+            ProcessEvent::End(ProcessEnd {
+                exit_code: -1,
+                exited: false,
+                status: "signal: killed".to_owned(),
+                error: None,
+            })
+        );
+        // No end-stream frame after End is tolerated.
+        assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn end_stream_error_is_surfaced() {
+        let mut wire = frame(0, r#"{"event":{"start":{"pid":1}}}"#);
+        wire.extend(frame(
+            FLAG_END_STREAM,
+            r#"{"error":{"code":"deadline_exceeded","message":"context deadline exceeded"}}"#,
+        ));
+        let items = collect(from_chunks(vec![wire])).await;
+        assert_eq!(items.len(), 2);
+        let error = items[1].as_ref().expect_err("an error");
+        assert!(error.is_deadline_exceeded(), "{error}");
+        assert!(!error.to_string().to_lowercase().contains("timeout"));
+    }
+
+    #[tokio::test]
+    async fn protocol_violations_are_errors() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (frame(0, r#"{"event":{"keepalive":{}}}"#), "first event"),
+            (
+                [
+                    frame(0, r#"{"event":{"start":{"pid":1}}}"#),
+                    frame(0, r#"{"event":{"start":{"pid":2}}}"#),
+                ]
+                .concat(),
+                "second start",
+            ),
+            (
+                frame(0, r#"{"event":{"start":{"pid":1}}}"#),
+                "without an end event",
+            ),
+            (
+                [
+                    frame(0, r#"{"event":{"start":{"pid":1}}}"#),
+                    frame(FLAG_END_STREAM, "{}"),
+                ]
+                .concat(),
+                "without an end event",
+            ),
+            (frame(0, "not json"), "invalid event"),
+            (
+                [
+                    frame(0, r#"{"event":{"start":{"pid":1}}}"#),
+                    frame(0, r#"{"event":{"data":{"stdout":"!!"}}}"#),
+                ]
+                .concat(),
+                "base64",
+            ),
+            (vec![0, 0, 0, 0, 9, b'{'], "inside a frame"),
+            (vec![0, 0xff, 0, 0, 0], "frame cap"),
+        ];
+        for (wire, expected) in cases {
+            let items = collect(from_chunks(vec![wire])).await;
+            let error = items
+                .iter()
+                .find_map(|item| item.as_ref().err())
+                .expect("an error");
+            assert!(
+                matches!(error, Error::Protocol { .. }),
+                "{expected}: {error:?}"
+            );
+            assert!(error.to_string().contains(expected), "{expected}: {error}");
+            // Nothing after the error.
+            assert!(items.last().is_some_and(Result::is_err));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_stream_hits_the_idle_deadline() {
+        let body = stream::iter(vec![Ok(Bytes::from(frame(
+            0,
+            r#"{"event":{"start":{"pid":1}}}"#,
+        )))])
+        .chain(stream::pending());
+        let mut stream = ProcessStream::new(ctx(), body, 1024, Duration::from_secs(30));
+        assert_eq!(stream.started().await.expect("start"), 1);
+        let error = stream.next().await.expect("an item").expect_err("deadline");
+        assert!(error.is_deadline_exceeded());
+        assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn collect_output_enforces_its_cap() {
+        let output = from_chunks(vec![happy_wire()])
+            .collect_output(1024)
+            .await
+            .expect("under the cap");
+        assert_eq!(&output.stdout[..], b"hello\n");
+        assert_eq!(&output.stderr[..], b"warn\n");
+        assert_eq!(output.end.exit_code, 3);
+        assert_eq!(output.pid, 1000);
+        let error = from_chunks(vec![happy_wire()])
+            .collect_output(8)
+            .await
+            .expect_err("over the cap");
+        assert!(error.is_limit_exceeded());
+    }
+
+    #[test]
+    fn list_response_decodes() {
+        let info: ProcessInfo = serde_json::from_str(
+            r#"{"config":{"cmd":"/bin/bash","args":["-l","-c","sleep 1"],"envs":null,"cwd":"/home/user"},"pid":"1001","tag":null}"#,
+        )
+        .expect("valid");
+        assert_eq!(info.pid, 1001);
+        assert_eq!(info.config.args, ["-l", "-c", "sleep 1"]);
+        assert!(info.config.envs.is_empty());
+    }
+}
