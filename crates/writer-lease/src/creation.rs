@@ -4,6 +4,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::key::ScopeFile;
 use crate::scope::{Degradation, LockAttempt, LockKind, ScopeFiles};
 
@@ -49,15 +50,20 @@ impl CreationGuard {
 
 impl ScopeFiles {
     /// Tries to take the creation lock without blocking (contract I6).
-    pub fn try_creation_lock(&self) -> CreationAccess {
-        match self.lock(ScopeFile::CreationLock, LockKind::Exclusive) {
-            LockAttempt::Locked(file) => CreationAccess::Locked(CreationGuard {
-                _file: file,
-                path: self.path(ScopeFile::CreationLock),
-            }),
-            LockAttempt::Busy => CreationAccess::Busy,
-            LockAttempt::Degraded(degradation) => CreationAccess::Unprotected(degradation),
-        }
+    ///
+    /// Where the host cannot lock, returns [`CreationAccess::Unprotected`];
+    /// a failure that may pass is an error.
+    pub fn try_creation_lock(&self) -> Result<CreationAccess, Error> {
+        Ok(
+            match self.lock(ScopeFile::CreationLock, LockKind::Exclusive)? {
+                LockAttempt::Locked(file) => CreationAccess::Locked(CreationGuard {
+                    _file: file,
+                    path: self.path(ScopeFile::CreationLock),
+                }),
+                LockAttempt::Busy => CreationAccess::Busy,
+                LockAttempt::Degraded(degradation) => CreationAccess::Unprotected(degradation),
+            },
+        )
     }
 
     /// Takes the creation lock, waiting at most `timeout` (capped at
@@ -67,19 +73,19 @@ impl ScopeFiles {
     /// [`CREATION_POLL_INTERVAL`]); async callers run it on a blocking
     /// thread. Returns [`CreationAccess::Busy`] when the wait ends unlocked:
     /// a holder that is alive but stuck must not stall every cold start.
-    pub fn creation_lock_within(&self, timeout: Duration) -> CreationAccess {
+    pub fn creation_lock_within(&self, timeout: Duration) -> Result<CreationAccess, Error> {
         let host = self.host();
         let Some(deadline) = host.now().checked_add(timeout.min(MAX_CREATION_WAIT)) else {
             return self.try_creation_lock();
         };
         loop {
-            let access = self.try_creation_lock();
+            let access = self.try_creation_lock()?;
             if !matches!(access, CreationAccess::Busy) {
-                return access;
+                return Ok(access);
             }
             let remaining = deadline.saturating_duration_since(host.now());
             if remaining.is_zero() {
-                return CreationAccess::Busy;
+                return Ok(CreationAccess::Busy);
             }
             host.sleep(remaining.min(CREATION_POLL_INTERVAL));
         }

@@ -193,10 +193,11 @@ impl ScopeFiles {
     /// Returns [`Role::Reader`] when another session holds it. Where the host
     /// cannot lock or cannot write the directory, returns an unprotected
     /// writer carrying the [`Degradation`] instead of failing, so a single
-    /// session still works (contract C6). Only an unexpected filesystem
-    /// failure is an error.
+    /// session still works (contract C6). A failure that may pass (out of
+    /// file descriptors, an I/O error) is an error instead: degrading on it
+    /// would make this session a second writer beside the real one.
     pub fn try_acquire_writer(&self) -> Result<Role, Error> {
-        let lock = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive) {
+        let lock = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
             LockAttempt::Locked(file) => file,
             LockAttempt::Busy => return Ok(Role::Reader),
             LockAttempt::Degraded(degradation) => {
@@ -211,6 +212,9 @@ impl ScopeFiles {
         // every session on this host degrades alike.
         if let Err(error) = self.host.probe_writable(&self.dir) {
             drop(lock);
+            if !is_unusable(&error) {
+                return Err(Error::io("probe coordination directory", &self.dir, error));
+            }
             let degradation =
                 Degradation::new(DegradationCause::MarkerDirUnusable, &self.dir, &error);
             return Ok(Role::Writer(WriterLease::unprotected(
@@ -226,12 +230,12 @@ impl ScopeFiles {
     /// Takes a shared lock for an instant; a session trying to become writer
     /// at that very instant is told the role is held and, like any reader,
     /// tries again at its next command.
-    pub fn writer_status(&self) -> WriterStatus {
-        match self.lock(ScopeFile::WriterLock, LockKind::Shared) {
+    pub fn writer_status(&self) -> Result<WriterStatus, Error> {
+        Ok(match self.lock(ScopeFile::WriterLock, LockKind::Shared)? {
             LockAttempt::Locked(_) => WriterStatus::Free,
             LockAttempt::Busy => WriterStatus::Held,
             LockAttempt::Degraded(degradation) => WriterStatus::Unknown(degradation),
-        }
+        })
     }
 
     /// Decides whether a reader attached to `sandbox_id` may run a command
@@ -324,27 +328,20 @@ impl ScopeFiles {
         }
     }
 
-    pub(crate) fn lock(&self, file: ScopeFile, kind: LockKind) -> LockAttempt {
-        let unusable = |path: &Path, error: &io::Error| {
-            LockAttempt::Degraded(Degradation::new(
-                DegradationCause::MarkerDirUnusable,
-                path,
-                error,
-            ))
-        };
+    pub(crate) fn lock(&self, file: ScopeFile, kind: LockKind) -> Result<LockAttempt, Error> {
         if let Err(error) = self.host.ensure_private_dir(&self.dir) {
-            return unusable(&self.dir, &error);
+            return unusable_or_error("create coordination directory", &self.dir, error);
         }
         let path = self.path(file);
         let handle = match self.host.open_lock_file(&path) {
             Ok(handle) => handle,
-            Err(error) => return unusable(&path, &error),
+            Err(error) => return unusable_or_error("open lock file", &path, error),
         };
         let attempt = match kind {
             LockKind::Exclusive => self.host.try_lock(&handle),
             LockKind::Shared => self.host.try_lock_shared(&handle),
         };
-        match attempt {
+        Ok(match attempt {
             Ok(()) => LockAttempt::Locked(handle),
             Err(TryLockError::WouldBlock) => LockAttempt::Busy,
             // Anything but "held by someone" means this filesystem cannot
@@ -355,7 +352,40 @@ impl ScopeFiles {
                 &path,
                 &error,
             )),
-        }
+        })
+    }
+}
+
+/// Whether an error creating or opening a coordination file means the
+/// directory cannot be used here at all (degrade), rather than a failure
+/// that may pass (report). Degrading on a passing failure would make this
+/// session a second, unprotected writer beside the real one.
+fn is_unusable(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::PermissionDenied
+            | io::ErrorKind::ReadOnlyFilesystem
+            | io::ErrorKind::NotADirectory
+            | io::ErrorKind::IsADirectory
+            // create_dir_all on a path held by a regular file.
+            | io::ErrorKind::AlreadyExists
+            | io::ErrorKind::Unsupported
+    )
+}
+
+fn unusable_or_error(
+    operation: &'static str,
+    path: &Path,
+    error: io::Error,
+) -> Result<LockAttempt, Error> {
+    if is_unusable(&error) {
+        Ok(LockAttempt::Degraded(Degradation::new(
+            DegradationCause::MarkerDirUnusable,
+            path,
+            &error,
+        )))
+    } else {
+        Err(Error::io(operation, path, error))
     }
 }
 

@@ -49,17 +49,17 @@ fn one_writer_per_scope_and_the_role_frees_on_release() {
     let dir = tempfile::tempdir().expect("tempdir");
     let a = files(&dir);
     let b = files(&dir);
-    assert_eq!(a.writer_status(), WriterStatus::Free);
+    assert_eq!(a.writer_status().ok(), Some(WriterStatus::Free));
 
     let lease = writer(&a);
     assert!(lease.degradation().is_none());
     assert!(matches!(b.try_acquire_writer(), Ok(Role::Reader)));
-    assert_eq!(b.writer_status(), WriterStatus::Held);
+    assert_eq!(b.writer_status().ok(), Some(WriterStatus::Held));
     // The status probe did not disturb the holder.
     assert!(matches!(b.try_acquire_writer(), Ok(Role::Reader)));
 
     lease.release();
-    assert_eq!(b.writer_status(), WriterStatus::Free);
+    assert_eq!(b.writer_status().ok(), Some(WriterStatus::Free));
     let other = ScopeFiles::new(a.dir().to_path_buf(), ScopeKey::from_bytes([1; 32]));
     let _unrelated = writer(&other);
     assert!(matches!(b.try_acquire_writer(), Ok(Role::Writer(_))));
@@ -276,24 +276,24 @@ fn the_creation_lock_excludes_and_its_wait_is_bounded() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (a, host) = faulty(&dir);
     let (b, _) = faulty(&dir);
-    let CreationAccess::Locked(guard) = a.try_creation_lock() else {
+    let Ok(CreationAccess::Locked(guard)) = a.try_creation_lock() else {
         panic!("a free creation lock is taken");
     };
     assert_eq!(guard.path(), a.path(ScopeFile::CreationLock));
-    assert!(matches!(b.try_creation_lock(), CreationAccess::Busy));
+    assert!(matches!(b.try_creation_lock(), Ok(CreationAccess::Busy)));
 
     // b's own host is a different virtual clock; use a's to count polls.
     let before = host.sleeps();
     assert!(matches!(
         a.creation_lock_within(Duration::from_millis(200)),
-        CreationAccess::Busy
+        Ok(CreationAccess::Busy)
     ));
     assert_eq!(host.sleeps() - before, 4, "200 ms at 50 ms per poll");
     // An absurd timeout is still bounded (capped at MAX_CREATION_WAIT).
     let before = host.sleeps();
     assert!(matches!(
         a.creation_lock_within(Duration::MAX),
-        CreationAccess::Busy
+        Ok(CreationAccess::Busy)
     ));
     let polls = host.sleeps() - before;
     let cap = writer_lease::MAX_CREATION_WAIT.as_millis() / 50;
@@ -302,7 +302,7 @@ fn the_creation_lock_excludes_and_its_wait_is_bounded() {
     guard.release();
     assert!(matches!(
         b.creation_lock_within(Duration::from_secs(1)),
-        CreationAccess::Locked(_)
+        Ok(CreationAccess::Locked(_))
     ));
 }
 
@@ -334,10 +334,13 @@ fn unsupported_locking_degrades_to_an_unprotected_writer() {
         // A second session is not told "reader" forever: it degrades too.
         let (_second, second_cause) = degraded(&scope);
         assert_eq!(second_cause, DegradationCause::LockingUnsupported);
-        assert!(matches!(scope.writer_status(), WriterStatus::Unknown(_)));
+        assert!(matches!(
+            scope.writer_status(),
+            Ok(WriterStatus::Unknown(_))
+        ));
         assert!(matches!(
             scope.try_creation_lock(),
-            CreationAccess::Unprotected(_)
+            Ok(CreationAccess::Unprotected(_))
         ));
 
         // A single session still works.
@@ -413,4 +416,37 @@ fn on_a_healthy_host_marker_failures_are_errors_naming_path_and_operation() {
     host.fail_once(Op::Read, ".dirty", denied);
     assert!(matches!(refusal(scope.admission("sbx1")), Refusal::Unreadable(e) if e.is_io()));
     assert!(scope.admission("sbx1").is_admitted());
+}
+
+#[test]
+fn a_failure_that_may_pass_is_an_error_not_a_second_writer() {
+    // EMFILE: out of file descriptors says nothing about the directory, and
+    // degrading on it would run this session as a writer beside the real one.
+    fn emfile() -> std::io::Error {
+        std::io::Error::from_raw_os_error(24)
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (scope, host) = faulty(&dir);
+    host.fail_once(Op::OpenLock, ".writer.lock", emfile);
+    let Err(error) = scope.try_acquire_writer() else {
+        panic!("a transient failure is reported");
+    };
+    assert!(error.is_io());
+    assert_eq!(error.operation(), "open lock file");
+    assert_eq!(
+        error.path(),
+        Some(scope.path(ScopeFile::WriterLock).as_path())
+    );
+
+    host.fail_once(Op::Probe, "e2b", emfile);
+    assert!(
+        scope
+            .try_acquire_writer()
+            .is_err_and(|e| e.operation() == "probe coordination directory")
+    );
+    host.fail_once(Op::OpenLock, ".create.lock", emfile);
+    assert!(scope.try_creation_lock().is_err());
+    // Once the failure passes, the role is available (the failed attempts
+    // held nothing).
+    let _lease = writer(&scope);
 }

@@ -67,9 +67,10 @@ fn main() -> ExitCode {
 fn status(files: &ScopeFiles, sandbox: Option<&String>) -> io::Result<()> {
     let mut out = io::stdout().lock();
     let writer = match files.writer_status() {
-        WriterStatus::Held => "held".to_owned(),
-        WriterStatus::Free => "free".to_owned(),
-        WriterStatus::Unknown(degradation) => format!("unknown: {degradation}"),
+        Ok(WriterStatus::Held) => "held".to_owned(),
+        Ok(WriterStatus::Free) => "free".to_owned(),
+        Ok(WriterStatus::Unknown(degradation)) => format!("unknown: {degradation}"),
+        Err(error) => format!("unreadable ({error})"),
     };
     writeln!(out, "writer: {writer}")?;
     match files.dirty() {
@@ -156,18 +157,20 @@ fn session(files: &ScopeFiles) -> io::Result<()> {
                 "ok".to_owned()
             }
             ["status"] => match files.writer_status() {
-                WriterStatus::Held => "held".to_owned(),
-                WriterStatus::Free => "free".to_owned(),
-                WriterStatus::Unknown(_) => "unknown".to_owned(),
+                Ok(WriterStatus::Held) => "held".to_owned(),
+                Ok(WriterStatus::Free) => "free".to_owned(),
+                Ok(WriterStatus::Unknown(_)) => "unknown".to_owned(),
+                Err(error) => format!("error {error}"),
             },
             ["create-lock", millis] => match millis.parse::<u64>() {
                 Ok(millis) => match files.creation_lock_within(Duration::from_millis(millis)) {
-                    CreationAccess::Locked(guard) => {
+                    Ok(CreationAccess::Locked(guard)) => {
                         state.creation = Some(guard);
                         "locked".to_owned()
                     }
-                    CreationAccess::Busy => "busy".to_owned(),
-                    CreationAccess::Unprotected(d) => format!("unprotected {d}"),
+                    Ok(CreationAccess::Busy) => "busy".to_owned(),
+                    Ok(CreationAccess::Unprotected(d)) => format!("unprotected {d}"),
+                    Err(error) => format!("error {error}"),
                 },
                 Err(_) => "error create-lock takes milliseconds".to_owned(),
             },
