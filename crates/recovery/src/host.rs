@@ -156,6 +156,7 @@ pub(crate) fn write_temp(
             return Err(TempError::Short);
         }
         set_mode(&file, executable).map_err(TempError::Write)?;
+        // The push that follows recovery overwrites the sandbox copy: make this one durable.
         file.sync_data().map_err(TempError::Write)
     })();
     match outcome {

@@ -95,7 +95,8 @@ pub(crate) fn read_snapshot(
             stats.members += 1;
             on_member(member).map_err(|e| meter.reclassify(e, &display))?;
         }
-        if pending.long_name.is_some() || pending.pax_path.is_some() || pending.pax_size.is_some() {
+        let pending_extension = pending.long_name.is_some() || pending.pax_path.is_some() || pending.pax_size.is_some();
+        if pending_extension && !meter.eof.get() {
             return Err(meter.malformed(last, "extended header not followed by a member"));
         }
     }

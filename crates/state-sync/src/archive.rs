@@ -196,7 +196,7 @@ pub fn read_archive(
                 }
             }
         }
-        if pending.is_pending() {
+        if pending.is_pending() && !meter.eof.get() {
             return Err(Error::Malformed {
                 operation: OPERATION,
                 member: last,
