@@ -38,6 +38,10 @@
 //!   `<key>.writer.lock` and holds it in the returned [`WriterLease`] until it
 //!   is dropped; the operating system releases it when the process dies,
 //!   SIGKILL included, so a reader can take the role over (C4).
+//! - **Hand-off** (C4, C5): a reader asks [`ScopeFiles::try_acquire_writer`]
+//!   again; a new [`WriterLease`] starts [`WriterPhase::Idle`] and can stamp
+//!   or clear nothing until its own full transition. A writer that stops
+//!   mid-transition leaves the scope dirty for the next one to clean.
 //! - **Reader admission** (C2, C7): [`ScopeFiles::admission`] admits a command
 //!   only when the scope is not dirty and the current writer generation
 //!   stamped the reader's sandbox prepared. Unreadable files refuse.
