@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod harness;
+pub mod world;
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};

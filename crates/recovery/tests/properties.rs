@@ -1,0 +1,109 @@
+//! Property tests over generated host and sandbox trees: no file on either side is lost, host
+//! files are never modified, nothing is written outside the home.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use recovery::{Outcome, QuarantineReason, SkipReason};
+use support::world::World;
+use support::TarMaker;
+
+const PATHS: &[&str] = &[
+    "skills/x.md",
+    "skills/a",
+    "skills/a/x.md",
+    "skills/a/y.md",
+    "skills/a/b/x.md",
+    "skills/b/x.md",
+    "memories/MEMORY.md",
+    "memories/a",
+    "memories/a/x.md",
+];
+
+/// A consistent tree: no file below another file.
+fn tree() -> impl Strategy<Value = BTreeMap<String, String>> {
+    prop::collection::btree_map(prop::sample::select(PATHS), prop::sample::select(vec!["1", "2", "3"]), 0..PATHS.len())
+        .prop_map(|files| {
+            let mut out: BTreeMap<String, String> = BTreeMap::new();
+            for (path, body) in files {
+                let clash = out.keys().any(|p| path.starts_with(&format!("{p}/")) || p.starts_with(&format!("{path}/")));
+                if !clash {
+                    out.insert(path.to_owned(), body.to_owned());
+                }
+            }
+            out
+        })
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    Plain,
+    SymlinkedSkills,
+    SymlinkedSubdir,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    // contract: S5, S6, S7, S9, S10
+    #[test]
+    fn no_file_on_either_side_is_lost(
+        host in tree(),
+        sandbox in tree(),
+        host_only in prop::collection::btree_set(prop::sample::select(PATHS), 0..3),
+        layout in prop::sample::select(vec![Layout::Plain, Layout::SymlinkedSkills, Layout::SymlinkedSubdir]),
+    ) {
+        let mut world = World::new();
+        world.host_only = host_only.iter().map(PathBuf::from).collect();
+        for (path, body) in &host {
+            match layout {
+                Layout::SymlinkedSkills if path.starts_with("skills/") => {
+                    world.host(&format!("real-skills/{}", &path["skills/".len()..]), body);
+                }
+                _ => {
+                    world.host(path, body);
+                }
+            }
+        }
+        match layout {
+            Layout::Plain => {}
+            Layout::SymlinkedSkills => world.symlink("skills", &world.home().join("real-skills")),
+            Layout::SymlinkedSubdir => {
+                if !world.home().join("skills/b").exists() {
+                    world.symlink("skills/b", &world.outside());
+                }
+            }
+        }
+        let mut archive = TarMaker::new();
+        for (path, body) in &sandbox {
+            archive.file(path, body.as_bytes());
+        }
+        let report = world.recover(&archive.finish()).expect("generated worlds always recover");
+
+        prop_assert_eq!(report.files.len(), sandbox.len());
+        for (path, body) in &sandbox {
+            let outcome = report.outcome_of(path).expect("every sandbox file is reported");
+            let covered = host_only.iter().any(|h| path == h || path.starts_with(&format!("{h}/")));
+            match outcome {
+                Outcome::Restored => {
+                    prop_assert!(!host.contains_key(path));
+                    prop_assert!(!covered, "host-only {} restored", path);
+                    prop_assert_eq!(&world.read(path), body);
+                }
+                Outcome::Unchanged => prop_assert_eq!(host.get(path), Some(body)),
+                Outcome::Quarantined { at, reason } => {
+                    prop_assert_eq!(&world.read(at), body);
+                    if *reason == QuarantineReason::Conflict {
+                        prop_assert!(host.get(path).is_some_and(|h| h != body));
+                    }
+                }
+                Outcome::Skipped { reason } => {
+                    prop_assert!(matches!(reason, SkipReason::AncestorIsFile { .. }), "{:?}", reason);
+                }
+            }
+        }
+    }
+}
