@@ -184,7 +184,11 @@ impl Jitter {
             Jitter::Random => rand::random::<f64>(),
             Jitter::Source(source) => source.next_fraction(),
         };
-        if raw.is_nan() { 0.0 } else { raw.clamp(0.0, 1.0) }
+        if raw.is_nan() {
+            0.0
+        } else {
+            raw.clamp(0.0, 1.0)
+        }
     }
 }
 

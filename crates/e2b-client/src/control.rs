@@ -108,7 +108,13 @@ impl Client {
             env_vars: &options.env_vars,
         };
         let response = self
-            .send_json(&ctx, Method::POST, "/v2/sandboxes", Some(&body), Idempotency::NotIdempotent)
+            .send_json(
+                &ctx,
+                Method::POST,
+                "/v2/sandboxes",
+                Some(&body),
+                Idempotency::NotIdempotent,
+            )
             .await?;
         let deadline = self.inner.http.deadline_from_now();
         self.inner.http.read_json(&ctx, response, deadline).await
@@ -208,7 +214,13 @@ impl Client {
             timeout: whole_secs(timeout),
         };
         let response = self
-            .send_json(&ctx, Method::POST, &path, Some(&body), Idempotency::Idempotent)
+            .send_json(
+                &ctx,
+                Method::POST,
+                &path,
+                Some(&body),
+                Idempotency::Idempotent,
+            )
             .await?;
         let state = if response.status().as_u16() == 201 {
             ConnectState::Resumed
@@ -222,14 +234,24 @@ impl Client {
 
     /// Sets the lease to exactly `timeout` from now (`POST /sandboxes/{id}/timeout`); unlike
     /// [`Client::connect`] this may shorten it. Only a running sandbox has a lease: 404 otherwise.
-    pub async fn set_timeout(&self, sandbox_id: &SandboxId, timeout: Duration) -> Result<(), Error> {
+    pub async fn set_timeout(
+        &self,
+        sandbox_id: &SandboxId,
+        timeout: Duration,
+    ) -> Result<(), Error> {
         let ctx = self.ctx(Operation::SetTimeout, Some(sandbox_id));
         let path = format!("/sandboxes/{sandbox_id}/timeout");
         let body = TimeoutBody {
             timeout: whole_secs(timeout),
         };
-        self.send_json(&ctx, Method::POST, &path, Some(&body), Idempotency::Idempotent)
-            .await?;
+        self.send_json(
+            &ctx,
+            Method::POST,
+            &path,
+            Some(&body),
+            Idempotency::Idempotent,
+        )
+        .await?;
         Ok(())
     }
 
@@ -240,7 +262,13 @@ impl Client {
         let path = format!("/sandboxes/{sandbox_id}/pause");
         let body = serde_json::Map::new();
         match self
-            .send_json(&ctx, Method::POST, &path, Some(&body), Idempotency::Idempotent)
+            .send_json(
+                &ctx,
+                Method::POST,
+                &path,
+                Some(&body),
+                Idempotency::Idempotent,
+            )
             .await
         {
             Ok(_) => Ok(PauseOutcome::Paused),
@@ -313,9 +341,7 @@ impl Client {
         if let Some(body) = body {
             let bytes = serde_json::to_vec(body)
                 .map_err(|error| ctx.invalid_input(format!("cannot encode the body: {error}")))?;
-            builder = builder
-                .header(CONTENT_TYPE, "application/json")
-                .body(bytes);
+            builder = builder.header(CONTENT_TYPE, "application/json").body(bytes);
         }
         let request = builder
             .build()
@@ -614,16 +640,30 @@ pub struct ListedSandbox {
     #[serde(rename = "clientID", alias = "clientId", alias = "client_id", default)]
     pub client_id: String,
     /// When it started.
-    #[serde(rename = "startedAt", alias = "started_at", deserialize_with = "json::rfc3339")]
+    #[serde(
+        rename = "startedAt",
+        alias = "started_at",
+        deserialize_with = "json::rfc3339"
+    )]
     pub started_at: time::OffsetDateTime,
     /// When the lease ends (running) or when it paused (paused).
     #[serde(rename = "endAt", alias = "end_at", deserialize_with = "json::rfc3339")]
     pub end_at: time::OffsetDateTime,
     /// vCPUs.
-    #[serde(rename = "cpuCount", alias = "cpu_count", default, deserialize_with = "json::int")]
+    #[serde(
+        rename = "cpuCount",
+        alias = "cpu_count",
+        default,
+        deserialize_with = "json::int"
+    )]
     pub cpu_count: u32,
     /// Memory in MiB.
-    #[serde(rename = "memoryMB", alias = "memory_mb", default, deserialize_with = "json::int")]
+    #[serde(
+        rename = "memoryMB",
+        alias = "memory_mb",
+        default,
+        deserialize_with = "json::int"
+    )]
     pub memory_mb: u64,
     /// Disk in MiB.
     #[serde(
@@ -659,7 +699,11 @@ pub struct SandboxDetail {
     )]
     pub envd_access_token: Option<AccessToken>,
     /// Whether outbound internet is allowed, when E2B says.
-    #[serde(rename = "allowInternetAccess", alias = "allow_internet_access", default)]
+    #[serde(
+        rename = "allowInternetAccess",
+        alias = "allow_internet_access",
+        default
+    )]
     pub allow_internet_access: Option<bool>,
     /// The sandbox's domain when it differs from the client's.
     #[serde(default)]

@@ -189,7 +189,9 @@ pub enum Error {
 
     /// The sandbox proxy reports the sandbox is not running (killed, paused or unknown):
     /// envd's 502 "The sandbox was not found".
-    #[error("E2B {operation} failed for sandbox {sandbox_id}: the sandbox is not running ({message})")]
+    #[error(
+        "E2B {operation} failed for sandbox {sandbox_id}: the sandbox is not running ({message})"
+    )]
     #[non_exhaustive]
     SandboxNotRunning {
         /// The operation.

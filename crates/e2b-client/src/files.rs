@@ -377,7 +377,8 @@ mod tests {
         assert_eq!(entry.kind, FileType::Directory);
         assert!(entry.is_symlink);
         assert_eq!(entry.symlink_target.as_deref(), Some("/x"));
-        let entry: EntryInfo = serde_json::from_str(r#"{"type":"FILE_TYPE_WHATEVER"}"#).expect("unknown type");
+        let entry: EntryInfo =
+            serde_json::from_str(r#"{"type":"FILE_TYPE_WHATEVER"}"#).expect("unknown type");
         assert_eq!(entry.kind, FileType::Other("FILE_TYPE_WHATEVER".to_owned()));
         let written: Vec<WrittenFile> =
             serde_json::from_str(r#"[{"path":"/home/user/a/b.txt","name":"b.txt","type":"file"}]"#)

@@ -61,9 +61,14 @@ impl std::fmt::Display for FrameError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             FrameError::TooLarge { declared, limit } => {
-                write!(f, "frame of {declared} bytes exceeds the {limit}-byte frame cap")
+                write!(
+                    f,
+                    "frame of {declared} bytes exceeds the {limit}-byte frame cap"
+                )
             }
-            FrameError::Compressed => f.write_str("compressed frame without negotiated compression"),
+            FrameError::Compressed => {
+                f.write_str("compressed frame without negotiated compression")
+            }
             FrameError::UnknownFlags(flags) => write!(f, "unknown frame flags {flags:#04x}"),
             FrameError::Truncated { buffered } => {
                 write!(f, "stream ended inside a frame ({buffered} bytes buffered)")

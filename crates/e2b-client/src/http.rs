@@ -152,7 +152,7 @@ impl Ctx {
     }
 
     /// Builds the error for a non-success response from its status and (start of) body.
-    pub(crate) fn from_response(&self, status: u16, body: &[u8]) -> Error {
+    pub(crate) fn response_error(&self, status: u16, body: &[u8]) -> Error {
         let parsed: Option<ErrorBody> = serde_json::from_slice(body).ok();
         let text = || {
             let raw = String::from_utf8_lossy(body);
@@ -313,7 +313,7 @@ impl Http {
                         let status = response.status().as_u16();
                         let headers = response.headers().clone();
                         let body = read_error_body(response, deadline).await;
-                        let failure = ctx.from_response(status, &body);
+                        let failure = ctx.response_error(status, &body);
                         let outcome = Outcome::Status {
                             status,
                             should_retry: retry::should_retry(&headers),
@@ -401,7 +401,8 @@ impl Http {
         let body = self
             .read_capped(ctx, response, self.limits.max_json_bytes, deadline)
             .await?;
-        serde_json::from_slice(&body).map_err(|error| ctx.protocol(format!("invalid JSON: {error}")))
+        serde_json::from_slice(&body)
+            .map_err(|error| ctx.protocol(format!("invalid JSON: {error}")))
     }
 }
 
@@ -441,7 +442,7 @@ mod tests {
     #[test]
     fn control_plane_error_bodies() {
         let ctx = ctx(Target::Control(Some(id())));
-        let error = ctx.from_response(
+        let error = ctx.response_error(
             404,
             br#"{"code":404,"message":"Sandbox \"isbx1\" doesn't exist or you don't have access to it"}"#,
         );
@@ -449,43 +450,46 @@ mod tests {
         assert!(error.is_sandbox_gone());
         assert!(!error.is_conflict());
         assert_eq!(error.status(), Some(404));
-        let error = ctx.from_response(
+        let error = ctx.response_error(
             409,
             br#"{"code":409,"message":"already paused","error_code":"conflict_x"}"#,
         );
         assert!(error.is_conflict());
         assert_eq!(error.code(), Some("conflict_x"));
-        let error = ctx.from_response(503, b"<html>busy</html>");
+        let error = ctx.response_error(503, b"<html>busy</html>");
         assert!(error.is_transient());
         assert!(error.to_string().contains("<html>busy</html>"), "{error}");
-        let error = ctx.from_response(500, b"");
+        let error = ctx.response_error(500, b"");
         assert!(error.to_string().contains("(empty body)"), "{error}");
     }
 
     #[test]
     fn envd_error_bodies() {
         let ctx = ctx(Target::Envd(id()));
-        let error = ctx.from_response(
+        let error = ctx.response_error(
             404,
             br#"{"code":"not_found","message":"process with pid 1001 not found"}"#,
         );
         assert!(error.is_not_found());
         assert!(!error.is_sandbox_gone());
         assert_eq!(error.code(), Some("not_found"));
-        let error = ctx.from_response(
+        let error = ctx.response_error(
             502,
             br#"{"sandboxId":"isbx1","message":"The sandbox was not found","code":502}"#,
         );
         assert!(error.is_sandbox_gone());
         assert!(!error.is_transient());
         assert!(matches!(error, Error::SandboxNotRunning { .. }));
-        let error = ctx.from_response(502, br#"{"message":"The sandbox is running but port is not open","code":502}"#);
+        let error = ctx.response_error(
+            502,
+            br#"{"message":"The sandbox is running but port is not open","code":502}"#,
+        );
         assert!(!error.is_sandbox_gone());
         assert!(error.is_transient());
         assert_eq!(error.code(), None);
-        let error = ctx.from_response(409, br#"{"code":"already_exists","message":"exists"}"#);
+        let error = ctx.response_error(409, br#"{"code":"already_exists","message":"exists"}"#);
         assert!(error.is_conflict());
-        let error = ctx.from_response(401, br#"{"code":401,"message":"unauthorized access"}"#);
+        let error = ctx.response_error(401, br#"{"code":401,"message":"unauthorized access"}"#);
         assert!(error.is_unauthorized());
     }
 
@@ -493,7 +497,7 @@ mod tests {
     fn error_text_never_carries_known_secrets() {
         // contract: X1
         let ctx = ctx(Target::Envd(id()));
-        let error = ctx.from_response(
+        let error = ctx.response_error(
             400,
             br#"{"code":"invalid_argument","message":"bad token envd-token-abcdef for key e2b_secretkey_123456"}"#,
         );
@@ -511,6 +515,10 @@ mod tests {
         );
         assert!(error.is_deadline_exceeded());
         assert_eq!(error.status(), None);
-        assert!(error.to_string().contains("stream error (deadline_exceeded)"));
+        assert!(
+            error
+                .to_string()
+                .contains("stream error (deadline_exceeded)")
+        );
     }
 }

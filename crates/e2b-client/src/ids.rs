@@ -20,7 +20,9 @@ impl SandboxId {
     pub fn parse(value: String) -> Option<SandboxId> {
         let valid = !value.is_empty()
             && value.len() <= MAX_LEN
-            && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
         valid.then_some(SandboxId(value))
     }
 
@@ -65,7 +67,16 @@ mod tests {
     fn accepts_e2b_ids_and_refuses_path_tricks() {
         assert!(SandboxId::parse("ikk8xw53nne4bytcdg87t".to_owned()).is_some());
         assert!(SandboxId::parse("ikk8xw53nne4bytcdg87t-6532622b".to_owned()).is_some());
-        for bad in ["", "../x", "a/b", "a b", "a\r\nX: y", "a?b", "é", &"a".repeat(129)] {
+        for bad in [
+            "",
+            "../x",
+            "a/b",
+            "a b",
+            "a\r\nX: y",
+            "a?b",
+            "é",
+            &"a".repeat(129),
+        ] {
             assert!(SandboxId::parse(bad.to_owned()).is_none(), "{bad:?}");
         }
     }

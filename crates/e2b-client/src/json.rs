@@ -187,11 +187,13 @@ mod tests {
         .expect("valid");
         assert_eq!(t.at.unix_timestamp(), 1_767_225_900);
         assert!(t.maybe.is_none() && t.token.is_none() && t.list.is_empty());
-        let t: Times =
-            serde_json::from_str(r#"{"at":"2026-01-01T01:00:00+01:00","token":"abc"}"#)
-                .expect("valid");
+        let t: Times = serde_json::from_str(r#"{"at":"2026-01-01T01:00:00+01:00","token":"abc"}"#)
+            .expect("valid");
         assert_eq!(t.at.unix_timestamp(), 1_767_225_600);
-        assert_eq!(t.token.map(|token| token.expose().to_owned()).as_deref(), Some("abc"));
+        assert_eq!(
+            t.token.map(|token| token.expose().to_owned()).as_deref(),
+            Some("abc")
+        );
         assert!(serde_json::from_str::<Times>(r#"{"at":"yesterday"}"#).is_err());
     }
 

@@ -90,12 +90,16 @@ mod redact;
 mod retry;
 mod sandbox;
 mod secret;
+#[cfg(test)]
+mod wire_tests;
 
-pub use crate::config::{Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy};
+pub use crate::config::{
+    Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
+};
 pub use crate::control::{
-    Client, ConnectState, Connected, CreateOptions, EnvdAccess, KillOutcome, Lifecycle,
-    ListQuery, ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo,
-    SandboxState, StateFilter,
+    Client, ConnectState, Connected, CreateOptions, EnvdAccess, KillOutcome, Lifecycle, ListQuery,
+    ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxState,
+    StateFilter,
 };
 pub use crate::error::{Error, Operation, TransportStage};
 pub use crate::files::{
@@ -119,7 +123,11 @@ mod tests {
         fn assert_bounds<T: Send + Sync + 'static + std::error::Error>() {}
         assert_bounds::<Error>();
         // Results stay small enough to pass around cheaply.
-        assert!(std::mem::size_of::<Error>() <= 128, "{}", std::mem::size_of::<Error>());
+        assert!(
+            std::mem::size_of::<Error>() <= 128,
+            "{}",
+            std::mem::size_of::<Error>()
+        );
     }
 
     #[test]

@@ -16,14 +16,20 @@ const MIN_KNOWN_SECRET_LEN: usize = 8;
 static PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
     let rules: [(&str, &'static str); 5] = [
         // Credentials in a URL authority: scheme://user:pass@host.
-        (r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@?#]+@", "${1}[REDACTED]@"),
+        (
+            r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@?#]+@",
+            "${1}[REDACTED]@",
+        ),
         // Header-, JSON- or query-style secrets: `X-API-Key: v`, `"envdAccessToken":"v"`, `&signature=v`.
         (
             r#"(?i)\b(x-api-key|x-access-token|proxy-authorization|authorization|api[_\-]?key|apikey|access[_\-]?token|envd[_\-]?access[_\-]?token|traffic[_\-]?access[_\-]?token|refresh[_\-]?token|token|signature|password|passwd|secret)(["']?\s*[:=]\s*["']?)(?:(?:bearer|basic|token)\s+)?[^\s"',;&}]+"#,
             "${1}${2}[REDACTED]",
         ),
         // Authorization schemes wherever they appear.
-        (r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{4,}", "${1} [REDACTED]"),
+        (
+            r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{4,}",
+            "${1} [REDACTED]",
+        ),
         // Anything shaped like an E2B key.
         (r"(?i)e2b_[A-Za-z0-9_\-]{6,}", "[REDACTED]"),
         // Long hex or base64url runs after `sk_`/`pk_`-style prefixes.

@@ -197,7 +197,13 @@ mod tests {
             Decision::GiveUp
         );
         assert_eq!(
-            decide(&RetryPolicy::none(), Idempotent, 0, Outcome::ConnectFailed, 1.0),
+            decide(
+                &RetryPolicy::none(),
+                Idempotent,
+                0,
+                Outcome::ConnectFailed,
+                1.0
+            ),
             Decision::GiveUp
         );
     }
@@ -249,7 +255,10 @@ mod tests {
             retry_after: None,
             sandbox_gone: true,
         };
-        assert_eq!(decide(&policy(), Idempotent, 0, gone, 1.0), Decision::GiveUp);
+        assert_eq!(
+            decide(&policy(), Idempotent, 0, gone, 1.0),
+            Decision::GiveUp
+        );
     }
 
     #[test]

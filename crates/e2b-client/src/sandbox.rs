@@ -139,10 +139,15 @@ impl Sandbox {
 
     fn basic_auth(ctx: &Ctx, user: &str) -> Result<HeaderValue, Error> {
         if user.is_empty() || user.contains(':') || user.chars().any(char::is_control) {
-            return Err(ctx.invalid_input("the user name is empty or has ':' or control characters"));
+            return Err(
+                ctx.invalid_input("the user name is empty or has ':' or control characters")
+            );
         }
-        let mut value = HeaderValue::from_str(&format!("Basic {}", json::encode_bytes(format!("{user}:").as_bytes())))
-            .map_err(|_| ctx.invalid_input("the user name cannot be sent in a header"))?;
+        let mut value = HeaderValue::from_str(&format!(
+            "Basic {}",
+            json::encode_bytes(format!("{user}:").as_bytes())
+        ))
+        .map_err(|_| ctx.invalid_input("the user name cannot be sent in a header"))?;
         value.set_sensitive(true);
         Ok(value)
     }
@@ -202,7 +207,10 @@ impl Sandbox {
             .header("Connect-Protocol-Version", "1")
             .header("Connect-Accept-Encoding", "identity")
             .header("Connect-Content-Encoding", "identity")
-            .header("Keepalive-Ping-Interval", keepalive.as_secs().max(1).to_string())
+            .header(
+                "Keepalive-Ping-Interval",
+                keepalive.as_secs().max(1).to_string(),
+            )
             .body(encode_envelope(&payload));
         if let Some(limit) = process_deadline {
             builder = builder.header("Connect-Timeout-Ms", millis(limit).max(1).to_string());
@@ -252,7 +260,13 @@ impl Sandbox {
         )?;
         let deadline = http.deadline_from_now();
         match http
-            .send(&ctx, Pool::Default, request, Idempotency::Idempotent, deadline)
+            .send(
+                &ctx,
+                Pool::Default,
+                request,
+                Idempotency::Idempotent,
+                deadline,
+            )
             .await
         {
             Ok(_) => Ok(Health::Running),
@@ -291,7 +305,10 @@ impl Sandbox {
         options: StartOptions,
         output_limit: u64,
     ) -> Result<CommandOutput, Error> {
-        self.start(options).await?.collect_output(output_limit).await
+        self.start(options)
+            .await?
+            .collect_output(output_limit)
+            .await
     }
 
     /// Re-attaches to a process by pid (`process.Process/Connect`): `Start`, then its output
@@ -498,7 +515,13 @@ impl Sandbox {
         let request = Self::build(ctx, builder)?;
         let deadline = http.deadline_from_now();
         let response = http
-            .send(ctx, Pool::Default, request, Idempotency::Idempotent, deadline)
+            .send(
+                ctx,
+                Pool::Default,
+                request,
+                Idempotency::Idempotent,
+                deadline,
+            )
             .await?;
         http.read_json(ctx, response, deadline).await
     }
@@ -516,7 +539,13 @@ impl Sandbox {
         let request = Self::build(&ctx, builder)?;
         let deadline = http.deadline_from_now();
         let response = http
-            .send(&ctx, Pool::Http1, request, Idempotency::Idempotent, deadline)
+            .send(
+                &ctx,
+                Pool::Http1,
+                request,
+                Idempotency::Idempotent,
+                deadline,
+            )
             .await?;
         let content_length = response.content_length();
         if content_length.is_some_and(|len| len > limit) {
@@ -544,7 +573,10 @@ impl Sandbox {
             parts.push(format!("path={}", utf8_percent_encode(path, UNRESERVED)));
         }
         if let Some(user) = &self.user {
-            parts.push(format!("username={}", utf8_percent_encode(user, UNRESERVED)));
+            parts.push(format!(
+                "username={}",
+                utf8_percent_encode(user, UNRESERVED)
+            ));
         }
         if parts.is_empty() {
             String::new()
