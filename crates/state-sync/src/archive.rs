@@ -4,8 +4,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::io::{self, Read};
 
-use crate::member::{MemberPath, RejectReason};
 use crate::Error;
+use crate::member::{MemberPath, RejectReason};
 
 /// The default cap on an archive stream: 2 GiB, Hermes' own sync-back limit.
 pub const DEFAULT_MAX_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -111,11 +111,17 @@ pub fn read_archive(
     sink: &mut dyn MemberSink,
 ) -> Result<ArchiveSummary, Error> {
     let meter = MeterState::new(config.max_bytes);
-    let mut archive = tar::Archive::new(Meter { inner: source, state: &meter });
+    let mut archive = tar::Archive::new(Meter {
+        inner: source,
+        state: &meter,
+    });
     let mut summary = ArchiveSummary::default();
     let mut last: Option<String> = None;
     {
-        let entries = archive.entries().map_err(|e| meter.classify(e, None))?.raw(true);
+        let entries = archive
+            .entries()
+            .map_err(|e| meter.classify(e, None))?
+            .raw(true);
         let mut pending = Pending::default();
         let mut seen = Seen::default();
         for entry in entries {
@@ -124,7 +130,8 @@ pub fn read_archive(
             let type_byte = header.entry_type().as_byte();
             match type_byte {
                 b'L' => {
-                    pending.long_name = Some(read_bounded(&mut entry, MAX_NAME_BYTES, &meter, &last)?);
+                    pending.long_name =
+                        Some(read_bounded(&mut entry, MAX_NAME_BYTES, &meter, &last)?);
                     continue;
                 }
                 b'K' => continue, // A long link target: links are rejected whatever it says.
@@ -139,14 +146,14 @@ pub fn read_archive(
             let header_name = header.path_bytes().into_owned();
             let (name, name_too_long) = pending.take_name(header_name);
             let display = String::from_utf8_lossy(&name).into_owned();
-            if let Some(size) = pending.pax_size.take() {
-                if size != entry.size() {
-                    return Err(Error::Malformed {
-                        operation: OPERATION,
-                        member: Some(display),
-                        detail: "PAX size differs from the header size".to_owned(),
-                    });
-                }
+            if let Some(size) = pending.pax_size.take()
+                && size != entry.size()
+            {
+                return Err(Error::Malformed {
+                    operation: OPERATION,
+                    member: Some(display),
+                    detail: "PAX size differs from the header size".to_owned(),
+                });
             }
             last = Some(display.clone());
 
@@ -160,9 +167,16 @@ pub fn read_archive(
                 Ok(None) => continue, // The archive root (`./`).
                 Err(reason) => {
                     match config.unsafe_members {
-                        UnsafeMembers::Skip => summary.rejected.push(RejectedMember { name: display, reason }),
+                        UnsafeMembers::Skip => summary.rejected.push(RejectedMember {
+                            name: display,
+                            reason,
+                        }),
                         UnsafeMembers::Refuse => {
-                            return Err(Error::UnsafeMember { operation: OPERATION, member: display, reason });
+                            return Err(Error::UnsafeMember {
+                                operation: OPERATION,
+                                member: display,
+                                reason,
+                            });
                         }
                     }
                     continue;
@@ -176,20 +190,36 @@ pub fn read_archive(
             let executable = header.mode().map(|m| m & 0o111 != 0).unwrap_or(false);
             let kind = match kind {
                 Kind::Directory => MemberKind::Directory,
-                Kind::File => MemberKind::File { size: entry.size(), executable },
+                Kind::File => MemberKind::File {
+                    size: entry.size(),
+                    executable,
+                },
             };
-            let member = Member { path, kind, mtime: header.mtime().unwrap_or(0) };
+            let member = Member {
+                path,
+                kind,
+                mtime: header.mtime().unwrap_or(0),
+            };
             match member.kind {
                 MemberKind::Directory => {
-                    sink.directory(&member).map_err(|e| sink_error(&meter, e, &display))?;
+                    sink.directory(&member)
+                        .map_err(|e| sink_error(&meter, e, &display))?;
                     summary.directories += 1;
                 }
                 MemberKind::File { size, .. } => {
-                    let mut content = Counted { inner: &mut entry, count: 0 };
-                    sink.file(&member, &mut content).map_err(|e| sink_error(&meter, e, &display))?;
-                    io::copy(&mut content, &mut io::sink()).map_err(|e| meter.classify(e, Some(display.clone())))?;
+                    let mut content = Counted {
+                        inner: &mut entry,
+                        count: 0,
+                    };
+                    sink.file(&member, &mut content)
+                        .map_err(|e| sink_error(&meter, e, &display))?;
+                    io::copy(&mut content, &mut io::sink())
+                        .map_err(|e| meter.classify(e, Some(display.clone())))?;
                     if content.count != size {
-                        return Err(Error::Truncated { operation: OPERATION, member: Some(display) });
+                        return Err(Error::Truncated {
+                            operation: OPERATION,
+                            member: Some(display),
+                        });
                     }
                     summary.files += 1;
                     summary.file_bytes += size;
@@ -206,12 +236,17 @@ pub fn read_archive(
     }
     if meter.eof.get() {
         // The tar crate stops quietly at end of stream; only a zero block marks a real end.
-        return Err(Error::Truncated { operation: OPERATION, member: last });
+        return Err(Error::Truncated {
+            operation: OPERATION,
+            member: last,
+        });
     }
     let mut rest = archive.into_inner();
     let mut buf = [0u8; 8192];
     loop {
-        let n = rest.read(&mut buf).map_err(|e| meter.classify(e, last.clone()))?;
+        let n = rest
+            .read(&mut buf)
+            .map_err(|e| meter.classify(e, last.clone()))?;
         if n == 0 {
             break;
         }
@@ -239,7 +274,11 @@ fn sink_error(meter: &MeterState, error: io::Error, member: &str) -> Error {
     if meter.in_trouble() {
         meter.classify(error, Some(member.to_owned()))
     } else {
-        Error::Sink { operation: "write member", member: Some(member.to_owned()), source: error }
+        Error::Sink {
+            operation: "write member",
+            member: Some(member.to_owned()),
+            source: error,
+        }
     }
 }
 
@@ -359,16 +398,19 @@ impl Pending {
             match record.key_bytes() {
                 b"path" => {
                     let value = record.value_bytes();
-                    self.pax_path = Some((value.len() as u64 <= MAX_NAME_BYTES).then(|| value.to_vec()));
+                    self.pax_path =
+                        Some((value.len() as u64 <= MAX_NAME_BYTES).then(|| value.to_vec()));
                 }
                 b"size" => {
-                    let size = record.value().ok().and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| {
-                        Error::Malformed {
+                    let size = record
+                        .value()
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .ok_or_else(|| Error::Malformed {
                             operation: OPERATION,
                             member: last.clone(),
                             detail: "unreadable PAX size".to_owned(),
-                        }
-                    })?;
+                        })?;
                     self.pax_size = Some(size);
                 }
                 _ => {}
@@ -391,9 +433,14 @@ fn read_bounded<R: Read>(
         return Ok(None);
     }
     let mut data = Vec::with_capacity(size as usize);
-    entry.read_to_end(&mut data).map_err(|e| meter.classify(e, last.clone()))?;
+    entry
+        .read_to_end(&mut data)
+        .map_err(|e| meter.classify(e, last.clone()))?;
     if data.len() as u64 != size {
-        return Err(Error::Truncated { operation: OPERATION, member: last.clone() });
+        return Err(Error::Truncated {
+            operation: OPERATION,
+            member: last.clone(),
+        });
     }
     Ok(Some(data))
 }
@@ -422,7 +469,13 @@ struct MeterState {
 
 impl MeterState {
     fn new(limit: u64) -> Self {
-        Self { limit, read: Cell::new(0), exceeded: Cell::new(false), eof: Cell::new(false), failure: RefCell::new(None) }
+        Self {
+            limit,
+            read: Cell::new(0),
+            exceeded: Cell::new(false),
+            eof: Cell::new(false),
+            failure: RefCell::new(None),
+        }
     }
 
     fn in_trouble(&self) -> bool {
@@ -432,15 +485,29 @@ impl MeterState {
     /// Turns an error surfacing from the tar parser into what really happened.
     fn classify(&self, error: io::Error, member: Option<String>) -> Error {
         if self.exceeded.get() {
-            return Error::OverCap { operation: OPERATION, limit: self.limit, member };
+            return Error::OverCap {
+                operation: OPERATION,
+                limit: self.limit,
+                member,
+            };
         }
         if let Some(source) = self.failure.borrow_mut().take() {
-            return Error::Source { operation: OPERATION, source };
+            return Error::Source {
+                operation: OPERATION,
+                source,
+            };
         }
         if self.eof.get() {
-            return Error::Truncated { operation: OPERATION, member };
+            return Error::Truncated {
+                operation: OPERATION,
+                member,
+            };
         }
-        Error::Malformed { operation: OPERATION, member, detail: error.to_string() }
+        Error::Malformed {
+            operation: OPERATION,
+            member,
+            detail: error.to_string(),
+        }
     }
 }
 
@@ -462,7 +529,8 @@ impl Read for Meter<'_> {
         }
         // Ask for at most one byte past the cap, so the stream is never read further than that.
         let allowed = state.limit - state.read.get();
-        let window = usize::try_from(allowed.saturating_add(1)).map_or(buf.len(), |w| w.min(buf.len()));
+        let window =
+            usize::try_from(allowed.saturating_add(1)).map_or(buf.len(), |w| w.min(buf.len()));
         loop {
             match self.inner.read(&mut buf[..window]) {
                 Ok(0) => {

@@ -26,7 +26,9 @@ pub enum Error {
     },
     /// Two different host files were planned for the same remote path (E2B refuses a multipart
     /// upload whose parts resolve to one path).
-    #[error("plan upload: remote path {path:?} is the destination of both {first:?} and {second:?}")]
+    #[error(
+        "plan upload: remote path {path:?} is the destination of both {first:?} and {second:?}"
+    )]
     DuplicateRemotePath {
         /// The remote path named twice.
         path: String,
@@ -131,7 +133,9 @@ impl Error {
     pub fn is_invalid_plan(&self) -> bool {
         matches!(
             self,
-            Self::InvalidRemotePath { .. } | Self::DuplicateRemotePath { .. } | Self::FileAndDirectory { .. }
+            Self::InvalidRemotePath { .. }
+                | Self::DuplicateRemotePath { .. }
+                | Self::FileAndDirectory { .. }
         )
     }
 

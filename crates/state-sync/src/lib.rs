@@ -9,14 +9,14 @@ mod plan;
 mod teardown;
 
 pub use archive::{
-    read_archive, ArchiveSummary, Member, MemberKind, MemberSink, ReadConfig, RejectedMember, UnsafeMembers,
-    DEFAULT_MAX_BYTES, MAX_EXTENSION_BYTES, MAX_NAME_BYTES,
+    ArchiveSummary, DEFAULT_MAX_BYTES, MAX_EXTENSION_BYTES, MAX_NAME_BYTES, Member, MemberKind,
+    MemberSink, ReadConfig, RejectedMember, UnsafeMembers, read_archive,
 };
 pub use error::Error;
 pub use extract::DirExtractor;
 pub use member::{MemberPath, RejectReason};
-pub use plan::{shell_quote, DeletePlan, UploadPart, UploadPlan, MAX_COMMAND_BYTES};
-pub use teardown::{pull_teardown, teardown_command, TeardownArchive};
+pub use plan::{DeletePlan, MAX_COMMAND_BYTES, UploadPart, UploadPlan, shell_quote};
+pub use teardown::{TeardownArchive, pull_teardown, teardown_command};
 
 #[cfg(test)]
 mod tests {

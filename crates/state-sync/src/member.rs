@@ -138,7 +138,9 @@ impl fmt::Display for RejectReason {
             Self::BlockDevice => f.write_str("block device"),
             Self::Fifo => f.write_str("fifo"),
             Self::Sparse => f.write_str("sparse file"),
-            Self::UnsupportedType(byte) => write!(f, "unsupported member type {:?}", char::from(*byte)),
+            Self::UnsupportedType(byte) => {
+                write!(f, "unsupported member type {:?}", char::from(*byte))
+            }
             Self::Duplicate => f.write_str("duplicate member"),
             Self::ParentIsFile => f.write_str("a parent is a file member"),
             Self::PathIsDirectory => f.write_str("earlier members use this path as a directory"),
@@ -152,7 +154,8 @@ mod tests {
 
     #[test]
     fn names_are_normalised() {
-        let parse = |raw: &str| MemberPath::parse(raw.as_bytes()).map(|p| p.map(|p| p.as_str().to_owned()));
+        let parse =
+            |raw: &str| MemberPath::parse(raw.as_bytes()).map(|p| p.map(|p| p.as_str().to_owned()));
         assert_eq!(parse("./skills/x/"), Ok(Some("skills/x".into())));
         assert_eq!(parse("skills//x/./y"), Ok(Some("skills/x/y".into())));
         assert_eq!(parse("./"), Ok(None));
@@ -167,7 +170,9 @@ mod tests {
 
     #[test]
     fn ancestors_are_listed_shortest_first() {
-        let path = MemberPath::parse(b"a/b/c").expect("valid").expect("not root");
+        let path = MemberPath::parse(b"a/b/c")
+            .expect("valid")
+            .expect("not root");
         assert_eq!(path.ancestors().collect::<Vec<_>>(), ["a", "a/b"]);
         assert_eq!(path.components().collect::<Vec<_>>(), ["a", "b", "c"]);
     }

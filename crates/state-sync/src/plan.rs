@@ -54,7 +54,10 @@ impl UploadPlan {
                 });
             }
             by_remote.insert(remote_path.clone(), parts.len());
-            parts.push(UploadPart { host_path, remote_path });
+            parts.push(UploadPart {
+                host_path,
+                remote_path,
+            });
         }
 
         let mut parents = BTreeSet::new();
@@ -66,12 +69,17 @@ impl UploadPlan {
             }
             while let Some(dir) = ancestor {
                 if by_remote.contains_key(dir) {
-                    return Err(Error::FileAndDirectory { path: dir.to_owned() });
+                    return Err(Error::FileAndDirectory {
+                        path: dir.to_owned(),
+                    });
                 }
                 ancestor = parent_of(dir);
             }
         }
-        Ok(Self { parts, parent_dirs: parents.into_iter().collect() })
+        Ok(Self {
+            parts,
+            parent_dirs: parents.into_iter().collect(),
+        })
     }
 
     /// The files to send, in the order given, without repeats.
@@ -114,7 +122,9 @@ impl DeletePlan {
             check_remote_path("plan delete", &path)?;
             unique.insert(path);
         }
-        Ok(Self { paths: unique.into_iter().collect() })
+        Ok(Self {
+            paths: unique.into_iter().collect(),
+        })
     }
 
     /// The paths to delete, sorted, without repeats.
@@ -176,7 +186,13 @@ fn parent_of(path: &str) -> Option<&str> {
 
 /// Checks that `path` is an absolute, normalised remote path that is not `/` itself.
 pub(crate) fn check_remote_path(operation: &'static str, path: &str) -> Result<(), Error> {
-    let refuse = |reason| Err(Error::InvalidRemotePath { operation, path: path.to_owned(), reason });
+    let refuse = |reason| {
+        Err(Error::InvalidRemotePath {
+            operation,
+            path: path.to_owned(),
+            reason,
+        })
+    };
     if !path.starts_with('/') {
         return refuse("not absolute");
     }
@@ -202,7 +218,10 @@ mod tests {
     use super::*;
 
     fn pairs(items: &[(&str, &str)]) -> Vec<(PathBuf, String)> {
-        items.iter().map(|(h, r)| (PathBuf::from(h), (*r).to_owned())).collect()
+        items
+            .iter()
+            .map(|(h, r)| (PathBuf::from(h), (*r).to_owned()))
+            .collect()
     }
 
     // contract: S4
@@ -230,14 +249,16 @@ mod tests {
 
     #[test]
     fn upload_plan_refuses_two_host_files_for_one_remote_path() {
-        let err = UploadPlan::new(pairs(&[("/h/a", "/r/x"), ("/h/b", "/r/x")])).expect_err("duplicate");
+        let err =
+            UploadPlan::new(pairs(&[("/h/a", "/r/x"), ("/h/b", "/r/x")])).expect_err("duplicate");
         assert!(matches!(err, Error::DuplicateRemotePath { ref path, .. } if path == "/r/x"));
         assert!(err.is_invalid_plan());
     }
 
     #[test]
     fn upload_plan_refuses_a_path_used_as_file_and_directory() {
-        let err = UploadPlan::new(pairs(&[("/h/a", "/r/x"), ("/h/b", "/r/x/y/z")])).expect_err("conflict");
+        let err = UploadPlan::new(pairs(&[("/h/a", "/r/x"), ("/h/b", "/r/x/y/z")]))
+            .expect_err("conflict");
         assert!(matches!(err, Error::FileAndDirectory { ref path } if path == "/r/x"));
     }
 
@@ -245,23 +266,52 @@ mod tests {
     fn remote_paths_must_be_absolute_and_normalised() {
         for bad in ["rel/x", "/", "/a//b", "/a/./b", "/a/../b", "/a/b/", "/a\0b"] {
             let err = UploadPlan::new(pairs(&[("/h", bad)])).expect_err(bad);
-            assert!(matches!(err, Error::InvalidRemotePath { operation: "plan upload", .. }), "{bad}");
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidRemotePath {
+                        operation: "plan upload",
+                        ..
+                    }
+                ),
+                "{bad}"
+            );
             let err = DeletePlan::new(vec![bad.to_owned()]).expect_err(bad);
-            assert!(matches!(err, Error::InvalidRemotePath { operation: "plan delete", .. }), "{bad}");
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidRemotePath {
+                        operation: "plan delete",
+                        ..
+                    }
+                ),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn delete_plan_is_sorted_unique_and_quoted() {
-        let plan = DeletePlan::new(vec!["/r/b".into(), "/r/it's".into(), "/r/b".into()]).expect("valid");
+        let plan =
+            DeletePlan::new(vec!["/r/b".into(), "/r/it's".into(), "/r/b".into()]).expect("valid");
         assert_eq!(plan.paths(), ["/r/b", "/r/it's"]);
-        assert_eq!(plan.commands(), vec!["rm -f -- '/r/b' '/r/it'\\''s'".to_owned()]);
-        assert!(DeletePlan::new(Vec::new()).expect("empty").commands().is_empty());
+        assert_eq!(
+            plan.commands(),
+            vec!["rm -f -- '/r/b' '/r/it'\\''s'".to_owned()]
+        );
+        assert!(
+            DeletePlan::new(Vec::new())
+                .expect("empty")
+                .commands()
+                .is_empty()
+        );
     }
 
     #[test]
     fn long_lists_split_into_bounded_commands() {
-        let paths: Vec<String> = (0..5000).map(|i| format!("/home/user/.hermes/skills/s{i:05}/SKILL.md")).collect();
+        let paths: Vec<String> = (0..5000)
+            .map(|i| format!("/home/user/.hermes/skills/s{i:05}/SKILL.md"))
+            .collect();
         let plan = DeletePlan::new(paths.clone()).expect("valid");
         let commands = plan.commands();
         assert!(commands.len() > 1);

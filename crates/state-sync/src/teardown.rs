@@ -2,9 +2,9 @@
 
 use std::io::{self, Read, Write};
 
-use crate::archive::{read_archive, ArchiveSummary, Member, MemberKind, MemberSink, ReadConfig};
-use crate::plan::{check_remote_path, shell_quote};
 use crate::Error;
+use crate::archive::{ArchiveSummary, Member, MemberKind, MemberSink, ReadConfig, read_archive};
+use crate::plan::{check_remote_path, shell_quote};
 
 const OPERATION: &str = "write teardown archive";
 
@@ -47,7 +47,9 @@ pub struct TeardownArchive<W: Write> {
 
 impl<W: Write> std::fmt::Debug for TeardownArchive<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TeardownArchive").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("TeardownArchive")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -55,8 +57,14 @@ impl<W: Write> TeardownArchive<W> {
     /// Starts an archive whose members live under `remote_root` (absolute, normalised).
     pub fn new(dest: W, remote_root: &str) -> Result<Self, Error> {
         check_remote_path(OPERATION, remote_root)?;
-        let builder = tar::Builder::new(Gate { inner: dest, open: true });
-        Ok(Self { builder, prefix: remote_root[1..].to_owned() })
+        let builder = tar::Builder::new(Gate {
+            inner: dest,
+            open: true,
+        });
+        Ok(Self {
+            builder,
+            prefix: remote_root[1..].to_owned(),
+        })
     }
 
     /// Writes the end-of-archive marker and returns the destination.
@@ -64,7 +72,11 @@ impl<W: Write> TeardownArchive<W> {
         self.builder
             .into_inner()
             .map(|gate| gate.inner)
-            .map_err(|source| Error::Sink { operation: OPERATION, member: None, source })
+            .map_err(|source| Error::Sink {
+                operation: OPERATION,
+                member: None,
+                source,
+            })
     }
 
     /// Drops the archive without an end marker, so a partial pull can never pass for a whole

@@ -1,6 +1,8 @@
 //! The adversarial corpus: archives a hostile sandbox could send, each with its exact outcome,
 //! and a walk of the filesystem proving nothing was materialised outside the target.
 
+#![allow(clippy::print_stdout)] // Prints the 3 GiB benchmark figure.
+
 mod support;
 
 use std::io::{Cursor, Read};
@@ -9,18 +11,29 @@ use std::path::PathBuf;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use state_sync::{
-    pull_teardown, read_archive, DirExtractor, Error, ReadConfig, RejectReason, UnsafeMembers, DEFAULT_MAX_BYTES,
-    MAX_NAME_BYTES,
+    DEFAULT_MAX_BYTES, DirExtractor, Error, MAX_NAME_BYTES, ReadConfig, RejectReason,
+    UnsafeMembers, pull_teardown, read_archive,
 };
-use support::{walk, Counting, Failing, HugeArchive, Node, TarMaker};
+use support::{Counting, Failing, HugeArchive, Node, TarMaker, walk};
+
+/// Files materialised under the target: (relative path, content).
+type Files = Vec<(String, Vec<u8>)>;
+/// One corpus case: label, archive, expected rejections.
+type Case = (&'static str, TarMaker, Vec<(&'static str, RejectReason)>);
 
 fn skip() -> ReadConfig {
-    ReadConfig { max_bytes: DEFAULT_MAX_BYTES, unsafe_members: UnsafeMembers::Skip }
+    ReadConfig {
+        max_bytes: DEFAULT_MAX_BYTES,
+        unsafe_members: UnsafeMembers::Skip,
+    }
 }
 
 /// Extracts `archive` into `<tmp>/target`, next to `<tmp>/outside/secret`, and returns the
 /// result, the files under target, and whether everything outside target is as before.
-fn extract(archive: &[u8], config: &ReadConfig) -> (Result<state_sync::ArchiveSummary, Error>, Vec<(String, Vec<u8>)>) {
+fn extract(
+    archive: &[u8],
+    config: &ReadConfig,
+) -> (Result<state_sync::ArchiveSummary, Error>, Files) {
     let tmp = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(tmp.path().join("target")).expect("target");
     std::fs::create_dir_all(tmp.path().join("outside")).expect("outside");
@@ -28,14 +41,23 @@ fn extract(archive: &[u8], config: &ReadConfig) -> (Result<state_sync::ArchiveSu
     std::os::unix::fs::symlink("../outside", tmp.path().join("target/escape")).expect("symlink");
     let before = walk(tmp.path());
 
-    let target = Dir::open_ambient_dir(tmp.path().join("target"), ambient_authority()).expect("open");
-    let result = read_archive(&mut Cursor::new(archive), config, &mut DirExtractor::new(&target));
+    let target =
+        Dir::open_ambient_dir(tmp.path().join("target"), ambient_authority()).expect("open");
+    let result = read_archive(
+        &mut Cursor::new(archive),
+        config,
+        &mut DirExtractor::new(&target),
+    );
 
     let after = walk(tmp.path());
     let mut files = Vec::new();
     for (path, node) in &after {
         let Ok(rel) = path.strip_prefix("target") else {
-            assert_eq!(before.get(path), Some(node), "{path:?} changed outside the target");
+            assert_eq!(
+                before.get(path),
+                Some(node),
+                "{path:?} changed outside the target"
+            );
             continue;
         };
         if let Node::File(data) = node {
@@ -43,37 +65,195 @@ fn extract(archive: &[u8], config: &ReadConfig) -> (Result<state_sync::ArchiveSu
         }
     }
     for (path, node) in &before {
-        assert_eq!(after.get(path), Some(node), "{path:?} disappeared or changed");
+        assert_eq!(
+            after.get(path),
+            Some(node),
+            "{path:?} disappeared or changed"
+        );
     }
     (result, files)
 }
 
 fn rejected(summary: &state_sync::ArchiveSummary) -> Vec<(String, RejectReason)> {
-    summary.rejected.iter().map(|r| (r.name.clone(), r.reason)).collect()
+    summary
+        .rejected
+        .iter()
+        .map(|r| (r.name.clone(), r.reason))
+        .collect()
 }
 
 // contract: X5
 #[test]
 fn each_unsafe_member_is_skipped_and_named_and_nothing_escapes() {
-    let cases: Vec<(&str, TarMaker, Vec<(&str, RejectReason)>)> = vec![
-        ("traversal", { let mut t = TarMaker::new(); t.file("../evil", b"x").file("ok/a", b"a"); t }, vec![("../evil", RejectReason::ParentTraversal)]),
-        ("nested traversal", { let mut t = TarMaker::new(); t.file("ok/../../evil", b"x").file("ok/a", b"a"); t }, vec![("ok/../../evil", RejectReason::ParentTraversal)]),
-        ("absolute", { let mut t = TarMaker::new(); t.file("/tmp/evil", b"x").file("ok/a", b"a"); t }, vec![("/tmp/evil", RejectReason::AbsolutePath)]),
-        ("symlink", { let mut t = TarMaker::new(); t.symlink("ok/link", "/etc/passwd").file("ok/a", b"a"); t }, vec![("ok/link", RejectReason::Symlink)]),
-        ("hardlink", { let mut t = TarMaker::new(); t.hardlink("ok/hard", "/etc/passwd").file("ok/a", b"a"); t }, vec![("ok/hard", RejectReason::HardLink)]),
-        ("char device", { let mut t = TarMaker::new(); t.raw(b"ok/null", b'3', b"", b"").file("ok/a", b"a"); t }, vec![("ok/null", RejectReason::CharacterDevice)]),
-        ("block device", { let mut t = TarMaker::new(); t.raw(b"ok/sda", b'4', b"", b"").file("ok/a", b"a"); t }, vec![("ok/sda", RejectReason::BlockDevice)]),
-        ("fifo", { let mut t = TarMaker::new(); t.raw(b"ok/pipe", b'6', b"", b"").file("ok/a", b"a"); t }, vec![("ok/pipe", RejectReason::Fifo)]),
-        ("sparse", { let mut t = TarMaker::new(); t.raw(b"ok/sparse", b'S', b"", b"").file("ok/a", b"a"); t }, vec![("ok/sparse", RejectReason::Sparse)]),
-        ("unknown type", { let mut t = TarMaker::new(); t.raw(b"ok/vol", b'V', b"", b"").file("ok/a", b"a"); t }, vec![("ok/vol", RejectReason::UnsupportedType(b'V'))]),
-        ("duplicate", { let mut t = TarMaker::new(); t.file("ok/a", b"a").file("ok/a", b"second"); t }, vec![("ok/a", RejectReason::Duplicate)]),
-        ("parent is a file", { let mut t = TarMaker::new(); t.file("ok/a", b"a").file("ok/a/b", b"x"); t }, vec![("ok/a/b", RejectReason::ParentIsFile)]),
-        ("file where a directory was", { let mut t = TarMaker::new(); t.file("ok/a", b"a").file("ok", b"x"); t }, vec![("ok", RejectReason::PathIsDirectory)]),
-        ("file name ends with slash", { let mut t = TarMaker::new(); t.file("ok/dir/", b"x").file("ok/a", b"a"); t }, vec![("ok/dir/", RejectReason::FileNameEndsWithSlash)]),
-        ("NUL in a long name", { let mut t = TarMaker::new(); t.raw(&[b"ok/".as_slice(), &[b'n'; 120], b"\0tail"].concat(), b'0', b"x", b"").file("ok/a", b"a"); t }, vec![]),
-        ("not UTF-8", { let mut t = TarMaker::new(); t.raw(b"ok/\xff\xfe", b'0', b"x", b"").file("ok/a", b"a"); t }, vec![("ok/\u{fffd}\u{fffd}", RejectReason::NotUtf8)]),
-        ("empty name", { let mut t = TarMaker::new(); t.raw(b"", b'0', b"x", b"").file("ok/a", b"a"); t }, vec![("", RejectReason::EmptyName)]),
-        ("through a symlink already in the target", { let mut t = TarMaker::new(); t.file("ok/a", b"a"); t }, vec![]),
+    let cases: Vec<Case> = vec![
+        (
+            "traversal",
+            {
+                let mut t = TarMaker::new();
+                t.file("../evil", b"x").file("ok/a", b"a");
+                t
+            },
+            vec![("../evil", RejectReason::ParentTraversal)],
+        ),
+        (
+            "nested traversal",
+            {
+                let mut t = TarMaker::new();
+                t.file("ok/../../evil", b"x").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/../../evil", RejectReason::ParentTraversal)],
+        ),
+        (
+            "absolute",
+            {
+                let mut t = TarMaker::new();
+                t.file("/tmp/evil", b"x").file("ok/a", b"a");
+                t
+            },
+            vec![("/tmp/evil", RejectReason::AbsolutePath)],
+        ),
+        (
+            "symlink",
+            {
+                let mut t = TarMaker::new();
+                t.symlink("ok/link", "/etc/passwd").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/link", RejectReason::Symlink)],
+        ),
+        (
+            "hardlink",
+            {
+                let mut t = TarMaker::new();
+                t.hardlink("ok/hard", "/etc/passwd").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/hard", RejectReason::HardLink)],
+        ),
+        (
+            "char device",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"ok/null", b'3', b"", b"").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/null", RejectReason::CharacterDevice)],
+        ),
+        (
+            "block device",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"ok/sda", b'4', b"", b"").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/sda", RejectReason::BlockDevice)],
+        ),
+        (
+            "fifo",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"ok/pipe", b'6', b"", b"").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/pipe", RejectReason::Fifo)],
+        ),
+        (
+            "sparse",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"ok/sparse", b'S', b"", b"").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/sparse", RejectReason::Sparse)],
+        ),
+        (
+            "unknown type",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"ok/vol", b'V', b"", b"").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/vol", RejectReason::UnsupportedType(b'V'))],
+        ),
+        (
+            "duplicate",
+            {
+                let mut t = TarMaker::new();
+                t.file("ok/a", b"a").file("ok/a", b"second");
+                t
+            },
+            vec![("ok/a", RejectReason::Duplicate)],
+        ),
+        (
+            "parent is a file",
+            {
+                let mut t = TarMaker::new();
+                t.file("ok/a", b"a").file("ok/a/b", b"x");
+                t
+            },
+            vec![("ok/a/b", RejectReason::ParentIsFile)],
+        ),
+        (
+            "file where a directory was",
+            {
+                let mut t = TarMaker::new();
+                t.file("ok/a", b"a").file("ok", b"x");
+                t
+            },
+            vec![("ok", RejectReason::PathIsDirectory)],
+        ),
+        (
+            "file name ends with slash",
+            {
+                let mut t = TarMaker::new();
+                t.file("ok/dir/", b"x").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/dir/", RejectReason::FileNameEndsWithSlash)],
+        ),
+        (
+            "NUL in a long name",
+            {
+                let mut t = TarMaker::new();
+                t.raw(
+                    &[b"ok/".as_slice(), &[b'n'; 120], b"\0tail"].concat(),
+                    b'0',
+                    b"x",
+                    b"",
+                )
+                .file("ok/a", b"a");
+                t
+            },
+            vec![],
+        ),
+        (
+            "not UTF-8",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"ok/\xff\xfe", b'0', b"x", b"").file("ok/a", b"a");
+                t
+            },
+            vec![("ok/\u{fffd}\u{fffd}", RejectReason::NotUtf8)],
+        ),
+        (
+            "empty name",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"", b'0', b"x", b"").file("ok/a", b"a");
+                t
+            },
+            vec![("", RejectReason::EmptyName)],
+        ),
+        (
+            "through a symlink already in the target",
+            {
+                let mut t = TarMaker::new();
+                t.file("ok/a", b"a");
+                t
+            },
+            vec![],
+        ),
     ];
     for (label, archive, expected) in cases {
         let (result, files) = extract(&archive.finish(), &skip());
@@ -84,10 +264,17 @@ fn each_unsafe_member_is_skipped_and_named_and_nothing_escapes() {
             assert_eq!(got[0].1, RejectReason::NulByte, "{label}");
             assert!(got[0].0.starts_with("ok/nnn"), "{label}");
         } else {
-            let expected: Vec<(String, RejectReason)> = expected.into_iter().map(|(n, r)| (n.to_owned(), r)).collect();
+            let expected: Vec<(String, RejectReason)> = expected
+                .into_iter()
+                .map(|(n, r)| (n.to_owned(), r))
+                .collect();
             assert_eq!(got, expected, "{label}");
         }
-        assert_eq!(files, vec![("ok/a".to_owned(), b"a".to_vec())], "{label}: only the safe member materialised");
+        assert_eq!(
+            files,
+            vec![("ok/a".to_owned(), b"a".to_vec())],
+            "{label}: only the safe member materialised"
+        );
         assert_eq!(summary.files, 1, "{label}");
     }
 }
@@ -107,20 +294,33 @@ fn a_member_aimed_through_a_target_symlink_fails_without_writing_outside() {
 #[test]
 fn refuse_mode_names_the_first_unsafe_member() {
     let mut archive = TarMaker::new();
-    archive.file("ok/a", b"a").symlink("ok/link", "../../x").file("ok/b", b"b");
-    let config = ReadConfig { max_bytes: DEFAULT_MAX_BYTES, unsafe_members: UnsafeMembers::Refuse };
+    archive
+        .file("ok/a", b"a")
+        .symlink("ok/link", "../../x")
+        .file("ok/b", b"b");
+    let config = ReadConfig {
+        max_bytes: DEFAULT_MAX_BYTES,
+        unsafe_members: UnsafeMembers::Refuse,
+    };
     let (result, _) = extract(&archive.finish(), &config);
     let err = result.expect_err("refused");
     assert!(err.is_unsafe_member() && err.is_archive_unusable());
-    assert!(matches!(err, Error::UnsafeMember { ref member, reason: RejectReason::Symlink, .. } if member == "ok/link"));
-    assert!(err.to_string().contains("ok/link") && err.to_string().contains("symbolic link"), "{err}");
+    assert!(
+        matches!(err, Error::UnsafeMember { ref member, reason: RejectReason::Symlink, .. } if member == "ok/link")
+    );
+    assert!(
+        err.to_string().contains("ok/link") && err.to_string().contains("symbolic link"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_long_name_over_the_limit_costs_only_that_member() {
     let long = "ok/".to_owned() + &"n".repeat(MAX_NAME_BYTES as usize + 10);
     let mut archive = TarMaker::new();
-    archive.raw(long.as_bytes(), b'0', b"x", b"").file("ok/a", b"a");
+    archive
+        .raw(long.as_bytes(), b'0', b"x", b"")
+        .file("ok/a", b"a");
     let (result, files) = extract(&archive.finish(), &skip());
     let summary = result.expect("readable");
     assert_eq!(summary.rejected.len(), 1);
@@ -131,15 +331,22 @@ fn a_long_name_over_the_limit_costs_only_that_member() {
 #[test]
 fn pax_names_are_honoured_and_pax_sizes_must_agree() {
     let mut archive = TarMaker::new();
-    archive.pax(&[("path", b"ok/from-pax")]).file("ok/header-name", b"p");
+    archive
+        .pax(&[("path", b"ok/from-pax")])
+        .file("ok/header-name", b"p");
     let (result, files) = extract(&archive.finish(), &skip());
     result.expect("readable");
     assert_eq!(files, vec![("ok/from-pax".to_owned(), b"p".to_vec())]);
 
     let mut archive = TarMaker::new();
-    archive.pax(&[("path", b"../escape")]).file("ok/innocent", b"p");
+    archive
+        .pax(&[("path", b"../escape")])
+        .file("ok/innocent", b"p");
     let (result, files) = extract(&archive.finish(), &skip());
-    assert_eq!(rejected(&result.expect("readable")), vec![("../escape".to_owned(), RejectReason::ParentTraversal)]);
+    assert_eq!(
+        rejected(&result.expect("readable")),
+        vec![("../escape".to_owned(), RejectReason::ParentTraversal)]
+    );
     assert!(files.is_empty());
 
     let mut archive = TarMaker::new();
@@ -162,16 +369,38 @@ fn the_cap_stops_the_stream_at_the_first_byte_past_it() {
     }
     let bytes = archive.finish();
     for cap in [0u64, 1, 511, 512, 4000, 4096, bytes.len() as u64 - 1] {
-        let mut source = Counting { inner: Cursor::new(bytes.clone()), pulled: 0 };
-        let config = ReadConfig { max_bytes: cap, unsafe_members: UnsafeMembers::Skip };
-        let err = read_archive(&mut source, &config, &mut support::harness::Recorder::default()).expect_err("over cap");
+        let mut source = Counting {
+            inner: Cursor::new(bytes.clone()),
+            pulled: 0,
+        };
+        let config = ReadConfig {
+            max_bytes: cap,
+            unsafe_members: UnsafeMembers::Skip,
+        };
+        let err = read_archive(
+            &mut source,
+            &config,
+            &mut support::harness::Recorder::default(),
+        )
+        .expect_err("over cap");
         assert!(err.is_over_cap(), "cap {cap}: {err}");
-        assert!(source.pulled <= cap + 1, "cap {cap}: pulled {}", source.pulled);
+        assert!(
+            source.pulled <= cap + 1,
+            "cap {cap}: pulled {}",
+            source.pulled
+        );
         assert!(matches!(err, Error::OverCap { limit, .. } if limit == cap));
     }
-    let exact = ReadConfig { max_bytes: bytes.len() as u64, unsafe_members: UnsafeMembers::Skip };
-    let summary = read_archive(&mut Cursor::new(bytes.clone()), &exact, &mut support::harness::Recorder::default())
-        .expect("an archive of exactly the cap is fine");
+    let exact = ReadConfig {
+        max_bytes: bytes.len() as u64,
+        unsafe_members: UnsafeMembers::Skip,
+    };
+    let summary = read_archive(
+        &mut Cursor::new(bytes.clone()),
+        &exact,
+        &mut support::harness::Recorder::default(),
+    )
+    .expect("an archive of exactly the cap is fine");
     assert_eq!(summary.stream_bytes, bytes.len() as u64);
 }
 
@@ -179,25 +408,48 @@ fn the_cap_stops_the_stream_at_the_first_byte_past_it() {
 #[test]
 fn a_three_gib_stream_is_refused_at_the_default_cap_without_storing_it() {
     const GIB: u64 = 1024 * 1024 * 1024;
-    let mut source = Counting { inner: HugeArchive::new("cache/huge.bin", 3 * GIB), pulled: 0 };
+    let mut source = Counting {
+        inner: HugeArchive::new("cache/huge.bin", 3 * GIB),
+        pulled: 0,
+    };
     let started = std::time::Instant::now();
     let result = pull_teardown(&mut source, &skip(), "/home/user/.hermes", std::io::sink());
     let err = result.expect_err("over the cap");
     assert!(err.is_over_cap(), "{err}");
     assert_eq!(err.member(), Some("cache/huge.bin"));
-    assert!(source.pulled <= DEFAULT_MAX_BYTES + 1, "pulled {}", source.pulled);
-    assert!(source.pulled > DEFAULT_MAX_BYTES - 64 * 1024, "stopped early at {}", source.pulled);
-    println!("3 GiB stream refused after {} bytes in {:?}", source.pulled, started.elapsed());
+    assert!(
+        source.pulled <= DEFAULT_MAX_BYTES + 1,
+        "pulled {}",
+        source.pulled
+    );
+    assert!(
+        source.pulled > DEFAULT_MAX_BYTES - 64 * 1024,
+        "stopped early at {}",
+        source.pulled
+    );
+    println!(
+        "3 GiB stream refused after {} bytes in {:?}",
+        source.pulled,
+        started.elapsed()
+    );
 }
 
 #[test]
 fn every_truncation_is_an_error_until_the_end_marker_begins() {
     let mut archive = TarMaker::new();
-    archive.dir("ok").file("ok/a", &[1u8; 700]).file(&format!("ok/{}", "l".repeat(150)), b"long").file("ok/b", b"");
+    archive
+        .dir("ok")
+        .file("ok/a", &[1u8; 700])
+        .file(&format!("ok/{}", "l".repeat(150)), b"long")
+        .file("ok/b", b"");
     let members = archive.unterminated();
     let full = archive.finish();
     for cut in 0..full.len() {
-        let result = read_archive(&mut Cursor::new(&full[..cut]), &skip(), &mut support::harness::Recorder::default());
+        let result = read_archive(
+            &mut Cursor::new(&full[..cut]),
+            &skip(),
+            &mut support::harness::Recorder::default(),
+        );
         if cut < members.len() + 512 {
             let err = result.expect_err("partial archive");
             assert!(err.is_truncated(), "cut {cut}: {err}");
@@ -211,15 +463,31 @@ fn every_truncation_is_an_error_until_the_end_marker_begins() {
 #[test]
 fn a_partial_teardown_archive_has_no_end_marker() {
     let mut archive = TarMaker::new();
-    archive.file("skills/a", b"aaaa").file("skills/b", &[2u8; 2000]);
+    archive
+        .file("skills/a", b"aaaa")
+        .file("skills/b", &[2u8; 2000]);
     let bytes = archive.finish();
     let cut = &bytes[..2000];
     let mut out = Vec::new();
-    let err = pull_teardown(&mut Cursor::new(cut), &skip(), "/home/user/.hermes", &mut out).expect_err("truncated");
+    let err = pull_teardown(
+        &mut Cursor::new(cut),
+        &skip(),
+        "/home/user/.hermes",
+        &mut out,
+    )
+    .expect_err("truncated");
     assert!(err.is_truncated());
     assert_eq!(err.member(), Some("skills/b"));
-    let reread = read_archive(&mut Cursor::new(out), &skip(), &mut support::harness::Recorder::default());
-    assert!(reread.expect_err("the abandoned output is not a whole archive").is_truncated());
+    let reread = read_archive(
+        &mut Cursor::new(out),
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    );
+    assert!(
+        reread
+            .expect_err("the abandoned output is not a whole archive")
+            .is_truncated()
+    );
 }
 
 #[test]
@@ -228,9 +496,19 @@ fn data_after_the_end_marker_is_malformed_and_zero_padding_is_fine() {
     archive.file("ok/a", b"a");
     let mut padded = archive.finish();
     padded.extend(std::iter::repeat_n(0u8, 8192));
-    read_archive(&mut Cursor::new(padded.clone()), &skip(), &mut support::harness::Recorder::default()).expect("padding");
+    read_archive(
+        &mut Cursor::new(padded.clone()),
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    )
+    .expect("padding");
     padded.extend_from_slice(b"smuggled");
-    let err = read_archive(&mut Cursor::new(padded), &skip(), &mut support::harness::Recorder::default()).expect_err("garbage");
+    let err = read_archive(
+        &mut Cursor::new(padded),
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    )
+    .expect_err("garbage");
     assert!(err.is_malformed());
 }
 
@@ -238,19 +516,36 @@ fn data_after_the_end_marker_is_malformed_and_zero_padding_is_fine() {
 fn a_failing_source_is_reported_as_such() {
     let mut archive = TarMaker::new();
     archive.file("ok/a", &[3u8; 3000]);
-    let mut source = Failing { data: archive.finish(), after: 1000, position: 0 };
-    let err = read_archive(&mut source, &skip(), &mut support::harness::Recorder::default()).expect_err("fails");
+    let mut source = Failing {
+        data: archive.finish(),
+        after: 1000,
+        position: 0,
+    };
+    let err = read_archive(
+        &mut source,
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    )
+    .expect_err("fails");
     assert!(err.is_source_failure(), "{err}");
     assert!(!err.is_archive_unusable());
 }
 
 #[test]
 fn garbage_is_malformed_and_an_empty_stream_is_truncated() {
-    let err = read_archive(&mut Cursor::new(vec![0x41u8; 1024]), &skip(), &mut support::harness::Recorder::default())
-        .expect_err("garbage");
+    let err = read_archive(
+        &mut Cursor::new(vec![0x41u8; 1024]),
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    )
+    .expect_err("garbage");
     assert!(err.is_malformed(), "{err}");
-    let err = read_archive(&mut Cursor::new(Vec::new()), &skip(), &mut support::harness::Recorder::default())
-        .expect_err("empty");
+    let err = read_archive(
+        &mut Cursor::new(Vec::new()),
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    )
+    .expect_err("empty");
     assert!(err.is_truncated(), "{err}");
 }
 
@@ -258,23 +553,38 @@ fn garbage_is_malformed_and_an_empty_stream_is_truncated() {
 fn ten_thousand_files_extract_completely() {
     let mut archive = TarMaker::new();
     for i in 0..10_000 {
-        archive.file(&format!("skills/s{:03}/f{i:05}.md", i % 100), format!("body {i}").as_bytes());
+        archive.file(
+            &format!("skills/s{:03}/f{i:05}.md", i % 100),
+            format!("body {i}").as_bytes(),
+        );
     }
     let (result, files) = extract(&archive.finish(), &skip());
     let summary = result.expect("readable");
     assert_eq!(summary.files, 10_000);
     assert!(summary.rejected.is_empty());
     assert_eq!(files.len(), 10_000);
-    let sample = files.iter().find(|(p, _)| p == "skills/s042/f04242.md").expect("present");
+    let sample = files
+        .iter()
+        .find(|(p, _)| p == "skills/s042/f04242.md")
+        .expect("present");
     assert_eq!(sample.1, b"body 4242");
 }
 
 #[test]
 fn teardown_archive_names_members_by_absolute_remote_path() {
     let mut archive = TarMaker::new();
-    archive.dir("./").dir("./skills/").file("./skills/x/SKILL.md", b"skill").raw(b"./bin/run", b'0', b"#!", b"");
-    let (summary, out) =
-        pull_teardown(&mut Cursor::new(archive.finish()), &skip(), "/home/user/.hermes", Vec::new()).expect("converts");
+    archive
+        .dir("./")
+        .dir("./skills/")
+        .file("./skills/x/SKILL.md", b"skill")
+        .raw(b"./bin/run", b'0', b"#!", b"");
+    let (summary, out) = pull_teardown(
+        &mut Cursor::new(archive.finish()),
+        &skip(),
+        "/home/user/.hermes",
+        Vec::new(),
+    )
+    .expect("converts");
     assert_eq!((summary.files, summary.directories), (2, 1));
     let mut names = Vec::new();
     let mut tar_out = tar::Archive::new(Cursor::new(out));
@@ -289,10 +599,25 @@ fn teardown_archive_names_members_by_absolute_remote_path() {
         names,
         vec![
             (PathBuf::from("home/user/.hermes/skills"), 0o755, Vec::new()),
-            (PathBuf::from("home/user/.hermes/skills/x/SKILL.md"), 0o644, b"skill".to_vec()),
-            (PathBuf::from("home/user/.hermes/bin/run"), 0o644, b"#!".to_vec()),
+            (
+                PathBuf::from("home/user/.hermes/skills/x/SKILL.md"),
+                0o644,
+                b"skill".to_vec()
+            ),
+            (
+                PathBuf::from("home/user/.hermes/bin/run"),
+                0o644,
+                b"#!".to_vec()
+            ),
         ]
     );
-    assert_eq!(state_sync::teardown_command("/home/user/.hermes").expect("valid"), "tar -C '/home/user/.hermes' -cf - .");
-    assert!(state_sync::teardown_command("relative").expect_err("invalid").is_invalid_plan());
+    assert_eq!(
+        state_sync::teardown_command("/home/user/.hermes").expect("valid"),
+        "tar -C '/home/user/.hermes' -cf - ."
+    );
+    assert!(
+        state_sync::teardown_command("relative")
+            .expect_err("invalid")
+            .is_invalid_plan()
+    );
 }

@@ -7,20 +7,28 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 
 use proptest::prelude::*;
-use state_sync::{read_archive, ReadConfig, UnsafeMembers, DEFAULT_MAX_BYTES};
-use support::harness::{check_archive, Recorder};
+use state_sync::{DEFAULT_MAX_BYTES, ReadConfig, UnsafeMembers, read_archive};
 use support::TarMaker;
+use support::harness::{Recorder, check_archive};
 
 fn skip() -> ReadConfig {
-    ReadConfig { max_bytes: DEFAULT_MAX_BYTES, unsafe_members: UnsafeMembers::Skip }
+    ReadConfig {
+        max_bytes: DEFAULT_MAX_BYTES,
+        unsafe_members: UnsafeMembers::Skip,
+    }
 }
 
 fn hostile_member() -> impl Strategy<Value = (Vec<u8>, u8, Vec<u8>)> {
     let component = prop::sample::select(vec!["a", "b", "skills", "..", ".", "", "x y", "\u{e9}"]);
-    let name = (any::<bool>(), prop::collection::vec(component, 1..5)).prop_map(|(absolute, parts)| {
-        let joined = parts.join("/");
-        if absolute { format!("/{joined}").into_bytes() } else { joined.into_bytes() }
-    });
+    let name =
+        (any::<bool>(), prop::collection::vec(component, 1..5)).prop_map(|(absolute, parts)| {
+            let joined = parts.join("/");
+            if absolute {
+                format!("/{joined}").into_bytes()
+            } else {
+                joined.into_bytes()
+            }
+        });
     let kind = prop::sample::select(vec![b'0', b'0', b'0', b'5', b'2', b'1', b'3', b'6', b'S']);
     (name, kind, prop::collection::vec(any::<u8>(), 0..700))
 }

@@ -3,7 +3,7 @@
 
 use std::io::Cursor;
 
-use state_sync::{pull_teardown, read_archive, MemberKind, ReadConfig, UnsafeMembers};
+use state_sync::{MemberKind, ReadConfig, UnsafeMembers, pull_teardown, read_archive};
 
 /// A sink that keeps what it was given.
 #[derive(Default)]
@@ -17,11 +17,16 @@ impl state_sync::MemberSink for Recorder {
         Ok(())
     }
 
-    fn file(&mut self, member: &state_sync::Member, content: &mut dyn std::io::Read) -> std::io::Result<()> {
+    fn file(
+        &mut self,
+        member: &state_sync::Member,
+        content: &mut dyn std::io::Read,
+    ) -> std::io::Result<()> {
         let mut data = Vec::new();
         content.read_to_end(&mut data)?;
         assert!(matches!(member.kind, MemberKind::File { size, .. } if size >= data.len() as u64));
-        self.members.push((member.path.as_str().to_owned(), Some(data)));
+        self.members
+            .push((member.path.as_str().to_owned(), Some(data)));
         Ok(())
     }
 }
@@ -29,7 +34,10 @@ impl state_sync::MemberSink for Recorder {
 /// Reads `data` as a sandbox archive and checks every invariant the reader promises.
 pub fn check_archive(data: &[u8]) {
     const CAP: u64 = 1 << 20;
-    let skip = ReadConfig { max_bytes: CAP, unsafe_members: UnsafeMembers::Skip };
+    let skip = ReadConfig {
+        max_bytes: CAP,
+        unsafe_members: UnsafeMembers::Skip,
+    };
     let mut recorder = Recorder::default();
     let result = read_archive(&mut Cursor::new(data), &skip, &mut recorder);
     let Ok(summary) = result else {
@@ -39,28 +47,49 @@ pub fn check_archive(data: &[u8]) {
     let mut seen = std::collections::HashSet::new();
     for (path, _) in &recorder.members {
         assert!(!path.is_empty() && !path.starts_with('/'), "{path:?}");
-        assert!(path.split('/').all(|c| !c.is_empty() && c != "." && c != ".."), "{path:?}");
+        assert!(
+            path.split('/')
+                .all(|c| !c.is_empty() && c != "." && c != ".."),
+            "{path:?}"
+        );
         assert!(seen.insert(path.clone()), "duplicate accepted: {path:?}");
     }
     for (path, content) in &recorder.members {
         if content.is_some() {
             let below = format!("{path}/");
-            assert!(!recorder.members.iter().any(|(p, _)| p.starts_with(&below)), "member below file {path:?}");
+            assert!(
+                !recorder.members.iter().any(|(p, _)| p.starts_with(&below)),
+                "member below file {path:?}"
+            );
         }
     }
-    assert_eq!(summary.files + summary.directories, recorder.members.len() as u64);
+    assert_eq!(
+        summary.files + summary.directories,
+        recorder.members.len() as u64
+    );
 
     // Refusing mode agrees: it succeeds exactly when nothing was rejected.
-    let refuse = ReadConfig { max_bytes: CAP, unsafe_members: UnsafeMembers::Refuse };
+    let refuse = ReadConfig {
+        max_bytes: CAP,
+        unsafe_members: UnsafeMembers::Refuse,
+    };
     let strict = read_archive(&mut Cursor::new(data), &refuse, &mut Recorder::default());
     assert_eq!(strict.is_ok(), summary.rejected.is_empty());
 
     // The teardown archive round-trips: same members, named below the remote root.
-    let (again, out) = pull_teardown(&mut Cursor::new(data), &skip, "/home/user/.hermes", Vec::new())
-        .expect("a readable archive also converts");
+    let (again, out) = pull_teardown(
+        &mut Cursor::new(data),
+        &skip,
+        "/home/user/.hermes",
+        Vec::new(),
+    )
+    .expect("a readable archive also converts");
     assert_eq!(again, summary);
     let mut reread = Recorder::default();
-    let relaxed = ReadConfig { max_bytes: u64::MAX, unsafe_members: UnsafeMembers::Refuse };
+    let relaxed = ReadConfig {
+        max_bytes: u64::MAX,
+        unsafe_members: UnsafeMembers::Refuse,
+    };
     read_archive(&mut Cursor::new(out), &relaxed, &mut reread).expect("our own output is clean");
     assert_eq!(reread.members.len(), recorder.members.len());
     for ((ours, a), (theirs, b)) in reread.members.iter().zip(&recorder.members) {
