@@ -1,6 +1,5 @@
 //! The state shared by every handler, and the E2B-style error answer.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -22,8 +21,6 @@ pub(crate) struct App {
     pub(crate) api_key: ApiKeyPolicy,
     pub(crate) templates: Vec<String>,
     pub(crate) isolation: Arc<Isolation>,
-    #[allow(dead_code)] // kept for diagnostics in Debug output
-    pub(crate) state_dir: PathBuf,
 }
 
 impl App {

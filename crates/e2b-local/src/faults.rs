@@ -343,22 +343,34 @@ fn cut_body(response: Response, after: u64) -> Response {
     // A sized body would let the client detect the cut by length only; chunked makes
     // the abort look like a dropped stream.
     parts.headers.remove(http::header::CONTENT_LENGTH);
-    let mut left = after;
-    let stream = body.into_data_stream().map(move |chunk| {
-        let chunk = chunk.map_err(std::io::Error::other)?;
-        if left == 0 {
-            return Err(std::io::Error::other("injected stream drop"));
-        }
-        let len = chunk.len() as u64;
-        if len <= left {
-            left -= len;
-            Ok(chunk)
-        } else {
-            let keep = usize::try_from(left).unwrap_or(usize::MAX);
-            left = 0;
-            Ok::<Bytes, std::io::Error>(chunk.slice(..keep))
-        }
-    });
+    let stream = futures::stream::unfold(
+        (body.into_data_stream(), after, false),
+        |(mut inner, left, cut)| async move {
+            if cut {
+                // Give hyper a moment to flush what was already sent, so the client
+                // sees (close to) exactly `after` bytes before the connection dies.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                return Some((
+                    Err(std::io::Error::other("injected stream drop")),
+                    (inner, 0, true),
+                ));
+            }
+            let chunk = match inner.next().await? {
+                Ok(chunk) => chunk,
+                Err(e) => return Some((Err(std::io::Error::other(e)), (inner, left, true))),
+            };
+            let len = chunk.len() as u64;
+            if len < left {
+                Some((
+                    Ok::<Bytes, std::io::Error>(chunk),
+                    (inner, left - len, false),
+                ))
+            } else {
+                let keep = usize::try_from(left).unwrap_or(usize::MAX);
+                Some((Ok(chunk.slice(..keep)), (inner, 0, true)))
+            }
+        },
+    );
     Response::from_parts(parts, Body::from_stream(stream))
 }
 

@@ -220,7 +220,6 @@ impl Server {
             api_key: config.api_key.clone(),
             templates: config.templates.clone(),
             isolation: Arc::new(isolation),
-            state_dir: state_dir.clone(),
         });
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

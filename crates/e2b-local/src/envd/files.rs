@@ -132,9 +132,9 @@ fn path_error(error: &PathError) -> Response {
     }
 }
 
-fn user_of(query: &FilesQuery) -> Result<SandboxUser, Response> {
+fn user_of(query: &FilesQuery) -> Result<SandboxUser, ApiError> {
     SandboxUser::parse(query.username.as_deref())
-        .map_err(|m| ApiError::new(StatusCode::UNAUTHORIZED, m).into_response())
+        .map_err(|m| ApiError::new(StatusCode::UNAUTHORIZED, m))
 }
 
 fn content_type_for(name: &str) -> &'static str {
@@ -170,8 +170,8 @@ pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
     if !authorized(&ctx, request.headers(), &query, "read") {
         return unauthorized();
     }
-    if let Err(response) = user_of(&query) {
-        return response;
+    if let Err(error) = user_of(&query) {
+        return error.into_response();
     }
     let requested = query.path.clone().unwrap_or_default();
     let fs = SandboxFs {
@@ -237,56 +237,32 @@ async fn open_read(path: &std::path::Path) -> io::Result<tokio::fs::File> {
 pub(crate) async fn upload(ctx: Ctx, request: Request) -> Response {
     let query = parse_query(request.uri().query());
     if !authorized(&ctx, request.headers(), &query, "write") {
+        crate::app::drain(request).await;
         return unauthorized();
     }
     let user = match user_of(&query) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(error) => {
+            crate::app::drain(request).await;
+            return error.into_response();
+        }
     };
     let headers = request.headers().clone();
-    if headers
-        .get(http::header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|e| !e.eq_ignore_ascii_case("identity"))
-    {
-        return ApiError::bad_request("compressed uploads are not supported by e2b-local")
-            .into_response();
-    }
     let metadata = upload_metadata(&headers);
-    let content_type = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let result = if content_type
-        .to_ascii_lowercase()
-        .starts_with("multipart/form-data")
-    {
-        match multer::parse_boundary(&content_type) {
-            Ok(boundary) => upload_multipart(&ctx, user, &query, boundary, request).await,
-            Err(e) => Err(ApiError::bad_request(format!(
-                "invalid multipart content type: {e}"
-            ))),
+    let result = match upload_kind(&headers, &query) {
+        Ok(UploadKind::Multipart(boundary)) => {
+            upload_multipart(&ctx, user, &query, boundary, request).await
         }
-    } else if content_type
-        .to_ascii_lowercase()
-        .starts_with("application/octet-stream")
-    {
-        match &query.path {
-            Some(path) => {
-                let body = request.into_body().into_data_stream();
-                write_one(&ctx, user, path, body)
-                    .await
-                    .map(|entry| vec![entry])
-            }
-            None => Err(ApiError::bad_request(
-                "path query parameter is required for octet-stream uploads",
-            )),
+        Ok(UploadKind::Octet(path)) => {
+            let body = request.into_body().into_data_stream();
+            write_one(&ctx, user, &path, body)
+                .await
+                .map(|entry| vec![entry])
         }
-    } else {
-        Err(ApiError::bad_request(format!(
-            "unsupported content type '{content_type}'"
-        )))
+        Err(error) => {
+            crate::app::drain(request).await;
+            Err(error)
+        }
     };
     match result {
         Ok(mut entries) => {
@@ -298,6 +274,43 @@ pub(crate) async fn upload(ctx: Ctx, request: Request) -> Response {
             json_response(StatusCode::OK, &Value::Array(entries))
         }
         Err(error) => error.into_response(),
+    }
+}
+
+/// How an upload body is encoded.
+#[derive(Debug)]
+enum UploadKind {
+    Multipart(String),
+    Octet(String),
+}
+
+fn upload_kind(headers: &HeaderMap, query: &FilesQuery) -> Result<UploadKind, ApiError> {
+    if headers
+        .get(http::header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|e| !e.eq_ignore_ascii_case("identity"))
+    {
+        return Err(ApiError::bad_request(
+            "compressed uploads are not supported by e2b-local",
+        ));
+    }
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let lower = content_type.to_ascii_lowercase();
+    if lower.starts_with("multipart/form-data") {
+        multer::parse_boundary(content_type)
+            .map(UploadKind::Multipart)
+            .map_err(|e| ApiError::bad_request(format!("invalid multipart content type: {e}")))
+    } else if lower.starts_with("application/octet-stream") {
+        query.path.clone().map(UploadKind::Octet).ok_or_else(|| {
+            ApiError::bad_request("path query parameter is required for octet-stream uploads")
+        })
+    } else {
+        Err(ApiError::bad_request(format!(
+            "unsupported content type '{content_type}'"
+        )))
     }
 }
 

@@ -1,0 +1,730 @@
+//! envd over the shared port: Connect framing, processes, filesystem RPCs, /files,
+//! access tokens and isolation.
+
+mod common;
+
+use common::{Api, Sandbox, envelope, manual_server, new_sandbox};
+use futures::StreamExt;
+use serde_json::json;
+
+#[tokio::test]
+async fn start_stream_framing_and_end_values() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+
+    let run = api.run(&sandbox, "echo hello; echo warn >&2").await;
+    assert_eq!(run.stdout, b"hello\n");
+    assert_eq!(run.stderr, b"warn\n");
+    assert_eq!(run.end, json!({"exited": true, "status": "exit status 0"}));
+    assert_eq!(run.end_stream, json!({}));
+    assert!(run.pid > 0);
+
+    let failed = api.run(&sandbox, "exit 3").await;
+    assert_eq!(
+        failed.end,
+        json!({"exitCode": 3, "exited": true, "status": "exit status 3", "error": "exit status 3"})
+    );
+
+    // A chunked request body (how the Python SDK sends it) works as well.
+    let body = envelope(&json!({"process": {"cmd": "/bin/echo", "args": ["chunked"]}}));
+    let parts: Vec<Result<Vec<u8>, std::io::Error>> =
+        body.chunks(3).map(|c| Ok(c.to_vec())).collect();
+    let response = api
+        .envd(&sandbox, reqwest::Method::POST, "/process.Process/Start")
+        .header("content-type", "application/connect+json")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(parts)))
+        .send()
+        .await
+        .unwrap();
+    let run = common::FrameStream::new(response).collect().await;
+    assert_eq!(run.stdout, b"chunked\n");
+
+    // Errors before the process starts travel in the end-stream frame of a 200 stream.
+    let body = envelope(&json!({"process": {"cmd": "/bin/true", "cwd": "/home/user/missing"}}));
+    let response = api
+        .envd(&sandbox, reqwest::Method::POST, "/process.Process/Start")
+        .header("content-type", "application/connect+json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let mut frames = common::FrameStream::new(response);
+    let end = frames.next().await.unwrap();
+    assert_eq!(end.flags, 2);
+    assert_eq!(end.json["error"]["code"], "invalid_argument");
+    assert_eq!(
+        end.json["error"]["message"],
+        "cwd '/home/user/missing' does not exist"
+    );
+
+    // Unary errors: HTTP status per the Connect mapping and a string code.
+    let bad = api
+        .rpc(
+            &sandbox,
+            "process.Process/SendSignal",
+            json!({"process": {"pid": 4_000_000}, "signal": "SIGNAL_SIGKILL"}),
+        )
+        .await;
+    assert_eq!(bad.status, 404);
+    assert_eq!(
+        bad.json,
+        json!({"code": "not_found", "message": "process with pid 4000000 not found"})
+    );
+    let malformed = api
+        .envd(&sandbox, reqwest::Method::POST, "/process.Process/List")
+        .header("content-type", "application/json")
+        .body("{oops")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status().as_u16(), 400);
+    let proto = api
+        .envd(&sandbox, reqwest::Method::POST, "/process.Process/List")
+        .header("content-type", "application/proto")
+        .body(vec![0u8])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proto.status().as_u16(), 415);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn large_output_is_chunked_at_32_kib() {
+    // contract: O1 (output streams chunk by chunk)
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let run = api
+        .run(&sandbox, "head -c 20000000 /dev/urandom | base64 -w 0")
+        .await;
+    assert_eq!(run.stdout.len(), 26_666_668);
+    assert!(run.chunks.len() > 600, "{} chunks", run.chunks.len());
+    assert!(run.chunks.iter().all(|&c| c > 0 && c <= 32 * 1024));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn keepalive_on_silence_then_end() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let mut stream = api
+        .start(
+            &sandbox,
+            "while [ ! -f /tmp/go ]; do sleep 0.05; done; echo released",
+            &[("keepalive-ping-interval", "1")],
+        )
+        .await;
+    let start = stream.next().await.unwrap();
+    assert!(start.json["event"]["start"]["pid"].is_u64());
+    let silent = stream.next().await.unwrap();
+    assert_eq!(silent.json, json!({"event": {"keepalive": {}}}));
+    assert_eq!(api.upload(&sandbox, "/tmp/go", b"").await.status, 200);
+    let mut rest = Vec::new();
+    while let Some(frame) = stream.next().await {
+        rest.push(frame);
+    }
+    let last = rest.pop().unwrap();
+    assert_eq!((last.flags, last.json), (2, json!({})));
+    let end = rest.pop().unwrap();
+    assert_eq!(end.json["event"]["end"]["status"], "exit status 0");
+    assert!(
+        rest.iter()
+            .any(|f| f.json["event"]["data"]["stdout"] == "cmVsZWFzZWQK")
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn connect_timeout_is_the_process_deadline() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let mut stream = api
+        .start(&sandbox, "sleep 300", &[("connect-timeout-ms", "300")])
+        .await;
+    let start = stream.next().await.unwrap();
+    let pid = start.json["event"]["start"]["pid"].as_u64().unwrap();
+    let mut last = None;
+    while let Some(frame) = stream.next().await {
+        last = Some(frame);
+    }
+    let last = last.unwrap();
+    assert_eq!(last.flags, 2);
+    assert_eq!(last.json["error"]["code"], "deadline_exceeded");
+    // The process was killed, and later Connect calls see its end.
+    let mut again = connect_stream(&api, &sandbox, pid).await;
+    let run = again.collect().await;
+    assert_eq!(run.end["status"], "signal: killed");
+    assert_eq!(run.end["exitCode"], -1);
+    server.shutdown().await.unwrap();
+}
+
+async fn connect_stream(api: &Api, sandbox: &Sandbox, pid: u64) -> common::FrameStream {
+    let response = api
+        .envd(sandbox, reqwest::Method::POST, "/process.Process/Connect")
+        .header("content-type", "application/connect+json")
+        .body(envelope(&json!({"process": {"pid": pid}})))
+        .send()
+        .await
+        .unwrap();
+    common::FrameStream::new(response)
+}
+
+#[tokio::test]
+async fn sigkill_by_pid_affects_only_that_pid() {
+    // contract: L6 (a kill by pid leaves the sandbox and other processes alive)
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let mut victim = api.start(&sandbox, "sleep 300", &[]).await;
+    let victim_pid = victim.next().await.unwrap().json["event"]["start"]["pid"]
+        .as_u64()
+        .unwrap();
+    let mut survivor = api.start(&sandbox, "sleep 300", &[]).await;
+    let survivor_pid = survivor.next().await.unwrap().json["event"]["start"]["pid"]
+        .as_u64()
+        .unwrap();
+
+    let listed = api.rpc(&sandbox, "process.Process/List", json!({})).await;
+    let pids: Vec<u64> = listed.json["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    assert!(pids.contains(&victim_pid) && pids.contains(&survivor_pid));
+    assert_eq!(listed.json["processes"][0]["config"]["cmd"], "/bin/bash");
+
+    let killed = api
+        .rpc(
+            &sandbox,
+            "process.Process/SendSignal",
+            json!({"process": {"pid": victim_pid}, "signal": "SIGNAL_SIGKILL"}),
+        )
+        .await;
+    assert_eq!((killed.status, killed.json.clone()), (200, json!({})));
+    let mut end = None;
+    while let Some(frame) = victim.next().await {
+        if let Some(e) = frame.json["event"].get("end") {
+            end = Some(e.clone());
+        }
+    }
+    assert_eq!(
+        end.unwrap(),
+        json!({"exitCode": -1, "status": "signal: killed", "error": "signal: killed"})
+    );
+
+    let listed = api.rpc(&sandbox, "process.Process/List", json!({})).await;
+    let pids: Vec<u64> = listed.json["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids, vec![survivor_pid]);
+    let again = api
+        .rpc(
+            &sandbox,
+            "process.Process/SendSignal",
+            json!({"process": {"pid": victim_pid}, "signal": "SIGNAL_SIGKILL"}),
+        )
+        .await;
+    assert_eq!(again.json["code"], "not_found");
+    let bad_signal = api
+        .rpc(
+            &sandbox,
+            "process.Process/SendSignal",
+            json!({"process": {"pid": survivor_pid}, "signal": "SIGNAL_SIGHUP"}),
+        )
+        .await;
+    assert_eq!(bad_signal.json["code"], "unimplemented");
+
+    // Pausing the sandbox kills everything in it, background children included.
+    let marker = api
+        .run(
+            &sandbox,
+            "(sleep 300 &) ; (setsid sleep 301 &); echo started",
+        )
+        .await;
+    assert_eq!(marker.stdout, b"started\n");
+    assert_eq!(
+        api.post(&format!("/sandboxes/{}/pause", sandbox.id), "{}")
+            .await
+            .status,
+        204
+    );
+    let mut ended = false;
+    while let Some(frame) = survivor.next().await {
+        ended |= frame.json["event"].get("end").is_some();
+    }
+    assert!(
+        ended,
+        "the survivor's stream ends with an end event on pause"
+    );
+    let leftovers = std::process::Command::new("pgrep")
+        .args(["-f", "^sleep 30[01]$"])
+        .output()
+        .unwrap();
+    let pids = String::from_utf8_lossy(&leftovers.stdout).to_string();
+    for pid in pids.split_whitespace() {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let needle = format!("E2B_SANDBOX_ID={}", sandbox.id);
+        assert!(
+            !environ.split(|b| *b == 0).any(|v| v == needle.as_bytes()),
+            "process {pid} of the paused sandbox survived"
+        );
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn stdin_and_connect_reattach() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let body = envelope(&json!({"process": {"cmd": "/bin/cat"}, "stdin": true}));
+    let response = api
+        .envd(&sandbox, reqwest::Method::POST, "/process.Process/Start")
+        .header("content-type", "application/connect+json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = common::FrameStream::new(response);
+    let pid = stream.next().await.unwrap().json["event"]["start"]["pid"]
+        .as_u64()
+        .unwrap();
+    drop(stream); // disconnect: the process keeps running
+    let sent = api
+        .rpc(
+            &sandbox,
+            "process.Process/SendInput",
+            json!({"process": {"pid": pid}, "input": {"stdin": "aGkK"}}),
+        )
+        .await;
+    assert_eq!(sent.status, 200, "{}", sent.text);
+    let mut attached = connect_stream(&api, &sandbox, pid).await;
+    assert_eq!(
+        attached.next().await.unwrap().json["event"]["start"]["pid"],
+        pid
+    );
+    let closed = api
+        .rpc(
+            &sandbox,
+            "process.Process/CloseStdin",
+            json!({"process": {"pid": pid}}),
+        )
+        .await;
+    assert_eq!(closed.status, 200);
+    let mut ended = false;
+    while let Some(frame) = attached.next().await {
+        if let Some(end) = frame.json["event"].get("end") {
+            assert_eq!(end["status"], "exit status 0");
+            ended = true;
+        }
+    }
+    assert!(ended);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn isolation_home_user_private_tmp_and_user_switch() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let a = new_sandbox(&api).await;
+    let b = new_sandbox(&api).await;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let who = api.run(&a, "whoami; echo $HOME; pwd").await;
+    if root {
+        assert_eq!(
+            String::from_utf8_lossy(&who.stdout),
+            "user\n/home/user\n/home/user\n"
+        );
+        let refused = api.run(&a, "cd /root").await;
+        assert_eq!(refused.end["exitCode"], 1);
+        let as_root = api
+            .envd(&a, reqwest::Method::POST, "/process.Process/Start")
+            .header("content-type", "application/connect+json")
+            .header("authorization", "Basic cm9vdDo=")
+            .body(envelope(&json!({"process": {"cmd": "/usr/bin/whoami"}})))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            common::FrameStream::new(as_root).collect().await.stdout,
+            b"root\n"
+        );
+    } else {
+        // Path-mapping fallback: HOME is the sandbox root on the host.
+        let home = server.sandbox_home(&a.id);
+        assert!(String::from_utf8_lossy(&who.stdout).contains(home.to_str().unwrap()));
+    }
+    // Private /tmp: a's file is invisible to b and to the host's /tmp.
+    let wrote = api
+        .run(
+            &a,
+            "echo secret > /tmp/e2b-local-private-test && cat /tmp/e2b-local-private-test",
+        )
+        .await;
+    assert_eq!(wrote.stdout, b"secret\n");
+    let other = api
+        .run(
+            &b,
+            "cat /tmp/e2b-local-private-test 2>/dev/null || echo absent",
+        )
+        .await;
+    assert_eq!(other.stdout, b"absent\n");
+    assert!(!std::path::Path::new("/tmp/e2b-local-private-test").exists());
+    // /home/user maps to the sandbox root on the host, owned by the sandbox user.
+    let _ = api.run(&a, "echo from-command > ~/made.txt").await;
+    let host_file = server.sandbox_home(&a.id).join("made.txt");
+    assert_eq!(
+        std::fs::read_to_string(&host_file).unwrap(),
+        "from-command\n"
+    );
+    assert_eq!(api.upload(&a, "up.txt", b"x").await.status, 200);
+    if root {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(server.sandbox_home(&a.id).join("up.txt")).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (1000, 1000));
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn filesystem_rpcs() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let s = new_sandbox(&api).await;
+    let fs = |m: &str| format!("filesystem.Filesystem/{m}");
+
+    let made = api.rpc(&s, &fs("MakeDir"), json!({"path": "a/b/c"})).await;
+    assert_eq!(made.status, 200, "{}", made.text);
+    assert_eq!(made.json["entry"]["path"], "/home/user/a/b/c");
+    assert_eq!(made.json["entry"]["type"], "FILE_TYPE_DIRECTORY");
+    assert_eq!(
+        api.rpc(&s, &fs("MakeDir"), json!({"path": "a/b/c"}))
+            .await
+            .json["code"],
+        "already_exists"
+    );
+    assert_eq!(
+        api.upload(&s, "/home/user/a/f.txt", b"12345").await.status,
+        200
+    );
+    assert_eq!(
+        api.rpc(&s, &fs("MakeDir"), json!({"path": "a/f.txt"}))
+            .await
+            .json["code"],
+        "invalid_argument"
+    );
+
+    let stat = api
+        .rpc(&s, &fs("Stat"), json!({"path": "/home/user/a/f.txt"}))
+        .await;
+    let entry = &stat.json["entry"];
+    assert_eq!(entry["name"], "f.txt");
+    assert_eq!(entry["size"], "5");
+    assert_eq!(entry["type"], "FILE_TYPE_FILE");
+    assert_eq!(entry["permissions"], "-rw-r--r--");
+    assert_eq!(entry["mode"], 0o644);
+    assert!(entry["modifiedTime"].as_str().unwrap().ends_with('Z'));
+    let missing = api
+        .rpc(&s, &fs("Stat"), json!({"path": "/home/user/nope"}))
+        .await;
+    assert_eq!(
+        (missing.status, missing.json["code"].clone()),
+        (404, json!("not_found"))
+    );
+
+    let one = api.rpc(&s, &fs("ListDir"), json!({"path": "a"})).await;
+    let names: Vec<&str> = one.json["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["b", "f.txt"]);
+    let deep = api
+        .rpc(&s, &fs("ListDir"), json!({"path": "a", "depth": 3}))
+        .await;
+    let paths: Vec<&str> = deep.json["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        vec!["/home/user/a/b", "/home/user/a/b/c", "/home/user/a/f.txt"]
+    );
+    assert_eq!(
+        api.rpc(&s, &fs("ListDir"), json!({"path": "a/f.txt"}))
+            .await
+            .json["code"],
+        "invalid_argument"
+    );
+    assert_eq!(
+        api.rpc(&s, &fs("ListDir"), json!({"path": "zzz"}))
+            .await
+            .json["code"],
+        "not_found"
+    );
+
+    let moved = api
+        .rpc(
+            &s,
+            &fs("Move"),
+            json!({"source": "a/f.txt", "destination": "/tmp/x/g.txt"}),
+        )
+        .await;
+    assert_eq!(moved.json["entry"]["path"], "/tmp/x/g.txt");
+    assert_eq!(
+        api.rpc(
+            &s,
+            &fs("Move"),
+            json!({"source": "a/f.txt", "destination": "h"})
+        )
+        .await
+        .json["code"],
+        "not_found"
+    );
+    assert_eq!(
+        api.rpc(&s, &fs("Remove"), json!({"path": "/tmp/x"}))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        api.rpc(&s, &fs("Stat"), json!({"path": "/tmp/x/g.txt"}))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        api.rpc(&s, &fs("Remove"), json!({"path": "/tmp/x"}))
+            .await
+            .status,
+        200,
+        "idempotent"
+    );
+
+    // Escapes are refused for the server's own operations.
+    for path in ["/etc/passwd", "../../etc", "/home/user/../other"] {
+        let reply = api.rpc(&s, &fs("Stat"), json!({"path": path})).await;
+        assert_eq!(reply.json["code"], "permission_denied", "{path}");
+    }
+    let _ = api
+        .run(&s, "ln -s /etc ~/etc-link; ln -s /tmp ~/tmp-link")
+        .await;
+    assert_eq!(api.upload(&s, "etc-link/evil", b"x").await.status, 403);
+    assert_eq!(api.upload(&s, "tmp-link/fine", b"ok").await.status, 200);
+    assert_eq!(&api.download(&s, "/tmp/fine").await.1[..], b"ok");
+    let watcher = api
+        .rpc(&s, &fs("CreateWatcher"), json!({"path": "a"}))
+        .await;
+    assert_eq!(
+        (watcher.status, watcher.json["code"].clone()),
+        (501, json!("unimplemented"))
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn files_upload_download() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let s = new_sandbox(&api).await;
+    // Multipart: many parts, filenames are the destinations, parents created.
+    let mut parts: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| {
+            (
+                format!("n/{}/f{i}.txt", i % 3),
+                format!("body {i}").into_bytes(),
+            )
+        })
+        .collect();
+    parts.push(("/home/user/abs.txt".into(), b"abs".to_vec()));
+    let reply = post_multipart(&api, &s, &parts).await;
+    assert_eq!(reply.status().as_u16(), 200);
+    let entries: serde_json::Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+    assert_eq!(entries.as_array().unwrap().len(), 21);
+    assert_eq!(
+        entries[0],
+        json!({"path": "/home/user/n/0/f0.txt", "name": "f0.txt", "type": "file"})
+    );
+    assert_eq!(&api.download(&s, "n/2/f5.txt").await.1[..], b"body 5");
+    assert_eq!(&api.download(&s, "/home/user/abs.txt").await.1[..], b"abs");
+
+    // Two parts with one destination.
+    let dup = vec![
+        ("d.txt".to_owned(), b"1".to_vec()),
+        ("/home/user/d.txt".to_owned(), b"2".to_vec()),
+    ];
+    assert_eq!(post_multipart(&api, &s, &dup).await.status().as_u16(), 400);
+
+    // Octet-stream needs ?path.
+    let no_path = api
+        .envd(&s, reqwest::Method::POST, "/files")
+        .header("content-type", "application/octet-stream")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_path.status().as_u16(), 400);
+    let big = vec![7u8; 5 * 1024 * 1024];
+    assert_eq!(api.upload(&s, "big.bin", &big).await.status, 200);
+    let response = api
+        .envd(&s, reqwest::Method::GET, "/files")
+        .query(&[("path", "big.bin")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-length"], "5242880");
+    let mut stream = response.bytes_stream();
+    let mut total = 0;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        assert!(chunk.iter().all(|b| *b == 7));
+        total += chunk.len();
+    }
+    assert_eq!(total, big.len());
+
+    let (status, body) = api.download(&s, "/home/user/none.txt").await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+        json!({"code": 404, "message": "path '/home/user/none.txt' does not exist"})
+    );
+    assert_eq!(api.download(&s, "/home/user").await.0, 400);
+    assert_eq!(api.download(&s, "/etc/passwd").await.0, 403);
+
+    // envd health is 204, the REST one 200; the header decides.
+    let health = api
+        .envd(&s, reqwest::Method::GET, "/health")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status().as_u16(), 204);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn access_token_is_enforced_when_set() {
+    // contract: X6 (secure = true keeps envd's access token on)
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let (id, token) = api.create(json!({"templateID": "base"})).await;
+    let token = token.expect("v2 sandboxes always have a token");
+    let anonymous = Sandbox {
+        id: id.clone(),
+        token: None,
+    };
+    let wrong = Sandbox {
+        id: id.clone(),
+        token: Some("wrong".into()),
+    };
+    let right = Sandbox {
+        id: id.clone(),
+        token: Some(token.clone()),
+    };
+    let denied = api.rpc(&anonymous, "process.Process/List", json!({})).await;
+    assert_eq!(denied.status, 401);
+    assert_eq!(denied.json["code"], 401);
+    assert_eq!(
+        api.rpc(&wrong, "process.Process/List", json!({}))
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        api.rpc(&right, "process.Process/List", json!({}))
+            .await
+            .status,
+        200
+    );
+    // /health is exempt; /files takes the header or a signature.
+    assert_eq!(
+        api.envd(&anonymous, reqwest::Method::GET, "/health")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        204
+    );
+    assert_eq!(api.upload(&anonymous, "f.txt", b"x").await.status, 401);
+    assert_eq!(api.upload(&wrong, "f.txt", b"x").await.status, 401);
+    assert_eq!(api.upload(&right, "f.txt", b"signed").await.status, 200);
+    // A pre-signed read URL works without any header at all.
+    use base64::Engine;
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("f.txt:read::{token}").as_bytes());
+    let signature = format!(
+        "v1_{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest)
+    );
+    // The SDK percent-encodes query values (quote_via=quote): '+' and '/' included.
+    let encoded = signature.replace('+', "%2B").replace('/', "%2F");
+    let url = format!("{}/files?path=f.txt&signature={encoded}", server.url());
+    let signed = reqwest::get(&url).await.unwrap();
+    assert_eq!(signed.status().as_u16(), 200);
+    assert_eq!(signed.text().await.unwrap(), "signed");
+
+    // v1 without secure: no token, envd open.
+    let v1 = api
+        .post("/sandboxes", r#"{"templateID":"base","timeout":60}"#)
+        .await;
+    assert!(v1.json.get("envdAccessToken").is_none());
+    let open = Sandbox {
+        id: v1.json["sandboxID"].as_str().unwrap().to_owned(),
+        token: None,
+    };
+    assert_eq!(
+        api.rpc(&open, "process.Process/List", json!({}))
+            .await
+            .status,
+        200
+    );
+    let secure = api
+        .post(
+            "/sandboxes",
+            r#"{"templateID":"base","timeout":60,"secure":true}"#,
+        )
+        .await;
+    assert!(secure.json["envdAccessToken"].is_string());
+    server.shutdown().await.unwrap();
+}
+
+/// Sends a multipart/form-data body the way the SDK does: one `file` part per file,
+/// the destination path as the part's filename.
+async fn post_multipart(api: &Api, s: &Sandbox, parts: &[(String, Vec<u8>)]) -> reqwest::Response {
+    let boundary = "e2b-local-test-boundary";
+    let mut body = Vec::new();
+    for (name, data) in parts {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    api.envd(s, reqwest::Method::POST, "/files")
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
