@@ -141,6 +141,9 @@ async fn serve(args: ServeArgs) -> Result<(), e2b_local::Error> {
         },
         latency: Duration::from_millis(args.latency_ms),
     };
+    // Handlers first: a signal that arrives right after the URL lines must stop the
+    // server cleanly, not kill it with the default action.
+    let stop = StopSignals::install();
     let server = Server::start(config).await?;
     let faults = server.faults();
     if args.fail_next > 0 {
@@ -159,48 +162,75 @@ async fn serve(args: ServeArgs) -> Result<(), e2b_local::Error> {
         let _ = writeln!(out, "E2B_SANDBOX_URL={}", server.url());
         let _ = out.flush();
     }
-    wait_for_stop(args.exit_on_stdin_eof).await;
+    let stdin = if args.exit_on_stdin_eof {
+        StdinWatch::ExitOnEof
+    } else {
+        StdinWatch::Ignore
+    };
+    stop.wait(stdin).await;
     server.shutdown().await
 }
 
-async fn wait_for_stop(exit_on_stdin_eof: bool) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut int = signal(SignalKind::interrupt()).ok();
-    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
-    if exit_on_stdin_eof {
-        // A plain thread: tokio's stdin needs a feature we do not enable, and a
-        // blocking read is exactly what this watch is.
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 256];
-            let mut stdin = std::io::stdin().lock();
-            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-            let _ = eof_tx.send(());
-        });
-    } else {
-        drop(eof_tx);
+/// Whether standard input's end stops the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StdinWatch {
+    Ignore,
+    ExitOnEof,
+}
+
+/// SIGTERM and SIGINT listeners, installed before the server announces itself.
+struct StopSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn install() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        StopSignals {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+        }
     }
-    let stdin_eof = async {
+
+    async fn wait(self, stdin: StdinWatch) {
+        let exit_on_stdin_eof = stdin == StdinWatch::ExitOnEof;
+        let StopSignals { mut term, mut int } = self;
+        let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
         if exit_on_stdin_eof {
-            let _ = eof_rx.await;
+            // A plain thread: tokio's stdin needs a feature we do not enable, and a
+            // blocking read is exactly what this watch is.
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 256];
+                let mut stdin = std::io::stdin().lock();
+                while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+                let _ = eof_tx.send(());
+            });
         } else {
-            std::future::pending::<()>().await;
+            drop(eof_tx);
         }
-    };
-    let on = |s: &mut Option<tokio::signal::unix::Signal>| {
-        let s = s.take();
-        async move {
-            match s {
-                Some(mut s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
+        let stdin_eof = async {
+            if exit_on_stdin_eof {
+                let _ = eof_rx.await;
+            } else {
+                std::future::pending::<()>().await;
             }
+        };
+        let on = |s: &mut Option<tokio::signal::unix::Signal>| {
+            let s = s.take();
+            async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+        };
+        tokio::select! {
+            () = on(&mut term) => {}
+            () = on(&mut int) => {}
+            () = stdin_eof => {}
         }
-    };
-    tokio::select! {
-        () = on(&mut term) => {}
-        () = on(&mut int) => {}
-        () = stdin_eof => {}
     }
 }

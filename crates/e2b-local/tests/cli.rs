@@ -1,0 +1,99 @@
+//! The `e2b-local serve` binary: URL lines on stdout, clean exits.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+fn url_lines(child: &mut std::process::Child) -> (String, String) {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let api = lines.next().expect("first line").expect("utf-8");
+    let sandbox = lines.next().expect("second line").expect("utf-8");
+    (api, sandbox)
+}
+
+#[tokio::test]
+async fn serve_prints_urls_and_exits_on_stdin_eof() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_e2b-local"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--exit-on-stdin-eof",
+            "--api-key",
+            "k1",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .args(["--template", "python"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let (api, sandbox) = url_lines(&mut child);
+    let url = api
+        .strip_prefix("E2B_API_URL=")
+        .expect("API line")
+        .to_owned();
+    assert_eq!(sandbox, format!("E2B_SANDBOX_URL={url}"));
+    assert!(url.starts_with("http://127.0.0.1:"));
+
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{url}/v2/sandboxes"))
+        .header("x-api-key", "k1")
+        .body(r#"{"templateID":"python"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status().as_u16(), 201);
+    let wrong_key = http
+        .get(format!("{url}/v2/sandboxes"))
+        .header("x-api-key", "other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_key.status().as_u16(), 401);
+
+    drop(child.stdin.take()); // EOF
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    // The sandbox record stays in the state directory.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("sandboxes"))
+            .unwrap()
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn serve_stops_cleanly_on_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_e2b-local"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let (api, _) = url_lines(&mut child);
+    let url = api.strip_prefix("E2B_API_URL=").unwrap().to_owned();
+    assert_eq!(
+        reqwest::get(format!("{url}/health"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill has no memory-safety preconditions; pid is our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
