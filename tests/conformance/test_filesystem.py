@@ -83,3 +83,14 @@ def test_tmp_is_private_to_the_sandbox(server, sandbox, unique):
         other.kill()
     assert sandbox.files.read(f"/tmp/private-{unique}") == "mine\n"
     assert not os.path.exists(f"/tmp/private-{unique}")  # not the host's /tmp
+
+
+def test_file_like_data_uses_the_streaming_upload(sandbox, unique):
+    import io
+
+    payload = os.urandom(3 * 1024 * 1024)
+    info = sandbox.files.write(f"stream-{unique}/blob.bin", io.BytesIO(payload))
+    assert info.path == f"/home/user/stream-{unique}/blob.bin"
+    assert sandbox.files.read(f"stream-{unique}/blob.bin", format="bytes") == payload
+    size = sandbox.commands.run(f"stat -c %s ~/stream-{unique}/blob.bin").stdout.strip()
+    assert size == str(len(payload))
