@@ -12,7 +12,9 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// The sandbox id cannot name a quarantine directory.
-    #[error("recover: sandbox id {sandbox_id:?} is not a plain name ([A-Za-z0-9._-], 1-128 bytes, not . or ..)")]
+    #[error(
+        "recover: sandbox id {sandbox_id:?} is not a plain name ([A-Za-z0-9._-], 1-128 bytes, not . or ..)"
+    )]
     InvalidSandboxId {
         /// The refused id.
         sandbox_id: String,
@@ -42,7 +44,9 @@ pub enum Error {
         source: io::Error,
     },
     /// The snapshot exceeded its byte cap; reading stopped there.
-    #[error("recover (sandbox {sandbox_id}): snapshot exceeds the cap of {limit} bytes (at member {member:?})")]
+    #[error(
+        "recover (sandbox {sandbox_id}): snapshot exceeds the cap of {limit} bytes (at member {member:?})"
+    )]
     SnapshotOverCap {
         /// The sandbox being recovered.
         sandbox_id: String,
@@ -61,7 +65,9 @@ pub enum Error {
         member: Option<String>,
     },
     /// The snapshot is not a well-formed tar stream.
-    #[error("recover (sandbox {sandbox_id}): snapshot is malformed (near member {member:?}): {detail}")]
+    #[error(
+        "recover (sandbox {sandbox_id}): snapshot is malformed (near member {member:?}): {detail}"
+    )]
     SnapshotMalformed {
         /// The sandbox being recovered.
         sandbox_id: String,
@@ -131,7 +137,10 @@ impl Error {
 
     /// The caller passed something unusable (sandbox id, remote home).
     pub fn is_invalid_input(&self) -> bool {
-        matches!(self, Self::InvalidSandboxId { .. } | Self::InvalidRemoteHome { .. })
+        matches!(
+            self,
+            Self::InvalidSandboxId { .. } | Self::InvalidRemoteHome { .. }
+        )
     }
 
     /// Whether the caller must not push the host snapshot over the sandbox. Always true: every

@@ -20,7 +20,11 @@ impl HostOnly {
     pub(crate) fn resolve(given: &[PathBuf], home_given: &Path, home_phys: &Path) -> Self {
         let mut entries = Vec::new();
         for path in given {
-            let absolute = if path.is_absolute() { path.clone() } else { home_given.join(path) };
+            let absolute = if path.is_absolute() {
+                path.clone()
+            } else {
+                home_given.join(path)
+            };
             let lexical = normalize(&absolute);
             let mut forms = vec![lexical.clone()];
             if let Some(physical) = physical(&lexical) {
@@ -29,7 +33,10 @@ impl HostOnly {
             for form in forms {
                 for base in [home_given, home_phys] {
                     if let Ok(rel) = form.strip_prefix(normalize(base)) {
-                        let comps: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+                        let comps: Vec<String> = rel
+                            .iter()
+                            .map(|c| c.to_string_lossy().into_owned())
+                            .collect();
                         if !entries.contains(&comps) {
                             entries.push(comps);
                         }
@@ -132,7 +139,10 @@ pub(crate) fn write_temp(
         *seq += 1;
         let name = format!(".e2b-recovery-{}-{}.tmp", std::process::id(), seq);
         let mut options = OpenOptions::new();
-        options.write(true).create_new(true).follow(FollowSymlinks::No);
+        options
+            .write(true)
+            .create_new(true)
+            .follow(FollowSymlinks::No);
         match dir.open_with(&name, &options) {
             Ok(file) => break (name, file),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -173,7 +183,9 @@ pub(crate) fn write_temp(
 fn set_mode(file: &cap_std::fs::File, executable: bool) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mode = if executable { 0o755 } else { 0o644 };
-    file.set_permissions(cap_std::fs::Permissions::from_std(std::fs::Permissions::from_mode(mode)))
+    file.set_permissions(cap_std::fs::Permissions::from_std(
+        std::fs::Permissions::from_mode(mode),
+    ))
 }
 
 #[cfg(not(unix))]
@@ -193,7 +205,12 @@ pub(crate) fn commit_temp(dir: &Dir, temp: &str, name: &str) -> io::Result<bool>
             Ok(true)
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) if matches!(e.kind(), io::ErrorKind::PermissionDenied | io::ErrorKind::Unsupported) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::PermissionDenied | io::ErrorKind::Unsupported
+            ) =>
+        {
             match dir.symlink_metadata(name) {
                 Ok(_) => Ok(false),
                 Err(missing) if missing.kind() == io::ErrorKind::NotFound => {
@@ -277,7 +294,10 @@ mod tests {
     fn host_only_covers_paths_and_their_subtrees() {
         let home = Path::new("/nonexistent-home/.hermes");
         let set = HostOnly::resolve(
-            &[PathBuf::from("skills/acme/token.json"), PathBuf::from("/nonexistent-home/.hermes/platforms")],
+            &[
+                PathBuf::from("skills/acme/token.json"),
+                PathBuf::from("/nonexistent-home/.hermes/platforms"),
+            ],
             home,
             home,
         );

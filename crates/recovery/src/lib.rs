@@ -9,9 +9,12 @@ mod snapshot;
 
 pub use error::Error;
 pub use recover::{
-    recover, snapshot_command, RecoveryConfig, DEFAULT_MAX_SNAPSHOT_BYTES, QUARANTINE_DIR, RECOVERABLE_ROOTS,
+    DEFAULT_MAX_SNAPSHOT_BYTES, QUARANTINE_DIR, RECOVERABLE_ROOTS, RecoveryConfig, recover,
+    snapshot_command,
 };
-pub use report::{FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState};
+pub use report::{
+    FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState,
+};
 
 #[cfg(test)]
 mod tests {

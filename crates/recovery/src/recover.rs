@@ -7,10 +7,14 @@ use cap_fs_ext::DirExt;
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 
-use crate::host::{commit_temp, compare_host, same_content, write_temp, Comparison, HostOnly, Spool, TempError};
-use crate::report::{FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState};
-use crate::snapshot::{read_snapshot, SnapshotMember};
 use crate::Error;
+use crate::host::{
+    Comparison, HostOnly, Spool, TempError, commit_temp, compare_host, same_content, write_temp,
+};
+use crate::report::{
+    FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState,
+};
+use crate::snapshot::{SnapshotMember, read_snapshot};
 
 /// The default cap on the snapshot stream: 2 GiB, the same as the teardown pull.
 pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -54,7 +58,9 @@ pub struct RecoveryConfig {
 /// other failure exits non-zero, which the caller must treat as an unreadable snapshot.
 pub fn snapshot_command(remote_hermes_home: &str) -> Result<String, Error> {
     if !remote_hermes_home.starts_with('/') || remote_hermes_home.contains('\0') {
-        return Err(Error::InvalidRemoteHome { path: remote_hermes_home.to_owned() });
+        return Err(Error::InvalidRemoteHome {
+            path: remote_hermes_home.to_owned(),
+        });
     }
     let home = remote_hermes_home.replace('\'', "'\\''");
     Ok(format!(
@@ -75,8 +81,11 @@ pub fn snapshot_command(remote_hermes_home: &str) -> Result<String, Error> {
 pub fn recover(config: &RecoveryConfig, snapshot: &mut dyn Read) -> Result<RecoveryReport, Error> {
     check_sandbox_id(&config.sandbox_id)?;
     let id = config.sandbox_id.as_str();
-    let home_failure =
-        |source| Error::HomeUnusable { sandbox_id: id.to_owned(), home: config.hermes_home.clone(), source };
+    let home_failure = |source| Error::HomeUnusable {
+        sandbox_id: id.to_owned(),
+        home: config.hermes_home.clone(),
+        source,
+    };
     // A symlinked home is not a redirection: resolve it once, then work from the handle.
     let home_phys = std::fs::canonicalize(&config.hermes_home).map_err(home_failure)?;
     let home = Dir::open_ambient_dir(&home_phys, ambient_authority()).map_err(home_failure)?;
@@ -94,9 +103,19 @@ pub fn recover(config: &RecoveryConfig, snapshot: &mut dyn Read) -> Result<Recov
         let state = run.probe_root(root)?;
         run.roots.push((root, state));
     }
-    let stats = read_snapshot(snapshot, config.max_snapshot_bytes, id, &mut |member| run.member(member))?;
-    let state = if stats.members == 0 { SnapshotState::NothingToRecover } else { SnapshotState::Recovered };
-    Ok(RecoveryReport { sandbox_id: id.to_owned(), state, files: run.files })
+    let stats = read_snapshot(snapshot, config.max_snapshot_bytes, id, &mut |member| {
+        run.member(member)
+    })?;
+    let state = if stats.members == 0 {
+        SnapshotState::NothingToRecover
+    } else {
+        SnapshotState::Recovered
+    };
+    Ok(RecoveryReport {
+        sandbox_id: id.to_owned(),
+        state,
+        files: run.files,
+    })
 }
 
 fn check_sandbox_id(id: &str) -> Result<(), Error> {
@@ -104,8 +123,16 @@ fn check_sandbox_id(id: &str) -> Result<(), Error> {
         && id.len() <= 128
         && id != "."
         && id != ".."
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if plain { Ok(()) } else { Err(Error::InvalidSandboxId { sandbox_id: id.to_owned() }) }
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if plain {
+        Ok(())
+    } else {
+        Err(Error::InvalidSandboxId {
+            sandbox_id: id.to_owned(),
+        })
+    }
 }
 
 /// A recoverable root as found on the host.
@@ -121,9 +148,14 @@ enum Place {
     Skip(SkipReason),
     Quarantine(QuarantineReason),
     /// The file is absent; `create` are the directories still to make below `dir`.
-    Missing { dir: Dir, create: Vec<String> },
+    Missing {
+        dir: Dir,
+        create: Vec<String>,
+    },
     /// A regular file is there.
-    Regular { dir: Dir },
+    Regular {
+        dir: Dir,
+    },
 }
 
 struct Run<'a> {
@@ -143,13 +175,28 @@ impl Run<'_> {
         match member {
             SnapshotMember::Directory => Ok(()),
             SnapshotMember::Rejected { name, reason } => {
-                self.files.push(FileReport { member: name, outcome: Outcome::Skipped { reason } });
+                self.files.push(FileReport {
+                    member: name,
+                    outcome: Outcome::Skipped { reason },
+                });
                 Ok(())
             }
-            SnapshotMember::File { path, size, executable, content } => {
-                let body = Body { content, size, executable };
+            SnapshotMember::File {
+                path,
+                size,
+                executable,
+                content,
+            } => {
+                let body = Body {
+                    content,
+                    size,
+                    executable,
+                };
                 let outcome = self.file(&path, body)?;
-                self.files.push(FileReport { member: path, outcome });
+                self.files.push(FileReport {
+                    member: path,
+                    outcome,
+                });
                 Ok(())
             }
         }
@@ -176,11 +223,16 @@ impl Run<'_> {
             Place::Missing { dir, create } => self.restore(path, &comps, dir, create, name, body),
             Place::Regular { dir } => {
                 let spool = self.spool(path, body)?;
-                let compared = compare_host(&dir, name, &spool).map_err(|e| self.host_io("compare", path, e))?;
+                let compared = compare_host(&dir, name, &spool)
+                    .map_err(|e| self.host_io("compare", path, e))?;
                 let outcome = match compared {
                     Comparison::Same => Ok(Outcome::Unchanged),
-                    Comparison::Different => self.quarantine_spool(path, &spool, QuarantineReason::Conflict),
-                    Comparison::Unreadable => self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable),
+                    Comparison::Different => {
+                        self.quarantine_spool(path, &spool, QuarantineReason::Conflict)
+                    }
+                    Comparison::Unreadable => {
+                        self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable)
+                    }
                     Comparison::NotRegular => {
                         self.quarantine_spool(path, &spool, QuarantineReason::HostNotRegularFile)
                     }
@@ -193,7 +245,10 @@ impl Run<'_> {
 
     fn probe_root(&self, root: &str) -> Result<Root, Error> {
         match self.home.symlink_metadata(root) {
-            Ok(meta) if meta.is_dir() => Ok(self.home.open_dir_nofollow(root).map_or(Root::Redirected, Root::Dir)),
+            Ok(meta) if meta.is_dir() => Ok(self
+                .home
+                .open_dir_nofollow(root)
+                .map_or(Root::Redirected, Root::Dir)),
             Ok(meta) if meta.file_type().is_symlink() => Ok(Root::Redirected),
             Ok(_) => Ok(Root::NotADirectory),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Root::Absent),
@@ -207,13 +262,32 @@ impl Run<'_> {
         let root = comps[0];
         let parents = &comps[1..comps.len() - 1];
         let name = comps[comps.len() - 1];
-        let state = &self.roots.iter().find(|(r, _)| *r == root).expect("a recoverable root").1;
+        let state = &self
+            .roots
+            .iter()
+            .find(|(r, _)| *r == root)
+            .expect("a recoverable root")
+            .1;
         let mut dir = match state {
-            Root::Redirected => return Ok(Place::Quarantine(QuarantineReason::RedirectedRoot { root: root.to_owned() })),
-            Root::NotADirectory => return Ok(Place::Skip(SkipReason::AncestorIsFile { at: root.to_owned() })),
+            Root::Redirected => {
+                return Ok(Place::Quarantine(QuarantineReason::RedirectedRoot {
+                    root: root.to_owned(),
+                }));
+            }
+            Root::NotADirectory => {
+                return Ok(Place::Skip(SkipReason::AncestorIsFile {
+                    at: root.to_owned(),
+                }));
+            }
             Root::Absent => {
-                let create = comps[..comps.len() - 1].iter().map(|c| (*c).to_owned()).collect();
-                return Ok(Place::Missing { dir: self.try_clone(&self.home)?, create });
+                let create = comps[..comps.len() - 1]
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .collect();
+                return Ok(Place::Missing {
+                    dir: self.try_clone(&self.home)?,
+                    create,
+                });
             }
             Root::Dir(dir) => self.try_clone(dir)?,
         };
@@ -222,10 +296,16 @@ impl Run<'_> {
             match dir.symlink_metadata(comp) {
                 Ok(meta) if meta.is_dir() => match dir.open_dir_nofollow(comp) {
                     Ok(next) => dir = next,
-                    Err(_) => return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory { at })),
+                    Err(_) => {
+                        return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory {
+                            at,
+                        }));
+                    }
                 },
                 Ok(meta) if meta.file_type().is_symlink() => {
-                    return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory { at }));
+                    return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory {
+                        at,
+                    }));
                 }
                 Ok(_) => return Ok(Place::Skip(SkipReason::AncestorIsFile { at })),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -244,7 +324,10 @@ impl Run<'_> {
         match dir.symlink_metadata(name) {
             Ok(meta) if meta.is_file() => Ok(Place::Regular { dir }),
             Ok(_) => Ok(Place::Quarantine(QuarantineReason::HostNotRegularFile)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Place::Missing { dir, create: Vec::new() }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Place::Missing {
+                dir,
+                create: Vec::new(),
+            }),
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
                 Ok(Place::Quarantine(QuarantineReason::HostUnreadable))
             }
@@ -273,7 +356,11 @@ impl Run<'_> {
             dir = match dir.open_dir_nofollow(comp) {
                 Ok(next) => next,
                 Err(_) => {
-                    return self.quarantine_stream(path, body, QuarantineReason::SymlinkedDirectory { at });
+                    return self.quarantine_stream(
+                        path,
+                        body,
+                        QuarantineReason::SymlinkedDirectory { at },
+                    );
                 }
             };
             if first_created + offset == 0 {
@@ -284,25 +371,49 @@ impl Run<'_> {
                 }
             }
         }
-        let Body { content, size, executable } = body;
+        let Body {
+            content,
+            size,
+            executable,
+        } = body;
         let temp = match write_temp(&dir, &mut self.seq, content, size, executable) {
             Ok(temp) => temp,
             Err(TempError::Create(e)) => {
-                return self.unplaceable(path, path, e, Body { content, size, executable });
+                return self.unplaceable(
+                    path,
+                    path,
+                    e,
+                    Body {
+                        content,
+                        size,
+                        executable,
+                    },
+                );
             }
             Err(TempError::Source(e)) => return Err(content_error(e)),
             Err(TempError::Short) => return Err(short_content()),
             Err(TempError::Write(source)) => return Err(self.host_io("write", path, source)),
         };
-        let spool = Spool::File { dir: self.try_clone(&dir)?, name: temp };
+        let spool = Spool::File {
+            dir: self.try_clone(&dir)?,
+            name: temp,
+        };
         let outcome = match commit_temp(&dir, spool_name(&spool), name) {
             Ok(true) => return Ok(Outcome::Restored),
             // The name appeared while the file was being written: the host now has a copy.
-            Ok(false) => match compare_host(&dir, name, &spool).map_err(|e| self.host_io("compare", path, e))? {
+            Ok(false) => match compare_host(&dir, name, &spool)
+                .map_err(|e| self.host_io("compare", path, e))?
+            {
                 Comparison::Same => Ok(Outcome::Unchanged),
-                Comparison::Different => self.quarantine_spool(path, &spool, QuarantineReason::Conflict),
-                Comparison::Unreadable => self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable),
-                Comparison::NotRegular => self.quarantine_spool(path, &spool, QuarantineReason::HostNotRegularFile),
+                Comparison::Different => {
+                    self.quarantine_spool(path, &spool, QuarantineReason::Conflict)
+                }
+                Comparison::Unreadable => {
+                    self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable)
+                }
+                Comparison::NotRegular => {
+                    self.quarantine_spool(path, &spool, QuarantineReason::HostNotRegularFile)
+                }
             },
             Err(e) => match host_write_verdict(&e, path) {
                 Verdict::Skip(reason) => Ok(skipped(reason)),
@@ -315,7 +426,13 @@ impl Run<'_> {
     }
 
     /// A restore that cannot be placed before any content was read.
-    fn unplaceable(&mut self, path: &str, at: &str, error: io::Error, body: Body<'_>) -> Result<Outcome, Error> {
+    fn unplaceable(
+        &mut self,
+        path: &str,
+        at: &str,
+        error: io::Error,
+        body: Body<'_>,
+    ) -> Result<Outcome, Error> {
         match host_write_verdict(&error, at) {
             Verdict::Skip(reason) => Ok(skipped(reason)),
             Verdict::Quarantine(reason) => self.quarantine_stream(path, body, reason),
@@ -325,7 +442,11 @@ impl Run<'_> {
 
     /// Reads the member's content into a spool that can be read again.
     fn spool(&mut self, path: &str, body: Body<'_>) -> Result<Spool, Error> {
-        let Body { content, size, executable } = body;
+        let Body {
+            content,
+            size,
+            executable,
+        } = body;
         if size <= MEMORY_SPOOL_LIMIT {
             let mut data = Vec::with_capacity(size as usize);
             content.read_to_end(&mut data).map_err(content_error)?;
@@ -339,11 +460,18 @@ impl Run<'_> {
             Ok(name) => Ok(Spool::File { dir: base, name }),
             Err(TempError::Source(e)) => Err(content_error(e)),
             Err(TempError::Short) => Err(short_content()),
-            Err(TempError::Create(source) | TempError::Write(source)) => Err(self.host_io("spool", path, source)),
+            Err(TempError::Create(source) | TempError::Write(source)) => {
+                Err(self.host_io("spool", path, source))
+            }
         }
     }
 
-    fn quarantine_stream(&mut self, path: &str, body: Body<'_>, reason: QuarantineReason) -> Result<Outcome, Error> {
+    fn quarantine_stream(
+        &mut self,
+        path: &str,
+        body: Body<'_>,
+        reason: QuarantineReason,
+    ) -> Result<Outcome, Error> {
         let spool = self.spool(path, body)?;
         let outcome = self.quarantine_spool(path, &spool, reason);
         spool.discard();
@@ -352,7 +480,12 @@ impl Run<'_> {
 
     /// Saves `spool` at `cache/e2b-recovered/<id>/<path>` (or `<path>~N` when an earlier,
     /// different copy holds that name), through the verified quarantine tree.
-    fn quarantine_spool(&mut self, path: &str, spool: &Spool, reason: QuarantineReason) -> Result<Outcome, Error> {
+    fn quarantine_spool(
+        &mut self,
+        path: &str,
+        spool: &Spool,
+        reason: QuarantineReason,
+    ) -> Result<Outcome, Error> {
         let prefix = format!("{QUARANTINE_DIR}/{}", self.id);
         let rel = format!("{prefix}/{path}");
         if self.home_len + 1 + rel.len() + 4 >= PATH_MAX {
@@ -382,22 +515,33 @@ impl Run<'_> {
                 },
                 Err(source) => return Err(self.host_io("inspect", &at, source)),
             }
-            dir = dir
-                .open_dir_nofollow(comp)
-                .map_err(|_| self.refuse(&at, "a directory inside the quarantine tree was redirected"))?;
+            dir = dir.open_dir_nofollow(comp).map_err(|_| {
+                self.refuse(&at, "a directory inside the quarantine tree was redirected")
+            })?;
         }
         let mut temp: Option<String> = None;
         let mut outcome = None;
         for attempt in 0..MAX_ALTERNATES {
-            let candidate = if attempt == 0 { name.to_owned() } else { format!("{name}~{attempt}") };
-            let candidate_rel = format!("{}/{candidate}", rel.rsplit_once('/').map_or(rel.as_str(), |(d, _)| d));
+            let candidate = if attempt == 0 {
+                name.to_owned()
+            } else {
+                format!("{name}~{attempt}")
+            };
+            let candidate_rel = format!(
+                "{}/{candidate}",
+                rel.rsplit_once('/').map_or(rel.as_str(), |(d, _)| d)
+            );
             if self.host_only.covers(&candidate_rel) {
-                return Err(self.refuse(&candidate_rel, "a host-only path inside the quarantine tree"));
+                return Err(self.refuse(
+                    &candidate_rel,
+                    "a host-only path inside the quarantine tree",
+                ));
             }
             match dir.symlink_metadata(&candidate) {
                 Ok(meta) if meta.is_file() => {
                     // An earlier recovery may already have saved exactly this copy.
-                    let same = same_content(&dir, &candidate, spool).map_err(|e| self.host_io("compare", &candidate_rel, e))?;
+                    let same = same_content(&dir, &candidate, spool)
+                        .map_err(|e| self.host_io("compare", &candidate_rel, e))?;
                     if same {
                         outcome = Some(quarantined(candidate_rel, reason.clone()));
                         break;
@@ -405,15 +549,23 @@ impl Run<'_> {
                     continue;
                 }
                 Ok(meta) if meta.is_dir() => continue,
-                Ok(_) => return Err(self.refuse(&candidate_rel, "a symlink or special file inside the quarantine tree")),
+                Ok(_) => {
+                    return Err(self.refuse(
+                        &candidate_rel,
+                        "a symlink or special file inside the quarantine tree",
+                    ));
+                }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(source) => return Err(self.host_io("inspect", &candidate_rel, source)),
             }
             let temp_name = match &temp {
                 Some(existing) => existing.clone(),
                 None => {
-                    let mut reader = spool.reader().map_err(|e| self.host_io("read spool", path, e))?;
-                    let (size, executable) = spool_shape(spool).map_err(|e| self.host_io("read spool", path, e))?;
+                    let mut reader = spool
+                        .reader()
+                        .map_err(|e| self.host_io("read spool", path, e))?;
+                    let (size, executable) =
+                        spool_shape(spool).map_err(|e| self.host_io("read spool", path, e))?;
                     match write_temp(&dir, &mut self.seq, &mut reader, size, executable) {
                         Ok(name) => {
                             temp = Some(name.clone());
@@ -463,7 +615,9 @@ impl Run<'_> {
                 match dir.symlink_metadata(comp) {
                     Ok(meta) if meta.is_dir() => {}
                     Ok(meta) if meta.file_type().is_symlink() => {
-                        return Err(self.refuse(&at, "the quarantine tree is redirected by a symlink"));
+                        return Err(
+                            self.refuse(&at, "the quarantine tree is redirected by a symlink")
+                        );
                     }
                     Ok(_) => return Err(self.refuse(&at, "the quarantine tree is not a directory")),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => match dir.create_dir(comp) {
@@ -483,15 +637,25 @@ impl Run<'_> {
     }
 
     fn try_clone(&self, dir: &Dir) -> Result<Dir, Error> {
-        dir.try_clone().map_err(|source| self.host_io("duplicate handle", "", source))
+        dir.try_clone()
+            .map_err(|source| self.host_io("duplicate handle", "", source))
     }
 
     fn refuse(&self, at: &str, reason: &'static str) -> Error {
-        Error::QuarantineRefused { sandbox_id: self.id.to_owned(), path: PathBuf::from(at), reason }
+        Error::QuarantineRefused {
+            sandbox_id: self.id.to_owned(),
+            path: PathBuf::from(at),
+            reason,
+        }
     }
 
     fn host_io(&self, operation: &'static str, at: &str, source: io::Error) -> Error {
-        Error::HostIo { sandbox_id: self.id.to_owned(), operation, path: PathBuf::from(at), source }
+        Error::HostIo {
+            sandbox_id: self.id.to_owned(),
+            operation,
+            path: PathBuf::from(at),
+            source,
+        }
     }
 }
 
@@ -513,7 +677,9 @@ fn host_write_verdict(error: &io::Error, at: &str) -> Verdict {
     match error.kind() {
         io::ErrorKind::InvalidFilename => Verdict::Skip(SkipReason::NameTooLong),
         io::ErrorKind::InvalidInput => Verdict::Skip(SkipReason::Unrepresentable),
-        io::ErrorKind::NotADirectory => Verdict::Skip(SkipReason::AncestorIsFile { at: parent_of(at) }),
+        io::ErrorKind::NotADirectory => {
+            Verdict::Skip(SkipReason::AncestorIsFile { at: parent_of(at) })
+        }
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
             Verdict::Quarantine(QuarantineReason::HostUnwritable)
         }
@@ -558,15 +724,26 @@ fn skipped(reason: SkipReason) -> Outcome {
 }
 
 fn quarantined(at: String, reason: QuarantineReason) -> Outcome {
-    Outcome::Quarantined { at: Path::new(&at).to_path_buf(), reason }
+    Outcome::Quarantined {
+        at: Path::new(&at).to_path_buf(),
+        reason,
+    }
 }
 
 /// A failure reading member content; the snapshot reader turns it into what really happened
 /// underneath (over the cap, truncated, source failure).
 fn content_error(error: io::Error) -> Error {
-    Error::SnapshotMalformed { sandbox_id: String::new(), member: None, detail: format!("member content: {error}") }
+    Error::SnapshotMalformed {
+        sandbox_id: String::new(),
+        member: None,
+        detail: format!("member content: {error}"),
+    }
 }
 
 fn short_content() -> Error {
-    Error::SnapshotMalformed { sandbox_id: String::new(), member: None, detail: "member content ended early".to_owned() }
+    Error::SnapshotMalformed {
+        sandbox_id: String::new(),
+        member: None,
+        detail: "member content ended early".to_owned(),
+    }
 }

@@ -140,10 +140,14 @@ impl fmt::Display for SkipReason {
             Self::BlockDevice => f.write_str("devices are not recovered"),
             Self::Fifo => f.write_str("fifos are not recovered"),
             Self::Sparse => f.write_str("sparse members are not recovered"),
-            Self::UnsupportedType(byte) => write!(f, "member type {:?} is not recovered", char::from(*byte)),
+            Self::UnsupportedType(byte) => {
+                write!(f, "member type {:?} is not recovered", char::from(*byte))
+            }
             Self::Duplicate => f.write_str("duplicate member"),
             Self::ParentIsFileMember => f.write_str("a parent is a file in the snapshot"),
-            Self::PathIsDirectoryMember => f.write_str("the snapshot uses this path as a directory"),
+            Self::PathIsDirectoryMember => {
+                f.write_str("the snapshot uses this path as a directory")
+            }
             Self::AncestorIsFile { at } => write!(f, "{at} is a file on the host"),
             Self::OutsideRecoverableTrees => f.write_str("outside skills/ and memories/"),
         }
@@ -189,7 +193,10 @@ impl RecoveryReport {
 
     /// The outcome recorded for `member`, if any.
     pub fn outcome_of(&self, member: &str) -> Option<&Outcome> {
-        self.files.iter().find(|f| f.member == member).map(|f| &f.outcome)
+        self.files
+            .iter()
+            .find(|f| f.member == member)
+            .map(|f| &f.outcome)
     }
 
     /// One warning line per quarantined or skipped file, naming the sandbox and the file.

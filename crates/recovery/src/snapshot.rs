@@ -8,8 +8,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::io::{self, Read};
 
-use crate::report::SkipReason;
 use crate::Error;
+use crate::report::SkipReason;
 
 /// The longest member name buffered from a GNU long-name record or a PAX `path` (64 KiB).
 const MAX_NAME_BYTES: u64 = 64 * 1024;
@@ -19,7 +19,12 @@ const MAX_EXTENSION_BYTES: u64 = 1024 * 1024;
 /// One member of the snapshot, as handed to the recovery logic.
 pub(crate) enum SnapshotMember<'a> {
     /// An accepted regular file, `path` checked (relative, normalised, UTF-8).
-    File { path: String, size: u64, executable: bool, content: &'a mut dyn Read },
+    File {
+        path: String,
+        size: u64,
+        executable: bool,
+        content: &'a mut dyn Read,
+    },
     /// An accepted directory (used for structure only).
     Directory,
     /// A member that is not recovered, with its name as it appeared.
@@ -41,12 +46,22 @@ pub(crate) fn read_snapshot(
     sandbox_id: &str,
     on_member: &mut dyn FnMut(SnapshotMember<'_>) -> Result<(), Error>,
 ) -> Result<SnapshotStats, Error> {
-    let meter = MeterState { limit, sandbox_id, ..MeterState::default() };
-    let mut archive = tar::Archive::new(Meter { inner: source, state: &meter });
+    let meter = MeterState {
+        limit,
+        sandbox_id,
+        ..MeterState::default()
+    };
+    let mut archive = tar::Archive::new(Meter {
+        inner: source,
+        state: &meter,
+    });
     let mut stats = SnapshotStats { members: 0 };
     let mut last: Option<String> = None;
     {
-        let entries = archive.entries().map_err(|e| meter.classify(&e, None))?.raw(true);
+        let entries = archive
+            .entries()
+            .map_err(|e| meter.classify(&e, None))?
+            .raw(true);
         let mut pending = Pending::default();
         let mut seen = Seen::default();
         for entry in entries {
@@ -55,7 +70,8 @@ pub(crate) fn read_snapshot(
             let type_byte = header.entry_type().as_byte();
             match type_byte {
                 b'L' => {
-                    pending.long_name = Some(read_bounded(&mut entry, MAX_NAME_BYTES, &meter, &last)?);
+                    pending.long_name =
+                        Some(read_bounded(&mut entry, MAX_NAME_BYTES, &meter, &last)?);
                     continue;
                 }
                 b'K' | b'g' => continue,
@@ -67,13 +83,17 @@ pub(crate) fn read_snapshot(
             }
             let (name, too_long) = pending.take_name(header.path_bytes().into_owned());
             let display = String::from_utf8_lossy(&name).into_owned();
-            if let Some(size) = pending.pax_size.take() {
-                if size != entry.size() {
-                    return Err(meter.malformed(Some(display), "PAX size differs from the header size"));
-                }
+            if let Some(size) = pending.pax_size.take()
+                && size != entry.size()
+            {
+                return Err(meter.malformed(Some(display), "PAX size differs from the header size"));
             }
             last = Some(display.clone());
-            let checked = if too_long { Err(SkipReason::NameTooLong) } else { check_member(&name, type_byte, &mut seen) };
+            let checked = if too_long {
+                Err(SkipReason::NameTooLong)
+            } else {
+                check_member(&name, type_byte, &mut seen)
+            };
             let member = match checked {
                 Ok(Checked::Root) => continue,
                 Ok(Checked::Directory) => SnapshotMember::Directory,
@@ -81,33 +101,54 @@ pub(crate) fn read_snapshot(
                     stats.members += 1;
                     let size = entry.size();
                     let executable = header.mode().map(|m| m & 0o111 != 0).unwrap_or(false);
-                    let mut content = Counted { inner: &mut entry, count: 0 };
-                    let result = on_member(SnapshotMember::File { path, size, executable, content: &mut content });
+                    let mut content = Counted {
+                        inner: &mut entry,
+                        count: 0,
+                    };
+                    let result = on_member(SnapshotMember::File {
+                        path,
+                        size,
+                        executable,
+                        content: &mut content,
+                    });
                     result.map_err(|e| meter.reclassify(e, &display))?;
-                    io::copy(&mut content, &mut io::sink()).map_err(|e| meter.classify(&e, Some(display.clone())))?;
+                    io::copy(&mut content, &mut io::sink())
+                        .map_err(|e| meter.classify(&e, Some(display.clone())))?;
                     if content.count != size {
-                        return Err(Error::SnapshotTruncated { sandbox_id: sandbox_id.to_owned(), member: Some(display) });
+                        return Err(Error::SnapshotTruncated {
+                            sandbox_id: sandbox_id.to_owned(),
+                            member: Some(display),
+                        });
                     }
                     continue;
                 }
-                Err(reason) => SnapshotMember::Rejected { name: display.clone(), reason },
+                Err(reason) => SnapshotMember::Rejected {
+                    name: display.clone(),
+                    reason,
+                },
             };
             stats.members += 1;
             on_member(member).map_err(|e| meter.reclassify(e, &display))?;
         }
-        let pending_extension = pending.long_name.is_some() || pending.pax_path.is_some() || pending.pax_size.is_some();
+        let pending_extension =
+            pending.long_name.is_some() || pending.pax_path.is_some() || pending.pax_size.is_some();
         if pending_extension && !meter.eof.get() {
             return Err(meter.malformed(last, "extended header not followed by a member"));
         }
     }
     if meter.eof.get() {
         // The tar crate stops quietly at end of stream; only a zero block marks a real end.
-        return Err(Error::SnapshotTruncated { sandbox_id: sandbox_id.to_owned(), member: last });
+        return Err(Error::SnapshotTruncated {
+            sandbox_id: sandbox_id.to_owned(),
+            member: last,
+        });
     }
     let mut rest = archive.into_inner();
     let mut buf = [0u8; 8192];
     loop {
-        let n = rest.read(&mut buf).map_err(|e| meter.classify(&e, last.clone()))?;
+        let n = rest
+            .read(&mut buf)
+            .map_err(|e| meter.classify(&e, last.clone()))?;
         if n == 0 {
             break;
         }
@@ -138,13 +179,21 @@ fn check_member(name: &[u8], type_byte: u8, seen: &mut Seen) -> Result<Checked, 
         other => return Err(SkipReason::UnsupportedType(other)),
     };
     let Some(path) = path else {
-        return if is_file { Err(SkipReason::EmptyName) } else { Ok(Checked::Root) };
+        return if is_file {
+            Err(SkipReason::EmptyName)
+        } else {
+            Ok(Checked::Root)
+        };
     };
     if is_file && name.ends_with(b"/") {
         return Err(SkipReason::FileNameEndsWithSlash);
     }
     seen.admit(&path, is_file)?;
-    Ok(if is_file { Checked::File(path) } else { Checked::Directory })
+    Ok(if is_file {
+        Checked::File(path)
+    } else {
+        Checked::Directory
+    })
 }
 
 /// Checks and normalises a member name; `Ok(None)` is the archive root (`.` or `./`).
@@ -168,7 +217,11 @@ fn parse_name(raw: &[u8]) -> Result<Option<String>, SkipReason> {
         }
     }
     if parts.is_empty() {
-        return if text.contains('.') { Ok(None) } else { Err(SkipReason::EmptyName) };
+        return if text.contains('.') {
+            Ok(None)
+        } else {
+            Err(SkipReason::EmptyName)
+        };
     }
     Ok(Some(parts.join("/")))
 }
@@ -244,11 +297,14 @@ impl Pending {
             match record.key_bytes() {
                 b"path" => {
                     let value = record.value_bytes();
-                    self.pax_path = Some((value.len() as u64 <= MAX_NAME_BYTES).then(|| value.to_vec()));
+                    self.pax_path =
+                        Some((value.len() as u64 <= MAX_NAME_BYTES).then(|| value.to_vec()));
                 }
                 b"size" => {
                     let size = record.value().ok().and_then(|v| v.parse::<u64>().ok());
-                    self.pax_size = Some(size.ok_or_else(|| meter.malformed(last.clone(), "unreadable PAX size"))?);
+                    self.pax_size = Some(
+                        size.ok_or_else(|| meter.malformed(last.clone(), "unreadable PAX size"))?,
+                    );
                 }
                 _ => {}
             }
@@ -268,9 +324,14 @@ fn read_bounded<R: Read>(
         return Ok(None);
     }
     let mut data = Vec::with_capacity(size as usize);
-    entry.read_to_end(&mut data).map_err(|e| meter.classify(&e, last.clone()))?;
+    entry
+        .read_to_end(&mut data)
+        .map_err(|e| meter.classify(&e, last.clone()))?;
     if data.len() as u64 != size {
-        return Err(Error::SnapshotTruncated { sandbox_id: meter.sandbox_id.to_owned(), member: last.clone() });
+        return Err(Error::SnapshotTruncated {
+            sandbox_id: meter.sandbox_id.to_owned(),
+            member: last.clone(),
+        });
     }
     Ok(Some(data))
 }
@@ -304,13 +365,21 @@ impl MeterState<'_> {
     }
 
     fn malformed(&self, member: Option<String>, detail: &str) -> Error {
-        Error::SnapshotMalformed { sandbox_id: self.sandbox_id.to_owned(), member, detail: detail.to_owned() }
+        Error::SnapshotMalformed {
+            sandbox_id: self.sandbox_id.to_owned(),
+            member,
+            detail: detail.to_owned(),
+        }
     }
 
     fn classify(&self, error: &io::Error, member: Option<String>) -> Error {
         let sandbox_id = self.sandbox_id.to_owned();
         if self.exceeded.get() {
-            return Error::SnapshotOverCap { sandbox_id, limit: self.limit, member };
+            return Error::SnapshotOverCap {
+                sandbox_id,
+                limit: self.limit,
+                member,
+            };
         }
         if let Some(source) = self.failure.borrow_mut().take() {
             return Error::SnapshotSource { sandbox_id, source };
@@ -318,7 +387,11 @@ impl MeterState<'_> {
         if self.eof.get() {
             return Error::SnapshotTruncated { sandbox_id, member };
         }
-        Error::SnapshotMalformed { sandbox_id, member, detail: error.to_string() }
+        Error::SnapshotMalformed {
+            sandbox_id,
+            member,
+            detail: error.to_string(),
+        }
     }
 
     /// An error from the recovery callback: if the stream underneath is what failed, say so.
@@ -328,7 +401,9 @@ impl MeterState<'_> {
                 self.classify(&io::Error::other("member content"), Some(member.to_owned()))
             }
             // Content errors are raised without context; give them the sandbox and member.
-            Error::SnapshotMalformed { sandbox_id, detail, .. } if sandbox_id.is_empty() => Error::SnapshotMalformed {
+            Error::SnapshotMalformed {
+                sandbox_id, detail, ..
+            } if sandbox_id.is_empty() => Error::SnapshotMalformed {
                 sandbox_id: self.sandbox_id.to_owned(),
                 member: Some(member.to_owned()),
                 detail,
@@ -354,7 +429,8 @@ impl Read for Meter<'_> {
         }
         // At most one byte past the cap is ever requested from the source.
         let allowed = state.limit - state.read.get();
-        let window = usize::try_from(allowed.saturating_add(1)).map_or(buf.len(), |w| w.min(buf.len()));
+        let window =
+            usize::try_from(allowed.saturating_add(1)).map_or(buf.len(), |w| w.min(buf.len()));
         loop {
             match self.inner.read(&mut buf[..window]) {
                 Ok(0) => {

@@ -2,19 +2,27 @@
 //! its exact outcome, and a walk proving nothing was written outside the Hermes home and no
 //! host file changed.
 
+#![allow(clippy::print_stdout)] // Prints counts and timings as figures, never asserts on time.
+
 mod support;
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::PathBuf;
 
-use recovery::{recover, Outcome, QuarantineReason, RecoveryConfig, RecoveryReport, SkipReason, SnapshotState};
+use recovery::{
+    Outcome, QuarantineReason, RecoveryConfig, RecoveryReport, SkipReason, SnapshotState, recover,
+};
 use support::{Counting, HugeArchive, TarMaker};
 
-use support::world::{World, ID};
+use support::world::{ID, World};
 
 fn outcomes(report: &RecoveryReport) -> BTreeMap<String, Outcome> {
-    report.files.iter().map(|f| (f.member.clone(), f.outcome.clone())).collect()
+    report
+        .files
+        .iter()
+        .map(|f| (f.member.clone(), f.outcome.clone()))
+        .collect()
 }
 
 fn skipped(reason: SkipReason) -> Outcome {
@@ -27,31 +35,158 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
     let long_component = format!("skills/{}", "c".repeat(300));
     let long_path = format!("skills/{}", vec!["d".repeat(200); 25].join("/"));
     let cases: Vec<(&str, TarMaker, &str, Outcome)> = vec![
-        ("traversal", { let mut t = TarMaker::new(); t.file("skills/../../outside/secret", b"x"); t }, "skills/../../outside/secret", skipped(SkipReason::ParentTraversal)),
-        ("absolute", { let mut t = TarMaker::new(); t.file("/etc/evil", b"x"); t }, "/etc/evil", skipped(SkipReason::AbsolutePath)),
-        ("symlink", { let mut t = TarMaker::new(); t.symlink("skills/link", "/etc/passwd"); t }, "skills/link", skipped(SkipReason::Symlink)),
-        ("hardlink", { let mut t = TarMaker::new(); t.hardlink("skills/hard", "skills/ok/SKILL.md"); t }, "skills/hard", skipped(SkipReason::HardLink)),
-        ("char device", { let mut t = TarMaker::new(); t.raw(b"skills/null", b'3', b"", b""); t }, "skills/null", skipped(SkipReason::CharacterDevice)),
-        ("block device", { let mut t = TarMaker::new(); t.raw(b"skills/sda", b'4', b"", b""); t }, "skills/sda", skipped(SkipReason::BlockDevice)),
-        ("fifo", { let mut t = TarMaker::new(); t.raw(b"memories/pipe", b'6', b"", b""); t }, "memories/pipe", skipped(SkipReason::Fifo)),
-        ("parent is a file member", { let mut t = TarMaker::new(); t.file("skills/f", b"f").file("skills/f/g", b"g"); t }, "skills/f/g", skipped(SkipReason::ParentIsFileMember)),
-        ("not UTF-8", { let mut t = TarMaker::new(); t.raw(b"skills/\xff.md", b'0', b"x", b""); t }, "skills/\u{fffd}.md", skipped(SkipReason::Unrepresentable)),
-        ("component too long", { let mut t = TarMaker::new(); t.file(&long_component, b"x"); t }, long_component.as_str(), skipped(SkipReason::NameTooLong)),
-        ("path too long", { let mut t = TarMaker::new(); t.file(&long_path, b"x"); t }, long_path.as_str(), skipped(SkipReason::PathTooLong)),
-        ("outside the trees", { let mut t = TarMaker::new(); t.file("config.yaml", b"evil: true"); t }, "config.yaml", skipped(SkipReason::OutsideRecoverableTrees)),
-        ("a file named like a root", { let mut t = TarMaker::new(); t.file("memories", b"x"); t }, "memories", skipped(SkipReason::OutsideRecoverableTrees)),
+        (
+            "traversal",
+            {
+                let mut t = TarMaker::new();
+                t.file("skills/../../outside/secret", b"x");
+                t
+            },
+            "skills/../../outside/secret",
+            skipped(SkipReason::ParentTraversal),
+        ),
+        (
+            "absolute",
+            {
+                let mut t = TarMaker::new();
+                t.file("/etc/evil", b"x");
+                t
+            },
+            "/etc/evil",
+            skipped(SkipReason::AbsolutePath),
+        ),
+        (
+            "symlink",
+            {
+                let mut t = TarMaker::new();
+                t.symlink("skills/link", "/etc/passwd");
+                t
+            },
+            "skills/link",
+            skipped(SkipReason::Symlink),
+        ),
+        (
+            "hardlink",
+            {
+                let mut t = TarMaker::new();
+                t.hardlink("skills/hard", "skills/ok/SKILL.md");
+                t
+            },
+            "skills/hard",
+            skipped(SkipReason::HardLink),
+        ),
+        (
+            "char device",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"skills/null", b'3', b"", b"");
+                t
+            },
+            "skills/null",
+            skipped(SkipReason::CharacterDevice),
+        ),
+        (
+            "block device",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"skills/sda", b'4', b"", b"");
+                t
+            },
+            "skills/sda",
+            skipped(SkipReason::BlockDevice),
+        ),
+        (
+            "fifo",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"memories/pipe", b'6', b"", b"");
+                t
+            },
+            "memories/pipe",
+            skipped(SkipReason::Fifo),
+        ),
+        (
+            "parent is a file member",
+            {
+                let mut t = TarMaker::new();
+                t.file("skills/f", b"f").file("skills/f/g", b"g");
+                t
+            },
+            "skills/f/g",
+            skipped(SkipReason::ParentIsFileMember),
+        ),
+        (
+            "not UTF-8",
+            {
+                let mut t = TarMaker::new();
+                t.raw(b"skills/\xff.md", b'0', b"x", b"");
+                t
+            },
+            "skills/\u{fffd}.md",
+            skipped(SkipReason::Unrepresentable),
+        ),
+        (
+            "component too long",
+            {
+                let mut t = TarMaker::new();
+                t.file(&long_component, b"x");
+                t
+            },
+            long_component.as_str(),
+            skipped(SkipReason::NameTooLong),
+        ),
+        (
+            "path too long",
+            {
+                let mut t = TarMaker::new();
+                t.file(&long_path, b"x");
+                t
+            },
+            long_path.as_str(),
+            skipped(SkipReason::PathTooLong),
+        ),
+        (
+            "outside the trees",
+            {
+                let mut t = TarMaker::new();
+                t.file("config.yaml", b"evil: true");
+                t
+            },
+            "config.yaml",
+            skipped(SkipReason::OutsideRecoverableTrees),
+        ),
+        (
+            "a file named like a root",
+            {
+                let mut t = TarMaker::new();
+                t.file("memories", b"x");
+                t
+            },
+            "memories",
+            skipped(SkipReason::OutsideRecoverableTrees),
+        ),
     ];
     for (label, mut archive, member, expected) in cases {
         let world = World::new();
         world.host("config.yaml", "host config");
         archive.file("skills/ok/SKILL.md", b"safe");
-        let report = world.recover(&archive.finish()).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let report = world
+            .recover(&archive.finish())
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
         let got = outcomes(&report);
         assert_eq!(got.get(member), Some(&expected), "{label}: {got:?}");
-        assert_eq!(got.get("skills/ok/SKILL.md"), Some(&Outcome::Restored), "{label}");
+        assert_eq!(
+            got.get("skills/ok/SKILL.md"),
+            Some(&Outcome::Restored),
+            "{label}"
+        );
         assert_eq!(world.read("skills/ok/SKILL.md"), "safe", "{label}");
         assert_eq!(world.read("config.yaml"), "host config", "{label}");
-        assert_eq!(report.warnings().len(), report.files.len() - 1 - usize::from(label == "parent is a file member"), "{label}");
+        assert_eq!(
+            report.warnings().len(),
+            report.files.len() - 1 - usize::from(label == "parent is a file member"),
+            "{label}"
+        );
         assert!(report.warnings().iter().all(|w| w.contains(ID)), "{label}");
     }
 }
@@ -61,7 +196,9 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
 fn duplicate_members_keep_the_first_and_name_the_second() {
     let world = World::new();
     let mut archive = TarMaker::new();
-    archive.file("skills/x/SKILL.md", b"first").file("skills/x/SKILL.md", b"second");
+    archive
+        .file("skills/x/SKILL.md", b"first")
+        .file("skills/x/SKILL.md", b"second");
     let report = world.recover(&archive.finish()).expect("recovers");
     assert_eq!(report.files.len(), 2);
     assert_eq!(report.files[0].outcome, Outcome::Restored);
@@ -75,20 +212,29 @@ fn an_ancestor_that_is_a_host_file_costs_that_file_only() {
     let world = World::new();
     world.host("skills/tool", "host file where the sandbox has a directory");
     let mut archive = TarMaker::new();
-    archive.file("skills/tool/SKILL.md", b"x").file("memories/MEMORY.md", b"m");
+    archive
+        .file("skills/tool/SKILL.md", b"x")
+        .file("memories/MEMORY.md", b"m");
     let report = world.recover(&archive.finish()).expect("recovers");
     assert_eq!(
         outcomes(&report).get("skills/tool/SKILL.md"),
-        Some(&skipped(SkipReason::AncestorIsFile { at: "skills/tool".to_owned() }))
+        Some(&skipped(SkipReason::AncestorIsFile {
+            at: "skills/tool".to_owned()
+        }))
     );
-    assert_eq!(outcomes(&report).get("memories/MEMORY.md"), Some(&Outcome::Restored));
+    assert_eq!(
+        outcomes(&report).get("memories/MEMORY.md"),
+        Some(&Outcome::Restored)
+    );
 }
 
 // contract: S5, S6
 #[test]
 fn restore_unchanged_and_conflict() {
     let world = World::new();
-    world.host("skills/same/SKILL.md", "same").host("memories/MEMORY.md", "host memory");
+    world
+        .host("skills/same/SKILL.md", "same")
+        .host("memories/MEMORY.md", "host memory");
     let mut archive = TarMaker::new();
     archive
         .dir("skills/")
@@ -108,11 +254,17 @@ fn restore_unchanged_and_conflict() {
         }
     );
     assert_eq!(world.read("memories/MEMORY.md"), "host memory");
-    assert_eq!(world.read(format!("cache/e2b-recovered/{ID}/memories/MEMORY.md")), "sandbox memory");
+    assert_eq!(
+        world.read(format!("cache/e2b-recovered/{ID}/memories/MEMORY.md")),
+        "sandbox memory"
+    );
     assert_eq!(report.state, SnapshotState::Recovered);
     let warnings = report.warnings();
     assert_eq!(warnings.len(), 1);
-    assert!(warnings[0].contains("memories/MEMORY.md") && warnings[0].contains(ID), "{warnings:?}");
+    assert!(
+        warnings[0].contains("memories/MEMORY.md") && warnings[0].contains(ID),
+        "{warnings:?}"
+    );
 }
 
 // contract: S6
@@ -127,11 +279,22 @@ fn repeated_recovery_does_not_duplicate_and_never_overwrites_an_earlier_copy() {
     };
     let first = world.recover(&snapshot(b"sandbox v1")).expect("first");
     let again = world.recover(&snapshot(b"sandbox v1")).expect("again");
-    assert_eq!(first.files, again.files, "an identical copy is recognised, not written twice");
+    assert_eq!(
+        first.files, again.files,
+        "an identical copy is recognised, not written twice"
+    );
     let third = world.recover(&snapshot(b"sandbox v2")).expect("third");
-    let Outcome::Quarantined { at, .. } = &third.files[0].outcome else { panic!("{third:?}") };
-    assert_eq!(at, &PathBuf::from(format!("cache/e2b-recovered/{ID}/memories/MEMORY.md~1")));
-    assert_eq!(world.read(format!("cache/e2b-recovered/{ID}/memories/MEMORY.md")), "sandbox v1");
+    let Outcome::Quarantined { at, .. } = &third.files[0].outcome else {
+        panic!("{third:?}")
+    };
+    assert_eq!(
+        at,
+        &PathBuf::from(format!("cache/e2b-recovered/{ID}/memories/MEMORY.md~1"))
+    );
+    assert_eq!(
+        world.read(format!("cache/e2b-recovered/{ID}/memories/MEMORY.md")),
+        "sandbox v1"
+    );
     assert_eq!(world.read(at), "sandbox v2");
 }
 
@@ -139,30 +302,46 @@ fn repeated_recovery_does_not_duplicate_and_never_overwrites_an_earlier_copy() {
 #[test]
 fn a_host_path_that_is_not_a_regular_file_sends_the_file_to_quarantine() {
     let world = World::new();
-    std::fs::create_dir_all(world.home().join("skills/x/SKILL.md")).expect("a directory where the file is");
+    std::fs::create_dir_all(world.home().join("skills/x/SKILL.md"))
+        .expect("a directory where the file is");
     std::os::unix::fs::symlink(world.tmp.path().join("outside/secret"), {
         std::fs::create_dir_all(world.home().join("skills/y")).expect("mkdir");
         world.home().join("skills/y/SKILL.md")
     })
     .expect("symlink");
     let mut archive = TarMaker::new();
-    archive.file("skills/x/SKILL.md", b"x").file("skills/y/SKILL.md", b"y overwrites?");
+    archive
+        .file("skills/x/SKILL.md", b"x")
+        .file("skills/y/SKILL.md", b"y overwrites?");
     let report = world.recover(&archive.finish()).expect("recovers");
     for member in ["skills/x/SKILL.md", "skills/y/SKILL.md"] {
         assert!(
-            matches!(outcomes(&report)[member], Outcome::Quarantined { reason: QuarantineReason::HostNotRegularFile, .. }),
+            matches!(
+                outcomes(&report)[member],
+                Outcome::Quarantined {
+                    reason: QuarantineReason::HostNotRegularFile,
+                    ..
+                }
+            ),
             "{member}: {report:?}"
         );
     }
-    assert_eq!(std::fs::read_to_string(world.tmp.path().join("outside/secret")).expect("decoy"), "outside secret");
+    assert_eq!(
+        std::fs::read_to_string(world.tmp.path().join("outside/secret")).expect("decoy"),
+        "outside secret"
+    );
 }
 
 // contract: S9
 #[test]
 fn credential_paths_are_never_restored_or_created() {
     let mut world = World::new();
-    world.host_only.push(PathBuf::from("skills/acme/token.json"));
-    world.host_only.push(world.home().join("skills/acme/absent-credential"));
+    world
+        .host_only
+        .push(PathBuf::from("skills/acme/token.json"));
+    world
+        .host_only
+        .push(world.home().join("skills/acme/absent-credential"));
     world.host("skills/acme/token.json", "host token");
     let mut archive = TarMaker::new();
     archive
@@ -172,7 +351,16 @@ fn credential_paths_are_never_restored_or_created() {
     let report = world.recover(&archive.finish()).expect("recovers");
     let got = outcomes(&report);
     for member in ["skills/acme/token.json", "skills/acme/absent-credential"] {
-        assert!(matches!(got[member], Outcome::Quarantined { reason: QuarantineReason::HostOnlyPath, .. }), "{member}");
+        assert!(
+            matches!(
+                got[member],
+                Outcome::Quarantined {
+                    reason: QuarantineReason::HostOnlyPath,
+                    ..
+                }
+            ),
+            "{member}"
+        );
     }
     assert_eq!(got["skills/acme/SKILL.md"], Outcome::Restored);
     assert_eq!(world.read("skills/acme/token.json"), "host token");
@@ -183,11 +371,16 @@ fn credential_paths_are_never_restored_or_created() {
 #[test]
 fn an_empty_archive_is_nothing_to_recover_and_an_empty_stream_is_an_error() {
     let world = World::new();
-    let report = world.recover(&TarMaker::new().finish()).expect("empty archive");
+    let report = world
+        .recover(&TarMaker::new().finish())
+        .expect("empty archive");
     assert_eq!(report.state, SnapshotState::NothingToRecover);
     assert!(report.files.is_empty());
     let err = world.recover(b"").expect_err("empty stream");
-    assert!(err.is_snapshot_unreadable() && err.is_truncated() && err.blocks_push(), "{err}");
+    assert!(
+        err.is_snapshot_unreadable() && err.is_truncated() && err.blocks_push(),
+        "{err}"
+    );
     assert_eq!(err.sandbox_id(), Some(ID));
 }
 
@@ -196,14 +389,21 @@ fn an_empty_archive_is_nothing_to_recover_and_an_empty_stream_is_an_error() {
 fn a_truncated_snapshot_fails_and_restores_no_partial_file() {
     let world = World::new();
     let mut archive = TarMaker::new();
-    archive.file("skills/a/SKILL.md", b"complete").file("skills/b/SKILL.md", &[b'b'; 3000]);
+    archive
+        .file("skills/a/SKILL.md", b"complete")
+        .file("skills/b/SKILL.md", &[b'b'; 3000]);
     let full = archive.finish();
     let err = world.recover(&full[..2000]).expect_err("truncated");
     assert!(err.is_truncated(), "{err}");
     assert!(err.to_string().contains("skills/b/SKILL.md"), "{err}");
     assert_eq!(world.read("skills/a/SKILL.md"), "complete");
-    assert!(!world.home().join("skills/b/SKILL.md").exists(), "a partial file never gets its name");
-    let err = world.recover(&full[..full.len() - 1024]).expect_err("no end marker");
+    assert!(
+        !world.home().join("skills/b/SKILL.md").exists(),
+        "a partial file never gets its name"
+    );
+    let err = world
+        .recover(&full[..full.len() - 1024])
+        .expect_err("no end marker");
     assert!(err.is_truncated());
 }
 
@@ -212,7 +412,10 @@ fn a_truncated_snapshot_fails_and_restores_no_partial_file() {
 fn an_over_cap_snapshot_fails_while_streaming() {
     let mut world = World::new();
     world.cap = 64 * 1024;
-    let mut source = Counting { inner: HugeArchive::new("skills/huge/blob", 1 << 30), pulled: 0 };
+    let mut source = Counting {
+        inner: HugeArchive::new("skills/huge/blob", 1 << 30),
+        pulled: 0,
+    };
     let err = world.recover_from(&mut source).expect_err("over cap");
     assert!(err.is_over_cap() && err.is_snapshot_unreadable(), "{err}");
     assert!(source.pulled <= world.cap + 1, "pulled {}", source.pulled);
@@ -231,7 +434,10 @@ fn ten_thousand_files_are_all_restored() {
     let world = World::new();
     let mut archive = TarMaker::new();
     for i in 0..10_000 {
-        archive.file(&format!("skills/s{:02}/f{i:05}.md", i % 50), format!("{i}").as_bytes());
+        archive.file(
+            &format!("skills/s{:02}/f{i:05}.md", i % 50),
+            format!("{i}").as_bytes(),
+        );
     }
     let started = std::time::Instant::now();
     let report = world.recover(&archive.finish()).expect("recovers");
@@ -251,12 +457,23 @@ fn large_conflicts_spool_through_the_quarantine_tree() {
     std::fs::write(world.home().join("skills/big/blob"), &big_host).expect("write");
     std::fs::write(world.home().join("skills/big/same"), &big_host).expect("write");
     let mut archive = TarMaker::new();
-    archive.file("skills/big/blob", &big_sandbox).file("skills/big/same", &big_host);
+    archive
+        .file("skills/big/blob", &big_sandbox)
+        .file("skills/big/same", &big_host);
     let report = world.recover(&archive.finish()).expect("recovers");
     let got = outcomes(&report);
     assert_eq!(got["skills/big/same"], Outcome::Unchanged);
-    let Outcome::Quarantined { at, reason: QuarantineReason::Conflict } = &got["skills/big/blob"] else { panic!("{got:?}") };
-    assert_eq!(std::fs::read(world.home().join(at)).expect("parked"), big_sandbox);
+    let Outcome::Quarantined {
+        at,
+        reason: QuarantineReason::Conflict,
+    } = &got["skills/big/blob"]
+    else {
+        panic!("{got:?}")
+    };
+    assert_eq!(
+        std::fs::read(world.home().join(at)).expect("parked"),
+        big_sandbox
+    );
 }
 
 #[cfg(unix)]
@@ -274,10 +491,17 @@ fn the_execute_bit_survives_and_nothing_else_does() {
     archive.file("skills/t/plain", b"p");
     let mut bytes = archive.unterminated();
     let mut tool = tar::Builder::new(Vec::new());
-    tool.append_data(&mut header, "skills/t/tool", &b"#!"[..]).expect("append");
+    tool.append_data(&mut header, "skills/t/tool", &b"#!"[..])
+        .expect("append");
     bytes.extend(tool.into_inner().expect("finish"));
     world.recover(&bytes).expect("recovers");
-    let mode = |p: &str| std::fs::metadata(world.home().join(p)).expect("meta").permissions().mode() & 0o7777;
+    let mode = |p: &str| {
+        std::fs::metadata(world.home().join(p))
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
     assert_eq!(mode("skills/t/tool"), 0o755);
     assert_eq!(mode("skills/t/plain"), 0o644);
 }
@@ -292,7 +516,8 @@ fn invalid_sandbox_ids_are_refused_before_anything_happens() {
             host_only: Vec::new(),
             max_snapshot_bytes: 1024,
         };
-        let err = recover(&config, &mut Cursor::new(TarMaker::new().finish())).expect_err("refused");
+        let err =
+            recover(&config, &mut Cursor::new(TarMaker::new().finish())).expect_err("refused");
         assert!(err.is_invalid_input(), "{id:?}");
     }
     let config = RecoveryConfig {
@@ -310,8 +535,16 @@ fn the_snapshot_command_produces_the_documented_stream() {
     let sandbox = tempfile::tempdir().expect("tempdir");
     let remote_home = sandbox.path().join(".hermes");
     let run = |command: &str| -> Vec<u8> {
-        let out = std::process::Command::new("sh").arg("-c").arg(command).output().expect("sh runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .output()
+            .expect("sh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     };
     let command = recovery::snapshot_command(remote_home.to_str().expect("utf-8")).expect("valid");
@@ -326,6 +559,13 @@ fn the_snapshot_command_produces_the_documented_stream() {
     std::fs::write(remote_home.join("skills/x/SKILL.md"), "from the sandbox").expect("write");
     std::fs::write(remote_home.join("cache/other"), "not recovered").expect("write");
     let report = world.recover(&run(&command)).expect("recovers");
-    assert_eq!(outcomes(&report), BTreeMap::from([("skills/x/SKILL.md".to_owned(), Outcome::Restored)]));
-    assert!(recovery::snapshot_command("relative").expect_err("invalid").is_invalid_input());
+    assert_eq!(
+        outcomes(&report),
+        BTreeMap::from([("skills/x/SKILL.md".to_owned(), Outcome::Restored)])
+    );
+    assert!(
+        recovery::snapshot_command("relative")
+            .expect_err("invalid")
+            .is_invalid_input()
+    );
 }

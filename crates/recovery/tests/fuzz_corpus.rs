@@ -1,6 +1,8 @@
 //! Replays the saved cargo-fuzz corpus (`fuzz/corpus/recover_snapshot`) through the fuzz
 //! target's own checks, so every input the fuzzer found interesting stays a regression test.
 
+#![allow(clippy::print_stdout)] // Prints counts and timings as figures, never asserts on time.
+
 mod support;
 
 #[test]

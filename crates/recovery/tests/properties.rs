@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use recovery::{Outcome, QuarantineReason, SkipReason};
-use support::world::World;
 use support::TarMaker;
+use support::world::World;
 
 const PATHS: &[&str] = &[
     "skills/x.md",
@@ -25,17 +25,23 @@ const PATHS: &[&str] = &[
 
 /// A consistent tree: no file below another file.
 fn tree() -> impl Strategy<Value = BTreeMap<String, String>> {
-    prop::collection::btree_map(prop::sample::select(PATHS), prop::sample::select(vec!["1", "2", "3"]), 0..PATHS.len())
-        .prop_map(|files| {
-            let mut out: BTreeMap<String, String> = BTreeMap::new();
-            for (path, body) in files {
-                let clash = out.keys().any(|p| path.starts_with(&format!("{p}/")) || p.starts_with(&format!("{path}/")));
-                if !clash {
-                    out.insert(path.to_owned(), body.to_owned());
-                }
+    prop::collection::btree_map(
+        prop::sample::select(PATHS),
+        prop::sample::select(vec!["1", "2", "3"]),
+        0..PATHS.len(),
+    )
+    .prop_map(|files| {
+        let mut out: BTreeMap<String, String> = BTreeMap::new();
+        for (path, body) in files {
+            let clash = out
+                .keys()
+                .any(|p| path.starts_with(&format!("{p}/")) || p.starts_with(&format!("{path}/")));
+            if !clash {
+                out.insert(path.to_owned(), body.to_owned());
             }
-            out
-        })
+        }
+        out
+    })
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use recovery::{recover, Outcome, RecoveryConfig};
+use recovery::{Outcome, RecoveryConfig, recover};
 
 /// A host Hermes home with some state, a credential and a decoy outside the home.
 pub struct Fixture {
@@ -39,7 +39,10 @@ impl Fixture {
         RecoveryConfig {
             hermes_home: self.home(),
             sandbox_id: "sbxfuzz".to_owned(),
-            host_only: vec![PathBuf::from("skills/acme/token.json"), PathBuf::from(".env")],
+            host_only: vec![
+                PathBuf::from("skills/acme/token.json"),
+                PathBuf::from(".env"),
+            ],
             max_snapshot_bytes: 1 << 20,
         }
     }
@@ -47,7 +50,10 @@ impl Fixture {
 
 /// Files (not directories) under `root`, by relative path.
 pub fn files(root: &Path) -> BTreeMap<PathBuf, super::Node> {
-    super::walk(root).into_iter().filter(|(_, node)| !matches!(node, super::Node::Dir)).collect()
+    super::walk(root)
+        .into_iter()
+        .filter(|(_, node)| !matches!(node, super::Node::Dir))
+        .collect()
 }
 
 /// Runs recovery on `data` and checks every promise that does not depend on what `data` is.
@@ -64,7 +70,10 @@ pub fn check_recovery(data: &[u8]) {
     // No temp file is left behind, whatever happened.
     for path in after.keys() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        assert!(!name.starts_with(".e2b-recovery-"), "leftover temp {path:?}");
+        assert!(
+            !name.starts_with(".e2b-recovery-"),
+            "leftover temp {path:?}"
+        );
     }
     // Anything new is inside the home, in a recoverable root or the quarantine tree.
     let mut accounted: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
@@ -72,7 +81,9 @@ pub fn check_recovery(data: &[u8]) {
         for file in &report.files {
             match &file.outcome {
                 Outcome::Restored => _ = accounted.insert(PathBuf::from("home").join(&file.member)),
-                Outcome::Quarantined { at, .. } => _ = accounted.insert(PathBuf::from("home").join(at)),
+                Outcome::Quarantined { at, .. } => {
+                    _ = accounted.insert(PathBuf::from("home").join(at))
+                }
                 Outcome::Unchanged | Outcome::Skipped { .. } => {}
             }
         }
@@ -82,7 +93,10 @@ pub fn check_recovery(data: &[u8]) {
         let in_quarantine = path.starts_with("home/cache/e2b-recovered/sbxfuzz");
         assert!(in_roots || in_quarantine, "unexpected write {path:?}");
         if result.is_ok() {
-            assert!(accounted.contains(path), "{path:?} written but not reported");
+            assert!(
+                accounted.contains(path),
+                "{path:?} written but not reported"
+            );
         }
     }
     if let Ok(report) = &result {
@@ -90,6 +104,11 @@ pub fn check_recovery(data: &[u8]) {
             assert!(after.contains_key(path), "{path:?} reported but missing");
         }
         // Credentials are never written from sandbox data.
-        assert!(!report.files.iter().any(|f| f.member == "skills/acme/token.json" && f.outcome == Outcome::Restored));
+        assert!(
+            !report
+                .files
+                .iter()
+                .any(|f| f.member == "skills/acme/token.json" && f.outcome == Outcome::Restored)
+        );
     }
 }

@@ -20,7 +20,8 @@ fn header(name: &[u8], type_byte: u8, size: u64, link: &[u8]) -> [u8; 512] {
     let mut header = tar::Header::new_gnu();
     let short = &name[..name.len().min(100)];
     header.as_old_mut().name[..short.len()].copy_from_slice(short);
-    header.as_old_mut().linkname[..link.len().min(100)].copy_from_slice(&link[..link.len().min(100)]);
+    header.as_old_mut().linkname[..link.len().min(100)]
+        .copy_from_slice(&link[..link.len().min(100)]);
     header.set_mode(if type_byte == b'5' { 0o755 } else { 0o644 });
     header.set_size(size);
     header.set_mtime(1_700_000_000);
@@ -146,7 +147,10 @@ impl HugeArchive {
         header.set_cksum();
         let mut bytes = [0u8; 512];
         bytes.copy_from_slice(header.as_bytes());
-        Self { header: bytes, position: 0 }
+        Self {
+            header: bytes,
+            position: 0,
+        }
     }
 }
 
@@ -175,9 +179,15 @@ pub struct Failing {
 impl Read for Failing {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.position >= self.after {
-            return Err(io::Error::new(io::ErrorKind::ConnectionReset, "sandbox went away"));
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "sandbox went away",
+            ));
         }
-        let end = self.after.min(self.data.len()).min(self.position + buf.len());
+        let end = self
+            .after
+            .min(self.data.len())
+            .min(self.position + buf.len());
         let n = end - self.position;
         buf[..n].copy_from_slice(&self.data[self.position..end]);
         self.position = end;

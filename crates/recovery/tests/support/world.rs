@@ -4,9 +4,9 @@
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use recovery::{recover, Error, Outcome, RecoveryConfig, RecoveryReport};
+use recovery::{Error, Outcome, RecoveryConfig, RecoveryReport, recover};
 
-use super::{walk, Node};
+use super::{Node, walk};
 
 pub const ID: &str = "sbx42";
 
@@ -23,7 +23,11 @@ impl World {
         std::fs::create_dir_all(tmp.path().join("home")).expect("home");
         std::fs::create_dir_all(tmp.path().join("outside")).expect("outside");
         std::fs::write(tmp.path().join("outside/secret"), "outside secret").expect("decoy");
-        Self { tmp, host_only: vec![PathBuf::from(".env"), PathBuf::from("config.yaml")], cap: recovery::DEFAULT_MAX_SNAPSHOT_BYTES }
+        Self {
+            tmp,
+            host_only: vec![PathBuf::from(".env"), PathBuf::from("config.yaml")],
+            cap: recovery::DEFAULT_MAX_SNAPSHOT_BYTES,
+        }
     }
 
     pub fn home(&self) -> PathBuf {
@@ -67,7 +71,9 @@ impl World {
             for file in &report.files {
                 match &file.outcome {
                     Outcome::Restored => _ = reported.insert(Path::new("home").join(&file.member)),
-                    Outcome::Quarantined { at, .. } => _ = reported.insert(Path::new("home").join(at)),
+                    Outcome::Quarantined { at, .. } => {
+                        _ = reported.insert(Path::new("home").join(at))
+                    }
                     _ => {}
                 }
             }
@@ -76,7 +82,10 @@ impl World {
             if before.contains_key(path) {
                 continue;
             }
-            assert!(path.starts_with("home"), "written outside the home: {path:?}");
+            assert!(
+                path.starts_with("home"),
+                "written outside the home: {path:?}"
+            );
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             assert!(!name.starts_with(".e2b-recovery-"), "temp left: {path:?}");
             if matches!(node, Node::File(_)) && result.is_ok() {
@@ -86,7 +95,6 @@ impl World {
         result
     }
 }
-
 
 impl World {
     /// The decoy directory next to the home.
