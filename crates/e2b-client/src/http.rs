@@ -425,6 +425,7 @@ async fn read_error_body(response: reqwest::Response, deadline: Instant) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
 
     fn ctx(target: Target) -> Ctx {
         Ctx::new(
@@ -520,5 +521,55 @@ mod tests {
                 .to_string()
                 .contains("stream error (deadline_exceeded)")
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_variant_ever_shows_a_secret(
+            key in "[A-Z][0-9][A-Za-z0-9_-]{8,40}",
+            token in "[A-Z][0-9][A-Za-z0-9_-]{8,40}",
+            user in "[A-Z][0-9][a-z0-9]{6,12}",
+            pass in "[A-Z][0-9][A-Za-z0-9]{6,20}",
+            sig in "[A-Z][0-9][A-Za-z0-9_-]{6,30}",
+            status in 300u16..600,
+        ) {
+            // contract: X1, X4
+            let hostile = format!(
+                "key {key} X-API-Key: {key} token={token} Timeout at https://{user}:{pass}@h.example/files?path=a&signature={sig} Authorization: Bearer {token} timed out"
+            );
+            let json_body = serde_json::json!({"code": status, "message": hostile, "error_code": hostile}).to_string();
+            let connect_body = serde_json::json!({"code": hostile, "message": hostile}).to_string();
+            let gone_body = serde_json::json!({"code": 502, "message": format!("The sandbox was not found {hostile}")}).to_string();
+            let control = Ctx::new(Operation::Create, Target::Control(None), ApiKey::new(key.clone()), None);
+            let envd = Ctx::new(
+                Operation::StartProcess,
+                Target::Envd(id()),
+                ApiKey::new(key.clone()),
+                Some(AccessToken::new(token.clone())),
+            );
+            let mut errors = vec![
+                control.response_error(status, json_body.as_bytes()),
+                control.response_error(status, hostile.as_bytes()),
+                envd.response_error(status, connect_body.as_bytes()),
+                envd.response_error(502, gone_body.as_bytes()),
+                envd.response_error(status, hostile.as_bytes()),
+                envd.stream_error(Some(hostile.clone()), Some(hostile.clone())),
+                envd.protocol(&hostile),
+                envd.invalid_input(&hostile),
+                envd.limit(Some(&hostile), 10),
+                control.deadline(std::time::Duration::from_secs(3)),
+            ];
+            let mut config = Config::new(ApiKey::new(key.clone()));
+            config.api_url = Some(format!("gopher://{user}:{pass}@h.example/?signature={sig}"));
+            errors.push(crate::Client::new(config).expect_err("bad scheme"));
+            for error in &errors {
+                let shown = format!("{error} | {error:?}");
+                for secret in [&key, &token, &pass, &user, &sig] {
+                    proptest::prop_assert!(!shown.contains(secret.as_str()), "{} in {}", secret, shown);
+                }
+                let lower = error.to_string().to_lowercase();
+                proptest::prop_assert!(!lower.contains("timeout") && !lower.contains("timed out"), "{}", lower);
+            }
+        }
     }
 }

@@ -89,19 +89,25 @@ pub struct ProcessEnd {
 
 /// The events of one process, delivered as they arrive.
 ///
+/// [`crate::Sandbox::start`] and [`crate::Sandbox::connect_process`] return it once envd has
+/// sent the `Start` event, so [`ProcessStream::pid`] is known and failures before the process
+/// started (unknown pid, bad working directory, refused user) come back from that call. The
+/// stream then yields `Start` (again, for uniform consumption), output and keepalives, and ends
+/// after `End`.
+///
 /// Bytes are decoded frame by frame from the response body: at most one frame (capped by
 /// [`crate::Limits::max_frame_bytes`]) plus one network chunk is buffered, and each output
 /// chunk is a fresh [`Bytes`] the consumer owns, so memory stays bounded however much the
 /// command prints. Dropping the stream closes the connection; the process keeps running (use
 /// [`crate::Sandbox::kill_process`] to stop it).
 ///
-/// The stream ends after the `End` event. It yields an error (and then ends) when the server
-/// breaks the protocol (first event not `Start`, missing `End`, a bad frame), reports an error in
-/// its end frame (for example `deadline_exceeded` when the process deadline passed), the
-/// connection fails, or nothing at all arrives for the allowed silence.
+/// It yields an error (and then ends) when the server breaks the protocol (missing `End`, a bad
+/// frame), reports an error in its end frame (for example `deadline_exceeded` when the process
+/// deadline passed), the connection fails, or nothing at all arrives for the allowed silence.
 pub struct ProcessStream {
     inner: Pin<Box<dyn Stream<Item = Result<ProcessEvent, Error>> + Send>>,
-    pid: Option<u32>,
+    pid: u32,
+    pending_start: bool,
     ctx: Ctx,
 }
 
@@ -114,12 +120,13 @@ impl fmt::Debug for ProcessStream {
 }
 
 impl ProcessStream {
-    pub(crate) fn new(
+    /// Reads the response up to the `Start` event.
+    pub(crate) async fn open(
         ctx: Ctx,
         body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
         max_frame: usize,
         idle: Duration,
-    ) -> ProcessStream {
+    ) -> Result<ProcessStream, Error> {
         let state = Decode {
             body: Box::pin(body),
             decoder: EnvelopeDecoder::new(max_frame),
@@ -129,33 +136,27 @@ impl ProcessStream {
             seen_end: false,
             finished: false,
         };
-        let inner = stream::unfold(state, |mut state| async move {
-            let item = state.next_event().await?;
-            Some((item, state))
-        });
-        ProcessStream {
-            inner: Box::pin(inner),
-            pid: None,
-            ctx,
-        }
-    }
-
-    /// The pid, once the `Start` event has been read.
-    pub fn pid(&self) -> Option<u32> {
-        self.pid
-    }
-
-    /// Reads up to the `Start` event (consuming it) and returns the pid.
-    pub async fn started(&mut self) -> Result<u32, Error> {
-        if let Some(pid) = self.pid {
-            return Ok(pid);
-        }
-        match self.next().await {
-            Some(Ok(ProcessEvent::Start { pid })) => Ok(pid),
+        let mut inner: Pin<Box<dyn Stream<Item = Result<ProcessEvent, Error>> + Send>> =
+            Box::pin(stream::unfold(state, |mut state| async move {
+                let item = state.next_event().await?;
+                Some((item, state))
+            }));
+        match inner.next().await {
+            Some(Ok(ProcessEvent::Start { pid })) => Ok(ProcessStream {
+                inner,
+                pid,
+                pending_start: true,
+                ctx,
+            }),
             Some(Err(error)) => Err(error),
-            // Only reachable when the caller already consumed the start (or the failure).
-            Some(Ok(_)) | None => Err(self.ctx.protocol("the start event was already consumed")),
+            // The decoder turns any other first event, and an empty body, into an error.
+            Some(Ok(_)) | None => Err(ctx.protocol("stream ended before the start event")),
         }
+    }
+
+    /// The pid of the process inside the sandbox.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// Consumes the stream, keeping stdout and stderr up to `limit` bytes in total; more output
@@ -170,7 +171,7 @@ impl ProcessStream {
                 ProcessEvent::Stderr(chunk) => (&mut stderr, chunk),
                 ProcessEvent::End(end) => {
                     return Ok(CommandOutput {
-                        pid: self.pid.unwrap_or_default(),
+                        pid: self.pid,
                         stdout: stdout.freeze(),
                         stderr: stderr.freeze(),
                         end,
@@ -193,11 +194,12 @@ impl Stream for ProcessStream {
     type Item = Result<ProcessEvent, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let polled = self.inner.as_mut().poll_next(cx);
-        if let Poll::Ready(Some(Ok(ProcessEvent::Start { pid }))) = &polled {
-            self.pid = Some(*pid);
+        if self.pending_start {
+            self.pending_start = false;
+            let pid = self.pid;
+            return Poll::Ready(Some(Ok(ProcessEvent::Start { pid })));
         }
-        polled
+        self.inner.as_mut().poll_next(cx)
     }
 }
 
@@ -490,13 +492,17 @@ mod tests {
         out
     }
 
-    fn from_chunks(chunks: Vec<Vec<u8>>) -> ProcessStream {
+    async fn from_chunks(chunks: Vec<Vec<u8>>) -> Result<ProcessStream, Error> {
         let body = stream::iter(chunks.into_iter().map(|chunk| Ok(Bytes::from(chunk))));
-        ProcessStream::new(ctx(), body, 1 << 16, Duration::from_secs(5))
+        ProcessStream::open(ctx(), body, 1 << 16, Duration::from_secs(5)).await
     }
 
-    async fn collect(stream: ProcessStream) -> Vec<Result<ProcessEvent, Error>> {
-        stream.collect().await
+    /// Every item, with a failure to open as the only item.
+    async fn collect(chunks: Vec<Vec<u8>>) -> Vec<Result<ProcessEvent, Error>> {
+        match from_chunks(chunks).await {
+            Ok(stream) => stream.collect().await,
+            Err(error) => vec![Err(error)],
+        }
     }
 
     fn happy_wire() -> Vec<u8> {
@@ -520,7 +526,7 @@ mod tests {
         let wire = happy_wire();
         for size in [1, 2, 3, 7, 64, wire.len()] {
             let chunks: Vec<Vec<u8>> = wire.chunks(size).map(<[u8]>::to_vec).collect();
-            let events: Vec<ProcessEvent> = collect(from_chunks(chunks))
+            let events: Vec<ProcessEvent> = collect(chunks)
                 .await
                 .into_iter()
                 .collect::<Result<_, _>>()
@@ -551,9 +557,12 @@ mod tests {
             0,
             r#"{"event":{"end":{"exit_code":"-1","status":"signal: killed"}}}"#,
         ));
-        let mut stream = from_chunks(vec![wire]);
-        assert_eq!(stream.started().await.expect("start"), 77);
-        assert_eq!(stream.pid(), Some(77));
+        let mut stream = from_chunks(vec![wire]).await.expect("started");
+        assert_eq!(stream.pid(), 77);
+        assert_eq!(
+            stream.next().await.expect("an event").expect("valid"),
+            ProcessEvent::Start { pid: 77 }
+        );
         let end = stream.next().await.expect("an event").expect("valid");
         assert_eq!(
             end,
@@ -575,7 +584,7 @@ mod tests {
             FLAG_END_STREAM,
             r#"{"error":{"code":"deadline_exceeded","message":"context deadline exceeded"}}"#,
         ));
-        let items = collect(from_chunks(vec![wire])).await;
+        let items = collect(vec![wire]).await;
         assert_eq!(items.len(), 2);
         let error = items[1].as_ref().expect_err("an error");
         assert!(error.is_deadline_exceeded(), "{error}");
@@ -619,7 +628,7 @@ mod tests {
             (vec![0, 0xff, 0, 0, 0], "frame cap"),
         ];
         for (wire, expected) in cases {
-            let items = collect(from_chunks(vec![wire])).await;
+            let items = collect(vec![wire]).await;
             let error = items
                 .iter()
                 .find_map(|item| item.as_ref().err())
@@ -641,8 +650,14 @@ mod tests {
             r#"{"event":{"start":{"pid":1}}}"#,
         )))])
         .chain(stream::pending());
-        let mut stream = ProcessStream::new(ctx(), body, 1024, Duration::from_secs(30));
-        assert_eq!(stream.started().await.expect("start"), 1);
+        let mut stream = ProcessStream::open(ctx(), body, 1024, Duration::from_secs(30))
+            .await
+            .expect("started");
+        assert_eq!(stream.pid(), 1);
+        assert!(matches!(
+            stream.next().await,
+            Some(Ok(ProcessEvent::Start { pid: 1 }))
+        ));
         let error = stream.next().await.expect("an item").expect_err("deadline");
         assert!(error.is_deadline_exceeded());
         assert!(stream.next().await.is_none());
@@ -651,6 +666,8 @@ mod tests {
     #[tokio::test]
     async fn collect_output_enforces_its_cap() {
         let output = from_chunks(vec![happy_wire()])
+            .await
+            .expect("started")
             .collect_output(1024)
             .await
             .expect("under the cap");
@@ -659,6 +676,8 @@ mod tests {
         assert_eq!(output.end.exit_code, 3);
         assert_eq!(output.pid, 1000);
         let error = from_chunks(vec![happy_wire()])
+            .await
+            .expect("started")
             .collect_output(8)
             .await
             .expect_err("over the cap");

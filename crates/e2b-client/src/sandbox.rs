@@ -241,12 +241,13 @@ impl Sandbox {
         }
         // Silence is allowed for two keepalive intervals (or the request deadline if longer).
         let idle = http.deadline.max(keepalive.saturating_mul(2));
-        Ok(ProcessStream::new(
+        ProcessStream::open(
             ctx,
             response.bytes_stream(),
             http.limits.max_frame_bytes,
             idle,
-        ))
+        )
+        .await
     }
 
     /// Checks envd (`GET /health`): [`Health::NotRunning`] when the proxy says the sandbox is
@@ -275,8 +276,9 @@ impl Sandbox {
         }
     }
 
-    /// Starts `/bin/bash -l -c <cmd>` (`process.Process/Start`) and returns its event stream as
-    /// soon as envd accepts the request. Never retried once the request may have reached envd.
+    /// Starts `/bin/bash -l -c <cmd>` (`process.Process/Start`) and returns its event stream once
+    /// envd reports the process started (so the pid is known). Never retried once the request
+    /// may have reached envd: only a connection that could not be established is tried again.
     pub async fn start(&self, options: StartOptions) -> Result<ProcessStream, Error> {
         let message = StartRequest {
             process: ProcessConfigOut {
@@ -312,7 +314,8 @@ impl Sandbox {
     }
 
     /// Re-attaches to a process by pid (`process.Process/Connect`): `Start`, then its output
-    /// from now on, then `End` (a finished process gives `Start` and its retained `End`).
+    /// from now on, then `End` (a finished process gives `Start` and its retained `End`). An
+    /// unknown pid is an error with [`Error::is_not_found`].
     pub async fn connect_process(&self, pid: u32) -> Result<ProcessStream, Error> {
         let message = SelectorRequest {
             process: PidSelector { pid },

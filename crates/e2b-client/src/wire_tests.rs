@@ -698,19 +698,22 @@ async fn events_are_delivered_while_the_command_still_runs() {
     })
     .await;
     let client = client(&server.url);
-    let mut events = sandbox(&client)
-        .start(StartOptions::new("slow".to_owned()))
-        .await
-        .expect("headers");
     let guard = Duration::from_secs(10);
     feed.send(frame(0, r#"{"event":{"start":{"pid":42}}}"#))
         .await
         .expect("send");
-    let pid = tokio::time::timeout(guard, events.started())
-        .await
-        .expect("not buffered")
-        .expect("start");
-    assert_eq!(pid, 42);
+    let mut events = tokio::time::timeout(
+        guard,
+        sandbox(&client).start(StartOptions::new("slow".to_owned())),
+    )
+    .await
+    .expect("not buffered")
+    .expect("started");
+    assert_eq!(events.pid(), 42);
+    assert_eq!(
+        events.next().await.expect("an event").expect("ok"),
+        ProcessEvent::Start { pid: 42 }
+    );
     // The server has not finished: the next event only exists once we send it.
     feed.send(frame(0, r#"{"event":{"data":{"stdout":"b25l"}}}"#))
         .await
@@ -760,8 +763,12 @@ async fn a_stream_cut_mid_frame_is_an_error() {
     let mut events = sandbox(&client)
         .start(StartOptions::new("x".to_owned()))
         .await
-        .expect("headers");
-    assert_eq!(events.started().await.expect("start"), 1);
+        .expect("started");
+    assert_eq!(events.pid(), 1);
+    assert!(matches!(
+        events.next().await,
+        Some(Ok(ProcessEvent::Start { pid: 1 }))
+    ));
     cut.send(()).expect("server waiting");
     let error = events.next().await.expect("an item").expect_err("cut");
     assert!(
@@ -981,4 +988,25 @@ fn bad_configuration_is_refused() {
     config.api_url = Some("ftp://secret:pw12345678@host".to_owned());
     let error = Client::new(config).expect_err("bad scheme");
     assert!(!error.to_string().contains("pw12345678"), "{error}");
+}
+
+#[tokio::test]
+async fn an_error_before_the_start_event_fails_the_start_call() {
+    let server = TestServer::start(|_, _| {
+        connect_stream(Body::from(frame(
+            2,
+            r#"{"error":{"code":"invalid_argument","message":"cwd '/nope' does not exist"}}"#,
+        )))
+    })
+    .await;
+    let client = client(&server.url);
+    let mut options = StartOptions::new("true".to_owned());
+    options.cwd = Some("/nope".to_owned());
+    let error = sandbox(&client).start(options).await.expect_err("refused");
+    assert_eq!(error.code(), Some("invalid_argument"));
+    assert_eq!(error.operation(), Some(Operation::StartProcess));
+    assert!(
+        error.to_string().contains("cwd '/nope' does not exist"),
+        "{error}"
+    );
 }
