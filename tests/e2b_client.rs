@@ -9,8 +9,8 @@ use futures::{StreamExt, TryStreamExt};
 use hermes_e2b::e2b_client::{
     ApiKey, Client, Config, ConnectState, CreateOptions, Error, FileType, Health, Jitter,
     KillOutcome, ListQuery, ListedSandbox, MakeDirOutcome, OnTimeout, PauseMemory, PauseOutcome,
-    ProcessEvent, RetryPolicy, Sandbox, SandboxId, SandboxInfo, SandboxState, SignalOutcome,
-    StartOptions, StateFilter, UploadFile,
+    ProcessEvent, RetryPolicy, Sandbox, SandboxId, SandboxInfo, SandboxState, Signal,
+    SignalOutcome, StartOptions, StateFilter, UploadFile,
 };
 use hermes_e2b::e2b_local::{Clock, DropRule, FailRule, FaultScope, Server, ServerConfig};
 
@@ -461,6 +461,26 @@ async fn kill_by_pid_leaves_other_processes_and_the_sandbox_alive() {
         sandbox.kill_process(999_999).await.expect("kill"),
         SignalOutcome::NotFound
     );
+
+    // SIGTERM is delivered the same way.
+    let mut polite = sandbox
+        .start(StartOptions::new("sleep 1000".to_owned()))
+        .await
+        .expect("start");
+    assert_eq!(
+        sandbox
+            .send_signal(polite.pid(), Signal::Term)
+            .await
+            .expect("term"),
+        SignalOutcome::Delivered
+    );
+    let end = loop {
+        match polite.next().await.expect("an end").expect("clean stream") {
+            ProcessEvent::End(end) => break end,
+            _ => continue,
+        }
+    };
+    assert_ne!(end.exit_code, 0);
     server.shutdown().await.expect("shutdown");
 }
 
@@ -588,6 +608,31 @@ async fn filesystem_rpcs_and_file_transfer() {
         .await
         .expect_err("missing");
     assert!(missing.is_not_found(), "{missing:?}");
+
+    // Filesystem calls as another user (`Authorization: Basic` / `username=`).
+    let root = sandbox.with_user("root".to_owned());
+    assert_eq!(
+        root.stat("/home/user/single.bin")
+            .await
+            .expect("as root")
+            .size,
+        3
+    );
+    assert_eq!(
+        &root
+            .read_file("/home/user/single.bin", 16)
+            .await
+            .expect("as root")[..],
+        b"\x00\x01\x02"
+    );
+    let stranger = sandbox.with_user("nobody".to_owned());
+    let refused = stranger.stat("/home/user").await.expect_err("unknown user");
+    assert!(refused.is_unauthorized(), "{refused:?}");
+    let refused = stranger
+        .read_file("/home/user/single.bin", 16)
+        .await
+        .expect_err("unknown user");
+    assert!(refused.is_unauthorized(), "{refused:?}");
     server.shutdown().await.expect("shutdown");
 }
 

@@ -10,6 +10,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::Method;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde::{Deserialize, Deserializer, Serialize};
+use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Error, Operation};
@@ -107,7 +108,7 @@ impl Client {
             metadata: &options.metadata,
             env_vars: &options.env_vars,
         };
-        let response = self
+        let (response, deadline) = self
             .send_json(
                 &ctx,
                 Method::POST,
@@ -116,7 +117,6 @@ impl Client {
                 Idempotency::NotIdempotent,
             )
             .await?;
-        let deadline = self.inner.http.deadline_from_now();
         self.inner.http.read_json(&ctx, response, deadline).await
     }
 
@@ -173,7 +173,7 @@ impl Client {
         } else {
             format!("/v2/sandboxes?{query}")
         };
-        let response = self
+        let (response, deadline) = self
             .send_json::<()>(&ctx, Method::GET, &path, None, Idempotency::Idempotent)
             .await?;
         let next = response
@@ -183,7 +183,6 @@ impl Client {
             .map(str::trim)
             .filter(|token| !token.is_empty())
             .map(str::to_owned);
-        let deadline = self.inner.http.deadline_from_now();
         let items: Vec<ListedSandbox> = self.inner.http.read_json(&ctx, response, deadline).await?;
         Ok((items, next))
     }
@@ -193,10 +192,9 @@ impl Client {
     pub async fn get(&self, sandbox_id: &SandboxId) -> Result<SandboxDetail, Error> {
         let ctx = self.ctx(Operation::Get, Some(sandbox_id));
         let path = format!("/sandboxes/{sandbox_id}");
-        let response = self
+        let (response, deadline) = self
             .send_json::<()>(&ctx, Method::GET, &path, None, Idempotency::Idempotent)
             .await?;
-        let deadline = self.inner.http.deadline_from_now();
         self.inner.http.read_json(&ctx, response, deadline).await
     }
 
@@ -213,7 +211,7 @@ impl Client {
         let body = TimeoutBody {
             timeout: whole_secs(timeout),
         };
-        let response = self
+        let (response, deadline) = self
             .send_json(
                 &ctx,
                 Method::POST,
@@ -227,7 +225,6 @@ impl Client {
         } else {
             ConnectState::Running
         };
-        let deadline = self.inner.http.deadline_from_now();
         let sandbox = self.inner.http.read_json(&ctx, response, deadline).await?;
         Ok(Connected { sandbox, state })
     }
@@ -330,7 +327,7 @@ impl Client {
         path_and_query: &str,
         body: Option<&B>,
         idempotency: Idempotency,
-    ) -> Result<reqwest::Response, Error> {
+    ) -> Result<(reqwest::Response, Instant), Error> {
         let url = reqwest::Url::parse(&format!("{}{path_and_query}", self.inner.api_base))
             .map_err(|error| ctx.invalid_input(format!("bad URL: {error}")))?;
         let mut builder = self
@@ -346,11 +343,14 @@ impl Client {
         let request = builder
             .build()
             .map_err(|error| ctx.invalid_input(format!("cannot build the request: {error}")))?;
+        // One deadline for sending, retrying and reading the answer.
         let deadline = self.inner.http.deadline_from_now();
-        self.inner
+        let response = self
+            .inner
             .http
             .send(ctx, Pool::Default, request, idempotency, deadline)
-            .await
+            .await?;
+        Ok((response, deadline))
     }
 }
 
