@@ -1,4 +1,97 @@
 //! The framework-neutral E2B sandbox backend for agents: lazy attach, leases, admission, sync, recovery and cleanup.
 //!
-//! This crate is a placeholder: issue #5 fills it. See `README.md` beside
-//! this crate and `docs/architecture.md` at the workspace root.
+//! ```
+//! use std::sync::{Arc, mpsc};
+//! use std::time::Duration;
+//!
+//! use agent_sandbox::{
+//!     ApiKeySource, Backend, ChannelSink, Config, Endpoints, NoStateHooks, RunOptions, Scope,
+//!     Services,
+//! };
+//! use e2b_client::ApiKey;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // An E2B-compatible server on this machine (real E2B: leave the endpoints alone).
+//! let runtime = tokio::runtime::Runtime::new()?;
+//! let server = runtime.block_on(e2b_local::Server::start_loopback())?;
+//!
+//! let mut config = Config::new(ApiKeySource::Key(ApiKey::new("local-key".to_owned())));
+//! config.endpoints = Endpoints::single(server.url());
+//! let home = tempfile::tempdir()?;
+//! let scope = Scope { profile_home: home.path().to_path_buf(), task_id: "default".to_owned() };
+//! let backend = Backend::new(config, scope, Services::new(runtime.handle().clone()), Arc::new(NoStateHooks))?;
+//! assert!(backend.info().is_none(), "nothing happens before first use");
+//!
+//! // First use attaches (here: creates the scope's persistent sandbox as the writer).
+//! let (tx, rx) = mpsc::sync_channel(16);
+//! let command = backend.run("echo hello", RunOptions::new(Duration::from_secs(30)), Box::new(ChannelSink::bounded(tx)))?;
+//! let exit = command.wait()?;
+//! assert_eq!(exit.exit_code, 0);
+//! let output: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
+//! assert_eq!(output, b"hello\n");
+//!
+//! // Persistent cleanup leaves the sandbox to E2B's lease (it pauses), and is idempotent.
+//! let report = backend.cleanup();
+//! assert!(!report.repeated);
+//! assert!(backend.cleanup().repeated);
+//! runtime.block_on(server.shutdown())?;
+//! # Ok(()) }
+//! ```
+//!
+//! # What it guarantees
+//!
+//! - **Lazy, found by metadata** (L1, L2, I1, I3, I4, I5, I6): nothing happens at
+//!   construction. On first use a persistent backend lists its scope's sandboxes by the scope
+//!   digest, adopts the newest exact match (warning once with the count), connects to it (which
+//!   resumes a paused one) or, only as the writer and under the cross-process creation lock,
+//!   creates it with on-timeout pause. Ephemeral and probe backends always create, with
+//!   on-timeout kill (L4, L11). Attach mode connects to a given id (L12).
+//! - **Leases** (L5): before every command the lease must cover
+//!   `max(lease, deadline + grace)`; when the known expiry already does, no request is sent;
+//!   otherwise an extend-only connect is sent. Set-timeout is never used.
+//! - **Commands** (O1, L6): output goes chunk by chunk to the caller's [`OutputSink`] from a
+//!   thread the backend owns; no copy is kept. The [`RunningCommand`] can be waited on, polled
+//!   and killed by pid from any thread; the kill reaches that pid only.
+//! - **Roles** (C1-C5, S2, S3, S11): a persistent scope has one writer per host. The writer's
+//!   bring-up marks the scope dirty, invalidates the stamp, recovers skills/ and memories/
+//!   from the sandbox, pushes (the caller's [`StateHooks`]), stamps prepared and clears dirty;
+//!   any failure releases the role. Readers run commands only when the gates pass and fail
+//!   closed with a retry hint ([`Error::NotReady`]); a reader takes the role over when it is
+//!   released. A failed per-command sync aborts the command and marks the scope dirty.
+//! - **Transport** ([`StateTransport`], S4, S12): many files in one upload, parents created;
+//!   idempotent deletes; the teardown tar pull capped while it downloads. Every failure is also
+//!   recorded, so a sync engine that swallows exceptions still fails closed.
+//! - **Cleanup** (L3, L7, L8, L9): waits for running commands; persistent: pull, release,
+//!   never pause or kill; ephemeral: pull, kill; probe: kill; repeated or after the sandbox
+//!   vanished: harmless, and never creates. [`Backend::finalize`] releases locally and kills
+//!   only ephemeral and probe sandboxes.
+//! - **Errors** ([`Error`], O3): name the E2B operation and the sandbox id, and never contain
+//!   the word "timeout".
+
+#![deny(missing_docs)]
+
+mod backend;
+mod command;
+mod config;
+mod error;
+mod sink;
+mod transport;
+
+pub use backend::{
+    AttachInfo, Backend, CleanupReport, HookError, KillOutcomeReport, NoStateHooks, Origin,
+    PullOutcome, PushKind, RETRY_HINT, RoleKind, StateHooks, Stats, TRANSFER_WINDOW,
+};
+pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
+pub use config::{
+    ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_STATE_CAP, Endpoints, KeyResolver,
+    PROBE_TASK_ID, SandboxMode, Scope, Services,
+};
+pub use error::Error;
+pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Security, SystemClock};
+pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
+pub use transport::{PullSummary, StateTransport};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,333 @@
+//! The crate's one error type.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// What went wrong in the backend.
+///
+/// Every variant names the operation and, where there is one, the sandbox. The rendered
+/// text never contains the word "timeout" in any letter case: Hermes' terminal tool reports
+/// any failure whose message contains it as a command time-out and does not retry it, so
+/// every text taken from a lower layer is neutralised here as well (see [`Error`]'s
+/// `Display`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration cannot be used.
+    #[error("E2B backend configuration is invalid: {}", Clean(.reason))]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// An E2B request failed.
+    #[error("E2B {operation} failed{}: {}", ForSandbox(.sandbox_id.as_deref()), Clean(.source))]
+    E2b {
+        /// The backend step that sent the request (`connect`, `create`, `start command`, ...).
+        operation: &'static str,
+        /// The sandbox, once one is known.
+        sandbox_id: Option<String>,
+        /// The client's error; decide with its `is_*` predicates.
+        #[source]
+        source: e2b_client::Error,
+    },
+
+    /// A reader's command was refused by the state gates; it must fail closed. Retrying
+    /// later may succeed ([`Error::retry_hint`]).
+    #[error(
+        "Sandbox {} is not ready: this scope's Hermes state is being rebuilt or is known to be stale ({}). {}",
+        SandboxName(.sandbox_id.as_deref()),
+        Clean(.reason),
+        Clean(.retry_hint)
+    )]
+    NotReady {
+        /// The sandbox the reader attached to, if any exists yet.
+        sandbox_id: Option<String>,
+        /// Why the gate refused.
+        reason: String,
+        /// What the user can do.
+        retry_hint: String,
+    },
+
+    /// The host coordination files (writer lease, markers, creation lock) failed.
+    #[error("E2B {operation} failed{}: {}", ForSandbox(.sandbox_id.as_deref()), Clean(.source))]
+    Coordination {
+        /// The backend step.
+        operation: &'static str,
+        /// The sandbox, once one is known.
+        sandbox_id: Option<String>,
+        /// The writer-lease error.
+        #[source]
+        source: writer_lease::Error,
+    },
+
+    /// Resume recovery failed; the push it guards did not run (contract S11).
+    #[error("E2B state recovery failed for sandbox {sandbox_id}: {}", Clean(.source))]
+    Recovery {
+        /// The sandbox recovered from.
+        sandbox_id: String,
+        /// The recovery error.
+        #[source]
+        source: recovery::Error,
+    },
+
+    /// Moving state in or out of the sandbox failed (plans, archive reading, caps).
+    #[error("E2B {operation} failed for sandbox {sandbox_id}: {}", Clean(.source))]
+    StateSync {
+        /// The transport step.
+        operation: &'static str,
+        /// The sandbox.
+        sandbox_id: String,
+        /// The state-sync error.
+        #[source]
+        source: state_sync::Error,
+    },
+
+    /// The caller's state push or pull reported failure, or a transport call made during it
+    /// failed (contracts S2, S3).
+    #[error("E2B state {operation} failed for sandbox {sandbox_id}: {}", Clean(.detail))]
+    StateHook {
+        /// `initial push`, `sync` or `pull`.
+        operation: &'static str,
+        /// The sandbox.
+        sandbox_id: String,
+        /// What failed.
+        detail: String,
+    },
+
+    /// A command run in the sandbox for the backend's own purposes exited non-zero.
+    #[error(
+        "E2B {operation} failed for sandbox {sandbox_id}: exit code {exit_code}: {}",
+        Clean(.stderr)
+    )]
+    SandboxCommand {
+        /// The transport step (`delete files`, `state snapshot`, ...).
+        operation: &'static str,
+        /// The sandbox.
+        sandbox_id: String,
+        /// The exit code.
+        exit_code: i32,
+        /// The start of its standard error.
+        stderr: String,
+    },
+
+    /// A command's output stream ended without an exit status.
+    #[error(
+        "E2B command output stream failed for sandbox {sandbox_id}: command {sandbox_pid} ended without an exit status"
+    )]
+    CommandLost {
+        /// The sandbox.
+        sandbox_id: String,
+        /// The command's pid in the sandbox.
+        sandbox_pid: u32,
+    },
+
+    /// A host file could not be read or written.
+    #[error("E2B {operation} failed for {}: {}", Clean(&.path.display()), Clean(.source))]
+    Io {
+        /// The step.
+        operation: &'static str,
+        /// The host path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The backend was cleaned up; it never attaches again (contract L7).
+    #[error("E2B {operation} refused: the backend was cleaned up{}", ForSandbox(.sandbox_id.as_deref()))]
+    Closed {
+        /// The refused step.
+        operation: &'static str,
+        /// The sandbox it was attached to, if any.
+        sandbox_id: Option<String>,
+    },
+
+    /// The backend has no sandbox attached, and the step does not attach one.
+    #[error("E2B {operation} refused: no sandbox is attached yet")]
+    NotAttached {
+        /// The refused step.
+        operation: &'static str,
+    },
+}
+
+impl Error {
+    /// The sandbox the error is about, if known.
+    pub fn sandbox_id(&self) -> Option<&str> {
+        match self {
+            Error::E2b { sandbox_id, .. }
+            | Error::NotReady { sandbox_id, .. }
+            | Error::Coordination { sandbox_id, .. }
+            | Error::Closed { sandbox_id, .. } => sandbox_id.as_deref(),
+            Error::Recovery { sandbox_id, .. }
+            | Error::StateSync { sandbox_id, .. }
+            | Error::StateHook { sandbox_id, .. }
+            | Error::SandboxCommand { sandbox_id, .. }
+            | Error::CommandLost { sandbox_id, .. } => Some(sandbox_id),
+            Error::InvalidConfig { .. } | Error::Io { .. } | Error::NotAttached { .. } => None,
+        }
+    }
+
+    /// The retry hint of a refused command ([`Error::NotReady`]).
+    pub fn retry_hint(&self) -> Option<&str> {
+        match self {
+            Error::NotReady { retry_hint, .. } => Some(retry_hint),
+            _ => None,
+        }
+    }
+
+    /// A reader's command refused by the state gates: fail closed, retry later.
+    pub fn is_not_ready(&self) -> bool {
+        matches!(self, Error::NotReady { .. })
+    }
+
+    /// The sandbox is gone (killed, or unknown to E2B).
+    pub fn is_sandbox_gone(&self) -> bool {
+        matches!(self, Error::E2b { source, .. } if source.is_sandbox_gone())
+    }
+
+    /// The backend was cleaned up.
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Error::Closed { .. })
+    }
+
+    /// State could not be moved or established; the command must not run (S2, S3, S11).
+    pub fn is_state_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Recovery { .. }
+                | Error::StateSync { .. }
+                | Error::StateHook { .. }
+                | Error::SandboxCommand { .. }
+        )
+    }
+
+    /// The teardown pull or snapshot was refused for exceeding its cap (S12).
+    pub fn is_over_cap(&self) -> bool {
+        match self {
+            Error::StateSync { source, .. } => source.is_over_cap(),
+            Error::Recovery { source, .. } => source.is_over_cap(),
+            _ => false,
+        }
+    }
+
+    /// A failure that may pass: retrying the same call later can succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::E2b { source, .. } => source.is_transient(),
+            Error::NotReady { .. } => true,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn e2b(
+        operation: &'static str,
+        sandbox_id: Option<&str>,
+        source: e2b_client::Error,
+    ) -> Error {
+        Error::E2b {
+            operation,
+            sandbox_id: sandbox_id.map(str::to_owned),
+            source,
+        }
+    }
+}
+
+/// Renders a lower layer's text with every "timeout" (any case) rewritten, so no message of
+/// this crate can read like a command time-out.
+struct Clean<'a, T: fmt::Display + ?Sized>(&'a T);
+
+impl<T: fmt::Display + ?Sized> fmt::Display for Clean<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&neutralise(&self.0.to_string()))
+    }
+}
+
+/// Rewrites "timeout" (any letter case) to "deadline".
+pub(crate) fn neutralise(text: &str) -> String {
+    const WORD: &str = "timeout";
+    let lower = text.to_ascii_lowercase();
+    if !lower.contains(WORD) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    // ASCII lowercasing keeps byte offsets, so indices found in `lower` are valid in `text`.
+    for (index, _) in lower.match_indices(WORD) {
+        out.push_str(&text[rest..index]);
+        out.push_str("deadline");
+        rest = index + WORD.len();
+    }
+    out.push_str(&text[rest..]);
+    out
+}
+
+struct ForSandbox<'a>(Option<&'a str>);
+
+impl fmt::Display for ForSandbox<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(id) => write!(f, " for sandbox {id}"),
+            None => Ok(()),
+        }
+    }
+}
+
+struct SandboxName<'a>(Option<&'a str>);
+
+impl fmt::Display for SandboxName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.unwrap_or("(none yet)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn assert_bounds<T: Send + Sync + 'static + std::error::Error>() {}
+        assert_bounds::<Error>();
+    }
+
+    #[test]
+    fn neutralise_rewrites_every_case() {
+        // contract: O3
+        assert_eq!(neutralise("a Timeout b TIMEOUT c"), "a deadline b deadline c");
+        assert_eq!(neutralise("set_timeout"), "set_deadline");
+        assert_eq!(neutralise("nothing here"), "nothing here");
+        // Non-ASCII text around the word keeps its offsets.
+        assert_eq!(neutralise("é timeout é"), "é deadline é");
+    }
+
+    #[test]
+    fn no_variant_renders_the_word() {
+        // contract: O3
+        let errors = [
+            Error::InvalidConfig {
+                reason: "lease timeout too short".to_owned(),
+            },
+            Error::NotReady {
+                sandbox_id: Some("isb1".to_owned()),
+                reason: "Timeout".to_owned(),
+                retry_hint: "retry after the timeout".to_owned(),
+            },
+            Error::StateHook {
+                operation: "sync",
+                sandbox_id: "isb1".to_owned(),
+                detail: "upload TIMEOUT".to_owned(),
+            },
+            Error::Io {
+                operation: "read",
+                path: PathBuf::from("/x/timeout"),
+                source: io::Error::other("timeout"),
+            },
+        ];
+        for error in errors {
+            let text = error.to_string();
+            assert!(!text.to_ascii_lowercase().contains("timeout"), "{text}");
+        }
+    }
+}
