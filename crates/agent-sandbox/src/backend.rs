@@ -15,7 +15,9 @@ use sandbox_identity::{
     Adoption, Candidate, IdentityMetadata, LeaseKind, LeasePlan, LeasePolicy, LeaseTracker, Mode,
     SCOPE_KEY, ScopeIdentity,
 };
-use writer_lease::{Admission, CreationAccess, Role as LeaseRole, ScopeFiles, ScopeKey, WriterLease, WriterPhase};
+use writer_lease::{
+    Admission, CreationAccess, Role as LeaseRole, ScopeFiles, ScopeKey, WriterLease, WriterPhase,
+};
 
 use crate::command::{self, Launch, RunOptions, RunningCommand, Shell};
 use crate::config::{CREATION_LOCK_WAIT, Config, SandboxMode, Scope, Services};
@@ -255,7 +257,9 @@ enum Phase {
     Attached(Box<Attached>),
     /// Cleanup began: no new command is admitted.
     Closing(Option<Box<Attached>>),
-    Closed { sandbox_id: Option<String> },
+    Closed {
+        sandbox_id: Option<String>,
+    },
 }
 
 struct Attached {
@@ -576,7 +580,10 @@ impl Inner {
     }
 
     fn clear_transport(&self) {
-        *self.transport.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *self
+            .transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     fn ensure_attached<'a>(
@@ -677,12 +684,9 @@ impl Inner {
     }
 
     fn attach_persistent(&self, client: Client) -> Result<Attached, Error> {
-        let files = self
-            .files
-            .as_ref()
-            .ok_or_else(|| Error::InvalidConfig {
-                reason: "persistent mode without coordination files".to_owned(),
-            })?;
+        let files = self.files.as_ref().ok_or_else(|| Error::InvalidConfig {
+            reason: "persistent mode without coordination files".to_owned(),
+        })?;
         let role = files
             .try_acquire_writer()
             .map_err(|source| Error::Coordination {
@@ -715,8 +719,15 @@ impl Inner {
                 self.create_under_lock(&client, files)?
             }
         };
-        let mut attached =
-            self.attached(client, sandbox, lease, Role::Reader, origin, resumed, degradation)?;
+        let mut attached = self.attached(
+            client,
+            sandbox,
+            lease,
+            Role::Reader,
+            origin,
+            resumed,
+            degradation,
+        )?;
         if let Role::Writer(writer) = std::mem::replace(&mut role, Role::Reader) {
             self.bring_up(&mut attached, writer)?;
         }
@@ -764,7 +775,12 @@ impl Inner {
                     }
                 })?;
                 let (sandbox, lease, resumed) = self.connect(client, &id)?;
-                Ok(Some((sandbox, lease, Origin::Adopted { duplicates }, resumed)))
+                Ok(Some((
+                    sandbox,
+                    lease,
+                    Origin::Adopted { duplicates },
+                    resumed,
+                )))
             }
             Adoption::Create { .. } | Adoption::NeverAdopt => Ok(None),
         }
@@ -882,7 +898,10 @@ impl Inner {
             transfer_lease: self.policy.transfer_lease(TRANSFER_WINDOW),
             failures: Arc::clone(&self.failures),
         });
-        *self.transport.lock().unwrap_or_else(PoisonError::into_inner) = Some(transport);
+        *self
+            .transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(transport);
         let info = AttachInfo {
             sandbox_id: id.as_str().to_owned(),
             origin,
@@ -924,9 +943,8 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         let returned = hook(&transport);
-        let recorded: Vec<String> = std::mem::take(
-            &mut *self.failures.lock().unwrap_or_else(PoisonError::into_inner),
-        );
+        let recorded: Vec<String> =
+            std::mem::take(&mut *self.failures.lock().unwrap_or_else(PoisonError::into_inner));
         let mut problems: Vec<String> = recorded;
         if let Err(error) = returned {
             problems.push(error.to_string());
@@ -1038,9 +1056,8 @@ impl Inner {
                 }
             }
             Role::Writer(writer) => {
-                let synced = self.run_hook("sync", &id, |t| {
-                    self.hooks.push(t, PushKind::Incremental)
-                });
+                let synced =
+                    self.run_hook("sync", &id, |t| self.hooks.push(t, PushKind::Incremental));
                 match synced {
                     Ok(()) => {
                         if writer.phase() == WriterPhase::Stale {
@@ -1083,7 +1100,11 @@ impl Inner {
             .client
             .sandbox(connected.sandbox.envd_access())
             .map_err(|source| Error::e2b("connect", Some(attached.id.as_str()), source))?;
-        if let Some(transport) = &*self.transport.lock().unwrap_or_else(PoisonError::into_inner) {
+        if let Some(transport) = &*self
+            .transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
             transport.replace_sandbox(sandbox.clone());
         }
         attached.sandbox = sandbox;
@@ -1100,7 +1121,12 @@ impl Inner {
             Shell::Plain => format!("exec /bin/bash -c {}", state_sync::shell_quote(command)),
         };
         let mut start = StartOptions::new(cmd);
-        start.cwd = Some(options.cwd.clone().unwrap_or_else(|| self.config.cwd.clone()));
+        start.cwd = Some(
+            options
+                .cwd
+                .clone()
+                .unwrap_or_else(|| self.config.cwd.clone()),
+        );
         start.envs = options.env.clone();
         start
     }

@@ -295,7 +295,10 @@ mod tests {
     #[test]
     fn neutralise_rewrites_every_case() {
         // contract: O3
-        assert_eq!(neutralise("a Timeout b TIMEOUT c"), "a deadline b deadline c");
+        assert_eq!(
+            neutralise("a Timeout b TIMEOUT c"),
+            "a deadline b deadline c"
+        );
         assert_eq!(neutralise("set_timeout"), "set_deadline");
         assert_eq!(neutralise("nothing here"), "nothing here");
         // Non-ASCII text around the word keeps its offsets.

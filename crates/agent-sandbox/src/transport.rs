@@ -327,7 +327,9 @@ impl StateTransport {
                 }
             }
             let _ = tx
-                .send(Err(io::Error::other("the stream ended without an exit status")))
+                .send(Err(io::Error::other(
+                    "the stream ended without an exit status",
+                )))
                 .await;
         });
         Ok(CommandReader {

@@ -1,0 +1,459 @@
+//! Attach, adoption, leases and cleanup against e2b-local.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sandbox::{
+    ApiKeySource, Backend, KillOutcomeReport, NoStateHooks, Origin, PROBE_TASK_ID, PullOutcome,
+    RoleKind, SandboxMode,
+};
+use e2b_client::{CreateOptions, OnTimeout, PauseMemory, SandboxState};
+use sandbox_identity::{IdentityMetadata, InternetAccess, Mode, ScopeIdentity, Security};
+use support::{RecordingHooks, World, ok, run};
+
+fn ephemeral() -> SandboxMode {
+    SandboxMode::Ephemeral {
+        lifetime: Duration::from_secs(300),
+    }
+}
+
+#[test]
+fn nothing_happens_before_first_use() {
+    // contract: L1
+    let world = World::new();
+    let backend = world.persistent();
+    assert!(backend.info().is_none());
+    assert_eq!(backend.stats(), agent_sandbox::Stats::default());
+    assert!(world.list().is_empty());
+    assert!(
+        !world.coordination_dir().exists(),
+        "no host file at construction"
+    );
+
+    let info = backend.attach().expect("attach");
+    assert_eq!(info.origin, Origin::Created);
+    assert_eq!(info.role, RoleKind::Writer);
+    let listed = world.list();
+    assert_eq!(listed.len(), 1);
+    // contract: I1 — identity is metadata: the digest, no task id or host path.
+    let metadata = &listed[0].metadata;
+    assert_eq!(metadata["hermes.scope"], backend.scope_digest());
+    let home = world.home.path().to_string_lossy().into_owned();
+    assert!(
+        metadata
+            .values()
+            .all(|v| !v.contains(&home) && v != "default")
+    );
+}
+
+#[test]
+fn persistent_sandbox_is_found_again_and_resumed_after_a_restart() {
+    // contract: L2, L3
+    let world = World::new();
+    let first = world.persistent();
+    ok(&first, "echo kept > /home/user/kept.txt");
+    let id = first.info().expect("attached").sandbox_id;
+    let report = first.cleanup();
+    assert_eq!(report.sandbox, KillOutcomeReport::LeftRunning);
+    assert_eq!(first.stats().sandbox_kills, 0);
+    // Cleanup neither paused nor killed it.
+    assert_eq!(
+        world.detail(&id).expect("still there").summary.state,
+        SandboxState::Running
+    );
+    let lifecycle = world.detail(&id).unwrap().lifecycle.expect("lifecycle");
+    assert_eq!(lifecycle.on_timeout, "pause");
+
+    // E2B pauses it at lease expiry; the next session resumes it with its files.
+    world.advance(Duration::from_secs(3600));
+    assert_eq!(
+        world.detail(&id).unwrap().summary.state,
+        SandboxState::Paused
+    );
+    let second = world.persistent();
+    assert_eq!(ok(&second, "cat /home/user/kept.txt"), "kept\n");
+    let info = second.info().expect("attached");
+    assert_eq!(info.sandbox_id, id);
+    assert_eq!(info.origin, Origin::Adopted { duplicates: 0 });
+    assert!(info.resumed);
+    assert_eq!(world.list().len(), 1);
+}
+
+#[test]
+fn duplicates_adopt_the_newest_and_report_the_count() {
+    // contract: I5
+    let world = World::new();
+    let backend = world.persistent();
+    let identity = ScopeIdentity {
+        profile_home: world.home.path().to_string_lossy().into_owned(),
+        task_id: "default".to_owned(),
+        template: "base".to_owned(),
+        mode: Mode::Persistent,
+        internet: InternetAccess::Allowed,
+        security: Security::Secure,
+    };
+    let metadata = IdentityMetadata::for_scope(&identity).to_map();
+    assert_eq!(metadata["hermes.scope"], backend.scope_digest());
+    let client = world.client();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let mut options = CreateOptions::new("base".to_owned());
+        options.metadata = metadata.clone();
+        options.on_timeout = OnTimeout::Pause(PauseMemory::Discard);
+        options.timeout = Some(Duration::from_secs(3600));
+        ids.push(
+            world
+                .runtime
+                .block_on(client.create(options))
+                .expect("create")
+                .sandbox_id,
+        );
+        world.server().clock().advance(Duration::from_secs(5));
+    }
+    let info = backend.attach().expect("attach");
+    assert_eq!(info.origin, Origin::Adopted { duplicates: 2 });
+    assert_eq!(info.sandbox_id, ids[2].as_str());
+    assert_eq!(backend.stats().creates, 0);
+}
+
+#[test]
+fn another_template_or_posture_is_never_adopted() {
+    // contract: I3
+    let world = World::new();
+    let first = world.persistent();
+    let first_id = first.attach().expect("attach").sandbox_id;
+    first.cleanup();
+    let mut config = world.config(SandboxMode::Persistent);
+    config.internet = InternetAccess::Denied;
+    let second = Backend::new(
+        config,
+        world.scope("default"),
+        world.services(),
+        Arc::new(NoStateHooks),
+    )
+    .expect("backend");
+    let info = second.attach().expect("attach");
+    assert_eq!(info.origin, Origin::Created);
+    assert_ne!(info.sandbox_id, first_id);
+}
+
+#[test]
+fn a_lost_create_response_is_found_by_metadata_on_the_next_attach() {
+    // contract: I4
+    let world = World::new();
+    let faults = world.server().faults();
+    // The two lists (before and under the creation lock) pass untouched (their rules' cut lies
+    // beyond their bodies); the create's response is cut after E2B created the sandbox.
+    for after_bytes in [1 << 20, 1 << 20, 0] {
+        let mut rule = e2b_local::DropRule::new(1, after_bytes);
+        rule.scope = e2b_local::FaultScope::Rest;
+        rule.path_prefix = Some("/v2/sandboxes".to_owned());
+        faults.drop_streams(rule);
+    }
+    let backend = world.persistent();
+    let error = backend.attach().expect_err("the create response is lost");
+    assert!(error.to_string().contains("E2B create failed"), "{error}");
+    assert_eq!(world.list().len(), 1, "the server did create it");
+
+    let info = backend.attach().expect("second attach");
+    assert_eq!(info.origin, Origin::Adopted { duplicates: 0 });
+    assert_eq!(world.list().len(), 1);
+    assert_eq!(backend.stats().creates, 1);
+}
+
+#[test]
+fn lease_is_extended_only_when_the_known_expiry_does_not_cover_the_command() {
+    // contract: L5
+    let world = World::new();
+    let backend = world.persistent();
+    let long = agent_sandbox::RunOptions::new(Duration::from_secs(600));
+    let short = agent_sandbox::RunOptions::new(Duration::from_secs(10));
+    let run_with = |options: agent_sandbox::RunOptions| {
+        let handle = backend
+            .run("true", options, Box::new(agent_sandbox::DiscardSink))
+            .expect("run");
+        assert_eq!(handle.wait().expect("exit").exit_code, 0);
+    };
+    // Created with the 300 s baseline: a short command is covered.
+    run_with(short.clone());
+    assert_eq!(backend.stats().lease_extensions, 0);
+    // 600 s + 30 s grace is not: one extend-only connect.
+    run_with(long.clone());
+    assert_eq!(backend.stats().lease_extensions, 1);
+    let id = backend.info().unwrap().sandbox_id;
+    let end_after_long = world.detail(&id).unwrap().summary.end_at;
+    // Covered now; nothing is sent.
+    run_with(long.clone());
+    run_with(short.clone());
+    assert_eq!(backend.stats().lease_extensions, 1);
+    // Later, the known expiry no longer covers 630 s: extend again.
+    world.advance(Duration::from_secs(100));
+    run_with(long);
+    assert_eq!(backend.stats().lease_extensions, 2);
+    let end_after_second = world.detail(&id).unwrap().summary.end_at;
+    assert!(end_after_second > end_after_long);
+    // A short command never shortens it (extend-only connect, no set-timeout).
+    run_with(short);
+    assert_eq!(world.detail(&id).unwrap().summary.end_at, end_after_second);
+}
+
+#[test]
+fn a_sandbox_paused_between_commands_is_resumed_transparently() {
+    // contract: L3
+    let world = World::new();
+    let backend = world.persistent();
+    ok(&backend, "echo one > /home/user/one.txt");
+    let id = backend.info().unwrap().sandbox_id;
+    world.server().faults().pause_sandbox(&id).expect("pause");
+    assert_eq!(ok(&backend, "cat /home/user/one.txt"), "one\n");
+    assert!(backend.info().unwrap().resumed);
+    assert_eq!(world.list().len(), 1);
+}
+
+#[test]
+fn ephemeral_sandboxes_are_fresh_pulled_and_killed() {
+    // contract: L4
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let first = world.backend(ephemeral(), "t1", hooks.clone());
+    ok(
+        &first,
+        "mkdir -p /home/user/.hermes/skills/x && echo s > /home/user/.hermes/skills/x/SKILL.md",
+    );
+    let id = first.info().unwrap().sandbox_id;
+    assert_eq!(first.info().unwrap().role, RoleKind::Owner);
+    let detail = world.detail(&id).unwrap();
+    assert_eq!(detail.lifecycle.expect("lifecycle").on_timeout, "kill");
+    // Lease floor: lifetime + reaper interval + control-plane margin.
+    let lease = detail.summary.end_at - detail.summary.started_at;
+    assert!(lease >= time::Duration::seconds(300 + 60 + 60), "{lease}");
+
+    // A second ephemeral backend on the same scope never adopts.
+    let second = world.backend(ephemeral(), "t1", Arc::new(NoStateHooks));
+    assert_ne!(second.attach().unwrap().sandbox_id, id);
+
+    let report = first.cleanup();
+    assert_eq!(report.pull, PullOutcome::Pulled);
+    assert_eq!(report.sandbox, KillOutcomeReport::Killed);
+    assert!(world.detail(&id).expect_err("killed").is_not_found());
+    let names = support::tar_names(&hooks.pulled.lock().unwrap());
+    assert!(
+        names.contains(&"home/user/.hermes/skills/x/SKILL.md".to_owned()),
+        "{names:?}"
+    );
+    // The bring-up push, the per-command sync (a no-op for an unchanged tree), the pull.
+    assert_eq!(hooks.calls(), ["push:Initial", "push:Incremental", "pull"]);
+    second.cleanup();
+}
+
+#[test]
+fn the_prompt_probe_gets_a_short_kill_lease_no_sync_and_no_adoption() {
+    // contract: L11
+    let world = World::new();
+    // A persistent sandbox of the same profile exists; the probe must not adopt it.
+    let main = world.persistent();
+    let main_id = main.attach().unwrap().sandbox_id;
+    let hooks = RecordingHooks::new(world.home.path());
+    let probe = world.backend(SandboxMode::Persistent, PROBE_TASK_ID, hooks.clone());
+    assert_eq!(ok(&probe, "uname -s").trim(), "Linux");
+    let info = probe.info().unwrap();
+    assert_eq!(info.role, RoleKind::Probe);
+    assert_ne!(info.sandbox_id, main_id);
+    let detail = world.detail(&info.sandbox_id).unwrap();
+    assert_eq!(detail.lifecycle.expect("lifecycle").on_timeout, "kill");
+    let lease = detail.summary.end_at - detail.summary.started_at;
+    assert!(lease <= time::Duration::seconds(120), "{lease}");
+    let report = probe.cleanup();
+    assert_eq!(report.pull, PullOutcome::NotAttempted);
+    assert_eq!(report.sandbox, KillOutcomeReport::Killed);
+    assert!(hooks.calls().is_empty(), "no sync: {:?}", hooks.calls());
+    assert_eq!(
+        world.detail(&main_id).unwrap().summary.state,
+        SandboxState::Running
+    );
+}
+
+#[test]
+fn attach_mode_connects_by_id_and_never_pauses_or_kills() {
+    // contract: L12
+    let world = World::new();
+    let client = world.client();
+    let mut options = CreateOptions::new("base".to_owned());
+    options.timeout = Some(Duration::from_secs(600));
+    let external = world
+        .runtime
+        .block_on(client.create(options))
+        .unwrap()
+        .sandbox_id;
+    let backend = world.backend(
+        SandboxMode::Attach {
+            sandbox_id: external.clone(),
+        },
+        "default",
+        Arc::new(NoStateHooks),
+    );
+    assert_eq!(ok(&backend, "echo hi"), "hi\n");
+    let info = backend.info().unwrap();
+    assert_eq!(info.origin, Origin::Connected);
+    assert_eq!(info.role, RoleKind::External);
+    let report = backend.cleanup();
+    assert_eq!(report.sandbox, KillOutcomeReport::LeftRunning);
+    backend.finalize();
+    assert_eq!(
+        world.detail(external.as_str()).unwrap().summary.state,
+        SandboxState::Running
+    );
+    assert_eq!(backend.stats().sandbox_kills, 0);
+}
+
+#[test]
+fn cleanup_is_idempotent_and_never_creates_after_the_sandbox_vanished() {
+    // contract: L7
+    let world = World::new();
+    for mode in [SandboxMode::Persistent, ephemeral()] {
+        let hooks = RecordingHooks::new(world.home.path());
+        let backend = world.backend(mode.clone(), "vanish", hooks.clone());
+        ok(&backend, "true");
+        let id = backend.info().unwrap().sandbox_id;
+        world.server().faults().vanish_sandbox(&id).expect("vanish");
+        let before = world.list().len();
+        let report = backend.cleanup();
+        assert!(!report.repeated);
+        assert!(
+            matches!(report.pull, PullOutcome::Failed(_)),
+            "{mode:?}: {:?}",
+            report.pull
+        );
+        let expected = match mode {
+            SandboxMode::Persistent => KillOutcomeReport::LeftRunning,
+            _ => KillOutcomeReport::AlreadyGone,
+        };
+        assert_eq!(report.sandbox, expected);
+        assert_eq!(world.list().len(), before, "cleanup created nothing");
+        let again = backend.cleanup();
+        assert!(again.repeated);
+        assert_eq!(again.pull, PullOutcome::NotAttempted);
+        assert_eq!(hooks.pulls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // A cleaned-up backend never attaches again.
+        let error = backend
+            .run(
+                "true",
+                agent_sandbox::RunOptions::new(Duration::from_secs(5)),
+                Box::new(agent_sandbox::DiscardSink),
+            )
+            .expect_err("closed");
+        assert!(error.is_closed(), "{error}");
+        assert_eq!(world.list().len(), before);
+    }
+    // Cleanup of a backend that never attached touches nothing.
+    let idle = world.persistent();
+    let report = idle.cleanup();
+    assert_eq!(report.sandbox_id, None);
+    assert_eq!(idle.stats(), agent_sandbox::Stats::default());
+}
+
+#[test]
+fn cleanup_waits_for_a_running_command() {
+    // contract: L8
+    let world = World::new();
+    let backend = Arc::new(world.persistent());
+    let handle = backend
+        .run(
+            "sleep 1; echo finished",
+            agent_sandbox::RunOptions::new(Duration::from_secs(60)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .expect("run");
+    let cleaner = {
+        let backend = Arc::clone(&backend);
+        std::thread::spawn(move || backend.cleanup())
+    };
+    let report = cleaner.join().expect("cleanup thread");
+    // Had cleanup not waited, the one-second command would still be running here.
+    let finished = handle
+        .poll()
+        .expect("the command finished before cleanup returned");
+    assert_eq!(finished.expect("exit").exit_code, 0);
+    assert!(!report.repeated);
+}
+
+#[test]
+fn the_finalizer_releases_locally_and_kills_only_ephemeral_sandboxes() {
+    // contract: L9
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let persistent = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    ok(&persistent, "true");
+    let id = persistent.info().unwrap().sandbox_id;
+    let files = world.scope_files(&persistent);
+    assert_eq!(
+        files.writer_status().unwrap(),
+        writer_lease::WriterStatus::Held
+    );
+    persistent.finalize();
+    assert_eq!(
+        files.writer_status().unwrap(),
+        writer_lease::WriterStatus::Free
+    );
+    assert_eq!(
+        world.detail(&id).unwrap().summary.state,
+        SandboxState::Running
+    );
+    assert_eq!(
+        hooks.pulls.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "never pulls"
+    );
+
+    let ephemeral_hooks = RecordingHooks::new(world.home.path());
+    let eph = world.backend(ephemeral(), "t2", ephemeral_hooks.clone());
+    ok(&eph, "true");
+    let eph_id = eph.info().unwrap().sandbox_id;
+    eph.finalize();
+    assert!(world.detail(&eph_id).expect_err("killed").is_not_found());
+    assert_eq!(
+        ephemeral_hooks
+            .pulls
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+#[test]
+fn a_missing_api_key_fails_without_any_request() {
+    // contract: X2
+    let world = World::new();
+    let mut config = world.config(SandboxMode::Persistent);
+    config.api_key = ApiKeySource::Resolver(Arc::new(|| None));
+    let backend = Backend::new(
+        config,
+        world.scope("default"),
+        world.services(),
+        Arc::new(NoStateHooks),
+    )
+    .unwrap();
+    let error = backend.attach().expect_err("unconfigured");
+    assert!(error.to_string().contains("no E2B API key"), "{error}");
+    assert!(world.list().is_empty());
+}
+
+#[test]
+fn infrastructure_errors_name_the_operation_and_sandbox_and_never_say_timeout() {
+    // contract: O3
+    let world = World::new();
+    let backend = world.persistent();
+    ok(&backend, "true");
+    let id = backend.info().unwrap().sandbox_id;
+    world.server().faults().vanish_sandbox(&id).expect("vanish");
+    let (error, _) = match run(&backend, "true") {
+        Err(error) => (error, ()),
+        Ok(result) => panic!("ran in a vanished sandbox: {result:?}"),
+    };
+    let text = error.to_string();
+    assert!(text.starts_with("E2B "), "{text}");
+    assert!(text.contains(&id), "{text}");
+    assert!(!text.to_ascii_lowercase().contains("timeout"), "{text}");
+    assert_eq!(error.sandbox_id(), Some(id.as_str()));
+}

@@ -1,0 +1,262 @@
+//! A test world: an in-process e2b-local server on a manual clock, a profile home, and
+//! helpers to build backends and inspect the server.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, SystemTime};
+
+use agent_sandbox::{
+    ApiKeySource, Backend, ChannelSink, CommandExit, Config, Endpoints, HookError, ManualClock,
+    NoStateHooks, PushKind, RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport,
+};
+use e2b_client::{ApiKey, Client, ListQuery, ListedSandbox, SandboxId};
+use futures::TryStreamExt;
+
+pub struct World {
+    pub runtime: tokio::runtime::Runtime,
+    pub server: Option<e2b_local::Server>,
+    pub home: tempfile::TempDir,
+    pub clock: Arc<ManualClock>,
+    pub url: String,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = self.runtime.block_on(server.shutdown());
+        }
+    }
+}
+
+impl World {
+    pub fn new() -> World {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut config = e2b_local::ServerConfig::loopback();
+        config.clock =
+            e2b_local::Clock::manual(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+        let server = runtime
+            .block_on(e2b_local::Server::start(config))
+            .expect("e2b-local starts");
+        let url = server.url();
+        World {
+            runtime,
+            server: Some(server),
+            home: tempfile::tempdir().expect("temp home"),
+            clock: Arc::new(ManualClock::new()),
+            url,
+        }
+    }
+
+    pub fn server(&self) -> &e2b_local::Server {
+        self.server.as_ref().expect("server running")
+    }
+
+    pub fn config(&self, mode: SandboxMode) -> Config {
+        let mut config = Config::new(ApiKeySource::Key(ApiKey::new("test-local-key".to_owned())));
+        config.endpoints = Endpoints::single(self.url.clone());
+        config.mode = mode;
+        config
+    }
+
+    pub fn scope(&self, task_id: &str) -> Scope {
+        Scope {
+            profile_home: self.home.path().to_path_buf(),
+            task_id: task_id.to_owned(),
+        }
+    }
+
+    pub fn services(&self) -> Services {
+        Services {
+            runtime: self.runtime.handle().clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    pub fn backend(&self, mode: SandboxMode, task: &str, hooks: Arc<dyn StateHooks>) -> Backend {
+        Backend::new(self.config(mode), self.scope(task), self.services(), hooks).expect("backend")
+    }
+
+    pub fn persistent(&self) -> Backend {
+        self.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks))
+    }
+
+    pub fn client(&self) -> Client {
+        let mut config = e2b_client::Config::new(ApiKey::new("test-local-key".to_owned()));
+        config.api_url = Some(self.url.clone());
+        config.sandbox_url = Some(self.url.clone());
+        Client::new(config).expect("client")
+    }
+
+    pub fn list(&self) -> Vec<ListedSandbox> {
+        let client = self.client();
+        self.runtime
+            .block_on(client.list(ListQuery::all()).try_collect())
+            .expect("list")
+    }
+
+    pub fn detail(&self, id: &str) -> Result<e2b_client::SandboxDetail, e2b_client::Error> {
+        let client = self.client();
+        let id = SandboxId::parse(id.to_owned()).expect("id");
+        self.runtime.block_on(client.get(&id))
+    }
+
+    /// Moves both clocks: the server's (lease expiry) and the backend's (lease tracking).
+    pub fn advance(&self, by: Duration) {
+        self.server().clock().advance(by);
+        self.clock.advance(by);
+    }
+
+    pub fn coordination_dir(&self) -> PathBuf {
+        self.home.path().join("cache").join("e2b")
+    }
+
+    pub fn scope_files(&self, backend: &Backend) -> writer_lease::ScopeFiles {
+        let key: writer_lease::ScopeKey = backend.scope_digest().parse().expect("scope key");
+        writer_lease::ScopeFiles::new(self.coordination_dir(), key)
+    }
+}
+
+/// Runs a command to completion, returning its exit and its merged output.
+pub fn run(
+    backend: &Backend,
+    command: &str,
+) -> Result<(CommandExit, String), agent_sandbox::Error> {
+    let (tx, rx) = mpsc::channel();
+    let handle = backend.run(
+        command,
+        RunOptions::new(Duration::from_secs(60)),
+        Box::new(ChannelSink::unbounded(tx)),
+    )?;
+    let exit = handle
+        .wait()
+        .map_err(|error| agent_sandbox::Error::InvalidConfig {
+            reason: error.to_string(),
+        })?;
+    let output: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
+    Ok((exit, String::from_utf8_lossy(&output).into_owned()))
+}
+
+/// Runs a command that must succeed and returns its output.
+pub fn ok(backend: &Backend, command: &str) -> String {
+    let (exit, output) = run(backend, command).expect("command runs");
+    assert_eq!(exit.exit_code, 0, "{command}: {output}");
+    output
+}
+
+/// Hooks that push the host's skills/ tree and pull the teardown archive into memory,
+/// recording every call; failures can be switched on.
+#[derive(Default)]
+pub struct RecordingHooks {
+    pub calls: Mutex<Vec<String>>,
+    pub fail_initial: AtomicBool,
+    pub fail_sync: AtomicBool,
+    pub pulls: AtomicUsize,
+    pub pulled: Mutex<Vec<u8>>,
+    /// Host files (relative to the home) that existed when the initial push ran.
+    pub seen_at_push: Mutex<Vec<String>>,
+    pub home: Mutex<Option<PathBuf>>,
+}
+
+impl RecordingHooks {
+    pub fn new(home: &Path) -> Arc<RecordingHooks> {
+        let hooks = RecordingHooks::default();
+        *hooks.home.lock().unwrap() = Some(home.to_path_buf());
+        Arc::new(hooks)
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn host_files(&self) -> Vec<(PathBuf, String)> {
+        let home = self.home.lock().unwrap().clone().expect("home");
+        let mut files = Vec::new();
+        let skills = home.join("skills");
+        collect(&skills, &skills, &mut files);
+        files
+            .into_iter()
+            .map(|(path, rel)| (path, format!("/home/user/.hermes/skills/{rel}")))
+            .collect()
+    }
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect(root, &path, out);
+        } else {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            out.push((path, rel));
+        }
+    }
+}
+
+impl StateHooks for RecordingHooks {
+    fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
+        self.calls.lock().unwrap().push(format!("push:{kind:?}"));
+        let failing = match kind {
+            PushKind::Initial => self.fail_initial.load(Ordering::SeqCst),
+            PushKind::Incremental => self.fail_sync.load(Ordering::SeqCst),
+        };
+        if failing {
+            // Like Hermes' FileSyncManager: the failure is swallowed by the sync engine, and
+            // only the transport's record tells the backend. Upload to a path the plan
+            // refuses to make the transport fail.
+            let _ = transport.upload_many(vec![(
+                PathBuf::from("/nonexistent/file"),
+                "relative/path".to_owned(),
+            )]);
+            return Ok(());
+        }
+        if kind == PushKind::Initial {
+            let files = self.host_files();
+            *self.seen_at_push.lock().unwrap() =
+                files.iter().map(|(_, remote)| remote.clone()).collect();
+            transport.upload_many(files)?;
+        }
+        Ok(())
+    }
+
+    fn pull(&self, transport: &StateTransport) -> Result<(), HookError> {
+        self.calls.lock().unwrap().push("pull".to_owned());
+        self.pulls.fetch_add(1, Ordering::SeqCst);
+        let mut archive = Vec::new();
+        // Like Hermes' sync_back: the error is logged and swallowed; the record reports it.
+        if transport.download_state(&mut archive).is_ok() {
+            *self.pulled.lock().unwrap() = archive;
+        }
+        Ok(())
+    }
+}
+
+/// Member names of a tar archive.
+pub fn tar_names(archive: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut reader = tar::Archive::new(io::Cursor::new(archive));
+    for entry in reader.entries().expect("tar") {
+        let entry = entry.expect("entry");
+        names.push(entry.path().expect("path").display().to_string());
+    }
+    names
+}
+
+pub fn metadata_of(listed: &ListedSandbox) -> &BTreeMap<String, String> {
+    &listed.metadata
+}
