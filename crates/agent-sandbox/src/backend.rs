@@ -272,9 +272,13 @@ struct Attached {
 }
 
 enum Role {
+    /// Holds the writer lease; the bring-up has not completed yet.
+    PendingWriter(WriterLease),
     Writer(WriterLease),
     Reader,
-    Owner { pushed: bool },
+    Owner {
+        pushed: bool,
+    },
     Probe,
     External,
 }
@@ -283,7 +287,7 @@ impl Role {
     fn kind(&self) -> RoleKind {
         match self {
             Role::Writer(_) => RoleKind::Writer,
-            Role::Reader => RoleKind::Reader,
+            Role::PendingWriter(_) | Role::Reader => RoleKind::Reader,
             Role::Owner { .. } => RoleKind::Owner,
             Role::Probe => RoleKind::Probe,
             Role::External => RoleKind::External,
@@ -555,7 +559,7 @@ impl Backend {
             client, id, role, ..
         } = *attached;
         match role {
-            Role::Writer(lease) => lease.release(),
+            Role::Writer(lease) | Role::PendingWriter(lease) => lease.release(),
             Role::Owner { .. } | Role::Probe => {
                 bump(&inner.stats.sandbox_kills);
                 let kill = async move {
@@ -610,9 +614,27 @@ impl Inner {
             }
             Phase::Attached(_) => {}
         }
-        match state {
-            Phase::Attached(attached) => Ok(attached),
-            _ => unreachable!("the state was attached just above"),
+        let Phase::Attached(attached) = state else {
+            unreachable!("the state was attached just above")
+        };
+        self.establish(attached)?;
+        Ok(attached)
+    }
+
+    /// Completes what attaching leaves pending: the writer's bring-up, the ephemeral initial
+    /// push. Kept out of `attach_new` so that a failure leaves the sandbox attached (as a
+    /// reader) and the next use retries only this part.
+    fn establish(&self, attached: &mut Attached) -> Result<(), Error> {
+        match std::mem::replace(&mut attached.role, Role::Reader) {
+            Role::PendingWriter(writer) => self.bring_up(attached, writer),
+            Role::Owner { pushed: false } => {
+                attached.role = Role::Owner { pushed: false };
+                self.owner_push(attached)
+            }
+            other => {
+                attached.role = other;
+                Ok(())
+            }
         }
     }
 
@@ -667,7 +689,7 @@ impl Inner {
             }
             SandboxMode::Ephemeral { .. } => {
                 let (sandbox, lease) = self.create(&client, OnTimeout::Kill)?;
-                let mut attached = self.attached(
+                self.attached(
                     client,
                     sandbox,
                     lease,
@@ -675,9 +697,7 @@ impl Inner {
                     Origin::Created,
                     false,
                     None,
-                )?;
-                self.owner_push(&mut attached)?;
-                Ok(attached)
+                )
             }
             SandboxMode::Persistent => self.attach_persistent(client),
         }
@@ -695,20 +715,20 @@ impl Inner {
                 source,
             })?;
         let mut degradation = None;
-        let mut role = match role {
+        let role = match role {
             LeaseRole::Writer(lease) => {
                 if let Some(found) = lease.degradation() {
                     degradation = Some(found.to_string());
                     self.warn_degraded(&found.to_string());
                 }
-                Role::Writer(lease)
+                Role::PendingWriter(lease)
             }
             LeaseRole::Reader => Role::Reader,
         };
         let (sandbox, lease, origin, resumed) = match self.find_existing(&client)? {
             Some(found) => found,
             None => {
-                if !matches!(role, Role::Writer(_)) {
+                if !matches!(role, Role::PendingWriter(_)) {
                     // Only the writer creates (I6); a reader waits for it.
                     return Err(Error::NotReady {
                         sandbox_id: None,
@@ -719,20 +739,7 @@ impl Inner {
                 self.create_under_lock(&client, files)?
             }
         };
-        let mut attached = self.attached(
-            client,
-            sandbox,
-            lease,
-            Role::Reader,
-            origin,
-            resumed,
-            degradation,
-        )?;
-        if let Role::Writer(writer) = std::mem::replace(&mut role, Role::Reader) {
-            self.bring_up(&mut attached, writer)?;
-        }
-        attached.info.role = attached.role.kind();
-        Ok(attached)
+        self.attached(client, sandbox, lease, role, origin, resumed, degradation)
     }
 
     fn warn_degraded(&self, text: &str) {
@@ -1029,7 +1036,7 @@ impl Inner {
     fn admit(&self, attached: &mut Attached) -> Result<(), Error> {
         let id = attached.id.as_str().to_owned();
         match &mut attached.role {
-            Role::Probe | Role::External => Ok(()),
+            Role::Probe | Role::External | Role::PendingWriter(_) => Ok(()),
             Role::Owner { .. } => self.owner_push(attached),
             Role::Reader => {
                 let files = self.files.as_ref().ok_or_else(|| Error::InvalidConfig {
@@ -1156,12 +1163,14 @@ impl Inner {
                     }
                 }
             }
-            Role::Reader | Role::Probe | Role::External => PullOutcome::NotAttempted,
+            Role::PendingWriter(_) | Role::Reader | Role::Probe | Role::External => {
+                PullOutcome::NotAttempted
+            }
         };
         self.clear_transport();
         let Attached { client, role, .. } = attached;
         let sandbox = match role {
-            Role::Writer(lease) => {
+            Role::Writer(lease) | Role::PendingWriter(lease) => {
                 lease.release();
                 KillOutcomeReport::LeftRunning
             }

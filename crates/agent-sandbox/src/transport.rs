@@ -232,6 +232,12 @@ impl StateTransport {
                 source,
             }
         })?;
+        // A sandbox without a Hermes home verifiably has nothing to pull: an empty archive,
+        // not a failure (state-sync's command alone makes tar fail on a missing root).
+        let command = format!(
+            "if [ -d {root} ]; then {command}; else exec tar -cf - -T /dev/null; fi",
+            root = state_sync::shell_quote(&self.inner.remote_home)
+        );
         let mut source = self.command_reader(command, "teardown pull")?;
         let config = ReadConfig {
             max_bytes: self.inner.cap,

@@ -1,0 +1,219 @@
+//! Running commands: streaming into sinks, waiting, polling, killing by pid.
+
+mod support;
+
+use std::io::Read;
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use agent_sandbox::{ChannelSink, FnSink, OutputStream, RunOptions, Shell, Termination, WriteSink};
+use e2b_client::SandboxState;
+use support::{World, ok};
+
+#[test]
+fn output_reaches_the_sink_while_the_command_still_runs() {
+    // contract: O1
+    let world = World::new();
+    let backend = world.persistent();
+    let (tx, rx) = mpsc::sync_channel(4);
+    let handle = backend
+        .run(
+            "echo first; echo oops >&2; sleep 30; echo never",
+            RunOptions::new(Duration::from_secs(120)),
+            Box::new(ChannelSink::bounded(tx)),
+        )
+        .expect("run");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(rx.recv().expect("a chunk arrives before the command ends"));
+    }
+    // The command sleeps for 30 s after printing: the chunks arrived while it ran.
+    assert!(handle.poll().is_none());
+    let stdout: Vec<u8> = seen
+        .iter()
+        .filter(|c| c.stream == OutputStream::Stdout)
+        .flat_map(|c| c.bytes.clone())
+        .collect();
+    let stderr: Vec<u8> = seen
+        .iter()
+        .filter(|c| c.stream == OutputStream::Stderr)
+        .flat_map(|c| c.bytes.clone())
+        .collect();
+    assert_eq!(stdout, b"first\n");
+    assert_eq!(stderr, b"oops\n");
+    handle.kill();
+    let exit = handle.wait().expect("exit");
+    assert_eq!(exit.termination, Termination::Killed);
+}
+
+#[test]
+fn a_kill_by_pid_from_another_thread_leaves_the_sandbox_and_background_processes_alive() {
+    // contract: L6
+    let world = World::new();
+    let backend = world.persistent();
+    let background = ok(&backend, "nohup sleep 600 >/dev/null 2>&1 & echo $!");
+    let background_pid = background.trim().to_owned();
+    let handle = backend
+        .run(
+            "sleep 300",
+            RunOptions::new(Duration::from_secs(600)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .expect("run");
+    assert!(handle.sandbox_pid() > 0);
+    let killer = {
+        let handle = handle.clone();
+        std::thread::spawn(move || handle.kill())
+    };
+    killer.join().expect("kill thread");
+    let exit = handle.wait().expect("exit");
+    assert_eq!(exit.termination, Termination::Killed);
+    assert_ne!(exit.exit_code, 0);
+    // The sandbox and the background process survived.
+    let id = backend.info().expect("attached").sandbox_id;
+    assert_eq!(
+        world.detail(&id).expect("sandbox").summary.state,
+        SandboxState::Running
+    );
+    assert_eq!(
+        ok(&backend, &format!("kill -0 {background_pid} && echo alive")),
+        "alive\n"
+    );
+    // Killing a finished command does nothing.
+    handle.kill();
+    assert_eq!(
+        handle.wait().expect("exit").termination,
+        Termination::Killed
+    );
+}
+
+#[test]
+fn a_passed_deadline_kills_the_command_by_pid() {
+    // contract: L6
+    let world = World::new();
+    let backend = world.persistent();
+    let handle = backend
+        .run(
+            "sleep 60",
+            RunOptions::new(Duration::from_secs(1)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .expect("run");
+    let exit = handle.wait().expect("exit");
+    assert_eq!(exit.termination, Termination::DeadlineExceeded);
+    assert_eq!(ok(&backend, "echo still-here"), "still-here\n");
+}
+
+#[test]
+fn a_pipe_write_end_sink_is_closed_when_the_command_finishes() {
+    // contract: O1 — Hermes drains an os.pipe() until end-of-file.
+    let world = World::new();
+    let backend = world.persistent();
+    let (mut reader, writer) = std::io::pipe().expect("pipe");
+    let handle = backend
+        .run(
+            "seq 1 20000",
+            RunOptions::new(Duration::from_secs(60)),
+            Box::new(WriteSink::new(writer)),
+        )
+        .expect("run");
+    let drain = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).expect("read to EOF");
+        out
+    });
+    let exit = handle.wait().expect("exit");
+    let out = drain.join().expect("drain");
+    let expected: String = (1..=20000).map(|n| format!("{n}\n")).collect();
+    assert_eq!(out.len(), expected.len());
+    assert_eq!(out, expected.as_bytes());
+    assert_eq!(exit.forwarded_bytes, expected.len() as u64);
+    assert_eq!(exit.sink_error, None);
+}
+
+#[test]
+fn a_failing_sink_stops_forwarding_but_the_command_completes() {
+    // contract: O1
+    let world = World::new();
+    let backend = world.persistent();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let handle = backend
+        .run(
+            "for i in 1 2 3; do echo $i; sleep 0.05; done; exit 3",
+            RunOptions::new(Duration::from_secs(60)),
+            Box::new(FnSink(move |_, _: &[u8]| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Err(std::io::Error::other("reader went away"))
+            })),
+        )
+        .expect("run");
+    let exit = handle.wait().expect("exit");
+    assert_eq!(exit.exit_code, 3);
+    assert_eq!(exit.termination, Termination::Exited);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        exit.sink_error
+            .expect("reported")
+            .contains("reader went away")
+    );
+}
+
+#[test]
+fn options_carry_cwd_env_and_shell() {
+    let world = World::new();
+    let backend = world.persistent();
+    ok(&backend, "mkdir -p /home/user/work");
+    let (tx, rx) = mpsc::channel();
+    let mut options = RunOptions::new(Duration::from_secs(30));
+    options.cwd = Some("/home/user/work".to_owned());
+    options
+        .env
+        .insert("GREETING".to_owned(), "hi there".to_owned());
+    let handle = backend
+        .run(
+            "printf '%s|%s|%s' \"$PWD\" \"$GREETING\" \"$0\"; shopt -q login_shell && echo ' login' || echo ' plain'",
+            options.clone(),
+            Box::new(ChannelSink::unbounded(tx)),
+        )
+        .expect("run");
+    assert_eq!(handle.wait().expect("exit").exit_code, 0);
+    let out: Vec<u8> = rx.try_iter().flat_map(|c| c.bytes).collect();
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "/home/user/work|hi there|/bin/bash plain\n"
+    );
+    let (tx, rx) = mpsc::channel();
+    options.shell = Shell::Login;
+    let handle = backend
+        .run(
+            "shopt -q login_shell && echo login || echo plain",
+            options,
+            Box::new(ChannelSink::unbounded(tx)),
+        )
+        .expect("run");
+    assert_eq!(handle.wait().expect("exit").exit_code, 0);
+    let out: Vec<u8> = rx.try_iter().flat_map(|c| c.bytes).collect();
+    assert_eq!(out, b"login\n");
+}
+
+#[test]
+fn waiting_with_a_limit_reports_a_running_command() {
+    let world = World::new();
+    let backend = world.persistent();
+    let handle = backend
+        .run(
+            "sleep 30",
+            RunOptions::new(Duration::from_secs(60)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .expect("run");
+    assert!(handle.wait_for(Duration::from_millis(50)).is_none());
+    handle.kill();
+    let exit = handle
+        .wait_for(Duration::from_secs(30))
+        .expect("finished")
+        .expect("exit");
+    assert_eq!(exit.termination, Termination::Killed);
+    assert_eq!(handle.poll().expect("done").expect("exit"), exit);
+}

@@ -1,0 +1,329 @@
+//! Roles, admission, recovery and the state transport against e2b-local.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agent_sandbox::{NoStateHooks, PullOutcome, RoleKind, SandboxMode};
+use support::{RecordingHooks, World, ok};
+use writer_lease::WriterStatus;
+
+#[test]
+fn writer_bring_up_recovers_then_pushes_then_stamps() {
+    // contract: C3, S5, S11, C1
+    let world = World::new();
+    let home = world.home.path();
+    std::fs::create_dir_all(home.join("skills/host")).unwrap();
+    std::fs::write(home.join("skills/host/SKILL.md"), "host skill").unwrap();
+
+    // Session 1: the writer pushes the host's skills; the agent then writes new state.
+    let first_hooks = RecordingHooks::new(home);
+    let first = world.backend(SandboxMode::Persistent, "default", first_hooks.clone());
+    let info = first.attach().expect("attach");
+    assert_eq!(info.role, RoleKind::Writer);
+    assert_eq!(
+        ok(&first, "cat /home/user/.hermes/skills/host/SKILL.md"),
+        "host skill"
+    );
+    ok(
+        &first,
+        "mkdir -p /home/user/.hermes/skills/agent /home/user/.hermes/memories && \
+         printf agent > /home/user/.hermes/skills/agent/SKILL.md && \
+         printf remember > /home/user/.hermes/memories/MEMORY.md",
+    );
+    let files = world.scope_files(&first);
+    let stamp = files.prepared().unwrap().expect("stamped prepared");
+    assert_eq!(stamp.sandbox_id, info.sandbox_id);
+    assert!(files.dirty().unwrap().is_none());
+    // A hard crash: no teardown pull, the role is released by the OS.
+    first.finalize();
+
+    // Session 2: recovery restores what the host lacks before the push (S5).
+    let second_hooks = RecordingHooks::new(home);
+    let second = world.backend(SandboxMode::Persistent, "default", second_hooks.clone());
+    let again = second.attach().expect("attach");
+    assert_eq!(again.sandbox_id, info.sandbox_id);
+    assert_eq!(again.role, RoleKind::Writer);
+    assert_eq!(
+        std::fs::read_to_string(home.join("skills/agent/SKILL.md")).unwrap(),
+        "agent"
+    );
+    assert_eq!(
+        std::fs::read_to_string(home.join("memories/MEMORY.md")).unwrap(),
+        "remember"
+    );
+    // The push ran after recovery: it saw the recovered skill.
+    let pushed = second_hooks.seen_at_push.lock().unwrap().clone();
+    assert!(
+        pushed.contains(&"/home/user/.hermes/skills/agent/SKILL.md".to_owned()),
+        "{pushed:?}"
+    );
+    let stamp2 = files.prepared().unwrap().expect("re-stamped");
+    assert!(
+        stamp2.generation > stamp.generation,
+        "a new generation invalidated the old stamp"
+    );
+    assert!(files.dirty().unwrap().is_none());
+}
+
+#[test]
+fn a_conflicting_sandbox_copy_is_quarantined_and_the_host_copy_kept() {
+    // contract: S6
+    let world = World::new();
+    let home = world.home.path();
+    let first = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    ok(
+        &first,
+        "mkdir -p /home/user/.hermes/skills/s && printf sandbox > /home/user/.hermes/skills/s/SKILL.md",
+    );
+    let id = first.info().unwrap().sandbox_id;
+    first.finalize();
+    std::fs::create_dir_all(home.join("skills/s")).unwrap();
+    std::fs::write(home.join("skills/s/SKILL.md"), "host").unwrap();
+    let second = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    second.attach().expect("attach");
+    assert_eq!(
+        std::fs::read_to_string(home.join("skills/s/SKILL.md")).unwrap(),
+        "host"
+    );
+    let parked = home.join(format!("cache/e2b-recovered/{id}/skills/s/SKILL.md"));
+    assert_eq!(std::fs::read_to_string(parked).unwrap(), "sandbox");
+}
+
+#[test]
+fn readers_are_admitted_only_through_the_gates_and_fail_closed_with_a_hint() {
+    // contract: C2, C3, S3, C7
+    let world = World::new();
+    let home = world.home.path();
+    let writer_hooks = RecordingHooks::new(home);
+    let writer = world.backend(SandboxMode::Persistent, "default", writer_hooks.clone());
+    let id = writer.attach().expect("writer").sandbox_id;
+
+    let reader_hooks = RecordingHooks::new(home);
+    let reader = world.backend(SandboxMode::Persistent, "default", reader_hooks.clone());
+    let info = reader.attach().expect("reader attaches");
+    assert_eq!(info.role, RoleKind::Reader);
+    assert_eq!(info.sandbox_id, id);
+    assert_eq!(ok(&reader, "echo admitted"), "admitted\n");
+
+    // A failed per-command sync aborts the writer's command and closes the gate (S3).
+    writer_hooks.fail_sync.store(true, Ordering::SeqCst);
+    let error = support::run(&writer, "echo must-not-run").expect_err("sync failed");
+    assert!(error.is_state_failure(), "{error}");
+    assert!(!error.to_string().to_ascii_lowercase().contains("timeout"));
+    let refused = support::run(&reader, "echo refused").expect_err("gate closed");
+    assert!(refused.is_not_ready(), "{refused}");
+    assert!(refused.retry_hint().expect("hint").contains("Retry"));
+    assert!(refused.to_string().contains(&id), "{refused}");
+
+    // A later successful sync clears it.
+    writer_hooks.fail_sync.store(false, Ordering::SeqCst);
+    ok(&writer, "true");
+    assert_eq!(ok(&reader, "echo again"), "again\n");
+    // Readers never push or pull (C1).
+    assert!(
+        reader_hooks.calls().is_empty(),
+        "{:?}",
+        reader_hooks.calls()
+    );
+    assert_eq!(reader.cleanup().pull, PullOutcome::NotAttempted);
+    writer.cleanup();
+}
+
+#[test]
+fn a_reader_takes_the_writer_role_over_when_it_is_released() {
+    // contract: C4
+    let world = World::new();
+    let home = world.home.path();
+    let writer = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    writer.attach().expect("writer");
+    let reader_hooks = RecordingHooks::new(home);
+    let reader = world.backend(SandboxMode::Persistent, "default", reader_hooks.clone());
+    assert_eq!(reader.attach().unwrap().role, RoleKind::Reader);
+    let files = world.scope_files(&writer);
+    let before = files.generation().unwrap();
+
+    assert_eq!(writer.cleanup().pull, PullOutcome::Pulled);
+    assert_eq!(files.writer_status().unwrap(), WriterStatus::Free);
+    ok(&reader, "true");
+    assert_eq!(reader.info().unwrap().role, RoleKind::Writer);
+    // A full recover-then-push under a new generation.
+    assert_eq!(reader_hooks.calls()[0], "push:Initial");
+    assert!(files.generation().unwrap() > before);
+    assert_eq!(files.writer_status().unwrap(), WriterStatus::Held);
+}
+
+#[test]
+fn only_the_writer_creates_a_persistent_sandbox() {
+    // contract: I6
+    let world = World::new();
+    let probe = world.persistent();
+    let files = world.scope_files(&probe);
+    let writer_lease::Role::Writer(held) = files.try_acquire_writer().unwrap() else {
+        panic!("the test takes the writer role first");
+    };
+    let error = probe.attach().expect_err("a reader never creates");
+    assert!(error.is_not_ready(), "{error}");
+    assert!(world.list().is_empty());
+    drop(held);
+    assert_eq!(probe.attach().unwrap().role, RoleKind::Writer);
+    assert_eq!(world.list().len(), 1);
+}
+
+#[test]
+fn a_failed_bring_up_releases_the_role_and_runs_nothing() {
+    // contract: C5, S2
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    hooks.fail_initial.store(true, Ordering::SeqCst);
+    let backend = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    let error = support::run(&backend, "touch /home/user/ran").expect_err("initial push failed");
+    assert!(error.is_state_failure(), "{error}");
+    let files = world.scope_files(&backend);
+    assert_eq!(files.writer_status().unwrap(), WriterStatus::Free);
+    assert!(
+        files.dirty().unwrap().is_some(),
+        "readers stay refused after an abandoned transition"
+    );
+    assert_eq!(backend.info().unwrap().role, RoleKind::Reader);
+    // Next use retries the bring-up; once the push works, the command runs.
+    hooks.fail_initial.store(false, Ordering::SeqCst);
+    ok(&backend, "test ! -e /home/user/ran");
+    assert_eq!(backend.info().unwrap().role, RoleKind::Writer);
+}
+
+#[test]
+fn an_ephemeral_failed_initial_upload_is_fatal() {
+    // contract: S2
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    hooks.fail_initial.store(true, Ordering::SeqCst);
+    let backend = world.backend(
+        SandboxMode::Ephemeral {
+            lifetime: Duration::from_secs(300),
+        },
+        "t",
+        hooks.clone(),
+    );
+    let error = backend.attach().expect_err("fatal");
+    assert!(error.is_state_failure(), "{error}");
+    assert!(error.to_string().contains("initial push"), "{error}");
+}
+
+#[test]
+fn upload_many_creates_parents_in_one_request_and_delete_many_is_idempotent() {
+    // contract: S4
+    let world = World::new();
+    let backend = world.persistent();
+    backend.attach().expect("attach");
+    let stage = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (i, remote) in [
+        "/home/user/.hermes/skills/a/b/c/one.md",
+        "/home/user/.hermes/cache/images/two.png",
+        "/home/user/.hermes/.creds/three",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let host = stage.path().join(i.to_string());
+        std::fs::write(&host, format!("content {i}")).unwrap();
+        files.push((host, remote.to_owned()));
+    }
+    let transport = backend.transport().expect("transport");
+    assert_eq!(transport.upload_many(files).expect("upload"), 3);
+    assert_eq!(
+        ok(
+            &backend,
+            "cat /home/user/.hermes/skills/a/b/c/one.md /home/user/.hermes/.creds/three"
+        ),
+        "content 0content 2"
+    );
+    let delete = vec![
+        "/home/user/.hermes/cache/images/two.png".to_owned(),
+        "/home/user/.hermes/never/existed".to_owned(),
+    ];
+    transport.delete_many(delete.clone()).expect("delete");
+    transport.delete_many(delete).expect("delete again");
+    assert_eq!(
+        ok(&backend, "ls /home/user/.hermes/cache/images | wc -l").trim(),
+        "0"
+    );
+    // A missing host file fails, and names the path.
+    let error = transport
+        .upload_many(vec![(
+            PathBuf::from("/nonexistent/x"),
+            "/home/user/x".to_owned(),
+        )])
+        .expect_err("missing host file");
+    assert!(error.to_string().contains("/nonexistent/x"), "{error}");
+}
+
+#[test]
+fn the_teardown_pull_is_capped_while_downloading_and_a_failure_is_reported() {
+    // contract: S12
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let mut config = world.config(SandboxMode::Persistent);
+    config.state_cap = 256 * 1024;
+    let backend = agent_sandbox::Backend::new(
+        config,
+        world.scope("default"),
+        world.services(),
+        hooks.clone(),
+    )
+    .unwrap();
+    ok(
+        &backend,
+        "mkdir -p /home/user/.hermes/cache/documents && \
+         head -c 4194304 /dev/urandom > /home/user/.hermes/cache/documents/big.bin",
+    );
+    let transport = backend.transport().unwrap();
+    let mut sink = Vec::new();
+    let error = transport
+        .download_state(&mut sink)
+        .expect_err("over the cap");
+    assert!(error.is_over_cap(), "{error}");
+    assert!(
+        sink.len() < 4 * 1024 * 1024,
+        "refused before the whole archive arrived"
+    );
+    // The pull hook swallows the error like Hermes' sync_back; cleanup still reports it.
+    let report = backend.cleanup();
+    let PullOutcome::Failed(detail) = report.pull else {
+        panic!("the pull failure was lost: {:?}", report.pull);
+    };
+    assert!(
+        detail.contains(report.sandbox_id.as_deref().unwrap()),
+        "{detail}"
+    );
+}
+
+#[test]
+fn the_probe_and_attach_mode_never_touch_the_scope_files() {
+    // contract: L11, L12
+    let world = World::new();
+    let probe = world.backend(
+        SandboxMode::Persistent,
+        agent_sandbox::PROBE_TASK_ID,
+        Arc::new(NoStateHooks),
+    );
+    ok(&probe, "true");
+    probe.cleanup();
+    assert!(!world.coordination_dir().exists());
+}
