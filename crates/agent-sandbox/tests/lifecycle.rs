@@ -457,3 +457,46 @@ fn infrastructure_errors_name_the_operation_and_sandbox_and_never_say_timeout() 
     assert!(!text.to_ascii_lowercase().contains("timeout"), "{text}");
     assert_eq!(error.sandbox_id(), Some(id.as_str()));
 }
+
+#[test]
+fn the_teardown_pull_reconnects_a_sandbox_paused_behind_the_backend() {
+    // contract: L3, S12
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let backend = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    ok(
+        &backend,
+        "mkdir -p /home/user/.hermes/memories && echo m > /home/user/.hermes/memories/MEMORY.md",
+    );
+    let id = backend.info().unwrap().sandbox_id;
+    world.server().faults().pause_sandbox(&id).expect("pause");
+    let report = backend.cleanup();
+    assert_eq!(report.pull, PullOutcome::Pulled);
+    let names = support::tar_names(&hooks.pulled.lock().unwrap());
+    assert!(
+        names.contains(&"home/user/.hermes/memories/MEMORY.md".to_owned()),
+        "{names:?}"
+    );
+    // The backend only reconnected (extend-only); it did not pause or kill.
+    assert_eq!(backend.stats().sandbox_kills, 0);
+    assert_eq!(world.list().len(), 1);
+}
+
+#[test]
+fn steady_state_commands_send_no_control_plane_request() {
+    // Request accounting: once attached, a command covered by the known lease costs only
+    // its own start request (no list, connect or create).
+    let world = World::new();
+    let backend = world.persistent();
+    ok(&backend, "true");
+    let before = backend.stats();
+    for _ in 0..5 {
+        ok(&backend, "true");
+    }
+    let after = backend.stats();
+    assert_eq!(after.commands, before.commands + 5);
+    assert_eq!(
+        (after.lists, after.connects, after.creates),
+        (before.lists, before.connects, before.creates)
+    );
+}

@@ -327,3 +327,102 @@ fn the_probe_and_attach_mode_never_touch_the_scope_files() {
     probe.cleanup();
     assert!(!world.coordination_dir().exists());
 }
+
+#[test]
+fn a_host_that_cannot_coordinate_warns_and_acts_as_sole_writer() {
+    // contract: C6
+    let world = World::new();
+    // The coordination directory is held by a regular file: nothing can be created there.
+    std::fs::create_dir_all(world.home.path().join("cache")).unwrap();
+    std::fs::write(world.coordination_dir(), "not a directory").unwrap();
+    let backend = world.persistent();
+    let info = backend.attach().expect("a single session still works");
+    assert_eq!(info.role, RoleKind::Writer);
+    let degradation = info.degradation.expect("degradation reported");
+    assert!(degradation.contains("not supported"), "{degradation}");
+    assert_eq!(ok(&backend, "echo works"), "works\n");
+    assert_eq!(backend.cleanup().pull, PullOutcome::Pulled);
+}
+
+/// Hooks that, during the initial push, write into the sandbox behind the backend's back:
+/// after the recovery snapshot and before the push lands (the window S13 pins).
+struct WindowHooks {
+    world_url: String,
+    runtime: tokio::runtime::Handle,
+    host: PathBuf,
+}
+
+impl agent_sandbox::StateHooks for WindowHooks {
+    fn push(
+        &self,
+        transport: &agent_sandbox::StateTransport,
+        kind: agent_sandbox::PushKind,
+    ) -> Result<(), agent_sandbox::HookError> {
+        if kind == agent_sandbox::PushKind::Initial {
+            let mut config =
+                e2b_client::Config::new(e2b_client::ApiKey::new("test-local-key".to_owned()));
+            config.api_url = Some(self.world_url.clone());
+            config.sandbox_url = Some(self.world_url.clone());
+            let client = e2b_client::Client::new(config)?;
+            let id = e2b_client::SandboxId::parse(transport.sandbox_id().to_owned()).unwrap();
+            let writes = async {
+                let connected = client.connect(&id, Duration::from_secs(300)).await?;
+                let sandbox = client.sandbox(connected.sandbox.envd_access())?;
+                sandbox
+                    .run(
+                        e2b_client::StartOptions::new(
+                            "mkdir -p /home/user/.hermes/skills/known /home/user/.hermes/skills/late && \
+                             printf late-overwrite > /home/user/.hermes/skills/known/SKILL.md && \
+                             printf late-new > /home/user/.hermes/skills/late/NEW.md"
+                                .to_owned(),
+                        ),
+                        4096,
+                    )
+                    .await
+            };
+            // Hooks run on the caller's thread, outside the runtime: blocking is allowed.
+            let output = self.runtime.block_on(writes)?;
+            assert_eq!(output.end.exit_code, 0);
+            transport.upload_many(vec![(
+                self.host.join("skills/known/SKILL.md"),
+                "/home/user/.hermes/skills/known/SKILL.md".to_owned(),
+            )])?;
+        }
+        Ok(())
+    }
+
+    fn pull(
+        &self,
+        _transport: &agent_sandbox::StateTransport,
+    ) -> Result<(), agent_sandbox::HookError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_window_between_snapshot_and_push_is_pinned() {
+    // contract: S13
+    let world = World::new();
+    let home = world.home.path().to_path_buf();
+    std::fs::create_dir_all(home.join("skills/known")).unwrap();
+    std::fs::write(home.join("skills/known/SKILL.md"), "host copy").unwrap();
+    let hooks = Arc::new(WindowHooks {
+        world_url: world.url.clone(),
+        runtime: world.runtime.handle().clone(),
+        host: home.clone(),
+    });
+    let backend = world.backend(SandboxMode::Persistent, "default", hooks);
+    backend.attach().expect("attach");
+    // A write to a host-known path in the window is overwritten by the push ...
+    assert_eq!(
+        ok(&backend, "cat /home/user/.hermes/skills/known/SKILL.md"),
+        "host copy"
+    );
+    // ... and a file created in the window survives (a force-push deletes nothing).
+    assert_eq!(
+        ok(&backend, "cat /home/user/.hermes/skills/late/NEW.md"),
+        "late-new"
+    );
+    // It was not recovered to the host: the snapshot was taken before it existed.
+    assert!(!home.join("skills/late/NEW.md").exists());
+}
