@@ -53,6 +53,10 @@ pub enum PushKind {
 /// A callback fails by returning an error, and also when any transport call made during it
 /// failed (the transport records failures), so a sync engine that swallows exceptions still
 /// fails closed.
+///
+/// Callbacks run on the thread that called into the backend, while the backend holds its
+/// attach state: they must use the transport they are given and must not call back into the
+/// same [`Backend`] (that would wait on itself).
 pub trait StateHooks: Send + Sync {
     /// Push host state into the sandbox.
     fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError>;
@@ -178,7 +182,10 @@ pub struct CleanupReport {
 /// One sandbox scope's backend. See the crate docs for the lifecycle.
 ///
 /// Every method blocks the calling thread and must be called from a thread that is not
-/// driving async tasks (async callers use `spawn_blocking`).
+/// driving async tasks (async callers use `spawn_blocking`); [`Backend::finalize`] is the
+/// exception. Dropping a backend does no network work: it releases the writer role (the lock
+/// dies with its file) and leaves an ephemeral sandbox to its on-timeout kill; call
+/// [`Backend::cleanup`] or [`Backend::finalize`] first.
 pub struct Backend {
     inner: Arc<Inner>,
 }

@@ -91,6 +91,18 @@ pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Security, SystemC
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
 pub use transport::{PullSummary, StateTransport};
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handles_are_shareable_across_threads() {
+        fn assert_bounds<T: Send + Sync + 'static>() {}
+        assert_bounds::<crate::Backend>();
+        assert_bounds::<crate::RunningCommand>();
+        assert_bounds::<crate::StateTransport>();
+        assert_bounds::<crate::Error>();
+    }
+}
+
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -1,0 +1,136 @@
+//! Drives one backend session from standard input, for multi-process tests and debugging.
+//!
+//! ```text
+//! sandbox-session <api url> <profile home> <task id>
+//! ```
+//!
+//! Commands, one per line: `attach`, `run <shell command>`, `cleanup`, `finalize`, `quit`.
+//! Each answers with one line: `attached <sandbox id> <role>`, `exit <code> <output bytes>`,
+//! `cleanup <pull outcome>`, `finalized`, or `error <message>`. The state hooks push
+//! `<profile home>/skills` and pull into `<profile home>/cache/session-pull.tar`. With
+//! `SANDBOX_SESSION_HANG_IN_PUSH=1` the first initial push uploads one file, prints `pushing`
+//! and then never returns (for tests that kill a writer mid-push).
+
+#![allow(clippy::print_stdout)]
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_sandbox::{
+    ApiKeySource, Backend, Config, DiscardSink, Endpoints, HookError, PushKind, RunOptions,
+    SandboxMode, Scope, Services, StateHooks, StateTransport,
+};
+use e2b_client::ApiKey;
+
+struct SessionHooks {
+    home: PathBuf,
+    hang_in_push: AtomicBool,
+}
+
+fn skill_files(home: &Path) -> Vec<(PathBuf, String)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else if let Ok(rel) = path.strip_prefix(root) {
+                let remote = format!("/home/user/.hermes/{}", rel.to_string_lossy());
+                out.push((path, remote));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(home, &home.join("skills"), &mut files);
+    files.sort();
+    files
+}
+
+impl StateHooks for SessionHooks {
+    fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
+        let mut files = skill_files(&self.home);
+        if kind == PushKind::Initial && self.hang_in_push.swap(false, Ordering::SeqCst) {
+            files.truncate(1);
+            transport.upload_many(files)?;
+            println!("pushing");
+            std::io::stdout().flush()?;
+            loop {
+                std::thread::park();
+            }
+        }
+        transport.upload_many(files)?;
+        Ok(())
+    }
+
+    fn pull(&self, transport: &StateTransport) -> Result<(), HookError> {
+        let path = self.home.join("cache").join("session-pull.tar");
+        let mut file = std::fs::File::create(path)?;
+        transport.download_state(&mut file)?;
+        Ok(())
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, url, home, task] = &args[..] else {
+        return Err("usage: sandbox-session <api url> <profile home> <task id>".into());
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let mut config = Config::new(ApiKeySource::Key(ApiKey::new(
+        "session-local-key".to_owned(),
+    )));
+    config.endpoints = Endpoints::single(url.clone());
+    config.mode = SandboxMode::Persistent;
+    let hooks = Arc::new(SessionHooks {
+        home: PathBuf::from(home),
+        hang_in_push: AtomicBool::new(
+            std::env::var("SANDBOX_SESSION_HANG_IN_PUSH").is_ok_and(|v| v == "1"),
+        ),
+    });
+    let scope = Scope {
+        profile_home: PathBuf::from(home),
+        task_id: task.clone(),
+    };
+    let backend = Backend::new(
+        config,
+        scope,
+        Services::new(runtime.handle().clone()),
+        hooks,
+    )?;
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let line = line?;
+        let (verb, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        let answer = match verb {
+            "attach" => match backend.attach() {
+                Ok(info) => format!("attached {} {:?}", info.sandbox_id, info.role),
+                Err(error) => format!("error {error}"),
+            },
+            "run" => {
+                let options = RunOptions::new(Duration::from_secs(120));
+                match backend.run(rest, options, Box::new(DiscardSink)) {
+                    Ok(command) => match command.wait() {
+                        Ok(exit) => format!("exit {} {}", exit.exit_code, exit.forwarded_bytes),
+                        Err(error) => format!("error {error}"),
+                    },
+                    Err(error) => format!("error {error}"),
+                }
+            }
+            "cleanup" => format!("cleanup {:?}", backend.cleanup().pull),
+            "finalize" => {
+                backend.finalize();
+                "finalized".to_owned()
+            }
+            "quit" => break,
+            other => format!("error unknown command {other:?}"),
+        };
+        println!("{}", answer.replace('\n', " "));
+        std::io::stdout().flush()?;
+    }
+    Ok(())
+}
