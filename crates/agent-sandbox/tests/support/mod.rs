@@ -17,12 +17,19 @@ use agent_sandbox::{
 use e2b_client::{ApiKey, Client, ListQuery, ListedSandbox, SandboxId};
 use futures::TryStreamExt;
 
+/// Serialises the tests of one binary. e2b-local runs sandbox commands as child processes of
+/// the test process; between fork and exec a child briefly shares every open file
+/// description, writer-lease's lock files included, so a concurrent test's fork can make a
+/// released lock look held for an instant. One test at a time keeps lock assertions exact.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 pub struct World {
     pub runtime: tokio::runtime::Runtime,
     pub server: Option<e2b_local::Server>,
     pub home: tempfile::TempDir,
     pub clock: Arc<ManualClock>,
     pub url: String,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Drop for World {
@@ -35,6 +42,9 @@ impl Drop for World {
 
 impl World {
     pub fn new() -> World {
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -53,6 +63,7 @@ impl World {
             home: tempfile::tempdir().expect("temp home"),
             clock: Arc::new(ManualClock::new()),
             url,
+            _serial: serial,
         }
     }
 
