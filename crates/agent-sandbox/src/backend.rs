@@ -957,9 +957,9 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         let returned = hook(&transport);
-        let recorded: Vec<String> =
+        let recorded =
             std::mem::take(&mut *self.failures.lock().unwrap_or_else(PoisonError::into_inner));
-        let mut problems: Vec<String> = recorded;
+        let mut problems: Vec<String> = recorded.into_iter().map(|(_, text)| text).collect();
         if let Err(error) = returned {
             problems.push(error.to_string());
         }

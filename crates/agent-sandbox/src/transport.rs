@@ -23,7 +23,16 @@ const STREAM_BUFFER_CHUNKS: usize = 8;
 
 /// Failures recorded by transport calls, shared with the backend that checks them after each
 /// push or pull (Hermes' FileSyncManager swallows exceptions, contracts S2, S3).
-pub(crate) type FailureLog = Arc<Mutex<Vec<String>>>;
+pub(crate) type FailureLog = Arc<Mutex<Vec<(Transfer, String)>>>;
+
+/// Which kind of transport call recorded a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transfer {
+    /// Uploads and deletes: any failure spoils the push it belongs to.
+    Push,
+    /// The teardown pull: Hermes retries it, so a later success supersedes earlier failures.
+    Pull,
+}
 
 /// Moves state in and out of one attached sandbox. Cheap to clone; every method blocks the
 /// calling thread (which must not be driving async tasks).
@@ -125,14 +134,19 @@ impl StateTransport {
         self.inner.sandbox_id.as_str().to_owned()
     }
 
-    fn record<T>(&self, result: Result<T, Error>) -> Result<T, Error> {
-        if let Err(error) = &result {
-            self.inner
-                .failures
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(error.to_string());
+    fn record<T>(&self, kind: Transfer, result: Result<T, Error>) -> Result<T, Error> {
+        let mut failures = self
+            .inner
+            .failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match &result {
+            Err(error) => failures.push((kind, error.to_string())),
+            // A pull that succeeds after failed attempts has delivered the state.
+            Ok(_) if kind == Transfer::Pull => failures.retain(|(k, _)| *k != Transfer::Pull),
+            Ok(_) => {}
         }
+        drop(failures);
         result
     }
 
@@ -141,7 +155,7 @@ impl StateTransport {
     /// copy and nothing is inferred from it. Returns how many files were sent.
     pub fn upload_many(&self, files: Vec<(PathBuf, String)>) -> Result<usize, Error> {
         let result = self.upload_inner(files);
-        self.record(result)
+        self.record(Transfer::Push, result)
     }
 
     fn upload_inner(&self, files: Vec<(PathBuf, String)>) -> Result<usize, Error> {
@@ -185,7 +199,7 @@ impl StateTransport {
     /// the same list again.
     pub fn delete_many(&self, paths: Vec<String>) -> Result<(), Error> {
         let result = self.delete_inner(paths);
-        self.record(result)
+        self.record(Transfer::Push, result)
     }
 
     fn delete_inner(&self, paths: Vec<String>) -> Result<(), Error> {
@@ -220,7 +234,7 @@ impl StateTransport {
     /// stops the transfer (contract S12). On error `dest` holds an unfinished archive.
     pub fn download_state(&self, dest: &mut dyn Write) -> Result<PullSummary, Error> {
         let result = self.download_inner(dest);
-        self.record(result)
+        self.record(Transfer::Pull, result)
     }
 
     fn download_inner(&self, dest: &mut dyn Write) -> Result<PullSummary, Error> {

@@ -500,3 +500,32 @@ fn steady_state_commands_send_no_control_plane_request() {
         (before.lists, before.connects, before.creates)
     );
 }
+
+#[test]
+fn the_api_key_never_shows_in_debug_output_or_errors() {
+    // contract: X1
+    let world = World::new();
+    let mut config = world.config(SandboxMode::Persistent);
+    let secret = "e2b_0123456789abcdef0123456789abcdef";
+    config.api_key = ApiKeySource::Key(e2b_client::ApiKey::new(secret.to_owned()));
+    let backend = Backend::new(
+        config.clone(),
+        world.scope("default"),
+        world.services(),
+        Arc::new(NoStateHooks),
+    )
+    .unwrap();
+    // The key never reaches the sandbox's environment.
+    assert!(!ok(&backend, "env").contains("0123456789abcdef"));
+    let id = backend.info().unwrap().sandbox_id;
+    world.server().faults().vanish_sandbox(&id).unwrap();
+    let error = run(&backend, "true").expect_err("vanished");
+    for text in [
+        format!("{config:?}"),
+        format!("{backend:?}"),
+        error.to_string(),
+        format!("{error:?}"),
+    ] {
+        assert!(!text.contains("0123456789abcdef"), "{text}");
+    }
+}

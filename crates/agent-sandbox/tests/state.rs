@@ -426,3 +426,50 @@ fn the_window_between_snapshot_and_push_is_pinned() {
     // It was not recovered to the host: the snapshot was taken before it existed.
     assert!(!home.join("skills/late/NEW.md").exists());
 }
+
+/// Pulls like Hermes' sync_back: up to three attempts, errors swallowed.
+struct RetryingPull;
+
+impl agent_sandbox::StateHooks for RetryingPull {
+    fn push(
+        &self,
+        _transport: &agent_sandbox::StateTransport,
+        _kind: agent_sandbox::PushKind,
+    ) -> Result<(), agent_sandbox::HookError> {
+        Ok(())
+    }
+
+    fn pull(
+        &self,
+        transport: &agent_sandbox::StateTransport,
+    ) -> Result<(), agent_sandbox::HookError> {
+        for _ in 0..3 {
+            if transport.download_state(&mut Vec::new()).is_ok() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_pull_that_succeeds_on_a_retry_is_not_reported_as_failed() {
+    // contract: S12
+    let world = World::new();
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(RetryingPull));
+    ok(&backend, "mkdir -p /home/user/.hermes/skills");
+    let mut rule = e2b_local::FailRule::new(1, 503);
+    rule.scope = e2b_local::FaultScope::Envd;
+    rule.path_prefix = Some("/process.Process/Start".to_owned());
+    world.server().faults().fail_next(rule);
+    assert_eq!(backend.cleanup().pull, PullOutcome::Pulled);
+
+    // Three failed attempts are a failed pull.
+    let again = world.backend(SandboxMode::Persistent, "default", Arc::new(RetryingPull));
+    ok(&again, "true");
+    let mut rule = e2b_local::FailRule::new(3, 503);
+    rule.scope = e2b_local::FaultScope::Envd;
+    rule.path_prefix = Some("/process.Process/Start".to_owned());
+    world.server().faults().fail_next(rule);
+    assert!(matches!(again.cleanup().pull, PullOutcome::Failed(_)));
+}
