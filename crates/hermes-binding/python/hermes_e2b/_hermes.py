@@ -1,0 +1,119 @@
+"""Hermes lookups the plugin needs: settings, the profile's API key, a few terminal values.
+
+Every function here only reads Hermes state; none touches the network, and none reads the
+process environment as a fallback for the API key.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+logger = logging.getLogger("hermes_e2b")
+
+#: The API key's env-file name.
+KEY_NAME = "E2B_API_KEY"
+
+#: The keys under ``plugins.entries.e2b.settings`` (validated by the native core).
+SETTING_KEYS = (
+    "template",
+    "cwd",
+    "lease_seconds",
+    "command_grace_seconds",
+    "allow_internet_access",
+    "secure",
+    "metadata",
+    "domain",
+    "api_url",
+    "sandbox_url",
+    "sandbox_id",
+)
+
+
+class KeyStatus(enum.Enum):
+    """Whether the active profile has an E2B API key. ``detail`` never contains the key."""
+
+    CONFIGURED = "set for this profile"
+    MISSING = f"not set: add {KEY_NAME}=... to this profile's .env (~/.hermes/.env)"
+    UNSCOPED = "unconfigured: no profile secret scope is active (run `hermes gateway restart`)"
+    NO_LOOKUP = "unconfigured: this Hermes has no profile secret lookup (agent.secret_scope)"
+
+    @property
+    def detail(self) -> str:
+        return self.value
+
+
+def _lookup() -> tuple[Optional[str], KeyStatus]:
+    try:
+        from agent.secret_scope import UnscopedSecretError, get_secret
+    except ImportError:
+        return None, KeyStatus.NO_LOOKUP
+    try:
+        value = get_secret(KEY_NAME)
+    except UnscopedSecretError:
+        # Fail closed: the process environment may hold another profile's key.
+        return None, KeyStatus.UNSCOPED
+    if not value:
+        return None, KeyStatus.MISSING
+    return value, KeyStatus.CONFIGURED
+
+
+def resolve_api_key() -> Optional[str]:
+    """The active profile's API key, or None. Called by the native core on first use."""
+    return _lookup()[0]
+
+
+def key_status() -> KeyStatus:
+    """Whether the key is configured, without returning it."""
+    return _lookup()[1]
+
+
+def read_settings(ctx: Any) -> dict[str, Any]:
+    """The raw ``plugins.entries.e2b.settings`` mapping (validation is the native core's)."""
+    get_config = getattr(ctx, "get_config", None)
+    if get_config is None:
+        return {}
+    raw: dict[str, Any] = {}
+    for key in SETTING_KEYS:
+        try:
+            value = get_config(key, None)
+        except Exception as error:  # noqa: BLE001 - a broken config.yaml is reported, not raised
+            logger.warning("hermes-e2b: cannot read setting %s: %s", key, type(error).__name__)
+            continue
+        if value is not None:
+            raw[key] = value
+    return raw
+
+
+def lifetime_seconds() -> Optional[int]:
+    """``terminal.lifetime_seconds`` through Hermes' profile-aware terminal lookup."""
+    try:
+        from tools.terminal_scope import terminal_env
+    except ImportError:
+        return None
+    try:
+        return int(float(terminal_env("TERMINAL_LIFETIME_SECONDS", "300")))
+    except (TypeError, ValueError):
+        return None
+
+
+def profile_home() -> Path:
+    """The active Hermes home (profile-aware)."""
+    from hermes_constants import get_hermes_home
+
+    return Path(get_hermes_home())
+
+
+def host_only_paths(home: Path) -> list[str]:
+    """Host paths recovery must never write from sandbox data: the profile's config, env file,
+    platforms/, and every credential file Hermes maps (read from Hermes, not guessed)."""
+    paths = [str(home / "config.yaml"), str(home / ".env"), str(home / "platforms")]
+    try:
+        from tools.credential_files import get_credential_file_mounts
+
+        paths += [entry["host_path"] for entry in get_credential_file_mounts() if entry.get("host_path")]
+    except Exception as error:  # noqa: BLE001 - fewer exclusions is logged, not fatal
+        logger.warning("hermes-e2b: cannot read Hermes' credential file mounts: %s", type(error).__name__)
+    return paths

@@ -1,0 +1,225 @@
+"""The Hermes environment for the ``e2b`` backend: a BaseEnvironment over the native Backend.
+
+The class adapts Hermes' calls; attach, leases, admission, sync decisions, kill and cleanup
+are the native core's (agent-sandbox).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO, Any, Callable, Optional
+
+from tools.environments.base import BaseEnvironment
+from tools.environments.file_sync import FileSyncManager, iter_sync_files
+
+from . import _native
+from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_api_key
+
+logger = logging.getLogger("hermes_e2b")
+
+#: Where Hermes' state lives in the sandbox (agent-sandbox's default remote home).
+REMOTE_HOME = "/home/user"
+
+#: The cwd values Hermes hands container backends by default (or after discarding a
+#: host-looking /home/... cwd); they mean "where the session is", i.e. ``self.cwd``.
+_DEFAULT_CWDS = frozenset({"", "/root", "~"})
+
+#: Our deadline trails Hermes' own, so Hermes' timeout path (exit 124) reports it.
+_DEADLINE_MARGIN_SECONDS = 10.0
+
+try:  # iot and newer; absent in 0.19.0
+    from tools.environments.base import EnvironmentConnectionError as _ConnectionError
+except ImportError:  # pragma: no cover - old hosts
+    _ConnectionError = None
+
+
+class _PipeHandle:
+    """Hermes' ProcessHandle over a native command whose output streams into ``stdout``.
+
+    No ``pid`` attribute: Hermes kills ``handle.pid`` on the host; ours lives in the sandbox.
+    """
+
+    def __init__(self, command: Any, stdout: IO[str]) -> None:
+        self._command = command
+        self.stdout = stdout
+        self._returncode: Optional[int] = None
+
+    @property
+    def sandbox_pid(self) -> int:
+        return self._command.sandbox_pid
+
+    @property
+    def returncode(self) -> Optional[int]:
+        return self._returncode
+
+    def poll(self) -> Optional[int]:
+        if self._returncode is None:
+            self._returncode = self._command.poll()
+        return self._returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self._returncode is None:
+            code = self._command.wait(timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired(f"e2b sandbox pid {self.sandbox_pid}", timeout or 0)
+            self._returncode = code
+        return self._returncode
+
+    def kill(self) -> None:
+        self._command.kill()
+
+
+class _StateHooks:
+    """The backend's push/pull requests, served by Hermes' FileSyncManager over the native
+    transport. Failures inside the manager are recorded here too, because the manager
+    swallows them (contract: fail closed)."""
+
+    def __init__(self, remote_hermes_home: str) -> None:
+        self._transport: Any = None
+        self._errors: list[str] = []
+        self._lock = threading.Lock()
+        self.manager = FileSyncManager(
+            get_files_fn=self._recorded(lambda: iter_sync_files(remote_hermes_home)),
+            upload_fn=self._recorded(lambda host, remote: self._transport.upload_many([(host, remote)])),
+            delete_fn=self._recorded(lambda paths: self._transport.delete_many(list(paths))),
+            bulk_upload_fn=self._recorded(lambda files: self._transport.upload_many([(h, r) for h, r in files])),
+            bulk_download_fn=self._recorded(lambda dest: self._transport.download_state(str(dest))),
+        )
+
+    def _recorded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except Exception as error:
+                self._errors.append(str(error))
+                raise
+
+        return call
+
+    def _serve(self, transport: Any, action: Callable[[], None]) -> None:
+        with self._lock:
+            self._transport, self._errors = transport, []
+            try:
+                action()
+            finally:
+                self._transport = None
+            if self._errors:
+                raise _native.StateSyncError("; ".join(self._errors))
+
+    def push(self, transport: Any, kind: str) -> None:
+        self._serve(transport, lambda: self.manager.sync(force=(kind == "initial")))
+
+    def pull(self, transport: Any) -> None:
+        self._serve(transport, lambda: self.manager.sync_back())
+
+
+class E2BEnvironment(BaseEnvironment):
+    """One Hermes scope's E2B sandbox."""
+
+    # stdin is embedded into the command by Hermes itself (works on every host version).
+    _stdin_mode = "heredoc"
+    # Killing a command kills only its pid, never the sandbox.
+    _sudo_nopasswd_probe_supported = True
+    _profile_scoped_passthrough = True
+
+    def __init__(
+        self,
+        *,
+        settings: Any,
+        cwd: str,
+        timeout: int,
+        task_id: str,
+        persistent: bool,
+    ) -> None:
+        start = settings.cwd if cwd in _DEFAULT_CWDS else cwd
+        super().__init__(cwd=start, timeout=timeout)
+        self._default_cwd = settings.cwd
+        self._task_id = task_id
+        # Persistent: Hermes' per-turn cleanup must not tear the sandbox down.
+        self._persistent = persistent
+        self._remote_home = REMOTE_HOME
+        home = profile_home()
+        self._hooks = _StateHooks(f"{REMOTE_HOME}/.hermes")
+        self._sync_manager = self._hooks.manager
+        self._native = _native.Backend(
+            settings,
+            profile_home=str(home),
+            task_id=task_id,
+            mode="persistent" if persistent else "ephemeral",
+            lifetime_seconds=lifetime_seconds() or 300,
+            key_resolver=resolve_api_key,
+            hooks=self._hooks,
+            host_only=host_only_paths(home),
+        )
+        try:
+            info = self._native.attach()
+        except _native.E2BError as error:
+            if _ConnectionError is not None:
+                # Hermes renders creation-time connection errors as a retryable "degraded".
+                raise _ConnectionError(str(error), retry_hint="Check `hermes doctor`, then retry.") from None
+            raise
+        if info.get("degradation"):
+            logger.warning("hermes-e2b: %s", info["degradation"])
+        self.init_session()
+
+    @property
+    def sandbox_id(self) -> Optional[str]:
+        return self._native.sandbox_id
+
+    def _wrap_command(self, command: str, cwd: str) -> str:
+        # Hermes sends "/root" for container backends when its own cwd is unknown or looked
+        # like a host path (/home/...); in the sandbox that means "where the session is".
+        if cwd in _DEFAULT_CWDS:
+            cwd = self.cwd if self.cwd not in _DEFAULT_CWDS else self._default_cwd
+        return super()._wrap_command(command, cwd)
+
+    def _run_bash(
+        self,
+        cmd_string: str,
+        *,
+        login: bool = False,
+        timeout: int = 120,
+        stdin_data: Optional[str] = None,
+    ) -> _PipeHandle:
+        if stdin_data is not None:
+            # heredoc mode: Hermes embeds stdin into the command, so this never happens.
+            raise _native.E2BError("E2B start command refused: stdin must be embedded (heredoc mode)")
+        read_fd, write_fd = os.pipe()
+        try:
+            # The native core owns write_fd from here on, whatever happens.
+            command = self._native.run(
+                cmd_string,
+                fd=write_fd,
+                deadline_seconds=float(timeout) + _DEADLINE_MARGIN_SECONDS,
+                shell="login" if login else "plain",
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        return _PipeHandle(command, os.fdopen(read_fd, "r", encoding="utf-8", errors="replace"))
+
+    def cleanup(self) -> None:
+        """Session close, idle reaper, atexit: waits for running commands, then pulls, releases
+        or kills by mode. Idempotent. A Ctrl-C arriving meanwhile is delivered afterwards."""
+        native = getattr(self, "_native", None)
+        if native is None:
+            return
+        report = native.cleanup()
+        if report.get("pull") == "failed":
+            logger.error("hermes-e2b: teardown pull failed for sandbox %s: %s", report.get("sandbox_id"), report.get("pull_error"))
+        if report.get("sandbox") == "kill_failed":
+            logger.error("hermes-e2b: kill failed for sandbox %s: %s", report.get("sandbox_id"), report.get("kill_error"))
+
+    def __del__(self) -> None:
+        # The finalizer releases locally and never pulls state (Hermes' base would clean up).
+        native = getattr(self, "_native", None)
+        if native is not None:
+            try:
+                native.finalize()
+            except Exception:  # noqa: BLE001 - finalizers must not raise
+                pass

@@ -1,0 +1,217 @@
+"""The Hermes provider for the ``e2b`` terminal backend.
+
+Imports Hermes' ``TerminalEnvironmentProvider`` at module level, so importing this module
+fails on a Hermes without pluggable backends; :func:`hermes_e2b.register` handles that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from agent.terminal_env_provider import TerminalEnvironmentProvider
+
+from . import NATIVE_IMPORT_ERROR, __version__
+from ._hermes import (
+    KEY_NAME,
+    SETTING_KEYS,
+    KeyStatus,
+    key_status,
+    lifetime_seconds,
+    read_settings,
+)
+
+logger = logging.getLogger("hermes_e2b")
+
+#: The settings the plugin reads, for hosts with the config-schema surface.
+_SCHEMA: dict[str, dict[str, Any]] = {
+    "template": {"type": "string", "default": "base", "description": "E2B template name or id (part of the sandbox identity)."},
+    "cwd": {"type": "string", "default": "/home/user", "description": "Starting directory in the sandbox."},
+    "lease_seconds": {"type": "number", "description": "Baseline sandbox lease; defaults to terminal.lifetime_seconds, else 300."},
+    "command_grace_seconds": {"type": "number", "default": 30, "description": "Lease headroom beyond a command's deadline."},
+    "allow_internet_access": {"type": "boolean", "default": True, "description": "false puts the sandbox behind deny-all egress."},
+    "secure": {"type": "boolean", "default": True, "description": "Keep E2B's envd access-token protection on."},
+    "metadata": {"type": "text", "description": "Extra metadata stamped on every sandbox (identity keys win)."},
+    "domain": {"type": "string", "description": "E2B domain (self-hosted E2B)."},
+    "api_url": {"type": "string", "description": "E2B control-plane URL override."},
+    "sandbox_url": {"type": "string", "description": "E2B envd URL override."},
+    "sandbox_id": {"type": "string", "description": "Attach to this externally owned sandbox instead."},
+}
+
+
+def _native_module() -> Any:
+    from . import _native
+
+    return _native
+
+
+class E2BProvider(TerminalEnvironmentProvider):
+    """Hermes' view of the E2B backend: classification, health rows, environment factory."""
+
+    is_remote = True
+    is_container = True
+    session_isolated_when_nonpersistent = True
+    # Hints for hosts that know them (the provider-parity surface); harmless elsewhere.
+    default_cwd = "/home/user"
+    guest_home_root = "/home/user"
+
+    def __init__(self, ctx: Any = None) -> None:
+        self._ctx = ctx
+
+    # --- identity -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return "e2b"
+
+    @property
+    def display_name(self) -> str:
+        return "E2B"
+
+    @property
+    def description(self) -> str:
+        return "Run commands in an E2B cloud sandbox (Rust core)."
+
+    @property
+    def cache_path_base(self) -> Optional[str]:
+        return "~/.hermes"
+
+    @property
+    def strip_env_keys(self) -> frozenset[str]:
+        return frozenset({KEY_NAME})
+
+    @property
+    def env_description(self) -> str:
+        return "an E2B cloud sandbox (Linux, home /home/user)"
+
+    def get_setup_schema(self) -> dict:
+        return {
+            "name": self.display_name,
+            "badge": "",
+            "tag": "cloud sandbox",
+            "env_vars": [{"key": KEY_NAME, "prompt": "E2B API key", "url": "https://e2b.dev/dashboard"}],
+        }
+
+    # --- cheap health (no network) --------------------------------------------------------
+    def _settings_or_error(self, overrides: Optional[Mapping[str, Any]] = None) -> tuple[Any, Optional[str]]:
+        if NATIVE_IMPORT_ERROR is not None:
+            return None, NATIVE_IMPORT_ERROR
+        raw = read_settings(self._ctx)
+        if overrides:
+            raw.update({k: v for k, v in overrides.items() if k in SETTING_KEYS})
+        try:
+            return _native_module().Settings(raw, lifetime_seconds=lifetime_seconds()), None
+        except Exception as error:  # ConfigurationError: the message names the key
+            return None, str(error)
+
+    def is_available(self) -> bool:
+        return NATIVE_IMPORT_ERROR is None and key_status() is KeyStatus.CONFIGURED
+
+    def check_requirements(self, config: Optional[dict] = None) -> bool:
+        if NATIVE_IMPORT_ERROR is not None:
+            logger.error("hermes-e2b: the native core is not importable: %s", NATIVE_IMPORT_ERROR)
+            return False
+        status = key_status()
+        if status is not KeyStatus.CONFIGURED:
+            logger.error("hermes-e2b: %s", status.detail)
+            return False
+        backend_config = (config or {}).get("backend_config") if isinstance(config, Mapping) else None
+        _, error = self._settings_or_error(backend_config if isinstance(backend_config, Mapping) else None)
+        if error is not None:
+            logger.error("hermes-e2b: %s", error)
+            return False
+        return True
+
+    def probe(self) -> tuple[str, str]:
+        try:
+            if NATIVE_IMPORT_ERROR is not None:
+                return "unavailable", f"E2B native core is not importable ({NATIVE_IMPORT_ERROR})."
+            status = key_status()
+            if status is not KeyStatus.CONFIGURED:
+                return "needs_setup", status.detail
+            _, error = self._settings_or_error()
+            if error is not None:
+                return "needs_setup", error
+            return "ready", ""
+        except Exception as error:  # noqa: BLE001 - probe must never raise
+            return "unavailable", f"E2B probe failed: {type(error).__name__}"
+
+    def probe_with_config(self, config: Mapping[str, Any]) -> tuple[str, str]:
+        status, detail = self.probe()
+        if status != "ready":
+            return status, detail
+        _, error = self._settings_or_error(config)
+        return ("needs_setup", error) if error is not None else (status, detail)
+
+    def doctor_checks(self) -> list[tuple[bool, str, str]]:
+        if NATIVE_IMPORT_ERROR is None:
+            native_row = (True, "E2B native core", f"hermes_e2b._native {__version__}")
+        else:
+            native_row = (False, "E2B native core", f"not importable: {NATIVE_IMPORT_ERROR}")
+        status = key_status()
+        key_row = (status is KeyStatus.CONFIGURED, "E2B API key", status.detail)
+        settings, error = self._settings_or_error()
+        if settings is not None:
+            endpoint_row = (True, "E2B endpoint", f"{settings.endpoint_summary()}, template {settings.template}")
+        else:
+            endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
+        return [native_row, key_row, endpoint_row]
+
+    # --- setup ----------------------------------------------------------------------------
+    def setup_instructions(self) -> list[str]:
+        return [
+            "E2B runs every terminal, file and execute_code call in a cloud sandbox.",
+            f"1. Get an API key at https://e2b.dev/dashboard and add it to this profile's env file: echo '{KEY_NAME}=e2b_...' >> ~/.hermes/.env",
+            "2. Optional settings live under plugins.entries.e2b.settings in config.yaml (template, cwd, lease_seconds, ...).",
+            "3. Check it: hermes doctor",
+        ]
+
+    def post_setup(self) -> None:
+        # Deliberately not interactive: the key belongs in the profile's .env, never in config.yaml.
+        status = key_status()
+        if status is not KeyStatus.CONFIGURED:
+            logger.warning("hermes-e2b: %s", status.detail)
+
+    # --- newer config-schema surface (feature-detected by the host) -------------------------
+    def get_config_schema(self) -> dict[str, dict]:
+        return {key: dict(entry) for key, entry in _SCHEMA.items()}
+
+    def resolve_config(self, config: Mapping[str, Any]) -> dict:
+        raw = read_settings(self._ctx)
+        raw.update({k: v for k, v in dict(config or {}).items() if k in SETTING_KEYS})
+        if NATIVE_IMPORT_ERROR is None:
+            try:
+                _native_module().Settings(raw, lifetime_seconds=lifetime_seconds())
+            except Exception as error:
+                raise ValueError(str(error)) from None
+        return raw
+
+    # --- the factory ----------------------------------------------------------------------
+    def create_environment(
+        self,
+        *,
+        cwd: str,
+        timeout: int,
+        task_id: str = "default",
+        image: Optional[str] = None,
+        container_config: Optional[dict] = None,
+        **kwargs: Any,
+    ) -> Any:
+        # Unknown kwargs are accepted and ignored (forward compatibility); image is always ""
+        # for plugin backends and E2B sizes sandboxes by template.
+        if NATIVE_IMPORT_ERROR is not None:
+            raise ImportError(f"hermes-e2b native core is not importable: {NATIVE_IMPORT_ERROR}")
+        backend_config = kwargs.get("backend_config")
+        settings, error = self._settings_or_error(backend_config if isinstance(backend_config, Mapping) else None)
+        if settings is None:
+            raise _native_module().ConfigurationError(error)
+        from .environment import E2BEnvironment
+
+        persistent = bool((container_config or {}).get("container_persistent", True))
+        return E2BEnvironment(
+            settings=settings,
+            cwd=cwd,
+            timeout=int(timeout),
+            task_id=task_id,
+            persistent=persistent,
+        )

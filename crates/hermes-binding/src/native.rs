@@ -1,0 +1,515 @@
+//! The Python-facing classes: settings, the backend, a running command, the state transport.
+//! Each is a thin conversion layer over agent-sandbox; every blocking call releases the GIL.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sandbox::{
+    ApiKeySource, Backend, CleanupReport, CommandResult, HookError, KillOutcomeReport, PullOutcome,
+    PushKind, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, StateHooks,
+    StateTransport, Termination, WriteSink,
+};
+use e2b_client::ApiKey;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+
+use crate::error::Error;
+use crate::runtime;
+use crate::settings::{Persistence, Settings, Value};
+
+/// How often a blocking wait wakes up to let Python deliver Ctrl-C.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
+    // bool before int: Python's bool is an int subclass.
+    if object.is_none() {
+        Ok(Value::Null)
+    } else if object.is_instance_of::<PyBool>() {
+        Ok(Value::Bool(object.extract()?))
+    } else if object.is_instance_of::<PyInt>() {
+        Ok(object
+            .extract::<i64>()
+            .map(Value::Int)
+            .unwrap_or_else(|_| Value::Other("an integer out of range".to_owned())))
+    } else if object.is_instance_of::<PyFloat>() {
+        Ok(Value::Float(object.extract()?))
+    } else if object.is_instance_of::<PyString>() {
+        Ok(Value::Str(object.extract()?))
+    } else if let Ok(mapping) = object.cast::<PyDict>() {
+        let mut entries = BTreeMap::new();
+        for (key, value) in mapping.iter() {
+            entries.insert(key.str()?.to_string(), to_value(&value)?);
+        }
+        Ok(Value::Map(entries))
+    } else {
+        Ok(Value::Other(format!("a {}", object.get_type().name()?)))
+    }
+}
+
+/// Validated plugin settings (`plugins.entries.e2b.settings`).
+#[pyclass(name = "Settings", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PySettings {
+    settings: Settings,
+}
+
+#[pymethods]
+impl PySettings {
+    /// Validates the raw mapping; raises ConfigurationError naming the bad key.
+    #[new]
+    #[pyo3(signature = (raw, *, lifetime_seconds = None))]
+    fn new(raw: &Bound<'_, PyAny>, lifetime_seconds: Option<u64>) -> PyResult<PySettings> {
+        let raw = match to_value(raw)? {
+            Value::Map(entries) => entries,
+            Value::Null => BTreeMap::new(),
+            other => {
+                return Err(Error::InvalidSetting {
+                    key: "settings".to_owned(),
+                    reason: format!("must be a mapping, not {other:?}"),
+                }
+                .into());
+            }
+        };
+        let settings = Settings::parse(&raw, lifetime_seconds)?;
+        Ok(PySettings { settings })
+    }
+
+    #[getter]
+    fn template(&self) -> &str {
+        &self.settings.template
+    }
+
+    #[getter]
+    fn cwd(&self) -> &str {
+        &self.settings.cwd
+    }
+
+    #[getter]
+    fn lease_seconds(&self) -> u64 {
+        self.settings.lease.as_secs()
+    }
+
+    #[getter]
+    fn command_grace_seconds(&self) -> u64 {
+        self.settings.command_grace.as_secs()
+    }
+
+    #[getter]
+    fn allow_internet_access(&self) -> bool {
+        self.settings.internet == agent_sandbox::InternetAccess::Allowed
+    }
+
+    #[getter]
+    fn secure(&self) -> bool {
+        self.settings.security == agent_sandbox::Security::Secure
+    }
+
+    #[getter]
+    fn metadata(&self) -> BTreeMap<String, String> {
+        self.settings.metadata.clone()
+    }
+
+    #[getter]
+    fn sandbox_id(&self) -> Option<&str> {
+        self.settings.sandbox_id.as_ref().map(|id| id.as_str())
+    }
+
+    #[getter]
+    fn unknown_keys(&self) -> Vec<String> {
+        self.settings.unknown_keys.clone()
+    }
+
+    /// One line naming where requests go (for doctor rows); never contains the key.
+    fn endpoint_summary(&self) -> String {
+        self.settings.endpoint_summary()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.settings)
+    }
+}
+
+/// The state transport of the attached sandbox, handed to the Python sync hooks.
+#[pyclass(name = "Transport", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PyTransport {
+    transport: StateTransport,
+}
+
+#[pymethods]
+impl PyTransport {
+    #[getter]
+    fn sandbox_id(&self) -> &str {
+        self.transport.sandbox_id()
+    }
+
+    #[getter]
+    fn remote_hermes_home(&self) -> &str {
+        self.transport.remote_hermes_home()
+    }
+
+    /// Uploads `(host_path, remote_path)` pairs in one request, creating parents.
+    fn upload_many(&self, py: Python<'_>, files: Vec<(PathBuf, String)>) -> PyResult<usize> {
+        let transport = self.transport.clone();
+        py.detach(move || transport.upload_many(files))
+            .map_err(|source| Error::backend("upload files", source).into())
+    }
+
+    /// Deletes remote paths; already-gone paths are fine.
+    fn delete_many(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<()> {
+        let transport = self.transport.clone();
+        py.detach(move || transport.delete_many(paths))
+            .map_err(|source| Error::backend("delete files", source).into())
+    }
+
+    /// Streams the sandbox's Hermes home as a capped tar into `dest`; returns the file count.
+    fn download_state(&self, py: Python<'_>, dest: PathBuf) -> PyResult<u64> {
+        let transport = self.transport.clone();
+        py.detach(move || {
+            let mut file = File::create(&dest).map_err(|source| Error::Io {
+                operation: "create state archive",
+                path: dest.clone(),
+                source,
+            })?;
+            let summary = transport
+                .download_state(&mut file)
+                .map_err(|source| Error::backend("teardown pull", source))?;
+            for name in &summary.rejected {
+                tracing::warn!(
+                    sandbox_id = transport.sandbox_id(),
+                    "teardown pull skipped an unsafe archive member: {name}"
+                );
+            }
+            Ok::<u64, Error>(summary.files)
+        })
+        .map_err(PyErr::from)
+    }
+}
+
+/// Forwards the backend's push/pull requests to a Python object with `push(transport, kind)`
+/// and `pull(transport)` methods (the environment's FileSyncManager glue).
+struct PyHooks {
+    target: Py<PyAny>,
+}
+
+impl PyHooks {
+    fn call(
+        &self,
+        method: &str,
+        transport: &StateTransport,
+        kind: Option<&str>,
+    ) -> Result<(), HookError> {
+        let outcome = Python::try_attach(|py| -> PyResult<()> {
+            let handle = Py::new(
+                py,
+                PyTransport {
+                    transport: transport.clone(),
+                },
+            )?;
+            match kind {
+                Some(kind) => self.target.call_method1(py, method, (handle, kind))?,
+                None => self.target.call_method1(py, method, (handle,))?,
+            };
+            Ok(())
+        });
+        match outcome {
+            Some(Ok(())) => Ok(()),
+            Some(Err(error)) => Err(error.to_string().into()),
+            None => Err("the Python interpreter is shutting down".into()),
+        }
+    }
+}
+
+impl StateHooks for PyHooks {
+    fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
+        let kind = match kind {
+            PushKind::Initial => "initial",
+            PushKind::Incremental => "incremental",
+        };
+        self.call("push", transport, Some(kind))
+    }
+
+    fn pull(&self, transport: &StateTransport) -> Result<(), HookError> {
+        self.call("pull", transport, None)
+    }
+}
+
+fn role_name(role: RoleKind) -> &'static str {
+    match role {
+        RoleKind::Writer => "writer",
+        RoleKind::Reader => "reader",
+        RoleKind::Owner => "owner",
+        RoleKind::Probe => "probe",
+        RoleKind::External => "external",
+    }
+}
+
+fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("sandbox_id", report.sandbox_id.clone())?;
+    dict.set_item("repeated", report.repeated)?;
+    let (pull, pull_error) = match &report.pull {
+        PullOutcome::NotAttempted => ("not_attempted", None),
+        PullOutcome::Pulled => ("pulled", None),
+        PullOutcome::Failed(reason) => ("failed", Some(reason.clone())),
+    };
+    dict.set_item("pull", pull)?;
+    dict.set_item("pull_error", pull_error)?;
+    let (sandbox, kill_error) = match &report.sandbox {
+        KillOutcomeReport::LeftRunning => ("left_running", None),
+        KillOutcomeReport::Killed => ("killed", None),
+        KillOutcomeReport::AlreadyGone => ("already_gone", None),
+        KillOutcomeReport::Failed(reason) => ("kill_failed", Some(reason.clone())),
+    };
+    dict.set_item("sandbox", sandbox)?;
+    dict.set_item("kill_error", kill_error)?;
+    Ok(dict)
+}
+
+/// One Hermes environment's backend (one scope).
+#[pyclass(name = "Backend", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PyBackend {
+    backend: Arc<Backend>,
+}
+
+#[pymethods]
+impl PyBackend {
+    /// Builds the backend; contacts nothing (the first `run` attaches). `key_resolver()` is
+    /// called on first use and returns the profile's API key or None (unconfigured).
+    #[new]
+    #[pyo3(signature = (settings, *, profile_home, task_id, mode, lifetime_seconds, key_resolver, hooks, host_only))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        settings: &PySettings,
+        profile_home: PathBuf,
+        task_id: String,
+        mode: &str,
+        lifetime_seconds: u64,
+        key_resolver: Py<PyAny>,
+        hooks: Py<PyAny>,
+        host_only: Vec<PathBuf>,
+    ) -> PyResult<PyBackend> {
+        let persistence = Persistence::parse(mode)?;
+        let resolver = move || -> Option<ApiKey> {
+            Python::try_attach(|py| match key_resolver.call0(py) {
+                Ok(value) => value
+                    .extract::<Option<String>>(py)
+                    .ok()
+                    .flatten()
+                    .filter(|key| !key.is_empty())
+                    .map(ApiKey::new),
+                Err(error) => {
+                    // The error text is Python's; it names no key (resolvers never put it there).
+                    tracing::warn!(
+                        "E2B API key lookup failed: {}",
+                        error
+                            .get_type(py)
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    );
+                    None
+                }
+            })
+            .flatten()
+        };
+        let mut config = settings.settings.to_config(
+            ApiKeySource::Resolver(Arc::new(resolver)),
+            persistence,
+            Duration::from_secs(lifetime_seconds),
+        );
+        config.host_only = host_only;
+        let services = Services::new(runtime::handle()?);
+        let scope = Scope {
+            profile_home,
+            task_id,
+        };
+        let backend = Backend::new(config, scope, services, Arc::new(PyHooks { target: hooks }))
+            .map_err(|source| Error::backend("create environment", source))?;
+        Ok(PyBackend {
+            backend: Arc::new(backend),
+        })
+    }
+
+    /// The scope digest stamped into the sandbox metadata.
+    fn scope_digest(&self) -> String {
+        self.backend.scope_digest()
+    }
+
+    /// Attaches now if not yet attached; returns what was found.
+    fn attach<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let backend = Arc::clone(&self.backend);
+        let info = py
+            .detach(move || backend.attach())
+            .map_err(|source| Error::backend("attach", source))?;
+        let dict = PyDict::new(py);
+        dict.set_item("sandbox_id", info.sandbox_id)?;
+        dict.set_item("resumed", info.resumed)?;
+        dict.set_item("role", role_name(info.role))?;
+        dict.set_item("degradation", info.degradation)?;
+        Ok(dict)
+    }
+
+    /// The attached sandbox id, if any.
+    #[getter]
+    fn sandbox_id(&self) -> Option<String> {
+        self.backend.info().map(|info| info.sandbox_id)
+    }
+
+    /// Starts `command` (`bash -c`, or `bash -l -c` for shell="login"), writing its merged
+    /// output into `fd` as it arrives. Takes ownership of `fd` in every case (closed at the
+    /// end of the output, or at once if the command cannot start).
+    #[pyo3(signature = (command, *, fd, deadline_seconds, shell, cwd = None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        command: String,
+        fd: i32,
+        deadline_seconds: f64,
+        shell: &str,
+        cwd: Option<String>,
+    ) -> PyResult<PyCommand> {
+        if fd < 0 {
+            return Err(Error::InvalidArgument {
+                operation: "start command",
+                reason: format!("{fd} is not a file descriptor"),
+            }
+            .into());
+        }
+        // SAFETY: the caller hands over a valid open file descriptor it no longer uses
+        // (documented on this method and done by hermes_e2b.environment); from here the fd
+        // is owned, and closed, by exactly this value.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let shell = match shell {
+            "plain" => Shell::Plain,
+            "login" => Shell::Login,
+            other => {
+                return Err(Error::InvalidArgument {
+                    operation: "start command",
+                    reason: format!("shell must be \"plain\" or \"login\", not {other:?}"),
+                }
+                .into());
+            }
+        };
+        if !deadline_seconds.is_finite() || deadline_seconds <= 0.0 {
+            return Err(Error::InvalidArgument {
+                operation: "start command",
+                reason: "the deadline must be a positive number of seconds".to_owned(),
+            }
+            .into());
+        }
+        let mut options = RunOptions::new(Duration::from_secs_f64(deadline_seconds));
+        options.shell = shell;
+        options.cwd = cwd;
+        let backend = Arc::clone(&self.backend);
+        let sink = Box::new(WriteSink::new(File::from(owned)));
+        let command = py
+            .detach(move || backend.run(&command, options, sink))
+            .map_err(|source| Error::backend("start command", source))?;
+        Ok(PyCommand { command })
+    }
+
+    /// Cleanup (session close, reaper, exit): waits for running commands, then pulls, releases
+    /// or kills by mode. Never raises; returns a report dict.
+    fn cleanup<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let backend = Arc::clone(&self.backend);
+        let report = py.detach(move || backend.cleanup());
+        cleanup_dict(py, &report)
+    }
+
+    /// The finalizer path: releases locally, never pulls state.
+    fn finalize(&self, py: Python<'_>) {
+        let backend = Arc::clone(&self.backend);
+        py.detach(move || backend.finalize());
+    }
+}
+
+/// A command running in the sandbox. Deliberately has no `pid`: Hermes would kill that pid
+/// on the host.
+#[pyclass(name = "Command", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PyCommand {
+    command: RunningCommand,
+}
+
+fn exit_code(result: CommandResult) -> PyResult<i32> {
+    match result {
+        Ok(exit) => {
+            if let Some(error) = &exit.sink_error {
+                tracing::debug!(
+                    sandbox_pid = exit.sandbox_pid,
+                    "output forwarding stopped early: {error}"
+                );
+            }
+            Ok(exit.exit_code)
+        }
+        Err(source) => Err(PyErr::from(Error::CommandLost { source })),
+    }
+}
+
+#[pymethods]
+impl PyCommand {
+    /// The pid inside the sandbox (not a host process).
+    #[getter]
+    fn sandbox_pid(&self) -> u32 {
+        self.command.sandbox_pid()
+    }
+
+    /// The sandbox the command runs in.
+    #[getter]
+    fn sandbox_id(&self) -> &str {
+        self.command.sandbox_id()
+    }
+
+    /// The exit code once finished (its output is then complete in the pipe), else None.
+    fn poll(&self) -> PyResult<Option<i32>> {
+        self.command.poll().map(exit_code).transpose()
+    }
+
+    /// Waits up to `timeout` seconds (forever if None); None if still running. Ctrl-C
+    /// interrupts the wait, not the command.
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<i32>> {
+        let limit = timeout
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map(Duration::from_secs_f64);
+        let started = std::time::Instant::now();
+        loop {
+            let step = match limit {
+                Some(limit) => limit.saturating_sub(started.elapsed()).min(SIGNAL_CHECK),
+                None => SIGNAL_CHECK,
+            };
+            let command = self.command.clone();
+            if let Some(result) = py.detach(move || command.wait_for(step)) {
+                return exit_code(result).map(Some);
+            }
+            py.check_signals()?;
+            if limit.is_some_and(|limit| started.elapsed() >= limit) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Kills the command by its sandbox pid; the sandbox and its other processes survive.
+    fn kill(&self) {
+        self.command.kill();
+    }
+
+    /// How the command ended: "exited", "killed", "deadline", or None while running.
+    #[getter]
+    fn termination(&self) -> Option<&'static str> {
+        match self.command.poll()? {
+            Ok(exit) => Some(match exit.termination {
+                Termination::Exited => "exited",
+                Termination::Killed => "killed",
+                Termination::DeadlineExceeded => "deadline",
+            }),
+            Err(_) => Some("lost"),
+        }
+    }
+}
