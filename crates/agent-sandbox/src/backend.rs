@@ -121,6 +121,9 @@ pub struct AttachInfo {
     pub role: RoleKind,
     /// Set when this host cannot protect concurrent sessions (C6); logged once.
     pub degradation: Option<String>,
+    /// The sandbox this attachment replaced because it was gone (Hermes: mark the environment
+    /// recreated).
+    pub replaced: Option<String>,
 }
 
 /// Counters of the backend's own E2B requests, for accounting tests and diagnostics.
@@ -211,6 +214,7 @@ struct Inner {
     files: Option<ScopeFiles>,
     state: Mutex<Phase>,
     transport: Mutex<Option<StateTransport>>,
+    replaced: Mutex<Option<String>>,
     failures: FailureLog,
     inflight: Arc<Inflight>,
     stats: Counters,
@@ -276,6 +280,8 @@ struct Attached {
     lease: LeaseTracker,
     role: Role,
     info: AttachInfo,
+    /// A reader found the scope prepared for another sandbox: re-attach on next use.
+    stale: bool,
 }
 
 enum Role {
@@ -364,6 +370,7 @@ impl Backend {
                 files,
                 state: Mutex::new(Phase::Detached),
                 transport: Mutex::new(None),
+                replaced: Mutex::new(None),
                 failures: FailureLog::default(),
                 inflight: Arc::new(Inflight::default()),
                 stats: Counters::default(),
@@ -441,19 +448,20 @@ impl Backend {
         let inner = &self.inner;
         let mut state = inner.lock_state();
         let attached = inner.ensure_attached(&mut state, "start command")?;
-        inner.admit(attached)?;
-        inner.top_up_lease(attached, options.deadline)?;
-        let start = inner.start_options(command, &options);
-        let (stream, pid) = match inner.start(&attached.sandbox, start.clone()) {
+        let (stream, pid) = match inner.prepare_and_start(attached, command, &options) {
             Ok(started) => started,
-            Err(error) if error.is_sandbox_gone() => {
-                // Paused (lease expiry) or lost between commands: connect resumes it; a
-                // sandbox that is really gone fails the connect.
-                attached.lease.forget();
-                inner.top_up_lease(attached, options.deadline)?;
-                inner.start(&attached.sandbox, start)?
+            Err(error) => {
+                // A sandbox that is gone, or a reader attached to a sandbox the writer no
+                // longer prepares, is let go here; the next use attaches afresh (and, as the
+                // writer, recreates it with a full bring-up). Nothing is replaced now.
+                if error.is_sandbox_gone() || attached.stale {
+                    inner.detach(&mut state);
+                }
+                return Err(error);
             }
-            Err(error) => return Err(error),
+        };
+        let Phase::Attached(attached) = &mut *state else {
+            unreachable!("attached above and not detached on success")
         };
         bump(&inner.stats.commands);
         inner.inflight.enter();
@@ -922,6 +930,11 @@ impl Inner {
             resumed,
             role: role.kind(),
             degradation,
+            replaced: self
+                .replaced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
         };
         Ok(Attached {
             client,
@@ -930,6 +943,7 @@ impl Inner {
             lease,
             role,
             info,
+            stale: false,
         })
     }
 
@@ -1062,11 +1076,16 @@ impl Inner {
                 }
                 match files.admission(&id) {
                     Admission::Admitted { .. } => Ok(()),
-                    Admission::Refused(refusal) => Err(Error::NotReady {
-                        sandbox_id: Some(id),
-                        reason: refusal.to_string(),
-                        retry_hint: RETRY_HINT.to_owned(),
-                    }),
+                    Admission::Refused(refusal) => {
+                        if matches!(refusal, writer_lease::Refusal::OtherSandbox) {
+                            attached.stale = true;
+                        }
+                        Err(Error::NotReady {
+                            sandbox_id: Some(id),
+                            reason: refusal.to_string(),
+                            retry_hint: RETRY_HINT.to_owned(),
+                        })
+                    }
                 }
             }
             Role::Writer(writer) => {
@@ -1126,6 +1145,50 @@ impl Inner {
             attached.info.resumed = true;
         }
         Ok(())
+    }
+
+    /// The lease first (so a paused sandbox is resumed and a vanished one detected before any
+    /// state work), then the gates and the sync, then the start.
+    fn prepare_and_start(
+        &self,
+        attached: &mut Attached,
+        command: &str,
+        options: &RunOptions,
+    ) -> Result<(e2b_client::ProcessStream, u32), Error> {
+        self.top_up_lease(attached, options.deadline)?;
+        if let Err(error) = self.admit(attached) {
+            if error.is_state_failure() {
+                // The sandbox may have paused or vanished under a lease we believed covered:
+                // the next use reconnects first, which tells.
+                attached.lease.forget();
+            }
+            return Err(error);
+        }
+        let start = self.start_options(command, options);
+        match self.start(&attached.sandbox, start.clone()) {
+            Err(error) if error.is_sandbox_gone() => {
+                // Paused behind our back while the known lease still covered it: connect
+                // resumes it; a sandbox that is really gone fails the connect.
+                attached.lease.forget();
+                self.top_up_lease(attached, options.deadline)?;
+                self.start(&attached.sandbox, start)
+            }
+            other => other,
+        }
+    }
+
+    /// Lets the attached sandbox go without touching it: the writer role is released, the
+    /// transport cleared; the next use attaches afresh and reports what it replaced.
+    fn detach(&self, state: &mut Phase) {
+        let Phase::Attached(attached) = std::mem::replace(state, Phase::Detached) else {
+            return;
+        };
+        self.clear_transport();
+        let id = attached.id.as_str().to_owned();
+        tracing::warn!(sandbox_id = %id, "E2B sandbox {id} is gone or no longer prepared; the next use attaches afresh");
+        *self.replaced.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
+        // Dropping the attachment drops its writer lease, if any.
+        drop(attached);
     }
 
     fn start_options(&self, command: &str, options: &RunOptions) -> StartOptions {

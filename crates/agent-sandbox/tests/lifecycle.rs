@@ -529,3 +529,50 @@ fn the_api_key_never_shows_in_debug_output_or_errors() {
         assert!(!text.contains("0123456789abcdef"), "{text}");
     }
 }
+
+#[test]
+fn a_vanished_sandbox_fails_the_command_and_the_next_use_recreates_it() {
+    // contract: L7 (only cleanup never replaces), I6
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let backend = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    ok(&backend, "true");
+    let old = backend.info().unwrap().sandbox_id;
+    world.server().faults().vanish_sandbox(&old).unwrap();
+    // Known lease still covers it: the per-command sync is what fails first.
+    let error = run(&backend, "true").expect_err("gone");
+    assert!(
+        error.is_state_failure() || error.is_sandbox_gone(),
+        "{error}"
+    );
+    assert!(
+        world.list().is_empty(),
+        "a failing command replaces nothing"
+    );
+    // The next uses reconnect, see it gone, and attach afresh with a full bring-up.
+    let mut attempts = 0;
+    let output = loop {
+        attempts += 1;
+        match run(&backend, "echo fresh") {
+            Ok((_, output)) => break output,
+            Err(error) if attempts < 3 => assert!(error.to_string().contains(&old), "{error}"),
+            Err(error) => panic!("not recreated: {error}"),
+        }
+    };
+    assert_eq!(output, "fresh\n");
+    let info = backend.info().unwrap();
+    assert_ne!(info.sandbox_id, old);
+    assert_eq!(info.replaced.as_deref(), Some(old.as_str()));
+    assert_eq!(info.role, RoleKind::Writer);
+    assert_eq!(world.list().len(), 1);
+    assert_eq!(
+        hooks
+            .calls()
+            .iter()
+            .filter(|c| *c == "push:Initial")
+            .count(),
+        2,
+        "{:?}",
+        hooks.calls()
+    );
+}
