@@ -65,8 +65,20 @@
 //!   never pause or kill; ephemeral: pull, kill; probe: kill; repeated or after the sandbox
 //!   vanished: harmless, and never creates. [`Backend::finalize`] releases locally and kills
 //!   only ephemeral and probe sandboxes.
+//! - **A vanished sandbox** fails the command that finds it (naming it); the backend lets it
+//!   go, and the next use attaches afresh (the writer recreates it with a full bring-up) and
+//!   reports the replaced id in [`AttachInfo::replaced`]. Cleanup never does this.
 //! - **Errors** ([`Error`], O3): name the E2B operation and the sandbox id, and never contain
 //!   the word "timeout".
+//!
+//! # Known limits
+//!
+//! - envd always starts `bash -l -c`; [`Shell::Plain`] runs the command through
+//!   `exec /bin/bash -c` inside it, so the login profile is still read once.
+//! - The command deadline kills by pid using real time (tokio timers), not the injected clock.
+//! - [`Stats`] counts this backend's own requests; it is not a server-side request counter.
+//! - `sandbox-session` (a binary of this package) drives one backend from standard input for
+//!   multi-process tests.
 
 #![deny(missing_docs)]
 
