@@ -217,3 +217,42 @@ fn waiting_with_a_limit_reports_a_running_command() {
     assert_eq!(exit.termination, Termination::Killed);
     assert_eq!(handle.poll().expect("done").expect("exit"), exit);
 }
+
+#[test]
+fn commands_from_many_threads_share_one_sandbox() {
+    // contract: O2
+    let world = World::new();
+    let backend = Arc::new(world.persistent());
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let backend = Arc::clone(&backend);
+            std::thread::spawn(move || {
+                let (tx, rx) = mpsc::channel();
+                let handle = backend
+                    .run(
+                        &format!("echo worker-{i}"),
+                        RunOptions::new(Duration::from_secs(60)),
+                        Box::new(ChannelSink::unbounded(tx)),
+                    )
+                    .expect("run");
+                let exit = handle.wait().expect("exit");
+                let out: Vec<u8> = rx.try_iter().flat_map(|c| c.bytes).collect();
+                (
+                    exit.exit_code,
+                    String::from_utf8(out).unwrap(),
+                    handle.sandbox_id().to_owned(),
+                )
+            })
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for (i, worker) in workers.into_iter().enumerate() {
+        let (code, out, id) = worker.join().expect("worker");
+        assert_eq!(code, 0);
+        assert_eq!(out, format!("worker-{i}\n"));
+        ids.insert(id);
+    }
+    assert_eq!(ids.len(), 1);
+    assert_eq!(world.list().len(), 1);
+    assert_eq!(backend.stats().creates, 1);
+}

@@ -576,3 +576,23 @@ fn a_vanished_sandbox_fails_the_command_and_the_next_use_recreates_it() {
         hooks.calls()
     );
 }
+
+#[test]
+fn each_resolved_task_key_gets_its_own_persistent_sandbox() {
+    // contract: I2
+    let world = World::new();
+    let cli = world.persistent();
+    let cli_again = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    let session = world.backend(
+        SandboxMode::Persistent,
+        "session:agent:main:telegram:dm:42",
+        Arc::new(NoStateHooks),
+    );
+    let a = cli.attach().unwrap().sandbox_id;
+    let b = cli_again.attach().unwrap().sandbox_id;
+    let c = session.attach().unwrap().sandbox_id;
+    assert_eq!(a, b, "CLI runs of one profile share one sandbox");
+    assert_ne!(a, c, "a gateway session key gets its own");
+    assert_eq!(world.list().len(), 2);
+    assert_ne!(cli.scope_digest(), session.scope_digest());
+}
