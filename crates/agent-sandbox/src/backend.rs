@@ -20,7 +20,7 @@ use writer_lease::{
 };
 
 use crate::command::{self, Launch, RunOptions, RunningCommand, Shell};
-use crate::config::{CREATION_LOCK_WAIT, Config, SandboxMode, Scope, Services};
+use crate::config::{ApiKeySource, CREATION_LOCK_WAIT, Config, SandboxMode, Scope, Services};
 use crate::error::Error;
 use crate::sink::OutputSink;
 use crate::transport::{FailureLog, StateTransport, TransportParts};
@@ -1122,6 +1122,12 @@ impl Inner {
         let LeasePlan::Extend(request) = attached.lease.plan(&*self.services.clock, needed) else {
             return Ok(());
         };
+        if matches!(self.config.api_key, ApiKeySource::Resolver(_)) {
+            // Command reconnects use the key the profile has now, so a rotation takes effect;
+            // the teardown transport keeps the attach-time client (the profile's secret scope
+            // may be gone by then).
+            attached.client = self.client()?;
+        }
         bump(&self.stats.connects);
         bump(&self.stats.lease_extensions);
         let connected = self

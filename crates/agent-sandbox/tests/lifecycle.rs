@@ -596,3 +596,43 @@ fn each_resolved_task_key_gets_its_own_persistent_sandbox() {
     assert_eq!(world.list().len(), 2);
     assert_ne!(cli.scope_digest(), session.scope_digest());
 }
+
+#[test]
+fn command_reconnects_resolve_the_key_again() {
+    // contract: X2 — key rotation takes effect at the next lease renewal.
+    let world = World::new();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let mut config = world.config(SandboxMode::Persistent);
+    config.api_key = ApiKeySource::Resolver(Arc::new(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(e2b_client::ApiKey::new("rotating-key".to_owned()))
+    }));
+    let backend = Backend::new(
+        config,
+        world.scope("default"),
+        world.services(),
+        Arc::new(NoStateHooks),
+    )
+    .unwrap();
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0, "lazy");
+    ok(&backend, "true");
+    let at_attach = calls.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(at_attach, 1);
+    // Covered: no renewal, no lookup.
+    ok(&backend, "true");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), at_attach);
+    // A renewal looks the key up again.
+    let handle = backend
+        .run(
+            "true",
+            agent_sandbox::RunOptions::new(Duration::from_secs(900)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .unwrap();
+    handle.wait().unwrap();
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        at_attach + 1
+    );
+}
