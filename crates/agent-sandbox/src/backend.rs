@@ -29,6 +29,9 @@ use crate::transport::{FailureLog, StateTransport, TransportParts};
 /// this (plus grace and one control-plane request).
 pub const TRANSFER_WINDOW: Duration = Duration::from_secs(120);
 
+/// The lease a file read or write asks for beyond the baseline.
+const FILE_OPERATION_WINDOW: Duration = Duration::from_secs(60);
+
 /// The retry hint a refused reader command carries.
 pub const RETRY_HINT: &str = "Retry: the command proceeds as soon as the writer session \
 completes a state sync, and this session takes the writer role over if it is released.";
@@ -479,6 +482,56 @@ impl Backend {
             inner.inflight.leave();
         }
         launched
+    }
+
+    /// Reads a sandbox file, refusing it the moment it passes `max_bytes` (checked while
+    /// downloading). Admitted like a command: attach, lease, gates, sync (C2, C7).
+    pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, Error> {
+        self.file_operation("read file", |inner, sandbox| {
+            let id = sandbox.id().as_str().to_owned();
+            inner
+                .block_on(sandbox.read_file(path, max_bytes))
+                .map(|bytes| bytes.to_vec())
+                .map_err(|source| Error::e2b("read file", Some(&id), source))
+        })
+    }
+
+    /// Writes a sandbox file (parents created, replaced if present). Admitted like a command.
+    pub fn write_file(&self, path: &str, data: Vec<u8>) -> Result<(), Error> {
+        self.file_operation("write file", |inner, sandbox| {
+            let id = sandbox.id().as_str().to_owned();
+            let file = e2b_client::UploadFile::bytes(path.to_owned(), data.clone().into());
+            inner
+                .block_on(sandbox.write_files(vec![file]))
+                .map(|_| ())
+                .map_err(|source| Error::e2b("write file", Some(&id), source))
+        })
+    }
+
+    fn file_operation<T>(
+        &self,
+        operation: &'static str,
+        op: impl Fn(&Inner, &Sandbox) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let inner = &*self.inner;
+        let mut state = inner.lock_state();
+        let attached = inner.ensure_attached(&mut state, operation)?;
+        let result = inner
+            .prepare(attached, FILE_OPERATION_WINDOW)
+            .and_then(|()| match op(inner, &attached.sandbox) {
+                Err(error) if error.is_sandbox_gone() => {
+                    attached.lease.forget();
+                    inner.top_up_lease(attached, FILE_OPERATION_WINDOW)?;
+                    op(inner, &attached.sandbox)
+                }
+                other => other,
+            });
+        if let Err(error) = &result
+            && (error.is_sandbox_gone() || attached.stale)
+        {
+            inner.detach(&mut state);
+        }
+        result
     }
 
     /// Cleanup for session close, idle reaping and exit (L7, L8): waits for in-flight
@@ -1161,15 +1214,7 @@ impl Inner {
         command: &str,
         options: &RunOptions,
     ) -> Result<(e2b_client::ProcessStream, u32), Error> {
-        self.top_up_lease(attached, options.deadline)?;
-        if let Err(error) = self.admit(attached) {
-            if error.is_state_failure() {
-                // The sandbox may have paused or vanished under a lease we believed covered:
-                // the next use reconnects first, which tells.
-                attached.lease.forget();
-            }
-            return Err(error);
-        }
+        self.prepare(attached, options.deadline)?;
         let start = self.start_options(command, options);
         match self.start(&attached.sandbox, start.clone()) {
             Err(error) if error.is_sandbox_gone() => {
@@ -1181,6 +1226,20 @@ impl Inner {
             }
             other => other,
         }
+    }
+
+    /// Lease, then gates and sync, for an operation that may take `deadline`.
+    fn prepare(&self, attached: &mut Attached, deadline: Duration) -> Result<(), Error> {
+        self.top_up_lease(attached, deadline)?;
+        if let Err(error) = self.admit(attached) {
+            if error.is_state_failure() {
+                // The sandbox may have paused or vanished under a lease we believed covered:
+                // the next use reconnects first, which tells.
+                attached.lease.forget();
+            }
+            return Err(error);
+        }
+        Ok(())
     }
 
     /// Lets the attached sandbox go without touching it: the writer role is released, the

@@ -256,3 +256,29 @@ fn commands_from_many_threads_share_one_sandbox() {
     assert_eq!(world.list().len(), 1);
     assert_eq!(backend.stats().creates, 1);
 }
+
+#[test]
+fn files_are_read_and_written_through_the_admitted_sandbox() {
+    // contract: O2, S4
+    let world = World::new();
+    let backend = world.persistent();
+    backend
+        .write_file("/home/user/notes/deep/a.txt", b"written".to_vec())
+        .expect("write");
+    assert_eq!(ok(&backend, "cat /home/user/notes/deep/a.txt"), "written");
+    assert_eq!(
+        backend
+            .read_file("/home/user/notes/deep/a.txt", 1024)
+            .unwrap(),
+        b"written"
+    );
+    ok(&backend, "head -c 4096 /dev/zero > /home/user/big");
+    let error = backend
+        .read_file("/home/user/big", 100)
+        .expect_err("capped");
+    assert!(error.to_string().contains("cap"), "{error}");
+    let missing = backend
+        .read_file("/home/user/none", 100)
+        .expect_err("missing");
+    assert!(missing.to_string().contains("/home/user/none") || missing.sandbox_id().is_some());
+}
