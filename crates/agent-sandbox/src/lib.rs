@@ -51,7 +51,9 @@
 //!   otherwise an extend-only connect is sent. Set-timeout is never used.
 //! - **Commands** (O1, L6): output goes chunk by chunk to the caller's [`OutputSink`] from a
 //!   thread the backend owns; no copy is kept. The [`RunningCommand`] can be waited on, polled
-//!   and killed by pid from any thread; the kill reaches that pid only.
+//!   and killed by pid from any thread; the kill reaches that pid only. A deadline that passes
+//!   kills the same way. [`Backend::read_file`] and [`Backend::write_file`] are admitted like
+//!   commands; reads are capped while downloading.
 //! - **Roles** (C1-C5, S2, S3, S11): a persistent scope has one writer per host. The writer's
 //!   bring-up marks the scope dirty, invalidates the stamp, recovers skills/ and memories/
 //!   from the sandbox, pushes (the caller's [`StateHooks`]), stamps prepared and clears dirty;
