@@ -137,6 +137,13 @@ fn another_template_or_posture_is_never_adopted() {
     let info = second.attach().expect("attach");
     assert_eq!(info.origin, Origin::Created);
     assert_ne!(info.sandbox_id, first_id);
+    // contract: X6 — the posture reaches E2B: deny-all egress for the new sandbox.
+    let detail = world.detail(&info.sandbox_id).unwrap();
+    assert_eq!(detail.allow_internet_access, Some(false));
+    assert_ne!(
+        world.detail(&first_id).unwrap().allow_internet_access,
+        Some(false)
+    );
 }
 
 #[test]
