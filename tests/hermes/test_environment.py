@@ -1,0 +1,193 @@
+"""Hermes' own tools running in an e2b-local sandbox through the plugin: terminal, file
+tools, execute_code, skills sync, cleanup paths, the prompt probe. No LLM: the tool
+functions are called directly, the way the agent loop calls them (hermes-contract 7)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import urllib.request
+import uuid
+
+import pytest
+
+from conftest import FAKE_KEY, assert_no_key
+
+#: Prepended to environment drivers: load the profile's .env the way the CLI does, capture
+#: every log record (checked for the key), discover plugins.
+PRELUDE = """
+import json, logging, io
+_log = io.StringIO()
+_handler = logging.StreamHandler(_log)
+_handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+logging.getLogger().addHandler(_handler)
+logging.getLogger().setLevel(logging.DEBUG)
+from hermes_cli.env_loader import load_hermes_dotenv
+load_hermes_dotenv()
+from hermes_cli.plugins import discover_plugins
+discover_plugins()
+import tools.terminal_tool as tt
+def T(command, **kwargs):
+    kwargs.setdefault("task_id", "t1")
+    return json.loads(tt.terminal_tool(command, **kwargs))
+def finish(result):
+    print("RESULT:" + json.dumps({"result": result, "log": _log.getvalue()}))
+"""
+
+
+def sandboxes(server, tag):
+    """The sandboxes e2b-local holds for this test (by the test's metadata tag)."""
+    request = urllib.request.Request(f"{server.api_url}/v2/sandboxes?state=running,paused",
+                                     headers={"X-API-Key": "e2b_test_listing"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        listed = json.loads(response.read())
+    return [s for s in listed if (s.get("metadata") or {}).get("test") == tag]
+
+
+@pytest.fixture
+def configured(home, e2b_local):
+    tag = uuid.uuid4().hex
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag}), terminal={"timeout": 60})
+    home.write_key()
+    return home, tag
+
+
+def run(home, body, **kwargs):
+    out = home.driver(PRELUDE + textwrap.dedent(body), **kwargs)
+    assert_no_key(out["log"], json.dumps(out["result"]))
+    return out["result"]
+
+
+def test_terminal_output_exit_codes_cwd_and_no_key_inside(configured, e2b_local):
+    home, tag = configured
+    result = run(home, """
+        r = {}
+        r["hello"] = T("echo hello; whoami")
+        r["cd"] = T("mkdir -p /home/user/x && cd /home/user/x")
+        r["after_cd"] = T("pwd; exit 3")
+        r["opt"] = T("cd /opt")
+        r["after_opt"] = T("pwd")
+        r["key_inside"] = T("env | grep -c E2B_API_KEY || true")
+        finish(r)
+    """)
+    assert result["hello"]["output"] == "hello\nuser"
+    assert result["hello"]["exit_code"] == 0
+    # contract 3.6: Hermes sends "/root" after a /home/... cd; the plugin keeps the real cwd.
+    assert result["after_cd"]["output"] == "/home/user/x"
+    assert result["after_cd"]["exit_code"] == 3
+    assert result["after_opt"]["output"] == "/opt"
+    # contract X1: the key never enters the sandbox environment.
+    assert result["key_inside"]["output"].strip() == "0"
+    assert len(sandboxes(e2b_local, tag)) == 1
+
+
+def test_timeout_kills_the_command_not_the_sandbox(configured):
+    home, _ = configured
+    result = run(home, """
+        r = {}
+        # Hermes' own background path (process registry, nohup in the sandbox).
+        r["bg"] = T("sh -c 'echo $$ > /home/user/bg.pid; exec sleep 3600'", background=True)
+        r["slow"] = T("sleep 30", timeout=2)
+        r["bg_alive"] = T("kill -0 $(cat /home/user/bg.pid) && echo alive")
+        r["next"] = T("echo still here")
+        finish(r)
+    """)
+    assert result["slow"]["exit_code"] == 124
+    assert "timed out" in result["slow"]["output"]
+    # contract L6: kill by pid; the background process and the sandbox survive.
+    assert result["bg_alive"]["output"] == "alive"
+    assert result["next"]["output"] == "still here"
+
+
+def test_large_output_is_bounded_by_hermes_collector(configured):
+    home, _ = configured
+    result = run(home, """
+        r = T("head -c 10485760 /dev/zero | tr '\\\\0' a; echo")
+        finish({"len": len(r["output"]), "total": r.get("output_total_chars"), "rc": r["exit_code"]})
+    """)
+    # contract O1: streamed into Hermes' bounded collector, not accumulated.
+    assert result["rc"] == 0
+    assert result["len"] < 200_000
+    assert result["total"] >= 10 * 1024 * 1024
+
+
+def test_file_tools_and_execute_code_share_the_terminal_sandbox(configured, e2b_local):
+    home, tag = configured
+    result = run(home, """
+        from tools.file_tools import write_file_tool, read_file_tool, patch_tool
+        from tools.code_execution_tool import execute_code
+        r = {}
+        r["write"] = json.loads(write_file_tool("/home/user/notes.txt", "alpha\\nbeta\\n", task_id="t1"))
+        r["patch"] = json.loads(patch_tool(mode="replace", path="/home/user/notes.txt", old_string="beta", new_string="gamma", task_id="t1"))
+        r["read"] = json.loads(read_file_tool("/home/user/notes.txt", task_id="t1"))
+        r["cat"] = T("cat /home/user/notes.txt")
+        r["code"] = json.loads(execute_code("print(open('/home/user/notes.txt').read().split())", task_id="t1"))
+        finish(r)
+    """)
+    assert result["patch"]["success"] is True
+    assert "gamma" in result["read"]["content"]
+    assert result["cat"]["output"] == "alpha\ngamma"
+    assert "['alpha', 'gamma']" in result["code"]["output"]
+    assert len(sandboxes(e2b_local, tag)) == 1, "one sandbox for terminal, files and code"
+
+
+def test_skill_is_pushed_on_bring_up_and_pulled_back_at_cleanup(configured):
+    home, _ = configured
+    skill = home.path / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# demo v1\n")
+    result = run(home, """
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        r = {}
+        r["pushed"] = T("cat /home/user/.hermes/skills/demo/SKILL.md")
+        r["edit"] = T("echo '# demo v2 (edited in the sandbox)' > /home/user/.hermes/skills/demo/SKILL.md")
+        cleanup_vm("default")
+        finish(r)
+    """)
+    assert result["pushed"]["output"] == "# demo v1"
+    # contract S12: the teardown pull brings the sandbox's edit back to the host.
+    assert skill.read_text() == "# demo v2 (edited in the sandbox)\n"
+
+
+def test_persistent_cleanup_leaves_the_sandbox_and_ephemeral_kills_it(configured, e2b_local):
+    home, tag = configured
+    run(home, """
+        from tools.terminal_tool_lifecycle import cleanup_vm, is_persistent_env
+        T("echo up")
+        r = {"persistent": is_persistent_env("default")}
+        cleanup_vm("default")
+        finish(r)
+    """)
+    assert [s["state"] for s in sandboxes(e2b_local, tag)] == ["running"], "persistent: never killed (L3)"
+
+    tag2 = uuid.uuid4().hex
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag2}),
+                      terminal={"timeout": 60, "container_persistent": False})
+    result = run(home, """
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        r = {"up": T("echo up", task_id="eph-1")}
+        r["during"] = 1
+        cleanup_vm("eph-1")
+        finish(r)
+    """, extra_env={"TERMINAL_CONTAINER_PERSISTENT": "false"})
+    assert result["up"]["output"] == "up"
+    assert sandboxes(e2b_local, tag2) == [], "ephemeral: killed at cleanup (L4)"
+
+
+def test_prompt_probe_creates_and_kills_a_short_lived_sandbox(configured, e2b_local):
+    home, tag = configured
+    result = run(home, """
+        from agent import prompt_builder
+        finish({"probe": prompt_builder._probe_remote_backend("e2b")})
+    """)
+    assert result["probe"], "the probe reports the sandbox's system"
+    assert sandboxes(e2b_local, tag) == [], "probe sandboxes are killed at cleanup (L11)"
+
+
+def test_a_missing_key_is_a_degraded_creation_not_a_crash(home, e2b_local):
+    home.write_config(settings=e2b_local.settings())
+    result = run(home, """
+        finish(T("echo hi"))
+    """)
+    assert result["status"] == "degraded"
+    assert "no E2B API key is configured" in result["reason"]
