@@ -191,3 +191,90 @@ def test_a_missing_key_is_a_degraded_creation_not_a_crash(home, e2b_local):
     """)
     assert result["status"] == "degraded"
     assert "no E2B API key is configured" in result["reason"]
+
+
+def test_idle_reaper_pulls_state_and_leaves_the_persistent_sandbox(configured, e2b_local):
+    home, tag = configured
+    skill = home.path / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("v1\n")
+    result = run(home, """
+        from tools.terminal_tool_lifecycle import _cleanup_inactive_envs
+        T("echo v2 > /home/user/.hermes/skills/demo/SKILL.md")
+        for key in list(tt._last_activity):
+            tt._last_activity[key] -= 10_000
+        _cleanup_inactive_envs(300)
+        finish({"left": sorted(tt._active_environments)})
+    """)
+    assert result["left"] == [], "the reaper evicted the idle environment"
+    assert skill.read_text() == "v2\n", "the reaper's cleanup pulled state back (L7)"
+    assert [s["state"] for s in sandboxes(e2b_local, tag)] == ["running"]
+
+
+def test_atexit_pulls_state_back(configured):
+    home, _ = configured
+    skill = home.path / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("v1\n")
+    run(home, """
+        T("echo from-sandbox > /home/user/.hermes/skills/demo/SKILL.md")
+        finish({})
+        # the interpreter exits normally here: Hermes' atexit handler cleans up (L8)
+    """)
+    assert skill.read_text() == "from-sandbox\n"
+
+
+def test_next_process_recovers_a_lost_pull_and_quarantines_a_conflict(configured):
+    home, _ = configured
+    skill = home.path / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("host v1\n")
+    first = home.python(PRELUDE + textwrap.dedent("""
+        import os, sys
+        T("echo sandbox-edit > /home/user/.hermes/skills/demo/SKILL.md")
+        T("mkdir -p /home/user/.hermes/skills/fresh && echo made-in-sandbox > /home/user/.hermes/skills/fresh/SKILL.md")
+        sys.stdout.flush()
+        os._exit(0)  # a hard exit: no cleanup, no teardown pull
+    """))
+    assert first.returncode == 0, first.stderr
+    assert skill.read_text() == "host v1\n"
+    # Meanwhile the host changed its copy too: a genuine conflict.
+    skill.write_text("host v2\n")
+    result = run(home, """
+        finish({"sandbox": T("cat /home/user/.hermes/skills/demo/SKILL.md")["output"]})
+    """)
+    # contract S11: a sandbox-only file is restored in place ...
+    assert (home.path / "skills" / "fresh" / "SKILL.md").read_text() == "made-in-sandbox\n"
+    # ... a conflicting one is parked, the host copy wins and is pushed.
+    assert skill.read_text() == "host v2\n"
+    parked = [p for p in (home.path / "cache" / "e2b-recovered").rglob("SKILL.md")]
+    assert [p.read_text() for p in parked] == ["sandbox-edit\n"]
+    assert result["sandbox"] == "host v2"
+
+
+def test_two_processes_on_one_profile_one_writer_one_reader(configured):
+    home, _ = configured
+    import subprocess, sys
+    writer = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(PRELUDE) + textwrap.dedent("""
+            import sys
+            T("echo writer-up")
+            env = tt._active_environments["default"]
+            print("ROLE:" + env._native.attach()["role"], flush=True)
+            sys.stdin.readline()  # hold the writer role until the test says so
+        """)],
+        env=home.env(), cwd=home.path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        role_line = writer.stdout.readline()
+        assert role_line.strip() == "ROLE:writer", role_line
+        result = run(home, """
+            r = {"out": T("echo reader-ran")}
+            r["role"] = tt._active_environments["default"]._native.attach()["role"]
+            finish(r)
+        """)
+        # contracts C1, C2: one writer; a second session runs commands as a reader.
+        assert result["role"] == "reader"
+        assert result["out"]["output"] == "reader-ran"
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=120)

@@ -50,6 +50,11 @@ pub mod settings;
 
 pub use error::Error;
 
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 use pyo3::prelude::*;
 
 /// The module initialiser: classes, exceptions, `__version__`, and the logging bridge.
