@@ -194,6 +194,19 @@ impl PyTransport {
 /// and `pull(transport)` methods (the environment's FileSyncManager glue).
 struct PyHooks {
     target: Py<PyAny>,
+    /// A KeyboardInterrupt / SystemExit (anything not an `Exception`) raised inside a hook:
+    /// the backend finishes its mandatory work first, then the binding re-raises it.
+    deferred: Deferred,
+}
+
+/// Process-control exceptions caught inside hooks, re-raised once the native call returns.
+type Deferred = Arc<std::sync::Mutex<Option<PyErr>>>;
+
+fn take_deferred(deferred: &Deferred) -> Option<PyErr> {
+    deferred
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
 }
 
 impl PyHooks {
@@ -218,7 +231,21 @@ impl PyHooks {
         });
         match outcome {
             Some(Ok(())) => Ok(()),
-            Some(Err(error)) => Err(error.to_string().into()),
+            Some(Err(error)) => {
+                let message = error.to_string();
+                let control = Python::try_attach(|py| {
+                    !error.is_instance_of::<pyo3::exceptions::PyException>(py)
+                })
+                .unwrap_or(false);
+                if control {
+                    let mut slot = self
+                        .deferred
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    slot.get_or_insert(error);
+                }
+                Err(message.into())
+            }
             None => Err("the Python interpreter is shutting down".into()),
         }
     }
@@ -275,6 +302,7 @@ fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<
 #[derive(Debug)]
 pub struct PyBackend {
     backend: Arc<Backend>,
+    deferred: Deferred,
 }
 
 #[pymethods]
@@ -329,10 +357,16 @@ impl PyBackend {
             profile_home,
             task_id,
         };
-        let backend = Backend::new(config, scope, services, Arc::new(PyHooks { target: hooks }))
+        let deferred = Deferred::default();
+        let hooks = Arc::new(PyHooks {
+            target: hooks,
+            deferred: Arc::clone(&deferred),
+        });
+        let backend = Backend::new(config, scope, services, hooks)
             .map_err(|source| Error::backend("create environment", source))?;
         Ok(PyBackend {
             backend: Arc::new(backend),
+            deferred,
         })
     }
 
@@ -344,9 +378,11 @@ impl PyBackend {
     /// Attaches now if not yet attached; returns what was found.
     fn attach<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let backend = Arc::clone(&self.backend);
-        let info = py
-            .detach(move || backend.attach())
-            .map_err(|source| Error::backend("attach", source))?;
+        let attached = py.detach(move || backend.attach());
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            return Err(interrupt);
+        }
+        let info = attached.map_err(|source| Error::backend("attach", source))?;
         let dict = PyDict::new(py);
         dict.set_item("sandbox_id", info.sandbox_id)?;
         dict.set_item("resumed", info.resumed)?;
@@ -408,17 +444,26 @@ impl PyBackend {
         options.cwd = cwd;
         let backend = Arc::clone(&self.backend);
         let sink = Box::new(WriteSink::new(File::from(owned)));
-        let command = py
-            .detach(move || backend.run(&command, options, sink))
-            .map_err(|source| Error::backend("start command", source))?;
+        let started = py.detach(move || backend.run(&command, options, sink));
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            if let Ok(command) = &started {
+                command.kill();
+            }
+            return Err(interrupt);
+        }
+        let command = started.map_err(|source| Error::backend("start command", source))?;
         Ok(PyCommand { command })
     }
 
     /// Cleanup (session close, reaper, exit): waits for running commands, then pulls, releases
-    /// or kills by mode. Never raises; returns a report dict.
+    /// or kills by mode; returns a report dict. Failures are reported, not raised; a Ctrl-C
+    /// (or SystemExit) raised inside the pull is re-raised only after cleanup completed.
     fn cleanup<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let backend = Arc::clone(&self.backend);
         let report = py.detach(move || backend.cleanup());
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            return Err(interrupt);
+        }
         cleanup_dict(py, &report)
     }
 
