@@ -112,6 +112,9 @@ def test_entry_point_discovery_after_enable(home):
     assert enable.returncode == 0, enable.stdout + enable.stderr
     config = load_yaml(home.path / "config.yaml")
     assert "e2b" in config["plugins"]["enabled"]
+    select = home.hermes("config", "set", "terminal.backend", "e2b")
+    assert select.returncode == 0, select.stderr
+    assert load_yaml(home.path / "config.yaml")["terminal"]["backend"] == "e2b"
     listing = home.hermes("plugins", "list", "--plain", "--no-bundled")
     line = next(l for l in listing.stdout.splitlines() if l.split() and l.split()[-1] == "e2b")
     assert "enabled" in line and "entrypoint" in line
@@ -288,3 +291,30 @@ def test_rust_tracing_reaches_python_logging(home):
     )
     assert ["hermes_e2b", "WARNING", "bridge check"] in result
     assert all("below the logger level" not in r[2] for r in result)
+
+
+def test_stubs_match_the_native_module(home):
+    result = home.driver(
+        """
+        import ast, json, importlib.resources as res
+        from hermes_e2b import _native
+        tree = ast.parse(res.files("hermes_e2b").joinpath("_native.pyi").read_text())
+        stubbed = {}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                stubbed[node.name] = sorted(n.name for n in node.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("__"))
+            elif isinstance(node, ast.FunctionDef):
+                stubbed[node.name] = None
+            elif isinstance(node, ast.AnnAssign):
+                stubbed[node.target.id] = None
+        public = {n for n in dir(_native) if not n.startswith("_") or n == "__version__"}
+        members = {n: sorted(m for m in dir(getattr(_native, n)) if not m.startswith("_"))
+                   for n in stubbed if stubbed[n] is not None}
+        print("RESULT:" + json.dumps({"stubbed": stubbed, "public": sorted(public), "members": members}))
+        """
+    )
+    assert set(result["stubbed"]) == set(result["public"])
+    for name, methods in result["stubbed"].items():
+        if methods is None or name.endswith("Error"):
+            continue
+        assert set(methods) == set(result["members"][name]), name
