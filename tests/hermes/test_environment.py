@@ -61,7 +61,7 @@ def run(home, body, **kwargs):
 def test_terminal_output_exit_codes_cwd_and_no_key_inside(configured, e2b_local):
     home, tag = configured
     result = run(home, """
-        r = {}
+        r = {"requirements": tt.check_terminal_requirements()}
         r["hello"] = T("echo hello; whoami")
         r["cd"] = T("mkdir -p /home/user/x && cd /home/user/x")
         r["after_cd"] = T("pwd; exit 3")
@@ -70,6 +70,7 @@ def test_terminal_output_exit_codes_cwd_and_no_key_inside(configured, e2b_local)
         r["key_inside"] = T("env | grep -c E2B_API_KEY || true")
         finish(r)
     """)
+    assert result["requirements"] is True
     assert result["hello"]["output"] == "hello\nuser"
     assert result["hello"]["exit_code"] == 0
     # contract 3.6: Hermes sends "/root" after a /home/... cd; the plugin keeps the real cwd.
@@ -187,8 +188,11 @@ def test_prompt_probe_creates_and_kills_a_short_lived_sandbox(configured, e2b_lo
 def test_a_missing_key_is_a_degraded_creation_not_a_crash(home, e2b_local):
     home.write_config(settings=e2b_local.settings())
     result = run(home, """
-        finish(T("echo hi"))
+        r = T("echo hi")
+        r["requirements"] = tt.check_terminal_requirements()
+        finish(r)
     """)
+    assert result["requirements"] is False, "the terminal tool is not offered without a key"
     assert result["status"] == "degraded"
     assert "no E2B API key is configured" in result["reason"]
 
