@@ -10,6 +10,7 @@ use crate::ApiKeyPolicy;
 use crate::clock::Clock;
 use crate::faults::FaultState;
 use crate::isolation::Isolation;
+use crate::requests::RequestCounter;
 use crate::store::Store;
 
 /// Everything a request handler needs.
@@ -21,6 +22,7 @@ pub(crate) struct App {
     pub(crate) api_key: ApiKeyPolicy,
     pub(crate) templates: Vec<String>,
     pub(crate) isolation: Arc<Isolation>,
+    pub(crate) requests: RequestCounter,
 }
 
 impl App {

@@ -28,7 +28,8 @@
 //!
 //! Knobs for reliability tests ([`Faults`], [`Clock`], and the `/_e2b_local/` admin
 //! routes) inject latency, 5xx answers, dropped connections and streams, vanishing
-//! and pausing sandboxes, and move the clock.
+//! and pausing sandboxes, and move the clock. [`Server::requests`] counts the requests
+//! received per route, so tests can prove how many requests a client sends.
 
 #![deny(missing_docs)]
 
@@ -39,6 +40,7 @@ mod error;
 mod faults;
 mod isolation;
 mod paths;
+mod requests;
 mod rest;
 mod store;
 
@@ -58,6 +60,7 @@ pub use clock::Clock;
 pub use error::Error;
 pub use faults::{DropRule, FailRule, FaultScope, Faults};
 pub use isolation::IsolationMode;
+pub use requests::RequestCounts;
 
 use app::App;
 use faults::{FaultState, FaultyListener};
@@ -220,6 +223,7 @@ impl Server {
             api_key: config.api_key.clone(),
             templates: config.templates.clone(),
             isolation: Arc::new(isolation),
+            requests: requests::RequestCounter::default(),
         });
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -301,6 +305,18 @@ impl Server {
         self.app.clock.clone()
     }
 
+    /// A snapshot of the requests received so far, by route (see [`RequestCounts`] for the
+    /// labels). Diff two snapshots with [`RequestCounts::since`], or start afresh with
+    /// [`Server::reset_requests`]. Also served at `GET /_e2b_local/requests`.
+    pub fn requests(&self) -> RequestCounts {
+        self.app.requests.snapshot()
+    }
+
+    /// Sets every request count back to zero (also `POST /_e2b_local/requests/reset`).
+    pub fn reset_requests(&self) {
+        self.app.requests.reset();
+    }
+
     /// The state directory in use (a temporary one unless configured).
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
@@ -367,6 +383,8 @@ async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
         sandbox = envd::files::find_signed_sandbox(&app, &request);
     }
     let envd = sandbox.is_some();
+    // Counted on arrival, before faults: a request failed by a fault rule was still sent.
+    app.requests.record(envd, request.method(), path);
     let handler_app = Arc::clone(&app);
     faults::apply(&app, envd, request, move |request| {
         Box::pin(async move {

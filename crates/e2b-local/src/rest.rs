@@ -608,6 +608,14 @@ fn admin(
             });
             no_content()
         }
+        (Method::GET, ["requests"]) => Ok(json_response(
+            StatusCode::OK,
+            &app.requests.snapshot().to_json(),
+        )),
+        (Method::POST, ["requests", "reset"]) => {
+            app.requests.reset();
+            no_content()
+        }
         (Method::POST, ["faults", "clear"]) => {
             faults.clear();
             no_content()

@@ -1,0 +1,103 @@
+//! Request accounting: the server counts what clients send, by route.
+
+mod common;
+
+use common::{Api, manual_server, new_sandbox};
+use e2b_local::{FailRule, FaultScope};
+use serde_json::json;
+
+#[tokio::test]
+async fn every_request_is_counted_by_route_and_admin_routes_are_not() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    assert_eq!(server.requests().total(), 0);
+
+    let sandbox = new_sandbox(&api).await;
+    let run = api.run(&sandbox, "echo hi").await;
+    assert_eq!(run.stdout, b"hi\n");
+    assert_eq!(
+        api.upload(&sandbox, "/home/user/a.txt", b"a").await.status,
+        200
+    );
+    let (status, _) = api.download(&sandbox, "/home/user/a.txt").await;
+    assert_eq!(status, 200);
+    let listed = api.get("/v2/sandboxes").await;
+    assert_eq!(listed.status, 200);
+    let connect = api
+        .post(
+            &format!("/sandboxes/{}/connect", sandbox.id),
+            r#"{"timeout":60}"#,
+        )
+        .await;
+    assert_eq!(connect.status, 200, "{}", connect.text);
+    // The clock route is an admin route: not counted.
+    assert_eq!(api.get("/_e2b_local/clock").await.status, 200);
+
+    let counts = server.requests();
+    let routes: Vec<(&str, u64)> = counts.routes().collect();
+    assert_eq!(
+        routes,
+        vec![
+            ("Process/Start", 1),
+            ("connect", 1),
+            ("create", 1),
+            ("files GET", 1),
+            ("files POST", 1),
+            ("list", 1),
+        ]
+    );
+    assert_eq!((counts.total(), counts.rest(), counts.envd()), (6, 3, 3));
+
+    // The same over HTTP, for the Python suites; reading it counts nothing.
+    let reply = api.get("/_e2b_local/requests").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.json,
+        json!({
+            "total": 6,
+            "rest": 3,
+            "envd": 3,
+            "routes": {
+                "Process/Start": 1, "connect": 1, "create": 1,
+                "files GET": 1, "files POST": 1, "list": 1,
+            },
+        })
+    );
+    assert_eq!(server.requests(), counts);
+
+    // Snapshots diff; reset starts afresh.
+    let before = server.requests();
+    api.run(&sandbox, "true").await;
+    let step = server.requests().since(&before);
+    assert_eq!(
+        step.routes().collect::<Vec<_>>(),
+        vec![("Process/Start", 1)]
+    );
+    assert_eq!(api.post("/_e2b_local/requests/reset", "").await.status, 204);
+    assert_eq!(server.requests().total(), 0);
+    api.get(&format!("/sandboxes/{}", sandbox.id)).await;
+    server.reset_requests();
+    assert_eq!(server.requests().total(), 0);
+}
+
+#[tokio::test]
+async fn a_request_failed_by_a_fault_rule_still_counts() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let mut rule = FailRule::new(1, 503);
+    rule.scope = FaultScope::Rest;
+    server.faults().fail_next(rule);
+    assert_eq!(api.get("/v2/sandboxes").await.status, 503);
+    assert_eq!(api.get("/v2/sandboxes").await.status, 200);
+    assert_eq!(server.requests().get("list"), 2);
+    // A dropped connection carries no request.
+    server.faults().drop_next_connections(1);
+    let fresh = reqwest::Client::new();
+    let dropped = fresh
+        .get(format!("{}/v2/sandboxes", server.url()))
+        .header("x-api-key", common::KEY)
+        .send()
+        .await;
+    assert!(dropped.is_err());
+    assert_eq!(server.requests().get("list"), 2);
+}
