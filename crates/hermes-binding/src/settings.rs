@@ -144,10 +144,10 @@ fn string(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<String>, Er
     }
 }
 
-fn boolean(raw: &BTreeMap<String, Value>, key: &str, default: bool) -> Result<bool, Error> {
+fn boolean(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<bool>, Error> {
     match raw.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(value)) => Ok(*value),
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(value)) => Ok(Some(*value)),
         Some(other) => Err(invalid(
             key,
             format!("must be true or false, not {}", other.kind()),
@@ -230,12 +230,12 @@ impl Settings {
         };
         let command_grace =
             seconds(raw, "command_grace_seconds", 0)?.unwrap_or(Duration::from_secs(30));
-        let internet = if boolean(raw, "allow_internet_access", true)? {
+        let internet = if boolean(raw, "allow_internet_access")?.unwrap_or(true) {
             InternetAccess::Allowed
         } else {
             InternetAccess::Denied
         };
-        let security = if boolean(raw, "secure", true)? {
+        let security = if boolean(raw, "secure")?.unwrap_or(true) {
             Security::Secure
         } else {
             Security::Insecure
