@@ -29,6 +29,12 @@ use crate::transport::{FailureLog, StateTransport, TransportParts};
 /// this (plus grace and one control-plane request).
 pub const TRANSFER_WINDOW: Duration = Duration::from_secs(120);
 
+/// How far below its baseline a persistent sandbox's known lease may fall before a command
+/// tops it up: at most one extension per this much time of activity, so in steady state a
+/// command costs exactly its start request. An idle persistent sandbox therefore pauses
+/// between `lease - LEASE_RENEWAL_SLACK` and `lease` after its last command.
+pub const LEASE_RENEWAL_SLACK: Duration = Duration::from_secs(60);
+
 /// The lease a file read or write asks for beyond the baseline.
 const FILE_OPERATION_WINDOW: Duration = Duration::from_secs(60);
 
@@ -1168,11 +1174,19 @@ impl Inner {
         }
     }
 
-    /// Extends the lease through an extend-only connect, unless the known expiry already
-    /// covers `max(baseline, deadline + grace)` (L5). Never set-timeout.
+    /// Extends the lease to `max(baseline, deadline + grace)` through an extend-only connect
+    /// (L5), unless the known expiry already covers what this command needs (see
+    /// [`LEASE_RENEWAL_SLACK`]). Never set-timeout.
     fn top_up_lease(&self, attached: &mut Attached, deadline: Duration) -> Result<(), Error> {
         let needed = self.policy.command_lease(deadline);
-        let LeasePlan::Extend(request) = attached.lease.plan(&*self.services.clock, needed) else {
+        let clock = &*self.services.clock;
+        if attached
+            .lease
+            .covers(clock.now(), self.skip_threshold(deadline))
+        {
+            return Ok(());
+        }
+        let LeasePlan::Extend(request) = attached.lease.plan(clock, needed) else {
             return Ok(());
         };
         if matches!(self.config.api_key, ApiKeySource::Resolver(_)) {
@@ -1204,6 +1218,21 @@ impl Inner {
             attached.info.resumed = true;
         }
         Ok(())
+    }
+
+    /// How much of the known lease must be left for a command to go without a top-up.
+    /// Always the command's deadline plus grace, so E2B's timeout action cannot fire mid-command.
+    /// A persistent (or attached) sandbox also keeps at least its baseline minus
+    /// [`LEASE_RENEWAL_SLACK`]: with the full baseline, every command would reconnect as soon as
+    /// any time had passed since the last extension. Ephemeral and probe sandboxes keep the
+    /// full baseline, whose margin protects the teardown pull from E2B's kill (L4).
+    fn skip_threshold(&self, deadline: Duration) -> Duration {
+        match self.policy.kind {
+            LeaseKind::Persistent => deadline
+                .saturating_add(self.policy.command_grace)
+                .max(self.policy.baseline().saturating_sub(LEASE_RENEWAL_SLACK)),
+            LeaseKind::Ephemeral { .. } | LeaseKind::Probe => self.policy.command_lease(deadline),
+        }
     }
 
     /// The lease first (so a paused sandbox is resumed and a vanished one detected before any

@@ -491,13 +491,15 @@ fn the_teardown_pull_reconnects_a_sandbox_paused_behind_the_backend() {
 
 #[test]
 fn steady_state_commands_send_no_control_plane_request() {
-    // Request accounting: once attached, a command covered by the known lease costs only
-    // its own start request (no list, connect or create).
+    // contract: L5 — request accounting: once attached, a command covered by the known lease
+    // costs only its own start request (no list, connect or create).
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
     let before = backend.stats();
     for _ in 0..5 {
+        // Time passes between an agent's commands; within the renewal slack it costs nothing.
+        world.advance(Duration::from_secs(5));
         ok(&backend, "true");
     }
     let after = backend.stats();

@@ -1,0 +1,332 @@
+//! Request accounting for agent-sandbox, measured by e2b-local's server-side counter:
+//! once attached, a command in steady state costs exactly one request (its Process/Start
+//! stream). No lease top-up, no sync and no state check is sent when it has nothing to do.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, SystemTime};
+
+use hermes_e2b::agent_sandbox::{
+    ApiKeySource, Backend, ChannelSink, Config, Endpoints, HookError, LEASE_RENEWAL_SLACK,
+    ManualClock, NoStateHooks, PushKind, RunOptions, SandboxMode, Scope, Services, StateHooks,
+    StateTransport,
+};
+use hermes_e2b::e2b_client::ApiKey;
+use hermes_e2b::e2b_local::{self, RequestCounts};
+
+/// Commands in each steady-state run.
+const STEADY_COMMANDS: u64 = 6;
+
+/// Time between two commands of an agent at work: the lease must not be topped up for it.
+const THINKING_TIME: Duration = Duration::from_secs(5);
+
+/// A command deadline well inside the default 300 s lease.
+const SHORT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// One test at a time: e2b-local forks sandbox commands from this process, and a fork can
+/// briefly hold a copy of another test's writer-lease lock file.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct World {
+    runtime: tokio::runtime::Runtime,
+    server: Option<e2b_local::Server>,
+    home: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+impl World {
+    fn new() -> World {
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut config = e2b_local::ServerConfig::loopback();
+        config.clock =
+            e2b_local::Clock::manual(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+        let server = runtime
+            .block_on(e2b_local::Server::start(config))
+            .expect("e2b-local starts");
+        World {
+            runtime,
+            server: Some(server),
+            home: tempfile::tempdir().expect("temp home"),
+            clock: Arc::new(ManualClock::new()),
+            _serial: serial,
+        }
+    }
+
+    fn server(&self) -> &e2b_local::Server {
+        self.server.as_ref().expect("server running")
+    }
+
+    fn backend(&self, hooks: Arc<dyn StateHooks>) -> Backend {
+        let mut config = Config::new(ApiKeySource::Key(ApiKey::new("local-key".to_owned())));
+        config.endpoints = Endpoints::single(self.server().url());
+        config.mode = SandboxMode::Persistent;
+        let scope = Scope {
+            profile_home: self.home.path().to_path_buf(),
+            task_id: "default".to_owned(),
+        };
+        let services = Services {
+            runtime: self.runtime.handle().clone(),
+            clock: self.clock.clone(),
+        };
+        Backend::new(config, scope, services, hooks).expect("backend")
+    }
+
+    /// Time passes for the server (lease expiry) and the backend (lease tracking) alike.
+    fn advance(&self, by: Duration) {
+        self.server().clock().advance(by);
+        self.clock.advance(by);
+    }
+
+    fn requests(&self) -> RequestCounts {
+        self.server().requests()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            let _ = self.runtime.block_on(server.shutdown());
+        }
+    }
+}
+
+/// Runs `command` to completion with `deadline`; returns what its sink received.
+fn run(backend: &Backend, command: &str, deadline: Duration) -> String {
+    let (tx, rx) = mpsc::channel();
+    let running = backend
+        .run(
+            command,
+            RunOptions::new(deadline),
+            Box::new(ChannelSink::unbounded(tx)),
+        )
+        .unwrap_or_else(|error| panic!("{command}: {error}"));
+    let exit = running.wait().expect("command ends");
+    assert_eq!(exit.exit_code, 0, "{command}");
+    let output: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
+    String::from_utf8(output).expect("utf-8 output")
+}
+
+fn routes(counts: &RequestCounts) -> Vec<(&'static str, u64)> {
+    counts.routes().collect()
+}
+
+/// Runs the steady-state commands, each after some thinking time, and checks that each one
+/// cost exactly one Process/Start and nothing else.
+fn assert_steady_state(world: &World, backend: &Backend) {
+    let before = world.requests();
+    for i in 0..STEADY_COMMANDS {
+        world.advance(THINKING_TIME);
+        let step_start = world.requests();
+        // contract: O1 — the output reaches the caller's sink chunk by chunk.
+        let output = run(backend, &format!("echo step {i}"), SHORT_DEADLINE);
+        assert_eq!(output, format!("step {i}\n"));
+        let step = world.requests().since(&step_start);
+        assert_eq!(
+            routes(&step),
+            vec![("Process/Start", 1)],
+            "command {i} in steady state must cost exactly its start request"
+        );
+    }
+    let steady = world.requests().since(&before);
+    assert_eq!(steady.total(), STEADY_COMMANDS);
+    assert_eq!(steady.get("Process/Start"), STEADY_COMMANDS);
+}
+
+/// Never set-timeout, pause or kill: a persistent sandbox's lease is only ever extended.
+fn assert_no_destructive_requests(world: &World) {
+    let all = world.requests();
+    for route in ["timeout", "pause", "kill"] {
+        assert_eq!(all.get(route), 0, "{route}: {:?}", routes(&all));
+    }
+}
+
+#[test]
+fn steady_state_commands_cost_one_request_each_without_state_hooks() {
+    // contract: L5 — no lease top-up while the known expiry covers the command.
+    let world = World::new();
+    let backend = world.backend(Arc::new(NoStateHooks));
+    assert_eq!(world.requests().total(), 0, "nothing before first use");
+
+    // Attach (find, create as writer, bring-up) and the first command.
+    assert_eq!(run(&backend, "echo first", SHORT_DEADLINE), "first\n");
+    let attach = world.requests();
+    assert_eq!(attach.get("create"), 1, "{:?}", routes(&attach));
+    assert!(attach.get("list") >= 1, "{:?}", routes(&attach));
+
+    assert_steady_state(&world, &backend);
+
+    // Once the known lease has fallen more than the renewal slack below the baseline, one
+    // command renews it with one extend-only connect; the next ones are back to one request.
+    world.advance(LEASE_RENEWAL_SLACK);
+    let before = world.requests();
+    run(&backend, "true", SHORT_DEADLINE);
+    assert_eq!(
+        routes(&world.requests().since(&before)),
+        vec![("Process/Start", 1), ("connect", 1)]
+    );
+    assert_steady_state(&world, &backend);
+    assert_no_destructive_requests(&world);
+    backend.cleanup();
+}
+
+/// Pushes the host's skills/ tree, and on a per-command sync only what changed since the
+/// last push: when nothing changed it sends nothing (as Hermes' FileSyncManager does).
+struct ChangedSkillsHooks {
+    home: PathBuf,
+    pushed: Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl ChangedSkillsHooks {
+    fn new(home: &Path) -> Arc<ChangedSkillsHooks> {
+        Arc::new(ChangedSkillsHooks {
+            home: home.to_path_buf(),
+            pushed: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Every file under `<home>/skills`, by path relative to it.
+    fn host_skills(&self) -> BTreeMap<String, Vec<u8>> {
+        let root = self.home.join("skills");
+        let mut files = BTreeMap::new();
+        let mut dirs = vec![root.clone()];
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if let Ok(bytes) = std::fs::read(&path) {
+                    let relative = path.strip_prefix(&root).expect("under root");
+                    files.insert(relative.to_string_lossy().into_owned(), bytes);
+                }
+            }
+        }
+        files
+    }
+}
+
+impl StateHooks for ChangedSkillsHooks {
+    fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
+        let host = self.host_skills();
+        let mut pushed = self.pushed.lock().expect("pushed");
+        let changed: Vec<(PathBuf, String)> = host
+            .iter()
+            .filter(|(relative, bytes)| pushed.get(*relative) != Some(*bytes))
+            .map(|(relative, _)| {
+                (
+                    self.home.join("skills").join(relative),
+                    format!("/home/user/.hermes/skills/{relative}"),
+                )
+            })
+            .collect();
+        if !changed.is_empty() {
+            transport.upload_many(changed)?;
+        }
+        *pushed = host;
+        Ok(())
+    }
+
+    fn pull(&self, _transport: &StateTransport) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn steady_state_commands_cost_one_request_each_when_the_sync_has_nothing_to_push() {
+    // contract: L5, S3 — the per-command sync runs, but sends nothing when nothing changed.
+    let world = World::new();
+    let skill = world
+        .home
+        .path()
+        .join("skills")
+        .join("demo")
+        .join("SKILL.md");
+    std::fs::create_dir_all(skill.parent().unwrap()).unwrap();
+    std::fs::write(&skill, "# demo v1\n").unwrap();
+    let backend = world.backend(ChangedSkillsHooks::new(world.home.path()));
+
+    assert_eq!(
+        run(
+            &backend,
+            "cat ~/.hermes/skills/demo/SKILL.md",
+            SHORT_DEADLINE
+        ),
+        "# demo v1\n",
+        "the bring-up pushed the host's skill"
+    );
+    assert_eq!(world.requests().get("files POST"), 1, "the initial push");
+
+    assert_steady_state(&world, &backend);
+
+    // The hooks are live: a host change costs exactly one upload with the next command.
+    std::fs::write(&skill, "# demo v2\n").unwrap();
+    let before = world.requests();
+    assert_eq!(
+        run(
+            &backend,
+            "cat ~/.hermes/skills/demo/SKILL.md",
+            SHORT_DEADLINE
+        ),
+        "# demo v2\n"
+    );
+    assert_eq!(
+        routes(&world.requests().since(&before)),
+        vec![("Process/Start", 1), ("files POST", 1)]
+    );
+    assert_no_destructive_requests(&world);
+    backend.cleanup();
+}
+
+#[test]
+fn a_command_whose_lease_is_not_covered_adds_exactly_one_connect() {
+    // contract: L5 — extend through connect only, and only when the known expiry does not
+    // cover the command's deadline plus grace.
+    let world = World::new();
+    let backend = world.backend(Arc::new(NoStateHooks));
+    run(&backend, "true", SHORT_DEADLINE);
+    let id = backend.info().expect("attached").sandbox_id;
+
+    // A deadline beyond the known expiry: one extend-only connect, then the start.
+    let before = world.requests();
+    assert_eq!(
+        run(&backend, "echo long", Duration::from_secs(900)),
+        "long\n"
+    );
+    assert_eq!(
+        routes(&world.requests().since(&before)),
+        vec![("Process/Start", 1), ("connect", 1)]
+    );
+    // Now covered again: back to one request.
+    let before = world.requests();
+    run(&backend, "true", SHORT_DEADLINE);
+    assert_eq!(
+        routes(&world.requests().since(&before)),
+        vec![("Process/Start", 1)]
+    );
+
+    // The lease runs out between commands and E2B pauses the sandbox: the next command's
+    // one connect resumes it, transparently.
+    world.advance(Duration::from_secs(3600));
+    let before = world.requests();
+    assert_eq!(run(&backend, "echo back", SHORT_DEADLINE), "back\n");
+    assert_eq!(
+        routes(&world.requests().since(&before)),
+        vec![("Process/Start", 1), ("connect", 1)]
+    );
+    let info = backend.info().expect("attached");
+    assert_eq!(info.sandbox_id, id, "the same sandbox, resumed");
+    assert!(info.resumed);
+    assert_no_destructive_requests(&world);
+    backend.cleanup();
+}
