@@ -318,3 +318,26 @@ def test_stubs_match_the_native_module(home):
         if methods is None or name.endswith("Error"):
             continue
         assert set(methods) == set(result["members"][name]), name
+
+
+def test_shim_without_the_wheel_imports_and_explains(home):
+    result = home.driver(
+        f"""
+        import importlib.util, json, logging, sys
+        sys.modules["hermes_e2b"] = None  # the wheel is not installed
+        records = []
+        class H(logging.Handler):
+            def emit(self, r): records.append(r.getMessage())
+        logging.getLogger("hermes_e2b").addHandler(H())
+        spec = importlib.util.spec_from_file_location("e2b_shim", {str(SHIM_DIR / "__init__.py")!r})
+        shim = importlib.util.module_from_spec(spec); spec.loader.exec_module(shim)
+        class Ctx:
+            called = 0
+            def register_terminal_environment_provider(self, p): Ctx.called += 1
+        shim.register(Ctx())
+        print("RESULT:" + json.dumps({{"records": records, "called": Ctx.called, "version": shim.__version__}}))
+        """
+    )
+    assert result["called"] == 0
+    assert len(result["records"]) == 1 and "pip install hermes-e2b==" in result["records"][0]
+    assert result["version"] == load_yaml(SHIM_DIR / "plugin.yaml")["version"]
