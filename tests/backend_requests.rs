@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use hermes_e2b::agent_sandbox::{
     ApiKeySource, Backend, ChannelSink, Config, Endpoints, HookError, LEASE_RENEWAL_SLACK,
-    ManualClock, NoStateHooks, PushKind, RunOptions, SandboxMode, Scope, Services, StateHooks,
-    StateTransport,
+    ManualClock, NoStateHooks, PushKind, RoleKind, RunOptions, SandboxMode, Scope, Services,
+    StateHooks, StateTransport,
 };
 use hermes_e2b::e2b_client::ApiKey;
 use hermes_e2b::e2b_local::{self, RequestCounts};
@@ -329,4 +329,22 @@ fn a_command_whose_lease_is_not_covered_adds_exactly_one_connect() {
     assert!(info.resumed);
     assert_no_destructive_requests(&world);
     backend.cleanup();
+}
+
+#[test]
+fn a_reader_in_steady_state_costs_one_request_per_command() {
+    // contract: L5, C2 — a reader's admission gates are host files: no request.
+    let world = World::new();
+    let writer = world.backend(Arc::new(NoStateHooks));
+    run(&writer, "true", SHORT_DEADLINE);
+    // A second session on the same scope while the writer holds the role.
+    let reader = world.backend(Arc::new(NoStateHooks));
+    let info = reader.attach().expect("reader attaches");
+    assert_eq!(info.role, RoleKind::Reader);
+    assert_eq!(info.sandbox_id, writer.info().expect("attached").sandbox_id);
+    run(&reader, "true", SHORT_DEADLINE);
+    assert_steady_state(&world, &reader);
+    assert_no_destructive_requests(&world);
+    reader.cleanup();
+    writer.cleanup();
 }

@@ -80,7 +80,11 @@
 //! - envd always starts `bash -l -c`; [`Shell::Plain`] runs the command through
 //!   `exec /bin/bash -c` inside it, so the login profile is still read once.
 //! - The command deadline kills by pid using real time (tokio timers), not the injected clock.
-//! - [`Stats`] counts this backend's own requests; it is not a server-side request counter.
+//! - [`Stats`] counts this backend's own requests; it is not a server-side request counter
+//!   (e2b-local's `Server::requests` is one; `tests/backend_requests.rs` at the workspace root
+//!   uses it to prove one request per steady-state command).
+//! - Ephemeral and probe sandboxes keep their full lease before every command, so once any
+//!   time has passed since the last extension each of their commands also sends a connect.
 //! - `sandbox-session` (a binary of this package) drives one backend from standard input for
 //!   multi-process tests.
 
