@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
 use hermes_e2b::agent_sandbox::{
-    ApiKeySource, Backend, ChannelSink, Config, Endpoints, HookError, LEASE_RENEWAL_SLACK,
-    ManualClock, NoStateHooks, PushKind, RoleKind, RunOptions, SandboxMode, Scope, Services,
-    StateHooks, StateTransport,
+    ApiKeySource, Backend, ChannelSink, Config, DiscardSink, Endpoints, HookError,
+    LEASE_RENEWAL_SLACK, ManualClock, NoStateHooks, PushKind, RoleKind, RunOptions, SandboxMode,
+    Scope, Services, StateHooks, StateTransport, Termination,
 };
 use hermes_e2b::e2b_client::ApiKey;
 use hermes_e2b::e2b_local::{self, RequestCounts};
@@ -347,4 +347,36 @@ fn a_reader_in_steady_state_costs_one_request_per_command() {
     assert_no_destructive_requests(&world);
     reader.cleanup();
     writer.cleanup();
+}
+
+#[test]
+fn a_kill_by_pid_costs_exactly_one_signal_request() {
+    // contract: L6 — the kill is one SendSignal to that pid; the sandbox lives on.
+    let world = World::new();
+    let backend = world.backend(Arc::new(NoStateHooks));
+    run(&backend, "true", SHORT_DEADLINE);
+    let before = world.requests();
+    let running = backend
+        .run(
+            "echo started; sleep 30",
+            RunOptions::new(SHORT_DEADLINE),
+            Box::new(DiscardSink),
+        )
+        .expect("starts");
+    running.kill();
+    let exit = running.wait().expect("ends");
+    assert_eq!(exit.termination, Termination::Killed);
+    assert_eq!(
+        routes(&world.requests().since(&before)),
+        vec![("Process/SendSignal", 1), ("Process/Start", 1)]
+    );
+    // The sandbox survives: the next command is back to one request.
+    let before = world.requests();
+    assert_eq!(run(&backend, "echo alive", SHORT_DEADLINE), "alive\n");
+    assert_eq!(
+        routes(&world.requests().since(&before)),
+        vec![("Process/Start", 1)]
+    );
+    assert_no_destructive_requests(&world);
+    backend.cleanup();
 }
