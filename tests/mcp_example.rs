@@ -1,0 +1,266 @@
+//! `examples/mcp_server.rs` end to end: the built binary, spoken to in MCP JSON-RPC over its
+//! standard input and output, serving a sandbox of its embedded e2b-local (loopback only).
+
+mod examples_support;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// A guard against a hung child, not a timing assertion: a healthy exchange takes moments.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// An MCP client over the example's stdio.
+struct McpSession {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    stderr_reader: Option<JoinHandle<()>>,
+    next_id: u64,
+}
+
+impl McpSession {
+    fn start() -> McpSession {
+        let binary = examples_support::example_binary("mcp_server");
+        let mut command = Command::new(binary);
+        for name in examples_support::E2B_VARIABLES {
+            command.env_remove(name);
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the example starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+        let collected = Arc::clone(&stderr);
+        let stderr_reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr_pipe.read_to_string(&mut text);
+            collected.lock().unwrap().push_str(&text);
+        });
+        let stdin = child.stdin.take();
+        McpSession {
+            child,
+            stdin,
+            lines,
+            stderr,
+            stderr_reader: Some(stderr_reader),
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, message: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{message}").expect("the server reads its stdin");
+        stdin.flush().expect("flush");
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Sends a request and returns its result plus the notifications that came before it.
+    fn request(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let mut notifications = Vec::new();
+        loop {
+            let line = match self.lines.recv_timeout(PATIENCE) {
+                Ok(line) => line,
+                Err(RecvTimeoutError::Timeout) => panic!("no answer to {method}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("the server closed stdout during {method}")
+                }
+            };
+            let message: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|error| panic!("stdout carries only JSON-RPC ({error}): {line}"));
+            if message["id"] == json!(id) {
+                assert!(message.get("error").is_none(), "{method} failed: {message}");
+                return (message["result"].clone(), notifications);
+            }
+            notifications.push(message);
+        }
+    }
+
+    fn call_tool(&mut self, name: &str, arguments: Value) -> (Value, Vec<Value>) {
+        self.request("tools/call", json!({"name": name, "arguments": arguments}))
+    }
+
+    /// Closes stdin (the client goes away) and returns how the server exited and its stderr.
+    fn finish(mut self) -> (ExitStatus, String) {
+        drop(self.stdin.take());
+        let (sender, exited) = mpsc::channel();
+        let mut child = self.child;
+        std::thread::spawn(move || {
+            let _ = sender.send(child.wait());
+        });
+        let status = exited
+            .recv_timeout(PATIENCE)
+            .expect("the server exits once stdin closes")
+            .expect("wait for the server");
+        if let Some(reader) = self.stderr_reader.take() {
+            reader.join().expect("stderr reader");
+        }
+        let stderr = self.stderr.lock().unwrap().clone();
+        (status, stderr)
+    }
+}
+
+fn initialize(session: &mut McpSession) -> Value {
+    let (result, _) = session.request(
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "mcp-example-test", "version": "0"}
+        }),
+    );
+    session.notify("notifications/initialized", json!({}));
+    result
+}
+
+fn text_of(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .expect("content is a list")
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect()
+}
+
+#[test]
+fn mcp_server_exposes_the_sandbox_as_three_tools_and_cleans_up_on_exit() {
+    let mut session = McpSession::start();
+
+    let info = initialize(&mut session);
+    assert_eq!(info["serverInfo"]["name"], "hermes-e2b-sandbox");
+    assert!(info["capabilities"]["tools"].is_object(), "{info}");
+
+    let (tools, _) = session.request("tools/list", json!({}));
+    let mut names: Vec<&str> = tools["tools"]
+        .as_array()
+        .expect("a tool list")
+        .iter()
+        .map(|tool| tool["name"].as_str().expect("a name"))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["read_file", "run_command", "write_file"]);
+
+    // Output and exit code; each chunk also arrives as a progress notification.
+    let (result, notifications) = session.request(
+        "tools/call",
+        json!({
+            "name": "run_command",
+            "arguments": {"command": "echo hi; exit 3"},
+            "_meta": {"progressToken": "run-1"}
+        }),
+    );
+    assert_eq!(result["structuredContent"]["exit_code"], 3, "{result}");
+    assert_eq!(result["structuredContent"]["output"], "hi\n");
+    assert_eq!(result["structuredContent"]["termination"], "exited");
+    assert_eq!(result["isError"], false);
+    assert!(text_of(&result).starts_with("hi\n[exit code 3"), "{result}");
+    let streamed: String = notifications
+        .iter()
+        .filter(|message| message["method"] == "notifications/progress")
+        .inspect(|message| assert_eq!(message["params"]["progressToken"], "run-1"))
+        .map(|message| message["params"]["message"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        streamed, "hi\n",
+        "progress notifications: {notifications:?}"
+    );
+
+    // A write and a read of the same file: a round trip through the sandbox.
+    let content = "first line\nünïcode ✓\n";
+    let (written, _) = session.call_tool(
+        "write_file",
+        json!({"path": "/home/user/notes/mcp.txt", "content": content}),
+    );
+    assert_eq!(written["isError"], false, "{written}");
+    let (read, _) = session.call_tool("read_file", json!({"path": "/home/user/notes/mcp.txt"}));
+    assert_eq!(read["isError"], false, "{read}");
+    assert_eq!(text_of(&read), content);
+
+    // The same persistent sandbox serves every call: the command sees the file.
+    let (listed, _) = session.call_tool(
+        "run_command",
+        json!({"command": "wc -l < notes/mcp.txt; printf %s \"$E2B_SANDBOX_ID\""}),
+    );
+    let output = listed["structuredContent"]["output"]
+        .as_str()
+        .expect("output")
+        .to_owned();
+    let (lines, sandbox_id) = output.split_once('\n').expect("two parts");
+    assert_eq!(lines.trim(), "2");
+    assert!(!sandbox_id.is_empty(), "{output}");
+
+    // A missing file is a tool error naming the path, not a protocol error.
+    let (missing, _) = session.call_tool("read_file", json!({"path": "/home/user/nope.txt"}));
+    assert_eq!(missing["isError"], true);
+    assert!(
+        text_of(&missing).contains("/home/user/nope.txt"),
+        "{missing}"
+    );
+
+    let (status, stderr) = session.finish();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("cleanup done for sandbox {sandbox_id}")),
+        "the backend's cleanup ran for the sandbox; stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("embedded e2b-local at http://127.0.0.1:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn mcp_server_bounds_a_large_output_and_keeps_its_end() {
+    let mut session = McpSession::start();
+    initialize(&mut session);
+
+    // 200000 bytes of 'x' then a marker line: far more than the 64 KiB the result keeps.
+    let (result, notifications) = session.call_tool(
+        "run_command",
+        json!({"command": "head -c 200000 /dev/zero | tr '\\0' x; echo; echo the-end"}),
+    );
+    let structured = &result["structuredContent"];
+    assert_eq!(structured["exit_code"], 0, "{structured}");
+    assert_eq!(structured["output_bytes"], 200_000 + 1 + 8);
+    let omitted = structured["omitted_bytes"].as_u64().expect("a count");
+    assert_eq!(omitted, 200_009 - 64 * 1024);
+    let output = structured["output"].as_str().expect("output");
+    assert!(output.starts_with("xxxx"));
+    assert!(output.contains(&format!("[... {omitted} bytes omitted ...]")));
+    assert!(output.ends_with("x\nthe-end\n"), "the end is kept");
+    // No progress token, no progress notifications.
+    assert!(
+        notifications
+            .iter()
+            .all(|message| message["method"] != "notifications/progress"),
+        "{notifications:?}"
+    );
+
+    let (status, stderr) = session.finish();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+}
