@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
 use hermes_e2b::agent_sandbox::{
-    ApiKeySource, Backend, ChannelSink, Config, DiscardSink, Endpoints, HookError,
-    LEASE_RENEWAL_SLACK, ManualClock, NoStateHooks, PushKind, RoleKind, RunOptions, SandboxMode,
-    Scope, Services, StateHooks, StateTransport, Termination,
+    ApiKeySource, Backend, ChannelSink, Config, DiscardSink, Endpoints, HookError, LEASE_HEADROOM,
+    ManualClock, NoStateHooks, PushKind, RoleKind, RunOptions, SandboxMode, Scope, Services,
+    StateHooks, StateTransport, Termination,
 };
 use hermes_e2b::e2b_client::ApiKey;
 use hermes_e2b::e2b_local::{self, RequestCounts};
@@ -164,9 +164,9 @@ fn steady_state_commands_cost_one_request_each_without_state_hooks() {
 
     assert_steady_state(&world, &backend);
 
-    // Once the known lease has fallen more than the renewal slack below the baseline, one
+    // Once the headroom is used up, the known expiry no longer covers the full lease: one
     // command renews it with one extend-only connect; the next ones are back to one request.
-    world.advance(LEASE_RENEWAL_SLACK);
+    world.advance(LEASE_HEADROOM);
     let before = world.requests();
     run(&backend, "true", SHORT_DEADLINE);
     assert_eq!(

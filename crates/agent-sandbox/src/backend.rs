@@ -29,11 +29,12 @@ use crate::transport::{FailureLog, StateTransport, TransportParts};
 /// this (plus grace and one control-plane request).
 pub const TRANSFER_WINDOW: Duration = Duration::from_secs(120);
 
-/// How far below its baseline a persistent sandbox's known lease may fall before a command
-/// tops it up: at most one extension per this much time of activity, so in steady state a
-/// command costs exactly its start request. An idle persistent sandbox therefore pauses
-/// between `lease - LEASE_RENEWAL_SLACK` and `lease` after its last command.
-pub const LEASE_RENEWAL_SLACK: Duration = Duration::from_secs(60);
+/// What a persistent sandbox's extension asks for beyond what the command needs. Every
+/// command still finds its full `max(lease, deadline + grace)` covered (L5); the headroom
+/// lets the commands of the next minute find it covered without a request, so in steady
+/// state a command costs exactly its start request. An idle persistent sandbox therefore
+/// pauses between `lease` and `lease + LEASE_HEADROOM` after its last command.
+pub const LEASE_HEADROOM: Duration = Duration::from_secs(60);
 
 /// The lease a file read or write asks for beyond the baseline.
 const FILE_OPERATION_WINDOW: Duration = Duration::from_secs(60);
@@ -906,9 +907,9 @@ impl Inner {
         client: &Client,
         on_timeout: OnTimeout,
     ) -> Result<(Sandbox, LeaseTracker), Error> {
-        let baseline = self.policy.baseline();
         let mut lease = LeaseTracker::new();
-        let request = match lease.plan(&*self.services.clock, baseline) {
+        let asked = self.with_headroom(self.policy.baseline());
+        let request = match lease.plan(&*self.services.clock, asked) {
             LeasePlan::Extend(request) => request,
             LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
         };
@@ -943,7 +944,8 @@ impl Inner {
         id: &SandboxId,
     ) -> Result<(Sandbox, LeaseTracker, bool), Error> {
         let mut lease = LeaseTracker::new();
-        let request = match lease.plan(&*self.services.clock, self.policy.baseline()) {
+        let asked = self.with_headroom(self.policy.baseline());
+        let request = match lease.plan(&*self.services.clock, asked) {
             LeasePlan::Extend(request) => request,
             LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
         };
@@ -1174,19 +1176,17 @@ impl Inner {
         }
     }
 
-    /// Extends the lease to `max(baseline, deadline + grace)` through an extend-only connect
-    /// (L5), unless the known expiry already covers what this command needs (see
-    /// [`LEASE_RENEWAL_SLACK`]). Never set-timeout.
+    /// Makes sure the known expiry covers `max(baseline, deadline + grace)` (L5); when it does
+    /// not, extends through an extend-only connect, asking for [`LEASE_HEADROOM`] more on a
+    /// persistent sandbox. Never set-timeout.
     fn top_up_lease(&self, attached: &mut Attached, deadline: Duration) -> Result<(), Error> {
         let needed = self.policy.command_lease(deadline);
         let clock = &*self.services.clock;
-        if attached
-            .lease
-            .covers(clock.now(), self.skip_threshold(deadline))
-        {
+        if attached.lease.covers(clock.now(), needed) {
             return Ok(());
         }
-        let LeasePlan::Extend(request) = attached.lease.plan(clock, needed) else {
+        let LeasePlan::Extend(request) = attached.lease.plan(clock, self.with_headroom(needed))
+        else {
             return Ok(());
         };
         if matches!(self.config.api_key, ApiKeySource::Resolver(_)) {
@@ -1220,18 +1220,14 @@ impl Inner {
         Ok(())
     }
 
-    /// How much of the known lease must be left for a command to go without a top-up.
-    /// Always the command's deadline plus grace, so E2B's timeout action cannot fire mid-command.
-    /// A persistent (or attached) sandbox also keeps at least its baseline minus
-    /// [`LEASE_RENEWAL_SLACK`]: with the full baseline, every command would reconnect as soon as
-    /// any time had passed since the last extension. Ephemeral and probe sandboxes keep the
-    /// full baseline, whose margin protects the teardown pull from E2B's kill (L4).
-    fn skip_threshold(&self, deadline: Duration) -> Duration {
+    /// The lease to ask for when `needed` is not covered. A persistent sandbox asks for
+    /// [`LEASE_HEADROOM`] more, so the next commands are covered without a request.
+    /// Ephemeral and probe sandboxes ask for exactly what they need: their on-timeout kill is
+    /// the backstop for an abandoned session and should not fire later than that.
+    fn with_headroom(&self, needed: Duration) -> Duration {
         match self.policy.kind {
-            LeaseKind::Persistent => deadline
-                .saturating_add(self.policy.command_grace)
-                .max(self.policy.baseline().saturating_sub(LEASE_RENEWAL_SLACK)),
-            LeaseKind::Ephemeral { .. } | LeaseKind::Probe => self.policy.command_lease(deadline),
+            LeaseKind::Persistent => needed.saturating_add(LEASE_HEADROOM),
+            LeaseKind::Ephemeral { .. } | LeaseKind::Probe => needed,
         }
     }
 

@@ -46,11 +46,11 @@
 //!   resumes a paused one) or, only as the writer and under the cross-process creation lock,
 //!   creates it with on-timeout pause. Ephemeral and probe backends always create, with
 //!   on-timeout kill (L4, L11). Attach mode connects to a given id (L12).
-//! - **Leases** (L5): a command needs the known expiry to cover its `deadline + grace`, and a
-//!   persistent sandbox's also `lease` minus [`LEASE_RENEWAL_SLACK`] (60 s); ephemeral and probe
-//!   sandboxes need the full `max(lease, deadline + grace)`. When it does, no request is sent,
-//!   so in steady state a command costs one request (its start); otherwise an extend-only
-//!   connect asks for `max(lease, deadline + grace)`. Set-timeout is never used.
+//! - **Leases** (L5): before every command the known expiry must cover `max(lease,
+//!   deadline + grace)`; when it already does, no request is sent. Otherwise an extend-only
+//!   connect asks for that, plus [`LEASE_HEADROOM`] (60 s) on a persistent
+//!   sandbox, so in steady state a command costs one request (its start). Set-timeout
+//!   is never used.
 //! - **Commands** (O1, L6): output goes chunk by chunk to the caller's [`OutputSink`] from a
 //!   thread the backend owns; no copy is kept. The [`RunningCommand`] can be waited on, polled
 //!   and killed by pid from any thread; the kill reaches that pid only. A deadline that passes
@@ -98,9 +98,8 @@ mod sink;
 mod transport;
 
 pub use backend::{
-    AttachInfo, Backend, CleanupReport, HookError, KillOutcomeReport, LEASE_RENEWAL_SLACK,
-    NoStateHooks, Origin, PullOutcome, PushKind, RETRY_HINT, RoleKind, StateHooks, Stats,
-    TRANSFER_WINDOW,
+    AttachInfo, Backend, CleanupReport, HookError, KillOutcomeReport, LEASE_HEADROOM, NoStateHooks,
+    Origin, PullOutcome, PushKind, RETRY_HINT, RoleKind, StateHooks, Stats, TRANSFER_WINDOW,
 };
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
 pub use config::{

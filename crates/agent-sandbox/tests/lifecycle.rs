@@ -498,7 +498,7 @@ fn steady_state_commands_send_no_control_plane_request() {
     ok(&backend, "true");
     let before = backend.stats();
     for _ in 0..5 {
-        // Time passes between an agent's commands; within the renewal slack it costs nothing.
+        // Time passes between an agent's commands; within the lease headroom it costs nothing.
         world.advance(Duration::from_secs(5));
         ok(&backend, "true");
     }
