@@ -79,6 +79,7 @@ def test_command_streams_into_the_pipe_and_kill_hits_only_that_pid(home, native_
 
 
 def test_ctrl_c_inside_the_teardown_pull_is_deferred_then_reraised(home, native_env):
+    # contract: L10 (the interrupt surfaces only after the mandatory release completed)
     result = native(home, """
         class Interrupting(Hooks):
             def pull(self, transport):

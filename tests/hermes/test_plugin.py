@@ -89,6 +89,7 @@ def test_register_on_a_host_without_the_provider_abc_logs_one_line(home):
 
 
 def test_entry_point_discovery_after_enable(home):
+    # contract: X3 (strip_env_keys carries E2B_API_KEY into Hermes' union)
     home.write_config(enabled=False)
     # iot's `plugins enable` hands the new selection to its package manager, which syncs a
     # managed interpreter (a download; no network here) and then writes config.yaml. Stand in
