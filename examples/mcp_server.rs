@@ -43,6 +43,7 @@ use rmcp::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -383,6 +384,7 @@ async fn choose_target() -> AnyResult<(Target, Config)> {
 
 #[tokio::main]
 async fn main() -> AnyResult<()> {
+    let signals = Signals::listen()?;
     let (target, config) = choose_target().await?;
     let scope = Scope {
         profile_home: target.home(),
@@ -396,10 +398,10 @@ async fn main() -> AnyResult<()> {
         Arc::new(NoStateHooks),
     )?);
 
-    let served = serve(SandboxTools {
+    let tools = SandboxTools {
         backend: Arc::clone(&backend),
-    })
-    .await;
+    };
+    let served = serve(tools, signals).await;
 
     // Cleanup runs however serving ended: it waits for running commands, then leaves the
     // persistent sandbox to its lease.
@@ -421,26 +423,46 @@ async fn main() -> AnyResult<()> {
 }
 
 /// Serves MCP on standard input and output until the client disconnects or a signal comes.
-async fn serve(tools: SandboxTools) -> AnyResult<()> {
-    let service = tools.serve(rmcp::transport::stdio()).await?;
-    let cancel = service.cancellation_token();
-    let signals = tokio::spawn(async move {
-        if shutdown_signal().await.is_ok() {
-            eprintln!("mcp_server: signal received, shutting down");
-            cancel.cancel();
+async fn serve(tools: SandboxTools, mut signals: Signals) -> AnyResult<()> {
+    let service = tokio::select! {
+        service = tools.serve(rmcp::transport::stdio()) => service?,
+        () = signals.recv() => {
+            eprintln!("mcp_server: signal received before the session started");
+            return Ok(());
         }
+    };
+    let cancel = service.cancellation_token();
+    let watcher = tokio::spawn(async move {
+        signals.recv().await;
+        eprintln!("mcp_server: signal received, shutting down");
+        cancel.cancel();
     });
     let reason = service.waiting().await;
-    signals.abort();
+    watcher.abort();
     eprintln!("mcp_server: MCP session ended ({reason:?})");
     Ok(())
 }
 
-async fn shutdown_signal() -> io::Result<()> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result,
-        _ = terminate.recv() => Ok(()),
+/// SIGINT and SIGTERM, listened for from the start so that neither can kill the process
+/// before the cleanup runs.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn listen() -> io::Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
     }
 }
 

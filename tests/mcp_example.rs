@@ -108,6 +108,20 @@ impl McpSession {
     /// Closes stdin (the client goes away) and returns how the server exited and its stderr.
     fn finish(mut self) -> (ExitStatus, String) {
         drop(self.stdin.take());
+        self.wait()
+    }
+
+    /// Sends SIGTERM with stdin still open and returns how the server exited and its stderr.
+    fn terminate(self) -> (ExitStatus, String) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM failed: {status}");
+        self.wait()
+    }
+
+    fn wait(mut self) -> (ExitStatus, String) {
         let (sender, exited) = mpsc::channel();
         let mut child = self.child;
         std::thread::spawn(move || {
@@ -115,7 +129,7 @@ impl McpSession {
         });
         let status = exited
             .recv_timeout(PATIENCE)
-            .expect("the server exits once stdin closes")
+            .expect("the server exits")
             .expect("wait for the server");
         if let Some(reader) = self.stderr_reader.take() {
             reader.join().expect("stderr reader");
@@ -263,4 +277,28 @@ fn mcp_server_bounds_a_large_output_and_keeps_its_end() {
 
     let (status, stderr) = session.finish();
     assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+}
+
+#[test]
+fn mcp_server_cleans_up_on_sigterm() {
+    let mut session = McpSession::start();
+    initialize(&mut session);
+    let (result, _) = session.call_tool(
+        "run_command",
+        json!({"command": "printf %s \"$E2B_SANDBOX_ID\""}),
+    );
+    let sandbox_id = result["structuredContent"]["output"]
+        .as_str()
+        .expect("output")
+        .to_owned();
+    assert!(!sandbox_id.is_empty(), "{result}");
+
+    // stdin stays open: only the signal ends the session.
+    let (status, stderr) = session.terminate();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    assert!(stderr.contains("signal received"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cleanup done for sandbox {sandbox_id}")),
+        "the backend's cleanup ran for the sandbox; stderr:\n{stderr}"
+    );
 }
