@@ -77,22 +77,33 @@ impl McpSession {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
 
-    /// Sends a request and returns its result plus the notifications that came before it.
-    fn request(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+    /// Sends a request without waiting for its answer; returns its id.
+    fn start_request(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// The next message the server sends.
+    fn next_message(&mut self, waiting_for: &str) -> Value {
+        let line = match self.lines.recv_timeout(PATIENCE) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => panic!("nothing from the server: {waiting_for}"),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("the server closed stdout: {waiting_for}")
+            }
+        };
+        serde_json::from_str(&line)
+            .unwrap_or_else(|error| panic!("stdout carries only JSON-RPC ({error}): {line}"))
+    }
+
+    /// Sends a request and returns its result plus the notifications that came before it.
+    fn request(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let id = self.start_request(method, params);
         let mut notifications = Vec::new();
         loop {
-            let line = match self.lines.recv_timeout(PATIENCE) {
-                Ok(line) => line,
-                Err(RecvTimeoutError::Timeout) => panic!("no answer to {method}"),
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("the server closed stdout during {method}")
-                }
-            };
-            let message: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|error| panic!("stdout carries only JSON-RPC ({error}): {line}"));
+            let message = self.next_message(method);
             if message["id"] == json!(id) {
                 assert!(message.get("error").is_none(), "{method} failed: {message}");
                 return (message["result"].clone(), notifications);
@@ -301,4 +312,46 @@ fn mcp_server_cleans_up_on_sigterm() {
         stderr.contains(&format!("cleanup done for sandbox {sandbox_id}")),
         "the backend's cleanup ran for the sandbox; stderr:\n{stderr}"
     );
+}
+
+#[test]
+fn mcp_server_kills_the_command_of_a_cancelled_call() {
+    let mut session = McpSession::start();
+    initialize(&mut session);
+
+    // `exec` makes the sleep the command's own pid, which is what a kill reaches (L6).
+    let id = session.start_request(
+        "tools/call",
+        json!({
+            "name": "run_command",
+            "arguments": {"command": "echo started; exec sleep 3599"},
+            "_meta": {"progressToken": "long"}
+        }),
+    );
+    // Its first output proves it runs; then the client cancels the call.
+    let first = session.next_message("the long command's first output");
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    assert_eq!(first["params"]["message"], "started\n");
+    session.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "the user stopped it"}),
+    );
+
+    // Waits inside the sandbox until the sleep is gone; were it never killed, this command
+    // would hit its own deadline instead of exiting.
+    let (result, _) = session.call_tool(
+        "run_command",
+        json!({
+            "command": "while ps -eo args | grep -q '^sleep 3599$'; do sleep 0.1; done; echo gone",
+            "timeout_seconds": 60
+        }),
+    );
+    assert_eq!(
+        result["structuredContent"]["termination"], "exited",
+        "{result}"
+    );
+    assert_eq!(result["structuredContent"]["output"], "gone\n");
+
+    let (status, stderr) = session.finish();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
 }
