@@ -32,7 +32,7 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use hermes_e2b::e2b_client::{
     ApiKey, Client, Config, CreateOptions, KillOutcome, OnTimeout, ProcessEvent, Sandbox,
-    SandboxId, StartOptions, UploadFile,
+    SandboxId, StartOptions, UploadFile, redact,
 };
 use hermes_e2b::e2b_local::{Server, ServerConfig};
 
@@ -140,7 +140,8 @@ async fn main() -> AnyResult<()> {
     let (target, config) = match ApiKey::from_env() {
         Some(key) => {
             let config = Config::from_env(key);
-            println!("target: E2B at {}", config.api_base_url());
+            // A URL may carry credentials (user:pass@); the redaction pass removes them.
+            println!("target: E2B at {}", redact(&config.api_base_url()));
             (Target::Cloud, config)
         }
         None => {

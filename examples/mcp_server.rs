@@ -356,13 +356,11 @@ async fn choose_target() -> AnyResult<(Target, Config)> {
                     .join("mcp"),
             };
             std::fs::create_dir_all(&home)?;
+            // A URL may carry credentials (user:pass@); the redaction pass removes them.
+            let api = config.endpoints.api_url.as_deref().map(e2b_client::redact);
             eprintln!(
                 "mcp_server: sandbox on E2B ({}), scope {}",
-                config
-                    .endpoints
-                    .api_url
-                    .as_deref()
-                    .unwrap_or("public cloud"),
+                api.as_deref().unwrap_or("public cloud"),
                 home.display()
             );
             Ok((Target::Cloud { home }, config))
