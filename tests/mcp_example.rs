@@ -26,12 +26,19 @@ struct McpSession {
 }
 
 impl McpSession {
+    /// The example on its embedded e2b-local.
     fn start() -> McpSession {
+        McpSession::start_with_env(&[])
+    }
+
+    /// The example with these variables set on top of a cleared E2B environment.
+    fn start_with_env(variables: &[(&str, &str)]) -> McpSession {
         let binary = examples_support::example_binary("mcp_server");
         let mut command = Command::new(binary);
         for name in examples_support::E2B_VARIABLES {
             command.env_remove(name);
         }
+        command.envs(variables.iter().copied());
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -354,4 +361,65 @@ fn mcp_server_kills_the_command_of_a_cancelled_call() {
 
     let (status, stderr) = session.finish();
     assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+}
+
+/// The E2B path (`E2B_API_KEY` set) with the endpoints from the environment, pointed at an
+/// e2b-local server this test runs: the persistent sandbox is found again after a restart.
+#[test]
+fn mcp_server_on_e2b_endpoints_finds_its_sandbox_again_after_a_restart() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let server = runtime
+        .block_on(hermes_e2b::e2b_local::Server::start_loopback())
+        .expect("e2b-local starts");
+    let url = server.url();
+    let home = tempfile::tempdir().expect("a scope directory");
+    let home_path = home.path().to_str().expect("a UTF-8 path").to_owned();
+    let variables = [
+        ("E2B_API_KEY", "e2b_test_key_not_real"),
+        ("E2B_API_URL", url.as_str()),
+        ("E2B_SANDBOX_URL", url.as_str()),
+        ("HERMES_E2B_MCP_HOME", home_path.as_str()),
+    ];
+
+    let mut first = McpSession::start_with_env(&variables);
+    initialize(&mut first);
+    first.call_tool(
+        "write_file",
+        json!({"path": "/home/user/kept.txt", "content": "from the first run"}),
+    );
+    let (result, _) = first.call_tool(
+        "run_command",
+        json!({"command": "printf %s \"$E2B_SANDBOX_ID\""}),
+    );
+    let sandbox_id = result["structuredContent"]["output"]
+        .as_str()
+        .expect("output")
+        .to_owned();
+    let (status, stderr) = first.finish();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+    assert!(
+        stderr.contains(&format!("sandbox on E2B ({url})")),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("e2b_test_key_not_real"),
+        "the key is never printed"
+    );
+
+    let mut second = McpSession::start_with_env(&variables);
+    initialize(&mut second);
+    let (result, _) = second.call_tool(
+        "run_command",
+        json!({"command": "cat kept.txt; echo; printf %s \"$E2B_SANDBOX_ID\""}),
+    );
+    assert_eq!(
+        result["structuredContent"]["output"],
+        format!("from the first run\n{sandbox_id}")
+    );
+    let (status, stderr) = second.finish();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+
+    runtime
+        .block_on(server.shutdown())
+        .expect("e2b-local stops");
 }
