@@ -243,7 +243,7 @@ async fn run_flow(
     println!("wrote /home/user/runbook.md and /home/user/incidents/first.json");
 
     let common = hermes_prefix(has_provider_key);
-    run(
+    let first = run(
         sandbox,
         &format!(
             "{common} -q \"Study /home/user/runbook.md, apply it to \
@@ -251,6 +251,7 @@ async fn run_flow(
         ),
     )
     .await?;
+    turn_succeeded(1, first)?;
 
     sandbox
         .write_file("/home/user/incidents/next.json", Bytes::from(NEXT_INCIDENT))
@@ -259,7 +260,7 @@ async fn run_flow(
 
     // The second turn continues the latest session in the same sandbox, so ~/.hermes, the
     // workspace and the skill from the first turn are all there.
-    run(
+    let second = run(
         sandbox,
         &format!(
             "{common} -c --skills incident-triage -q \"Use the incident-triage skill to \
@@ -267,9 +268,19 @@ async fn run_flow(
         ),
     )
     .await?;
+    turn_succeeded(2, second)?;
 
     run(sandbox, "ls ~/.hermes/skills").await?;
     Ok(())
+}
+
+/// A failed turn ends the flow (the sandbox is still killed) and the example's exit status.
+fn turn_succeeded(turn: u32, exit_code: i32) -> AnyResult<()> {
+    if exit_code == 0 {
+        Ok(())
+    } else {
+        Err(format!("hermes turn {turn} failed with exit code {exit_code}").into())
+    }
 }
 
 /// `hermes chat`, headless and quiet, with tools auto-approved (the sandbox is the boundary).
@@ -299,7 +310,7 @@ async fn install_stand_in(sandbox: &Sandbox) -> AnyResult<()> {
 }
 
 /// Runs a command, printing it and streaming its output as it arrives; returns the exit
-/// code (a failed turn is reported, and the flow goes on to the kill).
+/// code.
 async fn run(sandbox: &Sandbox, command: &str) -> AnyResult<i32> {
     println!("\n$ {command}");
     let mut options = StartOptions::new(command.to_owned());

@@ -5,7 +5,7 @@
 mod examples_support;
 
 use std::io::Read as _;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -15,17 +15,19 @@ const PATIENCE: Duration = Duration::from_secs(180);
 /// A stand-in provider key: it must reach the sandbox and never be printed.
 const PROVIDER_KEY: &str = "sk-or-v1-example-test-secret-5e1f";
 
-#[test]
-fn hermes_flow_runs_two_turns_of_one_session_in_a_deny_all_sandbox_and_kills_it() {
+/// Runs the built example with these variables on top of a cleared E2B environment; returns
+/// its exit status, stdout and stderr.
+fn run_example(variables: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let binary = examples_support::example_binary("hermes_in_sandbox");
     let mut command = Command::new(binary);
     for name in examples_support::E2B_VARIABLES {
         command.env_remove(name);
     }
     let mut child = command
-        .env("OPENROUTER_API_KEY", PROVIDER_KEY)
+        .env_remove("OPENROUTER_API_KEY")
         .env_remove("HERMES_EXAMPLE_INTERNET")
         .env_remove("HERMES_MODEL")
+        .envs(variables.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -49,7 +51,12 @@ fn hermes_flow_runs_two_turns_of_one_session_in_a_deny_all_sandbox_and_kills_it(
     let (status, stdout, stderr) = finished
         .recv_timeout(PATIENCE)
         .expect("the example finishes");
-    let status = status.expect("wait for the example");
+    (status.expect("wait for the example"), stdout, stderr)
+}
+
+#[test]
+fn hermes_flow_runs_two_turns_of_one_session_in_a_deny_all_sandbox_and_kills_it() {
+    let (status, stdout, stderr) = run_example(&[("OPENROUTER_API_KEY", PROVIDER_KEY)]);
     assert!(
         status.success(),
         "exit {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
@@ -131,4 +138,54 @@ fn hermes_flow_runs_two_turns_of_one_session_in_a_deny_all_sandbox_and_kills_it(
         lines.last(),
         Some(&format!("killed sandbox {sandbox_id}").as_str())
     );
+}
+
+/// With `E2B_API_KEY` set the example takes E2B's path (endpoints from the environment, here
+/// an e2b-local this test runs with the `hermes` template): no stand-in is installed, so the
+/// `hermes` command is missing there, the first turn fails, the sandbox is still killed and
+/// the example exits with an error.
+#[test]
+fn hermes_flow_on_e2b_endpoints_runs_the_real_command_and_kills_the_sandbox_when_it_fails() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let mut config = hermes_e2b::e2b_local::ServerConfig::loopback();
+    config.templates = vec!["base".to_owned(), "hermes".to_owned()];
+    let server = runtime
+        .block_on(hermes_e2b::e2b_local::Server::start(config))
+        .expect("e2b-local starts");
+    let url = server.url();
+
+    let (status, stdout, stderr) = run_example(&[
+        ("E2B_API_KEY", "e2b_test_key_not_real"),
+        ("E2B_API_URL", url.as_str()),
+        ("E2B_SANDBOX_URL", url.as_str()),
+    ]);
+    assert!(
+        !status.success(),
+        "a failed turn fails the example\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("target: E2B at {url}")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("STAND-IN"), "{stdout}");
+    assert!(stdout.contains("note: deny-all egress also keeps Hermes from its model provider"));
+    assert!(stdout.contains("[exit code 127]"), "{stdout}");
+    assert!(
+        stderr.contains("hermes turn 1 failed with exit code 127"),
+        "{stderr}"
+    );
+    let created = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("created sandbox "))
+        .expect("a created line");
+    let sandbox_id = created.split(' ').next().expect("an id");
+    assert!(
+        stdout.contains(&format!("killed sandbox {sandbox_id}")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("e2b_test_key_not_real") && !stderr.contains("e2b_test_key_not_real"));
+
+    runtime
+        .block_on(server.shutdown())
+        .expect("e2b-local stops");
 }
