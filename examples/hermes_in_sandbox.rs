@@ -4,7 +4,8 @@
 //! with the provider key in its environment and deny-all egress, run a headless turn
 //! (`hermes chat -Q -q "..."`) whose output streams as it is produced, write files for the
 //! agent, continue the same session with a second turn in the same sandbox (`-c`), kill it.
-//! Hermes' terminal and file tools then act on the sandbox, never on this machine.
+//! Hermes' terminal and file tools then act on the sandbox, never on this machine. A failed
+//! turn stops the flow; the sandbox is still killed and the example exits with an error.
 //!
 //! ```text
 //! cargo run --example hermes_in_sandbox                  # embedded e2b-local, stand-in Hermes
