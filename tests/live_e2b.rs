@@ -77,7 +77,10 @@ async fn the_client_drives_a_real_sandbox_end_to_end() {
     assert_eq!(&read[..], b"round trip");
 
     assert_eq!(client.kill(&id).await.expect("kill"), KillOutcome::Killed);
-    assert_eq!(client.kill(&id).await.expect("kill again"), KillOutcome::NotFound);
+    assert_eq!(
+        client.kill(&id).await.expect("kill again"),
+        KillOutcome::NotFound
+    );
 }
 
 #[test]
