@@ -63,6 +63,11 @@ use pyo3::prelude::*;
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The Python layer reads exactly these keys from Hermes' config; one list, kept here.
+    module.add(
+        "SETTING_KEYS",
+        pyo3::types::PyTuple::new(py, settings::KNOWN_KEYS)?,
+    )?;
     module.add("E2BError", py.get_type::<error::E2BError>())?;
     module.add(
         "ConfigurationError",

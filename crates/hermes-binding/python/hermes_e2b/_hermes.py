@@ -16,20 +16,12 @@ logger = logging.getLogger("hermes_e2b")
 #: The API key's env-file name.
 KEY_NAME = "E2B_API_KEY"
 
-#: The keys under ``plugins.entries.e2b.settings`` (validated by the native core).
-SETTING_KEYS = (
-    "template",
-    "cwd",
-    "lease_seconds",
-    "command_grace_seconds",
-    "allow_internet_access",
-    "secure",
-    "metadata",
-    "domain",
-    "api_url",
-    "sandbox_url",
-    "sandbox_id",
-)
+#: The keys under ``plugins.entries.e2b.settings``: the native core's list (it validates
+#: them); without the native core there is nothing to hand them to.
+try:
+    from ._native import SETTING_KEYS
+except ImportError:  # reported once by the package and as a doctor row
+    SETTING_KEYS: tuple[str, ...] = ()
 
 
 class KeyStatus(enum.Enum):

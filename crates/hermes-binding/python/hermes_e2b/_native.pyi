@@ -3,6 +3,7 @@
 from typing import Any, Callable, Mapping, Optional
 
 __version__: str
+SETTING_KEYS: tuple[str, ...]
 
 class E2BError(Exception): ...
 class ConfigurationError(E2BError): ...
