@@ -2,18 +2,19 @@
 //! once attached, a command in steady state costs exactly one request (its Process/Start
 //! stream). No lease top-up, no sync and no state check is sent when it has nothing to do.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use hermes_e2b::agent_sandbox::{
-    ApiKeySource, Backend, ChannelSink, Config, DiscardSink, Endpoints, HookError, LEASE_HEADROOM,
-    ManualClock, NoStateHooks, PushKind, RoleKind, RunOptions, SandboxMode, Scope, Services,
-    StateHooks, StateTransport, Termination,
+use agent_sandbox::{
+    Backend, ChannelSink, DiscardSink, HookError, LEASE_HEADROOM, NoStateHooks, PushKind, RoleKind,
+    RunOptions, SandboxMode, StateHooks, StateTransport, Termination,
 };
-use hermes_e2b::e2b_client::ApiKey;
-use hermes_e2b::e2b_local::{self, RequestCounts};
+use e2b_local::RequestCounts;
+use support::World;
 
 /// Commands in each steady-state run.
 const STEADY_COMMANDS: u64 = 6;
@@ -23,81 +24,6 @@ const THINKING_TIME: Duration = Duration::from_secs(5);
 
 /// A command deadline well inside the default 300 s lease.
 const SHORT_DEADLINE: Duration = Duration::from_secs(60);
-
-/// One test at a time: e2b-local forks sandbox commands from this process, and a fork can
-/// briefly hold a copy of another test's writer-lease lock file.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-struct World {
-    runtime: tokio::runtime::Runtime,
-    server: Option<e2b_local::Server>,
-    home: tempfile::TempDir,
-    clock: Arc<ManualClock>,
-    _serial: std::sync::MutexGuard<'static, ()>,
-}
-
-impl World {
-    fn new() -> World {
-        let serial = SERIAL
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let mut config = e2b_local::ServerConfig::loopback();
-        config.clock =
-            e2b_local::Clock::manual(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
-        let server = runtime
-            .block_on(e2b_local::Server::start(config))
-            .expect("e2b-local starts");
-        World {
-            runtime,
-            server: Some(server),
-            home: tempfile::tempdir().expect("temp home"),
-            clock: Arc::new(ManualClock::new()),
-            _serial: serial,
-        }
-    }
-
-    fn server(&self) -> &e2b_local::Server {
-        self.server.as_ref().expect("server running")
-    }
-
-    fn backend(&self, hooks: Arc<dyn StateHooks>) -> Backend {
-        let mut config = Config::new(ApiKeySource::Key(ApiKey::new("local-key".to_owned())));
-        config.endpoints = Endpoints::single(self.server().url());
-        config.mode = SandboxMode::Persistent;
-        let scope = Scope {
-            profile_home: self.home.path().to_path_buf(),
-            task_id: "default".to_owned(),
-        };
-        let services = Services {
-            runtime: self.runtime.handle().clone(),
-            clock: self.clock.clone(),
-        };
-        Backend::new(config, scope, services, hooks).expect("backend")
-    }
-
-    /// Time passes for the server (lease expiry) and the backend (lease tracking) alike.
-    fn advance(&self, by: Duration) {
-        self.server().clock().advance(by);
-        self.clock.advance(by);
-    }
-
-    fn requests(&self) -> RequestCounts {
-        self.server().requests()
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        if let Some(server) = self.server.take() {
-            let _ = self.runtime.block_on(server.shutdown());
-        }
-    }
-}
 
 /// Runs `command` to completion with `deadline`; returns what its sink received.
 fn run(backend: &Backend, command: &str, deadline: Duration) -> String {
@@ -122,28 +48,28 @@ fn routes(counts: &RequestCounts) -> Vec<(&'static str, u64)> {
 /// Runs the steady-state commands, each after some thinking time, and checks that each one
 /// cost exactly one Process/Start and nothing else.
 fn assert_steady_state(world: &World, backend: &Backend) {
-    let before = world.requests();
+    let before = world.server().requests();
     for i in 0..STEADY_COMMANDS {
         world.advance(THINKING_TIME);
-        let step_start = world.requests();
+        let step_start = world.server().requests();
         // contract: O1 — the output reaches the caller's sink chunk by chunk.
         let output = run(backend, &format!("echo step {i}"), SHORT_DEADLINE);
         assert_eq!(output, format!("step {i}\n"));
-        let step = world.requests().since(&step_start);
+        let step = world.server().requests().since(&step_start);
         assert_eq!(
             routes(&step),
             vec![("Process/Start", 1)],
             "command {i} in steady state must cost exactly its start request"
         );
     }
-    let steady = world.requests().since(&before);
+    let steady = world.server().requests().since(&before);
     assert_eq!(steady.total(), STEADY_COMMANDS);
     assert_eq!(steady.get("Process/Start"), STEADY_COMMANDS);
 }
 
 /// Never set-timeout, pause or kill: a persistent sandbox's lease is only ever extended.
 fn assert_no_destructive_requests(world: &World) {
-    let all = world.requests();
+    let all = world.server().requests();
     for route in ["timeout", "pause", "kill"] {
         assert_eq!(all.get(route), 0, "{route}: {:?}", routes(&all));
     }
@@ -153,12 +79,16 @@ fn assert_no_destructive_requests(world: &World) {
 fn steady_state_commands_cost_one_request_each_without_state_hooks() {
     // contract: L5 — no lease top-up while the known expiry covers the command.
     let world = World::new();
-    let backend = world.backend(Arc::new(NoStateHooks));
-    assert_eq!(world.requests().total(), 0, "nothing before first use");
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    assert_eq!(
+        world.server().requests().total(),
+        0,
+        "nothing before first use"
+    );
 
     // Attach (find, create as writer, bring-up) and the first command.
     assert_eq!(run(&backend, "echo first", SHORT_DEADLINE), "first\n");
-    let attach = world.requests();
+    let attach = world.server().requests();
     assert_eq!(attach.get("create"), 1, "{:?}", routes(&attach));
     assert!(attach.get("list") >= 1, "{:?}", routes(&attach));
 
@@ -167,10 +97,10 @@ fn steady_state_commands_cost_one_request_each_without_state_hooks() {
     // Once the headroom is used up, the known expiry no longer covers the full lease: one
     // command renews it with one extend-only connect; the next ones are back to one request.
     world.advance(LEASE_HEADROOM);
-    let before = world.requests();
+    let before = world.server().requests();
     run(&backend, "true", SHORT_DEADLINE);
     assert_eq!(
-        routes(&world.requests().since(&before)),
+        routes(&world.server().requests().since(&before)),
         vec![("Process/Start", 1), ("connect", 1)]
     );
     assert_steady_state(&world, &backend);
@@ -254,7 +184,11 @@ fn steady_state_commands_cost_one_request_each_when_the_sync_has_nothing_to_push
         .join("SKILL.md");
     std::fs::create_dir_all(skill.parent().unwrap()).unwrap();
     std::fs::write(&skill, "# demo v1\n").unwrap();
-    let backend = world.backend(ChangedSkillsHooks::new(world.home.path()));
+    let backend = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        ChangedSkillsHooks::new(world.home.path()),
+    );
 
     assert_eq!(
         run(
@@ -265,13 +199,17 @@ fn steady_state_commands_cost_one_request_each_when_the_sync_has_nothing_to_push
         "# demo v1\n",
         "the bring-up pushed the host's skill"
     );
-    assert_eq!(world.requests().get("files POST"), 1, "the initial push");
+    assert_eq!(
+        world.server().requests().get("files POST"),
+        1,
+        "the initial push"
+    );
 
     assert_steady_state(&world, &backend);
 
     // The hooks are live: a host change costs exactly one upload with the next command.
     std::fs::write(&skill, "# demo v2\n").unwrap();
-    let before = world.requests();
+    let before = world.server().requests();
     assert_eq!(
         run(
             &backend,
@@ -281,7 +219,7 @@ fn steady_state_commands_cost_one_request_each_when_the_sync_has_nothing_to_push
         "# demo v2\n"
     );
     assert_eq!(
-        routes(&world.requests().since(&before)),
+        routes(&world.server().requests().since(&before)),
         vec![("Process/Start", 1), ("files POST", 1)]
     );
     assert_no_destructive_requests(&world);
@@ -293,35 +231,35 @@ fn a_command_whose_lease_is_not_covered_adds_exactly_one_connect() {
     // contract: L5 — extend through connect only, and only when the known expiry does not
     // cover the command's deadline plus grace.
     let world = World::new();
-    let backend = world.backend(Arc::new(NoStateHooks));
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
     run(&backend, "true", SHORT_DEADLINE);
     let id = backend.info().expect("attached").sandbox_id;
 
     // A deadline beyond the known expiry: one extend-only connect, then the start.
-    let before = world.requests();
+    let before = world.server().requests();
     assert_eq!(
         run(&backend, "echo long", Duration::from_secs(900)),
         "long\n"
     );
     assert_eq!(
-        routes(&world.requests().since(&before)),
+        routes(&world.server().requests().since(&before)),
         vec![("Process/Start", 1), ("connect", 1)]
     );
     // Now covered again: back to one request.
-    let before = world.requests();
+    let before = world.server().requests();
     run(&backend, "true", SHORT_DEADLINE);
     assert_eq!(
-        routes(&world.requests().since(&before)),
+        routes(&world.server().requests().since(&before)),
         vec![("Process/Start", 1)]
     );
 
     // The lease runs out between commands and E2B pauses the sandbox: the next command's
     // one connect resumes it, transparently.
     world.advance(Duration::from_secs(3600));
-    let before = world.requests();
+    let before = world.server().requests();
     assert_eq!(run(&backend, "echo back", SHORT_DEADLINE), "back\n");
     assert_eq!(
-        routes(&world.requests().since(&before)),
+        routes(&world.server().requests().since(&before)),
         vec![("Process/Start", 1), ("connect", 1)]
     );
     let info = backend.info().expect("attached");
@@ -335,10 +273,10 @@ fn a_command_whose_lease_is_not_covered_adds_exactly_one_connect() {
 fn a_reader_in_steady_state_costs_one_request_per_command() {
     // contract: L5, C2 — a reader's admission gates are host files: no request.
     let world = World::new();
-    let writer = world.backend(Arc::new(NoStateHooks));
+    let writer = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
     run(&writer, "true", SHORT_DEADLINE);
     // A second session on the same scope while the writer holds the role.
-    let reader = world.backend(Arc::new(NoStateHooks));
+    let reader = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
     let info = reader.attach().expect("reader attaches");
     assert_eq!(info.role, RoleKind::Reader);
     assert_eq!(info.sandbox_id, writer.info().expect("attached").sandbox_id);
@@ -353,9 +291,9 @@ fn a_reader_in_steady_state_costs_one_request_per_command() {
 fn a_kill_by_pid_costs_exactly_one_signal_request() {
     // contract: L6 — the kill is one SendSignal to that pid; the sandbox lives on.
     let world = World::new();
-    let backend = world.backend(Arc::new(NoStateHooks));
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
     run(&backend, "true", SHORT_DEADLINE);
-    let before = world.requests();
+    let before = world.server().requests();
     let running = backend
         .run(
             "echo started; sleep 30",
@@ -367,14 +305,14 @@ fn a_kill_by_pid_costs_exactly_one_signal_request() {
     let exit = running.wait().expect("ends");
     assert_eq!(exit.termination, Termination::Killed);
     assert_eq!(
-        routes(&world.requests().since(&before)),
+        routes(&world.server().requests().since(&before)),
         vec![("Process/SendSignal", 1), ("Process/Start", 1)]
     );
     // The sandbox survives: the next command is back to one request.
-    let before = world.requests();
+    let before = world.server().requests();
     assert_eq!(run(&backend, "echo alive", SHORT_DEADLINE), "alive\n");
     assert_eq!(
-        routes(&world.requests().since(&before)),
+        routes(&world.server().requests().since(&before)),
         vec![("Process/Start", 1)]
     );
     assert_no_destructive_requests(&world);
