@@ -35,14 +35,27 @@
 
 mod app;
 mod clock;
+mod config;
 mod envd;
 mod error;
+mod fault_state;
 mod faults;
 mod isolation;
+mod parse;
 mod paths;
+mod process_table;
+mod reply;
 mod requests;
 mod rest;
 mod store;
+
+pub use clock::Clock;
+pub use config::{ApiKeyPolicy, ServerConfig};
+pub use error::Error;
+pub use fault_state::{DropRule, FailRule, FaultScope};
+pub use faults::Faults;
+pub use isolation::IsolationMode;
+pub use requests::RequestCounts;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -56,72 +69,12 @@ use axum::response::Response;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use clock::Clock;
-pub use error::Error;
-pub use faults::{DropRule, FailRule, FaultScope, Faults};
-pub use isolation::IsolationMode;
-pub use requests::RequestCounts;
-
 use app::App;
-use faults::{FaultState, FaultyListener};
+use fault_state::FaultState;
+use faults::FaultyListener;
 use isolation::{Isolation, SandboxUser};
+use requests::RequestCounter;
 use store::Store;
-
-/// Which `X-API-Key` values the control plane accepts.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ApiKeyPolicy {
-    /// Any non-empty key (the default for local use: the SDK insists on having one).
-    AnyNonEmpty,
-    /// Exactly this key; anything else gets 401.
-    Exact(String),
-}
-
-impl fmt::Debug for ApiKeyPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiKeyPolicy::AnyNonEmpty => f.write_str("AnyNonEmpty"),
-            // The key itself never appears in Debug output.
-            ApiKeyPolicy::Exact(_) => f.write_str("Exact(<redacted>)"),
-        }
-    }
-}
-
-/// How to start a [`Server`]. Build it with [`ServerConfig::loopback`] and adjust fields.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Address to listen on; port 0 picks a free port (see [`Server::addr`]).
-    pub listen: SocketAddr,
-    /// Which API keys the control plane accepts.
-    pub api_key: ApiKeyPolicy,
-    /// Where sandbox files and records live. `None`: a temporary directory removed on
-    /// shutdown. With a directory, paused (and running) sandboxes survive a restart.
-    pub state_dir: Option<PathBuf>,
-    /// Template names that exist; must include `"base"`. Unknown templates get 404.
-    pub templates: Vec<String>,
-    /// The clock that drives leases; share a [`Clock::manual`] to control expiry.
-    pub clock: Clock,
-    /// How commands are isolated.
-    pub isolation: IsolationMode,
-    /// Latency added to every request from the start (a knob; `Duration::ZERO` for none).
-    pub latency: Duration,
-}
-
-impl ServerConfig {
-    /// 127.0.0.1 on a free port, any API key, a temporary state directory, template
-    /// `base`, the system clock, automatic isolation, no latency.
-    pub fn loopback() -> ServerConfig {
-        ServerConfig {
-            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
-            api_key: ApiKeyPolicy::AnyNonEmpty,
-            state_dir: None,
-            templates: vec!["base".to_owned()],
-            clock: Clock::system(),
-            isolation: IsolationMode::Auto,
-            latency: Duration::ZERO,
-        }
-    }
-}
 
 /// A running e2b-local server. Dropping it kills every sandbox process and stops
 /// serving; [`Server::shutdown`] does the same and waits for the server to finish.
@@ -223,7 +176,7 @@ impl Server {
             api_key: config.api_key.clone(),
             templates: config.templates.clone(),
             isolation: Arc::new(isolation),
-            requests: requests::RequestCounter::default(),
+            requests: RequestCounter::default(),
         });
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

@@ -9,14 +9,16 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::app::{ApiError, App, json_response};
-use crate::faults::{DropRule, FailRule, FaultScope, Faults};
+use crate::app::App;
+use crate::clock::{nanos, rfc3339};
+use crate::fault_state::{DropRule, FailRule, FaultScope};
+use crate::faults::Faults;
+use crate::parse::{parse_body, query_pairs, query_unescape};
+use crate::reply::{ApiError, json_response};
 use crate::store::{
-    CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, nanos,
-    parse_sandbox_id, rfc3339,
+    CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, parse_sandbox_id,
 };
 
 /// The envd version reported: the current real one, so the SDK enables every feature.
@@ -47,7 +49,7 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
         .and_then(|v| v.to_str().ok());
     let accepted = app.key_accepted(key);
     if !accepted {
-        crate::app::drain(request).await;
+        crate::reply::drain(request).await;
         return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
     }
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
@@ -132,17 +134,6 @@ fn route(
 
 fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
-}
-
-/// Parses a JSON body; an empty body is `{}`.
-fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let bytes: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
 }
 
 // ---- create ---------------------------------------------------------------------
@@ -351,39 +342,6 @@ fn resume(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiError> {
 }
 
 // ---- list -----------------------------------------------------------------------
-
-/// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte; bad escapes are errors.
-pub(crate) fn query_unescape(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Splits a raw query string into decoded pairs (undecodable pairs are skipped).
-pub(crate) fn query_pairs(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter_map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            Some((query_unescape(k)?, query_unescape(v)?))
-        })
-        .collect()
-}
 
 /// Parses the metadata filter: the (once-decoded) parameter value is unescaped again,
 /// split into `k=v` pairs, and each side unescaped once more (E2B's double encoding).
