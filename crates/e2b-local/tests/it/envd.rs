@@ -1,9 +1,8 @@
 //! envd over the shared port: Connect framing, processes, filesystem RPCs, /files,
 //! access tokens and isolation.
 
-mod common;
-
-use common::{Api, Sandbox, envelope, manual_server, new_sandbox};
+use crate::support;
+use crate::support::{Api, Sandbox, envelope, manual_server, new_sandbox};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -37,7 +36,7 @@ async fn start_stream_framing_and_end_values() {
         .send()
         .await
         .unwrap();
-    let run = common::FrameStream::new(response).collect().await;
+    let run = support::FrameStream::new(response).collect().await;
     assert_eq!(run.stdout, b"chunked\n");
 
     // Errors before the process starts travel in the end-stream frame of a 200 stream.
@@ -50,7 +49,7 @@ async fn start_stream_framing_and_end_values() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 200);
-    let mut frames = common::FrameStream::new(response);
+    let mut frames = support::FrameStream::new(response);
     let end = frames.next().await.unwrap();
     assert_eq!(end.flags, 2);
     assert_eq!(end.json["error"]["code"], "invalid_argument");
@@ -163,7 +162,7 @@ async fn connect_timeout_is_the_process_deadline() {
     server.shutdown().await.unwrap();
 }
 
-async fn connect_stream(api: &Api, sandbox: &Sandbox, pid: u64) -> common::FrameStream {
+async fn connect_stream(api: &Api, sandbox: &Sandbox, pid: u64) -> support::FrameStream {
     let response = api
         .envd(sandbox, reqwest::Method::POST, "/process.Process/Connect")
         .header("content-type", "application/connect+json")
@@ -171,7 +170,7 @@ async fn connect_stream(api: &Api, sandbox: &Sandbox, pid: u64) -> common::Frame
         .send()
         .await
         .unwrap();
-    common::FrameStream::new(response)
+    support::FrameStream::new(response)
 }
 
 #[tokio::test]
@@ -295,7 +294,7 @@ async fn stdin_and_connect_reattach() {
         .send()
         .await
         .unwrap();
-    let mut stream = common::FrameStream::new(response);
+    let mut stream = support::FrameStream::new(response);
     let pid = stream.next().await.unwrap().json["event"]["start"]["pid"]
         .as_u64()
         .unwrap();
@@ -357,7 +356,7 @@ async fn isolation_home_user_private_tmp_and_user_switch() {
             .await
             .unwrap();
         assert_eq!(
-            common::FrameStream::new(as_root).collect().await.stdout,
+            support::FrameStream::new(as_root).collect().await.stdout,
             b"root\n"
         );
     } else {
