@@ -91,6 +91,60 @@ async fn start_stream_framing_and_end_values() {
 }
 
 #[tokio::test]
+async fn start_passes_cmd_and_args_verbatim() {
+    // A program and its arguments are argv as data, as real envd runs them
+    // (exec.Command(cmd, args...)): no login shell, no re-parsing by a shell.
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+
+    let shell = api
+        .run_argv(
+            &sandbox,
+            "/bin/bash",
+            &[
+                "-c",
+                "shopt -q login_shell && echo login || echo not-login; echo \"$0\"",
+            ],
+        )
+        .await;
+    assert_eq!(shell.stdout, b"not-login\n/bin/bash\n");
+    assert_eq!(
+        shell.end,
+        json!({"exited": true, "status": "exit status 0"})
+    );
+
+    // Arguments after the `-c` script reach it as $0, $1, ... untouched.
+    let positional = api
+        .run_argv(
+            &sandbox,
+            "/bin/bash",
+            &[
+                "-c",
+                "printf '[%s]' \"$0\" \"$1\" \"$2\"",
+                "zero",
+                "a  b",
+                "*",
+            ],
+        )
+        .await;
+    assert_eq!(positional.stdout, b"[zero][a  b][*]");
+
+    let echo = api.run_argv(&sandbox, "/bin/echo", &["a  b", "c"]).await;
+    assert_eq!(echo.stdout, b"a  b c\n");
+    let quoted = api
+        .run_argv(
+            &sandbox,
+            "/bin/echo",
+            &["$HOME", "*", "'q' \"d\"", "x;y|z", "$(id)"],
+        )
+        .await;
+    assert_eq!(quoted.stdout, b"$HOME * 'q' \"d\" x;y|z $(id)\n");
+    assert!(quoted.stderr.is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn large_output_is_chunked_at_32_kib() {
     // contract: O1 (output streams chunk by chunk)
     let server = manual_server().await;
