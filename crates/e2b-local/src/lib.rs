@@ -30,6 +30,20 @@
 //! routes) inject latency, 5xx answers, dropped connections and streams, vanishing
 //! and pausing sandboxes, and move the clock. [`Server::requests`] counts the requests
 //! received per route, so tests can prove how many requests a client sends.
+//!
+//! # Module layering
+//!
+//! A module imports only modules on lower lines, or along an arrow on its own line, so
+//! there are no import circles: a type two modules share lives below both.
+//!
+//! ```text
+//! server                     Server, dispatch (admin | envd | rest)
+//! rest -> admin -> faults    control plane, /_e2b_local/ routes, fault rules applied
+//! envd -> envd::{process, filesystem, files} -> envd::ctx -> envd::connect
+//! app                        the state every handler shares
+//! store, config              sandbox records and lifecycle; ServerConfig
+//! process_table, fault_state, parse -> reply, clock, isolation, paths, requests, error
+//! ```
 
 #![deny(missing_docs)]
 
