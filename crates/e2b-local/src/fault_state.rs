@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::plane::Plane;
+
 /// Which requests a fault rule applies to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -32,11 +34,11 @@ impl FaultScope {
         }
     }
 
-    fn matches(&self, envd: bool) -> bool {
+    fn matches(&self, plane: Plane) -> bool {
         match self {
             FaultScope::Any => true,
-            FaultScope::Rest => !envd,
-            FaultScope::Envd => envd,
+            FaultScope::Rest => plane == Plane::Rest,
+            FaultScope::Envd => plane == Plane::Envd,
         }
     }
 }
@@ -72,8 +74,8 @@ impl FailRule {
         }
     }
 
-    fn matches(&self, envd: bool, path: &str) -> bool {
-        self.scope.matches(envd)
+    fn matches(&self, plane: Plane, path: &str) -> bool {
+        self.scope.matches(plane)
             && self
                 .path_prefix
                 .as_deref()
@@ -107,8 +109,8 @@ impl DropRule {
         }
     }
 
-    fn matches(&self, envd: bool, path: &str) -> bool {
-        self.scope.matches(envd)
+    fn matches(&self, plane: Plane, path: &str) -> bool {
+        self.scope.matches(plane)
             && self
                 .path_prefix
                 .as_deref()
@@ -176,18 +178,18 @@ impl FaultState {
     }
 
     /// Takes one use of the first fail rule matching this request.
-    pub(crate) fn take_fail(&self, envd: bool, path: &str) -> Option<FailRule> {
+    pub(crate) fn take_fail(&self, plane: Plane, path: &str) -> Option<FailRule> {
         take_rule(
             &self.fail,
-            |rule| rule.matches(envd, path),
+            |rule| rule.matches(plane, path),
             |rule| &mut rule.count,
         )
     }
 
-    pub(crate) fn take_drop(&self, envd: bool, path: &str) -> Option<DropRule> {
+    pub(crate) fn take_drop(&self, plane: Plane, path: &str) -> Option<DropRule> {
         take_rule(
             &self.drop_streams,
-            |rule| rule.matches(envd, path),
+            |rule| rule.matches(plane, path),
             |rule| &mut rule.count,
         )
     }

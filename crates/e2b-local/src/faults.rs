@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::app::App;
 use crate::error::Error;
 use crate::fault_state::{DropRule, FailRule};
+use crate::plane::Plane;
 
 /// A cloneable handle onto the server's knobs; every change applies to the next
 /// requests and connections. Also reachable over HTTP under `/_e2b_local/` (see the README).
@@ -95,7 +96,7 @@ impl Faults {
 /// Applies latency, injected failures and stream cuts to one request.
 pub(crate) async fn apply(
     app: &App,
-    envd: bool,
+    plane: Plane,
     request: Request,
     next: impl FnOnce(Request) -> std::pin::Pin<Box<dyn Future<Output = Response> + Send>>,
 ) -> Response {
@@ -104,11 +105,11 @@ pub(crate) async fn apply(
         tokio::time::sleep(latency).await;
     }
     let path = request.uri().path().to_owned();
-    if let Some(rule) = app.faults.take_fail(envd, &path) {
+    if let Some(rule) = app.faults.take_fail(plane, &path) {
         crate::reply::drain(request).await;
         return injected_failure(&rule);
     }
-    let drop_rule = app.faults.take_drop(envd, &path);
+    let drop_rule = app.faults.take_drop(plane, &path);
     let response = next(request).await;
     match drop_rule {
         Some(rule) => cut_body(response, rule.after_bytes),

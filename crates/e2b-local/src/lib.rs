@@ -42,7 +42,8 @@
 //! envd -> envd::{process, filesystem, files} -> envd::ctx -> envd::connect
 //! app                        the state every handler shares
 //! store, config              sandbox records and lifecycle; ServerConfig
-//! process_table, fault_state, parse -> reply, clock, isolation, paths, requests, error
+//! process_table, fault_state, requests, parse -> reply
+//! clock, isolation, paths, plane, error
 //! ```
 
 #![deny(missing_docs)]
@@ -58,6 +59,7 @@ mod faults;
 mod isolation;
 mod parse;
 mod paths;
+mod plane;
 mod process_table;
 mod reply;
 mod requests;

@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::fault_state::FaultState;
 use crate::faults::{self, Faults, FaultyListener};
 use crate::isolation::{Isolation, SandboxUser};
+use crate::plane::Plane;
 use crate::requests::{RequestCounter, RequestCounts};
 use crate::store::Store;
 use crate::{envd, rest};
@@ -283,11 +284,15 @@ async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
     if sandbox.is_none() && path == "/files" {
         sandbox = envd::files::find_signed_sandbox(&app, &request);
     }
-    let envd = sandbox.is_some();
+    let plane = if sandbox.is_some() {
+        Plane::Envd
+    } else {
+        Plane::Rest
+    };
     // Counted on arrival, before faults: a request failed by a fault rule was still sent.
-    app.requests.record(envd, request.method(), path);
+    app.requests.record(plane, request.method(), path);
     let handler_app = Arc::clone(&app);
-    faults::apply(&app, envd, request, move |request| {
+    faults::apply(&app, plane, request, move |request| {
         Box::pin(async move {
             match sandbox {
                 Some(id) => envd::handle(handler_app, id, request).await,
