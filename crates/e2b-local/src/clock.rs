@@ -1,7 +1,8 @@
-//! The injectable clock that drives every lease (endAt) decision.
+//! The injectable clock that drives every lease (endAt) decision, and the two ways
+//! its times go on the wire (Unix nanoseconds, RFC 3339).
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The server's notion of "now", shared by the control plane and the expiry sweep.
 ///
@@ -71,6 +72,21 @@ impl Clock {
             .unwrap_or_else(PoisonError::into_inner);
         *offset = offset.saturating_add(by);
     }
+}
+
+/// Unix nanoseconds (0 before the epoch, saturating far after it).
+pub(crate) fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// RFC 3339 text for Unix nanoseconds, as E2B writes `startedAt`/`endAt`.
+pub(crate) fn rfc3339(unix_nanos: u64) -> String {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_nanos))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
 }
 
 #[cfg(test)]

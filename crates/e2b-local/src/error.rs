@@ -8,12 +8,13 @@ use std::path::PathBuf;
 ///
 /// Protocol-level failures seen by clients (404, 409, Connect errors, ...) are HTTP
 /// answers, not values of this type: this enum only covers what the embedding code
-/// itself asked for.
+/// itself asked for. `Display` names the failed step only; the operating-system cause
+/// is [`std::error::Error::source`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The listening socket could not be bound.
-    #[error("e2b-local: binding the listener on {addr} failed: {source}")]
+    #[error("e2b-local: binding the listener on {addr} failed")]
     Bind {
         /// The address that was asked for.
         addr: SocketAddr,
@@ -21,7 +22,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The state directory (or a file in it) could not be created, read or written.
-    #[error("e2b-local: {operation} failed for {}: {source}", path.display())]
+    #[error("e2b-local: {operation} failed for {}", path.display())]
     StateDir {
         /// What was being done, e.g. "create state directory".
         operation: &'static str,
@@ -47,7 +48,7 @@ pub enum Error {
         reason: &'static str,
     },
     /// The HTTP server task failed or could not be joined.
-    #[error("e2b-local: {operation} failed: {source}")]
+    #[error("e2b-local: {operation} failed")]
     Serve {
         /// What was being done, e.g. "serve connections".
         operation: &'static str,
@@ -94,5 +95,26 @@ mod tests {
         assert!(e.is_sandbox_not_found());
         assert!(!e.is_bind());
         assert!(e.to_string().contains("iabc"));
+    }
+
+    #[test]
+    fn display_leaves_the_cause_to_source() {
+        let e = Error::Bind {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            source: io::Error::new(io::ErrorKind::AddrInUse, "port taken"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "e2b-local: binding the listener on 127.0.0.1:1 failed"
+        );
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("port taken"));
+        let e = Error::StateDir {
+            operation: "create state directory",
+            path: PathBuf::from("/nowhere"),
+            source: io::Error::other("read-only file system"),
+        };
+        assert!(!e.to_string().contains("read-only"));
+        assert!(std::error::Error::source(&e).is_some());
     }
 }

@@ -1,11 +1,10 @@
-//! Knobs for reliability tests: latency, injected 5xx, dropped connections and streams,
-//! sandboxes that vanish or pause.
+//! Knobs for reliability tests: the public [`Faults`] handle, and their application to
+//! connections ([`FaultyListener`]) and requests ([`apply`]): latency, injected 5xx,
+//! dropped connections and streams, sandboxes that vanish or pause.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -16,180 +15,10 @@ use futures::StreamExt;
 use http::{HeaderValue, StatusCode};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::Error;
 use crate::app::App;
-
-/// Which requests a fault rule applies to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FaultScope {
-    /// Every request except the admin routes.
-    Any,
-    /// Control-plane (REST) requests only: requests without an `E2b-Sandbox-Id` header.
-    Rest,
-    /// envd requests only: requests with an `E2b-Sandbox-Id` header.
-    Envd,
-}
-
-impl FaultScope {
-    /// Parses `any`, `rest` or `envd`.
-    pub fn parse(text: &str) -> Option<FaultScope> {
-        match text {
-            "any" => Some(FaultScope::Any),
-            "rest" => Some(FaultScope::Rest),
-            "envd" => Some(FaultScope::Envd),
-            _ => None,
-        }
-    }
-
-    fn matches(&self, envd: bool) -> bool {
-        match self {
-            FaultScope::Any => true,
-            FaultScope::Rest => !envd,
-            FaultScope::Envd => envd,
-        }
-    }
-}
-
-/// "Fail the next `count` matching requests with `status`" (see [`Faults::fail_next`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailRule {
-    /// How many matching requests fail before the rule is used up.
-    pub count: u32,
-    /// The HTTP status to answer with (normally 5xx or 429).
-    pub status: u16,
-    /// Which requests the rule applies to.
-    pub scope: FaultScope,
-    /// Only requests whose path starts with this prefix, when set.
-    pub path_prefix: Option<String>,
-    /// A `Retry-After: <seconds>` header to add, when set.
-    pub retry_after_secs: Option<u64>,
-    /// A `Should-Retry: true|false` header to add, when set.
-    pub should_retry: Option<bool>,
-}
-
-impl FailRule {
-    /// A rule failing the next `count` requests of any kind with `status`, no extra headers.
-    pub fn new(count: u32, status: u16) -> FailRule {
-        FailRule {
-            count,
-            status,
-            scope: FaultScope::Any,
-            path_prefix: None,
-            retry_after_secs: None,
-            should_retry: None,
-        }
-    }
-
-    fn matches(&self, envd: bool, path: &str) -> bool {
-        self.scope.matches(envd)
-            && self
-                .path_prefix
-                .as_deref()
-                .is_none_or(|prefix| path.starts_with(prefix))
-    }
-}
-
-/// "Cut the next `count` matching responses after `after_bytes` body bytes" (see
-/// [`Faults::drop_streams`]). The connection is aborted mid-body, as a crashed proxy would.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DropRule {
-    /// How many matching responses are cut before the rule is used up.
-    pub count: u32,
-    /// Body bytes delivered before the cut.
-    pub after_bytes: u64,
-    /// Which requests the rule applies to.
-    pub scope: FaultScope,
-    /// Only requests whose path starts with this prefix, when set.
-    pub path_prefix: Option<String>,
-}
-
-impl DropRule {
-    /// A rule cutting the next `count` envd responses after `after_bytes` bytes.
-    pub fn new(count: u32, after_bytes: u64) -> DropRule {
-        DropRule {
-            count,
-            after_bytes,
-            scope: FaultScope::Envd,
-            path_prefix: None,
-        }
-    }
-
-    fn matches(&self, envd: bool, path: &str) -> bool {
-        self.scope.matches(envd)
-            && self
-                .path_prefix
-                .as_deref()
-                .is_none_or(|prefix| path.starts_with(prefix))
-    }
-}
-
-/// The shared fault state consulted by the listener and the request pipeline.
-#[derive(Debug, Default)]
-pub(crate) struct FaultState {
-    latency_ms: AtomicU64,
-    drop_connections: AtomicU32,
-    fail: Mutex<VecDeque<FailRule>>,
-    drop_streams: Mutex<VecDeque<DropRule>>,
-}
-
-impl FaultState {
-    pub(crate) fn new(latency: Duration) -> FaultState {
-        let state = FaultState::default();
-        state
-            .latency_ms
-            .store(duration_ms(latency), Ordering::Relaxed);
-        state
-    }
-
-    fn latency(&self) -> Duration {
-        Duration::from_millis(self.latency_ms.load(Ordering::Relaxed))
-    }
-
-    /// Takes one use of the first fail rule matching this request.
-    fn take_fail(&self, envd: bool, path: &str) -> Option<FailRule> {
-        take_rule(
-            &self.fail,
-            |rule| rule.matches(envd, path),
-            |rule| &mut rule.count,
-        )
-    }
-
-    fn take_drop(&self, envd: bool, path: &str) -> Option<DropRule> {
-        take_rule(
-            &self.drop_streams,
-            |rule| rule.matches(envd, path),
-            |rule| &mut rule.count,
-        )
-    }
-
-    /// True when the connection just accepted must be closed without an answer.
-    fn take_connection_drop(&self) -> bool {
-        self.drop_connections
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-    }
-}
-
-fn take_rule<R: Clone>(
-    rules: &Mutex<VecDeque<R>>,
-    matches: impl Fn(&R) -> bool,
-    count: impl Fn(&mut R) -> &mut u32,
-) -> Option<R> {
-    let mut rules = rules.lock().unwrap_or_else(PoisonError::into_inner);
-    let index = rules.iter().position(&matches)?;
-    let rule = rules[index].clone();
-    let left = count(&mut rules[index]);
-    *left = left.saturating_sub(1);
-    if *left == 0 {
-        rules.remove(index);
-    }
-    Some(rule)
-}
-
-fn duration_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+use crate::error::Error;
+use crate::fault_state::{DropRule, FailRule};
+use crate::plane::Plane;
 
 /// A cloneable handle onto the server's knobs; every change applies to the next
 /// requests and connections. Also reachable over HTTP under `/_e2b_local/` (see the README).
@@ -210,60 +39,32 @@ impl Faults {
     /// Delays every request (REST and envd, not the admin routes) by `latency` before
     /// it is handled. `Duration::ZERO` turns the delay off.
     pub fn set_latency(&self, latency: Duration) {
-        self.app
-            .faults
-            .latency_ms
-            .store(duration_ms(latency), Ordering::Relaxed);
+        self.app.faults.set_latency(latency);
     }
 
     /// Queues a rule failing the next matching requests with an E2B-style error body
     /// `{"code":status,"message":"injected fault"}`. Rules are consulted in order.
     pub fn fail_next(&self, rule: FailRule) {
         if rule.count > 0 {
-            self.app
-                .faults
-                .fail
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push_back(rule);
+            self.app.faults.push_fail(rule);
         }
     }
 
     /// Accepts and immediately closes the next `count` TCP connections, without any response.
     pub fn drop_next_connections(&self, count: u32) {
-        self.app
-            .faults
-            .drop_connections
-            .fetch_add(count, Ordering::SeqCst);
+        self.app.faults.add_connection_drops(count);
     }
 
     /// Queues a rule cutting the next matching response bodies after some bytes.
     pub fn drop_streams(&self, rule: DropRule) {
         if rule.count > 0 {
-            self.app
-                .faults
-                .drop_streams
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push_back(rule);
+            self.app.faults.push_drop(rule);
         }
     }
 
     /// Removes every queued rule and the latency; already running sandboxes are untouched.
     pub fn clear(&self) {
-        let faults = &self.app.faults;
-        faults.latency_ms.store(0, Ordering::Relaxed);
-        faults.drop_connections.store(0, Ordering::SeqCst);
-        faults
-            .fail
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
-        faults
-            .drop_streams
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        self.app.faults.clear();
     }
 
     /// Makes a sandbox disappear as if it had been killed: processes die, files go,
@@ -295,7 +96,7 @@ impl Faults {
 /// Applies latency, injected failures and stream cuts to one request.
 pub(crate) async fn apply(
     app: &App,
-    envd: bool,
+    plane: Plane,
     request: Request,
     next: impl FnOnce(Request) -> std::pin::Pin<Box<dyn Future<Output = Response> + Send>>,
 ) -> Response {
@@ -304,11 +105,11 @@ pub(crate) async fn apply(
         tokio::time::sleep(latency).await;
     }
     let path = request.uri().path().to_owned();
-    if let Some(rule) = app.faults.take_fail(envd, &path) {
-        crate::app::drain(request).await;
+    if let Some(rule) = app.faults.take_fail(plane, &path) {
+        crate::reply::drain(request).await;
         return injected_failure(&rule);
     }
-    let drop_rule = app.faults.take_drop(envd, &path);
+    let drop_rule = app.faults.take_drop(plane, &path);
     let response = next(request).await;
     match drop_rule {
         Some(rule) => cut_body(response, rule.after_bytes),

@@ -30,369 +30,48 @@
 //! routes) inject latency, 5xx answers, dropped connections and streams, vanishing
 //! and pausing sandboxes, and move the clock. [`Server::requests`] counts the requests
 //! received per route, so tests can prove how many requests a client sends.
+//!
+//! # Module layering
+//!
+//! A module imports only modules on lower lines, or along an arrow on its own line, so
+//! there are no import circles: a type two modules share lives below both.
+//!
+//! ```text
+//! server                     Server, dispatch (admin | envd | rest)
+//! rest -> admin -> faults    control plane, /_e2b_local/ routes, fault rules applied
+//! envd -> envd::{process, filesystem, files} -> envd::ctx -> envd::connect
+//! app                        the state every handler shares
+//! store, config              sandbox records and lifecycle; ServerConfig
+//! process_table, fault_state, requests, parse -> reply
+//! clock, isolation, paths, plane, error
+//! ```
 
 #![deny(missing_docs)]
 
+mod admin;
 mod app;
 mod clock;
+mod config;
 mod envd;
 mod error;
+mod fault_state;
 mod faults;
 mod isolation;
+mod parse;
 mod paths;
+mod plane;
+mod process_table;
+mod reply;
 mod requests;
 mod rest;
+mod server;
 mod store;
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
-
-use axum::Router;
-use axum::extract::{Request, State};
-use axum::response::Response;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
 pub use clock::Clock;
+pub use config::{ApiKeyPolicy, ServerConfig};
 pub use error::Error;
-pub use faults::{DropRule, FailRule, FaultScope, Faults};
+pub use fault_state::{DropRule, FailRule, FaultScope};
+pub use faults::Faults;
 pub use isolation::IsolationMode;
 pub use requests::RequestCounts;
-
-use app::App;
-use faults::{FaultState, FaultyListener};
-use isolation::{Isolation, SandboxUser};
-use store::Store;
-
-/// Which `X-API-Key` values the control plane accepts.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ApiKeyPolicy {
-    /// Any non-empty key (the default for local use: the SDK insists on having one).
-    AnyNonEmpty,
-    /// Exactly this key; anything else gets 401.
-    Exact(String),
-}
-
-impl fmt::Debug for ApiKeyPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiKeyPolicy::AnyNonEmpty => f.write_str("AnyNonEmpty"),
-            // The key itself never appears in Debug output.
-            ApiKeyPolicy::Exact(_) => f.write_str("Exact(<redacted>)"),
-        }
-    }
-}
-
-/// How to start a [`Server`]. Build it with [`ServerConfig::loopback`] and adjust fields.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Address to listen on; port 0 picks a free port (see [`Server::addr`]).
-    pub listen: SocketAddr,
-    /// Which API keys the control plane accepts.
-    pub api_key: ApiKeyPolicy,
-    /// Where sandbox files and records live. `None`: a temporary directory removed on
-    /// shutdown. With a directory, paused (and running) sandboxes survive a restart.
-    pub state_dir: Option<PathBuf>,
-    /// Template names that exist; must include `"base"`. Unknown templates get 404.
-    pub templates: Vec<String>,
-    /// The clock that drives leases; share a [`Clock::manual`] to control expiry.
-    pub clock: Clock,
-    /// How commands are isolated.
-    pub isolation: IsolationMode,
-    /// Latency added to every request from the start (a knob; `Duration::ZERO` for none).
-    pub latency: Duration,
-}
-
-impl ServerConfig {
-    /// 127.0.0.1 on a free port, any API key, a temporary state directory, template
-    /// `base`, the system clock, automatic isolation, no latency.
-    pub fn loopback() -> ServerConfig {
-        ServerConfig {
-            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
-            api_key: ApiKeyPolicy::AnyNonEmpty,
-            state_dir: None,
-            templates: vec!["base".to_owned()],
-            clock: Clock::system(),
-            isolation: IsolationMode::Auto,
-            latency: Duration::ZERO,
-        }
-    }
-}
-
-/// A running e2b-local server. Dropping it kills every sandbox process and stops
-/// serving; [`Server::shutdown`] does the same and waits for the server to finish.
-pub struct Server {
-    app: Arc<App>,
-    addr: SocketAddr,
-    state_dir: PathBuf,
-    running: Option<Running>,
-    // Declared last: removed only after everything above is gone.
-    _temp_dir: Option<tempfile::TempDir>,
-}
-
-struct Running {
-    stop: oneshot::Sender<()>,
-    serve: JoinHandle<std::io::Result<()>>,
-    sweeper: JoinHandle<()>,
-}
-
-impl fmt::Debug for Server {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Server")
-            .field("addr", &self.addr)
-            .field("state_dir", &self.state_dir)
-            .field("isolation", &self.app.isolation)
-            .finish_non_exhaustive()
-    }
-}
-
-/// How often idle servers apply lease expiry (requests apply it too, lazily).
-const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How long shutdown waits for open connections before cutting them.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-impl Server {
-    /// Starts a server with `config`; it is listening when this returns.
-    pub async fn start(config: ServerConfig) -> Result<Server, Error> {
-        if !config.templates.iter().any(|t| t == "base") {
-            return Err(Error::InvalidConfig {
-                reason: "the template list must include \"base\"".to_owned(),
-            });
-        }
-        if let ApiKeyPolicy::Exact(key) = &config.api_key
-            && key.trim().is_empty()
-        {
-            return Err(Error::InvalidConfig {
-                reason: "the required API key is empty".to_owned(),
-            });
-        }
-        let (temp_dir, state_dir) = match &config.state_dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|source| Error::StateDir {
-                    operation: "create state directory",
-                    path: dir.clone(),
-                    source,
-                })?;
-                (None, dir.clone())
-            }
-            None => {
-                let temp = tempfile::Builder::new()
-                    .prefix("e2b-local-")
-                    .tempdir()
-                    .map_err(|source| Error::StateDir {
-                        operation: "create temporary state directory",
-                        path: std::env::temp_dir(),
-                        source,
-                    })?;
-                let path = temp.path().to_path_buf();
-                (Some(temp), path)
-            }
-        };
-        let etc_dir = state_dir.join("etc");
-        let mode = config.isolation;
-        let isolation = tokio::task::spawn_blocking(move || Isolation::prepare(mode, &etc_dir))
-            .await
-            .map_err(|e| Error::Serve {
-                operation: "prepare isolation",
-                source: std::io::Error::other(e),
-            })?
-            .map_err(|source| Error::StateDir {
-                operation: "prepare command isolation",
-                path: state_dir.join("etc"),
-                source,
-            })?;
-        let store = Store::open(
-            &state_dir,
-            config.clock.clone(),
-            isolation.owner(SandboxUser::User),
-        )
-        .map_err(|source| Error::StateDir {
-            operation: "open sandbox records",
-            path: state_dir.join("sandboxes"),
-            source,
-        })?;
-        let app = Arc::new(App {
-            store,
-            clock: config.clock.clone(),
-            faults: FaultState::new(config.latency),
-            api_key: config.api_key.clone(),
-            templates: config.templates.clone(),
-            isolation: Arc::new(isolation),
-            requests: requests::RequestCounter::default(),
-        });
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
-        let router = Router::new()
-            .fallback(dispatch)
-            .with_state(Arc::clone(&app));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let listener = FaultyListener {
-            inner: listener,
-            faults: Arc::clone(&app),
-        };
-        let serve = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        let sweep_app = Arc::clone(&app);
-        let sweeper = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                sweep_app.store.sweep();
-            }
-        });
-        tracing::info!(%addr, isolation = ?app.isolation, state_dir = %state_dir.display(), "e2b-local listening");
-        Ok(Server {
-            app,
-            addr,
-            state_dir,
-            running: Some(Running {
-                stop,
-                serve,
-                sweeper,
-            }),
-            _temp_dir: temp_dir,
-        })
-    }
-
-    /// Starts on 127.0.0.1 with a free port and the [`ServerConfig::loopback`] settings.
-    pub async fn start_loopback() -> Result<Server, Error> {
-        Server::start(ServerConfig::loopback()).await
-    }
-
-    /// `http://127.0.0.1:PORT`: both the E2B_API_URL and the E2B_SANDBOX_URL to use.
-    pub fn url(&self) -> String {
-        let ip = if self.addr.ip().is_unspecified() {
-            IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else {
-            self.addr.ip()
-        };
-        format!("http://{}", SocketAddr::new(ip, self.addr.port()))
-    }
-
-    /// The bound address (with the real port when port 0 was asked for).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The knobs (latency, failures, drops, vanishing sandboxes).
-    pub fn faults(&self) -> Faults {
-        Faults {
-            app: Arc::clone(&self.app),
-        }
-    }
-
-    /// The clock driving leases; [`Clock::advance`] makes leases expire without waiting.
-    pub fn clock(&self) -> Clock {
-        self.app.clock.clone()
-    }
-
-    /// A snapshot of the requests received so far, by route (see [`RequestCounts`] for the
-    /// labels). Diff two snapshots with [`RequestCounts::since`], or start afresh with
-    /// [`Server::reset_requests`]. Also served at `GET /_e2b_local/requests`.
-    pub fn requests(&self) -> RequestCounts {
-        self.app.requests.snapshot()
-    }
-
-    /// Sets every request count back to zero (also `POST /_e2b_local/requests/reset`).
-    pub fn reset_requests(&self) {
-        self.app.requests.reset();
-    }
-
-    /// The state directory in use (a temporary one unless configured).
-    pub fn state_dir(&self) -> &Path {
-        &self.state_dir
-    }
-
-    /// The host directory a sandbox's commands see as `/home/user` (it may not exist).
-    pub fn sandbox_home(&self, sandbox_id: &str) -> PathBuf {
-        self.app.store.home_dir(sandbox_id)
-    }
-
-    /// Kills every sandbox process, stops accepting, and waits (briefly) for open
-    /// connections. Sandbox records stay in a configured state directory.
-    pub async fn shutdown(mut self) -> Result<(), Error> {
-        let Some(running) = self.running.take() else {
-            return Ok(());
-        };
-        running.sweeper.abort();
-        // Killing the processes ends their streams, so graceful shutdown can finish.
-        self.app.store.kill_all_processes();
-        let _ = running.stop.send(());
-        let mut serve = running.serve;
-        match tokio::time::timeout(SHUTDOWN_GRACE, &mut serve).await {
-            Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(source))) => Err(Error::Serve {
-                operation: "serve connections",
-                source,
-            }),
-            Ok(Err(join)) => Err(Error::Serve {
-                operation: "join server task",
-                source: std::io::Error::other(join),
-            }),
-            Err(_elapsed) => {
-                serve.abort();
-                Ok(())
-            }
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(running) = self.running.take() {
-            self.app.store.kill_all_processes();
-            running.sweeper.abort();
-            let _ = running.stop.send(());
-            running.serve.abort();
-        }
-    }
-}
-
-/// Every request enters here: admin, envd (by header or pre-signed URL) or REST.
-async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
-    let path = request.uri().path();
-    if path.starts_with("/_e2b_local/") {
-        // Admin routes are never subject to faults or latency.
-        return rest::handle(app, request).await;
-    }
-    let mut sandbox = request
-        .headers()
-        .get("e2b-sandbox-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if sandbox.is_none() && path == "/files" {
-        sandbox = envd::files::find_signed_sandbox(&app, &request);
-    }
-    let envd = sandbox.is_some();
-    // Counted on arrival, before faults: a request failed by a fault rule was still sent.
-    app.requests.record(envd, request.method(), path);
-    let handler_app = Arc::clone(&app);
-    faults::apply(&app, envd, request, move |request| {
-        Box::pin(async move {
-            match sandbox {
-                Some(id) => envd::handle(handler_app, id, request).await,
-                None => rest::handle(handler_app, request).await,
-            }
-        })
-    })
-    .await
-}
+pub use server::Server;

@@ -116,7 +116,15 @@ fn main() -> ExitCode {
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{error}");
+            // Display names the failed step only; the causes follow it on the line.
+            let mut line = error.to_string();
+            let mut cause = std::error::Error::source(&error);
+            while let Some(inner) = cause {
+                line.push_str(": ");
+                line.push_str(&inner.to_string());
+                cause = inner.source();
+            }
+            eprintln!("{line}");
             ExitCode::FAILURE
         }
     }

@@ -6,6 +6,8 @@ use std::sync::{Mutex, PoisonError};
 use http::Method;
 use serde_json::{Value, json};
 
+use crate::plane::Plane;
+
 /// A snapshot of the request counter (see [`crate::Server::requests`]).
 ///
 /// Every request except the `/_e2b_local/` admin routes is counted once, when it arrives and
@@ -103,8 +105,8 @@ pub(crate) struct RequestCounter {
 }
 
 impl RequestCounter {
-    pub(crate) fn record(&self, envd: bool, method: &Method, path: &str) {
-        let route = if envd {
+    pub(crate) fn record(&self, plane: Plane, method: &Method, path: &str) {
+        let route = if plane == Plane::Envd {
             envd_route(method, path)
         } else {
             rest_route(method, path)
@@ -207,7 +209,8 @@ mod tests {
     fn counter_with(requests: &[(bool, Method, &str)]) -> RequestCounter {
         let counter = RequestCounter::default();
         for (envd, method, path) in requests {
-            counter.record(*envd, method, path);
+            let plane = if *envd { Plane::Envd } else { Plane::Rest };
+            counter.record(plane, method, path);
         }
         counter
     }
@@ -288,8 +291,8 @@ mod tests {
             (true, Method::POST, "/process.Process/Start"),
         ]);
         let before = counter.snapshot();
-        counter.record(true, &Method::POST, "/process.Process/Start");
-        counter.record(false, &Method::POST, "/sandboxes/x/connect");
+        counter.record(Plane::Envd, &Method::POST, "/process.Process/Start");
+        counter.record(Plane::Rest, &Method::POST, "/sandboxes/x/connect");
         let step = counter.snapshot().since(&before);
         assert_eq!(
             step.routes().collect::<Vec<_>>(),

@@ -1,22 +1,22 @@
-//! The control plane (E2B's REST API, v1 and v2) and the `/_e2b_local/` admin routes.
+//! The control plane (E2B's REST API, v1 and v2); `/_e2b_local/` goes on to `admin`
+//! once the API key is checked.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, Method, StatusCode};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::app::{ApiError, App, json_response};
-use crate::faults::{DropRule, FailRule, FaultScope, Faults};
+use crate::app::App;
+use crate::clock::rfc3339;
+use crate::parse::{parse_body, query_pairs, query_unescape};
+use crate::reply::{ApiError, json_response};
 use crate::store::{
-    CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, nanos,
-    parse_sandbox_id, rfc3339,
+    CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, parse_sandbox_id,
 };
 
 /// The envd version reported: the current real one, so the SDK enables every feature.
@@ -47,7 +47,7 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
         .and_then(|v| v.to_str().ok());
     let accepted = app.key_accepted(key);
     if !accepted {
-        crate::app::drain(request).await;
+        crate::reply::drain(request).await;
         return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
     }
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
@@ -115,7 +115,7 @@ fn route(
             app.store.pause(&id)?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
-        (_, ["_e2b_local", rest @ ..]) => admin(app, method, rest, body),
+        (_, ["_e2b_local", rest @ ..]) => crate::admin::route(app, method, rest, body),
         (_, ["sandboxes"] | ["v2", "sandboxes"] | ["sandboxes", _]) => Err(method_not_allowed()),
         (
             _,
@@ -132,17 +132,6 @@ fn route(
 
 fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
-}
-
-/// Parses a JSON body; an empty body is `{}`.
-fn parse_body<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let bytes: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}")))
 }
 
 // ---- create ---------------------------------------------------------------------
@@ -352,39 +341,6 @@ fn resume(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiError> {
 
 // ---- list -----------------------------------------------------------------------
 
-/// Go's `url.QueryUnescape`: `+` is a space, `%XX` a byte; bad escapes are errors.
-pub(crate) fn query_unescape(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Splits a raw query string into decoded pairs (undecodable pairs are skipped).
-pub(crate) fn query_pairs(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter_map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            Some((query_unescape(k)?, query_unescape(v)?))
-        })
-        .collect()
-}
-
 /// Parses the metadata filter: the (once-decoded) parameter value is unescaped again,
 /// split into `k=v` pairs, and each side unescaped once more (E2B's double encoding).
 pub(crate) fn parse_metadata_filter(value: &str) -> Result<Vec<(String, String)>, ApiError> {
@@ -490,208 +446,5 @@ fn list(app: &App, version: ApiVersion, query: &str) -> Result<Response, ApiErro
     Ok(response)
 }
 
-// ---- admin ----------------------------------------------------------------------
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AdvanceBody {
-    seconds: f64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LatencyBody {
-    ms: u64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FailBody {
-    #[serde(default = "one")]
-    count: u32,
-    status: u16,
-    scope: Option<String>,
-    path_prefix: Option<String>,
-    retry_after: Option<u64>,
-    should_retry: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CountBody {
-    #[serde(default = "one")]
-    count: u32,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DropBody {
-    #[serde(default = "one")]
-    count: u32,
-    after_bytes: u64,
-    scope: Option<String>,
-    path_prefix: Option<String>,
-}
-
-fn one() -> u32 {
-    1
-}
-
-fn scope(text: Option<&str>, default: FaultScope) -> Result<FaultScope, ApiError> {
-    match text {
-        None => Ok(default),
-        Some(text) => FaultScope::parse(text)
-            .ok_or_else(|| ApiError::bad_request(format!("invalid scope '{text}'"))),
-    }
-}
-
-fn clock_json(app: &App) -> Value {
-    let now = nanos(app.clock.now());
-    json!({"now": rfc3339(now), "unixNanos": now})
-}
-
-fn admin(
-    app: &Arc<App>,
-    method: &Method,
-    rest: &[&str],
-    body: &Bytes,
-) -> Result<Response, ApiError> {
-    let faults = Faults {
-        app: Arc::clone(app),
-    };
-    let no_content = || Ok(StatusCode::NO_CONTENT.into_response());
-    match (method.clone(), rest) {
-        (Method::GET, ["clock"]) => Ok(json_response(StatusCode::OK, &clock_json(app))),
-        (Method::POST, ["clock", "advance"]) => {
-            let req: AdvanceBody = parse_body(body)?;
-            if !req.seconds.is_finite() || req.seconds < 0.0 {
-                return Err(ApiError::bad_request(
-                    "seconds must be a non-negative number",
-                ));
-            }
-            app.clock.advance(Duration::from_secs_f64(req.seconds));
-            app.store.sweep();
-            Ok(json_response(StatusCode::OK, &clock_json(app)))
-        }
-        (Method::POST, ["faults", "latency"]) => {
-            let req: LatencyBody = parse_body(body)?;
-            faults.set_latency(Duration::from_millis(req.ms));
-            no_content()
-        }
-        (Method::POST, ["faults", "fail"]) => {
-            let req: FailBody = parse_body(body)?;
-            if !(100..=599).contains(&req.status) {
-                return Err(ApiError::bad_request("status must be an HTTP status code"));
-            }
-            faults.fail_next(FailRule {
-                count: req.count,
-                status: req.status,
-                scope: scope(req.scope.as_deref(), FaultScope::Any)?,
-                path_prefix: req.path_prefix,
-                retry_after_secs: req.retry_after,
-                should_retry: req.should_retry,
-            });
-            no_content()
-        }
-        (Method::POST, ["faults", "drop-connections"]) => {
-            let req: CountBody = parse_body(body)?;
-            faults.drop_next_connections(req.count);
-            no_content()
-        }
-        (Method::POST, ["faults", "drop-stream"]) => {
-            let req: DropBody = parse_body(body)?;
-            faults.drop_streams(DropRule {
-                count: req.count,
-                after_bytes: req.after_bytes,
-                scope: scope(req.scope.as_deref(), FaultScope::Envd)?,
-                path_prefix: req.path_prefix,
-            });
-            no_content()
-        }
-        (Method::GET, ["requests"]) => Ok(json_response(
-            StatusCode::OK,
-            &app.requests.snapshot().to_json(),
-        )),
-        (Method::POST, ["requests", "reset"]) => {
-            app.requests.reset();
-            no_content()
-        }
-        (Method::POST, ["faults", "clear"]) => {
-            faults.clear();
-            no_content()
-        }
-        (Method::POST, ["sandboxes", id, action @ ("vanish" | "pause")]) => {
-            let id = parse_sandbox_id(id)?;
-            let result = if *action == "vanish" {
-                faults.vanish_sandbox(&id)
-            } else {
-                faults.pause_sandbox(&id)
-            };
-            match result {
-                Ok(()) => no_content(),
-                Err(e) => Err(ApiError::new(StatusCode::NOT_FOUND, e.to_string())),
-            }
-        }
-        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "Not found")),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metadata_filter_is_double_decoded() {
-        // What SDK 2.63 sends for {"scope": "a b/c"}: after the query layer decoded
-        // `scope%3Da%252520b%252Fc` once, the value is `scope=a%2520b%2Fc`.
-        let pairs = query_pairs("metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50");
-        assert_eq!(
-            pairs[0],
-            ("metadata".to_owned(), "scope=a%2520b%2Fc".to_owned())
-        );
-        let filter = parse_metadata_filter(&pairs[0].1).unwrap();
-        assert_eq!(filter, vec![("scope".to_owned(), "a b/c".to_owned())]);
-        let q = parse_list_query(
-            ApiVersion::V2,
-            "metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50",
-        )
-        .unwrap();
-        assert_eq!(q.limit, 50);
-        assert_eq!(q.states, vec![SbState::Running, SbState::Paused]);
-    }
-
-    #[test]
-    fn metadata_filter_with_two_keys_and_bad_pairs() {
-        let filter = parse_metadata_filter("a%3D1%26b%3Dx%2520y").unwrap();
-        assert_eq!(
-            filter,
-            vec![("a".into(), "1".into()), ("b".into(), "x y".into())]
-        );
-        assert_eq!(
-            parse_metadata_filter("a=1=2").unwrap_err().status,
-            StatusCode::BAD_REQUEST
-        );
-        assert_eq!(
-            parse_metadata_filter("justkey").unwrap_err().status,
-            StatusCode::BAD_REQUEST
-        );
-        assert_eq!(
-            parse_metadata_filter("%zz").unwrap_err().status,
-            StatusCode::BAD_REQUEST
-        );
-    }
-
-    #[test]
-    fn list_query_validation() {
-        assert!(parse_list_query(ApiVersion::V2, "limit=0").is_err());
-        assert!(parse_list_query(ApiVersion::V2, "limit=101").is_err());
-        assert!(parse_list_query(ApiVersion::V2, "order=sideways").is_err());
-        assert!(parse_list_query(ApiVersion::V2, "state=dead").is_err());
-        assert!(parse_list_query(ApiVersion::V2, "nextToken=%21%21").is_err());
-        let q = parse_list_query(ApiVersion::V2, "").unwrap();
-        assert_eq!(q.states, vec![SbState::Running, SbState::Paused]);
-        assert_eq!(q.limit, 100);
-        let q = parse_list_query(ApiVersion::V1, "").unwrap();
-        assert_eq!(q.states, vec![SbState::Running]);
-    }
-}
+mod tests;

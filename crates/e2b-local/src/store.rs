@@ -10,7 +10,6 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -18,9 +17,9 @@ use http::StatusCode;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::app::ApiError;
-use crate::clock::Clock;
-use crate::envd::process::ProcessTable;
+use crate::clock::{Clock, nanos};
+use crate::process_table::ProcessTable;
+use crate::reply::ApiError;
 
 /// The longest lease accepted (E2B's paid-tier maximum).
 pub(crate) const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
@@ -158,19 +157,6 @@ pub(crate) struct Store {
     dir: PathBuf,
     /// uid/gid that owns sandbox homes (None: leave the server's own ownership).
     owner: Option<(u32, u32)>,
-}
-
-pub(crate) fn nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-pub(crate) fn rfc3339(unix_nanos: u64) -> String {
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_nanos))
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
 }
 
 fn secs_to_nanos(secs: i64) -> u64 {

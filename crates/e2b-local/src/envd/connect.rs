@@ -8,6 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use tokio::sync::mpsc;
 
 /// Largest request message accepted (stdin chunks, paths): envd never needs more.
@@ -163,7 +164,7 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConnectError> {
 /// Reads a unary request: `Err(response)` is the complete answer for a bad request.
 pub(crate) async fn read_unary<T: DeserializeOwned>(request: Request) -> Result<T, Response> {
     if content_type(request.headers()) != "application/json" {
-        crate::app::drain(request).await;
+        crate::reply::drain(request).await;
         return Err(unsupported_media_type());
     }
     let bytes = read_body(request).await.map_err(|e| e.unary())?;
@@ -176,7 +177,7 @@ pub(crate) async fn read_stream_request<T: DeserializeOwned>(
     request: Request,
 ) -> Result<T, Response> {
     if !is_stream_request(request.headers()) {
-        crate::app::drain(request).await;
+        crate::reply::drain(request).await;
         return Err(unsupported_media_type());
     }
     let bytes = read_body(request).await.map_err(|e| e.stream())?;
@@ -260,6 +261,21 @@ pub(crate) fn stream_response(frames: mpsc::Receiver<Bytes>) -> Response {
             .map(|b| (Ok::<Bytes, std::io::Error>(b), rx))
     });
     stream_headers(Response::new(Body::from_stream(stream)))
+}
+
+/// Accepts a uint32 as a JSON number or string (proto3 JSON allows both on input).
+pub(crate) fn de_opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flex {
+        Num(u32),
+        Text(String),
+    }
+    match Option::<Flex>::deserialize(d)? {
+        None => Ok(None),
+        Some(Flex::Num(n)) => Ok(Some(n)),
+        Some(Flex::Text(s)) => s.parse().map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 #[cfg(test)]

@@ -16,10 +16,11 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::Ctx;
-use crate::app::{ApiError, App, json_response};
+use super::ctx::Ctx;
+use crate::app::App;
 use crate::isolation::SandboxUser;
 use crate::paths::{self, Last, PathError, Resolved, SandboxFs};
+use crate::reply::{ApiError, json_response};
 
 /// Buffer size for streaming a file out (bounded memory whatever the file size).
 const READ_CHUNK: usize = 64 * 1024;
@@ -35,7 +36,7 @@ struct FilesQuery {
 
 fn parse_query(query: Option<&str>) -> FilesQuery {
     let mut out = FilesQuery::default();
-    for (key, value) in crate::rest::query_pairs(query.unwrap_or_default()) {
+    for (key, value) in crate::parse::query_pairs(query.unwrap_or_default()) {
         match key.as_str() {
             "path" => out.path = Some(value),
             "username" => out.username = Some(value),
@@ -82,7 +83,7 @@ fn signature_valid(app: &App, token: &str, query: &FilesQuery, operation: &str) 
     }
     match query.signature_expiration.as_deref().map(str::parse::<u64>) {
         None => true,
-        Some(Ok(expires)) => crate::store::nanos(app.clock.now()) / 1_000_000_000 <= expires,
+        Some(Ok(expires)) => crate::clock::nanos(app.clock.now()) / 1_000_000_000 <= expires,
         Some(Err(_)) => false,
     }
 }
@@ -237,13 +238,13 @@ async fn open_read(path: &std::path::Path) -> io::Result<tokio::fs::File> {
 pub(crate) async fn upload(ctx: Ctx, request: Request) -> Response {
     let query = parse_query(request.uri().query());
     if !authorized(&ctx, request.headers(), &query, "write") {
-        crate::app::drain(request).await;
+        crate::reply::drain(request).await;
         return unauthorized();
     }
     let user = match user_of(&query) {
         Ok(user) => user,
         Err(error) => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             return error.into_response();
         }
     };
@@ -260,7 +261,7 @@ pub(crate) async fn upload(ctx: Ctx, request: Request) -> Response {
                 .map(|entry| vec![entry])
         }
         Err(error) => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             Err(error)
         }
     };

@@ -10,11 +10,11 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::connect::{self, Code, ConnectError};
-use super::{Ctx, de_opt_u32};
+use super::connect::{self, Code, ConnectError, de_opt_u32};
+use super::ctx::Ctx;
+use crate::clock::{nanos, rfc3339};
 use crate::isolation::{Isolation, SandboxUser};
 use crate::paths::{self, Last, PathError, Resolved, SandboxFs};
-use crate::store::{nanos, rfc3339};
 
 /// Entries returned by one ListDir at most (a guard against huge trees).
 const MAX_LIST_ENTRIES: usize = 100_000;
@@ -46,7 +46,7 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
     let user = match ctx.user(request.headers()) {
         Ok(user) => user,
         Err(error) => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             return error.unary();
         }
     };
@@ -82,7 +82,7 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             Err(response) => return response,
         },
         "WatchDir" => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             return ConnectError::new(
                 Code::Unimplemented,
                 "filesystem.Filesystem/WatchDir is not implemented by e2b-local",
@@ -90,14 +90,14 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             .stream();
         }
         "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             Err(ConnectError::new(
                 Code::Unimplemented,
                 format!("filesystem.Filesystem/{method} is not implemented by e2b-local"),
             ))
         }
         _ => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             Err(ConnectError::new(
                 Code::NotFound,
                 format!("unknown method filesystem.Filesystem/{method}"),

@@ -2,6 +2,7 @@
 //! port and selected by the `E2b-Sandbox-Id` header.
 
 pub(crate) mod connect;
+mod ctx;
 pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod process;
@@ -10,59 +11,11 @@ use std::sync::Arc;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, Method, StatusCode};
-use serde::{Deserialize, Deserializer};
 
-use crate::app::{ApiError, App, json_response};
-use crate::isolation::SandboxUser;
-use crate::store::RunningSandbox;
-use connect::{Code, ConnectError};
-
-/// What an envd handler works with.
-#[derive(Clone, Debug)]
-pub(crate) struct Ctx {
-    pub(crate) app: Arc<App>,
-    pub(crate) sandbox: RunningSandbox,
-}
-
-impl Ctx {
-    /// The user named by `Authorization: Basic base64(name:)`, else the default `user`.
-    pub(crate) fn user(&self, headers: &HeaderMap) -> Result<SandboxUser, ConnectError> {
-        let name = basic_username(headers);
-        SandboxUser::parse(name.as_deref()).map_err(|m| ConnectError::new(Code::Unauthenticated, m))
-    }
-}
-
-fn basic_username(headers: &HeaderMap) -> Option<String> {
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let encoded = value
-        .strip_prefix("Basic ")
-        .or_else(|| value.strip_prefix("basic "))?;
-    let decoded = STANDARD.decode(encoded.trim()).ok()?;
-    let text = String::from_utf8(decoded).ok()?;
-    Some(
-        text.split_once(':')
-            .map_or(text.as_str(), |(user, _)| user)
-            .to_owned(),
-    )
-}
-
-/// Accepts a uint32 as a JSON number or string (proto3 JSON allows both on input).
-pub(crate) fn de_opt_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Flex {
-        Num(u32),
-        Text(String),
-    }
-    match Option::<Flex>::deserialize(d)? {
-        None => Ok(None),
-        Some(Flex::Num(n)) => Ok(Some(n)),
-        Some(Flex::Text(s)) => s.parse().map(Some).map_err(serde::de::Error::custom),
-    }
-}
+use crate::app::App;
+use crate::reply::{ApiError, json_response};
+use ctx::Ctx;
 
 /// The proxy's answer for a sandbox that is not running.
 pub(crate) fn sandbox_not_found(id: &str) -> Response {
@@ -83,7 +36,7 @@ fn unauthorized() -> Response {
 /// Serves one envd request for the sandbox named in its header.
 pub(crate) async fn handle(app: Arc<App>, sandbox_id: String, request: Request) -> Response {
     let Some(sandbox) = app.store.running(&sandbox_id) else {
-        crate::app::drain(request).await;
+        crate::reply::drain(request).await;
         return sandbox_not_found(&sandbox_id);
     };
     serve(Ctx { app, sandbox }, request).await
@@ -96,7 +49,7 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
     let is_files = path == "/files";
     let exempt = (path == "/health" && method == Method::GET) || is_files;
     if !exempt && !token_ok(&ctx, request.headers()) {
-        crate::app::drain(request).await;
+        crate::reply::drain(request).await;
         return unauthorized();
     }
     if let Some(rpc) = path.strip_prefix("/process.Process/") {
@@ -121,11 +74,11 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
             json_response(StatusCode::OK, &serde_json::json!(ctx.sandbox.env_vars))
         }
         (_, "/health" | "/files" | "/envs") => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             method_not_allowed()
         }
         _ => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             ApiError::new(StatusCode::NOT_FOUND, format!("path '{path}' not found")).into_response()
         }
     }

@@ -1,7 +1,8 @@
-//! `process.Process`: real processes per command, their output streamed as produced.
+//! `process.Process`: the Connect RPCs over the sandbox's process table, and the
+//! proto3 JSON of process events.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -11,403 +12,40 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::connect::{self, Code, ConnectError};
-use super::{Ctx, de_opt_u32};
+use super::connect::{self, Code, ConnectError, de_opt_u32};
+use super::ctx::Ctx;
 use crate::isolation::CommandSpec;
 use crate::paths::{Last, SandboxFs};
+use crate::process_table::{
+    EndInfo, Event, Proc, ProcConfig, ProcessTable, SpawnError, sleep_until_opt,
+};
 
-/// Largest chunk of output in one `data` event (envd reads 32 KiB at a time).
-pub(crate) const CHUNK: usize = 32 * 1024;
-
-/// Finished processes kept per sandbox for late `Connect` calls.
-const RETAINED: usize = 256;
-
-/// After the main process exited, output still arriving this quickly is forwarded;
-/// a pipe held open longer by a background child is abandoned.
-const DRAIN_IDLE: Duration = Duration::from_millis(200);
-
-/// Events per subscriber buffered before the producer waits (backpressure).
-const SUBSCRIBER_BUFFER: usize = 8;
-
-/// The final state of a process, as envd reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct EndInfo {
-    pub(crate) exit_code: i32,
-    pub(crate) exited: bool,
-    pub(crate) status: String,
-    pub(crate) error: Option<String>,
+/// The proto3 JSON of the `end` event (defaults omitted).
+fn end_json(end: &EndInfo) -> serde_json::Value {
+    let mut json_end = serde_json::Map::new();
+    if end.exit_code != 0 {
+        json_end.insert("exitCode".into(), json!(end.exit_code));
+    }
+    if end.exited {
+        json_end.insert("exited".into(), json!(true));
+    }
+    json_end.insert("status".into(), json!(end.status));
+    if let Some(error) = &end.error {
+        json_end.insert("error".into(), json!(error));
+    }
+    json!({"event": {"end": json_end}})
 }
 
-impl EndInfo {
-    fn from_status(status: std::process::ExitStatus) -> EndInfo {
-        use std::os::unix::process::ExitStatusExt;
-        match (status.code(), status.signal()) {
-            (Some(0), _) => EndInfo {
-                exit_code: 0,
-                exited: true,
-                status: "exit status 0".into(),
-                error: None,
-            },
-            (Some(code), _) => EndInfo {
-                exit_code: code,
-                exited: true,
-                status: format!("exit status {code}"),
-                error: Some(format!("exit status {code}")),
-            },
-            (None, signal) => {
-                let text = format!("signal: {}", signal_name(signal.unwrap_or(0)));
-                EndInfo {
-                    exit_code: -1,
-                    exited: false,
-                    status: text.clone(),
-                    error: Some(text),
-                }
-            }
-        }
-    }
-
-    /// The proto3 JSON of the `end` event (defaults omitted).
-    fn json(&self) -> serde_json::Value {
-        let mut end = serde_json::Map::new();
-        if self.exit_code != 0 {
-            end.insert("exitCode".into(), json!(self.exit_code));
-        }
-        if self.exited {
-            end.insert("exited".into(), json!(true));
-        }
-        end.insert("status".into(), json!(self.status));
-        if let Some(error) = &self.error {
-            end.insert("error".into(), json!(error));
-        }
-        json!({"event": {"end": end}})
-    }
-}
-
-/// Go's names for the signals a process is likely to die of.
-fn signal_name(signal: i32) -> String {
-    match signal {
-        libc::SIGHUP => "hangup".into(),
-        libc::SIGINT => "interrupt".into(),
-        libc::SIGQUIT => "quit".into(),
-        libc::SIGABRT => "aborted".into(),
-        libc::SIGKILL => "killed".into(),
-        libc::SIGSEGV => "segmentation fault".into(),
-        libc::SIGPIPE => "broken pipe".into(),
-        libc::SIGALRM => "alarm clock".into(),
-        libc::SIGTERM => "terminated".into(),
-        other => format!("signal {other}"),
-    }
-}
-
-/// One event of a process stream.
-#[derive(Clone, Debug)]
-pub(crate) enum Event {
-    Stdout(Bytes),
-    Stderr(Bytes),
-    End(EndInfo),
-}
-
-impl Event {
-    fn json(&self) -> serde_json::Value {
-        match self {
-            Event::Stdout(b) => json!({"event": {"data": {"stdout": STANDARD.encode(b)}}}),
-            Event::Stderr(b) => json!({"event": {"data": {"stderr": STANDARD.encode(b)}}}),
-            Event::End(end) => end.json(),
-        }
-    }
-}
-
-/// What List reports about a process.
-#[derive(Clone, Debug)]
-struct Config {
-    cmd: String,
-    args: Vec<String>,
-    envs: BTreeMap<String, String>,
-    cwd: Option<String>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Proc {
-    pid: u32,
-    tag: Option<String>,
-    config: Config,
-    shared: Mutex<Shared>,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
-}
-
-#[derive(Debug, Default)]
-struct Shared {
-    subscribers: Vec<mpsc::Sender<Event>>,
-    end: Option<EndInfo>,
-}
-
-impl Proc {
-    fn shared(&self) -> MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Subscribes to future events; `Err(end)` when the process already finished.
-    fn subscribe(&self) -> Result<mpsc::Receiver<Event>, EndInfo> {
-        let mut shared = self.shared();
-        if let Some(end) = &shared.end {
-            return Err(end.clone());
-        }
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
-        shared.subscribers.push(tx);
-        Ok(rx)
-    }
-
-    /// Delivers an event to every subscriber, waiting for slow ones (backpressure);
-    /// subscribers that went away are forgotten.
-    async fn broadcast(&self, event: Event) {
-        let subscribers = self.shared().subscribers.clone();
-        let mut gone = Vec::new();
-        for (index, tx) in subscribers.iter().enumerate() {
-            if tx.send(event.clone()).await.is_err() {
-                gone.push(index);
-            }
-        }
-        if !gone.is_empty() {
-            self.shared().subscribers.retain(|tx| !tx.is_closed());
-        }
-    }
-}
-
-/// The processes of one sandbox.
-#[derive(Debug)]
-pub(crate) struct ProcessTable {
-    sandbox_id: String,
-    inner: Mutex<TableInner>,
-}
-
-#[derive(Debug, Default)]
-struct TableInner {
-    /// Set when the sandbox paused or died: no new process may start.
-    closed: bool,
-    running: HashMap<u32, Arc<Proc>>,
-    finished: VecDeque<Arc<Proc>>,
-}
-
-/// Why a process could not be started.
-#[derive(Debug)]
-pub(crate) enum SpawnError {
-    Closed,
-    Io(std::io::Error),
-}
-
-impl ProcessTable {
-    pub(crate) fn new(sandbox_id: &str) -> ProcessTable {
-        ProcessTable {
-            sandbox_id: sandbox_id.to_owned(),
-            inner: Mutex::new(TableInner::default()),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, TableInner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Refuses new processes and kills every process of the sandbox: each command's
-    /// process group, plus any descendant that left it but still carries the
-    /// sandbox's `E2B_SANDBOX_ID`.
-    pub(crate) fn close_and_kill(&self) {
-        let pids: Vec<u32> = {
-            let mut inner = self.lock();
-            inner.closed = true;
-            inner.running.keys().copied().collect()
-        };
-        for pid in pids {
-            let Ok(pid) = i32::try_from(pid) else {
-                continue;
-            };
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-        kill_tagged(&self.sandbox_id);
-    }
-
-    fn find(&self, selector: &Selector) -> Option<Arc<Proc>> {
-        let inner = self.lock();
-        let matches = |p: &&Arc<Proc>| match (selector.pid, &selector.tag) {
-            (Some(pid), _) => p.pid == pid,
-            (None, Some(tag)) => p.tag.as_deref() == Some(tag),
-            (None, None) => false,
-        };
-        inner
-            .running
-            .values()
-            .find(matches)
-            .or_else(|| inner.finished.iter().rev().find(matches))
-            .cloned()
-    }
-
-    fn find_running(&self, selector: &Selector) -> Option<Arc<Proc>> {
-        self.find(selector)
-            .filter(|p| self.lock().running.contains_key(&p.pid))
-    }
-
-    fn finish(&self, pid: u32) {
-        let mut inner = self.lock();
-        if let Some(proc) = inner.running.remove(&pid) {
-            inner.finished.push_back(proc);
-            while inner.finished.len() > RETAINED {
-                inner.finished.pop_front();
-            }
-        }
-    }
-
-    /// Starts a process and subscribes to its events before any output is read.
-    fn spawn(
-        self: &Arc<Self>,
-        mut command: tokio::process::Command,
-        config: Config,
-        tag: Option<String>,
-        deadline: Option<Instant>,
-    ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), SpawnError> {
-        let mut inner = self.lock();
-        if inner.closed {
-            return Err(SpawnError::Closed);
-        }
-        // Spawned under the table lock so that a concurrent pause/kill either refuses
-        // this process or sees it and kills it.
-        let mut child = command.spawn().map_err(SpawnError::Io)?;
-        let pid = child.id().unwrap_or(0);
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
-        let proc = Arc::new(Proc {
-            pid,
-            tag,
-            config,
-            shared: Mutex::new(Shared {
-                subscribers: vec![tx],
-                end: None,
-            }),
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
-        });
-        inner.running.insert(pid, Arc::clone(&proc));
-        drop(inner);
-        tokio::spawn(supervise(
-            Arc::clone(self),
-            Arc::clone(&proc),
-            child,
-            deadline,
-        ));
-        Ok((proc, rx))
-    }
-}
-
-/// Kills every process whose environment names this sandbox.
-fn kill_tagged(sandbox_id: &str) {
-    let needle = format!("E2B_SANDBOX_ID={sandbox_id}");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    let me = std::process::id();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|b| *b == 0)
-            .any(|var| var == needle.as_bytes())
-            && let Ok(pid) = i32::try_from(pid)
-        {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-/// Pumps a process's output to its subscribers until it ends, then reports the end.
-async fn supervise(
-    table: Arc<ProcessTable>,
-    proc: Arc<Proc>,
-    mut child: Child,
-    deadline: Option<Instant>,
-) {
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let mut out_buf = vec![0u8; CHUNK];
-    let mut err_buf = vec![0u8; CHUNK];
-    let mut status = None;
-    let mut deadline_fired = false;
-    loop {
-        if status.is_some() && stdout.is_none() && stderr.is_none() {
-            break;
-        }
-        tokio::select! {
-            result = child.wait(), if status.is_none() => {
-                status = Some(result);
-            }
-            read = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => match read {
-                Some(n) => proc.broadcast(Event::Stdout(Bytes::copy_from_slice(&out_buf[..n]))).await,
-                None => stdout = None,
-            },
-            read = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => match read {
-                Some(n) => proc.broadcast(Event::Stderr(Bytes::copy_from_slice(&err_buf[..n]))).await,
-                None => stderr = None,
-            },
-            () = sleep_until_opt(deadline), if !deadline_fired && status.is_none() => {
-                deadline_fired = true;
-                // envd cancels the command's context: SIGKILL to the process itself.
-                if let Ok(pid) = i32::try_from(proc.pid) {
-                    // SAFETY: kill has no memory-safety preconditions.
-                    unsafe { libc::kill(pid, libc::SIGKILL); }
-                }
-            }
-            () = tokio::time::sleep(DRAIN_IDLE), if status.is_some() => break,
-        }
-    }
-    let end = match status {
-        Some(Ok(status)) => EndInfo::from_status(status),
-        _ => EndInfo {
-            exit_code: -1,
-            exited: false,
-            status: "unknown".into(),
-            error: Some("waiting for the process failed".into()),
-        },
-    };
-    proc.stdin.lock().await.take();
-    proc.shared().end = Some(end.clone());
-    proc.broadcast(Event::End(end)).await;
-    proc.shared().subscribers.clear();
-    table.finish(proc.pid);
-}
-
-async fn read_some<R: tokio::io::AsyncRead + Unpin>(
-    reader: &mut Option<R>,
-    buf: &mut [u8],
-) -> Option<usize> {
-    let reader = reader.as_mut()?;
-    match reader.read(buf).await {
-        Ok(0) | Err(_) => None,
-        Ok(n) => Some(n),
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// The proto3 JSON of one event.
+fn event_json(event: &Event) -> serde_json::Value {
+    match event {
+        Event::Stdout(b) => json!({"event": {"data": {"stdout": STANDARD.encode(b)}}}),
+        Event::Stderr(b) => json!({"event": {"data": {"stderr": STANDARD.encode(b)}}}),
+        Event::End(end) => end_json(end),
     }
 }
 
@@ -437,7 +75,7 @@ struct StartRequest {
 
 /// `ProcessSelector`: a pid or a tag.
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct Selector {
+struct Selector {
     #[serde(default, deserialize_with = "de_opt_u32")]
     pid: Option<u32>,
     #[serde(default)]
@@ -445,6 +83,14 @@ pub(crate) struct Selector {
 }
 
 impl Selector {
+    fn find(&self, table: &ProcessTable) -> Option<Arc<Proc>> {
+        table.find(self.pid, self.tag.as_deref())
+    }
+
+    fn find_running(&self, table: &ProcessTable) -> Option<Arc<Proc>> {
+        table.find_running(self.pid, self.tag.as_deref())
+    }
+
     fn describe(&self) -> String {
         match (self.pid, &self.tag) {
             (Some(pid), _) => format!("process with pid {pid} not found"),
@@ -513,7 +159,7 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
                 format!("process.Process/{method} is not implemented by e2b-local"),
             );
             let stream = connect::is_stream_request(request.headers());
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             if stream {
                 error.stream()
             } else {
@@ -521,7 +167,7 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             }
         }
         _ => {
-            crate::app::drain(request).await;
+            crate::reply::drain(request).await;
             ConnectError::new(
                 Code::NotFound,
                 format!("unknown method process.Process/{method}"),
@@ -593,7 +239,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
                 .stream();
         }
     };
-    let config = Config {
+    let config = ProcConfig {
         cmd: req.process.cmd.clone(),
         args: req.process.args.clone(),
         envs: req.process.envs.clone(),
@@ -671,7 +317,7 @@ fn stream_events(
         let mut events = match events {
             Ok(events) => events,
             Err(end) => {
-                let _ = tx.send(connect::frame(&Event::End(end).json())).await;
+                let _ = tx.send(connect::frame(&event_json(&Event::End(end)))).await;
                 let _ = tx.send(connect::end_frame(None)).await;
                 return;
             }
@@ -689,7 +335,7 @@ fn stream_events(
                 Err(_silence) => connect::frame(&json!({"event": {"keepalive": {}}})),
                 Ok(Some(event)) => {
                     let last = matches!(event, Event::End(_));
-                    if tx.send(connect::frame(&event.json())).await.is_err() {
+                    if tx.send(connect::frame(&event_json(&event))).await.is_err() {
                         return;
                     }
                     if last {
@@ -715,16 +361,14 @@ async fn connect_rpc(ctx: Ctx, request: Request) -> Response {
         Ok(req) => req,
         Err(response) => return response,
     };
-    let Some(proc) = ctx.sandbox.procs.find(&req.process) else {
+    let Some(proc) = req.process.find(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).stream();
     };
     stream_events(proc.pid, proc.subscribe(), deadline, keepalive)
 }
 
 fn list(ctx: &Ctx) -> Response {
-    let inner = ctx.sandbox.procs.lock();
-    let mut procs: Vec<&Arc<Proc>> = inner.running.values().collect();
-    procs.sort_by_key(|p| p.pid);
+    let procs = ctx.sandbox.procs.running();
     let processes: Vec<serde_json::Value> = procs
         .iter()
         .map(|p| {
@@ -754,7 +398,7 @@ fn send_signal(ctx: &Ctx, req: &SendSignalRequest) -> Response {
                 .unary();
         }
     };
-    let Some(proc) = ctx.sandbox.procs.find_running(&req.process) else {
+    let Some(proc) = req.process.find_running(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).unary();
     };
     let Ok(pid) = i32::try_from(proc.pid) else {
@@ -775,7 +419,7 @@ fn send_signal(ctx: &Ctx, req: &SendSignalRequest) -> Response {
 }
 
 async fn send_input(ctx: &Ctx, req: SendInputRequest) -> Response {
-    let Some(proc) = ctx.sandbox.procs.find_running(&req.process) else {
+    let Some(proc) = req.process.find_running(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).unary();
     };
     if req.input.pty.is_some() {
@@ -799,7 +443,7 @@ async fn send_input(ctx: &Ctx, req: SendInputRequest) -> Response {
 }
 
 async fn close_stdin(ctx: &Ctx, selector: &Selector) -> Response {
-    let Some(proc) = ctx.sandbox.procs.find(selector) else {
+    let Some(proc) = selector.find(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, selector.describe()).unary();
     };
     proc.stdin.lock().await.take();
@@ -814,17 +458,21 @@ mod tests {
     #[test]
     fn end_events_match_envd() {
         // contract: L6 (a killed command reports -1 / "signal: killed")
-        let ok = EndInfo::from_status(std::process::ExitStatus::from_raw(0)).json();
+        let ok = end_json(&EndInfo::from_status(std::process::ExitStatus::from_raw(0)));
         assert_eq!(
             ok,
             json!({"event": {"end": {"exited": true, "status": "exit status 0"}}})
         );
-        let three = EndInfo::from_status(std::process::ExitStatus::from_raw(3 << 8)).json();
+        let three = end_json(&EndInfo::from_status(std::process::ExitStatus::from_raw(
+            3 << 8,
+        )));
         assert_eq!(
             three,
             json!({"event": {"end": {"exitCode": 3, "exited": true, "status": "exit status 3", "error": "exit status 3"}}})
         );
-        let killed = EndInfo::from_status(std::process::ExitStatus::from_raw(libc::SIGKILL)).json();
+        let killed = end_json(&EndInfo::from_status(std::process::ExitStatus::from_raw(
+            libc::SIGKILL,
+        )));
         assert_eq!(
             killed,
             json!({"event": {"end": {"exitCode": -1, "status": "signal: killed", "error": "signal: killed"}}})

@@ -120,15 +120,33 @@ impl Api {
         Api::reply(response).await
     }
 
-    /// Starts `cmd` and returns the open stream.
+    /// Starts `cmd` (a bash login shell's command line) and returns the open stream.
     pub async fn start(&self, sandbox: &Sandbox, cmd: &str, extra: &[(&str, &str)]) -> FrameStream {
         let body =
             json!({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}, "stdin": false});
+        self.start_request(sandbox, &body, extra).await
+    }
+
+    /// Starts the program `cmd` with exactly `args` as its arguments (no shell added)
+    /// and runs it to completion.
+    pub async fn run_argv(&self, sandbox: &Sandbox, cmd: &str, args: &[&str]) -> Run {
+        let body = json!({"process": {"cmd": cmd, "args": args}});
+        let mut stream = self.start_request(sandbox, &body, &[]).await;
+        stream.collect().await
+    }
+
+    /// Sends a `StartRequest` and returns the open stream.
+    pub async fn start_request(
+        &self,
+        sandbox: &Sandbox,
+        body: &Value,
+        extra: &[(&str, &str)],
+    ) -> FrameStream {
         let mut request = self
             .envd(sandbox, reqwest::Method::POST, "/process.Process/Start")
             .header("content-type", "application/connect+json")
             .header("connect-protocol-version", "1")
-            .body(envelope(&body));
+            .body(envelope(body));
         for (k, v) in extra {
             request = request.header(*k, *v);
         }

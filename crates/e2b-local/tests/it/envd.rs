@@ -1,9 +1,8 @@
 //! envd over the shared port: Connect framing, processes, filesystem RPCs, /files,
 //! access tokens and isolation.
 
-mod common;
-
-use common::{Api, Sandbox, envelope, manual_server, new_sandbox};
+use crate::support;
+use crate::support::{Api, Sandbox, envelope, manual_server, new_sandbox};
 use futures::StreamExt;
 use serde_json::json;
 
@@ -37,7 +36,7 @@ async fn start_stream_framing_and_end_values() {
         .send()
         .await
         .unwrap();
-    let run = common::FrameStream::new(response).collect().await;
+    let run = support::FrameStream::new(response).collect().await;
     assert_eq!(run.stdout, b"chunked\n");
 
     // Errors before the process starts travel in the end-stream frame of a 200 stream.
@@ -50,7 +49,7 @@ async fn start_stream_framing_and_end_values() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 200);
-    let mut frames = common::FrameStream::new(response);
+    let mut frames = support::FrameStream::new(response);
     let end = frames.next().await.unwrap();
     assert_eq!(end.flags, 2);
     assert_eq!(end.json["error"]["code"], "invalid_argument");
@@ -88,6 +87,60 @@ async fn start_stream_framing_and_end_values() {
         .await
         .unwrap();
     assert_eq!(proto.status().as_u16(), 415);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn start_passes_cmd_and_args_verbatim() {
+    // A program and its arguments are argv as data, as real envd runs them
+    // (exec.Command(cmd, args...)): no login shell, no re-parsing by a shell.
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+
+    let shell = api
+        .run_argv(
+            &sandbox,
+            "/bin/bash",
+            &[
+                "-c",
+                "shopt -q login_shell && echo login || echo not-login; echo \"$0\"",
+            ],
+        )
+        .await;
+    assert_eq!(shell.stdout, b"not-login\n/bin/bash\n");
+    assert_eq!(
+        shell.end,
+        json!({"exited": true, "status": "exit status 0"})
+    );
+
+    // Arguments after the `-c` script reach it as $0, $1, ... untouched.
+    let positional = api
+        .run_argv(
+            &sandbox,
+            "/bin/bash",
+            &[
+                "-c",
+                "printf '[%s]' \"$0\" \"$1\" \"$2\"",
+                "zero",
+                "a  b",
+                "*",
+            ],
+        )
+        .await;
+    assert_eq!(positional.stdout, b"[zero][a  b][*]");
+
+    let echo = api.run_argv(&sandbox, "/bin/echo", &["a  b", "c"]).await;
+    assert_eq!(echo.stdout, b"a  b c\n");
+    let quoted = api
+        .run_argv(
+            &sandbox,
+            "/bin/echo",
+            &["$HOME", "*", "'q' \"d\"", "x;y|z", "$(id)"],
+        )
+        .await;
+    assert_eq!(quoted.stdout, b"$HOME * 'q' \"d\" x;y|z $(id)\n");
+    assert!(quoted.stderr.is_empty());
     server.shutdown().await.unwrap();
 }
 
@@ -163,7 +216,7 @@ async fn connect_timeout_is_the_process_deadline() {
     server.shutdown().await.unwrap();
 }
 
-async fn connect_stream(api: &Api, sandbox: &Sandbox, pid: u64) -> common::FrameStream {
+async fn connect_stream(api: &Api, sandbox: &Sandbox, pid: u64) -> support::FrameStream {
     let response = api
         .envd(sandbox, reqwest::Method::POST, "/process.Process/Connect")
         .header("content-type", "application/connect+json")
@@ -171,7 +224,7 @@ async fn connect_stream(api: &Api, sandbox: &Sandbox, pid: u64) -> common::Frame
         .send()
         .await
         .unwrap();
-    common::FrameStream::new(response)
+    support::FrameStream::new(response)
 }
 
 #[tokio::test]
@@ -295,7 +348,7 @@ async fn stdin_and_connect_reattach() {
         .send()
         .await
         .unwrap();
-    let mut stream = common::FrameStream::new(response);
+    let mut stream = support::FrameStream::new(response);
     let pid = stream.next().await.unwrap().json["event"]["start"]["pid"]
         .as_u64()
         .unwrap();
@@ -357,7 +410,7 @@ async fn isolation_home_user_private_tmp_and_user_switch() {
             .await
             .unwrap();
         assert_eq!(
-            common::FrameStream::new(as_root).collect().await.stdout,
+            support::FrameStream::new(as_root).collect().await.stdout,
             b"root\n"
         );
     } else {

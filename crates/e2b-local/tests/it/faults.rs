@@ -1,10 +1,9 @@
 //! Fault knobs, from code and over the admin routes.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Api, manual_server, new_sandbox};
+use crate::support;
+use crate::support::{Api, manual_server, new_sandbox};
 use e2b_local::{DropRule, FailRule, FaultScope};
 use futures::StreamExt;
 use serde_json::json;
@@ -145,7 +144,7 @@ async fn stream_dropped_after_bytes() {
     let response = api
         .envd(&sandbox, reqwest::Method::POST, "/process.Process/Start")
         .header("content-type", "application/connect+json")
-        .body(common::envelope(
+        .body(support::envelope(
             &json!({"process": {"cmd": "/bin/echo", "args": ["hi"]}}),
         ))
         .send()

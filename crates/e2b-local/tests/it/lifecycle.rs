@@ -1,11 +1,10 @@
 //! Control plane: lifecycle state machine (driven by the injected clock, no sleeping),
 //! list paging and filters, error statuses and bodies, restart persistence.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Api, KEY, Sandbox, manual_server, t0};
+use crate::support;
+use crate::support::{Api, KEY, Sandbox, manual_server, t0};
 use e2b_local::{Clock, Server, ServerConfig};
 use serde_json::json;
 
@@ -93,7 +92,7 @@ async fn connect_extends_only_and_resumes_paused() {
     let (id, _) = api
         .create(json!({"templateID": "base", "timeout": 300, "autoPause": true}))
         .await;
-    let end = |reply: &common::Reply| reply.json["endAt"].as_str().unwrap().to_owned();
+    let end = |reply: &support::Reply| reply.json["endAt"].as_str().unwrap().to_owned();
 
     let shorter = api
         .post(&format!("/v2/sandboxes/{id}/connect"), r#"{"timeout":30}"#)

@@ -1,8 +1,7 @@
 //! Request accounting: the server counts what clients send, by route.
 
-mod common;
-
-use common::{Api, manual_server, new_sandbox};
+use crate::support;
+use crate::support::{Api, manual_server, new_sandbox};
 use e2b_local::{FailRule, FaultScope};
 use serde_json::json;
 
@@ -95,7 +94,7 @@ async fn a_request_failed_by_a_fault_rule_still_counts() {
     let fresh = reqwest::Client::new();
     let dropped = fresh
         .get(format!("{}/v2/sandboxes", server.url()))
-        .header("x-api-key", common::KEY)
+        .header("x-api-key", support::KEY)
         .send()
         .await;
     assert!(dropped.is_err());

@@ -1,0 +1,164 @@
+//! The `/_e2b_local/` admin routes: the clock, the fault knobs and the request counts
+//! over HTTP, for clients in other processes (the SDK conformance suite, the CLI).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::clock::{nanos, rfc3339};
+use crate::fault_state::{DropRule, FailRule, FaultScope};
+use crate::faults::Faults;
+use crate::parse::parse_body;
+use crate::reply::{ApiError, json_response};
+use crate::store::parse_sandbox_id;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AdvanceBody {
+    seconds: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LatencyBody {
+    ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FailBody {
+    #[serde(default = "one")]
+    count: u32,
+    status: u16,
+    scope: Option<String>,
+    path_prefix: Option<String>,
+    retry_after: Option<u64>,
+    should_retry: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CountBody {
+    #[serde(default = "one")]
+    count: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DropBody {
+    #[serde(default = "one")]
+    count: u32,
+    after_bytes: u64,
+    scope: Option<String>,
+    path_prefix: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn scope(text: Option<&str>, default: FaultScope) -> Result<FaultScope, ApiError> {
+    match text {
+        None => Ok(default),
+        Some(text) => FaultScope::parse(text)
+            .ok_or_else(|| ApiError::bad_request(format!("invalid scope '{text}'"))),
+    }
+}
+
+fn clock_json(app: &App) -> Value {
+    let now = nanos(app.clock.now());
+    json!({"now": rfc3339(now), "unixNanos": now})
+}
+
+/// Serves `/_e2b_local/<rest>` (the API key was checked by the caller).
+pub(crate) fn route(
+    app: &Arc<App>,
+    method: &Method,
+    rest: &[&str],
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let faults = Faults {
+        app: Arc::clone(app),
+    };
+    let no_content = || Ok(StatusCode::NO_CONTENT.into_response());
+    match (method.clone(), rest) {
+        (Method::GET, ["clock"]) => Ok(json_response(StatusCode::OK, &clock_json(app))),
+        (Method::POST, ["clock", "advance"]) => {
+            let req: AdvanceBody = parse_body(body)?;
+            if !req.seconds.is_finite() || req.seconds < 0.0 {
+                return Err(ApiError::bad_request(
+                    "seconds must be a non-negative number",
+                ));
+            }
+            app.clock.advance(Duration::from_secs_f64(req.seconds));
+            app.store.sweep();
+            Ok(json_response(StatusCode::OK, &clock_json(app)))
+        }
+        (Method::POST, ["faults", "latency"]) => {
+            let req: LatencyBody = parse_body(body)?;
+            faults.set_latency(Duration::from_millis(req.ms));
+            no_content()
+        }
+        (Method::POST, ["faults", "fail"]) => {
+            let req: FailBody = parse_body(body)?;
+            if !(100..=599).contains(&req.status) {
+                return Err(ApiError::bad_request("status must be an HTTP status code"));
+            }
+            faults.fail_next(FailRule {
+                count: req.count,
+                status: req.status,
+                scope: scope(req.scope.as_deref(), FaultScope::Any)?,
+                path_prefix: req.path_prefix,
+                retry_after_secs: req.retry_after,
+                should_retry: req.should_retry,
+            });
+            no_content()
+        }
+        (Method::POST, ["faults", "drop-connections"]) => {
+            let req: CountBody = parse_body(body)?;
+            faults.drop_next_connections(req.count);
+            no_content()
+        }
+        (Method::POST, ["faults", "drop-stream"]) => {
+            let req: DropBody = parse_body(body)?;
+            faults.drop_streams(DropRule {
+                count: req.count,
+                after_bytes: req.after_bytes,
+                scope: scope(req.scope.as_deref(), FaultScope::Envd)?,
+                path_prefix: req.path_prefix,
+            });
+            no_content()
+        }
+        (Method::GET, ["requests"]) => Ok(json_response(
+            StatusCode::OK,
+            &app.requests.snapshot().to_json(),
+        )),
+        (Method::POST, ["requests", "reset"]) => {
+            app.requests.reset();
+            no_content()
+        }
+        (Method::POST, ["faults", "clear"]) => {
+            faults.clear();
+            no_content()
+        }
+        (Method::POST, ["sandboxes", id, action @ ("vanish" | "pause")]) => {
+            let id = parse_sandbox_id(id)?;
+            let result = if *action == "vanish" {
+                faults.vanish_sandbox(&id)
+            } else {
+                faults.pause_sandbox(&id)
+            };
+            match result {
+                Ok(()) => no_content(),
+                Err(e) => Err(ApiError::new(StatusCode::NOT_FOUND, e.to_string())),
+            }
+        }
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "Not found")),
+    }
+}

@@ -1,0 +1,68 @@
+//! How a [`Server`](crate::Server) is started: [`ServerConfig`] and the
+//! [`ApiKeyPolicy`] in it.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::isolation::IsolationMode;
+
+/// Which `X-API-Key` values the control plane accepts.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ApiKeyPolicy {
+    /// Any non-empty key (the default for local use: the SDK insists on having one).
+    AnyNonEmpty,
+    /// Exactly this key; anything else gets 401.
+    Exact(String),
+}
+
+impl fmt::Debug for ApiKeyPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApiKeyPolicy::AnyNonEmpty => f.write_str("AnyNonEmpty"),
+            // The key itself never appears in Debug output.
+            ApiKeyPolicy::Exact(_) => f.write_str("Exact(<redacted>)"),
+        }
+    }
+}
+
+/// How to start a [`Server`](crate::Server). Build it with [`ServerConfig::loopback`]
+/// and adjust fields.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on; port 0 picks a free port (see
+    /// [`Server::addr`](crate::Server::addr)).
+    pub listen: SocketAddr,
+    /// Which API keys the control plane accepts.
+    pub api_key: ApiKeyPolicy,
+    /// Where sandbox files and records live. `None`: a temporary directory removed on
+    /// shutdown. With a directory, paused (and running) sandboxes survive a restart.
+    pub state_dir: Option<PathBuf>,
+    /// Template names that exist; must include `"base"`. Unknown templates get 404.
+    pub templates: Vec<String>,
+    /// The clock that drives leases; share a [`Clock::manual`] to control expiry.
+    pub clock: Clock,
+    /// How commands are isolated.
+    pub isolation: IsolationMode,
+    /// Latency added to every request from the start (a knob; `Duration::ZERO` for none).
+    pub latency: Duration,
+}
+
+impl ServerConfig {
+    /// 127.0.0.1 on a free port, any API key, a temporary state directory, template
+    /// `base`, the system clock, automatic isolation, no latency.
+    pub fn loopback() -> ServerConfig {
+        ServerConfig {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            api_key: ApiKeyPolicy::AnyNonEmpty,
+            state_dir: None,
+            templates: vec!["base".to_owned()],
+            clock: Clock::system(),
+            isolation: IsolationMode::Auto,
+            latency: Duration::ZERO,
+        }
+    }
+}

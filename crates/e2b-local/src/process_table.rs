@@ -1,0 +1,395 @@
+//! The processes of each sandbox: spawning under the table lock, pumping output to
+//! subscribers with backpressure, retaining finished processes for late `Connect`
+//! calls, and killing everything a sandbox started when it pauses or dies.
+//!
+//! Below both the store (which owns one table per sandbox) and the envd Process RPCs
+//! (which serve it): it knows nothing of HTTP or the Connect wire format.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Largest chunk of output in one `data` event (envd reads 32 KiB at a time).
+pub(crate) const CHUNK: usize = 32 * 1024;
+
+/// Finished processes kept per sandbox for late `Connect` calls.
+const RETAINED: usize = 256;
+
+/// After the main process exited, output still arriving this quickly is forwarded;
+/// a pipe held open longer by a background child is abandoned.
+const DRAIN_IDLE: Duration = Duration::from_millis(200);
+
+/// Events per subscriber buffered before the producer waits (backpressure).
+const SUBSCRIBER_BUFFER: usize = 8;
+
+/// The final state of a process, as envd reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EndInfo {
+    pub(crate) exit_code: i32,
+    pub(crate) exited: bool,
+    pub(crate) status: String,
+    pub(crate) error: Option<String>,
+}
+
+impl EndInfo {
+    pub(crate) fn from_status(status: std::process::ExitStatus) -> EndInfo {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(0), _) => EndInfo {
+                exit_code: 0,
+                exited: true,
+                status: "exit status 0".into(),
+                error: None,
+            },
+            (Some(code), _) => EndInfo {
+                exit_code: code,
+                exited: true,
+                status: format!("exit status {code}"),
+                error: Some(format!("exit status {code}")),
+            },
+            (None, signal) => {
+                let text = format!("signal: {}", signal_name(signal.unwrap_or(0)));
+                EndInfo {
+                    exit_code: -1,
+                    exited: false,
+                    status: text.clone(),
+                    error: Some(text),
+                }
+            }
+        }
+    }
+}
+
+/// Go's names for the signals a process is likely to die of.
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGHUP => "hangup".into(),
+        libc::SIGINT => "interrupt".into(),
+        libc::SIGQUIT => "quit".into(),
+        libc::SIGABRT => "aborted".into(),
+        libc::SIGKILL => "killed".into(),
+        libc::SIGSEGV => "segmentation fault".into(),
+        libc::SIGPIPE => "broken pipe".into(),
+        libc::SIGALRM => "alarm clock".into(),
+        libc::SIGTERM => "terminated".into(),
+        other => format!("signal {other}"),
+    }
+}
+
+/// One event of a process stream.
+#[derive(Clone, Debug)]
+pub(crate) enum Event {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    End(EndInfo),
+}
+
+/// What List reports about a process: its start request as given.
+#[derive(Clone, Debug)]
+pub(crate) struct ProcConfig {
+    pub(crate) cmd: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) envs: BTreeMap<String, String>,
+    pub(crate) cwd: Option<String>,
+}
+
+/// One started process.
+#[derive(Debug)]
+pub(crate) struct Proc {
+    pub(crate) pid: u32,
+    pub(crate) tag: Option<String>,
+    pub(crate) config: ProcConfig,
+    shared: Mutex<Shared>,
+    /// The stdin pipe while open (`None` without `stdin: true`, after CloseStdin, or
+    /// after the end).
+    pub(crate) stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    subscribers: Vec<mpsc::Sender<Event>>,
+    end: Option<EndInfo>,
+}
+
+impl Proc {
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Subscribes to future events; `Err(end)` when the process already finished.
+    pub(crate) fn subscribe(&self) -> Result<mpsc::Receiver<Event>, EndInfo> {
+        let mut shared = self.shared();
+        if let Some(end) = &shared.end {
+            return Err(end.clone());
+        }
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        shared.subscribers.push(tx);
+        Ok(rx)
+    }
+
+    /// Delivers an event to every subscriber, waiting for slow ones (backpressure);
+    /// subscribers that went away are forgotten.
+    async fn broadcast(&self, event: Event) {
+        let subscribers = self.shared().subscribers.clone();
+        let mut gone = Vec::new();
+        for (index, tx) in subscribers.iter().enumerate() {
+            if tx.send(event.clone()).await.is_err() {
+                gone.push(index);
+            }
+        }
+        if !gone.is_empty() {
+            self.shared().subscribers.retain(|tx| !tx.is_closed());
+        }
+    }
+}
+
+/// The processes of one sandbox.
+#[derive(Debug)]
+pub(crate) struct ProcessTable {
+    sandbox_id: String,
+    inner: Mutex<TableInner>,
+}
+
+#[derive(Debug, Default)]
+struct TableInner {
+    /// Set when the sandbox paused or died: no new process may start.
+    closed: bool,
+    running: HashMap<u32, Arc<Proc>>,
+    finished: VecDeque<Arc<Proc>>,
+}
+
+/// Why a process could not be started.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    Closed,
+    Io(std::io::Error),
+}
+
+impl ProcessTable {
+    pub(crate) fn new(sandbox_id: &str) -> ProcessTable {
+        ProcessTable {
+            sandbox_id: sandbox_id.to_owned(),
+            inner: Mutex::new(TableInner::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TableInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses new processes and kills every process of the sandbox: each command's
+    /// process group, plus any descendant that left it but still carries the
+    /// sandbox's `E2B_SANDBOX_ID`.
+    pub(crate) fn close_and_kill(&self) {
+        let pids: Vec<u32> = {
+            let mut inner = self.lock();
+            inner.closed = true;
+            inner.running.keys().copied().collect()
+        };
+        for pid in pids {
+            let Ok(pid) = i32::try_from(pid) else {
+                continue;
+            };
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        kill_tagged(&self.sandbox_id);
+    }
+
+    /// The process named by `pid`, else by `tag` (envd's `ProcessSelector`), running
+    /// or among the retained finished ones.
+    pub(crate) fn find(&self, pid: Option<u32>, tag: Option<&str>) -> Option<Arc<Proc>> {
+        let inner = self.lock();
+        let matches = |p: &&Arc<Proc>| match (pid, tag) {
+            (Some(pid), _) => p.pid == pid,
+            (None, Some(tag)) => p.tag.as_deref() == Some(tag),
+            (None, None) => false,
+        };
+        inner
+            .running
+            .values()
+            .find(matches)
+            .or_else(|| inner.finished.iter().rev().find(matches))
+            .cloned()
+    }
+
+    /// Like [`ProcessTable::find`], but only a process still running.
+    pub(crate) fn find_running(&self, pid: Option<u32>, tag: Option<&str>) -> Option<Arc<Proc>> {
+        self.find(pid, tag)
+            .filter(|p| self.lock().running.contains_key(&p.pid))
+    }
+
+    /// The running processes, by pid.
+    pub(crate) fn running(&self) -> Vec<Arc<Proc>> {
+        let inner = self.lock();
+        let mut procs: Vec<Arc<Proc>> = inner.running.values().cloned().collect();
+        procs.sort_by_key(|p| p.pid);
+        procs
+    }
+
+    fn finish(&self, pid: u32) {
+        let mut inner = self.lock();
+        if let Some(proc) = inner.running.remove(&pid) {
+            inner.finished.push_back(proc);
+            while inner.finished.len() > RETAINED {
+                inner.finished.pop_front();
+            }
+        }
+    }
+
+    /// Starts a process and subscribes to its events before any output is read.
+    pub(crate) fn spawn(
+        self: &Arc<Self>,
+        mut command: tokio::process::Command,
+        config: ProcConfig,
+        tag: Option<String>,
+        deadline: Option<Instant>,
+    ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), SpawnError> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return Err(SpawnError::Closed);
+        }
+        // Spawned under the table lock so that a concurrent pause/kill either refuses
+        // this process or sees it and kills it.
+        let mut child = command.spawn().map_err(SpawnError::Io)?;
+        let pid = child.id().unwrap_or(0);
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let proc = Arc::new(Proc {
+            pid,
+            tag,
+            config,
+            shared: Mutex::new(Shared {
+                subscribers: vec![tx],
+                end: None,
+            }),
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        });
+        inner.running.insert(pid, Arc::clone(&proc));
+        drop(inner);
+        tokio::spawn(supervise(
+            Arc::clone(self),
+            Arc::clone(&proc),
+            child,
+            deadline,
+        ));
+        Ok((proc, rx))
+    }
+}
+
+/// Kills every process whose environment names this sandbox.
+fn kill_tagged(sandbox_id: &str) {
+    let needle = format!("E2B_SANDBOX_ID={sandbox_id}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|b| *b == 0)
+            .any(|var| var == needle.as_bytes())
+            && let Ok(pid) = i32::try_from(pid)
+        {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Pumps a process's output to its subscribers until it ends, then reports the end.
+async fn supervise(
+    table: Arc<ProcessTable>,
+    proc: Arc<Proc>,
+    mut child: Child,
+    deadline: Option<Instant>,
+) {
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let mut out_buf = vec![0u8; CHUNK];
+    let mut err_buf = vec![0u8; CHUNK];
+    let mut status = None;
+    let mut deadline_fired = false;
+    loop {
+        if status.is_some() && stdout.is_none() && stderr.is_none() {
+            break;
+        }
+        tokio::select! {
+            result = child.wait(), if status.is_none() => {
+                status = Some(result);
+            }
+            read = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => match read {
+                Some(n) => proc.broadcast(Event::Stdout(Bytes::copy_from_slice(&out_buf[..n]))).await,
+                None => stdout = None,
+            },
+            read = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => match read {
+                Some(n) => proc.broadcast(Event::Stderr(Bytes::copy_from_slice(&err_buf[..n]))).await,
+                None => stderr = None,
+            },
+            () = sleep_until_opt(deadline), if !deadline_fired && status.is_none() => {
+                deadline_fired = true;
+                // envd cancels the command's context: SIGKILL to the process itself.
+                if let Ok(pid) = i32::try_from(proc.pid) {
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe { libc::kill(pid, libc::SIGKILL); }
+                }
+            }
+            () = tokio::time::sleep(DRAIN_IDLE), if status.is_some() => break,
+        }
+    }
+    let end = match status {
+        Some(Ok(status)) => EndInfo::from_status(status),
+        _ => EndInfo {
+            exit_code: -1,
+            exited: false,
+            status: "unknown".into(),
+            error: Some("waiting for the process failed".into()),
+        },
+    };
+    proc.stdin.lock().await.take();
+    proc.shared().end = Some(end.clone());
+    proc.broadcast(Event::End(end)).await;
+    proc.shared().subscribers.clear();
+    table.finish(proc.pid);
+}
+
+async fn read_some<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut Option<R>,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let reader = reader.as_mut()?;
+    match reader.read(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+/// Sleeps until `deadline`; without one, forever.
+pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,8 @@
+//! e2b-local's integration tests, one binary (one link, one process) for all of them.
+
+mod cli;
+mod envd;
+mod faults;
+mod lifecycle;
+mod requests;
+mod support;
