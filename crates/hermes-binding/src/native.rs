@@ -9,17 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Backend, CleanupReport, CommandResult, HookError, KillOutcomeReport, PullOutcome,
-    PushKind, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, StateHooks,
-    StateTransport, Termination, WriteSink,
+    ApiKey, ApiKeySource, Backend, CleanupReport, CommandResult, HookError, KillOutcomeReport,
+    PullOutcome, PushKind, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell,
+    StateHooks, StateTransport, Termination, WriteSink,
 };
-use e2b_client::ApiKey;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
 use crate::error::Error;
 use crate::runtime;
-use crate::settings::{Persistence, Settings, Value};
+use crate::settings::{Persistence, Settings, Value, idle_lifetime};
 
 /// How often a blocking wait wakes up to let Python deliver Ctrl-C.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
@@ -126,6 +125,12 @@ impl PySettings {
     /// One line naming where requests go (for doctor rows); never contains the key.
     fn endpoint_summary(&self) -> String {
         self.settings.endpoint_summary()
+    }
+
+    /// The directory a cwd Hermes hands over means (see `Settings::session_cwd`).
+    #[pyo3(signature = (requested, current = None))]
+    fn session_cwd(&self, requested: &str, current: Option<&str>) -> String {
+        self.settings.session_cwd(requested, current)
     }
 
     fn __repr__(&self) -> String {
@@ -309,6 +314,7 @@ pub struct PyBackend {
 impl PyBackend {
     /// Builds the backend; contacts nothing (the first `run` attaches). `key_resolver()` is
     /// called on first use and returns the profile's API key or None (unconfigured).
+    /// `lifetime_seconds` is Hermes' `terminal.lifetime_seconds` (None: the default lease).
     #[new]
     #[pyo3(signature = (settings, *, profile_home, task_id, mode, lifetime_seconds, key_resolver, hooks, host_only))]
     #[allow(clippy::too_many_arguments)]
@@ -317,7 +323,7 @@ impl PyBackend {
         profile_home: PathBuf,
         task_id: String,
         mode: &str,
-        lifetime_seconds: u64,
+        lifetime_seconds: Option<u64>,
         key_resolver: Py<PyAny>,
         hooks: Py<PyAny>,
         host_only: Vec<PathBuf>,
@@ -349,7 +355,7 @@ impl PyBackend {
         let mut config = settings.settings.to_config(
             ApiKeySource::Resolver(Arc::new(resolver)),
             persistence,
-            Duration::from_secs(lifetime_seconds),
+            idle_lifetime(lifetime_seconds),
         );
         config.host_only = host_only;
         let services = Services::new(runtime::handle()?);

@@ -3,7 +3,12 @@
 from typing import Any, Callable, Mapping, Optional
 
 __version__: str
+#: agent-sandbox's settings table: the keys, and one config-schema dict per setting
+#: (``key``, ``type``, ``description``, ``default`` when fixed).
 SETTING_KEYS: tuple[str, ...]
+SETTINGS: tuple[dict[str, Any], ...]
+#: The sandbox user's home (the default cwd; Hermes' state lives in its ``.hermes``).
+REMOTE_HOME: str
 
 class E2BError(Exception): ...
 class ConfigurationError(E2BError): ...
@@ -33,6 +38,7 @@ class Settings:
     @property
     def unknown_keys(self) -> list[str]: ...
     def endpoint_summary(self) -> str: ...
+    def session_cwd(self, requested: str, current: Optional[str] = None) -> str: ...
 
 class Transport:
     @property
@@ -62,7 +68,7 @@ class Backend:
         profile_home: str,
         task_id: str,
         mode: str,
-        lifetime_seconds: int,
+        lifetime_seconds: Optional[int],
         key_resolver: Callable[[], Optional[str]],
         hooks: Any,
         host_only: list[str],

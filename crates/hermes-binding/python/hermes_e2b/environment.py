@@ -22,13 +22,6 @@ from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_ap
 
 logger = logging.getLogger("hermes_e2b")
 
-#: Where Hermes' state lives in the sandbox (agent-sandbox's default remote home).
-REMOTE_HOME = "/home/user"
-
-#: The cwd values Hermes hands container backends by default (or after discarding a
-#: host-looking /home/... cwd); they mean "where the session is", i.e. ``self.cwd``.
-_DEFAULT_CWDS = frozenset({"", "/root", "~"})
-
 #: Our deadline trails Hermes' own, so Hermes' timeout path (exit 124) reports it.
 _DEADLINE_MARGIN_SECONDS = 10.0
 
@@ -79,12 +72,12 @@ class _StateHooks:
     transport. Failures inside the manager are recorded here too, because the manager
     swallows them (contract: fail closed)."""
 
-    def __init__(self, remote_hermes_home: str) -> None:
+    def __init__(self) -> None:
         self._transport: Any = None
         self._errors: list[str] = []
         self._lock = threading.Lock()
         self.manager = FileSyncManager(
-            get_files_fn=self._recorded(lambda: iter_sync_files(remote_hermes_home)),
+            get_files_fn=self._recorded(lambda: iter_sync_files(self._transport.remote_hermes_home)),
             upload_fn=self._recorded(lambda host, remote: self._transport.upload_many([(host, remote)])),
             delete_fn=self._recorded(lambda paths: self._transport.delete_many(list(paths))),
             bulk_upload_fn=self._recorded(lambda files: self._transport.upload_many([(h, r) for h, r in files])),
@@ -136,22 +129,21 @@ class E2BEnvironment(BaseEnvironment):
         task_id: str,
         persistent: bool,
     ) -> None:
-        start = settings.cwd if cwd in _DEFAULT_CWDS else cwd
-        super().__init__(cwd=start, timeout=timeout)
-        self._default_cwd = settings.cwd
+        super().__init__(cwd=settings.session_cwd(cwd), timeout=timeout)
+        self._settings = settings
         self._task_id = task_id
         # Persistent: Hermes' per-turn cleanup must not tear the sandbox down.
         self._persistent = persistent
-        self._remote_home = REMOTE_HOME
+        self._remote_home = _native.REMOTE_HOME
         home = profile_home()
-        self._hooks = _StateHooks(f"{REMOTE_HOME}/.hermes")
+        self._hooks = _StateHooks()
         self._sync_manager = self._hooks.manager
         self._native = _native.Backend(
             settings,
             profile_home=str(home),
             task_id=task_id,
             mode="persistent" if persistent else "ephemeral",
-            lifetime_seconds=lifetime_seconds() or 300,
+            lifetime_seconds=lifetime_seconds(),
             key_resolver=resolve_api_key,
             hooks=self._hooks,
             host_only=host_only_paths(home),
@@ -173,10 +165,8 @@ class E2BEnvironment(BaseEnvironment):
 
     def _wrap_command(self, command: str, cwd: str) -> str:
         # Hermes sends "/root" for container backends when its own cwd is unknown or looked
-        # like a host path (/home/...); in the sandbox that means "where the session is".
-        if cwd in _DEFAULT_CWDS:
-            cwd = self.cwd if self.cwd not in _DEFAULT_CWDS else self._default_cwd
-        return super()._wrap_command(command, cwd)
+        # like a host path (/home/...); the native core says what that means here.
+        return super()._wrap_command(command, self._settings.session_cwd(cwd, self.cwd))
 
     def _run_bash(
         self,
