@@ -23,6 +23,10 @@ use crate::settings::{Persistence, Settings, Value, idle_lifetime};
 /// How often a blocking wait wakes up to let Python deliver Ctrl-C.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
+/// How far a command's sandbox deadline trails Hermes' own timeout, so that Hermes' timeout
+/// path (exit 124, "timed out") is the one that reports it.
+const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+
 fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
     // bool before int: Python's bool is an int subclass.
     if object.is_none() {
@@ -403,17 +407,19 @@ impl PyBackend {
         self.backend.info().map(|info| info.sandbox_id)
     }
 
-    /// Starts `command` (`bash -c`, or `bash -l -c` for shell="login"), writing its merged
-    /// output into `fd` as it arrives. Takes ownership of `fd` in every case (closed at the
-    /// end of the output, or at once if the command cannot start).
-    #[pyo3(signature = (command, *, fd, deadline_seconds, shell, cwd = None))]
+    /// Starts `command` (`bash -c`, or `bash -l -c` when `login`: Hermes' own `_run_bash`
+    /// flag, passed straight through), writing its merged output into `fd` as it arrives.
+    /// `timeout_seconds` is Hermes' timeout; the sandbox deadline trails it by
+    /// [`DEADLINE_MARGIN`]. Takes ownership of `fd` in every case (closed at the end of the
+    /// output, or at once if the command cannot start).
+    #[pyo3(signature = (command, *, fd, timeout_seconds, login = false, cwd = None))]
     fn run(
         &self,
         py: Python<'_>,
         command: String,
         fd: i32,
-        deadline_seconds: f64,
-        shell: &str,
+        timeout_seconds: f64,
+        login: bool,
         cwd: Option<String>,
     ) -> PyResult<PyCommand> {
         if fd < 0 {
@@ -427,26 +433,15 @@ impl PyBackend {
         // (documented on this method and done by hermes_e2b.environment); from here the fd
         // is owned, and closed, by exactly this value.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let shell = match shell {
-            "plain" => Shell::Plain,
-            "login" => Shell::Login,
-            other => {
-                return Err(Error::InvalidArgument {
-                    operation: "start command",
-                    reason: format!("shell must be \"plain\" or \"login\", not {other:?}"),
-                }
-                .into());
-            }
-        };
-        if !deadline_seconds.is_finite() || deadline_seconds <= 0.0 {
+        let Ok(timeout) = Duration::try_from_secs_f64(timeout_seconds) else {
             return Err(Error::InvalidArgument {
                 operation: "start command",
-                reason: "the deadline must be a positive number of seconds".to_owned(),
+                reason: "the deadline must be a finite, non-negative number of seconds".to_owned(),
             }
             .into());
-        }
-        let mut options = RunOptions::new(Duration::from_secs_f64(deadline_seconds));
-        options.shell = shell;
+        };
+        let mut options = RunOptions::new(timeout.saturating_add(DEADLINE_MARGIN));
+        options.shell = if login { Shell::Login } else { Shell::Plain };
         options.cwd = cwd;
         let backend = Arc::clone(&self.backend);
         let sink = Box::new(WriteSink::new(File::from(owned)));

@@ -22,9 +22,6 @@ from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_ap
 
 logger = logging.getLogger("hermes_e2b")
 
-#: Our deadline trails Hermes' own, so Hermes' timeout path (exit 124) reports it.
-_DEADLINE_MARGIN_SECONDS = 10.0
-
 try:  # iot and newer; absent in 0.19.0
     from tools.environments.base import EnvironmentConnectionError as _ConnectionError
 except ImportError:  # pragma: no cover - old hosts
@@ -182,12 +179,7 @@ class E2BEnvironment(BaseEnvironment):
         read_fd, write_fd = os.pipe()
         try:
             # The native core owns write_fd from here on, whatever happens.
-            command = self._native.run(
-                cmd_string,
-                fd=write_fd,
-                deadline_seconds=float(timeout) + _DEADLINE_MARGIN_SECONDS,
-                shell="login" if login else "plain",
-            )
+            command = self._native.run(cmd_string, fd=write_fd, timeout_seconds=float(timeout), login=login)
         except BaseException:
             os.close(read_fd)
             raise
