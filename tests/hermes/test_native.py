@@ -49,17 +49,17 @@ def test_command_streams_into_the_pipe_and_kill_hits_only_that_pid(home, native_
         hooks = Hooks()
         b = backend(hooks)
         r, w = os.pipe()
-        cmd = b.run("echo out; echo err >&2; exit 7", fd=w, deadline_seconds=30, shell="plain")
+        cmd = b.run("echo out; echo err >&2; exit 7", fd=w, timeout_seconds=30, login=False)
         out = read_all(r)
         code = cmd.wait()
         r2, w2 = os.pipe()
-        slow = b.run("sleep 600", fd=w2, deadline_seconds=900, shell="plain")
+        slow = b.run("sleep 600", fd=w2, timeout_seconds=900, login=False)
         still_running = slow.wait(0.2)
         slow.kill()
         killed = slow.wait(60)
         read_all(r2)
         r3, w3 = os.pipe()
-        after = b.run("echo alive", fd=w3, deadline_seconds=30, shell="login")
+        after = b.run("echo alive", fd=w3, timeout_seconds=30, login=True)
         alive = read_all(r3); after.wait()
         report = b.cleanup()
         print("RESULT:" + json.dumps({"out": out, "code": code, "has_pid": hasattr(cmd, "pid"),
@@ -97,7 +97,7 @@ def test_ctrl_c_inside_the_teardown_pull_is_deferred_then_reraised(home, native_
             raised = True
         after = b.cleanup()
         try:
-            r, w = os.pipe(); b.run("true", fd=w, deadline_seconds=5, shell="plain"); closed = False
+            r, w = os.pipe(); b.run("true", fd=w, timeout_seconds=5, login=False); closed = False
         except _native.BackendClosedError:
             closed = True
         print("RESULT:" + json.dumps({"raised": raised, "repeated": after["repeated"], "closed": closed}))

@@ -276,6 +276,31 @@ def test_config_schema_surface_for_newer_hosts(home):
     assert result["pwc"][0] == "needs_setup"
 
 
+def test_schema_defaults_and_remote_home_come_from_the_native_settings_table(home):
+    result = home.driver(
+        """
+        import json
+        from hermes_e2b import _native
+        from hermes_e2b.provider import E2BProvider
+        p = E2BProvider(None)
+        p.get_config_schema()["template"]["default"] = "changed by a caller"
+        print("RESULT:" + json.dumps({"schema": p.get_config_schema(), "table": list(_native.SETTINGS),
+              "keys": list(_native.SETTING_KEYS), "home": _native.REMOTE_HOME, "default_cwd": p.default_cwd,
+              "settings_cwd": _native.Settings({}).cwd}))
+        """
+    )
+    assert result["keys"] == [entry["key"] for entry in result["table"]]
+    schema = result["schema"]
+    assert list(schema) == result["keys"]
+    assert schema["template"]["type"] == "string" and schema["template"]["default"] == "base"
+    assert schema["command_grace_seconds"] == {"type": "number", "default": 30,
+                                               "description": "Lease headroom beyond a command's deadline."}
+    assert schema["secure"]["type"] == "boolean" and schema["secure"]["default"] is True
+    assert "default" not in schema["lease_seconds"], "derived from terminal.lifetime_seconds"
+    assert schema["metadata"]["type"] == "text"
+    assert result["home"] == result["default_cwd"] == result["settings_cwd"] == "/home/user"
+
+
 def test_rust_tracing_reaches_python_logging(home):
     result = home.driver(
         """

@@ -1,4 +1,8 @@
 //! What a backend is built from: settings, the scope, and injected services.
+//!
+//! [`SETTINGS`] is the one table of user-facing settings (key, kind, default, description);
+//! framework bindings validate against it and render their configuration schema from it, so
+//! no default is written twice.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +21,162 @@ pub const DEFAULT_STATE_CAP: u64 = state_sync::DEFAULT_MAX_BYTES;
 
 /// How long a writer waits for another process's creation lock before giving up.
 pub const CREATION_LOCK_WAIT: Duration = Duration::from_secs(120);
+
+/// The sandbox user's home: the default working directory, and where Hermes' state lives
+/// (its `.hermes`).
+pub const REMOTE_HOME: &str = "/home/user";
+
+/// The E2B template used when none is configured.
+pub const DEFAULT_TEMPLATE: &str = "base";
+
+/// The baseline lease when neither the setting nor the agent's idle lifetime gives one.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+
+/// Lease headroom beyond a command's deadline when none is configured.
+pub const DEFAULT_COMMAND_GRACE: Duration = Duration::from_secs(30);
+
+/// Egress policy when none is configured.
+pub const DEFAULT_INTERNET: InternetAccess = InternetAccess::Allowed;
+
+/// envd access-token protection when none is configured.
+pub const DEFAULT_SECURITY: Security = Security::Secure;
+
+/// The longest lease or grace a setting may ask for: one day (E2B's own maximum is
+/// account-specific; a larger value is almost certainly a unit mistake).
+pub const MAX_SETTING_SECONDS: u64 = 86_400;
+
+/// What kind of value a setting takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettingKind {
+    /// Text: a name, a path, a URL or an id.
+    Text,
+    /// Whole seconds, from `min` up to [`MAX_SETTING_SECONDS`].
+    Seconds {
+        /// The smallest accepted value.
+        min: u64,
+    },
+    /// `true` or `false`.
+    Flag,
+    /// A mapping of names to text.
+    Mapping,
+}
+
+/// A setting's default value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SettingDefault {
+    /// No fixed default: unset, or derived (the description says from what).
+    Unset,
+    /// This text.
+    Text(&'static str),
+    /// This many seconds.
+    Seconds(u64),
+    /// This flag.
+    Flag(bool),
+}
+
+/// One user-facing setting of the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Setting {
+    /// The key, as users write it.
+    pub key: &'static str,
+    /// What it takes.
+    pub kind: SettingKind,
+    /// Its default.
+    pub default: SettingDefault,
+    /// One line for configuration screens.
+    pub description: &'static str,
+}
+
+impl Setting {
+    /// The entry for `key`, if the backend has such a setting.
+    ///
+    /// ```
+    /// use agent_sandbox::{Setting, SettingDefault, SettingKind};
+    ///
+    /// let lease = Setting::find("lease_seconds").unwrap();
+    /// assert_eq!(lease.kind, SettingKind::Seconds { min: 1 });
+    /// assert_eq!(Setting::find("template").unwrap().default, SettingDefault::Text("base"));
+    /// assert!(Setting::find("image").is_none());
+    /// ```
+    pub fn find(key: &str) -> Option<&'static Setting> {
+        SETTINGS.iter().find(|setting| setting.key == key)
+    }
+}
+
+/// Every user-facing setting, in the order configuration screens show them. The defaults are
+/// the ones [`Config::new`] applies.
+pub const SETTINGS: [Setting; 11] = [
+    Setting {
+        key: "template",
+        kind: SettingKind::Text,
+        default: SettingDefault::Text(DEFAULT_TEMPLATE),
+        description: "E2B template name or id (part of the sandbox identity).",
+    },
+    Setting {
+        key: "cwd",
+        kind: SettingKind::Text,
+        default: SettingDefault::Text(REMOTE_HOME),
+        description: "Starting directory in the sandbox.",
+    },
+    Setting {
+        key: "lease_seconds",
+        kind: SettingKind::Seconds { min: 1 },
+        // Derived: the agent's idle lifetime when it has one (a test keeps the 300 true).
+        default: SettingDefault::Unset,
+        description: "Baseline sandbox lease; defaults to terminal.lifetime_seconds, else 300.",
+    },
+    Setting {
+        key: "command_grace_seconds",
+        kind: SettingKind::Seconds { min: 0 },
+        default: SettingDefault::Seconds(DEFAULT_COMMAND_GRACE.as_secs()),
+        description: "Lease headroom beyond a command's deadline.",
+    },
+    Setting {
+        key: "allow_internet_access",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Flag(matches!(DEFAULT_INTERNET, InternetAccess::Allowed)),
+        description: "false puts the sandbox behind deny-all egress.",
+    },
+    Setting {
+        key: "secure",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Flag(matches!(DEFAULT_SECURITY, Security::Secure)),
+        description: "Keep E2B's envd access-token protection on.",
+    },
+    Setting {
+        key: "metadata",
+        kind: SettingKind::Mapping,
+        default: SettingDefault::Unset,
+        description: "Extra metadata stamped on every sandbox (identity keys win).",
+    },
+    Setting {
+        key: "domain",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset,
+        description: "E2B domain (self-hosted E2B).",
+    },
+    Setting {
+        key: "api_url",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset,
+        description: "E2B control-plane URL override.",
+    },
+    Setting {
+        key: "sandbox_url",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset,
+        description: "E2B envd URL override.",
+    },
+    Setting {
+        key: "sandbox_id",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset,
+        description: "Attach to this externally owned sandbox instead.",
+    },
+];
 
 /// Settings of one backend. Build with [`Config::new`] and adjust the public fields; there is
 /// deliberately no `Default`.
@@ -56,15 +216,16 @@ impl Config {
     /// Persistent mode on template `base`, cwd `/home/user`, state in `/home/user/.hermes`,
     /// a 300 s lease with 30 s command grace, internet allowed, secure, no extra metadata,
     /// E2B's public endpoints (`E2B_*` variables are not read here), a 2 GiB state cap.
+    /// (The values are the `DEFAULT_*` constants and [`REMOTE_HOME`].)
     pub fn new(api_key: ApiKeySource) -> Config {
         Config {
-            template: "base".to_owned(),
-            cwd: "/home/user".to_owned(),
-            remote_hermes_home: "/home/user/.hermes".to_owned(),
-            lease: Duration::from_secs(300),
-            command_grace: Duration::from_secs(30),
-            internet: InternetAccess::Allowed,
-            security: Security::Secure,
+            template: DEFAULT_TEMPLATE.to_owned(),
+            cwd: REMOTE_HOME.to_owned(),
+            remote_hermes_home: format!("{REMOTE_HOME}/.hermes"),
+            lease: DEFAULT_LEASE,
+            command_grace: DEFAULT_COMMAND_GRACE,
+            internet: DEFAULT_INTERNET,
+            security: DEFAULT_SECURITY,
             metadata: BTreeMap::new(),
             mode: SandboxMode::Persistent,
             endpoints: Endpoints::e2b_cloud(),
@@ -194,6 +355,56 @@ impl Services {
         Services {
             runtime,
             clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settings_table_states_the_defaults_config_applies() {
+        let config = Config::new(ApiKeySource::Resolver(Arc::new(|| None)));
+        let default = |key| Setting::find(key).unwrap().default;
+        let text = |key| match default(key) {
+            SettingDefault::Text(text) => text,
+            other => panic!("{key} has a {other:?} default"),
+        };
+        assert_eq!(text("template"), config.template);
+        assert_eq!(text("cwd"), config.cwd);
+        assert_eq!(
+            default("command_grace_seconds"),
+            SettingDefault::Seconds(config.command_grace.as_secs())
+        );
+        assert_eq!(
+            default("allow_internet_access"),
+            SettingDefault::Flag(config.internet == InternetAccess::Allowed)
+        );
+        assert_eq!(
+            default("secure"),
+            SettingDefault::Flag(config.security == Security::Secure)
+        );
+        let lease = Setting::find("lease_seconds").unwrap();
+        assert!(
+            lease
+                .description
+                .ends_with(&format!("else {}.", config.lease.as_secs())),
+            "the derived lease default is stated in its description"
+        );
+        assert_eq!(config.remote_hermes_home, format!("{REMOTE_HOME}/.hermes"));
+    }
+
+    #[test]
+    fn keys_are_unique() {
+        for (index, setting) in SETTINGS.iter().enumerate() {
+            assert!(
+                SETTINGS[..index]
+                    .iter()
+                    .all(|other| other.key != setting.key),
+                "{} twice",
+                setting.key
+            );
         }
     }
 }

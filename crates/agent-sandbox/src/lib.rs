@@ -103,9 +103,13 @@ pub use backend::{
 };
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
 pub use config::{
-    ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_STATE_CAP, Endpoints, KeyResolver,
-    PROBE_TASK_ID, SandboxMode, Scope, Services,
+    ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
+    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, Endpoints, KeyResolver,
+    MAX_SETTING_SECONDS, PROBE_TASK_ID, REMOTE_HOME, SETTINGS, SandboxMode, Scope, Services,
+    Setting, SettingDefault, SettingKind,
 };
+// The types `Config` is built from, so a framework binding needs no e2b-client dependency.
+pub use e2b_client::{ApiKey, SandboxId};
 pub use error::Error;
 pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Security, SystemClock};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};

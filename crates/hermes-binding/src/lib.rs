@@ -32,7 +32,11 @@
 //!   (attach, run, wait, cleanup, transport calls); waits wake every 100 ms so Ctrl-C reaches
 //!   Python.
 //! - **Logging:** `tracing` events of the core reach Python `logging` under the logger
-//!   `hermes_e2b`, through a layer that takes the GIL only to hand one record over.
+//!   `hermes_e2b`, through a layer that takes the GIL only to hand one record over. Each
+//!   warning is logged once, by the core; the Python package does not repeat it.
+//! - **One settings table:** keys, kinds, defaults and descriptions are agent-sandbox's
+//!   [`agent_sandbox::SETTINGS`]; [`settings`] validates against it and the module exposes
+//!   it as `SETTINGS`, `SETTING_KEYS` and `REMOTE_HOME`, so Python writes no default.
 //! - **One tokio runtime** per process, built on first use (importing starts no threads).
 //! - **Errors** are a small hierarchy rooted at `E2BError` (`ConfigurationError`,
 //!   `NotReadyError`, `SandboxGoneError`, `StateSyncError`, `BackendClosedError`), with the
@@ -55,7 +59,9 @@ pub use error::Error;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+use agent_sandbox::{SettingDefault, SettingKind};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 /// The module initialiser: classes, exceptions, `__version__`, and the logging bridge.
 #[pymodule]
@@ -63,11 +69,12 @@ use pyo3::prelude::*;
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // The Python layer reads exactly these keys from Hermes' config; one list, kept here.
-    module.add(
-        "SETTING_KEYS",
-        pyo3::types::PyTuple::new(py, settings::KNOWN_KEYS)?,
-    )?;
+    // agent-sandbox's settings table is the one source: the keys the Python layer reads
+    // from Hermes' config, the provider's config schema, and the sandbox home.
+    let keys = agent_sandbox::SETTINGS.iter().map(|setting| setting.key);
+    module.add("SETTING_KEYS", PyTuple::new(py, keys)?)?;
+    module.add("SETTINGS", settings_schema(py)?)?;
+    module.add("REMOTE_HOME", agent_sandbox::REMOTE_HOME)?;
     module.add("E2BError", py.get_type::<error::E2BError>())?;
     module.add(
         "ConfigurationError",
@@ -87,6 +94,32 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(emit_log, module)?)?;
     logging::install();
     Ok(())
+}
+
+/// The settings table as Hermes' config-schema entries: one dict per setting with `key`,
+/// `type`, `description`, and `default` when the setting has a fixed one.
+fn settings_schema(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let entries = agent_sandbox::SETTINGS.iter().map(|setting| {
+        let entry = PyDict::new(py);
+        entry.set_item("key", setting.key)?;
+        let kind = match setting.kind {
+            SettingKind::Seconds { .. } => "number",
+            SettingKind::Flag => "boolean",
+            // Hermes' schema has no mapping type; its config screens take such values as text.
+            SettingKind::Mapping => "text",
+            _ => "string",
+        };
+        entry.set_item("type", kind)?;
+        match setting.default {
+            SettingDefault::Text(text) => entry.set_item("default", text)?,
+            SettingDefault::Seconds(seconds) => entry.set_item("default", seconds)?,
+            SettingDefault::Flag(flag) => entry.set_item("default", flag)?,
+            _ => {}
+        }
+        entry.set_item("description", setting.description)?;
+        Ok(entry)
+    });
+    PyTuple::new(py, entries.collect::<PyResult<Vec<_>>>()?)
 }
 
 /// Emits one `tracing` event at `level` ("error", "warn", "info", "debug"); lets the Python

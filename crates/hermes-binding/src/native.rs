@@ -9,20 +9,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Backend, CleanupReport, CommandResult, HookError, KillOutcomeReport, PullOutcome,
-    PushKind, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, StateHooks,
-    StateTransport, Termination, WriteSink,
+    ApiKey, ApiKeySource, Backend, CleanupReport, CommandResult, HookError, KillOutcomeReport,
+    PullOutcome, PushKind, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell,
+    StateHooks, StateTransport, Termination, WriteSink,
 };
-use e2b_client::ApiKey;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
 use crate::error::Error;
 use crate::runtime;
-use crate::settings::{Persistence, Settings, Value};
+use crate::settings::{Persistence, Settings, Value, idle_lifetime};
 
 /// How often a blocking wait wakes up to let Python deliver Ctrl-C.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// How far a command's sandbox deadline trails Hermes' own timeout, so that Hermes' timeout
+/// path (exit 124, "timed out") is the one that reports it.
+const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 
 fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
     // bool before int: Python's bool is an int subclass.
@@ -126,6 +129,12 @@ impl PySettings {
     /// One line naming where requests go (for doctor rows); never contains the key.
     fn endpoint_summary(&self) -> String {
         self.settings.endpoint_summary()
+    }
+
+    /// The directory a cwd Hermes hands over means (see `Settings::session_cwd`).
+    #[pyo3(signature = (requested, current = None))]
+    fn session_cwd(&self, requested: &str, current: Option<&str>) -> String {
+        self.settings.session_cwd(requested, current)
     }
 
     fn __repr__(&self) -> String {
@@ -309,6 +318,7 @@ pub struct PyBackend {
 impl PyBackend {
     /// Builds the backend; contacts nothing (the first `run` attaches). `key_resolver()` is
     /// called on first use and returns the profile's API key or None (unconfigured).
+    /// `lifetime_seconds` is Hermes' `terminal.lifetime_seconds` (None: the default lease).
     #[new]
     #[pyo3(signature = (settings, *, profile_home, task_id, mode, lifetime_seconds, key_resolver, hooks, host_only))]
     #[allow(clippy::too_many_arguments)]
@@ -317,7 +327,7 @@ impl PyBackend {
         profile_home: PathBuf,
         task_id: String,
         mode: &str,
-        lifetime_seconds: u64,
+        lifetime_seconds: Option<u64>,
         key_resolver: Py<PyAny>,
         hooks: Py<PyAny>,
         host_only: Vec<PathBuf>,
@@ -349,7 +359,7 @@ impl PyBackend {
         let mut config = settings.settings.to_config(
             ApiKeySource::Resolver(Arc::new(resolver)),
             persistence,
-            Duration::from_secs(lifetime_seconds),
+            idle_lifetime(lifetime_seconds),
         );
         config.host_only = host_only;
         let services = Services::new(runtime::handle()?);
@@ -397,17 +407,19 @@ impl PyBackend {
         self.backend.info().map(|info| info.sandbox_id)
     }
 
-    /// Starts `command` (`bash -c`, or `bash -l -c` for shell="login"), writing its merged
-    /// output into `fd` as it arrives. Takes ownership of `fd` in every case (closed at the
-    /// end of the output, or at once if the command cannot start).
-    #[pyo3(signature = (command, *, fd, deadline_seconds, shell, cwd = None))]
+    /// Starts `command` (`bash -c`, or `bash -l -c` when `login`: Hermes' own `_run_bash`
+    /// flag, passed straight through), writing its merged output into `fd` as it arrives.
+    /// `timeout_seconds` is Hermes' timeout; the sandbox deadline trails it by
+    /// [`DEADLINE_MARGIN`]. Takes ownership of `fd` in every case (closed at the end of the
+    /// output, or at once if the command cannot start).
+    #[pyo3(signature = (command, *, fd, timeout_seconds, login = false, cwd = None))]
     fn run(
         &self,
         py: Python<'_>,
         command: String,
         fd: i32,
-        deadline_seconds: f64,
-        shell: &str,
+        timeout_seconds: f64,
+        login: bool,
         cwd: Option<String>,
     ) -> PyResult<PyCommand> {
         if fd < 0 {
@@ -421,26 +433,15 @@ impl PyBackend {
         // (documented on this method and done by hermes_e2b.environment); from here the fd
         // is owned, and closed, by exactly this value.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        let shell = match shell {
-            "plain" => Shell::Plain,
-            "login" => Shell::Login,
-            other => {
-                return Err(Error::InvalidArgument {
-                    operation: "start command",
-                    reason: format!("shell must be \"plain\" or \"login\", not {other:?}"),
-                }
-                .into());
-            }
-        };
-        if !deadline_seconds.is_finite() || deadline_seconds <= 0.0 {
+        let Ok(timeout) = Duration::try_from_secs_f64(timeout_seconds) else {
             return Err(Error::InvalidArgument {
                 operation: "start command",
-                reason: "the deadline must be a positive number of seconds".to_owned(),
+                reason: "the deadline must be a finite, non-negative number of seconds".to_owned(),
             }
             .into());
-        }
-        let mut options = RunOptions::new(Duration::from_secs_f64(deadline_seconds));
-        options.shell = shell;
+        };
+        let mut options = RunOptions::new(timeout.saturating_add(DEADLINE_MARGIN));
+        options.shell = if login { Shell::Login } else { Shell::Plain };
         options.cwd = cwd;
         let backend = Arc::clone(&self.backend);
         let sink = Box::new(WriteSink::new(File::from(owned)));

@@ -1,12 +1,16 @@
 //! The plugin's settings (`plugins.entries.e2b.settings`): parsed and validated here, so the
-//! Python layer only hands the raw mapping over.
+//! Python layer only hands the raw mapping over. Keys, kinds and defaults are agent-sandbox's
+//! settings table ([`agent_sandbox::SETTINGS`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use agent_sandbox::{ApiKeySource, Config, Endpoints, InternetAccess, SandboxMode, Security};
-use e2b_client::SandboxId;
+use agent_sandbox::{
+    ApiKeySource, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET, DEFAULT_LEASE, DEFAULT_SECURITY,
+    DEFAULT_TEMPLATE, Endpoints, InternetAccess, MAX_SETTING_SECONDS, REMOTE_HOME, SandboxId,
+    SandboxMode, Security, Setting, SettingKind,
+};
 
 use crate::error::Error;
 
@@ -43,25 +47,6 @@ impl Value {
     }
 }
 
-/// The keys the plugin reads; anything else is reported as unknown (and ignored).
-pub const KNOWN_KEYS: [&str; 11] = [
-    "template",
-    "cwd",
-    "lease_seconds",
-    "command_grace_seconds",
-    "allow_internet_access",
-    "secure",
-    "metadata",
-    "domain",
-    "api_url",
-    "sandbox_url",
-    "sandbox_id",
-];
-
-/// The longest lease a setting may ask for: one day (E2B's own maximum is account-specific;
-/// a larger value is almost certainly a unit mistake).
-const MAX_SECONDS: i64 = 86_400;
-
 /// Validated plugin settings. Build with [`Settings::parse`].
 #[derive(Clone, PartialEq)]
 pub struct Settings {
@@ -69,7 +54,7 @@ pub struct Settings {
     pub template: String,
     /// Starting directory in the sandbox (default `/home/user`).
     pub cwd: String,
-    /// Baseline lease (`lease_seconds`, else Hermes' `terminal.lifetime_seconds`, else 300 s).
+    /// Baseline lease (`lease_seconds`, else [`idle_lifetime`]).
     pub lease: Duration,
     /// Lease headroom beyond a command's deadline (default 30 s).
     pub command_grace: Duration,
@@ -155,7 +140,19 @@ fn boolean(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<bool>, Err
     }
 }
 
-fn seconds(raw: &BTreeMap<String, Value>, key: &str, min: i64) -> Result<Option<Duration>, Error> {
+/// Hermes' idle lifetime (`terminal.lifetime_seconds`), else the default lease: the lease's
+/// fallback and an ephemeral sandbox's lifetime.
+pub fn idle_lifetime(lifetime_seconds: Option<u64>) -> Duration {
+    lifetime_seconds
+        .filter(|seconds| *seconds > 0)
+        .map_or(DEFAULT_LEASE, Duration::from_secs)
+}
+
+fn seconds(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<Duration>, Error> {
+    let min = match Setting::find(key).map(|setting| setting.kind) {
+        Some(SettingKind::Seconds { min }) => min,
+        _ => 0,
+    };
     let value = match raw.get(key) {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Int(value)) => *value,
@@ -167,13 +164,15 @@ fn seconds(raw: &BTreeMap<String, Value>, key: &str, min: i64) -> Result<Option<
             ));
         }
     };
-    if !(min..=MAX_SECONDS).contains(&value) {
-        return Err(invalid(
+    match u64::try_from(value) {
+        Ok(seconds) if (min..=MAX_SETTING_SECONDS).contains(&seconds) => {
+            Ok(Some(Duration::from_secs(seconds)))
+        }
+        _ => Err(invalid(
             key,
-            format!("must be between {min} and {MAX_SECONDS} seconds, not {value}"),
-        ));
+            format!("must be between {min} and {MAX_SETTING_SECONDS} seconds, not {value}"),
+        )),
     }
-    Ok(Some(Duration::from_secs(value.unsigned_abs())))
 }
 
 fn url(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<String>, Error> {
@@ -216,29 +215,25 @@ impl Settings {
         raw: &BTreeMap<String, Value>,
         lifetime_seconds: Option<u64>,
     ) -> Result<Settings, Error> {
-        let template = string(raw, "template")?.unwrap_or_else(|| "base".to_owned());
+        let template = string(raw, "template")?.unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
         if template.is_empty() {
             return Err(invalid("template", "must not be empty"));
         }
-        let cwd = string(raw, "cwd")?.unwrap_or_else(|| "/home/user".to_owned());
+        let cwd = string(raw, "cwd")?.unwrap_or_else(|| REMOTE_HOME.to_owned());
         if !cwd.starts_with('/') {
             return Err(invalid("cwd", "must be an absolute path"));
         }
-        let lease = match seconds(raw, "lease_seconds", 1)? {
-            Some(lease) => lease,
-            None => Duration::from_secs(lifetime_seconds.filter(|s| *s > 0).unwrap_or(300)),
+        let lease = seconds(raw, "lease_seconds")?.unwrap_or(idle_lifetime(lifetime_seconds));
+        let command_grace = seconds(raw, "command_grace_seconds")?.unwrap_or(DEFAULT_COMMAND_GRACE);
+        let internet = match boolean(raw, "allow_internet_access")? {
+            None => DEFAULT_INTERNET,
+            Some(true) => InternetAccess::Allowed,
+            Some(false) => InternetAccess::Denied,
         };
-        let command_grace =
-            seconds(raw, "command_grace_seconds", 0)?.unwrap_or(Duration::from_secs(30));
-        let internet = if boolean(raw, "allow_internet_access")?.unwrap_or(true) {
-            InternetAccess::Allowed
-        } else {
-            InternetAccess::Denied
-        };
-        let security = if boolean(raw, "secure")?.unwrap_or(true) {
-            Security::Secure
-        } else {
-            Security::Insecure
+        let security = match boolean(raw, "secure")? {
+            None => DEFAULT_SECURITY,
+            Some(true) => Security::Secure,
+            Some(false) => Security::Insecure,
         };
         let metadata = match raw.get("metadata") {
             None | Some(Value::Null) => BTreeMap::new(),
@@ -286,7 +281,7 @@ impl Settings {
         };
         let unknown_keys = raw
             .keys()
-            .filter(|key| !KNOWN_KEYS.contains(&key.as_str()))
+            .filter(|key| Setting::find(key).is_none())
             .cloned()
             .collect();
         Ok(Settings {
@@ -301,6 +296,30 @@ impl Settings {
             sandbox_id,
             unknown_keys,
         })
+    }
+
+    /// The directory a cwd handed over by Hermes means. Hermes hands container backends
+    /// `/root` (or `""`, `~`) when it does not know the cwd, or after discarding a
+    /// host-looking `/home/...` one; that means "where the session is": `current` (the
+    /// session's tracked cwd) unless it is such a placeholder too, else the configured cwd.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use _native::settings::Settings;
+    ///
+    /// let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
+    /// assert_eq!(settings.session_cwd("/root", None), "/home/user");
+    /// assert_eq!(settings.session_cwd("/root", Some("/home/user/x")), "/home/user/x");
+    /// assert_eq!(settings.session_cwd("/opt", Some("/home/user/x")), "/opt");
+    /// ```
+    pub fn session_cwd(&self, requested: &str, current: Option<&str>) -> String {
+        const PLACEHOLDERS: [&str; 3] = ["", "/root", "~"];
+        let known = |cwd: &&str| !PLACEHOLDERS.contains(cwd);
+        Some(requested)
+            .filter(known)
+            .or(current.filter(known))
+            .unwrap_or(&self.cwd)
+            .to_owned()
     }
 
     /// One line for doctor rows: where the backend sends requests. Never contains the key.
@@ -351,6 +370,8 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
+    use agent_sandbox::{SETTINGS, SettingDefault};
+
     use super::*;
 
     fn raw(entries: &[(&str, Value)]) -> BTreeMap<String, Value> {
@@ -372,6 +393,33 @@ mod tests {
         assert!(settings.metadata.is_empty());
         assert_eq!(settings.sandbox_id, None);
         assert_eq!(settings.endpoint_summary(), "E2B cloud (e2b.app)");
+    }
+
+    #[test]
+    fn every_key_of_the_settings_table_is_read_with_its_default() {
+        let nulls = SETTINGS
+            .iter()
+            .map(|setting| (setting.key.to_owned(), Value::Null))
+            .collect();
+        let settings = Settings::parse(&nulls, None).unwrap();
+        assert!(
+            settings.unknown_keys.is_empty(),
+            "{:?}",
+            settings.unknown_keys
+        );
+        let default = |key| Setting::find(key).unwrap().default;
+        assert!(
+            matches!(default("template"), SettingDefault::Text(text) if text == settings.template)
+        );
+        assert!(matches!(default("cwd"), SettingDefault::Text(text) if text == settings.cwd));
+        assert_eq!(
+            default("command_grace_seconds"),
+            SettingDefault::Seconds(settings.command_grace.as_secs())
+        );
+        assert_eq!(
+            default("secure"),
+            SettingDefault::Flag(settings.security == Security::Secure)
+        );
     }
 
     #[test]
@@ -442,6 +490,19 @@ mod tests {
             Duration::from_secs(300),
         );
         assert!(matches!(config.mode, SandboxMode::Attach { .. }));
+    }
+
+    #[test]
+    fn placeholder_cwds_mean_where_the_session_is() {
+        let settings =
+            Settings::parse(&raw(&[("cwd", Value::Str("/srv".to_owned()))]), None).unwrap();
+        for placeholder in ["", "/root", "~"] {
+            assert_eq!(settings.session_cwd(placeholder, None), "/srv");
+            assert_eq!(settings.session_cwd(placeholder, Some("~")), "/srv");
+            assert_eq!(settings.session_cwd(placeholder, Some("/tmp")), "/tmp");
+        }
+        assert_eq!(settings.session_cwd("/opt", None), "/opt");
+        assert_eq!(settings.session_cwd("/opt", Some("/tmp")), "/opt");
     }
 
     #[test]

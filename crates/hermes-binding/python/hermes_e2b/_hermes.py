@@ -16,12 +16,15 @@ logger = logging.getLogger("hermes_e2b")
 #: The API key's env-file name.
 KEY_NAME = "E2B_API_KEY"
 
-#: The keys under ``plugins.entries.e2b.settings``: the native core's list (it validates
-#: them); without the native core there is nothing to hand them to.
+#: The native core's settings table: the keys under ``plugins.entries.e2b.settings`` (it
+#: validates them), their schema entries, and the sandbox home. Without the native core there
+#: is nothing to hand settings to, and no sandbox.
 try:
-    from ._native import SETTING_KEYS
+    from ._native import REMOTE_HOME, SETTING_KEYS, SETTINGS
 except ImportError:  # reported once by the package and as a doctor row
     SETTING_KEYS: tuple[str, ...] = ()
+    SETTINGS: tuple[dict[str, Any], ...] = ()
+    REMOTE_HOME: Optional[str] = None
 
 
 class KeyStatus(enum.Enum):
@@ -80,13 +83,14 @@ def read_settings(ctx: Any) -> dict[str, Any]:
 
 
 def lifetime_seconds() -> Optional[int]:
-    """``terminal.lifetime_seconds`` through Hermes' profile-aware terminal lookup."""
+    """``terminal.lifetime_seconds`` through Hermes' profile-aware terminal lookup; None when
+    unset (the native core then applies its default)."""
     try:
         from tools.terminal_scope import terminal_env
     except ImportError:
         return None
     try:
-        return int(float(terminal_env("TERMINAL_LIFETIME_SECONDS", "300")))
+        return int(float(terminal_env("TERMINAL_LIFETIME_SECONDS")))
     except (TypeError, ValueError):
         return None
 

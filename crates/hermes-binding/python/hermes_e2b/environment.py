@@ -1,17 +1,15 @@
 """The Hermes environment for the ``e2b`` backend: a BaseEnvironment over the native Backend.
 
-The class adapts Hermes' calls; attach, leases, admission, sync decisions, kill and cleanup
-are the native core's (agent-sandbox).
+The class adapts Hermes' calls; attach, leases, admission, sync decisions, kill, cleanup,
+the meaning of Hermes' cwd placeholders, deadlines and every warning are the native core's
+(agent-sandbox and ``hermes_e2b._native``).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
-import tempfile
 import threading
-from pathlib import Path
 from typing import IO, Any, Callable, Optional
 
 from tools.environments.base import BaseEnvironment
@@ -19,18 +17,6 @@ from tools.environments.file_sync import FileSyncManager, iter_sync_files
 
 from . import _native
 from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_api_key
-
-logger = logging.getLogger("hermes_e2b")
-
-#: Where Hermes' state lives in the sandbox (agent-sandbox's default remote home).
-REMOTE_HOME = "/home/user"
-
-#: The cwd values Hermes hands container backends by default (or after discarding a
-#: host-looking /home/... cwd); they mean "where the session is", i.e. ``self.cwd``.
-_DEFAULT_CWDS = frozenset({"", "/root", "~"})
-
-#: Our deadline trails Hermes' own, so Hermes' timeout path (exit 124) reports it.
-_DEADLINE_MARGIN_SECONDS = 10.0
 
 try:  # iot and newer; absent in 0.19.0
     from tools.environments.base import EnvironmentConnectionError as _ConnectionError
@@ -76,46 +62,42 @@ class _PipeHandle:
 
 class _StateHooks:
     """The backend's push/pull requests, served by Hermes' FileSyncManager over the native
-    transport. Failures inside the manager are recorded here too, because the manager
-    swallows them (contract: fail closed)."""
+    transport. The manager swallows transport exceptions; the native transport records every
+    failure itself and fails the push or pull (contract: fail closed)."""
 
-    def __init__(self, remote_hermes_home: str) -> None:
+    def __init__(self) -> None:
         self._transport: Any = None
-        self._errors: list[str] = []
         self._lock = threading.Lock()
         self.manager = FileSyncManager(
-            get_files_fn=self._recorded(lambda: iter_sync_files(remote_hermes_home)),
-            upload_fn=self._recorded(lambda host, remote: self._transport.upload_many([(host, remote)])),
-            delete_fn=self._recorded(lambda paths: self._transport.delete_many(list(paths))),
-            bulk_upload_fn=self._recorded(lambda files: self._transport.upload_many([(h, r) for h, r in files])),
-            bulk_download_fn=self._recorded(lambda dest: self._transport.download_state(str(dest))),
+            get_files_fn=self._files,
+            upload_fn=lambda host, remote: self._transport.upload_many([(host, remote)]),
+            delete_fn=lambda paths: self._transport.delete_many(list(paths)),
+            bulk_upload_fn=lambda files: self._transport.upload_many(list(files)),
+            bulk_download_fn=lambda dest: self._transport.download_state(str(dest)),
         )
 
-    def _recorded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any) -> Any:
-            try:
-                return fn(*args)
-            except Exception as error:
-                self._errors.append(str(error))
-                raise
-
-        return call
+    def _files(self) -> list[tuple[str, str]]:
+        return iter_sync_files(self._transport.remote_hermes_home)
 
     def _serve(self, transport: Any, action: Callable[[], None]) -> None:
         with self._lock:
-            self._transport, self._errors = transport, []
+            self._transport = transport
             try:
                 action()
             finally:
                 self._transport = None
-            if self._errors:
-                raise _native.StateSyncError("; ".join(self._errors))
 
     def push(self, transport: Any, kind: str) -> None:
         self._serve(transport, lambda: self.manager.sync(force=(kind == "initial")))
 
     def pull(self, transport: Any) -> None:
-        self._serve(transport, lambda: self.manager.sync_back())
+        self._serve(transport, self._pull)
+
+    def _pull(self) -> None:
+        # sync_back swallows a failing file listing (and then applies nothing): listing once
+        # first lets that failure reach the backend. (sync lists outside its own try.)
+        self._files()
+        self.manager.sync_back()
 
 
 class E2BEnvironment(BaseEnvironment):
@@ -136,35 +118,33 @@ class E2BEnvironment(BaseEnvironment):
         task_id: str,
         persistent: bool,
     ) -> None:
-        start = settings.cwd if cwd in _DEFAULT_CWDS else cwd
-        super().__init__(cwd=start, timeout=timeout)
-        self._default_cwd = settings.cwd
+        super().__init__(cwd=settings.session_cwd(cwd), timeout=timeout)
+        self._settings = settings
         self._task_id = task_id
         # Persistent: Hermes' per-turn cleanup must not tear the sandbox down.
         self._persistent = persistent
-        self._remote_home = REMOTE_HOME
+        self._remote_home = _native.REMOTE_HOME
         home = profile_home()
-        self._hooks = _StateHooks(f"{REMOTE_HOME}/.hermes")
+        self._hooks = _StateHooks()
         self._sync_manager = self._hooks.manager
         self._native = _native.Backend(
             settings,
             profile_home=str(home),
             task_id=task_id,
             mode="persistent" if persistent else "ephemeral",
-            lifetime_seconds=lifetime_seconds() or 300,
+            lifetime_seconds=lifetime_seconds(),
             key_resolver=resolve_api_key,
             hooks=self._hooks,
             host_only=host_only_paths(home),
         )
         try:
-            info = self._native.attach()
+            # A degradation found here (e.g. unprotected creation) is logged by the native core.
+            self._native.attach()
         except _native.E2BError as error:
             if _ConnectionError is not None:
                 # Hermes renders creation-time connection errors as a retryable "degraded".
                 raise _ConnectionError(str(error), retry_hint="Check `hermes doctor`, then retry.") from None
             raise
-        if info.get("degradation"):
-            logger.warning("hermes-e2b: %s", info["degradation"])
         self.init_session()
 
     @property
@@ -173,10 +153,8 @@ class E2BEnvironment(BaseEnvironment):
 
     def _wrap_command(self, command: str, cwd: str) -> str:
         # Hermes sends "/root" for container backends when its own cwd is unknown or looked
-        # like a host path (/home/...); in the sandbox that means "where the session is".
-        if cwd in _DEFAULT_CWDS:
-            cwd = self.cwd if self.cwd not in _DEFAULT_CWDS else self._default_cwd
-        return super()._wrap_command(command, cwd)
+        # like a host path (/home/...); the native core says what that means here.
+        return super()._wrap_command(command, self._settings.session_cwd(cwd, self.cwd))
 
     def _run_bash(
         self,
@@ -192,12 +170,7 @@ class E2BEnvironment(BaseEnvironment):
         read_fd, write_fd = os.pipe()
         try:
             # The native core owns write_fd from here on, whatever happens.
-            command = self._native.run(
-                cmd_string,
-                fd=write_fd,
-                deadline_seconds=float(timeout) + _DEADLINE_MARGIN_SECONDS,
-                shell="login" if login else "plain",
-            )
+            command = self._native.run(cmd_string, fd=write_fd, timeout_seconds=float(timeout), login=login)
         except BaseException:
             os.close(read_fd)
             raise
@@ -205,15 +178,12 @@ class E2BEnvironment(BaseEnvironment):
 
     def cleanup(self) -> None:
         """Session close, idle reaper, atexit: waits for running commands, then pulls, releases
-        or kills by mode. Idempotent. A Ctrl-C arriving meanwhile is delivered afterwards."""
+        or kills by mode. Idempotent. A Ctrl-C arriving meanwhile is delivered afterwards.
+        Failures are reported (and logged) by the native core, not raised."""
         native = getattr(self, "_native", None)
         if native is None:
             return
-        report = native.cleanup()
-        if report.get("pull") == "failed":
-            logger.error("hermes-e2b: teardown pull failed for sandbox %s: %s", report.get("sandbox_id"), report.get("pull_error"))
-        if report.get("sandbox") == "kill_failed":
-            logger.error("hermes-e2b: kill failed for sandbox %s: %s", report.get("sandbox_id"), report.get("kill_error"))
+        native.cleanup()
 
     def __del__(self) -> None:
         # The finalizer releases locally and never pulls state (Hermes' base would clean up).

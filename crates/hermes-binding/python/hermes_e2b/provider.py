@@ -15,7 +15,9 @@ from agent.terminal_env_provider import TerminalEnvironmentProvider
 from . import NATIVE_IMPORT_ERROR, __version__
 from ._hermes import (
     KEY_NAME,
+    REMOTE_HOME,
     SETTING_KEYS,
+    SETTINGS,
     KeyStatus,
     key_status,
     lifetime_seconds,
@@ -23,21 +25,6 @@ from ._hermes import (
 )
 
 logger = logging.getLogger("hermes_e2b")
-
-#: The settings the plugin reads, for hosts with the config-schema surface.
-_SCHEMA: dict[str, dict[str, Any]] = {
-    "template": {"type": "string", "default": "base", "description": "E2B template name or id (part of the sandbox identity)."},
-    "cwd": {"type": "string", "default": "/home/user", "description": "Starting directory in the sandbox."},
-    "lease_seconds": {"type": "number", "description": "Baseline sandbox lease; defaults to terminal.lifetime_seconds, else 300."},
-    "command_grace_seconds": {"type": "number", "default": 30, "description": "Lease headroom beyond a command's deadline."},
-    "allow_internet_access": {"type": "boolean", "default": True, "description": "false puts the sandbox behind deny-all egress."},
-    "secure": {"type": "boolean", "default": True, "description": "Keep E2B's envd access-token protection on."},
-    "metadata": {"type": "text", "description": "Extra metadata stamped on every sandbox (identity keys win)."},
-    "domain": {"type": "string", "description": "E2B domain (self-hosted E2B)."},
-    "api_url": {"type": "string", "description": "E2B control-plane URL override."},
-    "sandbox_url": {"type": "string", "description": "E2B envd URL override."},
-    "sandbox_id": {"type": "string", "description": "Attach to this externally owned sandbox instead."},
-}
 
 
 def _native_module() -> Any:
@@ -53,8 +40,8 @@ class E2BProvider(TerminalEnvironmentProvider):
     is_container = True
     session_isolated_when_nonpersistent = True
     # Hints for hosts that know them (the provider-parity surface); harmless elsewhere.
-    default_cwd = "/home/user"
-    guest_home_root = "/home/user"
+    default_cwd = REMOTE_HOME
+    guest_home_root = REMOTE_HOME
 
     def __init__(self, ctx: Any = None) -> None:
         self._ctx = ctx
@@ -82,7 +69,7 @@ class E2BProvider(TerminalEnvironmentProvider):
 
     @property
     def env_description(self) -> str:
-        return "an E2B cloud sandbox (Linux, home /home/user)"
+        return f"an E2B cloud sandbox (Linux, home {REMOTE_HOME})"
 
     def get_setup_schema(self) -> dict:
         return {
@@ -174,7 +161,8 @@ class E2BProvider(TerminalEnvironmentProvider):
 
     # --- newer config-schema surface (feature-detected by the host) -------------------------
     def get_config_schema(self) -> dict[str, dict]:
-        return {key: dict(entry) for key, entry in _SCHEMA.items()}
+        # The native settings table, keyed the way Hermes wants it (fresh dicts per call).
+        return {entry["key"]: {k: v for k, v in entry.items() if k != "key"} for entry in SETTINGS}
 
     def resolve_config(self, config: Mapping[str, Any]) -> dict:
         raw = read_settings(self._ctx)
