@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use proptest::prelude::*;
+
 /// Builds tar archives byte by byte, so tests can make any member the sandbox could send.
 #[derive(Default)]
 pub struct TarMaker {
@@ -125,6 +127,32 @@ impl TarMaker {
     pub fn unterminated(&self) -> Vec<u8> {
         self.out.clone()
     }
+}
+
+/// Archives a hostile sandbox could send: up to 11 members with absolute names, `..`, `.` and
+/// empty components, non-ASCII names, and files, directories, links, devices, fifos and sparse
+/// members mixed.
+pub fn hostile_archive() -> impl Strategy<Value = Vec<u8>> {
+    let component = prop::sample::select(vec!["a", "b", "skills", "..", ".", "", "x y", "\u{e9}"]);
+    let name =
+        (any::<bool>(), prop::collection::vec(component, 1..5)).prop_map(|(absolute, parts)| {
+            let joined = parts.join("/");
+            if absolute {
+                format!("/{joined}").into_bytes()
+            } else {
+                joined.into_bytes()
+            }
+        });
+    let kind = prop::sample::select(vec![b'0', b'0', b'0', b'5', b'2', b'1', b'3', b'6', b'S']);
+    let member = (name, kind, prop::collection::vec(any::<u8>(), 0..700));
+    prop::collection::vec(member, 0..12).prop_map(|members| {
+        let mut archive = TarMaker::new();
+        for (name, kind, data) in &members {
+            let data: &[u8] = if *kind == b'0' { data } else { b"" };
+            archive.raw(name, *kind, data, b"target");
+        }
+        archive.finish()
+    })
 }
 
 /// A reader that counts what was pulled from it.
@@ -238,4 +266,17 @@ fn walk_into(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Node>) {
             out.insert(rel, Node::Other);
         }
     }
+}
+
+/// An error and its chain of sources, joined by `": "`: what a person is shown at the boundary,
+/// where each error's `Display` names only its own step.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
