@@ -1,11 +1,10 @@
-//! Test-only helpers shared by the state-sync and recovery test suites.
+//! Test-only helpers shared by the capped-tar, state-sync and recovery test suites.
 //!
-//! Both crates read tar archives that a sandbox sent, and both prove the same things about
-//! them, so their tests need the same tools: archives built byte by byte (including members
-//! the `tar` crate itself refuses to build), readers that count, fail or never end, and a
-//! walk of a directory tree to show that nothing was written where it should not be. The
-//! two crates may not depend on each other; a dev-dependency on this crate keeps their
-//! runtime code independent while their fixtures stay one copy.
+//! All three read tar archives that a sandbox sent, so their tests need the same tools:
+//! archives built byte by byte (including members the `tar` crate itself refuses to build),
+//! hostile archives generated for property tests, readers that count, fail or never end, and
+//! a walk of a directory tree to show that nothing was written where it should not be. A
+//! dev-dependency on this crate keeps those fixtures one copy.
 //!
 //! ```
 //! let mut archive = tar_fixtures::TarMaker::new();
