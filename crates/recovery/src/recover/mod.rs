@@ -468,6 +468,7 @@ impl capped_tar::Visitor for Run<'_> {
     }
 
     fn file(&mut self, member: &Member, content: &mut dyn Read) -> Result<(), Error> {
+        // The reader calls `file` for file members only.
         let MemberKind::File { size, executable } = member.kind else {
             return Ok(());
         };
