@@ -26,55 +26,25 @@ pub enum Error {
         path: String,
     },
     /// The host Hermes home cannot be resolved or opened.
-    #[error("recover (sandbox {sandbox_id}): the Hermes home {home:?} cannot be opened: {source}")]
+    #[error("recover (sandbox {sandbox_id}): the Hermes home {home:?} cannot be opened")]
     HomeUnusable {
         /// The sandbox being recovered.
         sandbox_id: String,
         /// The home as given.
         home: PathBuf,
         /// What failed.
+        #[source]
         source: io::Error,
     },
-    /// The snapshot stream itself failed (network, process exit).
-    #[error("recover (sandbox {sandbox_id}): reading the snapshot failed: {source}")]
-    SnapshotSource {
+    /// The snapshot could not be read to its end: over the cap, truncated, malformed, or the
+    /// stream underneath failed (network, process exit). An empty stream is truncated too.
+    #[error("recover (sandbox {sandbox_id}): the snapshot cannot be read")]
+    Snapshot {
         /// The sandbox being recovered.
         sandbox_id: String,
-        /// The stream's error.
-        source: io::Error,
-    },
-    /// The snapshot exceeded its byte cap; reading stopped there.
-    #[error(
-        "recover (sandbox {sandbox_id}): snapshot exceeds the cap of {limit} bytes (at member {member:?})"
-    )]
-    SnapshotOverCap {
-        /// The sandbox being recovered.
-        sandbox_id: String,
-        /// The cap in bytes.
-        limit: u64,
-        /// The member being read, if any.
-        member: Option<String>,
-    },
-    /// The snapshot ended early (in a header, in a member, or without its end marker; an empty
-    /// stream is truncated too).
-    #[error("recover (sandbox {sandbox_id}): snapshot is truncated (at member {member:?})")]
-    SnapshotTruncated {
-        /// The sandbox being recovered.
-        sandbox_id: String,
-        /// The member being read, or the last one read.
-        member: Option<String>,
-    },
-    /// The snapshot is not a well-formed tar stream.
-    #[error(
-        "recover (sandbox {sandbox_id}): snapshot is malformed (near member {member:?}): {detail}"
-    )]
-    SnapshotMalformed {
-        /// The sandbox being recovered.
-        sandbox_id: String,
-        /// The member being read, or the last one read.
-        member: Option<String>,
-        /// What is wrong.
-        detail: String,
+        /// What the snapshot reader found.
+        #[source]
+        source: capped_tar::Error,
     },
     /// The quarantine tree or a destination in it cannot be used safely; recovery fails closed
     /// rather than write through it (contract S8).
@@ -89,7 +59,7 @@ pub enum Error {
     },
     /// A host write or read failed in a way that costs more than one file (disk full, I/O
     /// error): the sandbox copy may not have been preserved.
-    #[error("recover (sandbox {sandbox_id}): {operation} {path:?} failed: {source}")]
+    #[error("recover (sandbox {sandbox_id}): {operation} {path:?} failed")]
     HostIo {
         /// The sandbox being recovered.
         sandbox_id: String,
@@ -98,6 +68,7 @@ pub enum Error {
         /// The path, relative to the Hermes home.
         path: PathBuf,
         /// The error.
+        #[source]
         source: io::Error,
     },
 }
@@ -106,23 +77,27 @@ impl Error {
     /// The snapshot could not be read completely (source failure, over the cap, truncated,
     /// malformed): the sandbox's state is unverified (contract S11).
     pub fn is_snapshot_unreadable(&self) -> bool {
-        matches!(
-            self,
-            Self::SnapshotSource { .. }
-                | Self::SnapshotOverCap { .. }
-                | Self::SnapshotTruncated { .. }
-                | Self::SnapshotMalformed { .. }
-        )
+        matches!(self, Self::Snapshot { .. })
     }
 
     /// The snapshot was bigger than the cap.
     pub fn is_over_cap(&self) -> bool {
-        matches!(self, Self::SnapshotOverCap { .. })
+        self.snapshot_error()
+            .is_some_and(capped_tar::Error::is_over_cap)
     }
 
     /// The snapshot ended early.
     pub fn is_truncated(&self) -> bool {
-        matches!(self, Self::SnapshotTruncated { .. })
+        self.snapshot_error()
+            .is_some_and(capped_tar::Error::is_truncated)
+    }
+
+    /// The snapshot reader's error, when the snapshot is what could not be read.
+    pub fn snapshot_error(&self) -> Option<&capped_tar::Error> {
+        match self {
+            Self::Snapshot { source, .. } => Some(source),
+            _ => None,
+        }
     }
 
     /// The quarantine tree was redirected or a destination in it is host-owned (contract S8).
@@ -155,10 +130,7 @@ impl Error {
             Self::InvalidRemoteHome { .. } => None,
             Self::InvalidSandboxId { sandbox_id }
             | Self::HomeUnusable { sandbox_id, .. }
-            | Self::SnapshotSource { sandbox_id, .. }
-            | Self::SnapshotOverCap { sandbox_id, .. }
-            | Self::SnapshotTruncated { sandbox_id, .. }
-            | Self::SnapshotMalformed { sandbox_id, .. }
+            | Self::Snapshot { sandbox_id, .. }
             | Self::QuarantineRefused { sandbox_id, .. }
             | Self::HostIo { sandbox_id, .. } => Some(sandbox_id),
         }

@@ -5,8 +5,8 @@ mod error;
 mod host;
 mod recover;
 mod report;
-mod snapshot;
 
+pub use capped_tar::RejectReason;
 pub use error::Error;
 pub use recover::{
     DEFAULT_MAX_SNAPSHOT_BYTES, QUARANTINE_DIR, RECOVERABLE_ROOTS, RecoveryConfig, recover,

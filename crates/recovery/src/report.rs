@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use capped_tar::RejectReason;
+
 /// What happened to one sandbox file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -78,42 +80,15 @@ impl fmt::Display for QuarantineReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SkipReason {
-    /// The member name is empty.
-    EmptyName,
-    /// The member name is absolute.
-    AbsolutePath,
-    /// The member name has a `..` component.
-    ParentTraversal,
-    /// The member name contains a NUL byte.
-    NulByte,
-    /// The name cannot be represented on this host (not UTF-8, or refused by the filesystem).
+    /// The snapshot reader rejected the member: its name, its type (links, devices, fifos, ...)
+    /// or its place in the snapshot (a duplicate, a member below a file member).
+    Rejected(RejectReason),
+    /// The name cannot be represented on this host (refused by the filesystem).
     Unrepresentable,
     /// A name component is longer than the host allows (255 bytes).
     NameTooLong,
     /// The full destination path is longer than the host allows (4095 bytes).
     PathTooLong,
-    /// A regular-file member whose name ends in `/`.
-    FileNameEndsWithSlash,
-    /// A symbolic link member: never recovered.
-    Symlink,
-    /// A hard link member: never recovered.
-    HardLink,
-    /// A character device member.
-    CharacterDevice,
-    /// A block device member.
-    BlockDevice,
-    /// A fifo member.
-    Fifo,
-    /// A GNU sparse member.
-    Sparse,
-    /// Any other member type (the tar type byte).
-    UnsupportedType(u8),
-    /// A second member with a name already seen; the first one was used.
-    Duplicate,
-    /// An ancestor of the member is a file member earlier in the snapshot.
-    ParentIsFileMember,
-    /// A file member whose name earlier members used as a directory.
-    PathIsDirectoryMember,
     /// An ancestor of the destination is a regular file (or other non-directory) on the host.
     AncestorIsFile {
         /// That ancestor, relative to the Hermes home.
@@ -126,28 +101,10 @@ pub enum SkipReason {
 impl fmt::Display for SkipReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::EmptyName => f.write_str("empty name"),
-            Self::AbsolutePath => f.write_str("absolute path"),
-            Self::ParentTraversal => f.write_str("`..` in the name"),
-            Self::NulByte => f.write_str("NUL byte in the name"),
+            Self::Rejected(reason) => write!(f, "{reason}"),
             Self::Unrepresentable => f.write_str("the name cannot be represented on this host"),
             Self::NameTooLong => f.write_str("a name component is too long for this host"),
             Self::PathTooLong => f.write_str("the path is too long for this host"),
-            Self::FileNameEndsWithSlash => f.write_str("file name ends with `/`"),
-            Self::Symlink => f.write_str("symbolic links are not recovered"),
-            Self::HardLink => f.write_str("hard links are not recovered"),
-            Self::CharacterDevice => f.write_str("devices are not recovered"),
-            Self::BlockDevice => f.write_str("devices are not recovered"),
-            Self::Fifo => f.write_str("fifos are not recovered"),
-            Self::Sparse => f.write_str("sparse members are not recovered"),
-            Self::UnsupportedType(byte) => {
-                write!(f, "member type {:?} is not recovered", char::from(*byte))
-            }
-            Self::Duplicate => f.write_str("duplicate member"),
-            Self::ParentIsFileMember => f.write_str("a parent is a file in the snapshot"),
-            Self::PathIsDirectoryMember => {
-                f.write_str("the snapshot uses this path as a directory")
-            }
             Self::AncestorIsFile { at } => write!(f, "{at} is a file on the host"),
             Self::OutsideRecoverableTrees => f.write_str("outside skills/ and memories/"),
         }

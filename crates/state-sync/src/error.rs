@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::member::RejectReason;
+use capped_tar::RejectReason;
 
 /// Everything that can go wrong while planning a transfer or reading or writing an archive.
 ///
@@ -43,33 +43,15 @@ pub enum Error {
         /// The remote path used both ways.
         path: String,
     },
-    /// The archive stream exceeded its byte cap; reading stopped at that byte.
-    #[error("{operation}: archive exceeds the cap of {limit} bytes (stopped while reading {})", describe_member(.member))]
-    OverCap {
+    /// The archive could not be read to its end: over the cap, truncated, malformed, or the
+    /// stream underneath failed.
+    #[error("{operation} failed")]
+    Archive {
         /// The operation, e.g. `"read archive"`.
         operation: &'static str,
-        /// The cap in bytes.
-        limit: u64,
-        /// The member being read when the cap was hit, if any.
-        member: Option<String>,
-    },
-    /// The archive ended early: inside a header, inside a member, or without its end marker.
-    #[error("{operation}: archive is truncated (ended while reading {})", describe_member(.member))]
-    Truncated {
-        /// The operation, e.g. `"read archive"`.
-        operation: &'static str,
-        /// The member being read, or the last complete member when the end marker is missing.
-        member: Option<String>,
-    },
-    /// The archive is not a well-formed tar stream.
-    #[error("{operation}: archive is malformed near {}: {detail}", describe_member(.member))]
-    Malformed {
-        /// The operation, e.g. `"read archive"`.
-        operation: &'static str,
-        /// The member being read, or the last member read before the problem.
-        member: Option<String>,
-        /// What is wrong.
-        detail: String,
+        /// What the reader found.
+        #[source]
+        source: capped_tar::Error,
     },
     /// A member broke a member rule and the configuration says to refuse the whole archive.
     #[error("{operation}: archive member {member:?} refused: {reason}")]
@@ -81,22 +63,15 @@ pub enum Error {
         /// The rule it broke.
         reason: RejectReason,
     },
-    /// The underlying stream failed (network, process exit, ...).
-    #[error("{operation}: reading the archive stream failed: {source}")]
-    Source {
-        /// The operation, e.g. `"read archive"`.
-        operation: &'static str,
-        /// The error the stream returned.
-        source: io::Error,
-    },
     /// The destination of accepted members (a directory, an output archive) failed.
-    #[error("{operation}: writing {} failed: {source}", describe_member(.member))]
+    #[error("{operation}: writing {} failed", describe_member(.member))]
     Sink {
         /// The operation, e.g. `"write teardown archive"`.
         operation: &'static str,
         /// The member being written, if any.
         member: Option<String>,
         /// The error the destination returned.
+        #[source]
         source: io::Error,
     },
 }
@@ -111,17 +86,20 @@ fn describe_member(member: &Option<String>) -> String {
 impl Error {
     /// The archive was bigger than the configured cap.
     pub fn is_over_cap(&self) -> bool {
-        matches!(self, Self::OverCap { .. })
+        self.archive_error()
+            .is_some_and(capped_tar::Error::is_over_cap)
     }
 
     /// The archive ended early (a partial transfer is never a success).
     pub fn is_truncated(&self) -> bool {
-        matches!(self, Self::Truncated { .. })
+        self.archive_error()
+            .is_some_and(capped_tar::Error::is_truncated)
     }
 
     /// The archive was not a well-formed tar stream.
     pub fn is_malformed(&self) -> bool {
-        matches!(self, Self::Malformed { .. })
+        self.archive_error()
+            .is_some_and(capped_tar::Error::is_malformed)
     }
 
     /// A member broke a member rule under [`UnsafeMembers::Refuse`](crate::UnsafeMembers::Refuse).
@@ -141,7 +119,8 @@ impl Error {
 
     /// The stream from the sandbox failed underneath the archive reader.
     pub fn is_source_failure(&self) -> bool {
-        matches!(self, Self::Source { .. })
+        self.archive_error()
+            .is_some_and(capped_tar::Error::is_source_failure)
     }
 
     /// The host-side destination failed (disk full, permissions, ...).
@@ -158,11 +137,17 @@ impl Error {
     /// The archive member this error concerns, if any.
     pub fn member(&self) -> Option<&str> {
         match self {
-            Self::OverCap { member, .. }
-            | Self::Truncated { member, .. }
-            | Self::Malformed { member, .. }
-            | Self::Sink { member, .. } => member.as_deref(),
+            Self::Archive { source, .. } => source.member(),
+            Self::Sink { member, .. } => member.as_deref(),
             Self::UnsafeMember { member, .. } => Some(member),
+            _ => None,
+        }
+    }
+
+    /// The reader's error, when the archive itself is what failed.
+    pub fn archive_error(&self) -> Option<&capped_tar::Error> {
+        match self {
+            Self::Archive { source, .. } => Some(source),
             _ => None,
         }
     }

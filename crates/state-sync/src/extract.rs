@@ -4,7 +4,9 @@ use std::io::{self, Read};
 
 use cap_std::fs::{Dir, OpenOptions};
 
-use crate::archive::{Member, MemberSink};
+use capped_tar::Member;
+
+use crate::archive::MemberSink;
 
 /// A [`MemberSink`] that writes accepted members below one directory.
 ///

@@ -4,17 +4,18 @@
 mod archive;
 mod error;
 mod extract;
-mod member;
 mod plan;
 mod teardown;
 
 pub use archive::{
-    ArchiveSummary, DEFAULT_MAX_BYTES, MAX_EXTENSION_BYTES, MAX_NAME_BYTES, Member, MemberKind,
-    MemberSink, ReadConfig, RejectedMember, UnsafeMembers, read_archive,
+    ArchiveSummary, DEFAULT_MAX_BYTES, MemberSink, ReadConfig, RejectedMember, UnsafeMembers,
+    read_archive,
+};
+pub use capped_tar::{
+    MAX_EXTENSION_BYTES, MAX_NAME_BYTES, Member, MemberKind, MemberPath, RejectReason,
 };
 pub use error::Error;
 pub use extract::DirExtractor;
-pub use member::{MemberPath, RejectReason};
 pub use plan::{DeletePlan, MAX_COMMAND_BYTES, UploadPart, UploadPlan, shell_quote};
 pub use teardown::{TeardownArchive, pull_teardown, teardown_command};
 

@@ -2,8 +2,10 @@
 
 use std::io::{self, Read, Write};
 
+use capped_tar::{Member, MemberKind};
+
 use crate::Error;
-use crate::archive::{ArchiveSummary, Member, MemberKind, MemberSink, ReadConfig, read_archive};
+use crate::archive::{ArchiveSummary, MemberSink, ReadConfig, read_archive};
 use crate::plan::{check_remote_path, shell_quote};
 
 const OPERATION: &str = "write teardown archive";

@@ -1,11 +1,10 @@
-//! Test-only helpers shared by the state-sync and recovery test suites.
+//! Test-only helpers shared by the capped-tar, state-sync and recovery test suites.
 //!
-//! Both crates read tar archives that a sandbox sent, and both prove the same things about
-//! them, so their tests need the same tools: archives built byte by byte (including members
-//! the `tar` crate itself refuses to build), readers that count, fail or never end, and a
-//! walk of a directory tree to show that nothing was written where it should not be. The
-//! two crates may not depend on each other; a dev-dependency on this crate keeps their
-//! runtime code independent while their fixtures stay one copy.
+//! All three read tar archives that a sandbox sent, so their tests need the same tools:
+//! archives built byte by byte (including members the `tar` crate itself refuses to build),
+//! hostile archives generated for property tests, readers that count, fail or never end, and
+//! a walk of a directory tree to show that nothing was written where it should not be. A
+//! dev-dependency on this crate keeps those fixtures one copy.
 //!
 //! ```
 //! let mut archive = tar_fixtures::TarMaker::new();
@@ -19,6 +18,8 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
 
 /// Builds tar archives byte by byte, so tests can make any member the sandbox could send.
 #[derive(Default)]
@@ -125,6 +126,32 @@ impl TarMaker {
     pub fn unterminated(&self) -> Vec<u8> {
         self.out.clone()
     }
+}
+
+/// Archives a hostile sandbox could send: up to 11 members with absolute names, `..`, `.` and
+/// empty components, non-ASCII names, and files, directories, links, devices, fifos and sparse
+/// members mixed.
+pub fn hostile_archive() -> impl Strategy<Value = Vec<u8>> {
+    let component = prop::sample::select(vec!["a", "b", "skills", "..", ".", "", "x y", "\u{e9}"]);
+    let name =
+        (any::<bool>(), prop::collection::vec(component, 1..5)).prop_map(|(absolute, parts)| {
+            let joined = parts.join("/");
+            if absolute {
+                format!("/{joined}").into_bytes()
+            } else {
+                joined.into_bytes()
+            }
+        });
+    let kind = prop::sample::select(vec![b'0', b'0', b'0', b'5', b'2', b'1', b'3', b'6', b'S']);
+    let member = (name, kind, prop::collection::vec(any::<u8>(), 0..700));
+    prop::collection::vec(member, 0..12).prop_map(|members| {
+        let mut archive = TarMaker::new();
+        for (name, kind, data) in &members {
+            let data: &[u8] = if *kind == b'0' { data } else { b"" };
+            archive.raw(name, *kind, data, b"target");
+        }
+        archive.finish()
+    })
 }
 
 /// A reader that counts what was pulled from it.
@@ -238,4 +265,17 @@ fn walk_into(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Node>) {
             out.insert(rel, Node::Other);
         }
     }
+}
+
+/// An error and its chain of sources, joined by `": "`: what a person is shown at the boundary,
+/// where each error's `Display` names only its own step.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::writer::WriterPhase;
+use crate::phase::WriterPhase;
 
 /// What went wrong while coordinating a scope on this host.
 ///
@@ -12,7 +12,7 @@ use crate::writer::WriterPhase;
 #[non_exhaustive]
 pub enum Error {
     /// A filesystem operation failed.
-    #[error("{operation} failed for {}: {source}", path.display())]
+    #[error("{operation} failed for {}", path.display())]
     Io {
         /// What was being done, e.g. "write dirty marker".
         operation: &'static str,

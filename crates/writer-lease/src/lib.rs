@@ -70,6 +70,7 @@ mod creation;
 mod error;
 mod host;
 mod key;
+mod phase;
 mod records;
 mod scope;
 mod writer;
@@ -78,11 +79,10 @@ pub use creation::{CREATION_POLL_INTERVAL, CreationAccess, CreationGuard, MAX_CR
 pub use error::Error;
 pub use host::{Host, OsHost};
 pub use key::{ScopeFile, ScopeKey};
+pub use phase::WriterPhase;
 pub use records::{DirtyMarker, DirtyReason, Generation, PreparedStamp};
-pub use scope::{
-    Admission, Degradation, DegradationCause, Refusal, Role, ScopeFiles, WriterStatus,
-};
-pub use writer::{WriterLease, WriterPhase};
+pub use scope::{Admission, Degradation, DegradationCause, Refusal, ScopeFiles, WriterStatus};
+pub use writer::{Role, WriterLease};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

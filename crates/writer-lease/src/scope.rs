@@ -1,4 +1,4 @@
-//! One scope's coordination files: acquiring the writer role, admitting readers.
+//! One scope's coordination files: reading them, locking them, admitting readers.
 
 use std::fmt;
 use std::fs::{File, TryLockError};
@@ -10,7 +10,6 @@ use crate::error::Error;
 use crate::host::{Host, MAX_RECORD_BYTES, OsHost};
 use crate::key::{ScopeFile, ScopeKey};
 use crate::records::{DirtyMarker, Generation, PreparedStamp, parse_generation};
-use crate::writer::WriterLease;
 
 /// Why this host cannot protect concurrent same-scope sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,7 +48,7 @@ pub struct Degradation {
 }
 
 impl Degradation {
-    fn new(cause: DegradationCause, path: &Path, error: &io::Error) -> Self {
+    pub(crate) fn new(cause: DegradationCause, path: &Path, error: &io::Error) -> Self {
         Degradation {
             cause,
             path: path.to_path_buf(),
@@ -69,20 +68,6 @@ impl fmt::Display for Degradation {
             self.detail
         )
     }
-}
-
-/// The role a session gets for a scope.
-#[derive(Debug)]
-#[must_use]
-pub enum Role {
-    /// This session is the writer: it alone recovers, pushes and syncs.
-    /// Check [`WriterLease::degradation`]: on a degraded host the role is
-    /// not exclusive.
-    Writer(WriterLease),
-    /// Another session holds the writer role; run commands as a reader once
-    /// [`ScopeFiles::admission`] admits them, and try again later to take
-    /// the role over.
-    Reader,
 }
 
 /// Whether anyone holds a scope's writer role.
@@ -140,7 +125,16 @@ impl fmt::Display for Refusal {
             Refusal::Unprepared => f.write_str("no writer has prepared the sandbox yet"),
             Refusal::OtherSandbox => f.write_str("the sandbox was prepared for another sandbox id"),
             Refusal::Changed => f.write_str("a writer started a new transition"),
-            Refusal::Unreadable(error) => write!(f, "the state markers are unreadable: {error}"),
+            Refusal::Unreadable(error) => {
+                // A refusal is shown as text, so it carries the error's causes along.
+                write!(f, "the state markers are unreadable: {error}")?;
+                let mut source = std::error::Error::source(error);
+                while let Some(cause) = source {
+                    write!(f, ": {cause}")?;
+                    source = cause.source();
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -186,43 +180,6 @@ impl ScopeFiles {
 
     pub(crate) fn host(&self) -> &dyn Host {
         &*self.host
-    }
-
-    /// Tries to take the writer role without blocking.
-    ///
-    /// Returns [`Role::Reader`] when another session holds it. Where the host
-    /// cannot lock or cannot write the directory, returns an unprotected
-    /// writer carrying the [`Degradation`] instead of failing, so a single
-    /// session still works (contract C6). A failure that may pass (out of
-    /// file descriptors, an I/O error) is an error instead: degrading on it
-    /// would make this session a second writer beside the real one.
-    pub fn try_acquire_writer(&self) -> Result<Role, Error> {
-        let lock = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
-            LockAttempt::Locked(file) => file,
-            LockAttempt::Busy => return Ok(Role::Reader),
-            LockAttempt::Degraded(degradation) => {
-                return Ok(Role::Writer(WriterLease::unprotected(
-                    self.clone(),
-                    degradation,
-                )));
-            }
-        };
-        // The lock works; the markers must be writable too, or readers would
-        // be gated by files this writer cannot update. Give the lock back so
-        // every session on this host degrades alike.
-        if let Err(error) = self.host.probe_writable(&self.dir) {
-            drop(lock);
-            if !is_unusable(&error) {
-                return Err(Error::io("probe coordination directory", &self.dir, error));
-            }
-            let degradation =
-                Degradation::new(DegradationCause::MarkerDirUnusable, &self.dir, &error);
-            return Ok(Role::Writer(WriterLease::unprotected(
-                self.clone(),
-                degradation,
-            )));
-        }
-        Ok(Role::Writer(WriterLease::exclusive(self.clone(), lock)))
     }
 
     /// Whether anyone holds the writer role.
@@ -360,7 +317,7 @@ impl ScopeFiles {
 /// directory cannot be used here at all (degrade), rather than a failure
 /// that may pass (report). Degrading on a passing failure would make this
 /// session a second, unprotected writer beside the real one.
-fn is_unusable(error: &io::Error) -> bool {
+pub(crate) fn is_unusable(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::PermissionDenied

@@ -1,40 +1,66 @@
-//! The writer role and its state protocol.
+//! The writer role: how a session takes it, and its state protocol.
 
-use std::fmt;
 use std::fs::File;
 use std::io;
 
 use crate::error::Error;
 use crate::key::ScopeFile;
+use crate::phase::WriterPhase;
 use crate::records::{
     DirtyMarker, DirtyReason, Generation, PreparedStamp, encode_generation, valid_sandbox_id,
 };
-use crate::scope::{Degradation, ScopeFiles};
+use crate::scope::{Degradation, DegradationCause, LockAttempt, LockKind, ScopeFiles, is_unusable};
 
-/// Where a writer is in its protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WriterPhase {
-    /// Holds the role; has not begun a transition. The scope is as the
-    /// previous writer left it.
-    Idle,
-    /// Began a transition (scope dirty, previous stamp invalidated); the
-    /// push has not completed.
-    InTransition,
-    /// Its last push or sync established the host's state; scope clean.
-    Prepared,
-    /// A sync failed after a completed push; scope dirty until a sync
-    /// succeeds.
-    Stale,
+/// The role a session gets for a scope.
+#[derive(Debug)]
+#[must_use]
+pub enum Role {
+    /// This session is the writer: it alone recovers, pushes and syncs.
+    /// Check [`WriterLease::degradation`]: on a degraded host the role is
+    /// not exclusive.
+    Writer(WriterLease),
+    /// Another session holds the writer role; run commands as a reader once
+    /// [`ScopeFiles::admission`] admits them, and try again later to take
+    /// the role over.
+    Reader,
 }
 
-impl fmt::Display for WriterPhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            WriterPhase::Idle => "idle",
-            WriterPhase::InTransition => "in a transition",
-            WriterPhase::Prepared => "prepared",
-            WriterPhase::Stale => "stale after a failed sync",
-        })
+impl ScopeFiles {
+    /// Tries to take the writer role without blocking.
+    ///
+    /// Returns [`Role::Reader`] when another session holds it. Where the host
+    /// cannot lock or cannot write the directory, returns an unprotected
+    /// writer carrying the [`Degradation`] instead of failing, so a single
+    /// session still works (contract C6). A failure that may pass (out of
+    /// file descriptors, an I/O error) is an error instead: degrading on it
+    /// would make this session a second writer beside the real one.
+    pub fn try_acquire_writer(&self) -> Result<Role, Error> {
+        let lock = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
+            LockAttempt::Locked(file) => file,
+            LockAttempt::Busy => return Ok(Role::Reader),
+            LockAttempt::Degraded(degradation) => {
+                return Ok(Role::Writer(WriterLease::unprotected(
+                    self.clone(),
+                    degradation,
+                )));
+            }
+        };
+        // The lock works; the markers must be writable too, or readers would
+        // be gated by files this writer cannot update. Give the lock back so
+        // every session on this host degrades alike.
+        if let Err(error) = self.host().probe_writable(self.dir()) {
+            drop(lock);
+            if !is_unusable(&error) {
+                return Err(Error::io("probe coordination directory", self.dir(), error));
+            }
+            let degradation =
+                Degradation::new(DegradationCause::MarkerDirUnusable, self.dir(), &error);
+            return Ok(Role::Writer(WriterLease::unprotected(
+                self.clone(),
+                degradation,
+            )));
+        }
+        Ok(Role::Writer(WriterLease::exclusive(self.clone(), lock)))
     }
 }
 

@@ -1,6 +1,11 @@
 //! Real processes contending for one scope, driven through the `scope-lease`
 //! binary one command at a time (no sleeps: every step waits for the
 //! previous reply).
+//!
+//! A separate test binary on purpose: spawning a child forks this process, and until the
+//! child execs it holds a copy of every file descriptor open in the process, lock files of
+//! tests running on other threads included. In one binary with the lock tests, a lock those
+//! tests had just released could still look held.
 #![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Write};

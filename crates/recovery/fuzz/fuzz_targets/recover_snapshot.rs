@@ -1,7 +1,7 @@
-//! Fuzz target: the same checks `tests/fuzz_corpus.rs` replays on the saved corpus.
+//! Fuzz target: the same checks `tests/it/fuzz_corpus.rs` replays on the saved corpus.
 #![no_main]
 
-#[path = "../../tests/support/mod.rs"]
+#[path = "../../tests/it/support/mod.rs"]
 mod support;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

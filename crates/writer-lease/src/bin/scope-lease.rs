@@ -70,17 +70,17 @@ fn status(files: &ScopeFiles, sandbox: Option<&String>) -> io::Result<()> {
         Ok(WriterStatus::Held) => "held".to_owned(),
         Ok(WriterStatus::Free) => "free".to_owned(),
         Ok(WriterStatus::Unknown(degradation)) => format!("unknown: {degradation}"),
-        Err(error) => format!("unreadable ({error})"),
+        Err(error) => format!("unreadable ({})", chain(&error)),
     };
     writeln!(out, "writer: {writer}")?;
     match files.dirty() {
         Ok(None) => writeln!(out, "dirty: no")?,
         Ok(Some(marker)) => writeln!(out, "dirty: yes ({})", marker.reason)?,
-        Err(error) => writeln!(out, "dirty: unreadable ({error})")?,
+        Err(error) => writeln!(out, "dirty: unreadable ({})", chain(&error))?,
     }
     match files.generation() {
         Ok(generation) => writeln!(out, "generation: {generation}")?,
-        Err(error) => writeln!(out, "generation: unreadable ({error})")?,
+        Err(error) => writeln!(out, "generation: unreadable ({})", chain(&error))?,
     }
     match files.prepared() {
         Ok(None) => writeln!(out, "prepared: no")?,
@@ -89,7 +89,7 @@ fn status(files: &ScopeFiles, sandbox: Option<&String>) -> io::Result<()> {
             "prepared: generation {} for sandbox {}",
             stamp.generation, stamp.sandbox_id
         )?,
-        Err(error) => writeln!(out, "prepared: unreadable ({error})")?,
+        Err(error) => writeln!(out, "prepared: unreadable ({})", chain(&error))?,
     }
     if let Some(sandbox) = sandbox {
         writeln!(
@@ -160,7 +160,7 @@ fn session(files: &ScopeFiles) -> io::Result<()> {
                 Ok(WriterStatus::Held) => "held".to_owned(),
                 Ok(WriterStatus::Free) => "free".to_owned(),
                 Ok(WriterStatus::Unknown(_)) => "unknown".to_owned(),
-                Err(error) => format!("error {error}"),
+                Err(error) => format!("error {}", chain(&error)),
             },
             ["create-lock", millis] => match millis.parse::<u64>() {
                 Ok(millis) => match files.creation_lock_within(Duration::from_millis(millis)) {
@@ -170,7 +170,7 @@ fn session(files: &ScopeFiles) -> io::Result<()> {
                     }
                     Ok(CreationAccess::Busy) => "busy".to_owned(),
                     Ok(CreationAccess::Unprotected(d)) => format!("unprotected {d}"),
-                    Err(error) => format!("error {error}"),
+                    Err(error) => format!("error {}", chain(&error)),
                 },
                 Err(_) => "error create-lock takes milliseconds".to_owned(),
             },
@@ -200,7 +200,7 @@ fn acquire(files: &ScopeFiles, state: &mut Session) -> String {
             reply
         }
         Ok(Role::Reader) => "reader".to_owned(),
-        Err(error) => format!("error {error}"),
+        Err(error) => format!("error {}", chain(&error)),
     }
 }
 
@@ -210,6 +210,18 @@ fn with_writer(
 ) -> String {
     match state.writer.as_mut() {
         None => "error not the writer".to_owned(),
-        Some(writer) => step(writer).unwrap_or_else(|error| format!("error {error}")),
+        Some(writer) => step(writer).unwrap_or_else(|error| format!("error {}", chain(&error))),
     }
+}
+
+/// An error and its causes, joined by `": "`: each error's message names only its own step.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

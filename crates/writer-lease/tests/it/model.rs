@@ -12,13 +12,13 @@
 //! stamp. Without interleaving, the model also says exactly when a reader
 //! must be admitted, so a gate that refuses everything fails too.
 
-mod common;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::mpsc;
 
-use common::{FaultyHost, Op, disk_full};
 use proptest::prelude::*;
+use support::{FaultyHost, Op, disk_full};
 use writer_lease::{Role, ScopeFiles, ScopeKey, WriterLease, WriterPhase};
 
 const SESSIONS: usize = 3;

@@ -1,5 +1,4 @@
-//! The checks the fuzz target runs on every input; the test suite replays the saved corpus
-//! through the same function.
+//! The checks the corpus replay and the property test run on every input.
 
 use std::io::Cursor;
 
@@ -31,7 +30,10 @@ impl state_sync::MemberSink for Recorder {
     }
 }
 
-/// Reads `data` as a sandbox archive and checks every invariant the reader promises.
+/// Reads `data` as a sandbox archive and checks what state-sync promises on top of capped-tar's
+/// reader (whose own invariants capped-tar's fuzz harness checks on the same corpus): the
+/// summary accounts for what the sink got, the refusing policy agrees with the skipping one,
+/// and the teardown archive round-trips.
 pub fn check_archive(data: &[u8]) {
     const CAP: u64 = 1 << 20;
     let skip = ReadConfig {
@@ -44,25 +46,6 @@ pub fn check_archive(data: &[u8]) {
         return;
     };
     assert!(summary.stream_bytes <= CAP);
-    let mut seen = std::collections::HashSet::new();
-    for (path, _) in &recorder.members {
-        assert!(!path.is_empty() && !path.starts_with('/'), "{path:?}");
-        assert!(
-            path.split('/')
-                .all(|c| !c.is_empty() && c != "." && c != ".."),
-            "{path:?}"
-        );
-        assert!(seen.insert(path.clone()), "duplicate accepted: {path:?}");
-    }
-    for (path, content) in &recorder.members {
-        if content.is_some() {
-            let below = format!("{path}/");
-            assert!(
-                !recorder.members.iter().any(|(p, _)| p.starts_with(&below)),
-                "member below file {path:?}"
-            );
-        }
-    }
     assert_eq!(
         summary.files + summary.directories,
         recorder.members.len() as u64

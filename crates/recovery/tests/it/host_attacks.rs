@@ -2,7 +2,7 @@
 //! redirected quarantine tree, host-owned paths inside it. Each is quarantined or refused, and
 //! the world's walk proves nothing outside the home and no host file changed.
 
-mod support;
+use crate::support;
 
 use std::io::Cursor;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! Property tests over generated host and sandbox trees: no file on either side is lost, host
 //! files are never modified, nothing is written outside the home.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -2,14 +2,14 @@
 //! hosts, within one process (flock locks are per open file, so two
 //! `ScopeFiles` in one process contend like two processes).
 
-mod common;
+use crate::support;
 
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{FaultyHost, Op, denied, disk_full, no_locks, read_only, unsupported};
+use support::{FaultyHost, Op, denied, disk_full, no_locks, read_only, unsupported};
 use writer_lease::{
     Admission, CreationAccess, DegradationCause, DirtyReason, Generation, Refusal, Role, ScopeFile,
     ScopeFiles, ScopeKey, WriterLease, WriterPhase, WriterStatus,

@@ -3,7 +3,7 @@
 
 #![allow(clippy::print_stdout)] // Prints counts and timings as figures, never asserts on time.
 
-mod support;
+use crate::support;
 
 #[test]
 fn saved_fuzz_corpus_replays_cleanly() {

@@ -1,4 +1,4 @@
-//! Member names and the rules a member must pass.
+//! What a member is: its checked name, its kind, and why a member may be rejected.
 
 use std::fmt;
 
@@ -55,6 +55,33 @@ impl MemberPath {
     pub fn ancestors(&self) -> impl Iterator<Item = &str> {
         self.0.match_indices('/').map(|(at, _)| &self.0[..at])
     }
+}
+
+/// What an accepted member is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberKind {
+    /// A regular file of `size` bytes.
+    File {
+        /// Content length in bytes, from the header.
+        size: u64,
+        /// Whether any execute bit was set (all other mode bits are dropped).
+        executable: bool,
+    },
+    /// A directory.
+    Directory,
+}
+
+/// An accepted member, as handed to the visitor of a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The checked, normalised name.
+    pub path: MemberPath,
+    /// The name as it appeared in the archive, lossily rendered as UTF-8 (errors name it).
+    pub name: String,
+    /// File or directory.
+    pub kind: MemberKind,
+    /// Modification time in seconds since the epoch (0 if the header's field is unreadable).
+    pub mtime: u64,
 }
 
 impl fmt::Display for MemberPath {

@@ -1,9 +1,6 @@
 //! A [`Host`] that behaves like the real one except where a test tells it to
 //! fail, and whose clock is virtual.
 
-// Each test binary uses a different subset of these helpers.
-#![allow(dead_code)]
-
 use std::fs::{File, TryLockError};
 use std::io;
 use std::path::Path;

@@ -4,14 +4,15 @@
 
 #![allow(clippy::print_stdout)] // Prints counts and timings as figures, never asserts on time.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::PathBuf;
 
 use recovery::{
-    Outcome, QuarantineReason, RecoveryConfig, RecoveryReport, SkipReason, SnapshotState, recover,
+    Outcome, QuarantineReason, RecoveryConfig, RecoveryReport, RejectReason, SkipReason,
+    SnapshotState, recover,
 };
 use support::{Counting, HugeArchive, TarMaker};
 
@@ -43,7 +44,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "skills/../../outside/secret",
-            skipped(SkipReason::ParentTraversal),
+            skipped(SkipReason::Rejected(RejectReason::ParentTraversal)),
         ),
         (
             "absolute",
@@ -53,7 +54,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "/etc/evil",
-            skipped(SkipReason::AbsolutePath),
+            skipped(SkipReason::Rejected(RejectReason::AbsolutePath)),
         ),
         (
             "symlink",
@@ -63,7 +64,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "skills/link",
-            skipped(SkipReason::Symlink),
+            skipped(SkipReason::Rejected(RejectReason::Symlink)),
         ),
         (
             "hardlink",
@@ -73,7 +74,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "skills/hard",
-            skipped(SkipReason::HardLink),
+            skipped(SkipReason::Rejected(RejectReason::HardLink)),
         ),
         (
             "char device",
@@ -83,7 +84,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "skills/null",
-            skipped(SkipReason::CharacterDevice),
+            skipped(SkipReason::Rejected(RejectReason::CharacterDevice)),
         ),
         (
             "block device",
@@ -93,7 +94,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "skills/sda",
-            skipped(SkipReason::BlockDevice),
+            skipped(SkipReason::Rejected(RejectReason::BlockDevice)),
         ),
         (
             "fifo",
@@ -103,7 +104,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "memories/pipe",
-            skipped(SkipReason::Fifo),
+            skipped(SkipReason::Rejected(RejectReason::Fifo)),
         ),
         (
             "parent is a file member",
@@ -113,7 +114,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "skills/f/g",
-            skipped(SkipReason::ParentIsFileMember),
+            skipped(SkipReason::Rejected(RejectReason::ParentIsFile)),
         ),
         (
             "not UTF-8",
@@ -123,7 +124,7 @@ fn hostile_members_are_skipped_and_named_and_the_rest_is_restored() {
                 t
             },
             "skills/\u{fffd}.md",
-            skipped(SkipReason::Unrepresentable),
+            skipped(SkipReason::Rejected(RejectReason::NotUtf8)),
         ),
         (
             "component too long",
@@ -202,7 +203,10 @@ fn duplicate_members_keep_the_first_and_name_the_second() {
     let report = world.recover(&archive.finish()).expect("recovers");
     assert_eq!(report.files.len(), 2);
     assert_eq!(report.files[0].outcome, Outcome::Restored);
-    assert_eq!(report.files[1].outcome, skipped(SkipReason::Duplicate));
+    assert_eq!(
+        report.files[1].outcome,
+        skipped(SkipReason::Rejected(RejectReason::Duplicate))
+    );
     assert_eq!(world.read("skills/x/SKILL.md"), "first");
 }
 
@@ -395,7 +399,8 @@ fn a_truncated_snapshot_fails_and_restores_no_partial_file() {
     let full = archive.finish();
     let err = world.recover(&full[..2000]).expect_err("truncated");
     assert!(err.is_truncated(), "{err}");
-    assert!(err.to_string().contains("skills/b/SKILL.md"), "{err}");
+    let text = support::error_chain(&err);
+    assert!(text.contains("skills/b/SKILL.md"), "{text}");
     assert_eq!(world.read("skills/a/SKILL.md"), "complete");
     assert!(
         !world.home().join("skills/b/SKILL.md").exists(),

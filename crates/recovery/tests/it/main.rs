@@ -1,0 +1,7 @@
+//! The integration tests of recovery, one test binary.
+
+mod adversarial;
+mod fuzz_corpus;
+mod host_attacks;
+mod properties;
+mod support;

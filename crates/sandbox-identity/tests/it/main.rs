@@ -1,0 +1,3 @@
+//! The integration tests of sandbox-identity, one test binary.
+
+mod properties;

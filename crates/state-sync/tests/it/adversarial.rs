@@ -1,0 +1,336 @@
+//! The adversarial corpus against state-sync's adapters: hostile archives extracted into a
+//! directory (with a walk of the filesystem proving nothing was materialised outside the
+//! target), the refusing policy, and the teardown archive. The reader's own rules, case by
+//! case, are capped-tar's adversarial suite.
+
+#![allow(clippy::print_stdout)] // Prints the 3 GiB benchmark figure.
+
+use std::io::{Cursor, Read};
+use std::path::PathBuf;
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use state_sync::{
+    DEFAULT_MAX_BYTES, DirExtractor, Error, ReadConfig, RejectReason, UnsafeMembers, pull_teardown,
+    read_archive,
+};
+
+use crate::support;
+use crate::support::{Counting, Failing, HugeArchive, Node, TarMaker, walk};
+
+/// Files materialised under the target: (relative path, content).
+type Files = Vec<(String, Vec<u8>)>;
+
+fn skip() -> ReadConfig {
+    ReadConfig {
+        max_bytes: DEFAULT_MAX_BYTES,
+        unsafe_members: UnsafeMembers::Skip,
+    }
+}
+
+/// Extracts `archive` into `<tmp>/target`, next to `<tmp>/outside/secret`, and returns the
+/// result, the files under target, and whether everything outside target is as before.
+fn extract(
+    archive: &[u8],
+    config: &ReadConfig,
+) -> (Result<state_sync::ArchiveSummary, Error>, Files) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("target")).expect("target");
+    std::fs::create_dir_all(tmp.path().join("outside")).expect("outside");
+    std::fs::write(tmp.path().join("outside/secret"), b"host secret").expect("secret");
+    std::os::unix::fs::symlink("../outside", tmp.path().join("target/escape")).expect("symlink");
+    let before = walk(tmp.path());
+
+    let target =
+        Dir::open_ambient_dir(tmp.path().join("target"), ambient_authority()).expect("open");
+    let result = read_archive(
+        &mut Cursor::new(archive),
+        config,
+        &mut DirExtractor::new(&target),
+    );
+
+    let after = walk(tmp.path());
+    let mut files = Vec::new();
+    for (path, node) in &after {
+        let Ok(rel) = path.strip_prefix("target") else {
+            assert_eq!(
+                before.get(path),
+                Some(node),
+                "{path:?} changed outside the target"
+            );
+            continue;
+        };
+        if let Node::File(data) = node {
+            files.push((rel.to_string_lossy().into_owned(), data.clone()));
+        }
+    }
+    for (path, node) in &before {
+        assert_eq!(
+            after.get(path),
+            Some(node),
+            "{path:?} disappeared or changed"
+        );
+    }
+    (result, files)
+}
+
+fn rejected(summary: &state_sync::ArchiveSummary) -> Vec<(String, RejectReason)> {
+    summary
+        .rejected
+        .iter()
+        .map(|r| (r.name.clone(), r.reason))
+        .collect()
+}
+
+// contract: X5
+#[test]
+fn skipped_members_are_named_and_never_materialised_and_nothing_escapes() {
+    let mut archive = TarMaker::new();
+    archive
+        .file("../evil", b"x")
+        .file("ok/../../evil", b"x")
+        .file("/tmp/evil", b"x")
+        .symlink("ok/link", "/etc/passwd")
+        .hardlink("ok/hard", "/etc/passwd")
+        .raw(b"ok/null", b'3', b"", b"")
+        .raw(b"ok/sda", b'4', b"", b"")
+        .raw(b"ok/pipe", b'6', b"", b"")
+        .raw(b"ok/sparse", b'S', b"", b"")
+        .raw(b"ok/vol", b'V', b"", b"")
+        .raw(
+            &[b"ok/".as_slice(), &[b'n'; 120], b"\0tail"].concat(),
+            b'0',
+            b"x",
+            b"",
+        )
+        .raw(b"ok/\xff\xfe", b'0', b"x", b"")
+        .raw(b"", b'0', b"x", b"")
+        .file("ok/dir/", b"x")
+        .file("ok/a", b"a")
+        .file("ok/a", b"second")
+        .file("ok/a/b", b"x")
+        .file("ok", b"x");
+    // The target already holds a symlink out of it (`escape`); nothing may go through it.
+    let (result, files) = extract(&archive.finish(), &skip());
+    let summary = result.expect("readable");
+    let got = rejected(&summary);
+    let reasons: Vec<RejectReason> = got.iter().map(|(_, reason)| *reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            RejectReason::ParentTraversal,
+            RejectReason::ParentTraversal,
+            RejectReason::AbsolutePath,
+            RejectReason::Symlink,
+            RejectReason::HardLink,
+            RejectReason::CharacterDevice,
+            RejectReason::BlockDevice,
+            RejectReason::Fifo,
+            RejectReason::Sparse,
+            RejectReason::UnsupportedType(b'V'),
+            RejectReason::NulByte,
+            RejectReason::NotUtf8,
+            RejectReason::EmptyName,
+            RejectReason::FileNameEndsWithSlash,
+            RejectReason::Duplicate,
+            RejectReason::ParentIsFile,
+            RejectReason::PathIsDirectory,
+        ]
+    );
+    assert_eq!(got[0].0, "../evil");
+    assert!(got[10].0.starts_with("ok/nnn"), "{:?}", got[10].0);
+    assert_eq!(got[11].0, "ok/\u{fffd}\u{fffd}");
+    assert_eq!(
+        files,
+        vec![("ok/a".to_owned(), b"a".to_vec())],
+        "only the safe member materialised"
+    );
+    assert_eq!(summary.files, 1);
+}
+
+// contract: X5
+#[test]
+fn a_member_aimed_through_a_target_symlink_fails_without_writing_outside() {
+    let mut archive = TarMaker::new();
+    archive.file("escape/secret", b"overwritten");
+    let (result, files) = extract(&archive.finish(), &skip());
+    let err = result.expect_err("cap-std refuses to leave the target");
+    assert!(err.is_sink_failure(), "{err}");
+    assert_eq!(err.member(), Some("escape/secret"));
+    assert!(files.is_empty());
+}
+
+#[test]
+fn refuse_mode_names_the_first_unsafe_member() {
+    let mut archive = TarMaker::new();
+    archive
+        .file("ok/a", b"a")
+        .symlink("ok/link", "../../x")
+        .file("ok/b", b"b");
+    let config = ReadConfig {
+        max_bytes: DEFAULT_MAX_BYTES,
+        unsafe_members: UnsafeMembers::Refuse,
+    };
+    let (result, _) = extract(&archive.finish(), &config);
+    let err = result.expect_err("refused");
+    assert!(err.is_unsafe_member() && err.is_archive_unusable());
+    assert!(
+        matches!(err, Error::UnsafeMember { ref member, reason: RejectReason::Symlink, .. } if member == "ok/link")
+    );
+    assert!(
+        err.to_string().contains("ok/link") && err.to_string().contains("symbolic link"),
+        "{err}"
+    );
+}
+
+// contract: S12
+#[test]
+fn a_three_gib_stream_is_refused_at_the_default_cap_without_storing_it() {
+    const GIB: u64 = 1024 * 1024 * 1024;
+    let mut source = Counting {
+        inner: HugeArchive::new("cache/huge.bin", 3 * GIB),
+        pulled: 0,
+    };
+    let started = std::time::Instant::now();
+    let result = pull_teardown(&mut source, &skip(), "/home/user/.hermes", std::io::sink());
+    let err = result.expect_err("over the cap");
+    assert!(err.is_over_cap(), "{err}");
+    assert_eq!(err.member(), Some("cache/huge.bin"));
+    assert!(
+        source.pulled <= DEFAULT_MAX_BYTES + 1,
+        "pulled {}",
+        source.pulled
+    );
+    assert!(
+        source.pulled > DEFAULT_MAX_BYTES - 64 * 1024,
+        "stopped early at {}",
+        source.pulled
+    );
+    println!(
+        "3 GiB stream refused after {} bytes in {:?}",
+        source.pulled,
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_partial_teardown_archive_has_no_end_marker() {
+    let mut archive = TarMaker::new();
+    archive
+        .file("skills/a", b"aaaa")
+        .file("skills/b", &[2u8; 2000]);
+    let bytes = archive.finish();
+    let cut = &bytes[..2000];
+    let mut out = Vec::new();
+    let err = pull_teardown(
+        &mut Cursor::new(cut),
+        &skip(),
+        "/home/user/.hermes",
+        &mut out,
+    )
+    .expect_err("truncated");
+    assert!(err.is_truncated());
+    assert_eq!(err.member(), Some("skills/b"));
+    let reread = read_archive(
+        &mut Cursor::new(out),
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    );
+    assert!(
+        reread
+            .expect_err("the abandoned output is not a whole archive")
+            .is_truncated()
+    );
+}
+
+#[test]
+fn a_failing_source_is_reported_as_such() {
+    let mut archive = TarMaker::new();
+    archive.file("ok/a", &[3u8; 3000]);
+    let mut source = Failing {
+        data: archive.finish(),
+        after: 1000,
+        position: 0,
+    };
+    let err = read_archive(
+        &mut source,
+        &skip(),
+        &mut support::harness::Recorder::default(),
+    )
+    .expect_err("fails");
+    assert!(err.is_source_failure(), "{err}");
+    assert!(!err.is_archive_unusable());
+}
+
+#[test]
+fn ten_thousand_files_extract_completely() {
+    let mut archive = TarMaker::new();
+    for i in 0..10_000 {
+        archive.file(
+            &format!("skills/s{:03}/f{i:05}.md", i % 100),
+            format!("body {i}").as_bytes(),
+        );
+    }
+    let (result, files) = extract(&archive.finish(), &skip());
+    let summary = result.expect("readable");
+    assert_eq!(summary.files, 10_000);
+    assert!(summary.rejected.is_empty());
+    assert_eq!(files.len(), 10_000);
+    let sample = files
+        .iter()
+        .find(|(p, _)| p == "skills/s042/f04242.md")
+        .expect("present");
+    assert_eq!(sample.1, b"body 4242");
+}
+
+#[test]
+fn teardown_archive_names_members_by_absolute_remote_path() {
+    let mut archive = TarMaker::new();
+    archive
+        .dir("./")
+        .dir("./skills/")
+        .file("./skills/x/SKILL.md", b"skill")
+        .raw(b"./bin/run", b'0', b"#!", b"");
+    let (summary, out) = pull_teardown(
+        &mut Cursor::new(archive.finish()),
+        &skip(),
+        "/home/user/.hermes",
+        Vec::new(),
+    )
+    .expect("converts");
+    assert_eq!((summary.files, summary.directories), (2, 1));
+    let mut names = Vec::new();
+    let mut tar_out = tar::Archive::new(Cursor::new(out));
+    for entry in tar_out.entries().expect("entries") {
+        let mut entry = entry.expect("entry");
+        let mut body = Vec::new();
+        entry.read_to_end(&mut body).expect("body");
+        let mode = entry.header().mode().expect("mode");
+        names.push((entry.path().expect("path").into_owned(), mode, body));
+    }
+    assert_eq!(
+        names,
+        vec![
+            (PathBuf::from("home/user/.hermes/skills"), 0o755, Vec::new()),
+            (
+                PathBuf::from("home/user/.hermes/skills/x/SKILL.md"),
+                0o644,
+                b"skill".to_vec()
+            ),
+            (
+                PathBuf::from("home/user/.hermes/bin/run"),
+                0o644,
+                b"#!".to_vec()
+            ),
+        ]
+    );
+    assert_eq!(
+        state_sync::teardown_command("/home/user/.hermes").expect("valid"),
+        "tar -C '/home/user/.hermes' -cf - ."
+    );
+    assert!(
+        state_sync::teardown_command("relative")
+            .expect_err("invalid")
+            .is_invalid_plan()
+    );
+}

@@ -1,0 +1,6 @@
+//! The integration tests of writer-lease, one test binary (tests/multiprocess.rs, which spawns
+//! processes, is kept apart: see its top).
+
+mod model;
+mod protocol;
+mod support;
