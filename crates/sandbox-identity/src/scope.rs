@@ -169,13 +169,7 @@ impl ScopeDigest {
 
     /// The digest as 64 lowercase hex characters.
     pub fn to_hex(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut out = String::with_capacity(64);
-        for byte in self.0 {
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-        out
+        hex::encode(self.0)
     }
 }
 
@@ -197,28 +191,16 @@ impl FromStr for ScopeDigest {
     /// Parses the canonical form only (64 lowercase hex characters), since
     /// the value usually comes from sandbox metadata, which is untrusted.
     fn from_str(value: &str) -> Result<Self, Error> {
-        let malformed = || Error::MalformedDigest {
-            length: value.len(),
-        };
-        let bytes = value.as_bytes();
-        if bytes.len() != 64 {
-            return Err(malformed());
-        }
         let mut out = [0u8; 32];
-        for (slot, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            let high = hex_value(pair[0]).ok_or_else(malformed)?;
-            let low = hex_value(pair[1]).ok_or_else(malformed)?;
-            *slot = (high << 4) | low;
+        // `hex` also accepts uppercase, which would give one digest two spellings.
+        if value.bytes().any(|b| b.is_ascii_uppercase())
+            || hex::decode_to_slice(value, &mut out).is_err()
+        {
+            return Err(Error::MalformedDigest {
+                length: value.len(),
+            });
         }
         Ok(ScopeDigest(out))
-    }
-}
-
-fn hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        _ => None,
     }
 }
 

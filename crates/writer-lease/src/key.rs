@@ -26,13 +26,7 @@ impl ScopeKey {
 
     /// 64 lowercase hex characters.
     pub fn to_hex(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut out = String::with_capacity(64);
-        for byte in self.0 {
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-        out
+        hex::encode(self.0)
     }
 
     /// The name of one of this scope's files.
@@ -57,22 +51,14 @@ impl FromStr for ScopeKey {
     type Err = Error;
 
     fn from_str(value: &str) -> Result<Self, Error> {
-        let malformed = || Error::MalformedScopeKey {
-            length: value.len(),
-        };
-        let bytes = value.as_bytes();
-        if bytes.len() != 64 {
-            return Err(malformed());
-        }
         let mut out = [0u8; 32];
-        for (slot, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-            let digit = |d: u8| match d {
-                b'0'..=b'9' => Some(d - b'0'),
-                b'a'..=b'f' => Some(d - b'a' + 10),
-                _ => None,
-            };
-            *slot = (digit(pair[0]).ok_or_else(malformed)? << 4)
-                | digit(pair[1]).ok_or_else(malformed)?;
+        // `hex` also accepts uppercase, which would give one key two file names.
+        if value.bytes().any(|b| b.is_ascii_uppercase())
+            || hex::decode_to_slice(value, &mut out).is_err()
+        {
+            return Err(Error::MalformedScopeKey {
+                length: value.len(),
+            });
         }
         Ok(ScopeKey(out))
     }
