@@ -14,13 +14,13 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Error, Operation};
-use crate::http::{Ctx, Http, Pool, Target};
+use crate::http::{Ctx, Http, Pool, Target, UNRESERVED};
 use crate::ids::SandboxId;
 use crate::json;
 use crate::redact::redact;
 use crate::retry::Idempotency;
-use crate::sandbox::Sandbox;
-use crate::secret::{AccessToken, ApiKey};
+use crate::sandbox::{EnvdAccess, Sandbox};
+use crate::secret::AccessToken;
 
 /// Python's `quote(s)` keeps letters, digits, `_.-~` and `/`.
 const PY_QUOTE: &AsciiSet = &NON_ALPHANUMERIC
@@ -30,13 +30,6 @@ const PY_QUOTE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
-/// RFC 3986 unreserved only: what `urlencode`/`quote_plus` and the HTTP layer keep.
-pub(crate) const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'-')
-    .remove(b'~');
-
 /// A handle to E2B. Cheap to clone; clones share connection pools.
 #[derive(Clone)]
 pub struct Client {
@@ -44,9 +37,9 @@ pub struct Client {
 }
 
 struct Inner {
-    http: Http,
+    /// Shared with every [`Sandbox`] made from this client.
+    http: Arc<Http>,
     api_base: String,
-    api_key: ApiKey,
     api_key_header: HeaderValue,
     config: Config,
 }
@@ -79,9 +72,8 @@ impl Client {
         api_key_header.set_sensitive(true);
         Ok(Client {
             inner: Arc::new(Inner {
-                http: Http::new(&config)?,
+                http: Arc::new(Http::new(&config)?),
                 api_base,
-                api_key: config.api_key.clone(),
                 api_key_header,
                 config,
             }),
@@ -297,12 +289,7 @@ impl Client {
             .config
             .envd_base_url(&access.sandbox_id, access.domain.as_deref());
         check_base_url("sandbox_url", &base)?;
-        Sandbox::new(self.clone(), access, base)
-    }
-
-    /// The shared request machinery (for the envd handle).
-    pub(crate) fn http(&self) -> &Http {
-        &self.inner.http
+        Sandbox::new(Arc::clone(&self.inner.http), access, base)
     }
 
     /// A context for errors of `operation`.
@@ -310,14 +297,9 @@ impl Client {
         Ctx::new(
             operation,
             Target::Control(sandbox_id.cloned()),
-            self.inner.api_key.clone(),
+            self.inner.http.api_key().clone(),
             None,
         )
-    }
-
-    /// The API key (for scrubbing envd error text too).
-    pub(crate) fn api_key(&self) -> &ApiKey {
-        &self.inner.api_key
     }
 
     async fn send_json<B: Serialize>(
@@ -582,17 +564,6 @@ impl SandboxInfo {
             domain: self.domain.clone(),
         }
     }
-}
-
-/// What reaching one sandbox's envd takes.
-#[derive(Clone, Debug)]
-pub struct EnvdAccess {
-    /// The sandbox.
-    pub sandbox_id: SandboxId,
-    /// Its envd access token, if it has one.
-    pub access_token: Option<AccessToken>,
-    /// Its domain, if E2B named one.
-    pub domain: Option<String>,
 }
 
 /// A sandbox's state.

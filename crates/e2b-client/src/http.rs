@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -19,6 +20,13 @@ use crate::secret::{AccessToken, ApiKey};
 
 /// Error bodies are read only this far; the rest is not needed to explain the failure.
 const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// RFC 3986 unreserved only: what `urlencode`/`quote_plus` and the HTTP layer keep.
+pub(crate) const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'-')
+    .remove(b'~');
 
 /// What the request talks to, which decides how error bodies read.
 #[derive(Clone, Debug)]
@@ -225,12 +233,14 @@ pub(crate) enum Pool {
     Http1,
 }
 
-/// The HTTP machinery shared by every request of one client.
+/// The HTTP machinery shared by every request of one client, control plane and envd alike.
 #[derive(Debug)]
 pub(crate) struct Http {
     default: reqwest::Client,
     http1: reqwest::Client,
     retry: RetryPolicy,
+    /// Kept to scrub it from every error text, envd's included.
+    api_key: ApiKey,
     /// The whole-request deadline.
     pub(crate) deadline: Duration,
     /// Buffering caps.
@@ -258,9 +268,15 @@ impl Http {
             default: build(Pool::Default)?,
             http1: build(Pool::Http1)?,
             retry: config.retry.clone(),
+            api_key: config.api_key.clone(),
             deadline: config.request_deadline,
             limits: config.limits.clone(),
         })
+    }
+
+    /// The client's API key.
+    pub(crate) fn api_key(&self) -> &ApiKey {
+        &self.api_key
     }
 
     /// A request builder on the chosen pool.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,14 +14,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ENVD_PORT;
-use crate::control::{Client, EnvdAccess, UNRESERVED};
 use crate::error::{Error, Operation};
 use crate::files::{
     Download, EntryInfo, MakeDirOutcome, UploadFile, WrittenFile, multipart,
     multipart_filename_problem,
 };
 use crate::framing::encode_envelope;
-use crate::http::{Ctx, Pool, Target};
+use crate::http::{Ctx, Http, Pool, Target, UNRESERVED};
 use crate::ids::SandboxId;
 use crate::json;
 use crate::process::{
@@ -30,13 +30,24 @@ use crate::redact::redact;
 use crate::retry::Idempotency;
 use crate::secret::AccessToken;
 
+/// What reaching one sandbox's envd takes.
+#[derive(Clone, Debug)]
+pub struct EnvdAccess {
+    /// The sandbox.
+    pub sandbox_id: SandboxId,
+    /// Its envd access token, if it has one.
+    pub access_token: Option<AccessToken>,
+    /// Its domain, if E2B named one.
+    pub domain: Option<String>,
+}
+
 /// A connected sandbox's envd surface: processes, filesystem and file transfer.
 ///
 /// Every request carries `E2b-Sandbox-Id`, `E2b-Sandbox-Port: 49983` and, when the sandbox has
 /// one, `X-Access-Token`. Cheap to clone.
 #[derive(Clone)]
 pub struct Sandbox {
-    client: Client,
+    http: Arc<Http>,
     id: SandboxId,
     base: String,
     token: Option<AccessToken>,
@@ -65,21 +76,26 @@ pub enum Health {
 }
 
 impl Sandbox {
-    pub(crate) fn new(client: Client, access: EnvdAccess, base: String) -> Result<Sandbox, Error> {
+    pub(crate) fn new(http: Arc<Http>, access: EnvdAccess, base: String) -> Result<Sandbox, Error> {
         let token_header = match &access.access_token {
             None => None,
             Some(token) => {
                 let mut value = HeaderValue::from_str(token.expose()).map_err(|_| {
-                    client
-                        .ctx(Operation::Connect, Some(&access.sandbox_id))
-                        .protocol("the envd access token is not a valid header value")
+                    // The control plane handed out this token, so its connect is what failed.
+                    let ctx = Ctx::new(
+                        Operation::Connect,
+                        Target::Control(Some(access.sandbox_id.clone())),
+                        http.api_key().clone(),
+                        None,
+                    );
+                    ctx.protocol("the envd access token is not a valid header value")
                 })?;
                 value.set_sensitive(true);
                 Some(value)
             }
         };
         Ok(Sandbox {
-            client,
+            http,
             id: access.sandbox_id,
             base: base.trim_end_matches('/').to_owned(),
             token: access.access_token,
@@ -111,7 +127,7 @@ impl Sandbox {
         Ctx::new(
             operation,
             Target::Envd(self.id.clone()),
-            self.client.api_key().clone(),
+            self.http.api_key().clone(),
             self.token.clone(),
         )
     }
@@ -126,8 +142,7 @@ impl Sandbox {
         let url = reqwest::Url::parse(&format!("{}{path_and_query}", self.base))
             .map_err(|error| ctx.invalid_input(format!("bad URL: {error}")))?;
         let mut builder = self
-            .client
-            .http()
+            .http
             .request(pool, method, url)
             .header("E2b-Sandbox-Id", self.id.as_str())
             .header("E2b-Sandbox-Port", ENVD_PORT.to_string());
@@ -167,7 +182,7 @@ impl Sandbox {
         idempotency: Idempotency,
     ) -> Result<Resp, Error> {
         let ctx = self.ctx(operation);
-        let http = self.client.http();
+        let http = &self.http;
         let body = serde_json::to_vec(message)
             .map_err(|error| ctx.invalid_input(format!("cannot encode the message: {error}")))?;
         let mut builder = self
@@ -198,7 +213,7 @@ impl Sandbox {
         keepalive: Duration,
     ) -> Result<ProcessStream, Error> {
         let ctx = self.ctx(operation);
-        let http = self.client.http();
+        let http = &self.http;
         let payload = serde_json::to_vec(message)
             .map_err(|error| ctx.invalid_input(format!("cannot encode the message: {error}")))?;
         let mut builder = self
@@ -254,7 +269,7 @@ impl Sandbox {
     /// not running, an error for anything else unexpected.
     pub async fn health(&self) -> Result<Health, Error> {
         let ctx = self.ctx(Operation::Health);
-        let http = self.client.http();
+        let http = &self.http;
         let request = Self::build(
             &ctx,
             self.request(&ctx, Pool::Default, Method::GET, "/health")?,
@@ -507,7 +522,7 @@ impl Sandbox {
         ctx: &Ctx,
         builder: reqwest::RequestBuilder,
     ) -> Result<Vec<WrittenFile>, Error> {
-        let http = self.client.http();
+        let http = &self.http;
         let request = Self::build(ctx, builder)?;
         let deadline = http.deadline_from_now();
         let response = http
@@ -527,7 +542,7 @@ impl Sandbox {
     /// HTTP/2 frames). A missing file is an error with [`Error::is_not_found`].
     pub async fn read_file_stream(&self, path: &str, limit: u64) -> Result<Download, Error> {
         let ctx = self.ctx(Operation::Download);
-        let http = self.client.http();
+        let http = &self.http;
         let query = self.user_query(Some(path));
         let builder = self
             .request(&ctx, Pool::Http1, Method::GET, &format!("/files{query}"))?
