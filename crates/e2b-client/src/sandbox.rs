@@ -110,7 +110,8 @@ impl Sandbox {
     }
 
     /// The same sandbox, with filesystem calls and `/files` made as `user` (envd's
-    /// `Authorization: Basic` / `username=`); commands use [`StartOptions::user`].
+    /// `Authorization: Basic` / `username=`); commands use
+    /// [`StartOptions::user`](crate::StartOptions::user).
     pub fn with_user(&self, user: String) -> Sandbox {
         Sandbox {
             user: Some(user),
