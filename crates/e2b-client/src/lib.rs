@@ -24,7 +24,7 @@
 //! let sandbox = client.sandbox(info.envd_access())?;
 //!
 //! // Output arrives chunk by chunk while the command runs.
-//! let mut events = sandbox.start(StartOptions::new("echo hello; echo oops >&2".to_owned())).await?;
+//! let mut events = sandbox.start(StartOptions::shell("echo hello; echo oops >&2".to_owned())).await?;
 //! while let Some(event) = events.next().await {
 //!     match event? {
 //!         ProcessEvent::Stdout(chunk) => print!("{}", String::from_utf8_lossy(&chunk)),
@@ -97,7 +97,7 @@ pub use crate::config::{
     Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
 };
 pub use crate::control::{
-    Client, ConnectState, Connected, CreateOptions, EnvdAccess, KillOutcome, Lifecycle, ListQuery,
+    Client, ConnectState, Connected, CreateOptions, KillOutcome, Lifecycle, ListQuery,
     ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxState,
     StateFilter,
 };
@@ -111,7 +111,7 @@ pub use crate::process::{
     SignalOutcome, StartOptions,
 };
 pub use crate::redact::{REDACTED, redact, redact_with};
-pub use crate::sandbox::{Health, Sandbox};
+pub use crate::sandbox::{EnvdAccess, Health, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey};
 
 #[cfg(test)]
