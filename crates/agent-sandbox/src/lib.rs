@@ -94,19 +94,22 @@ mod backend;
 mod command;
 mod config;
 mod error;
+mod hooks;
+mod report;
 mod sink;
 mod transport;
 
-pub use backend::{
-    AttachInfo, Backend, CleanupReport, HookError, KillOutcomeReport, LEASE_HEADROOM, NoStateHooks,
-    Origin, PullOutcome, PushKind, RETRY_HINT, RoleKind, StateHooks, Stats, TRANSFER_WINDOW,
-};
+pub use backend::{Backend, LEASE_HEADROOM, RETRY_HINT, TRANSFER_WINDOW};
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_STATE_CAP, Endpoints, KeyResolver,
     PROBE_TASK_ID, SandboxMode, Scope, Services,
 };
 pub use error::Error;
+pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
+pub use report::{
+    AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RoleKind, Stats,
+};
 pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Security, SystemClock};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
 pub use transport::{PullSummary, StateTransport};
