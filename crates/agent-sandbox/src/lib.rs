@@ -105,7 +105,7 @@ pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_STATE_CAP, Endpoints, KeyResolver,
     PROBE_TASK_ID, SandboxMode, Scope, Services,
 };
-pub use error::Error;
+pub use error::{Error, ErrorChain};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use report::{
     AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RoleKind, Stats,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use writer_lease::{Admission, Role as LeaseRole, WriterLease, WriterPhase};
 
 use super::{Attached, Inner, RETRY_HINT, Role};
-use crate::error::Error;
+use crate::error::{Error, ErrorChain};
 use crate::hooks::{HookError, PushKind};
 use crate::report::RoleKind;
 use crate::transport::StateTransport;
@@ -176,7 +176,7 @@ impl Inner {
                     }
                     Err(error) => {
                         if let Err(marker) = writer.record_sync_failure() {
-                            tracing::warn!(sandbox_id = %id, "E2B mark scope dirty failed: {marker}");
+                            tracing::warn!(sandbox_id = %id, "E2B mark scope dirty failed: {}", ErrorChain(&marker));
                         }
                         Err(error)
                     }

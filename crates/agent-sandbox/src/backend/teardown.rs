@@ -6,7 +6,7 @@ use std::sync::PoisonError;
 use e2b_client::KillOutcome;
 
 use super::{Attached, Backend, Inner, Phase, Role, bump};
-use crate::error::Error;
+use crate::error::{Error, ErrorChain};
 use crate::report::{CleanupReport, KillOutcomeReport, PullOutcome};
 
 impl Backend {
@@ -108,7 +108,7 @@ impl Backend {
                 bump(&inner.stats.sandbox_kills);
                 let kill = async move {
                     if let Err(error) = client.kill(&id).await {
-                        tracing::warn!(sandbox_id = %id, "E2B kill failed in finalizer: {}", crate::error::neutralise(&error.to_string()));
+                        tracing::warn!(sandbox_id = %id, "E2B kill failed in finalizer: {}", ErrorChain(&error));
                     }
                 };
                 if tokio::runtime::Handle::try_current().is_ok() {
@@ -144,8 +144,9 @@ impl Inner {
                 match self.run_hook("pull", &id, |t| self.hooks.pull(t)) {
                     Ok(()) => PullOutcome::Pulled,
                     Err(error) => {
-                        tracing::error!(sandbox_id = %id, "{error}");
-                        PullOutcome::Failed(error.to_string())
+                        let text = ErrorChain(&error).to_string();
+                        tracing::error!(sandbox_id = %id, "{text}");
+                        PullOutcome::Failed(text)
                     }
                 }
             }
@@ -168,8 +169,9 @@ impl Inner {
                     Ok(KillOutcome::NotFound) => KillOutcomeReport::AlreadyGone,
                     Err(error) => {
                         let error = Error::e2b("kill", Some(&id), error);
-                        tracing::error!(sandbox_id = %id, "{error}");
-                        KillOutcomeReport::Failed(error.to_string())
+                        let text = ErrorChain(&error).to_string();
+                        tracing::error!(sandbox_id = %id, "{text}");
+                        KillOutcomeReport::Failed(text)
                     }
                 }
             }
