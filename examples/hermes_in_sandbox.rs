@@ -314,7 +314,7 @@ async fn install_stand_in(sandbox: &Sandbox) -> AnyResult<()> {
 /// code.
 async fn run(sandbox: &Sandbox, command: &str) -> AnyResult<i32> {
     println!("\n$ {command}");
-    let mut options = StartOptions::new(command.to_owned());
+    let mut options = StartOptions::shell(command.to_owned());
     options.timeout = Some(TURN_DEADLINE);
     let mut events = sandbox.start(options).await?;
     let mut stdout = std::io::stdout();
@@ -336,7 +336,7 @@ async fn run(sandbox: &Sandbox, command: &str) -> AnyResult<i32> {
 
 async fn run_quietly(sandbox: &Sandbox, command: &str) -> AnyResult<i32> {
     let output = sandbox
-        .run(StartOptions::new(command.to_owned()), 64 * 1024)
+        .run(StartOptions::shell(command.to_owned()), 64 * 1024)
         .await?;
     if !output.stderr.is_empty() {
         eprint!("{}", String::from_utf8_lossy(&output.stderr));

@@ -89,7 +89,9 @@ async fn client_tour(client: &Client, out: &mut dyn Write) -> Result<()> {
     let command = "for i in 1 2 3; do echo line $i; sleep 0.3; done; whoami; pwd";
     writeln!(out, "\n$ {command}")?;
     let started = Instant::now();
-    let mut events = sandbox.start(StartOptions::new(command.to_owned())).await?;
+    let mut events = sandbox
+        .start(StartOptions::shell(command.to_owned()))
+        .await?;
     while let Some(event) = events.next().await {
         match event? {
             ProcessEvent::Start { pid } => writeln!(out, "  [started, pid {pid}]")?,
@@ -145,7 +147,7 @@ async fn client_tour(client: &Client, out: &mut dyn Write) -> Result<()> {
     // A resume can hand out a new envd token or domain, so use the returned access.
     let sandbox = client.sandbox(connected.sandbox.envd_access())?;
     let output = sandbox
-        .start(StartOptions::new(
+        .start(StartOptions::shell(
             "cat /home/user/project/notes.md && python3 /home/user/project/src/main.py 2>/dev/null || true"
                 .to_owned(),
         ))

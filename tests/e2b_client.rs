@@ -59,7 +59,7 @@ async fn lease_secs(client: &Client, id: &SandboxId) -> i64 {
 
 async fn sh(sandbox: &Sandbox, cmd: &str) -> String {
     let output = sandbox
-        .run(StartOptions::new(cmd.to_owned()), 1 << 20)
+        .run(StartOptions::shell(cmd.to_owned()), 1 << 20)
         .await
         .expect("command ran");
     assert_eq!(output.end.exit_code, 0, "{cmd}: {output:?}");
@@ -241,7 +241,7 @@ async fn lease_is_extend_only_on_connect_and_settable_by_set_timeout() {
         .await
         .expect("write");
     let sleeper = sandbox
-        .start(StartOptions::new("sleep 1000".to_owned()))
+        .start(StartOptions::shell("sleep 1000".to_owned()))
         .await
         .expect("start");
     let sleeper_pid = sleeper.pid();
@@ -314,7 +314,8 @@ async fn processes_stream_signal_and_reattach() {
     let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;
 
     // Output, exit code, env, cwd, user.
-    let mut options = StartOptions::new("echo out-$GREETING; echo err >&2; pwd; exit 3".to_owned());
+    let mut options =
+        StartOptions::shell("echo out-$GREETING; echo err >&2; pwd; exit 3".to_owned());
     options.envs.insert("GREETING".to_owned(), "hi".to_owned());
     sandbox.make_dir("/home/user/work").await.expect("mkdir");
     options.cwd = Some("/home/user/work".to_owned());
@@ -329,7 +330,7 @@ async fn processes_stream_signal_and_reattach() {
     assert!(output.pid > 0);
 
     // Keepalives arrive on silence.
-    let mut options = StartOptions::new("sleep 2.5".to_owned());
+    let mut options = StartOptions::shell("sleep 2.5".to_owned());
     options.keepalive = Duration::from_secs(1);
     let events: Vec<ProcessEvent> = sandbox
         .start(options)
@@ -342,7 +343,7 @@ async fn processes_stream_signal_and_reattach() {
     assert!(matches!(events.last(), Some(ProcessEvent::End(end)) if end.exit_code == 0));
 
     // The process deadline (Connect-Timeout-Ms) ends the stream with deadline_exceeded.
-    let mut options = StartOptions::new("sleep 30".to_owned());
+    let mut options = StartOptions::shell("sleep 30".to_owned());
     options.timeout = Some(Duration::from_millis(500));
     let mut stream = sandbox.start(options).await.expect("start");
     let error = loop {
@@ -361,7 +362,7 @@ async fn processes_stream_signal_and_reattach() {
     // Drop a stream, the process keeps running; Connect re-attaches by pid.
     let waiter = "while [ ! -f $HOME/go ]; do sleep 0.05; done; echo released";
     let first = sandbox
-        .start(StartOptions::new(waiter.to_owned()))
+        .start(StartOptions::shell(waiter.to_owned()))
         .await
         .expect("start");
     let pid = first.pid();
@@ -391,12 +392,12 @@ async fn kill_by_pid_leaves_other_processes_and_the_sandbox_alive() {
     let client = client(&server);
     let (info, sandbox) = create(&client, OnTimeout::Kill, 600).await;
     let mut victim = sandbox
-        .start(StartOptions::new("sleep 1000".to_owned()))
+        .start(StartOptions::shell("sleep 1000".to_owned()))
         .await
         .expect("start");
     let victim_pid = victim.pid();
     let survivor = sandbox
-        .start(StartOptions::new("sleep 1000".to_owned()))
+        .start(StartOptions::shell("sleep 1000".to_owned()))
         .await
         .expect("start");
     let survivor_pid = survivor.pid();
@@ -464,7 +465,7 @@ async fn kill_by_pid_leaves_other_processes_and_the_sandbox_alive() {
 
     // SIGTERM is delivered the same way.
     let mut polite = sandbox
-        .start(StartOptions::new("sleep 1000".to_owned()))
+        .start(StartOptions::shell("sleep 1000".to_owned()))
         .await
         .expect("start");
     assert_eq!(
@@ -749,7 +750,7 @@ async fn dropped_connections_are_retried_but_start_never_runs_twice() {
     let sandbox = fresh.sandbox(info.envd_access()).expect("envd");
     server.faults().drop_next_connections(1);
     let output = sandbox
-        .run(StartOptions::new(marker.to_owned()), 1024)
+        .run(StartOptions::shell(marker.to_owned()), 1024)
         .await
         .expect("retried before sending");
     assert_eq!(output.end.exit_code, 0);
@@ -765,7 +766,7 @@ async fn dropped_connections_are_retried_but_start_never_runs_twice() {
         should_retry: Some(true),
     });
     let error = sandbox
-        .start(StartOptions::new(marker.to_owned()))
+        .start(StartOptions::shell(marker.to_owned()))
         .await
         .expect_err("503");
     assert_eq!(error.status(), Some(503));
@@ -779,7 +780,7 @@ async fn dropped_connections_are_retried_but_start_never_runs_twice() {
         path_prefix: Some("/process.Process/Start".to_owned()),
     });
     let error = sandbox
-        .start(StartOptions::new(marker.to_owned()))
+        .start(StartOptions::shell(marker.to_owned()))
         .await
         .expect_err("cut");
     assert!(error.is_transient(), "{error:?}");
@@ -808,7 +809,7 @@ async fn a_stream_cut_mid_way_is_an_error_not_a_clean_end() {
         path_prefix: Some("/process.Process/Start".to_owned()),
     });
     let items: Vec<Result<ProcessEvent, Error>> = sandbox
-        .start(StartOptions::new("seq 1 100000".to_owned()))
+        .start(StartOptions::shell("seq 1 100000".to_owned()))
         .await
         .expect("headers")
         .collect()
@@ -843,7 +844,7 @@ async fn vanished_and_force_paused_sandboxes() {
         Health::NotRunning
     );
     let error = gone_sandbox
-        .run(StartOptions::new("true".to_owned()), 10)
+        .run(StartOptions::shell("true".to_owned()), 10)
         .await
         .expect_err("gone");
     assert!(
@@ -1028,7 +1029,7 @@ async fn readme_example_runs_against_e2b_local() {
     let mut stderr = Vec::new();
     let mut exit_code = None;
     let mut events = sandbox
-        .start(StartOptions::new("echo hello; echo oops >&2".to_owned()))
+        .start(StartOptions::shell("echo hello; echo oops >&2".to_owned()))
         .await
         .expect("start");
     while let Some(event) = events.next().await {

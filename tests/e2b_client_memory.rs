@@ -122,7 +122,7 @@ fn hundred_mib_of_output_with_bounded_memory() {
         let baseline = LIVE.load(Ordering::Relaxed);
         PEAK.store(baseline, Ordering::Relaxed);
         let mut events = sandbox
-            .start(StartOptions::new(format!("head -c {OUTPUT} /dev/zero")))
+            .start(StartOptions::shell(format!("head -c {OUTPUT} /dev/zero")))
             .await
             .expect("start");
         let mut total: u64 = 0;

@@ -54,7 +54,7 @@ async fn the_client_drives_a_real_sandbox_end_to_end() {
 
     let sandbox = client.sandbox(info.envd_access()).expect("envd");
     let output = sandbox
-        .start(StartOptions::new("echo live; whoami".to_owned()))
+        .start(StartOptions::shell("echo live; whoami".to_owned()))
         .await
         .expect("start")
         .collect_output(1 << 20)

@@ -77,8 +77,8 @@
 //!
 //! # Known limits
 //!
-//! - envd always starts `bash -l -c`; [`Shell::Plain`] runs the command through
-//!   `exec /bin/bash -c` inside it, so the login profile is still read once.
+//! - [`Shell::Plain`] is envd starting `/bin/bash -c <command>` directly (an argv, nothing
+//!   quoted), so no login profile is read; [`Shell::Login`] is the SDK's `bash -l -c`.
 //! - The command deadline kills by pid using real time (tokio timers), not the injected clock.
 //! - [`Stats`] counts this backend's own requests; it is not a server-side request counter
 //!   (e2b-local's `Server::requests` is one; this crate's `tests/requests.rs`

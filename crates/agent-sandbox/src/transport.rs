@@ -213,7 +213,7 @@ impl StateTransport {
             let output = self
                 .inner
                 .runtime
-                .block_on(sandbox.run(StartOptions::new(command), 64 * 1024))
+                .block_on(sandbox.run(StartOptions::shell(command), 64 * 1024))
                 .map_err(|source| Error::e2b("delete files", Some(&self.id()), source))?;
             if output.end.exit_code != 0 {
                 return Err(Error::SandboxCommand {
@@ -313,7 +313,7 @@ impl StateTransport {
         let mut stream = self
             .inner
             .runtime
-            .block_on(sandbox.start(StartOptions::new(command)))
+            .block_on(sandbox.start(StartOptions::shell(command)))
             .map_err(|source| Error::e2b(operation, Some(&id), source))?;
         let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(STREAM_BUFFER_CHUNKS);
         self.inner.runtime.spawn(async move {

@@ -371,7 +371,7 @@ impl agent_sandbox::StateHooks for WindowHooks {
                 let sandbox = client.sandbox(connected.sandbox.envd_access())?;
                 sandbox
                     .run(
-                        e2b_client::StartOptions::new(
+                        e2b_client::StartOptions::shell(
                             "mkdir -p /home/user/.hermes/skills/known /home/user/.hermes/skills/late && \
                              printf late-overwrite > /home/user/.hermes/skills/known/SKILL.md && \
                              printf late-new > /home/user/.hermes/skills/late/NEW.md"

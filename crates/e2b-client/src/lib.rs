@@ -24,7 +24,7 @@
 //! let sandbox = client.sandbox(info.envd_access())?;
 //!
 //! // Output arrives chunk by chunk while the command runs.
-//! let mut events = sandbox.start(StartOptions::new("echo hello; echo oops >&2".to_owned())).await?;
+//! let mut events = sandbox.start(StartOptions::shell("echo hello; echo oops >&2".to_owned())).await?;
 //! while let Some(event) = events.next().await {
 //!     match event? {
 //!         ProcessEvent::Stdout(chunk) => print!("{}", String::from_utf8_lossy(&chunk)),

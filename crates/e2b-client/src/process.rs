@@ -16,11 +16,16 @@ use crate::framing::{EndStream, EnvelopeDecoder};
 use crate::http::Ctx;
 use crate::json;
 
-/// How to start a command. Start from [`StartOptions::new`]; there is no `Default`.
+/// How to start a process: a program and its arguments, sent to envd as they are. Start from
+/// [`StartOptions::shell`] (a script for a login bash, like the official SDK) or
+/// [`StartOptions::exec`] (an argv, no shell in between); there is no `Default`.
 #[derive(Clone, Debug)]
 pub struct StartOptions {
-    /// The command line, run as `/bin/bash -l -c <cmd>` like the official SDK.
-    pub cmd: String,
+    /// The program envd starts (envd's `cmd`), looked up on the sandbox's `PATH` when it has
+    /// no slash.
+    pub program: String,
+    /// Its arguments, each passed as one argv entry (envd's `args`); nothing re-splits them.
+    pub args: Vec<String>,
     /// Extra environment variables (they win over the sandbox's).
     pub envs: BTreeMap<String, String>,
     /// Working directory; `None` is envd's default (the user's home).
@@ -37,11 +42,22 @@ pub struct StartOptions {
 }
 
 impl StartOptions {
-    /// Runs `cmd` as envd's default user in its default directory, with no process deadline and
-    /// the official SDK's 50 s keepalive.
-    pub fn new(cmd: String) -> StartOptions {
+    /// Runs `script` as `/bin/bash -l -c <script>`, the official SDK's form: a login shell, so
+    /// the profile is read and the script may use any shell syntax.
+    pub fn shell(script: String) -> StartOptions {
+        StartOptions::exec(
+            "/bin/bash".to_owned(),
+            vec!["-l".to_owned(), "-c".to_owned(), script],
+        )
+    }
+
+    /// Runs `program` with `args` as its argv, with no shell between (so nothing is quoted or
+    /// expanded). Both constructors use envd's default user and directory, no process deadline
+    /// and the official SDK's 50 s keepalive.
+    pub fn exec(program: String, args: Vec<String>) -> StartOptions {
         StartOptions {
-            cmd,
+            program,
+            args,
             envs: BTreeMap::new(),
             cwd: None,
             user: None,

@@ -276,19 +276,12 @@ impl Sandbox {
         }
     }
 
-    /// Starts `/bin/bash -l -c <cmd>` (`process.Process/Start`) and returns its event stream once
-    /// envd reports the process started (so the pid is known). Never retried once the request
-    /// may have reached envd: only a connection that could not be established is tried again.
+    /// Starts the options' program with its arguments (`process.Process/Start`) and returns its
+    /// event stream once envd reports the process started (so the pid is known). Never retried
+    /// once the request may have reached envd: only a connection that could not be established
+    /// is tried again.
     pub async fn start(&self, options: StartOptions) -> Result<ProcessStream, Error> {
-        let message = StartRequest {
-            process: ProcessConfigOut {
-                cmd: "/bin/bash",
-                args: ["-l", "-c", &options.cmd],
-                envs: &options.envs,
-                cwd: options.cwd.as_deref(),
-            },
-            stdin: false,
-        };
+        let message = StartRequest::new(&options);
         self.process_stream(
             Operation::StartProcess,
             "process.Process/Start",
@@ -603,10 +596,24 @@ struct StartRequest<'a> {
     stdin: bool,
 }
 
+impl StartRequest<'_> {
+    fn new(options: &StartOptions) -> StartRequest<'_> {
+        StartRequest {
+            process: ProcessConfigOut {
+                cmd: &options.program,
+                args: &options.args,
+                envs: &options.envs,
+                cwd: options.cwd.as_deref(),
+            },
+            stdin: false,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct ProcessConfigOut<'a> {
     cmd: &'a str,
-    args: [&'a str; 3],
+    args: &'a [String],
     envs: &'a std::collections::BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cwd: Option<&'a str>,
@@ -669,19 +676,21 @@ mod tests {
     #[test]
     fn start_request_matches_the_wire_capture() {
         // e2b-wire 3.4: the body the official SDK sends for run("echo hello", envs={"A":"b"}, cwd=…).
-        let envs = std::collections::BTreeMap::from([("A".to_owned(), "b".to_owned())]);
-        let message = StartRequest {
-            process: ProcessConfigOut {
-                cmd: "/bin/bash",
-                args: ["-l", "-c", "echo hello"],
-                envs: &envs,
-                cwd: Some("/home/user"),
-            },
-            stdin: false,
-        };
+        let mut options = StartOptions::shell("echo hello".to_owned());
+        options.envs = std::collections::BTreeMap::from([("A".to_owned(), "b".to_owned())]);
+        options.cwd = Some("/home/user".to_owned());
         assert_eq!(
-            serde_json::to_string(&message).expect("json"),
+            serde_json::to_string(&StartRequest::new(&options)).expect("json"),
             r#"{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hello"],"envs":{"A":"b"},"cwd":"/home/user"},"stdin":false}"#
+        );
+        // An argv goes out as it is: no shell, no quoting, no re-splitting.
+        let options = StartOptions::exec(
+            "/bin/bash".to_owned(),
+            vec!["-c".to_owned(), "echo 'a b' \"$X\"".to_owned()],
+        );
+        assert_eq!(
+            serde_json::to_string(&StartRequest::new(&options)).expect("json"),
+            r#"{"process":{"cmd":"/bin/bash","args":["-c","echo 'a b' \"$X\""],"envs":{}},"stdin":false}"#
         );
         let signal = SignalRequest {
             process: PidSelector { pid: 1001 },

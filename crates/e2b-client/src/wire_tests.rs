@@ -433,7 +433,7 @@ async fn start_is_never_retried_once_sent() {
     let (url, connections) =
         dropping_server(1, "HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\n").await;
     let error = sandbox(&client(&url))
-        .start(StartOptions::new("echo once".to_owned()))
+        .start(StartOptions::shell("echo once".to_owned()))
         .await
         .expect_err("dropped");
     assert!(
@@ -462,7 +462,7 @@ async fn start_is_never_retried_once_sent() {
     })
     .await;
     let error = sandbox(&client(&server.url))
-        .start(StartOptions::new("echo once".to_owned()))
+        .start(StartOptions::shell("echo once".to_owned()))
         .await
         .expect_err("503");
     assert_eq!(error.code(), Some("unavailable"));
@@ -643,7 +643,7 @@ async fn start_sends_what_envd_expects() {
     })
     .await;
     let client = client(&server.url);
-    let mut options = StartOptions::new("echo hello".to_owned());
+    let mut options = StartOptions::shell("echo hello".to_owned());
     options.envs.insert("A".to_owned(), "b".to_owned());
     options.cwd = Some("/home/user".to_owned());
     options.user = Some("root".to_owned());
@@ -680,6 +680,48 @@ async fn start_sends_what_envd_expects() {
 }
 
 #[tokio::test]
+async fn start_sends_an_argv_as_it_is() {
+    let server = TestServer::start(|_, _| {
+        let body = [
+            frame(0, r#"{"event":{"start":{"pid":1001}}}"#),
+            frame(
+                0,
+                r#"{"event":{"end":{"exited":true,"status":"exit status 0"}}}"#,
+            ),
+            frame(2, "{}"),
+        ]
+        .concat();
+        connect_stream(Body::from(body))
+    })
+    .await;
+    let client = client(&server.url);
+    // Shell syntax in an argument is data: it is neither quoted nor split here.
+    let options = StartOptions::exec(
+        "/bin/bash".to_owned(),
+        vec!["-c".to_owned(), "echo 'it''s' \"$HOME\"; exit 3".to_owned()],
+    );
+    let output = sandbox(&client).run(options, 1024).await.expect("ran");
+    assert_eq!(output.pid, 1001);
+
+    let request = &server.requests()[0];
+    assert_eq!(request.path_and_query, "/process.Process/Start");
+    assert_eq!(request.header("connect-timeout-ms"), None);
+    assert_eq!(request.header("authorization"), None);
+    let message: serde_json::Value = serde_json::from_slice(&request.body[5..]).expect("json");
+    assert_eq!(
+        message,
+        serde_json::json!({
+            "process": {
+                "cmd": "/bin/bash",
+                "args": ["-c", "echo 'it''s' \"$HOME\"; exit 3"],
+                "envs": {},
+            },
+            "stdin": false,
+        })
+    );
+}
+
+#[tokio::test]
 async fn events_are_delivered_while_the_command_still_runs() {
     // contract: O1
     let (feed, frames) = mpsc::channel::<Bytes>(4);
@@ -704,7 +746,7 @@ async fn events_are_delivered_while_the_command_still_runs() {
         .expect("send");
     let mut events = tokio::time::timeout(
         guard,
-        sandbox(&client).start(StartOptions::new("slow".to_owned())),
+        sandbox(&client).start(StartOptions::shell("slow".to_owned())),
     )
     .await
     .expect("not buffered")
@@ -761,7 +803,7 @@ async fn a_stream_cut_mid_frame_is_an_error() {
     .await;
     let client = client(&server.url);
     let mut events = sandbox(&client)
-        .start(StartOptions::new("x".to_owned()))
+        .start(StartOptions::shell("x".to_owned()))
         .await
         .expect("started");
     assert_eq!(events.pid(), 1);
@@ -1000,7 +1042,7 @@ async fn an_error_before_the_start_event_fails_the_start_call() {
     })
     .await;
     let client = client(&server.url);
-    let mut options = StartOptions::new("true".to_owned());
+    let mut options = StartOptions::shell("true".to_owned());
     options.cwd = Some("/nope".to_owned());
     let error = sandbox(&client).start(options).await.expect_err("refused");
     assert_eq!(error.code(), Some("invalid_argument"));

@@ -31,12 +31,13 @@ impl Inner {
     }
 
     fn start_options(&self, command: &str, options: &RunOptions) -> StartOptions {
-        // envd always runs `bash -l -c`; a plain shell is one exec away.
-        let cmd = match options.shell {
-            Shell::Login => command.to_owned(),
-            Shell::Plain => format!("exec /bin/bash -c {}", state_sync::shell_quote(command)),
+        let mut start = match options.shell {
+            Shell::Login => StartOptions::shell(command.to_owned()),
+            Shell::Plain => StartOptions::exec(
+                "/bin/bash".to_owned(),
+                vec!["-c".to_owned(), command.to_owned()],
+            ),
         };
-        let mut start = StartOptions::new(cmd);
         start.cwd = Some(
             options
                 .cwd
