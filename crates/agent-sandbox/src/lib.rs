@@ -81,7 +81,7 @@
 //!   quoted), so no login profile is read; [`Shell::Login`] is the SDK's `bash -l -c`.
 //! - The command deadline kills by pid using real time (tokio timers), not the injected clock.
 //! - [`Stats`] counts this backend's own requests; it is not a server-side request counter
-//!   (e2b-local's `Server::requests` is one; this crate's `tests/requests.rs`
+//!   (e2b-local's `Server::requests` is one; this crate's `tests/it/requests.rs`
 //!   uses it to prove one request per steady-state command).
 //! - Ephemeral and probe sandboxes keep their full lease before every command, so once any
 //!   time has passed since the last extension each of their commands also sends a connect.

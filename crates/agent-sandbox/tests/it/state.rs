@@ -1,15 +1,14 @@
 //! Roles, admission, recovery and the state transport against e2b-local.
 
-mod support;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_sandbox::{NoStateHooks, PullOutcome, RoleKind, SandboxMode};
-use support::{RecordingHooks, World, ok};
 use writer_lease::WriterStatus;
+
+use crate::support::{self, RecordingHooks, World, ok};
 
 #[test]
 fn writer_bring_up_recovers_then_pushes_then_stamps() {

@@ -1,7 +1,5 @@
 //! Running commands: streaming into sinks, waiting, polling, killing by pid.
 
-mod support;
-
 use std::io::Read;
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -10,7 +8,8 @@ use agent_sandbox::{
     ChannelSink, ErrorChain, FnSink, OutputStream, RunOptions, Shell, Termination, WriteSink,
 };
 use e2b_client::SandboxState;
-use support::{World, ok};
+
+use crate::support::{World, ok};
 
 #[test]
 fn output_reaches_the_sink_while_the_command_still_runs() {

@@ -1,7 +1,5 @@
 //! Attach, adoption, leases and cleanup against e2b-local.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +9,8 @@ use agent_sandbox::{
 };
 use e2b_client::{CreateOptions, OnTimeout, PauseMemory, SandboxState};
 use sandbox_identity::{IdentityMetadata, InternetAccess, Mode, ScopeIdentity, Security};
-use support::{RecordingHooks, World, ok, run};
+
+use crate::support::{self, RecordingHooks, World, ok, run};
 
 fn ephemeral() -> SandboxMode {
     SandboxMode::Ephemeral {
