@@ -72,8 +72,10 @@
 //! - **A vanished sandbox** fails the command that finds it (naming it); the backend lets it
 //!   go, and the next use attaches afresh (the writer recreates it with a full bring-up) and
 //!   reports the replaced id in [`AttachInfo::replaced`]. Cleanup never does this.
-//! - **Errors** ([`Error`], O3): name the E2B operation and the sandbox id, and never contain
-//!   the word "timeout".
+//! - **Errors** ([`Error`], O3): name the E2B operation and the sandbox id. `Display` shows
+//!   that step only and the lower layer's error is its `source()`; [`ErrorChain`] renders the
+//!   whole chain, each cause once, for people. Words a framework must not show (Hermes:
+//!   "timeout") are that framework's boundary to rewrite.
 //!
 //! # Known limits
 //!
