@@ -29,7 +29,7 @@ pub enum RoleKind {
     External,
 }
 
-/// What [`Backend::attach`] found.
+/// What [`Backend::attach`](crate::Backend::attach) found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct AttachInfo {
@@ -90,7 +90,7 @@ pub enum KillOutcomeReport {
     Failed(String),
 }
 
-/// What [`Backend::cleanup`] did.
+/// What [`Backend::cleanup`](crate::Backend::cleanup) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CleanupReport {
