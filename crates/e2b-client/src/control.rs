@@ -9,18 +9,25 @@ use futures::{Stream, TryStreamExt, stream};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::Method;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Error, Operation};
-use crate::http::{Ctx, Http, Pool, Target};
+use crate::http::{Ctx, Http, Pool, Target, UNRESERVED};
 use crate::ids::SandboxId;
-use crate::json;
 use crate::redact::redact;
 use crate::retry::Idempotency;
-use crate::sandbox::Sandbox;
-use crate::secret::{AccessToken, ApiKey};
+use crate::sandbox::{EnvdAccess, Sandbox};
+
+mod answers;
+mod options;
+
+pub use self::answers::{
+    ConnectState, Connected, KillOutcome, Lifecycle, ListedSandbox, PauseOutcome, SandboxDetail,
+    SandboxInfo, SandboxState,
+};
+pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
 
 /// Python's `quote(s)` keeps letters, digits, `_.-~` and `/`.
 const PY_QUOTE: &AsciiSet = &NON_ALPHANUMERIC
@@ -30,13 +37,6 @@ const PY_QUOTE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
-/// RFC 3986 unreserved only: what `urlencode`/`quote_plus` and the HTTP layer keep.
-pub(crate) const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'-')
-    .remove(b'~');
-
 /// A handle to E2B. Cheap to clone; clones share connection pools.
 #[derive(Clone)]
 pub struct Client {
@@ -44,9 +44,9 @@ pub struct Client {
 }
 
 struct Inner {
-    http: Http,
+    /// Shared with every [`Sandbox`] made from this client.
+    http: Arc<Http>,
     api_base: String,
-    api_key: ApiKey,
     api_key_header: HeaderValue,
     config: Config,
 }
@@ -79,9 +79,8 @@ impl Client {
         api_key_header.set_sensitive(true);
         Ok(Client {
             inner: Arc::new(Inner {
-                http: Http::new(&config)?,
+                http: Arc::new(Http::new(&config)?),
                 api_base,
-                api_key: config.api_key.clone(),
                 api_key_header,
                 config,
             }),
@@ -297,12 +296,7 @@ impl Client {
             .config
             .envd_base_url(&access.sandbox_id, access.domain.as_deref());
         check_base_url("sandbox_url", &base)?;
-        Sandbox::new(self.clone(), access, base)
-    }
-
-    /// The shared request machinery (for the envd handle).
-    pub(crate) fn http(&self) -> &Http {
-        &self.inner.http
+        Sandbox::new(Arc::clone(&self.inner.http), access, base)
     }
 
     /// A context for errors of `operation`.
@@ -310,14 +304,9 @@ impl Client {
         Ctx::new(
             operation,
             Target::Control(sandbox_id.cloned()),
-            self.inner.api_key.clone(),
+            self.inner.http.api_key().clone(),
             None,
         )
-    }
-
-    /// The API key (for scrubbing envd error text too).
-    pub(crate) fn api_key(&self) -> &ApiKey {
-        &self.inner.api_key
     }
 
     async fn send_json<B: Serialize>(
@@ -440,493 +429,5 @@ struct TimeoutBody {
     timeout: u64,
 }
 
-/// What to create. Start from [`CreateOptions::new`]; there is no `Default`.
-#[derive(Clone, Debug)]
-pub struct CreateOptions {
-    /// Template name or id (`base`).
-    pub template: String,
-    /// The first lease; `None` leaves it to E2B (300 s on the v2 route).
-    pub timeout: Option<Duration>,
-    /// What happens when the lease runs out.
-    pub on_timeout: OnTimeout,
-    /// Metadata to find the sandbox by later.
-    pub metadata: BTreeMap<String, String>,
-    /// Environment variables for every process in the sandbox.
-    pub env_vars: BTreeMap<String, String>,
-    /// `Some(false)` puts the sandbox behind deny-all egress; `None` leaves E2B's default.
-    pub allow_internet_access: Option<bool>,
-    /// Sent as `secure` when set. On the v2 route E2B always issues an envd access token, so
-    /// `Some(true)` is what you get anyway; E2B ignores the field there.
-    pub secure: Option<bool>,
-}
-
-impl CreateOptions {
-    /// A sandbox from `template` with E2B's defaults for everything else.
-    pub fn new(template: String) -> CreateOptions {
-        CreateOptions {
-            template,
-            timeout: None,
-            on_timeout: OnTimeout::ServerDefault,
-            metadata: BTreeMap::new(),
-            env_vars: BTreeMap::new(),
-            allow_internet_access: None,
-            secure: None,
-        }
-    }
-}
-
-/// What E2B does with a sandbox whose lease ran out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnTimeout {
-    /// Whatever E2B does when not told (it kills).
-    ServerDefault,
-    /// Kill it (`autoPause: false`).
-    Kill,
-    /// Pause it (`autoPause: true`), with or without memory.
-    Pause(PauseMemory),
-}
-
-/// Whether a pause keeps memory (processes survive) or only the filesystem.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PauseMemory {
-    /// Memory snapshot: running processes resume (`autoPauseMemory: true`).
-    Keep,
-    /// Filesystem only: resume cold-boots, processes are gone (`autoPauseMemory: false`).
-    Discard,
-}
-
-/// Which states [`Client::list`] returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StateFilter {
-    /// Running sandboxes only.
-    Running,
-    /// Paused sandboxes only.
-    Paused,
-    /// Both.
-    Any,
-}
-
-/// A list filter. Start from [`ListQuery::all`].
-#[derive(Clone, Debug)]
-pub struct ListQuery {
-    /// Every pair must match exactly.
-    pub metadata: BTreeMap<String, String>,
-    /// Which states.
-    pub state: StateFilter,
-    /// Page size (E2B: 1 to 100, default 100).
-    pub limit: Option<u32>,
-}
-
-impl ListQuery {
-    /// Every sandbox, running or paused, in E2B's page size.
-    pub fn all() -> ListQuery {
-        ListQuery {
-            metadata: BTreeMap::new(),
-            state: StateFilter::Any,
-            limit: None,
-        }
-    }
-}
-
-/// A sandbox as create and connect return it.
-#[derive(Clone, Debug, Deserialize)]
-#[non_exhaustive]
-pub struct SandboxInfo {
-    /// The id.
-    #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]
-    pub sandbox_id: SandboxId,
-    /// The template id.
-    #[serde(
-        rename = "templateID",
-        alias = "templateId",
-        alias = "template_id",
-        default
-    )]
-    pub template_id: String,
-    /// The template alias, when it has one.
-    #[serde(default)]
-    pub alias: Option<String>,
-    /// E2B's client id (legacy).
-    #[serde(rename = "clientID", alias = "clientId", alias = "client_id", default)]
-    pub client_id: String,
-    /// envd's version.
-    #[serde(rename = "envdVersion", alias = "envd_version", default)]
-    pub envd_version: String,
-    /// The token envd requires in `X-Access-Token`, if any.
-    #[serde(
-        rename = "envdAccessToken",
-        alias = "envd_access_token",
-        default,
-        deserialize_with = "json::opt_token"
-    )]
-    pub envd_access_token: Option<AccessToken>,
-    /// The token for user-port traffic, if any.
-    #[serde(
-        rename = "trafficAccessToken",
-        alias = "traffic_access_token",
-        default,
-        deserialize_with = "json::opt_token"
-    )]
-    pub traffic_access_token: Option<AccessToken>,
-    /// The sandbox's domain when it differs from the client's.
-    #[serde(default)]
-    pub domain: Option<String>,
-}
-
-impl SandboxInfo {
-    /// What [`Client::sandbox`] needs to reach this sandbox's envd.
-    pub fn envd_access(&self) -> EnvdAccess {
-        EnvdAccess {
-            sandbox_id: self.sandbox_id.clone(),
-            access_token: self.envd_access_token.clone(),
-            domain: self.domain.clone(),
-        }
-    }
-}
-
-/// What reaching one sandbox's envd takes.
-#[derive(Clone, Debug)]
-pub struct EnvdAccess {
-    /// The sandbox.
-    pub sandbox_id: SandboxId,
-    /// Its envd access token, if it has one.
-    pub access_token: Option<AccessToken>,
-    /// Its domain, if E2B named one.
-    pub domain: Option<String>,
-}
-
-/// A sandbox's state.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SandboxState {
-    /// Running.
-    Running,
-    /// Paused (a snapshot exists).
-    Paused,
-    /// A state this client does not know, as sent.
-    Other(String),
-}
-
-impl<'de> Deserialize<'de> for SandboxState {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SandboxState, D::Error> {
-        let raw = String::deserialize(deserializer)?;
-        Ok(match raw.as_str() {
-            "running" => SandboxState::Running,
-            "paused" => SandboxState::Paused,
-            _ => SandboxState::Other(raw),
-        })
-    }
-}
-
-/// A sandbox as list returns it.
-#[derive(Clone, Debug, Deserialize)]
-#[non_exhaustive]
-pub struct ListedSandbox {
-    /// The id.
-    #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]
-    pub sandbox_id: SandboxId,
-    /// The template id.
-    #[serde(
-        rename = "templateID",
-        alias = "templateId",
-        alias = "template_id",
-        default
-    )]
-    pub template_id: String,
-    /// The template alias, when it has one.
-    #[serde(default)]
-    pub alias: Option<String>,
-    /// E2B's client id (legacy).
-    #[serde(rename = "clientID", alias = "clientId", alias = "client_id", default)]
-    pub client_id: String,
-    /// When it started.
-    #[serde(
-        rename = "startedAt",
-        alias = "started_at",
-        deserialize_with = "json::rfc3339"
-    )]
-    pub started_at: time::OffsetDateTime,
-    /// When the lease ends (running) or when it paused (paused).
-    #[serde(rename = "endAt", alias = "end_at", deserialize_with = "json::rfc3339")]
-    pub end_at: time::OffsetDateTime,
-    /// vCPUs.
-    #[serde(
-        rename = "cpuCount",
-        alias = "cpu_count",
-        default,
-        deserialize_with = "json::int"
-    )]
-    pub cpu_count: u32,
-    /// Memory in MiB.
-    #[serde(
-        rename = "memoryMB",
-        alias = "memory_mb",
-        default,
-        deserialize_with = "json::int"
-    )]
-    pub memory_mb: u64,
-    /// Disk in MiB.
-    #[serde(
-        rename = "diskSizeMB",
-        alias = "disk_size_mb",
-        default,
-        deserialize_with = "json::int"
-    )]
-    pub disk_size_mb: u64,
-    /// Running or paused.
-    pub state: SandboxState,
-    /// envd's version.
-    #[serde(rename = "envdVersion", alias = "envd_version", default)]
-    pub envd_version: String,
-    /// The metadata given at creation.
-    #[serde(default, deserialize_with = "json::null_default")]
-    pub metadata: BTreeMap<String, String>,
-}
-
-/// One sandbox in detail, as get returns it.
-#[derive(Clone, Debug, Deserialize)]
-#[non_exhaustive]
-pub struct SandboxDetail {
-    /// Everything list also reports.
-    #[serde(flatten)]
-    pub summary: ListedSandbox,
-    /// The token envd requires, if any.
-    #[serde(
-        rename = "envdAccessToken",
-        alias = "envd_access_token",
-        default,
-        deserialize_with = "json::opt_token"
-    )]
-    pub envd_access_token: Option<AccessToken>,
-    /// Whether outbound internet is allowed, when E2B says.
-    #[serde(
-        rename = "allowInternetAccess",
-        alias = "allow_internet_access",
-        default
-    )]
-    pub allow_internet_access: Option<bool>,
-    /// The sandbox's domain when it differs from the client's.
-    #[serde(default)]
-    pub domain: Option<String>,
-    /// What happens at lease end, when E2B says.
-    #[serde(default)]
-    pub lifecycle: Option<Lifecycle>,
-}
-
-impl SandboxDetail {
-    /// What [`Client::sandbox`] needs to reach this sandbox's envd.
-    pub fn envd_access(&self) -> EnvdAccess {
-        EnvdAccess {
-            sandbox_id: self.summary.sandbox_id.clone(),
-            access_token: self.envd_access_token.clone(),
-            domain: self.domain.clone(),
-        }
-    }
-}
-
-/// A sandbox's lease-end behaviour as E2B reports it.
-#[derive(Clone, Debug, Deserialize)]
-#[non_exhaustive]
-pub struct Lifecycle {
-    /// `"pause"` or `"kill"`.
-    #[serde(rename = "onTimeout", alias = "on_timeout", default)]
-    pub on_timeout: String,
-    /// Whether traffic resumes it automatically.
-    #[serde(rename = "autoResume", alias = "auto_resume", default)]
-    pub auto_resume: bool,
-}
-
-/// The result of [`Client::connect`].
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct Connected {
-    /// The sandbox, with its current envd token and domain.
-    pub sandbox: SandboxInfo,
-    /// Whether it was already running (200) or has been resumed (201).
-    pub state: ConnectState,
-}
-
-/// Whether connect found the sandbox running or resumed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConnectState {
-    /// It was running (HTTP 200); the lease was extended if that made it longer.
-    Running,
-    /// It was paused and has been resumed (HTTP 201).
-    Resumed,
-}
-
-/// The result of [`Client::pause`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PauseOutcome {
-    /// Paused now (HTTP 204).
-    Paused,
-    /// HTTP 409: already paused (or in another state transition).
-    AlreadyPaused,
-}
-
-/// The result of [`Client::kill`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KillOutcome {
-    /// Killed now (HTTP 204).
-    Killed,
-    /// HTTP 404: no such sandbox (already gone).
-    NotFound,
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn metadata_filter_matches_the_wire_capture() {
-        let one: BTreeMap<String, String> = [("scope".to_owned(), "a b/c".to_owned())].into();
-        assert_eq!(metadata_filter(&one), "scope%3Da%252520b%252Fc");
-        let query = ListQuery {
-            metadata: one,
-            state: StateFilter::Any,
-            limit: Some(50),
-        };
-        // e2b-wire 1.3: GET /v2/sandboxes?metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50
-        assert_eq!(
-            list_query_string(&query),
-            "metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50"
-        );
-    }
-
-    #[test]
-    fn metadata_filter_separators_and_unicode() {
-        let map: BTreeMap<String, String> = [
-            ("hermes.scope".to_owned(), "ab12".to_owned()),
-            ("k=&".to_owned(), "v?#é".to_owned()),
-        ]
-        .into();
-        // quote("k=&") = k%3D%26, urlencode -> k%253D%2526, query -> k%25253D%252526.
-        // quote("v?#é") = v%3F%23%C3%A9 -> v%253F%2523%25C3%25A9 -> v%25253F%252523%2525C3%2525A9.
-        assert_eq!(
-            metadata_filter(&map),
-            "hermes.scope%3Dab12%26k%25253D%252526%3Dv%25253F%252523%2525C3%2525A9"
-        );
-    }
-
-    /// Decodes the filter the way E2B's server does (e2b-wire 1.3) and checks it round-trips.
-    #[test]
-    fn metadata_filter_round_trips_through_the_server_decoding() {
-        fn unescape(text: &str) -> String {
-            percent_encoding::percent_decode_str(&text.replace('+', " "))
-                .decode_utf8()
-                .expect("utf-8")
-                .into_owned()
-        }
-        let map: BTreeMap<String, String> = [
-            ("scope".to_owned(), "a b/c+d%e".to_owned()),
-            ("x y".to_owned(), "&=?".to_owned()),
-        ]
-        .into();
-        // The query layer decodes once, then the server unescapes, splits, unescapes again.
-        let as_received = unescape(&metadata_filter(&map));
-        let once = unescape(&as_received);
-        let mut decoded = BTreeMap::new();
-        for pair in once.split('&') {
-            let parts: Vec<&str> = pair.split('=').collect();
-            assert_eq!(parts.len(), 2, "{pair}");
-            decoded.insert(unescape(parts[0]), unescape(parts[1]));
-        }
-        assert_eq!(decoded, map);
-    }
-
-    #[test]
-    fn state_filters() {
-        let mut query = ListQuery::all();
-        assert_eq!(list_query_string(&query), "state=running%2Cpaused");
-        query.state = StateFilter::Paused;
-        assert_eq!(list_query_string(&query), "state=paused");
-    }
-
-    #[test]
-    fn create_body_for_each_lifecycle() {
-        let metadata = BTreeMap::from([("scope".to_owned(), "x".to_owned())]);
-        let envs = BTreeMap::new();
-        let body = |auto_pause, auto_pause_memory| NewSandbox {
-            template_id: "base",
-            timeout: Some(120),
-            auto_pause,
-            auto_pause_memory,
-            secure: None,
-            allow_internet_access: Some(false),
-            metadata: &metadata,
-            env_vars: &envs,
-        };
-        assert_eq!(
-            serde_json::to_string(&body(Some(true), Some(false))).expect("json"),
-            r#"{"templateID":"base","timeout":120,"autoPause":true,"autoPauseMemory":false,"allow_internet_access":false,"metadata":{"scope":"x"},"envVars":{}}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&body(Some(false), None)).expect("json"),
-            r#"{"templateID":"base","timeout":120,"autoPause":false,"allow_internet_access":false,"metadata":{"scope":"x"},"envVars":{}}"#
-        );
-    }
-
-    #[test]
-    fn whole_seconds_round_up() {
-        assert_eq!(whole_secs(Duration::from_millis(1500)), 2);
-        assert_eq!(whole_secs(Duration::from_secs(30)), 30);
-        assert_eq!(whole_secs(Duration::ZERO), 0);
-    }
-
-    #[test]
-    fn decodes_sandbox_shapes() {
-        let info: SandboxInfo = serde_json::from_str(
-            r#"{"templateID":"rki5","alias":"base","sandboxID":"ikk8xw53nne4bytcdg87t",
-                "clientID":"6532622b","envdVersion":"0.6.13","envdAccessToken":"tok",
-                "trafficAccessToken":null,"domain":null,"someNewField":[1,2]}"#,
-        )
-        .expect("camelCase");
-        assert_eq!(info.sandbox_id.as_str(), "ikk8xw53nne4bytcdg87t");
-        assert_eq!(
-            info.envd_access_token.as_ref().map(AccessToken::expose),
-            Some("tok")
-        );
-        assert!(info.traffic_access_token.is_none() && info.domain.is_none());
-        let snake: SandboxInfo = serde_json::from_str(
-            r#"{"sandbox_id":"abc","template_id":"t","envd_version":"0.6.13","envd_access_token":""}"#,
-        )
-        .expect("snake_case");
-        assert_eq!(snake.template_id, "t");
-        assert!(snake.envd_access_token.is_none());
-        assert!(serde_json::from_str::<SandboxInfo>(r#"{"sandboxID":"../x"}"#).is_err());
-
-        let detail: SandboxDetail = serde_json::from_str(
-            r#"{"templateID":"base","alias":"base","sandboxID":"ikk8","clientID":"6532622b",
-                "startedAt":"2026-01-01T00:00:00Z","endAt":"2026-01-01T00:05:00Z","cpuCount":2,
-                "memoryMB":"512","diskSizeMB":1024,"metadata":{"scope":"s"},"state":"running",
-                "envdVersion":"0.6.13","envdAccessToken":"tok","allowInternetAccess":false,
-                "domain":null,"lifecycle":{"autoResume":false,"onTimeout":"pause"}}"#,
-        )
-        .expect("detail");
-        assert_eq!(detail.summary.memory_mb, 512);
-        assert_eq!(detail.summary.state, SandboxState::Running);
-        assert_eq!(
-            (detail.summary.end_at - detail.summary.started_at).whole_seconds(),
-            300
-        );
-        assert_eq!(
-            detail.lifecycle.as_ref().map(|l| l.on_timeout.as_str()),
-            Some("pause")
-        );
-        assert_eq!(detail.allow_internet_access, Some(false));
-        let access = detail.envd_access();
-        assert_eq!(access.sandbox_id.as_str(), "ikk8");
-
-        let listed: Vec<ListedSandbox> = serde_json::from_str(
-            r#"[{"sandbox_id":"a1","started_at":"2026-01-01T00:00:00Z","end_at":"2026-01-01T00:00:00Z",
-                 "state":"snapshotting","metadata":null,"cpu_count":"4"}]"#,
-        )
-        .expect("listed");
-        assert_eq!(
-            listed[0].state,
-            SandboxState::Other("snapshotting".to_owned())
-        );
-        assert_eq!(listed[0].cpu_count, 4);
-        assert!(listed[0].metadata.is_empty());
-    }
-}
+mod tests;

@@ -97,7 +97,7 @@ pub use crate::config::{
     Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
 };
 pub use crate::control::{
-    Client, ConnectState, Connected, CreateOptions, EnvdAccess, KillOutcome, Lifecycle, ListQuery,
+    Client, ConnectState, Connected, CreateOptions, KillOutcome, Lifecycle, ListQuery,
     ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxState,
     StateFilter,
 };
@@ -111,7 +111,7 @@ pub use crate::process::{
     SignalOutcome, StartOptions,
 };
 pub use crate::redact::{REDACTED, redact, redact_with};
-pub use crate::sandbox::{Health, Sandbox};
+pub use crate::sandbox::{EnvdAccess, Health, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey};
 
 #[cfg(test)]

@@ -1,0 +1,245 @@
+//! What the control plane answers: sandboxes as create, connect, list and get describe them,
+//! and the typed outcomes of connect, pause and kill.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::ids::SandboxId;
+use crate::json;
+use crate::sandbox::EnvdAccess;
+use crate::secret::AccessToken;
+
+/// A sandbox as create and connect return it.
+#[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
+pub struct SandboxInfo {
+    /// The id.
+    #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]
+    pub sandbox_id: SandboxId,
+    /// The template id.
+    #[serde(
+        rename = "templateID",
+        alias = "templateId",
+        alias = "template_id",
+        default
+    )]
+    pub template_id: String,
+    /// The template alias, when it has one.
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// E2B's client id (legacy).
+    #[serde(rename = "clientID", alias = "clientId", alias = "client_id", default)]
+    pub client_id: String,
+    /// envd's version.
+    #[serde(rename = "envdVersion", alias = "envd_version", default)]
+    pub envd_version: String,
+    /// The token envd requires in `X-Access-Token`, if any.
+    #[serde(
+        rename = "envdAccessToken",
+        alias = "envd_access_token",
+        default,
+        deserialize_with = "json::opt_token"
+    )]
+    pub envd_access_token: Option<AccessToken>,
+    /// The token for user-port traffic, if any.
+    #[serde(
+        rename = "trafficAccessToken",
+        alias = "traffic_access_token",
+        default,
+        deserialize_with = "json::opt_token"
+    )]
+    pub traffic_access_token: Option<AccessToken>,
+    /// The sandbox's domain when it differs from the client's.
+    #[serde(default)]
+    pub domain: Option<String>,
+}
+
+impl SandboxInfo {
+    /// What [`Client::sandbox`](crate::Client::sandbox) needs to reach this sandbox's envd.
+    pub fn envd_access(&self) -> EnvdAccess {
+        EnvdAccess {
+            sandbox_id: self.sandbox_id.clone(),
+            access_token: self.envd_access_token.clone(),
+            domain: self.domain.clone(),
+        }
+    }
+}
+
+/// A sandbox's state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SandboxState {
+    /// Running.
+    Running,
+    /// Paused (a snapshot exists).
+    Paused,
+    /// A state this client does not know, as sent.
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for SandboxState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SandboxState, D::Error> {
+        let raw = String::deserialize(deserializer)?;
+        Ok(match raw.as_str() {
+            "running" => SandboxState::Running,
+            "paused" => SandboxState::Paused,
+            _ => SandboxState::Other(raw),
+        })
+    }
+}
+
+/// A sandbox as list returns it.
+#[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
+pub struct ListedSandbox {
+    /// The id.
+    #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]
+    pub sandbox_id: SandboxId,
+    /// The template id.
+    #[serde(
+        rename = "templateID",
+        alias = "templateId",
+        alias = "template_id",
+        default
+    )]
+    pub template_id: String,
+    /// The template alias, when it has one.
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// E2B's client id (legacy).
+    #[serde(rename = "clientID", alias = "clientId", alias = "client_id", default)]
+    pub client_id: String,
+    /// When it started.
+    #[serde(
+        rename = "startedAt",
+        alias = "started_at",
+        deserialize_with = "json::rfc3339"
+    )]
+    pub started_at: time::OffsetDateTime,
+    /// When the lease ends (running) or when it paused (paused).
+    #[serde(rename = "endAt", alias = "end_at", deserialize_with = "json::rfc3339")]
+    pub end_at: time::OffsetDateTime,
+    /// vCPUs.
+    #[serde(
+        rename = "cpuCount",
+        alias = "cpu_count",
+        default,
+        deserialize_with = "json::int"
+    )]
+    pub cpu_count: u32,
+    /// Memory in MiB.
+    #[serde(
+        rename = "memoryMB",
+        alias = "memory_mb",
+        default,
+        deserialize_with = "json::int"
+    )]
+    pub memory_mb: u64,
+    /// Disk in MiB.
+    #[serde(
+        rename = "diskSizeMB",
+        alias = "disk_size_mb",
+        default,
+        deserialize_with = "json::int"
+    )]
+    pub disk_size_mb: u64,
+    /// Running or paused.
+    pub state: SandboxState,
+    /// envd's version.
+    #[serde(rename = "envdVersion", alias = "envd_version", default)]
+    pub envd_version: String,
+    /// The metadata given at creation.
+    #[serde(default, deserialize_with = "json::null_default")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// One sandbox in detail, as get returns it.
+#[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
+pub struct SandboxDetail {
+    /// Everything list also reports.
+    #[serde(flatten)]
+    pub summary: ListedSandbox,
+    /// The token envd requires, if any.
+    #[serde(
+        rename = "envdAccessToken",
+        alias = "envd_access_token",
+        default,
+        deserialize_with = "json::opt_token"
+    )]
+    pub envd_access_token: Option<AccessToken>,
+    /// Whether outbound internet is allowed, when E2B says.
+    #[serde(
+        rename = "allowInternetAccess",
+        alias = "allow_internet_access",
+        default
+    )]
+    pub allow_internet_access: Option<bool>,
+    /// The sandbox's domain when it differs from the client's.
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// What happens at lease end, when E2B says.
+    #[serde(default)]
+    pub lifecycle: Option<Lifecycle>,
+}
+
+impl SandboxDetail {
+    /// What [`Client::sandbox`](crate::Client::sandbox) needs to reach this sandbox's envd.
+    pub fn envd_access(&self) -> EnvdAccess {
+        EnvdAccess {
+            sandbox_id: self.summary.sandbox_id.clone(),
+            access_token: self.envd_access_token.clone(),
+            domain: self.domain.clone(),
+        }
+    }
+}
+
+/// A sandbox's lease-end behaviour as E2B reports it.
+#[derive(Clone, Debug, Deserialize)]
+#[non_exhaustive]
+pub struct Lifecycle {
+    /// `"pause"` or `"kill"`.
+    #[serde(rename = "onTimeout", alias = "on_timeout", default)]
+    pub on_timeout: String,
+    /// Whether traffic resumes it automatically.
+    #[serde(rename = "autoResume", alias = "auto_resume", default)]
+    pub auto_resume: bool,
+}
+
+/// The result of [`Client::connect`](crate::Client::connect).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Connected {
+    /// The sandbox, with its current envd token and domain.
+    pub sandbox: SandboxInfo,
+    /// Whether it was already running (200) or has been resumed (201).
+    pub state: ConnectState,
+}
+
+/// Whether connect found the sandbox running or resumed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectState {
+    /// It was running (HTTP 200); the lease was extended if that made it longer.
+    Running,
+    /// It was paused and has been resumed (HTTP 201).
+    Resumed,
+}
+
+/// The result of [`Client::pause`](crate::Client::pause).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseOutcome {
+    /// Paused now (HTTP 204).
+    Paused,
+    /// HTTP 409: already paused (or in another state transition).
+    AlreadyPaused,
+}
+
+/// The result of [`Client::kill`](crate::Client::kill).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillOutcome {
+    /// Killed now (HTTP 204).
+    Killed,
+    /// HTTP 404: no such sandbox (already gone).
+    NotFound,
+}

@@ -1,0 +1,92 @@
+//! What callers pass to the control plane: what to create and which sandboxes to list.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What to create. Start from [`CreateOptions::new`]; there is no `Default`.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Template name or id (`base`).
+    pub template: String,
+    /// The first lease; `None` leaves it to E2B (300 s on the v2 route).
+    pub timeout: Option<Duration>,
+    /// What happens when the lease runs out.
+    pub on_timeout: OnTimeout,
+    /// Metadata to find the sandbox by later.
+    pub metadata: BTreeMap<String, String>,
+    /// Environment variables for every process in the sandbox.
+    pub env_vars: BTreeMap<String, String>,
+    /// `Some(false)` puts the sandbox behind deny-all egress; `None` leaves E2B's default.
+    pub allow_internet_access: Option<bool>,
+    /// Sent as `secure` when set. On the v2 route E2B always issues an envd access token, so
+    /// `Some(true)` is what you get anyway; E2B ignores the field there.
+    pub secure: Option<bool>,
+}
+
+impl CreateOptions {
+    /// A sandbox from `template` with E2B's defaults for everything else.
+    pub fn new(template: String) -> CreateOptions {
+        CreateOptions {
+            template,
+            timeout: None,
+            on_timeout: OnTimeout::ServerDefault,
+            metadata: BTreeMap::new(),
+            env_vars: BTreeMap::new(),
+            allow_internet_access: None,
+            secure: None,
+        }
+    }
+}
+
+/// What E2B does with a sandbox whose lease ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnTimeout {
+    /// Whatever E2B does when not told (it kills).
+    ServerDefault,
+    /// Kill it (`autoPause: false`).
+    Kill,
+    /// Pause it (`autoPause: true`), with or without memory.
+    Pause(PauseMemory),
+}
+
+/// Whether a pause keeps memory (processes survive) or only the filesystem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseMemory {
+    /// Memory snapshot: running processes resume (`autoPauseMemory: true`).
+    Keep,
+    /// Filesystem only: resume cold-boots, processes are gone (`autoPauseMemory: false`).
+    Discard,
+}
+
+/// Which states [`Client::list`](crate::Client::list) returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateFilter {
+    /// Running sandboxes only.
+    Running,
+    /// Paused sandboxes only.
+    Paused,
+    /// Both.
+    Any,
+}
+
+/// A list filter. Start from [`ListQuery::all`].
+#[derive(Clone, Debug)]
+pub struct ListQuery {
+    /// Every pair must match exactly.
+    pub metadata: BTreeMap<String, String>,
+    /// Which states.
+    pub state: StateFilter,
+    /// Page size (E2B: 1 to 100, default 100).
+    pub limit: Option<u32>,
+}
+
+impl ListQuery {
+    /// Every sandbox, running or paused, in E2B's page size.
+    pub fn all() -> ListQuery {
+        ListQuery {
+            metadata: BTreeMap::new(),
+            state: StateFilter::Any,
+            limit: None,
+        }
+    }
+}

@@ -1,0 +1,155 @@
+use super::*;
+use crate::secret::AccessToken;
+
+#[test]
+fn metadata_filter_matches_the_wire_capture() {
+    let one: BTreeMap<String, String> = [("scope".to_owned(), "a b/c".to_owned())].into();
+    assert_eq!(metadata_filter(&one), "scope%3Da%252520b%252Fc");
+    let query = ListQuery {
+        metadata: one,
+        state: StateFilter::Any,
+        limit: Some(50),
+    };
+    // e2b-wire 1.3: GET /v2/sandboxes?metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50
+    assert_eq!(
+        list_query_string(&query),
+        "metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50"
+    );
+}
+
+#[test]
+fn metadata_filter_separators_and_unicode() {
+    let map: BTreeMap<String, String> = [
+        ("hermes.scope".to_owned(), "ab12".to_owned()),
+        ("k=&".to_owned(), "v?#é".to_owned()),
+    ]
+    .into();
+    // quote("k=&") = k%3D%26, urlencode -> k%253D%2526, query -> k%25253D%252526.
+    // quote("v?#é") = v%3F%23%C3%A9 -> v%253F%2523%25C3%25A9 -> v%25253F%252523%2525C3%2525A9.
+    assert_eq!(
+        metadata_filter(&map),
+        "hermes.scope%3Dab12%26k%25253D%252526%3Dv%25253F%252523%2525C3%2525A9"
+    );
+}
+
+/// Decodes the filter the way E2B's server does (e2b-wire 1.3) and checks it round-trips.
+#[test]
+fn metadata_filter_round_trips_through_the_server_decoding() {
+    fn unescape(text: &str) -> String {
+        percent_encoding::percent_decode_str(&text.replace('+', " "))
+            .decode_utf8()
+            .expect("utf-8")
+            .into_owned()
+    }
+    let map: BTreeMap<String, String> = [
+        ("scope".to_owned(), "a b/c+d%e".to_owned()),
+        ("x y".to_owned(), "&=?".to_owned()),
+    ]
+    .into();
+    // The query layer decodes once, then the server unescapes, splits, unescapes again.
+    let as_received = unescape(&metadata_filter(&map));
+    let once = unescape(&as_received);
+    let mut decoded = BTreeMap::new();
+    for pair in once.split('&') {
+        let parts: Vec<&str> = pair.split('=').collect();
+        assert_eq!(parts.len(), 2, "{pair}");
+        decoded.insert(unescape(parts[0]), unescape(parts[1]));
+    }
+    assert_eq!(decoded, map);
+}
+
+#[test]
+fn state_filters() {
+    let mut query = ListQuery::all();
+    assert_eq!(list_query_string(&query), "state=running%2Cpaused");
+    query.state = StateFilter::Paused;
+    assert_eq!(list_query_string(&query), "state=paused");
+}
+
+#[test]
+fn create_body_for_each_lifecycle() {
+    let metadata = BTreeMap::from([("scope".to_owned(), "x".to_owned())]);
+    let envs = BTreeMap::new();
+    let body = |auto_pause, auto_pause_memory| NewSandbox {
+        template_id: "base",
+        timeout: Some(120),
+        auto_pause,
+        auto_pause_memory,
+        secure: None,
+        allow_internet_access: Some(false),
+        metadata: &metadata,
+        env_vars: &envs,
+    };
+    assert_eq!(
+        serde_json::to_string(&body(Some(true), Some(false))).expect("json"),
+        r#"{"templateID":"base","timeout":120,"autoPause":true,"autoPauseMemory":false,"allow_internet_access":false,"metadata":{"scope":"x"},"envVars":{}}"#
+    );
+    assert_eq!(
+        serde_json::to_string(&body(Some(false), None)).expect("json"),
+        r#"{"templateID":"base","timeout":120,"autoPause":false,"allow_internet_access":false,"metadata":{"scope":"x"},"envVars":{}}"#
+    );
+}
+
+#[test]
+fn whole_seconds_round_up() {
+    assert_eq!(whole_secs(Duration::from_millis(1500)), 2);
+    assert_eq!(whole_secs(Duration::from_secs(30)), 30);
+    assert_eq!(whole_secs(Duration::ZERO), 0);
+}
+
+#[test]
+fn decodes_sandbox_shapes() {
+    let info: SandboxInfo = serde_json::from_str(
+        r#"{"templateID":"rki5","alias":"base","sandboxID":"ikk8xw53nne4bytcdg87t",
+            "clientID":"6532622b","envdVersion":"0.6.13","envdAccessToken":"tok",
+            "trafficAccessToken":null,"domain":null,"someNewField":[1,2]}"#,
+    )
+    .expect("camelCase");
+    assert_eq!(info.sandbox_id.as_str(), "ikk8xw53nne4bytcdg87t");
+    assert_eq!(
+        info.envd_access_token.as_ref().map(AccessToken::expose),
+        Some("tok")
+    );
+    assert!(info.traffic_access_token.is_none() && info.domain.is_none());
+    let snake: SandboxInfo = serde_json::from_str(
+        r#"{"sandbox_id":"abc","template_id":"t","envd_version":"0.6.13","envd_access_token":""}"#,
+    )
+    .expect("snake_case");
+    assert_eq!(snake.template_id, "t");
+    assert!(snake.envd_access_token.is_none());
+    assert!(serde_json::from_str::<SandboxInfo>(r#"{"sandboxID":"../x"}"#).is_err());
+
+    let detail: SandboxDetail = serde_json::from_str(
+        r#"{"templateID":"base","alias":"base","sandboxID":"ikk8","clientID":"6532622b",
+            "startedAt":"2026-01-01T00:00:00Z","endAt":"2026-01-01T00:05:00Z","cpuCount":2,
+            "memoryMB":"512","diskSizeMB":1024,"metadata":{"scope":"s"},"state":"running",
+            "envdVersion":"0.6.13","envdAccessToken":"tok","allowInternetAccess":false,
+            "domain":null,"lifecycle":{"autoResume":false,"onTimeout":"pause"}}"#,
+    )
+    .expect("detail");
+    assert_eq!(detail.summary.memory_mb, 512);
+    assert_eq!(detail.summary.state, SandboxState::Running);
+    assert_eq!(
+        (detail.summary.end_at - detail.summary.started_at).whole_seconds(),
+        300
+    );
+    assert_eq!(
+        detail.lifecycle.as_ref().map(|l| l.on_timeout.as_str()),
+        Some("pause")
+    );
+    assert_eq!(detail.allow_internet_access, Some(false));
+    let access = detail.envd_access();
+    assert_eq!(access.sandbox_id.as_str(), "ikk8");
+
+    let listed: Vec<ListedSandbox> = serde_json::from_str(
+        r#"[{"sandbox_id":"a1","started_at":"2026-01-01T00:00:00Z","end_at":"2026-01-01T00:00:00Z",
+             "state":"snapshotting","metadata":null,"cpu_count":"4"}]"#,
+    )
+    .expect("listed");
+    assert_eq!(
+        listed[0].state,
+        SandboxState::Other("snapshotting".to_owned())
+    );
+    assert_eq!(listed[0].cpu_count, 4);
+    assert!(listed[0].metadata.is_empty());
+}

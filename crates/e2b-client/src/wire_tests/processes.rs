@@ -1,0 +1,277 @@
+//! envd's process service: what Start sends and how its stream is read.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use tokio::sync::mpsc;
+
+use super::support::*;
+use crate::*;
+
+#[tokio::test]
+async fn start_sends_what_envd_expects() {
+    let server = TestServer::start(|_, _| {
+        let body = [
+            frame(0, r#"{"event":{"start":{"pid":1000}}}"#),
+            frame(
+                0,
+                r#"{"event":{"end":{"exited":true,"status":"exit status 0"}}}"#,
+            ),
+            frame(2, "{}"),
+        ]
+        .concat();
+        connect_stream(Body::from(body))
+    })
+    .await;
+    let client = client(&server.url);
+    let mut options = StartOptions::shell("echo hello".to_owned());
+    options.envs.insert("A".to_owned(), "b".to_owned());
+    options.cwd = Some("/home/user".to_owned());
+    options.user = Some("root".to_owned());
+    options.timeout = Some(Duration::from_secs(30));
+    let output = sandbox(&client).run(options, 1024).await.expect("ran");
+    assert_eq!(output.pid, 1000);
+    assert_eq!(output.end.exit_code, 0);
+
+    let request = &server.requests()[0];
+    assert_eq!(request.path_and_query, "/process.Process/Start");
+    assert_eq!(
+        request.header("content-type"),
+        Some("application/connect+json")
+    );
+    assert_eq!(request.header("connect-protocol-version"), Some("1"));
+    assert_eq!(request.header("keepalive-ping-interval"), Some("50"));
+    assert_eq!(request.header("connect-timeout-ms"), Some("30000"));
+    assert_eq!(request.header("authorization"), Some("Basic cm9vdDo="));
+    assert_eq!(request.header("e2b-sandbox-id"), Some(SANDBOX));
+    assert_eq!(request.header("e2b-sandbox-port"), Some("49983"));
+    assert_eq!(request.header("x-access-token"), Some(TOKEN));
+    assert!(
+        request.header("x-api-key").is_none(),
+        "the API key stays on the control plane"
+    );
+    let body = &request.body;
+    assert_eq!(body[0], 0);
+    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    assert_eq!(len, body.len() - 5);
+    assert_eq!(
+        std::str::from_utf8(&body[5..]).expect("utf-8"),
+        r#"{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hello"],"envs":{"A":"b"},"cwd":"/home/user"},"stdin":false}"#
+    );
+}
+
+#[tokio::test]
+async fn start_sends_an_argv_as_it_is() {
+    let server = TestServer::start(|_, _| {
+        let body = [
+            frame(0, r#"{"event":{"start":{"pid":1001}}}"#),
+            frame(
+                0,
+                r#"{"event":{"end":{"exited":true,"status":"exit status 0"}}}"#,
+            ),
+            frame(2, "{}"),
+        ]
+        .concat();
+        connect_stream(Body::from(body))
+    })
+    .await;
+    let client = client(&server.url);
+    // Shell syntax in an argument is data: it is neither quoted nor split here.
+    let options = StartOptions::exec(
+        "/bin/bash".to_owned(),
+        vec!["-c".to_owned(), "echo 'it''s' \"$HOME\"; exit 3".to_owned()],
+    );
+    let output = sandbox(&client).run(options, 1024).await.expect("ran");
+    assert_eq!(output.pid, 1001);
+
+    let request = &server.requests()[0];
+    assert_eq!(request.path_and_query, "/process.Process/Start");
+    assert_eq!(request.header("connect-timeout-ms"), None);
+    assert_eq!(request.header("authorization"), None);
+    let message: serde_json::Value = serde_json::from_slice(&request.body[5..]).expect("json");
+    assert_eq!(
+        message,
+        serde_json::json!({
+            "process": {
+                "cmd": "/bin/bash",
+                "args": ["-c", "echo 'it''s' \"$HOME\"; exit 3"],
+                "envs": {},
+            },
+            "stdin": false,
+        })
+    );
+}
+
+#[tokio::test]
+async fn events_are_delivered_while_the_command_still_runs() {
+    // contract: O1
+    let (feed, frames) = mpsc::channel::<Bytes>(4);
+    let frames = Arc::new(Mutex::new(Some(frames)));
+    let server = TestServer::start(move |_, _| {
+        let frames = frames
+            .lock()
+            .expect("not poisoned")
+            .take()
+            .expect("one request");
+        let body = futures::stream::unfold(frames, |mut frames| async move {
+            let next = frames.recv().await?;
+            Some((Ok::<Bytes, Infallible>(next), frames))
+        });
+        connect_stream(Body::from_stream(body))
+    })
+    .await;
+    let client = client(&server.url);
+    let guard = Duration::from_secs(10);
+    feed.send(frame(0, r#"{"event":{"start":{"pid":42}}}"#))
+        .await
+        .expect("send");
+    let mut events = tokio::time::timeout(
+        guard,
+        sandbox(&client).start(StartOptions::shell("slow".to_owned())),
+    )
+    .await
+    .expect("not buffered")
+    .expect("started");
+    assert_eq!(events.pid(), 42);
+    assert_eq!(
+        events.next().await.expect("an event").expect("ok"),
+        ProcessEvent::Start { pid: 42 }
+    );
+    // The server has not finished: the next event only exists once we send it.
+    feed.send(frame(0, r#"{"event":{"data":{"stdout":"b25l"}}}"#))
+        .await
+        .expect("send");
+    let event = tokio::time::timeout(guard, events.next())
+        .await
+        .expect("not buffered");
+    assert_eq!(
+        event.expect("an event").expect("ok"),
+        ProcessEvent::Stdout(Bytes::from_static(b"one"))
+    );
+    feed.send(frame(
+        0,
+        r#"{"event":{"end":{"exitCode":-1,"status":"signal: killed"}}}"#,
+    ))
+    .await
+    .expect("send");
+    feed.send(frame(2, "{}")).await.expect("send");
+    drop(feed);
+    let rest: Vec<ProcessEvent> = events.try_collect().await.expect("clean end");
+    assert!(matches!(rest.as_slice(), [ProcessEvent::End(end)] if end.exit_code == -1));
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_frame_is_an_error() {
+    let (cut, cut_signal) = tokio::sync::oneshot::channel::<()>();
+    let cut_signal = Arc::new(Mutex::new(Some(cut_signal)));
+    let server = TestServer::start(move |_, _| {
+        let cut_signal = cut_signal
+            .lock()
+            .expect("not poisoned")
+            .take()
+            .expect("one request");
+        let mut wire = frame(0, r#"{"event":{"start":{"pid":1}}}"#).to_vec();
+        wire.extend_from_slice(&frame(0, r#"{"event":{"data":{"stdout":"aGVsbG8K"}}}"#)[..9]);
+        // The connection breaks mid-frame once the test has seen the start event.
+        let body = futures::stream::iter([Ok(Bytes::from(wire))]).chain(futures::stream::once(
+            async move {
+                let _ = cut_signal.await;
+                Err(std::io::Error::other("cut"))
+            },
+        ));
+        connect_stream(Body::from_stream(body))
+    })
+    .await;
+    let client = client(&server.url);
+    let mut events = sandbox(&client)
+        .start(StartOptions::shell("x".to_owned()))
+        .await
+        .expect("started");
+    assert_eq!(events.pid(), 1);
+    assert!(matches!(
+        events.next().await,
+        Some(Ok(ProcessEvent::Start { pid: 1 }))
+    ));
+    cut.send(()).expect("server waiting");
+    let error = events.next().await.expect("an item").expect_err("cut");
+    assert!(
+        matches!(
+            error,
+            Error::Transport {
+                stage: TransportStage::Body,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(events.next().await.is_none());
+}
+
+#[tokio::test]
+async fn envd_outcomes_are_typed() {
+    let server = TestServer::start(|request, _| {
+        let q = request.path_and_query.as_str();
+        if q == "/process.Process/SendSignal" {
+            json(404, &serde_json::json!({"code":"not_found","message":"process with pid 7 not found"}))
+        } else if q == "/filesystem.Filesystem/MakeDir" {
+            json(409, &serde_json::json!({"code":"already_exists","message":"exists"}))
+        } else if q == "/filesystem.Filesystem/Stat" {
+            json(404, &serde_json::json!({"code":"not_found","message":"no such file"}))
+        } else {
+            json(502, &serde_json::json!({"sandboxId":SANDBOX,"message":"The sandbox was not found","code":502}))
+        }
+    })
+    .await;
+    let client = client(&server.url);
+    let sandbox = sandbox(&client);
+    assert_eq!(
+        sandbox.kill_process(7).await.expect("signal"),
+        SignalOutcome::NotFound
+    );
+    assert!(matches!(
+        sandbox.make_dir("/d").await.expect("mkdir"),
+        MakeDirOutcome::AlreadyExists
+    ));
+    let stat = sandbox.stat("/nope").await.expect_err("missing");
+    assert!(stat.is_not_found() && !stat.is_sandbox_gone());
+    assert_eq!(sandbox.health().await.expect("health"), Health::NotRunning);
+    let gone = sandbox.list_processes().await.expect_err("gone");
+    assert!(gone.is_sandbox_gone() && !gone.is_transient());
+    // 502 "was not found" is not retried: one request each for health and list.
+    let tail: Vec<String> = server
+        .requests()
+        .into_iter()
+        .skip(3)
+        .map(|r| r.path_and_query)
+        .collect();
+    assert_eq!(tail, ["/health", "/process.Process/List"]);
+    assert_eq!(
+        &server.requests()[0].body[..],
+        br#"{"process":{"pid":7},"signal":"SIGNAL_SIGKILL"}"#
+    );
+}
+
+#[tokio::test]
+async fn an_error_before_the_start_event_fails_the_start_call() {
+    let server = TestServer::start(|_, _| {
+        connect_stream(Body::from(frame(
+            2,
+            r#"{"error":{"code":"invalid_argument","message":"cwd '/nope' does not exist"}}"#,
+        )))
+    })
+    .await;
+    let client = client(&server.url);
+    let mut options = StartOptions::shell("true".to_owned());
+    options.cwd = Some("/nope".to_owned());
+    let error = sandbox(&client).start(options).await.expect_err("refused");
+    assert_eq!(error.code(), Some("invalid_argument"));
+    assert_eq!(error.operation(), Some(Operation::StartProcess));
+    assert!(
+        error.to_string().contains("cwd '/nope' does not exist"),
+        "{error}"
+    );
+}

@@ -1,0 +1,266 @@
+//! What every request shares: retries, deadlines, redirects, scrubbed errors, caps on JSON.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::net::TcpListener;
+
+use super::support::*;
+use crate::*;
+
+#[tokio::test]
+async fn transient_503_is_retried_until_it_succeeds() {
+    let server = TestServer::start(|_, index| {
+        if index < 2 {
+            json(503, &serde_json::json!({"code":503,"message":"busy"}))
+        } else {
+            json(200, &detail_json())
+        }
+    })
+    .await;
+    let detail = client(&server.url)
+        .get(&sandbox_id())
+        .await
+        .expect("third try");
+    assert_eq!(detail.summary.sandbox_id, sandbox_id());
+    assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn should_retry_false_stops_retries_and_true_forces_them() {
+    let server = TestServer::start(|_, _| {
+        with_header(
+            json(503, &serde_json::json!({"code":503,"message":"busy"})),
+            "should-retry",
+            "false",
+        )
+    })
+    .await;
+    let error = client(&server.url)
+        .get(&sandbox_id())
+        .await
+        .expect_err("503");
+    assert_eq!(error.status(), Some(503));
+    assert_eq!(server.requests().len(), 1);
+
+    let server = TestServer::start(|_, index| {
+        if index == 0 {
+            with_header(
+                json(500, &serde_json::json!({"code":500,"message":"hiccup"})),
+                "should-retry",
+                "true",
+            )
+        } else {
+            json(200, &detail_json())
+        }
+    })
+    .await;
+    client(&server.url)
+        .get(&sandbox_id())
+        .await
+        .expect("second try");
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn retries_are_bounded() {
+    let server = TestServer::start(|_, _| {
+        json(
+            502,
+            &serde_json::json!({"code":502,"message":"bad gateway"}),
+        )
+    })
+    .await;
+    let error = client(&server.url)
+        .get(&sandbox_id())
+        .await
+        .expect_err("502");
+    assert!(error.is_transient());
+    assert_eq!(server.requests().len(), 4, "1 try + max_retries 3");
+}
+
+#[tokio::test]
+async fn retry_after_longer_than_the_deadline_gives_up_at_once() {
+    let server = TestServer::start(|_, _| {
+        with_header(
+            json(429, &serde_json::json!({"code":429,"message":"slow down"})),
+            "retry-after",
+            "5",
+        )
+    })
+    .await;
+    let retry = RetryPolicy {
+        max_backoff: Duration::from_secs(30),
+        ..fast_retry()
+    };
+    let client = client_for(&server.url, retry, Duration::from_secs(1));
+    let error = client.get(&sandbox_id()).await.expect_err("429");
+    assert_eq!(error.status(), Some(429));
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_retried_for_idempotent_requests() {
+    let (url, connections) =
+        dropping_server(2, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n").await;
+    let outcome = client(&url)
+        .kill(&sandbox_id())
+        .await
+        .expect("third connection");
+    assert_eq!(outcome, KillOutcome::Killed);
+    assert_eq!(connections.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn start_is_never_retried_once_sent() {
+    // A dropped connection after the request went out.
+    let (url, connections) =
+        dropping_server(1, "HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\n").await;
+    let error = sandbox(&client(&url))
+        .start(StartOptions::shell("echo once".to_owned()))
+        .await
+        .expect_err("dropped");
+    assert!(
+        matches!(
+            error,
+            Error::Transport {
+                stage: TransportStage::Request,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_transient());
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+
+    // A 503 even with Should-Retry: true.
+    let server = TestServer::start(|_, _| {
+        with_header(
+            json(
+                503,
+                &serde_json::json!({"code":"unavailable","message":"busy"}),
+            ),
+            "should-retry",
+            "true",
+        )
+    })
+    .await;
+    let error = sandbox(&client(&server.url))
+        .start(StartOptions::shell("echo once".to_owned()))
+        .await
+        .expect_err("503");
+    assert_eq!(error.code(), Some("unavailable"));
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_connect_error_without_the_word_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!(
+        "http://user:hunter2pass@{}",
+        listener.local_addr().expect("addr")
+    );
+    drop(listener);
+    let error = client(&url).get(&sandbox_id()).await.expect_err("refused");
+    assert!(error.is_connect() && error.is_transient(), "{error:?}");
+    let shown = format!("{error} {error:?}");
+    assert!(!shown.contains("hunter2pass"), "{shown}");
+    assert!(!shown.contains(KEY), "{shown}");
+    assert!(!shown.to_lowercase().contains("timeout"), "{shown}");
+}
+
+#[tokio::test]
+async fn the_deadline_bounds_a_hanging_server() {
+    let server = TestServer::start(|_, _| {
+        // Headers never come: the body stream is pending forever.
+        Response::new(Body::from_stream(futures::stream::pending::<
+            Result<Bytes, Infallible>,
+        >()))
+    })
+    .await;
+    let client = client_for(&server.url, fast_retry(), Duration::from_millis(300));
+    let error = client.get(&sandbox_id()).await.expect_err("deadline");
+    assert!(error.is_deadline_exceeded(), "{error:?}");
+    let shown = error.to_string();
+    assert!(shown.contains("deadline exceeded"), "{shown}");
+    assert!(!shown.to_lowercase().contains("timeout"), "{shown}");
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let target = TestServer::start(|_, _| json(200, &detail_json())).await;
+    let location = format!("{}/stolen", target.url);
+    let server = TestServer::start(move |_, _| {
+        with_header(
+            Response::builder()
+                .status(302)
+                .body(Body::empty())
+                .expect("response"),
+            "location",
+            &location,
+        )
+    })
+    .await;
+    let error = client(&server.url)
+        .get(&sandbox_id())
+        .await
+        .expect_err("302");
+    assert_eq!(error.status(), Some(302));
+    assert!(
+        target.requests().is_empty(),
+        "the key never went to the other host"
+    );
+}
+
+#[tokio::test]
+async fn errors_echoing_credentials_are_scrubbed() {
+    // contract: X1, X4
+    let server = TestServer::start(|request, _| {
+        let echo = format!(
+            "bad key {} token {} auth {}",
+            request.header("x-api-key").unwrap_or("-"),
+            request.header("x-access-token").unwrap_or("-"),
+            request.header("authorization").unwrap_or("-")
+        );
+        json(
+            401,
+            &serde_json::json!({"code":"unauthenticated","message":echo}),
+        )
+    })
+    .await;
+    let client = client(&server.url);
+    let control = client.get(&sandbox_id()).await.expect_err("401");
+    let envd = sandbox(&client)
+        .with_user("root".to_owned())
+        .stat("/x")
+        .await
+        .expect_err("401");
+    for error in [control, envd] {
+        assert!(error.is_unauthorized());
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains(KEY), "{shown}");
+        assert!(!shown.contains(TOKEN), "{shown}");
+        assert!(!shown.contains("cm9vdDo="), "{shown}");
+    }
+}
+
+#[tokio::test]
+async fn hostile_json_is_refused_without_buffering_it_all() {
+    let server = TestServer::start(|_, _| {
+        let body = futures::stream::iter(0..10_000)
+            .map(|_| Ok::<Bytes, Infallible>(Bytes::from(vec![b' '; 64 * 1024])));
+        Response::new(Body::from_stream(body))
+    })
+    .await;
+    let mut config = Config::new(ApiKey::new(KEY.to_owned()));
+    config.api_url = Some(server.url.clone());
+    config.limits.max_json_bytes = 1 << 20;
+    let client = Client::new(config).expect("valid");
+    let error = client.get(&sandbox_id()).await.expect_err("too big");
+    assert!(error.is_limit_exceeded(), "{error:?}");
+}
