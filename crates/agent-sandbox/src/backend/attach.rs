@@ -3,9 +3,8 @@
 //! scope).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use e2b_client::{
