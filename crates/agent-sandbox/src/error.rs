@@ -230,6 +230,10 @@ impl Error {
 /// Renders an error and every error below it, each once, separated by `": "`: the full
 /// story for a person, where `Display` alone shows one step.
 ///
+/// A cause whose text its parent already printed (the parent's message is that text or ends
+/// with `": "` and that text, the habit of errors that print their source) is not repeated,
+/// so chains that mix both habits still read once.
+///
 /// ```
 /// use agent_sandbox::ErrorChain;
 ///
@@ -247,10 +251,19 @@ pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'a));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut shown = self.0.to_string();
+        f.write_str(&shown)?;
         let mut next = self.0.source();
         while let Some(error) = next {
-            write!(f, ": {error}")?;
+            let text = error.to_string();
+            let printed = shown == text
+                || shown
+                    .strip_suffix(text.as_str())
+                    .is_some_and(|head| head.ends_with(": "));
+            if !printed {
+                write!(f, ": {text}")?;
+            }
+            shown = text;
             next = error.source();
         }
         Ok(())
@@ -307,5 +320,33 @@ mod tests {
             "E2B read marker failed for /x/marker: permission denied"
         );
         assert_eq!(chain.matches("permission denied").count(), 1);
+    }
+
+    #[test]
+    fn the_chain_does_not_repeat_a_cause_its_parent_printed() {
+        // writer-lease's Display prints its io source; the chain still shows it once.
+        let error = Error::Coordination {
+            operation: "acquire writer role",
+            sandbox_id: None,
+            source: writer_lease::Error::Io {
+                operation: "lock writer lease",
+                path: PathBuf::from("/x/lease"),
+                source: io::Error::other("permission denied"),
+            },
+        };
+        assert_eq!(
+            ErrorChain(&error).to_string(),
+            "E2B acquire writer role failed: lock writer lease failed for /x/lease: permission denied"
+        );
+        // A cause that merely ends like its parent is still shown.
+        let error = Error::Io {
+            operation: "read",
+            path: PathBuf::from("/x/denied"),
+            source: io::Error::other("denied"),
+        };
+        assert_eq!(
+            ErrorChain(&error).to_string(),
+            "E2B read failed for /x/denied: denied"
+        );
     }
 }

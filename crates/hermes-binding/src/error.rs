@@ -64,9 +64,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// The backend reported a failure. Shows the backend's own step; the binding call is
-    /// context for the predicates. [`Error::message`] renders the chain from the backend's
-    /// error, so nothing repeats.
+    /// The backend reported a failure. Shows the backend's own step (the binding call is
+    /// context for the predicates); [`ErrorChain`] does not repeat it when it renders the
+    /// chain.
     #[error("{source}")]
     Backend {
         /// The binding call that failed.
@@ -150,13 +150,7 @@ impl Error {
     /// ([`ErrorChain`]), with the words Hermes reads as a command time-out rewritten
     /// ([`without_time_words`]). The one place Rust errors become Hermes-facing text.
     pub fn message(&self) -> String {
-        // Backend and CommandLost show the backend error as their own text, so the chain
-        // starts at the backend error.
-        let head: &dyn std::error::Error = match self.backend_source() {
-            Some(source) => source,
-            None => self,
-        };
-        without_time_words(&ErrorChain(head).to_string())
+        without_time_words(&ErrorChain(self).to_string())
     }
 
     /// Wraps a backend error with the binding call that hit it.

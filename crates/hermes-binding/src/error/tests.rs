@@ -196,6 +196,8 @@ fn a_server_message_reaches_python_once_and_without_time_words() {
         "{text}"
     );
     assert_eq!(text.matches("h.example/files").count(), 1, "{text}");
+    // The binding's wrapper shows the backend's step; the chain does not repeat it.
+    assert_eq!(text.matches("E2B connect failed").count(), 1, "{text}");
     assert!(!has_time_words(&text), "{text}");
 }
 
