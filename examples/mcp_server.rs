@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hermes_e2b::agent_sandbox::{
-    ApiKeySource, Backend, CommandExit, Config, Endpoints, FnSink, NoStateHooks, OutputStream,
-    RunOptions, Scope, Services, Termination,
+    ApiKeySource, Backend, CommandExit, Config, Endpoints, ErrorChain, FnSink, NoStateHooks,
+    OutputStream, RunOptions, Scope, Services, Termination,
 };
 use hermes_e2b::e2b_client::{self, ApiKey};
 use hermes_e2b::e2b_local::Server;
@@ -128,7 +128,12 @@ impl SandboxTools {
         let started = blocking(move || backend.run(&command, options, Box::new(sink))).await?;
         let running = match started {
             Ok(running) => running,
-            Err(error) => return Ok(tool_error(format!("the command did not start: {error}"))),
+            Err(error) => {
+                return Ok(tool_error(format!(
+                    "the command did not start: {}",
+                    ErrorChain(&error)
+                )));
+            }
         };
 
         let progress = context.meta.get_progress_token();
@@ -152,7 +157,10 @@ impl SandboxTools {
         }
         match blocking(move || running.wait()).await? {
             Ok(exit) => Ok(command_result(&exit, &output)),
-            Err(error) => Ok(tool_error(format!("the command was lost: {error}"))),
+            Err(error) => Ok(tool_error(format!(
+                "the command was lost: {}",
+                ErrorChain(&error)
+            ))),
         }
     }
 
@@ -176,7 +184,10 @@ impl SandboxTools {
                     error.as_bytes().len()
                 ))),
             },
-            Err(error) => Ok(tool_error(format!("could not read {shown}: {error}"))),
+            Err(error) => Ok(tool_error(format!(
+                "could not read {shown}: {}",
+                ErrorChain(&error)
+            ))),
         }
     }
 
@@ -193,7 +204,10 @@ impl SandboxTools {
             Ok(()) => Ok(CallToolResult::success(vec![ContentBlock::text(format!(
                 "wrote {size} bytes to {shown}"
             ))])),
-            Err(error) => Ok(tool_error(format!("could not write {shown}: {error}"))),
+            Err(error) => Ok(tool_error(format!(
+                "could not write {shown}: {}",
+                ErrorChain(&error)
+            ))),
         }
     }
 }

@@ -9,7 +9,7 @@ use e2b_client::{ProcessEvent, ProcessStream, Sandbox};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorChain};
 use crate::sink::{OutputSink, OutputStream};
 
 /// Which shell runs the command.
@@ -305,7 +305,7 @@ async fn pump(
                 tracing::warn!(
                     sandbox_id = %id,
                     "E2B kill of command {sandbox_pid} failed: {}",
-                    crate::error::neutralise(&source.to_string())
+                    ErrorChain(&source)
                 );
             }
         }

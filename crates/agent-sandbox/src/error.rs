@@ -6,23 +6,21 @@ use std::path::PathBuf;
 
 /// What went wrong in the backend.
 ///
-/// Every variant names the operation and, where there is one, the sandbox. The rendered
-/// text never contains the word "timeout" in any letter case: Hermes' terminal tool reports
-/// any failure whose message contains it as a command time-out and does not retry it, so
-/// every text taken from a lower layer is neutralised here as well (see [`Error`]'s
-/// `Display`).
+/// Every variant names the operation and, where there is one, the sandbox. `Display` shows
+/// this step only; the lower layer's error is the `source()`, so a caller that shows errors
+/// to people renders the whole chain once ([`ErrorChain`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The configuration cannot be used.
-    #[error("E2B backend configuration is invalid: {}", Clean(.reason))]
+    #[error("E2B backend configuration is invalid: {reason}")]
     InvalidConfig {
         /// What is wrong.
         reason: String,
     },
 
     /// An E2B request failed.
-    #[error("E2B {operation} failed{}: {}", ForSandbox(.sandbox_id.as_deref()), Clean(.source))]
+    #[error("E2B {operation} failed{}", ForSandbox(.sandbox_id.as_deref()))]
     E2b {
         /// The backend step that sent the request (`connect`, `create`, `start command`, ...).
         operation: &'static str,
@@ -36,10 +34,8 @@ pub enum Error {
     /// A reader's command was refused by the state gates; it must fail closed. Retrying
     /// later may succeed ([`Error::retry_hint`]).
     #[error(
-        "Sandbox {} is not ready: this scope's Hermes state is being rebuilt or is known to be stale ({}). {}",
-        SandboxName(.sandbox_id.as_deref()),
-        Clean(.reason),
-        Clean(.retry_hint)
+        "Sandbox {} is not ready: this scope's Hermes state is being rebuilt or is known to be stale ({reason}). {retry_hint}",
+        SandboxName(.sandbox_id.as_deref())
     )]
     NotReady {
         /// The sandbox the reader attached to, if any exists yet.
@@ -51,7 +47,7 @@ pub enum Error {
     },
 
     /// The host coordination files (writer lease, markers, creation lock) failed.
-    #[error("E2B {operation} failed{}: {}", ForSandbox(.sandbox_id.as_deref()), Clean(.source))]
+    #[error("E2B {operation} failed{}", ForSandbox(.sandbox_id.as_deref()))]
     Coordination {
         /// The backend step.
         operation: &'static str,
@@ -63,7 +59,7 @@ pub enum Error {
     },
 
     /// Resume recovery failed; the push it guards did not run (contract S11).
-    #[error("E2B state recovery failed for sandbox {sandbox_id}: {}", Clean(.source))]
+    #[error("E2B state recovery failed for sandbox {sandbox_id}")]
     Recovery {
         /// The sandbox recovered from.
         sandbox_id: String,
@@ -73,7 +69,7 @@ pub enum Error {
     },
 
     /// Moving state in or out of the sandbox failed (plans, archive reading, caps).
-    #[error("E2B {operation} failed for sandbox {sandbox_id}: {}", Clean(.source))]
+    #[error("E2B {operation} failed for sandbox {sandbox_id}")]
     StateSync {
         /// The transport step.
         operation: &'static str,
@@ -86,7 +82,7 @@ pub enum Error {
 
     /// The caller's state push or pull reported failure, or a transport call made during it
     /// failed (contracts S2, S3).
-    #[error("E2B state {operation} failed for sandbox {sandbox_id}: {}", Clean(.detail))]
+    #[error("E2B state {operation} failed for sandbox {sandbox_id}: {detail}")]
     StateHook {
         /// `initial push`, `sync` or `pull`.
         operation: &'static str,
@@ -97,10 +93,7 @@ pub enum Error {
     },
 
     /// A command run in the sandbox for the backend's own purposes exited non-zero.
-    #[error(
-        "E2B {operation} failed for sandbox {sandbox_id}: exit code {exit_code}: {}",
-        Clean(.stderr)
-    )]
+    #[error("E2B {operation} failed for sandbox {sandbox_id}: exit code {exit_code}: {stderr}")]
     SandboxCommand {
         /// The transport step (`delete files`, `state snapshot`, ...).
         operation: &'static str,
@@ -124,7 +117,7 @@ pub enum Error {
     },
 
     /// A host file could not be read or written.
-    #[error("E2B {operation} failed for {}: {}", Clean(&.path.display()), Clean(.source))]
+    #[error("E2B {operation} failed for {}", .path.display())]
     Io {
         /// The step.
         operation: &'static str,
@@ -234,33 +227,53 @@ impl Error {
     }
 }
 
-/// Renders a lower layer's text with every "timeout" (any case) rewritten, so no message of
-/// this crate can read like a command time-out.
-struct Clean<'a, T: fmt::Display + ?Sized>(&'a T);
+/// Renders an error and every error below it, each once, separated by `": "`: the full
+/// story for a person, where `Display` alone shows one step.
+///
+/// A cause whose text its parent already printed (the parent's message is that text or ends
+/// with `": "` and that text, the habit of errors that print their source) is not repeated,
+/// so chains that mix both habits still read once.
+///
+/// ```
+/// use agent_sandbox::ErrorChain;
+///
+/// let cause = std::io::Error::other("disk full");
+/// let error = agent_sandbox::Error::Io {
+///     operation: "write marker",
+///     path: "/tmp/x".into(),
+///     source: cause,
+/// };
+/// assert_eq!(error.to_string(), "E2B write marker failed for /tmp/x");
+/// assert_eq!(ErrorChain(&error).to_string(), "E2B write marker failed for /tmp/x: disk full");
+/// ```
+#[derive(Clone, Copy)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'a));
 
-impl<T: fmt::Display + ?Sized> fmt::Display for Clean<'_, T> {
+impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&neutralise(&self.0.to_string()))
+        let mut shown = self.0.to_string();
+        f.write_str(&shown)?;
+        let mut next = self.0.source();
+        while let Some(error) = next {
+            let text = error.to_string();
+            let printed = shown == text
+                || shown
+                    .strip_suffix(text.as_str())
+                    .is_some_and(|head| head.ends_with(": "));
+            if !printed {
+                write!(f, ": {text}")?;
+            }
+            shown = text;
+            next = error.source();
+        }
+        Ok(())
     }
 }
 
-/// Rewrites "timeout" (any letter case) to "deadline".
-pub(crate) fn neutralise(text: &str) -> String {
-    const WORD: &str = "timeout";
-    let lower = text.to_ascii_lowercase();
-    if !lower.contains(WORD) {
-        return text.to_owned();
+impl fmt::Debug for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = 0;
-    // ASCII lowercasing keeps byte offsets, so indices found in `lower` are valid in `text`.
-    for (index, _) in lower.match_indices(WORD) {
-        out.push_str(&text[rest..index]);
-        out.push_str("deadline");
-        rest = index + WORD.len();
-    }
-    out.push_str(&text[rest..]);
-    out
 }
 
 struct ForSandbox<'a>(Option<&'a str>);
@@ -293,44 +306,47 @@ mod tests {
     }
 
     #[test]
-    fn neutralise_rewrites_every_case() {
+    fn display_shows_its_own_step_and_the_chain_shows_the_cause_once() {
         // contract: O3
+        let error = Error::Io {
+            operation: "read marker",
+            path: PathBuf::from("/x/marker"),
+            source: io::Error::other("permission denied"),
+        };
+        assert_eq!(error.to_string(), "E2B read marker failed for /x/marker");
+        let chain = ErrorChain(&error).to_string();
         assert_eq!(
-            neutralise("a Timeout b TIMEOUT c"),
-            "a deadline b deadline c"
+            chain,
+            "E2B read marker failed for /x/marker: permission denied"
         );
-        assert_eq!(neutralise("set_timeout"), "set_deadline");
-        assert_eq!(neutralise("nothing here"), "nothing here");
-        // Non-ASCII text around the word keeps its offsets.
-        assert_eq!(neutralise("é timeout é"), "é deadline é");
+        assert_eq!(chain.matches("permission denied").count(), 1);
     }
 
     #[test]
-    fn no_variant_renders_the_word() {
-        // contract: O3
-        let errors = [
-            Error::InvalidConfig {
-                reason: "lease timeout too short".to_owned(),
+    fn the_chain_does_not_repeat_a_cause_its_parent_printed() {
+        // writer-lease's Display prints its io source; the chain still shows it once.
+        let error = Error::Coordination {
+            operation: "acquire writer role",
+            sandbox_id: None,
+            source: writer_lease::Error::Io {
+                operation: "lock writer lease",
+                path: PathBuf::from("/x/lease"),
+                source: io::Error::other("permission denied"),
             },
-            Error::NotReady {
-                sandbox_id: Some("isb1".to_owned()),
-                reason: "Timeout".to_owned(),
-                retry_hint: "retry after the timeout".to_owned(),
-            },
-            Error::StateHook {
-                operation: "sync",
-                sandbox_id: "isb1".to_owned(),
-                detail: "upload TIMEOUT".to_owned(),
-            },
-            Error::Io {
-                operation: "read",
-                path: PathBuf::from("/x/timeout"),
-                source: io::Error::other("timeout"),
-            },
-        ];
-        for error in errors {
-            let text = error.to_string();
-            assert!(!text.to_ascii_lowercase().contains("timeout"), "{text}");
-        }
+        };
+        assert_eq!(
+            ErrorChain(&error).to_string(),
+            "E2B acquire writer role failed: lock writer lease failed for /x/lease: permission denied"
+        );
+        // A cause that merely ends like its parent is still shown.
+        let error = Error::Io {
+            operation: "read",
+            path: PathBuf::from("/x/denied"),
+            source: io::Error::other("denied"),
+        };
+        assert_eq!(
+            ErrorChain(&error).to_string(),
+            "E2B read failed for /x/denied: denied"
+        );
     }
 }

@@ -72,8 +72,10 @@
 //! - **A vanished sandbox** fails the command that finds it (naming it); the backend lets it
 //!   go, and the next use attaches afresh (the writer recreates it with a full bring-up) and
 //!   reports the replaced id in [`AttachInfo::replaced`]. Cleanup never does this.
-//! - **Errors** ([`Error`], O3): name the E2B operation and the sandbox id, and never contain
-//!   the word "timeout".
+//! - **Errors** ([`Error`], O3): name the E2B operation and the sandbox id. `Display` shows
+//!   that step only and the lower layer's error is its `source()`; [`ErrorChain`] renders the
+//!   whole chain, each cause once, for people. Words a framework must not show (Hermes:
+//!   "timeout") are that framework's boundary to rewrite.
 //!
 //! # Known limits
 //!
@@ -81,7 +83,7 @@
 //!   quoted), so no login profile is read; [`Shell::Login`] is the SDK's `bash -l -c`.
 //! - The command deadline kills by pid using real time (tokio timers), not the injected clock.
 //! - [`Stats`] counts this backend's own requests; it is not a server-side request counter
-//!   (e2b-local's `Server::requests` is one; this crate's `tests/requests.rs`
+//!   (e2b-local's `Server::requests` is one; this crate's `tests/it/requests.rs`
 //!   uses it to prove one request per steady-state command).
 //! - Ephemeral and probe sandboxes keep their full lease before every command, so once any
 //!   time has passed since the last extension each of their commands also sends a connect.
@@ -94,13 +96,12 @@ mod backend;
 mod command;
 mod config;
 mod error;
+mod hooks;
+mod report;
 mod sink;
 mod transport;
 
-pub use backend::{
-    AttachInfo, Backend, CleanupReport, HookError, KillOutcomeReport, LEASE_HEADROOM, NoStateHooks,
-    Origin, PullOutcome, PushKind, RETRY_HINT, RoleKind, StateHooks, Stats, TRANSFER_WINDOW,
-};
+pub use backend::{Backend, LEASE_HEADROOM, RETRY_HINT, TRANSFER_WINDOW};
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
@@ -110,7 +111,11 @@ pub use config::{
 };
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
 pub use e2b_client::{ApiKey, SandboxId};
-pub use error::Error;
+pub use error::{Error, ErrorChain};
+pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
+pub use report::{
+    AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RoleKind, Stats,
+};
 pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Security, SystemClock};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
 pub use transport::{PullSummary, StateTransport};

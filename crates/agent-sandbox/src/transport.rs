@@ -12,7 +12,7 @@ use futures::StreamExt;
 use state_sync::{ArchiveSummary, DeletePlan, ReadConfig, UnsafeMembers, UploadPlan};
 use tokio::sync::mpsc;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorChain};
 
 /// Files up to this size are uploaded from memory (retryable); larger ones are streamed.
 const IN_MEMORY_UPLOAD: u64 = 8 << 20;
@@ -141,7 +141,7 @@ impl StateTransport {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         match &result {
-            Err(error) => failures.push((kind, error.to_string())),
+            Err(error) => failures.push((kind, ErrorChain(error).to_string())),
             // A pull that succeeds after failed attempts has delivered the state.
             Ok(_) if kind == Transfer::Pull => failures.retain(|(k, _)| *k != Transfer::Pull),
             Ok(_) => {}
@@ -334,7 +334,7 @@ impl StateTransport {
                         stderr_text(&stderr)
                     ))),
                     Ok(_) => continue,
-                    Err(error) => Err(io::Error::other(error.to_string())),
+                    Err(error) => Err(io::Error::other(error)),
                 };
                 let failed = item.is_err();
                 if tx.send(item).await.is_err() {

@@ -80,7 +80,7 @@ impl Ctx {
         }
     }
 
-    /// Cleans text for an error: known secrets, secret shapes, time wording, length.
+    /// Cleans text for an error: known secrets, secret shapes, length.
     pub(crate) fn clean(&self, text: &str) -> String {
         let mut known = vec![self.api_key.expose()];
         if let Some(token) = &self.token {

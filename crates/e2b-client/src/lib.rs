@@ -66,8 +66,8 @@
 //!   `is_sandbox_gone`, `is_transient`), never string matching by the caller.
 //! - **No secrets in errors.** The API key and access tokens are [`ApiKey`] and
 //!   [`AccessToken`] (redacted `Debug`/`Display`); every text stored in an [`Error`] went through
-//!   [`redact`] and has its "timeout" wording neutralised, so infrastructure failures never read
-//!   like command time-outs.
+//!   [`redact`]. The client's own wording says "deadline exceeded"; text from the server is kept
+//!   as sent (redacted), so a caller with rules about words rewrites them at its own boundary.
 //! - **Nothing from the server is trusted.** Ids are validated before they reach a URL, JSON
 //!   decoders accept camelCase or snake_case and integers as numbers or strings and ignore
 //!   unknown fields, and names and sizes are data, not instructions.

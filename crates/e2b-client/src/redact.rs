@@ -46,20 +46,6 @@ static PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
         .collect()
 });
 
-/// Words that would make Hermes report an infrastructure failure as a command time-out.
-static TIME_WORDS: LazyLock<[(Regex, &'static str); 2]> = LazyLock::new(|| {
-    [
-        (
-            Regex::new(r"(?i)timed[ _\-]?out").expect("valid pattern"),
-            "ran out of time",
-        ),
-        (
-            Regex::new(r"(?i)time[ _\-]?outs?").expect("valid pattern"),
-            "time limit",
-        ),
-    ]
-});
-
 /// Removes credentials from `text`: API keys (`e2b_…`), bearer and basic tokens, the values of
 /// `X-API-Key`, `X-Access-Token`, `Authorization` and similar headers or JSON fields, secret
 /// query parameters (`signature=`, `token=`, …) and `user:pass@` in URLs.
@@ -94,23 +80,12 @@ pub fn redact_with(text: &str, known_secrets: &[&str]) -> String {
     redact(&out)
 }
 
-/// Rewrites "timeout"/"timed out" wording so an infrastructure error is never mistaken for a
-/// command time-out by a caller that searches error text for those words.
-pub(crate) fn neutral_time_words(text: &str) -> String {
-    let mut out = text.to_owned();
-    for (regex, replacement) in TIME_WORDS.iter() {
-        if regex.is_match(&out) {
-            out = regex.replace_all(&out, *replacement).into_owned();
-        }
-    }
-    out
-}
-
 /// Longest server text kept in an error; the rest is cut so a hostile body cannot bloat errors.
 const MAX_TEXT: usize = 1024;
 
 /// The full cleaning applied to every text an error stores: known secrets, secret shapes,
-/// time wording, control characters and length.
+/// control characters and length. Time wording is left alone: what a caller must not show
+/// (Hermes: the word "timeout") is the caller's boundary to rewrite.
 pub(crate) fn clean_text(text: &str, known_secrets: &[&str]) -> String {
     let mut cut: String = text
         .chars()
@@ -120,7 +95,7 @@ pub(crate) fn clean_text(text: &str, known_secrets: &[&str]) -> String {
     if text.chars().nth(MAX_TEXT).is_some() {
         cut.push('…');
     }
-    neutral_time_words(&redact_with(&cut, known_secrets))
+    redact_with(&cut, known_secrets)
 }
 
 #[cfg(test)]
@@ -164,13 +139,6 @@ mod tests {
         assert_eq!(clean, "server said: key [REDACTED] rejected");
         // Too short to search for without mangling the text.
         assert_eq!(redact_with("a b", &["a"]), "a b");
-    }
-
-    #[test]
-    fn time_words_are_rewritten() {
-        let clean = clean_text("operation timed out; Timeout must be > 0; set_timeout", &[]);
-        assert!(!clean.to_ascii_lowercase().contains("timeout"), "{clean}");
-        assert!(!clean.to_ascii_lowercase().contains("timed out"), "{clean}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The crate's one error type and the Python exception hierarchy it maps to.
 
+use agent_sandbox::ErrorChain;
 use pyo3::PyErr;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -63,7 +64,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// The backend reported a failure.
+    /// The backend reported a failure. Shows the backend's own step (the binding call is
+    /// context for the predicates); [`ErrorChain`] does not repeat it when it renders the
+    /// chain.
     #[error("{source}")]
     Backend {
         /// The binding call that failed.
@@ -73,7 +76,8 @@ pub enum Error {
         source: Box<agent_sandbox::Error>,
     },
 
-    /// A running command was lost (its output stream failed); shared by every waiter.
+    /// A running command was lost (its output stream failed); shared by every waiter. Shown
+    /// like [`Error::Backend`].
     #[error("{source}")]
     CommandLost {
         /// The backend's error.
@@ -82,7 +86,7 @@ pub enum Error {
     },
 
     /// A host file could not be used.
-    #[error("E2B {operation} failed for {}: {source}", .path.display())]
+    #[error("E2B {operation} failed for {}", .path.display())]
     Io {
         /// The binding call.
         operation: &'static str,
@@ -142,6 +146,13 @@ impl Error {
             .and_then(agent_sandbox::Error::retry_hint)
     }
 
+    /// The text a Python exception carries: this error and every cause below it, each once
+    /// ([`ErrorChain`]), with the words Hermes reads as a command time-out rewritten
+    /// ([`without_time_words`]). The one place Rust errors become Hermes-facing text.
+    pub fn message(&self) -> String {
+        without_time_words(&ErrorChain(self).to_string())
+    }
+
     /// Wraps a backend error with the binding call that hit it.
     pub(crate) fn backend(operation: &'static str, source: agent_sandbox::Error) -> Error {
         Error::Backend {
@@ -151,9 +162,51 @@ impl Error {
     }
 }
 
+/// Rewrites the words Hermes reads as a command time-out, in any letter case: "timeout"
+/// anywhere (also inside `set_timeout`) and the word "time-out" (`time_out`, `time out`)
+/// become "deadline"; "timedout" and the words "timed out" (`timed-out`, `timed_out`) become
+/// "ran out of time". Hermes' terminal tool reports any failure whose message contains them as
+/// a command time-out and does not retry it; an infrastructure failure must not read like
+/// one. Command time-outs are Hermes' own to report.
+pub fn without_time_words(text: &str) -> String {
+    // ASCII lowercasing keeps byte offsets, so indices found in `lower` are valid in `text`.
+    let lower = text.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    let ends_word = |at: usize| bytes.get(at).is_none_or(|b| !b.is_ascii_alphanumeric());
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(found) = lower[from..].find("time") {
+        let start = from + found;
+        let mut end = start + "time".len();
+        let timed = bytes.get(end) == Some(&b'd');
+        if timed {
+            end += 1;
+        }
+        let separated = matches!(bytes.get(end), Some(b' ' | b'_' | b'-'));
+        if separated {
+            end += 1;
+        }
+        let out_at = end + "out".len();
+        // A separated form must end a word ("runtime output" is no time-out); a plural `s`
+        // stays in the text.
+        let plural = usize::from(bytes.get(out_at) == Some(&b's'));
+        if lower[end..].starts_with("out") && (!separated || ends_word(out_at + plural)) {
+            out.push_str(&text[copied..start]);
+            out.push_str(if timed { "ran out of time" } else { "deadline" });
+            copied = out_at;
+            from = out_at;
+        } else {
+            from = start + "time".len();
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
 impl From<Error> for PyErr {
     fn from(error: Error) -> PyErr {
-        let message = error.to_string();
+        let message = error.message();
         if error.is_configuration() {
             ConfigurationError::new_err(message)
         } else if error.is_not_ready() {
@@ -173,48 +226,4 @@ impl From<Error> for PyErr {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_is_send_sync_static() {
-        fn check<T: Send + Sync + 'static>() {}
-        check::<Error>();
-    }
-
-    #[test]
-    fn invalid_setting_names_the_key_and_is_configuration() {
-        let error = Error::InvalidSetting {
-            key: "lease_seconds".to_owned(),
-            reason: "must be a positive integer".to_owned(),
-        };
-        assert!(error.is_configuration());
-        assert!(!error.is_not_ready());
-        assert_eq!(
-            error.to_string(),
-            "E2B setting lease_seconds is invalid: must be a positive integer"
-        );
-    }
-
-    #[test]
-    fn backend_predicates_follow_the_backend_error() {
-        let error = Error::backend(
-            "run",
-            agent_sandbox::Error::NotReady {
-                sandbox_id: Some("sbx-1".to_owned()),
-                reason: "dirty".to_owned(),
-                retry_hint: "Retry later.".to_owned(),
-            },
-        );
-        assert!(error.is_not_ready());
-        assert_eq!(error.retry_hint(), Some("Retry later."));
-        assert!(!error.is_configuration());
-        let missing_key = Error::backend(
-            "run",
-            agent_sandbox::Error::InvalidConfig {
-                reason: "no key".to_owned(),
-            },
-        );
-        assert!(missing_key.is_configuration());
-    }
-}
+mod tests;

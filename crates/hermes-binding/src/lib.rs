@@ -39,9 +39,10 @@
 //!   it as `SETTINGS`, `SETTING_KEYS` and `REMOTE_HOME`, so Python writes no default.
 //! - **One tokio runtime** per process, built on first use (importing starts no threads).
 //! - **Errors** are a small hierarchy rooted at `E2BError` (`ConfigurationError`,
-//!   `NotReadyError`, `SandboxGoneError`, `StateSyncError`, `BackendClosedError`), with the
-//!   backend's messages: they name the operation and the sandbox, never the API key, and never
-//!   contain the word "timeout".
+//!   `NotReadyError`, `SandboxGoneError`, `StateSyncError`, `BackendClosedError`). A message is
+//!   the backend's error chain, each cause once (`Error::message`): it names the operation and
+//!   the sandbox, never the API key, and never contains the word "timeout" (rewritten here, the
+//!   one place Rust errors become Hermes-facing text).
 //! - **No host pid:** a running command exposes `sandbox_pid`, never `pid`.
 
 #![deny(missing_docs)]

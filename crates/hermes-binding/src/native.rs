@@ -16,7 +16,7 @@ use agent_sandbox::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 
-use crate::error::Error;
+use crate::error::{Error, without_time_words};
 use crate::runtime;
 use crate::settings::{Persistence, Settings, Value, idle_lifetime};
 
@@ -291,7 +291,7 @@ fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<
     let (pull, pull_error) = match &report.pull {
         PullOutcome::NotAttempted => ("not_attempted", None),
         PullOutcome::Pulled => ("pulled", None),
-        PullOutcome::Failed(reason) => ("failed", Some(reason.clone())),
+        PullOutcome::Failed(reason) => ("failed", Some(without_time_words(reason))),
     };
     dict.set_item("pull", pull)?;
     dict.set_item("pull_error", pull_error)?;
@@ -299,7 +299,7 @@ fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<
         KillOutcomeReport::LeftRunning => ("left_running", None),
         KillOutcomeReport::Killed => ("killed", None),
         KillOutcomeReport::AlreadyGone => ("already_gone", None),
-        KillOutcomeReport::Failed(reason) => ("kill_failed", Some(reason.clone())),
+        KillOutcomeReport::Failed(reason) => ("kill_failed", Some(without_time_words(reason))),
     };
     dict.set_item("sandbox", sandbox)?;
     dict.set_item("kill_error", kill_error)?;

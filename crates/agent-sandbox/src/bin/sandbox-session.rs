@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Backend, Config, DiscardSink, Endpoints, HookError, PushKind, RunOptions,
-    SandboxMode, Scope, Services, StateHooks, StateTransport,
+    ApiKeySource, Backend, Config, DiscardSink, Endpoints, ErrorChain, HookError, PushKind,
+    RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport,
 };
 use e2b_client::ApiKey;
 
@@ -109,16 +109,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let answer = match verb {
             "attach" => match backend.attach() {
                 Ok(info) => format!("attached {} {:?}", info.sandbox_id, info.role),
-                Err(error) => format!("error {error}"),
+                Err(error) => format!("error {}", ErrorChain(&error)),
             },
             "run" => {
                 let options = RunOptions::new(Duration::from_secs(120));
                 match backend.run(rest, options, Box::new(DiscardSink)) {
                     Ok(command) => match command.wait() {
                         Ok(exit) => format!("exit {} {}", exit.exit_code, exit.forwarded_bytes),
-                        Err(error) => format!("error {error}"),
+                        Err(error) => format!("error {}", ErrorChain(&error)),
                     },
-                    Err(error) => format!("error {error}"),
+                    Err(error) => format!("error {}", ErrorChain(&error)),
                 }
             }
             "cleanup" => format!("cleanup {:?}", backend.cleanup().pull),

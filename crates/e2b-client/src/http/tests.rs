@@ -141,8 +141,6 @@ proptest::proptest! {
             for secret in [&key, &token, &pass, &user, &sig] {
                 proptest::prop_assert!(!shown.contains(secret.as_str()), "{} in {}", secret, shown);
             }
-            let lower = error.to_string().to_lowercase();
-            proptest::prop_assert!(!lower.contains("timeout") && !lower.contains("timed out"), "{}", lower);
         }
     }
 }

@@ -1,12 +1,11 @@
 //! Two backends in two processes on one scope: roles, hand-off, a writer killed mid-push.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use agent_sandbox::{RoleKind, SandboxMode};
-use support::{RecordingHooks, World, ok};
+
+use crate::support::{RecordingHooks, World, ok};
 
 struct Session {
     child: Child,

@@ -1,10 +1,8 @@
 //! Who owns what: the host owns ~/.hermes, the sandbox owns its workspace.
 
-mod support;
-
 use std::fs;
 
-use support::{RecordingHooks, World, ok, tar_names};
+use crate::support::{RecordingHooks, World, ok, tar_names};
 
 #[test]
 fn the_host_owns_its_hermes_home_and_the_sandbox_its_workspace() {

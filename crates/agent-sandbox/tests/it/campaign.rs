@@ -1,13 +1,12 @@
 //! A seeded crash/resume campaign: random writes on both sides, crashes and clean restarts,
 //! then a final resume. No skills/memories content is ever lost.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use agent_sandbox::{Backend, SandboxMode};
-use support::{RecordingHooks, World, ok};
+
+use crate::support::{RecordingHooks, World, ok};
 
 /// xorshift64*: reproducible without a dependency.
 struct Rng(u64);

@@ -2,8 +2,6 @@
 //! once attached, a command in steady state costs exactly one request (its Process/Start
 //! stream). No lease top-up, no sync and no state check is sent when it has nothing to do.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -14,7 +12,8 @@ use agent_sandbox::{
     RunOptions, SandboxMode, StateHooks, StateTransport, Termination,
 };
 use e2b_local::RequestCounts;
-use support::World;
+
+use crate::support::World;
 
 /// Commands in each steady-state run.
 const STEADY_COMMANDS: u64 = 6;

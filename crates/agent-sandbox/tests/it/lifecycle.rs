@@ -1,17 +1,16 @@
 //! Attach, adoption, leases and cleanup against e2b-local.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Backend, KillOutcomeReport, NoStateHooks, Origin, PROBE_TASK_ID, PullOutcome,
-    RoleKind, SandboxMode,
+    ApiKeySource, Backend, ErrorChain, KillOutcomeReport, NoStateHooks, Origin, PROBE_TASK_ID,
+    PullOutcome, RoleKind, SandboxMode,
 };
 use e2b_client::{CreateOptions, OnTimeout, PauseMemory, SandboxState};
 use sandbox_identity::{IdentityMetadata, InternetAccess, Mode, ScopeIdentity, Security};
-use support::{RecordingHooks, World, ok, run};
+
+use crate::support::{self, RecordingHooks, World, ok, run};
 
 fn ephemeral() -> SandboxMode {
     SandboxMode::Ephemeral {
@@ -447,8 +446,10 @@ fn a_missing_api_key_fails_without_any_request() {
 }
 
 #[test]
-fn infrastructure_errors_name_the_operation_and_sandbox_and_never_say_timeout() {
+fn infrastructure_errors_name_the_operation_and_the_sandbox() {
     // contract: O3
+    // That the text Hermes sees never says "timeout" is the Hermes boundary's rule, checked
+    // in hermes-binding (`error::tests::a_vanished_sandbox_message_never_says_timeout`).
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -461,7 +462,6 @@ fn infrastructure_errors_name_the_operation_and_sandbox_and_never_say_timeout() 
     let text = error.to_string();
     assert!(text.starts_with("E2B "), "{text}");
     assert!(text.contains(&id), "{text}");
-    assert!(!text.to_ascii_lowercase().contains("timeout"), "{text}");
     assert_eq!(error.sandbox_id(), Some(id.as_str()));
 }
 
@@ -533,6 +533,7 @@ fn the_api_key_never_shows_in_debug_output_or_errors() {
         format!("{config:?}"),
         format!("{backend:?}"),
         error.to_string(),
+        ErrorChain(&error).to_string(),
         format!("{error:?}"),
     ] {
         assert!(!text.contains("0123456789abcdef"), "{text}");

@@ -1,0 +1,312 @@
+//! Attaching: connect to a given sandbox, or find the scope's by metadata and adopt the
+//! newest, or create one (only the writer, under the creation lock; or an ephemeral or probe
+//! scope).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use e2b_client::{
+    Client, ConnectState, CreateOptions, ListQuery, ListedSandbox, OnTimeout, PauseMemory, Sandbox,
+    SandboxId, StateFilter,
+};
+use futures::TryStreamExt;
+use sandbox_identity::{Adoption, Candidate, IdentityMetadata, LeasePlan, LeaseTracker, SCOPE_KEY};
+use writer_lease::{CreationAccess, Role as LeaseRole, ScopeFiles};
+
+use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
+use crate::config::{CREATION_LOCK_WAIT, SandboxMode};
+use crate::error::Error;
+use crate::report::{AttachInfo, Origin};
+use crate::transport::{StateTransport, TransportParts};
+
+impl Inner {
+    pub(super) fn attach_new(&self) -> Result<Attached, Error> {
+        let client = self.client()?;
+        match &self.config.mode {
+            SandboxMode::Attach { sandbox_id } => {
+                let (sandbox, lease, resumed) = self.connect(&client, sandbox_id)?;
+                self.attached(
+                    client,
+                    sandbox,
+                    lease,
+                    Role::External,
+                    Origin::Connected,
+                    resumed,
+                    None,
+                )
+            }
+            _ if self.scope.is_probe() => {
+                let (sandbox, lease) = self.create(&client, OnTimeout::Kill)?;
+                self.attached(
+                    client,
+                    sandbox,
+                    lease,
+                    Role::Probe,
+                    Origin::Created,
+                    false,
+                    None,
+                )
+            }
+            SandboxMode::Ephemeral { .. } => {
+                let (sandbox, lease) = self.create(&client, OnTimeout::Kill)?;
+                self.attached(
+                    client,
+                    sandbox,
+                    lease,
+                    Role::Owner { pushed: false },
+                    Origin::Created,
+                    false,
+                    None,
+                )
+            }
+            SandboxMode::Persistent => self.attach_persistent(client),
+        }
+    }
+
+    fn attach_persistent(&self, client: Client) -> Result<Attached, Error> {
+        let files = self.files.as_ref().ok_or_else(|| Error::InvalidConfig {
+            reason: "persistent mode without coordination files".to_owned(),
+        })?;
+        let role = files
+            .try_acquire_writer()
+            .map_err(|source| Error::Coordination {
+                operation: "acquire writer role",
+                sandbox_id: None,
+                source,
+            })?;
+        let mut degradation = None;
+        let role = match role {
+            LeaseRole::Writer(lease) => {
+                if let Some(found) = lease.degradation() {
+                    degradation = Some(found.to_string());
+                    self.warn_degraded(&found.to_string());
+                }
+                Role::PendingWriter(lease)
+            }
+            LeaseRole::Reader => Role::Reader,
+        };
+        let (sandbox, lease, origin, resumed) = match self.find_existing(&client)? {
+            Some(found) => found,
+            None => {
+                if !matches!(role, Role::PendingWriter(_)) {
+                    // Only the writer creates (I6); a reader waits for it.
+                    return Err(Error::NotReady {
+                        sandbox_id: None,
+                        reason: "no sandbox exists for this scope yet and another session holds the writer role".to_owned(),
+                        retry_hint: RETRY_HINT.to_owned(),
+                    });
+                }
+                self.create_under_lock(&client, files)?
+            }
+        };
+        self.attached(client, sandbox, lease, role, origin, resumed, degradation)
+    }
+
+    fn warn_degraded(&self, text: &str) {
+        if !self.degradation_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!("{text}");
+        }
+    }
+
+    /// Lists the scope's sandboxes and adopts the newest match, resuming it if paused.
+    #[allow(clippy::type_complexity)]
+    fn find_existing(
+        &self,
+        client: &Client,
+    ) -> Result<Option<(Sandbox, LeaseTracker, Origin, bool)>, Error> {
+        let mut query = ListQuery::all();
+        query.metadata = BTreeMap::from([(SCOPE_KEY.to_owned(), self.identity.digest().to_hex())]);
+        query.state = StateFilter::Any;
+        bump(&self.stats.lists);
+        let listed: Vec<ListedSandbox> = self
+            .block_on(client.list(query).try_collect())
+            .map_err(|source| Error::e2b("list sandboxes", None, source))?;
+        let candidates: Vec<Candidate> = listed.iter().map(candidate).collect();
+        match sandbox_identity::choose(&self.identity, &candidates) {
+            Adoption::Adopt {
+                candidate,
+                duplicates,
+                ..
+            } => {
+                if duplicates > 0 {
+                    tracing::warn!(
+                        sandbox_id = %candidate.sandbox_id,
+                        "found {} sandboxes for this scope; adopting the newest, {}; the others pause on their own leases",
+                        duplicates + 1,
+                        candidate.sandbox_id
+                    );
+                }
+                let id = SandboxId::parse(candidate.sandbox_id.clone()).ok_or_else(|| {
+                    Error::InvalidConfig {
+                        reason: "E2B listed a sandbox id that is not valid".to_owned(),
+                    }
+                })?;
+                let (sandbox, lease, resumed) = self.connect(client, &id)?;
+                Ok(Some((
+                    sandbox,
+                    lease,
+                    Origin::Adopted { duplicates },
+                    resumed,
+                )))
+            }
+            Adoption::Create { .. } | Adoption::NeverAdopt => Ok(None),
+        }
+    }
+
+    fn create_under_lock(
+        &self,
+        client: &Client,
+        files: &ScopeFiles,
+    ) -> Result<(Sandbox, LeaseTracker, Origin, bool), Error> {
+        let access = files
+            .creation_lock_within(CREATION_LOCK_WAIT)
+            .map_err(|source| Error::Coordination {
+                operation: "take creation lock",
+                sandbox_id: None,
+                source,
+            })?;
+        let _guard = match access {
+            CreationAccess::Locked(guard) => Some(guard),
+            CreationAccess::Unprotected(degradation) => {
+                self.warn_degraded(&degradation.to_string());
+                None
+            }
+            CreationAccess::Busy => {
+                return Err(Error::NotReady {
+                    sandbox_id: None,
+                    reason: "another session is creating this scope's sandbox".to_owned(),
+                    retry_hint: RETRY_HINT.to_owned(),
+                });
+            }
+        };
+        // Whoever held the lock before may have created it meanwhile.
+        if let Some(found) = self.find_existing(client)? {
+            return Ok(found);
+        }
+        let (sandbox, lease) = self.create(client, OnTimeout::Pause(PauseMemory::Discard))?;
+        Ok((sandbox, lease, Origin::Created, false))
+    }
+
+    fn create(
+        &self,
+        client: &Client,
+        on_timeout: OnTimeout,
+    ) -> Result<(Sandbox, LeaseTracker), Error> {
+        let mut lease = LeaseTracker::new();
+        let asked = self.with_headroom(self.policy.baseline());
+        let request = match lease.plan(&*self.services.clock, asked) {
+            LeasePlan::Extend(request) => request,
+            LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
+        };
+        let identity = IdentityMetadata::for_scope(&self.identity);
+        let mut options = CreateOptions::new(self.config.template.clone());
+        options.timeout = Some(Duration::from_secs(request.timeout_secs()));
+        options.on_timeout = on_timeout;
+        options.metadata = sandbox_identity::stamp(&self.config.metadata, &identity).metadata;
+        options.allow_internet_access = Some(matches!(
+            self.config.internet,
+            sandbox_identity::InternetAccess::Allowed
+        ));
+        options.secure = Some(matches!(
+            self.config.security,
+            sandbox_identity::Security::Secure
+        ));
+        bump(&self.stats.creates);
+        let info = self
+            .block_on(client.create(options))
+            .map_err(|source| Error::e2b("create", None, source))?;
+        lease.confirm(&request);
+        let sandbox = client
+            .sandbox(info.envd_access())
+            .map_err(|source| Error::e2b("create", Some(info.sandbox_id.as_str()), source))?;
+        Ok((sandbox, lease))
+    }
+
+    /// Connects with the baseline lease (extend-only; resumes a paused sandbox).
+    fn connect(
+        &self,
+        client: &Client,
+        id: &SandboxId,
+    ) -> Result<(Sandbox, LeaseTracker, bool), Error> {
+        let mut lease = LeaseTracker::new();
+        let asked = self.with_headroom(self.policy.baseline());
+        let request = match lease.plan(&*self.services.clock, asked) {
+            LeasePlan::Extend(request) => request,
+            LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
+        };
+        bump(&self.stats.connects);
+        let connected = self
+            .block_on(client.connect(id, request.timeout()))
+            .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+        lease.confirm(&request);
+        let sandbox = client
+            .sandbox(connected.sandbox.envd_access())
+            .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+        Ok((sandbox, lease, connected.state == ConnectState::Resumed))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attached(
+        &self,
+        client: Client,
+        sandbox: Sandbox,
+        lease: LeaseTracker,
+        role: Role,
+        origin: Origin,
+        resumed: bool,
+        degradation: Option<String>,
+    ) -> Result<Attached, Error> {
+        let id = sandbox.id().clone();
+        let transport = StateTransport::new(TransportParts {
+            runtime: self.services.runtime.clone(),
+            client: client.clone(),
+            sandbox: sandbox.clone(),
+            remote_home: self.config.remote_hermes_home.clone(),
+            cap: self.config.state_cap,
+            transfer_lease: self.policy.transfer_lease(TRANSFER_WINDOW),
+            failures: Arc::clone(&self.failures),
+        });
+        *self
+            .transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(transport);
+        let info = AttachInfo {
+            sandbox_id: id.as_str().to_owned(),
+            origin,
+            resumed,
+            role: role.kind(),
+            degradation,
+            replaced: self
+                .replaced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        };
+        Ok(Attached {
+            client,
+            sandbox,
+            id,
+            lease,
+            role,
+            info,
+            stale: false,
+        })
+    }
+}
+
+fn candidate(listed: &ListedSandbox) -> Candidate {
+    Candidate {
+        sandbox_id: listed.sandbox_id.as_str().to_owned(),
+        template_id: listed.template_id.clone(),
+        template_alias: listed.alias.clone(),
+        metadata: listed.metadata.clone(),
+        started_at: SystemTime::from(listed.started_at),
+        state: match listed.state {
+            e2b_client::SandboxState::Running => sandbox_identity::SandboxState::Running,
+            e2b_client::SandboxState::Paused => sandbox_identity::SandboxState::Paused,
+            _ => sandbox_identity::SandboxState::Other,
+        },
+    }
+}

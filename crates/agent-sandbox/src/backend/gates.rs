@@ -1,0 +1,201 @@
+//! The state protocol around commands: the writer's bring-up, the ephemeral owner's push,
+//! and the per-command gates (reader admission) and sync (writer, owner).
+
+use std::sync::PoisonError;
+use std::time::Duration;
+
+use writer_lease::{Admission, Role as LeaseRole, WriterLease, WriterPhase};
+
+use super::{Attached, Inner, RETRY_HINT, Role};
+use crate::error::{Error, ErrorChain};
+use crate::hooks::{HookError, PushKind};
+use crate::report::RoleKind;
+use crate::transport::StateTransport;
+
+impl Inner {
+    pub(super) fn current_transport(&self, id: &str) -> Result<StateTransport, Error> {
+        self.transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Error::Closed {
+                operation: "state transfer",
+                sandbox_id: Some(id.to_owned()),
+            })
+    }
+
+    /// Runs a hook and folds in transport failures recorded while it ran.
+    pub(super) fn run_hook(
+        &self,
+        operation: &'static str,
+        id: &str,
+        hook: impl FnOnce(&StateTransport) -> Result<(), HookError>,
+    ) -> Result<(), Error> {
+        let transport = self.current_transport(id)?;
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        let returned = hook(&transport);
+        let recorded =
+            std::mem::take(&mut *self.failures.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut problems: Vec<String> = recorded.into_iter().map(|(_, text)| text).collect();
+        if let Err(error) = returned {
+            problems.push(error.to_string());
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::StateHook {
+                operation,
+                sandbox_id: id.to_owned(),
+                detail: problems.join("; "),
+            })
+        }
+    }
+
+    /// The writer's bring-up (C3, C4, S5, S11, S2): mark dirty and invalidate the stamp,
+    /// recover skills/ and memories/ from the sandbox, push, stamp prepared. On failure the
+    /// role is released (C5) and the backend stays attached as a reader.
+    pub(super) fn bring_up(
+        &self,
+        attached: &mut Attached,
+        mut writer: WriterLease,
+    ) -> Result<(), Error> {
+        let id = attached.id.as_str().to_owned();
+        let result = (|| {
+            writer
+                .begin_transition()
+                .map_err(|source| Error::Coordination {
+                    operation: "begin writer transition",
+                    sandbox_id: Some(id.clone()),
+                    source,
+                })?;
+            let transport = self.current_transport(&id)?;
+            let report = transport.recover(&recovery::RecoveryConfig {
+                hermes_home: self.scope.profile_home.clone(),
+                sandbox_id: id.clone(),
+                host_only: self.config.host_only.clone(),
+                max_snapshot_bytes: self.config.state_cap,
+            })?;
+            for warning in report.warnings() {
+                tracing::warn!(sandbox_id = %id, "{warning}");
+            }
+            self.run_hook("initial push", &id, |t| {
+                self.hooks.push(t, PushKind::Initial)
+            })?;
+            writer
+                .complete_push(&id)
+                .map_err(|source| Error::Coordination {
+                    operation: "stamp prepared",
+                    sandbox_id: Some(id.clone()),
+                    source,
+                })?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                attached.role = Role::Writer(writer);
+                attached.info.role = RoleKind::Writer;
+                Ok(())
+            }
+            Err(error) => {
+                writer.release();
+                attached.role = Role::Reader;
+                attached.info.role = RoleKind::Reader;
+                Err(error)
+            }
+        }
+    }
+
+    pub(super) fn owner_push(&self, attached: &mut Attached) -> Result<(), Error> {
+        let Role::Owner { pushed } = &mut attached.role else {
+            return Ok(());
+        };
+        let (operation, kind) = if *pushed {
+            ("sync", PushKind::Incremental)
+        } else {
+            ("initial push", PushKind::Initial)
+        };
+        let id = attached.id.as_str().to_owned();
+        self.run_hook(operation, &id, |t| self.hooks.push(t, kind))?;
+        *pushed = true;
+        Ok(())
+    }
+
+    /// The per-command gates and sync.
+    fn admit(&self, attached: &mut Attached) -> Result<(), Error> {
+        let id = attached.id.as_str().to_owned();
+        match &mut attached.role {
+            Role::Probe | Role::External | Role::PendingWriter(_) => Ok(()),
+            Role::Owner { .. } => self.owner_push(attached),
+            Role::Reader => {
+                let files = self.files.as_ref().ok_or_else(|| Error::InvalidConfig {
+                    reason: "a reader without coordination files".to_owned(),
+                })?;
+                let role = files
+                    .try_acquire_writer()
+                    .map_err(|source| Error::Coordination {
+                        operation: "acquire writer role",
+                        sandbox_id: Some(id.clone()),
+                        source,
+                    })?;
+                if let LeaseRole::Writer(writer) = role {
+                    // Hand-off: a full recover-then-push (C4).
+                    return self.bring_up(attached, writer);
+                }
+                match files.admission(&id) {
+                    Admission::Admitted { .. } => Ok(()),
+                    Admission::Refused(refusal) => {
+                        if matches!(refusal, writer_lease::Refusal::OtherSandbox) {
+                            attached.stale = true;
+                        }
+                        Err(Error::NotReady {
+                            sandbox_id: Some(id),
+                            reason: refusal.to_string(),
+                            retry_hint: RETRY_HINT.to_owned(),
+                        })
+                    }
+                }
+            }
+            Role::Writer(writer) => {
+                let synced =
+                    self.run_hook("sync", &id, |t| self.hooks.push(t, PushKind::Incremental));
+                match synced {
+                    Ok(()) => {
+                        if writer.phase() == WriterPhase::Stale {
+                            writer
+                                .record_sync_success()
+                                .map_err(|source| Error::Coordination {
+                                    operation: "clear dirty marker",
+                                    sandbox_id: Some(id.clone()),
+                                    source,
+                                })?;
+                        }
+                        Ok(())
+                    }
+                    Err(error) => {
+                        if let Err(marker) = writer.record_sync_failure() {
+                            tracing::warn!(sandbox_id = %id, "E2B mark scope dirty failed: {}", ErrorChain(&marker));
+                        }
+                        Err(error)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lease, then gates and sync, for an operation that may take `deadline`.
+    pub(super) fn prepare(&self, attached: &mut Attached, deadline: Duration) -> Result<(), Error> {
+        self.top_up_lease(attached, deadline)?;
+        if let Err(error) = self.admit(attached) {
+            if error.is_state_failure() {
+                // The sandbox may have paused or vanished under a lease we believed covered:
+                // the next use reconnects first, which tells.
+                attached.lease.forget();
+            }
+            return Err(error);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,480 @@
+//! The backend: one scope's lifecycle (`Phase`) and role (`Role`), and its public API.
+//!
+//! The steps live in submodules that share this module's private types: `attach` (find,
+//! adopt, create, connect), `gates` (bring-up, admission, per-command sync), `lease`
+//! (top-up before a command), `start` (starting a command) and `teardown` (cleanup,
+//! finalize, detach).
+
+mod attach;
+mod gates;
+mod lease;
+mod start;
+mod teardown;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use e2b_client::{Client, Sandbox, SandboxId};
+use sandbox_identity::{LeaseKind, LeasePolicy, LeaseTracker, Mode, ScopeIdentity};
+use writer_lease::{ScopeFiles, ScopeKey, WriterLease};
+
+use crate::command::{self, Launch, RunOptions, RunningCommand};
+use crate::config::{Config, SandboxMode, Scope, Services};
+use crate::error::Error;
+use crate::hooks::StateHooks;
+use crate::report::{AttachInfo, RoleKind, Stats};
+use crate::sink::OutputSink;
+use crate::transport::{FailureLog, StateTransport};
+
+/// How long a teardown transfer may take; the reconnect before it asks for a lease covering
+/// this (plus grace and one control-plane request).
+pub const TRANSFER_WINDOW: Duration = Duration::from_secs(120);
+
+/// What a persistent sandbox's extension asks for beyond what the command needs. Every
+/// command still finds its full `max(lease, deadline + grace)` covered (L5); the headroom
+/// lets the commands of the next minute find it covered without a request, so in steady
+/// state a command costs exactly its start request. An idle persistent sandbox therefore
+/// pauses between `lease` and `lease + LEASE_HEADROOM` after its last command.
+pub const LEASE_HEADROOM: Duration = Duration::from_secs(60);
+
+/// The lease a file read or write asks for beyond the baseline.
+const FILE_OPERATION_WINDOW: Duration = Duration::from_secs(60);
+
+/// The retry hint a refused reader command carries.
+pub const RETRY_HINT: &str = "Retry: the command proceeds as soon as the writer session \
+completes a state sync, and this session takes the writer role over if it is released.";
+
+/// One sandbox scope's backend. See the crate docs for the lifecycle.
+///
+/// Every method blocks the calling thread and must be called from a thread that is not
+/// driving async tasks (async callers use `spawn_blocking`); [`Backend::finalize`] is the
+/// exception. Dropping a backend does no network work: it releases the writer role (the lock
+/// dies with its file) and leaves an ephemeral sandbox to its on-timeout kill; call
+/// [`Backend::cleanup`] or [`Backend::finalize`] first.
+pub struct Backend {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backend")
+            .field("template", &self.inner.config.template)
+            .field("mode", &self.inner.config.mode)
+            .field("task_id", &self.inner.scope.task_id)
+            .field("attached", &self.info().map(|info| info.sandbox_id))
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: Config,
+    scope: Scope,
+    services: Services,
+    hooks: Arc<dyn StateHooks>,
+    identity: ScopeIdentity,
+    policy: LeasePolicy,
+    files: Option<ScopeFiles>,
+    state: Mutex<Phase>,
+    transport: Mutex<Option<StateTransport>>,
+    replaced: Mutex<Option<String>>,
+    failures: FailureLog,
+    inflight: Arc<Inflight>,
+    stats: Counters,
+    degradation_warned: AtomicBool,
+}
+
+#[derive(Default)]
+struct Counters {
+    creates: AtomicU64,
+    lists: AtomicU64,
+    connects: AtomicU64,
+    lease_extensions: AtomicU64,
+    commands: AtomicU64,
+    sandbox_kills: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Default)]
+struct Inflight {
+    count: Mutex<usize>,
+    idle: Condvar,
+}
+
+impl Inflight {
+    fn enter(&self) {
+        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    fn leave(&self) {
+        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    fn wait_idle(&self) {
+        let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let _idle = self
+            .idle
+            .wait_while(count, |count| *count > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+enum Phase {
+    Detached,
+    Attached(Box<Attached>),
+    /// Cleanup began: no new command is admitted.
+    Closing(Option<Box<Attached>>),
+    Closed {
+        sandbox_id: Option<String>,
+    },
+}
+
+struct Attached {
+    client: Client,
+    sandbox: Sandbox,
+    id: SandboxId,
+    lease: LeaseTracker,
+    role: Role,
+    info: AttachInfo,
+    /// A reader found the scope prepared for another sandbox: re-attach on next use.
+    stale: bool,
+}
+
+enum Role {
+    /// Holds the writer lease; the bring-up has not completed yet.
+    PendingWriter(WriterLease),
+    Writer(WriterLease),
+    Reader,
+    Owner {
+        pushed: bool,
+    },
+    Probe,
+    External,
+}
+
+impl Role {
+    fn kind(&self) -> RoleKind {
+        match self {
+            Role::Writer(_) => RoleKind::Writer,
+            Role::PendingWriter(_) | Role::Reader => RoleKind::Reader,
+            Role::Owner { .. } => RoleKind::Owner,
+            Role::Probe => RoleKind::Probe,
+            Role::External => RoleKind::External,
+        }
+    }
+}
+
+impl Backend {
+    /// A backend for `scope`. Nothing is contacted and no file is touched until first use
+    /// (contract L1).
+    pub fn new(
+        config: Config,
+        scope: Scope,
+        services: Services,
+        hooks: Arc<dyn StateHooks>,
+    ) -> Result<Backend, Error> {
+        if config.template.is_empty() {
+            return Err(Error::InvalidConfig {
+                reason: "the template is empty".to_owned(),
+            });
+        }
+        if !config.remote_hermes_home.starts_with('/') {
+            return Err(Error::InvalidConfig {
+                reason: "the remote Hermes home must be an absolute path".to_owned(),
+            });
+        }
+        let probe = scope.is_probe();
+        let (mode, kind) = match (&config.mode, probe) {
+            (SandboxMode::Attach { .. }, _) => (Mode::Persistent, LeaseKind::Persistent),
+            (_, true) => (Mode::Ephemeral, LeaseKind::Probe),
+            (SandboxMode::Persistent, false) => (Mode::Persistent, LeaseKind::Persistent),
+            (SandboxMode::Ephemeral { lifetime }, false) => (
+                Mode::Ephemeral,
+                LeaseKind::Ephemeral {
+                    lifetime: *lifetime,
+                },
+            ),
+        };
+        let identity = ScopeIdentity {
+            profile_home: scope.profile_home.to_string_lossy().into_owned(),
+            task_id: scope.task_id.clone(),
+            template: config.template.clone(),
+            mode,
+            internet: config.internet,
+            security: config.security,
+        };
+        let policy = LeasePolicy {
+            lease: config.lease,
+            command_grace: config.command_grace,
+            kind,
+        };
+        let files = match (&config.mode, probe) {
+            (SandboxMode::Persistent, false) => Some(ScopeFiles::new(
+                scope.profile_home.join("cache").join("e2b"),
+                ScopeKey::from_bytes(*identity.digest().as_bytes()),
+            )),
+            _ => None,
+        };
+        Ok(Backend {
+            inner: Arc::new(Inner {
+                config,
+                scope,
+                services,
+                hooks,
+                identity,
+                policy,
+                files,
+                state: Mutex::new(Phase::Detached),
+                transport: Mutex::new(None),
+                replaced: Mutex::new(None),
+                failures: FailureLog::default(),
+                inflight: Arc::new(Inflight::default()),
+                stats: Counters::default(),
+                degradation_warned: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The scope digest this backend's sandboxes carry in their metadata (I1).
+    pub fn scope_digest(&self) -> String {
+        self.inner.identity.digest().to_hex()
+    }
+
+    /// The lease policy in force.
+    pub fn lease_policy(&self) -> LeasePolicy {
+        self.inner.policy
+    }
+
+    /// What is attached, if anything.
+    pub fn info(&self) -> Option<AttachInfo> {
+        match &*self.inner.lock_state() {
+            Phase::Attached(attached) => Some(attached.info.clone()),
+            Phase::Closing(Some(attached)) => Some(attached.info.clone()),
+            _ => None,
+        }
+    }
+
+    /// The backend's request counters.
+    pub fn stats(&self) -> Stats {
+        let c = &self.inner.stats;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Stats {
+            creates: load(&c.creates),
+            lists: load(&c.lists),
+            connects: load(&c.connects),
+            lease_extensions: load(&c.lease_extensions),
+            commands: load(&c.commands),
+            sandbox_kills: load(&c.sandbox_kills),
+        }
+    }
+
+    /// Attaches now if not yet attached: find by metadata, adopt the newest or create (writer
+    /// only, under the creation lock), resume a paused one, then bring up the writer role
+    /// (L1, L2, I4, I5, I6, C1). Normally implicit in [`run`](Self::run).
+    pub fn attach(&self) -> Result<AttachInfo, Error> {
+        let mut state = self.inner.lock_state();
+        let attached = self.inner.ensure_attached(&mut state, "attach")?;
+        Ok(attached.info.clone())
+    }
+
+    /// The transport of the attached sandbox, for a sync engine's callbacks. Does not attach.
+    pub fn transport(&self) -> Result<StateTransport, Error> {
+        self.inner
+            .transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(Error::NotAttached {
+                operation: "state transfer",
+            })
+    }
+
+    /// Runs `command`, streaming its output into `sink` as it arrives (O1).
+    ///
+    /// Before it starts: attach if needed; a reader tries to take the writer role over and
+    /// otherwise must pass the gates (C2, C4); a writer or ephemeral owner syncs state (S3);
+    /// the lease is extended to cover `max(lease, deadline + grace)` unless the known expiry
+    /// already does (L5). Returns once the command runs; its pid is known.
+    pub fn run(
+        &self,
+        command: &str,
+        options: RunOptions,
+        sink: Box<dyn OutputSink>,
+    ) -> Result<RunningCommand, Error> {
+        let inner = &self.inner;
+        let mut state = inner.lock_state();
+        let attached = inner.ensure_attached(&mut state, "start command")?;
+        let (stream, pid) = match inner.prepare_and_start(attached, command, &options) {
+            Ok(started) => started,
+            Err(error) => {
+                // A sandbox that is gone, or a reader attached to a sandbox the writer no
+                // longer prepares, is let go here; the next use attaches afresh (and, as the
+                // writer, recreates it with a full bring-up). Nothing is replaced now.
+                if error.is_sandbox_gone() || attached.stale {
+                    inner.detach(&mut state);
+                }
+                return Err(error);
+            }
+        };
+        let Phase::Attached(attached) = &mut *state else {
+            unreachable!("attached above and not detached on success")
+        };
+        bump(&inner.stats.commands);
+        inner.inflight.enter();
+        let inflight = Arc::clone(&inner.inflight);
+        let launched = command::spawn(Launch {
+            runtime: inner.services.runtime.clone(),
+            sandbox: attached.sandbox.clone(),
+            stream,
+            sandbox_pid: pid,
+            deadline: options.deadline,
+            sink,
+            on_done: Box::new(move || inflight.leave()),
+        });
+        if launched.is_err() {
+            inner.inflight.leave();
+        }
+        launched
+    }
+
+    /// Reads a sandbox file, refusing it the moment it passes `max_bytes` (checked while
+    /// downloading). Admitted like a command: attach, lease, gates, sync (C2, C7).
+    pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, Error> {
+        self.file_operation("read file", |inner, sandbox| {
+            let id = sandbox.id().as_str().to_owned();
+            inner
+                .block_on(sandbox.read_file(path, max_bytes))
+                .map(|bytes| bytes.to_vec())
+                .map_err(|source| Error::e2b("read file", Some(&id), source))
+        })
+    }
+
+    /// Writes a sandbox file (parents created, replaced if present). Admitted like a command.
+    pub fn write_file(&self, path: &str, data: Vec<u8>) -> Result<(), Error> {
+        self.file_operation("write file", |inner, sandbox| {
+            let id = sandbox.id().as_str().to_owned();
+            let file = e2b_client::UploadFile::bytes(path.to_owned(), data.clone().into());
+            inner
+                .block_on(sandbox.write_files(vec![file]))
+                .map(|_| ())
+                .map_err(|source| Error::e2b("write file", Some(&id), source))
+        })
+    }
+
+    fn file_operation<T>(
+        &self,
+        operation: &'static str,
+        op: impl Fn(&Inner, &Sandbox) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let inner = &*self.inner;
+        let mut state = inner.lock_state();
+        let attached = inner.ensure_attached(&mut state, operation)?;
+        let result = inner
+            .prepare(attached, FILE_OPERATION_WINDOW)
+            .and_then(|()| match op(inner, &attached.sandbox) {
+                Err(error) if error.is_sandbox_gone() => {
+                    attached.lease.forget();
+                    inner.top_up_lease(attached, FILE_OPERATION_WINDOW)?;
+                    op(inner, &attached.sandbox)
+                }
+                other => other,
+            });
+        if let Err(error) = &result
+            && (error.is_sandbox_gone() || attached.stale)
+        {
+            inner.detach(&mut state);
+        }
+        result
+    }
+}
+
+impl Inner {
+    pub(super) fn lock_state(&self) -> MutexGuard<'_, Phase> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn clear_transport(&self) {
+        *self
+            .transport
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    fn ensure_attached<'a>(
+        &self,
+        state: &'a mut Phase,
+        operation: &'static str,
+    ) -> Result<&'a mut Attached, Error> {
+        match state {
+            Phase::Closing(attached) => {
+                return Err(Error::Closed {
+                    operation,
+                    sandbox_id: attached.as_ref().map(|a| a.id.as_str().to_owned()),
+                });
+            }
+            Phase::Closed { sandbox_id } => {
+                return Err(Error::Closed {
+                    operation,
+                    sandbox_id: sandbox_id.clone(),
+                });
+            }
+            Phase::Detached => {
+                let attached = self.attach_new()?;
+                *state = Phase::Attached(Box::new(attached));
+            }
+            Phase::Attached(_) => {}
+        }
+        let Phase::Attached(attached) = state else {
+            unreachable!("the state was attached just above")
+        };
+        self.establish(attached)?;
+        Ok(attached)
+    }
+
+    /// Completes what attaching leaves pending: the writer's bring-up, the ephemeral initial
+    /// push. Kept out of `attach_new` so that a failure leaves the sandbox attached (as a
+    /// reader) and the next use retries only this part.
+    fn establish(&self, attached: &mut Attached) -> Result<(), Error> {
+        match std::mem::replace(&mut attached.role, Role::Reader) {
+            Role::PendingWriter(writer) => self.bring_up(attached, writer),
+            Role::Owner { pushed: false } => {
+                attached.role = Role::Owner { pushed: false };
+                self.owner_push(attached)
+            }
+            other => {
+                attached.role = other;
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn client(&self) -> Result<Client, Error> {
+        let key = self
+            .config
+            .api_key
+            .resolve()
+            .ok_or_else(|| Error::InvalidConfig {
+                reason: "no E2B API key is configured for this profile".to_owned(),
+            })?;
+        let mut config = e2b_client::Config::new(key);
+        let endpoints = &self.config.endpoints;
+        if let Some(domain) = &endpoints.domain {
+            config.domain = domain.clone();
+        }
+        config.api_url = endpoints.api_url.clone();
+        config.sandbox_url = endpoints.sandbox_url.clone();
+        Client::new(config).map_err(|source| Error::e2b("configure client", None, source))
+    }
+
+    pub(super) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.services.runtime.block_on(future)
+    }
+}

@@ -1,0 +1,186 @@
+//! Letting go: cleanup (wait, pull, release or kill), the finalizer path, and detaching
+//! from a sandbox that is gone.
+
+use std::sync::PoisonError;
+
+use e2b_client::KillOutcome;
+
+use super::{Attached, Backend, Inner, Phase, Role, bump};
+use crate::error::{Error, ErrorChain};
+use crate::report::{CleanupReport, KillOutcomeReport, PullOutcome};
+
+impl Backend {
+    /// Cleanup for session close, idle reaping and exit (L7, L8): waits for in-flight
+    /// commands; persistent writer: pull, release the role, never pause or kill (L3);
+    /// ephemeral: pull, kill (L4); probe: kill without a pull (L11); reader and attach mode:
+    /// detach only (L12). Never creates or replaces a sandbox; repeated or after the sandbox
+    /// vanished it does nothing harmful. Failures are logged and reported, never raised:
+    /// release and destruction always run.
+    pub fn cleanup(&self) -> CleanupReport {
+        let inner = &self.inner;
+        let attached = {
+            let mut state = inner.lock_state();
+            match std::mem::replace(&mut *state, Phase::Closing(None)) {
+                Phase::Detached => {
+                    *state = Phase::Closed { sandbox_id: None };
+                    return CleanupReport {
+                        sandbox_id: None,
+                        repeated: false,
+                        pull: PullOutcome::NotAttempted,
+                        sandbox: KillOutcomeReport::LeftRunning,
+                    };
+                }
+                Phase::Attached(attached) => {
+                    let id = attached.id.as_str().to_owned();
+                    *state = Phase::Closing(Some(attached));
+                    id
+                }
+                previous @ (Phase::Closing(_) | Phase::Closed { .. }) => {
+                    let sandbox_id = match &previous {
+                        Phase::Closing(Some(attached)) => Some(attached.id.as_str().to_owned()),
+                        Phase::Closed { sandbox_id } => sandbox_id.clone(),
+                        _ => None,
+                    };
+                    *state = previous;
+                    return CleanupReport {
+                        sandbox_id,
+                        repeated: true,
+                        pull: PullOutcome::NotAttempted,
+                        sandbox: KillOutcomeReport::LeftRunning,
+                    };
+                }
+            }
+        };
+        // Outside the state lock: commands finishing need nothing from it.
+        inner.inflight.wait_idle();
+        let taken = {
+            let mut state = inner.lock_state();
+            let previous = std::mem::replace(
+                &mut *state,
+                Phase::Closed {
+                    sandbox_id: Some(attached.clone()),
+                },
+            );
+            match previous {
+                Phase::Closing(Some(attached)) => Some(attached),
+                _ => None,
+            }
+        };
+        let Some(attached) = taken else {
+            return CleanupReport {
+                sandbox_id: Some(attached),
+                repeated: true,
+                pull: PullOutcome::NotAttempted,
+                sandbox: KillOutcomeReport::LeftRunning,
+            };
+        };
+        inner.teardown(*attached)
+    }
+
+    /// The finalizer path, for a dropped last reference (L9): releases the writer role
+    /// locally and never pulls state; an ephemeral or probe sandbox is still killed. Does not
+    /// wait for commands. Safe to call from any thread, including async ones (the kill is
+    /// then sent in the background).
+    pub fn finalize(&self) {
+        let inner = &self.inner;
+        let previous = {
+            let mut state = inner.lock_state();
+            let sandbox_id = match &*state {
+                Phase::Attached(attached) | Phase::Closing(Some(attached)) => {
+                    Some(attached.id.as_str().to_owned())
+                }
+                Phase::Closed { sandbox_id } => sandbox_id.clone(),
+                Phase::Detached | Phase::Closing(None) => None,
+            };
+            std::mem::replace(&mut *state, Phase::Closed { sandbox_id })
+        };
+        inner.clear_transport();
+        let attached = match previous {
+            Phase::Attached(attached) | Phase::Closing(Some(attached)) => attached,
+            _ => return,
+        };
+        let Attached {
+            client, id, role, ..
+        } = *attached;
+        match role {
+            Role::Writer(lease) | Role::PendingWriter(lease) => lease.release(),
+            Role::Owner { .. } | Role::Probe => {
+                bump(&inner.stats.sandbox_kills);
+                let kill = async move {
+                    if let Err(error) = client.kill(&id).await {
+                        tracing::warn!(sandbox_id = %id, "E2B kill failed in finalizer: {}", ErrorChain(&error));
+                    }
+                };
+                if tokio::runtime::Handle::try_current().is_ok() {
+                    inner.services.runtime.spawn(kill);
+                } else {
+                    inner.services.runtime.block_on(kill);
+                }
+            }
+            Role::Reader | Role::External => {}
+        }
+    }
+}
+
+impl Inner {
+    /// Lets the attached sandbox go without touching it: the writer role is released, the
+    /// transport cleared; the next use attaches afresh and reports what it replaced.
+    pub(super) fn detach(&self, state: &mut Phase) {
+        let Phase::Attached(attached) = std::mem::replace(state, Phase::Detached) else {
+            return;
+        };
+        self.clear_transport();
+        let id = attached.id.as_str().to_owned();
+        tracing::warn!(sandbox_id = %id, "E2B sandbox {id} is gone or no longer prepared; the next use attaches afresh");
+        *self.replaced.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
+        // Dropping the attachment drops its writer lease, if any.
+        drop(attached);
+    }
+
+    fn teardown(&self, attached: Attached) -> CleanupReport {
+        let id = attached.id.as_str().to_owned();
+        let pull = match &attached.role {
+            Role::Writer(_) | Role::Owner { .. } => {
+                match self.run_hook("pull", &id, |t| self.hooks.pull(t)) {
+                    Ok(()) => PullOutcome::Pulled,
+                    Err(error) => {
+                        let text = ErrorChain(&error).to_string();
+                        tracing::error!(sandbox_id = %id, "{text}");
+                        PullOutcome::Failed(text)
+                    }
+                }
+            }
+            Role::PendingWriter(_) | Role::Reader | Role::Probe | Role::External => {
+                PullOutcome::NotAttempted
+            }
+        };
+        self.clear_transport();
+        let Attached { client, role, .. } = attached;
+        let sandbox = match role {
+            Role::Writer(lease) | Role::PendingWriter(lease) => {
+                lease.release();
+                KillOutcomeReport::LeftRunning
+            }
+            Role::Reader | Role::External => KillOutcomeReport::LeftRunning,
+            Role::Owner { .. } | Role::Probe => {
+                bump(&self.stats.sandbox_kills);
+                match self.block_on(client.kill(&attached.id)) {
+                    Ok(KillOutcome::Killed) => KillOutcomeReport::Killed,
+                    Ok(KillOutcome::NotFound) => KillOutcomeReport::AlreadyGone,
+                    Err(error) => {
+                        let error = Error::e2b("kill", Some(&id), error);
+                        let text = ErrorChain(&error).to_string();
+                        tracing::error!(sandbox_id = %id, "{text}");
+                        KillOutcomeReport::Failed(text)
+                    }
+                }
+            }
+        };
+        CleanupReport {
+            sandbox_id: Some(id),
+            repeated: false,
+            pull,
+            sandbox,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! What the backend reports: how it holds its sandbox, its counters, what cleanup did.
+
+/// How the backend came to hold its sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// It created it.
+    Created,
+    /// It adopted an existing sandbox of its scope found by metadata.
+    Adopted {
+        /// How many other sandboxes matched the scope (warned about once, contract I5).
+        duplicates: usize,
+    },
+    /// Attach mode: connected to the sandbox id it was given (L12).
+    Connected,
+}
+
+/// The backend's part in its scope's state protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RoleKind {
+    /// Persistent writer: recovers, pushes, syncs and pulls (C1).
+    Writer,
+    /// Persistent reader: runs commands once the gates pass (C2).
+    Reader,
+    /// Ephemeral owner: sole user of its own sandbox; pushes, pulls, kills.
+    Owner,
+    /// The prompt probe: no state, killed at cleanup (L11).
+    Probe,
+    /// Attach mode: an externally owned sandbox; no state protocol, never paused or killed.
+    External,
+}
+
+/// What [`Backend::attach`](crate::Backend::attach) found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttachInfo {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// How it was obtained.
+    pub origin: Origin,
+    /// Whether connect found it paused and resumed it.
+    pub resumed: bool,
+    /// The role at attach time.
+    pub role: RoleKind,
+    /// Set when this host cannot protect concurrent sessions (C6); logged once.
+    pub degradation: Option<String>,
+    /// The sandbox this attachment replaced because it was gone (Hermes: mark the environment
+    /// recreated).
+    pub replaced: Option<String>,
+}
+
+/// Counters of the backend's own E2B requests, for accounting tests and diagnostics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Sandboxes created.
+    pub creates: u64,
+    /// List requests (paged lists count once).
+    pub lists: u64,
+    /// Connect requests (attach, resume, lease top-up).
+    pub connects: u64,
+    /// Of those, lease top-ups before a command.
+    pub lease_extensions: u64,
+    /// Commands started.
+    pub commands: u64,
+    /// Kill requests for whole sandboxes.
+    pub sandbox_kills: u64,
+}
+
+/// What a teardown pull did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullOutcome {
+    /// Not this role's job, or nothing was attached.
+    NotAttempted,
+    /// The pull completed.
+    Pulled,
+    /// The pull failed; logged with the sandbox id, recovered by the next resume (S12).
+    Failed(String),
+}
+
+/// What happened to the sandbox itself at cleanup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillOutcomeReport {
+    /// Left alone (persistent, reader, attach mode: never paused or killed, L3, L12).
+    LeftRunning,
+    /// Killed (ephemeral, probe).
+    Killed,
+    /// It was already gone.
+    AlreadyGone,
+    /// The kill failed; logged.
+    Failed(String),
+}
+
+/// What [`Backend::cleanup`](crate::Backend::cleanup) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CleanupReport {
+    /// The sandbox that was attached, if any.
+    pub sandbox_id: Option<String>,
+    /// Whether an earlier cleanup had already run (this one did nothing, L7).
+    pub repeated: bool,
+    /// The teardown pull.
+    pub pull: PullOutcome,
+    /// The sandbox's fate.
+    pub sandbox: KillOutcomeReport,
+}

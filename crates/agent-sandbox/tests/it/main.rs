@@ -1,0 +1,11 @@
+//! agent-sandbox's integration tests, one binary: each module was once its own test file.
+//! They share `support` (an in-process e2b-local world); `support::World` serialises them.
+
+mod campaign;
+mod commands;
+mod lifecycle;
+mod ownership;
+mod processes;
+mod requests;
+mod state;
+mod support;
