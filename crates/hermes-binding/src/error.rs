@@ -64,26 +64,15 @@ pub enum Error {
         reason: String,
     },
 
-    /// The backend reported a failure. Shows the backend's own step (the binding call is
-    /// context for the predicates); [`ErrorChain`] does not repeat it when it renders the
-    /// chain.
-    #[error("{source}")]
-    Backend {
-        /// The binding call that failed.
-        operation: &'static str,
-        /// The backend's error; decide with its predicates.
-        #[source]
-        source: Box<agent_sandbox::Error>,
-    },
+    /// The backend reported a failure: shown as the backend's error itself (its own step,
+    /// its causes through `source()`); decide with its predicates.
+    #[error(transparent)]
+    Backend(Box<agent_sandbox::Error>),
 
     /// A running command was lost (its output stream failed); shared by every waiter. Shown
     /// like [`Error::Backend`].
-    #[error("{source}")]
-    CommandLost {
-        /// The backend's error.
-        #[source]
-        source: std::sync::Arc<agent_sandbox::Error>,
-    },
+    #[error(transparent)]
+    CommandLost(std::sync::Arc<agent_sandbox::Error>),
 
     /// A host file could not be used.
     #[error("E2B {operation} failed for {}", .path.display())]
@@ -101,8 +90,8 @@ pub enum Error {
 impl Error {
     fn backend_source(&self) -> Option<&agent_sandbox::Error> {
         match self {
-            Error::Backend { source, .. } => Some(source.as_ref()),
-            Error::CommandLost { source } => Some(source.as_ref()),
+            Error::Backend(source) => Some(source.as_ref()),
+            Error::CommandLost(source) => Some(source.as_ref()),
             _ => None,
         }
     }
@@ -152,13 +141,11 @@ impl Error {
     pub fn message(&self) -> String {
         without_time_words(&ErrorChain(self).to_string())
     }
+}
 
-    /// Wraps a backend error with the binding call that hit it.
-    pub(crate) fn backend(operation: &'static str, source: agent_sandbox::Error) -> Error {
-        Error::Backend {
-            operation,
-            source: Box::new(source),
-        }
+impl From<agent_sandbox::Error> for Error {
+    fn from(source: agent_sandbox::Error) -> Error {
+        Error::Backend(Box::new(source))
     }
 }
 

@@ -165,14 +165,14 @@ impl PyTransport {
     fn upload_many(&self, py: Python<'_>, files: Vec<(PathBuf, String)>) -> PyResult<usize> {
         let transport = self.transport.clone();
         py.detach(move || transport.upload_many(files))
-            .map_err(|source| Error::backend("upload files", source).into())
+            .map_err(|source| Error::from(source).into())
     }
 
     /// Deletes remote paths; already-gone paths are fine.
     fn delete_many(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<()> {
         let transport = self.transport.clone();
         py.detach(move || transport.delete_many(paths))
-            .map_err(|source| Error::backend("delete files", source).into())
+            .map_err(|source| Error::from(source).into())
     }
 
     /// Streams the sandbox's Hermes home as a capped tar into `dest`; returns the file count.
@@ -184,9 +184,7 @@ impl PyTransport {
                 path: dest.clone(),
                 source,
             })?;
-            let summary = transport
-                .download_state(&mut file)
-                .map_err(|source| Error::backend("teardown pull", source))?;
+            let summary = transport.download_state(&mut file).map_err(Error::from)?;
             for name in &summary.rejected {
                 tracing::warn!(
                     sandbox_id = transport.sandbox_id(),
@@ -372,8 +370,7 @@ impl PyBackend {
             target: hooks,
             deferred: Arc::clone(&deferred),
         });
-        let backend = Backend::new(config, scope, services, hooks)
-            .map_err(|source| Error::backend("create environment", source))?;
+        let backend = Backend::new(config, scope, services, hooks).map_err(Error::from)?;
         Ok(PyBackend {
             backend: Arc::new(backend),
             deferred,
@@ -392,7 +389,7 @@ impl PyBackend {
         if let Some(interrupt) = take_deferred(&self.deferred) {
             return Err(interrupt);
         }
-        let info = attached.map_err(|source| Error::backend("attach", source))?;
+        let info = attached.map_err(Error::from)?;
         let dict = PyDict::new(py);
         dict.set_item("sandbox_id", info.sandbox_id)?;
         dict.set_item("resumed", info.resumed)?;
@@ -452,7 +449,7 @@ impl PyBackend {
             }
             return Err(interrupt);
         }
-        let command = started.map_err(|source| Error::backend("start command", source))?;
+        let command = started.map_err(Error::from)?;
         Ok(PyCommand { command })
     }
 
@@ -494,7 +491,7 @@ fn exit_code(result: CommandResult) -> PyResult<i32> {
             }
             Ok(exit.exit_code)
         }
-        Err(source) => Err(PyErr::from(Error::CommandLost { source })),
+        Err(source) => Err(PyErr::from(Error::CommandLost(source))),
     }
 }
 

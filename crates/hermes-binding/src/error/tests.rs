@@ -32,23 +32,17 @@ fn invalid_setting_names_the_key_and_is_configuration() {
 
 #[test]
 fn backend_predicates_follow_the_backend_error() {
-    let error = Error::backend(
-        "run",
-        agent_sandbox::Error::NotReady {
-            sandbox_id: Some("sbx-1".to_owned()),
-            reason: "dirty".to_owned(),
-            retry_hint: "Retry later.".to_owned(),
-        },
-    );
+    let error = Error::from(agent_sandbox::Error::NotReady {
+        sandbox_id: Some("sbx-1".to_owned()),
+        reason: "dirty".to_owned(),
+        retry_hint: "Retry later.".to_owned(),
+    });
     assert!(error.is_not_ready());
     assert_eq!(error.retry_hint(), Some("Retry later."));
     assert!(!error.is_configuration());
-    let missing_key = Error::backend(
-        "run",
-        agent_sandbox::Error::InvalidConfig {
-            reason: "no key".to_owned(),
-        },
-    );
+    let missing_key = Error::from(agent_sandbox::Error::InvalidConfig {
+        reason: "no key".to_owned(),
+    });
     assert!(missing_key.is_configuration());
 }
 
@@ -106,7 +100,7 @@ fn no_backend_error_reaches_python_with_the_word() {
         },
     ];
     for error in errors {
-        let text = Error::backend("run", error).message();
+        let text = Error::from(error).message();
         assert!(!text.to_ascii_lowercase().contains("timeout"), "{text}");
     }
 }
@@ -115,16 +109,12 @@ fn no_backend_error_reaches_python_with_the_word() {
 fn a_failed_sync_message_never_says_timeout() {
     // contract: O3, S3
     // What agent-sandbox's per-command sync failure carries: the transport's record.
-    let error = Error::backend(
-        "start command",
-        agent_sandbox::Error::StateHook {
-            operation: "sync",
-            sandbox_id: "isb1".to_owned(),
-            detail:
-                "E2B upload files failed for sandbox isb1: upload plan refused: connection timeout"
-                    .to_owned(),
-        },
-    );
+    let error = Error::from(agent_sandbox::Error::StateHook {
+        operation: "sync",
+        sandbox_id: "isb1".to_owned(),
+        detail: "E2B upload files failed for sandbox isb1: upload plan refused: connection timeout"
+            .to_owned(),
+    });
     assert!(error.is_state_failure());
     let text = error.message();
     assert!(
@@ -199,7 +189,7 @@ fn client_error(status: u16, message: &str) -> agent_sandbox::Error {
 fn a_server_message_reaches_python_once_and_without_time_words() {
     // contract: O3 (formerly e2b-client's redaction rewrote these words in every error text)
     let hostile = "Timeout at h.example/files: request timed out";
-    let error = Error::backend("attach", client_error(400, hostile));
+    let error = Error::from(client_error(400, hostile));
     let text = error.message();
     assert!(
         text.starts_with("E2B connect failed for sandbox isbgone1: "),
@@ -220,14 +210,11 @@ fn a_vanished_sandbox_message_never_says_timeout() {
         unreachable!("client_error returns E2b")
     };
     assert!(source.is_not_found(), "{source:?}");
-    let error = Error::backend(
-        "start command",
-        agent_sandbox::Error::E2b {
-            operation: "start command",
-            sandbox_id: Some("isbgone1".to_owned()),
-            source,
-        },
-    );
+    let error = Error::from(agent_sandbox::Error::E2b {
+        operation: "start command",
+        sandbox_id: Some("isbgone1".to_owned()),
+        source,
+    });
     let text = error.message();
     assert!(text.starts_with("E2B "), "{text}");
     assert!(text.contains("isbgone1"), "{text}");
