@@ -15,7 +15,7 @@
 //! ```
 //!
 //! The same code talks to E2B itself when pointed at it with a real API key; this example
-//! always uses the local server. `tests/quickstart.rs` runs it and checks what it prints.
+//! always uses the local server. `tests/it/quickstart.rs` runs it and checks what it prints.
 
 #![allow(clippy::print_stdout)]
 

@@ -1,5 +1,7 @@
 //! 100 MiB of command output through e2b-client with bounded memory, measured by a counting
 //! allocator that tracks only the client's thread (e2b-local runs on other threads).
+//!
+//! A test binary of its own, outside `tests/it/`: its `#[global_allocator]` is process-wide.
 #![allow(clippy::print_stdout)]
 
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -5,6 +5,9 @@
 //! E2B_API_KEY=e2b_... cargo test --features live --test live_e2b
 //! ```
 //!
+//! A test binary of its own, outside `tests/it/`, so that `--test live_e2b` runs exactly the
+//! billable tests and nothing else.
+//!
 //! Every sandbox they create has on-timeout kill and a short lease, so a crashed run
 //! cleans up after itself within two minutes.
 #![cfg(feature = "live")]

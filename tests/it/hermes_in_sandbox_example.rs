@@ -2,7 +2,7 @@
 //! the built binary runs the whole flow with the stand-in Hermes, and its printed output says
 //! what happened.
 
-mod examples_support;
+use crate::support;
 
 use std::io::Read as _;
 use std::process::{Command, ExitStatus, Stdio};
@@ -18,9 +18,9 @@ const PROVIDER_KEY: &str = "sk-or-v1-example-test-secret-5e1f";
 /// Runs the built example with these variables on top of a cleared E2B environment; returns
 /// its exit status, stdout and stderr.
 fn run_example(variables: &[(&str, &str)]) -> (ExitStatus, String, String) {
-    let binary = examples_support::example_binary("hermes_in_sandbox");
+    let binary = support::example_binary("hermes_in_sandbox");
     let mut command = Command::new(binary);
-    for name in examples_support::E2B_VARIABLES {
+    for name in support::E2B_VARIABLES {
         command.env_remove(name);
     }
     let mut child = command
