@@ -9,11 +9,11 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
-use hermes_e2b::e2b_client::{
+use agent_sandbox_examples::e2b_client::{
     ApiKey, Client, Config, CreateOptions, OnTimeout, ProcessEvent, StartOptions,
 };
-use hermes_e2b::e2b_local::Server;
+use agent_sandbox_examples::e2b_local::Server;
+use futures::StreamExt;
 
 /// Counts live heap bytes allocated and freed by threads that opted in.
 struct Counting;

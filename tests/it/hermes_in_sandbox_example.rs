@@ -147,10 +147,10 @@ fn hermes_flow_runs_two_turns_of_one_session_in_a_deny_all_sandbox_and_kills_it(
 #[test]
 fn hermes_flow_on_e2b_endpoints_runs_the_real_command_and_kills_the_sandbox_when_it_fails() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let mut config = hermes_e2b::e2b_local::ServerConfig::loopback();
+    let mut config = agent_sandbox_examples::e2b_local::ServerConfig::loopback();
     config.templates = vec!["base".to_owned(), "hermes".to_owned()];
     let server = runtime
-        .block_on(hermes_e2b::e2b_local::Server::start(config))
+        .block_on(agent_sandbox_examples::e2b_local::Server::start(config))
         .expect("e2b-local starts");
     let url = server.url();
 

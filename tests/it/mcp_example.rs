@@ -369,7 +369,7 @@ fn mcp_server_kills_the_command_of_a_cancelled_call() {
 fn mcp_server_on_e2b_endpoints_finds_its_sandbox_again_after_a_restart() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let server = runtime
-        .block_on(hermes_e2b::e2b_local::Server::start_loopback())
+        .block_on(agent_sandbox_examples::e2b_local::Server::start_loopback())
         .expect("e2b-local starts");
     let url = server.url();
     let home = tempfile::tempdir().expect("a scope directory");
