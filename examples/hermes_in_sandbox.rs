@@ -29,13 +29,13 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::StreamExt as _;
-use hermes_e2b::e2b_client::{
+use agent_sandbox_examples::e2b_client::{
     ApiKey, Client, Config, CreateOptions, KillOutcome, OnTimeout, ProcessEvent, Sandbox,
     SandboxId, StartOptions, UploadFile, redact,
 };
-use hermes_e2b::e2b_local::{Server, ServerConfig};
+use agent_sandbox_examples::e2b_local::{Server, ServerConfig};
+use bytes::Bytes;
+use futures::StreamExt as _;
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 

@@ -28,12 +28,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hermes_e2b::agent_sandbox::{
+use agent_sandbox_examples::agent_sandbox::{
     ApiKeySource, Backend, CommandExit, Config, Endpoints, ErrorChain, FnSink, NoStateHooks,
     OutputStream, RunOptions, Scope, Services, Termination,
 };
-use hermes_e2b::e2b_client::{self, ApiKey};
-use hermes_e2b::e2b_local::Server;
+use agent_sandbox_examples::e2b_client::{self, ApiKey};
+use agent_sandbox_examples::e2b_local::Server;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;

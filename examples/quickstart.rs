@@ -15,7 +15,7 @@
 //! ```
 //!
 //! The same code talks to E2B itself when pointed at it with a real API key; this example
-//! always uses the local server. `tests/quickstart.rs` runs it and checks what it prints.
+//! always uses the local server. `tests/it/quickstart.rs` runs it and checks what it prints.
 
 #![allow(clippy::print_stdout)]
 
@@ -24,17 +24,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures::StreamExt as _;
-use hermes_e2b::agent_sandbox::{
+use agent_sandbox_examples::agent_sandbox::{
     self, ApiKeySource, Backend, ChannelSink, Endpoints, HookError, KillOutcomeReport, Origin,
     PushKind, RoleKind, RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport,
 };
-use hermes_e2b::e2b_client::{
+use agent_sandbox_examples::e2b_client::{
     ApiKey, Client, Config, ConnectState, CreateOptions, OnTimeout, PauseMemory, PauseOutcome,
     ProcessEvent, SandboxId, StartOptions, UploadFile,
 };
-use hermes_e2b::e2b_local::Server;
+use agent_sandbox_examples::e2b_local::Server;
+use bytes::Bytes;
+use futures::StreamExt as _;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 

@@ -1,13 +1,15 @@
-//! The E2B sandbox backend for agents, as one dependency.
+//! Examples and workspace integration tests for agent frameworks on E2B sandboxes.
 //!
-//! This facade re-exports the workspace's library crates so that examples and
-//! integration tests can name everything through one path. Each crate stands on
-//! its own; depend on the one you need rather than on this facade.
+//! This package owns `examples/` (the quickstart, an MCP server, Hermes inside a sandbox)
+//! and the workspace's integration tests in `tests/`. Its library only re-exports the
+//! workspace's library crates so that both can name everything through one path. It is
+//! not the Hermes plugin: that is the `hermes-e2b` wheel built from `crates/hermes-binding`.
+//! Each crate stands on its own; depend on the one you need rather than on this package.
 //!
 //! ```no_run
 //! // Start the embedded E2B-compatible server and point a client at it.
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let server = hermes_e2b::e2b_local::Server::start_loopback().await?;
+//! let server = agent_sandbox_examples::e2b_local::Server::start_loopback().await?;
 //! println!("E2B_API_URL={}", server.url());
 //! # Ok(()) }
 //! ```

@@ -1,5 +1,7 @@
 //! 100 MiB of command output through e2b-client with bounded memory, measured by a counting
 //! allocator that tracks only the client's thread (e2b-local runs on other threads).
+//!
+//! A test binary of its own, outside `tests/it/`: its `#[global_allocator]` is process-wide.
 #![allow(clippy::print_stdout)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -7,11 +9,11 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
-use hermes_e2b::e2b_client::{
+use agent_sandbox_examples::e2b_client::{
     ApiKey, Client, Config, CreateOptions, OnTimeout, ProcessEvent, StartOptions,
 };
-use hermes_e2b::e2b_local::Server;
+use agent_sandbox_examples::e2b_local::Server;
+use futures::StreamExt;
 
 /// Counts live heap bytes allocated and freed by threads that opted in.
 struct Counting;

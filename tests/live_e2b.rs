@@ -2,8 +2,11 @@
 //! feature, which `scripts/test` turns on only when `E2B_API_KEY` is set:
 //!
 //! ```text
-//! E2B_API_KEY=e2b_... cargo test --features live --test live_e2b
+//! E2B_API_KEY=e2b_... cargo test -p agent-sandbox-examples --features live --test live_e2b
 //! ```
+//!
+//! A test binary of its own, outside `tests/it/`, so that `--test live_e2b` runs exactly the
+//! billable tests and nothing else.
 //!
 //! Every sandbox they create has on-timeout kill and a short lease, so a crashed run
 //! cleans up after itself within two minutes.
@@ -12,15 +15,15 @@
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use bytes::Bytes;
-use hermes_e2b::agent_sandbox::{
+use agent_sandbox_examples::agent_sandbox::{
     ApiKeySource, Backend, ChannelSink, Config as BackendConfig, Endpoints, NoStateHooks,
     RunOptions, SandboxMode, Scope, Services,
 };
-use hermes_e2b::e2b_client::{
+use agent_sandbox_examples::e2b_client::{
     ApiKey, Client, Config, CreateOptions, KillOutcome, ListQuery, OnTimeout, StartOptions,
     UploadFile,
 };
+use bytes::Bytes;
 
 fn key() -> ApiKey {
     ApiKey::from_env().expect("the live feature needs E2B_API_KEY")

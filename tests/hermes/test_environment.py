@@ -1,6 +1,6 @@
 """Hermes' own tools running in an e2b-local sandbox through the plugin: terminal, file
 tools, execute_code, skills sync, cleanup paths, the prompt probe. No LLM: the tool
-functions are called directly, the way the agent loop calls them (hermes-contract 7)."""
+functions are called directly, the way the agent loop calls them."""
 
 from __future__ import annotations
 

@@ -4,15 +4,17 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
-use hermes_e2b::e2b_client::{
+use agent_sandbox_examples::e2b_client::{
     ApiKey, Client, Config, ConnectState, CreateOptions, Error, FileType, Health, Jitter,
     KillOutcome, ListQuery, ListedSandbox, MakeDirOutcome, OnTimeout, PauseMemory, PauseOutcome,
     ProcessEvent, RetryPolicy, Sandbox, SandboxId, SandboxInfo, SandboxState, Signal,
     SignalOutcome, StartOptions, StateFilter, UploadFile,
 };
-use hermes_e2b::e2b_local::{Clock, DropRule, FailRule, FaultScope, Server, ServerConfig};
+use agent_sandbox_examples::e2b_local::{
+    Clock, DropRule, FailRule, FaultScope, Server, ServerConfig,
+};
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 
 /// A server whose lease clock only moves when the test says so.
 async fn server() -> Server {
@@ -917,8 +919,9 @@ fn no_secret_in_any_error_string() {
         .expect("runtime");
     let server = runtime.block_on(server());
     let mut strict = ServerConfig::loopback();
-    strict.api_key =
-        hermes_e2b::e2b_local::ApiKeyPolicy::Exact("e2b_the_only_valid_key_000".to_owned());
+    strict.api_key = agent_sandbox_examples::e2b_local::ApiKeyPolicy::Exact(
+        "e2b_the_only_valid_key_000".to_owned(),
+    );
     let strict = runtime
         .block_on(Server::start(strict))
         .expect("strict server");

@@ -2,7 +2,7 @@
 //! the built binary runs the whole flow with the stand-in Hermes, and its printed output says
 //! what happened.
 
-mod examples_support;
+use crate::support;
 
 use std::io::Read as _;
 use std::process::{Command, ExitStatus, Stdio};
@@ -18,9 +18,9 @@ const PROVIDER_KEY: &str = "sk-or-v1-example-test-secret-5e1f";
 /// Runs the built example with these variables on top of a cleared E2B environment; returns
 /// its exit status, stdout and stderr.
 fn run_example(variables: &[(&str, &str)]) -> (ExitStatus, String, String) {
-    let binary = examples_support::example_binary("hermes_in_sandbox");
+    let binary = support::example_binary("hermes_in_sandbox");
     let mut command = Command::new(binary);
-    for name in examples_support::E2B_VARIABLES {
+    for name in support::E2B_VARIABLES {
         command.env_remove(name);
     }
     let mut child = command
@@ -147,10 +147,10 @@ fn hermes_flow_runs_two_turns_of_one_session_in_a_deny_all_sandbox_and_kills_it(
 #[test]
 fn hermes_flow_on_e2b_endpoints_runs_the_real_command_and_kills_the_sandbox_when_it_fails() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let mut config = hermes_e2b::e2b_local::ServerConfig::loopback();
+    let mut config = agent_sandbox_examples::e2b_local::ServerConfig::loopback();
     config.templates = vec!["base".to_owned(), "hermes".to_owned()];
     let server = runtime
-        .block_on(hermes_e2b::e2b_local::Server::start(config))
+        .block_on(agent_sandbox_examples::e2b_local::Server::start(config))
         .expect("e2b-local starts");
     let url = server.url();
 

@@ -2,15 +2,15 @@
 //! cannot silently rot.
 
 #[allow(dead_code)]
-#[path = "../examples/quickstart.rs"]
-mod quickstart;
+#[path = "../../examples/quickstart.rs"]
+mod example;
 
 #[test]
 fn the_quickstart_streams_pauses_resumes_and_recovers_a_skill_after_a_restart() {
     // contract: L2, S5 — a persistent scope across two Backends is found again, resumed,
     // and a skill written only in the sandbox is recovered onto the host.
     let mut out = Vec::new();
-    quickstart::run(&mut out).expect("the quickstart runs");
+    example::run(&mut out).expect("the quickstart runs");
     let text = String::from_utf8(out).expect("utf-8 output");
 
     // Part 1: streaming, files, pause and resume.

@@ -1,7 +1,7 @@
 //! `examples/mcp_server.rs` end to end: the built binary, spoken to in MCP JSON-RPC over its
 //! standard input and output, serving a sandbox of its embedded e2b-local (loopback only).
 
-mod examples_support;
+use crate::support;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -33,9 +33,9 @@ impl McpSession {
 
     /// The example with these variables set on top of a cleared E2B environment.
     fn start_with_env(variables: &[(&str, &str)]) -> McpSession {
-        let binary = examples_support::example_binary("mcp_server");
+        let binary = support::example_binary("mcp_server");
         let mut command = Command::new(binary);
-        for name in examples_support::E2B_VARIABLES {
+        for name in support::E2B_VARIABLES {
             command.env_remove(name);
         }
         command.envs(variables.iter().copied());
@@ -369,7 +369,7 @@ fn mcp_server_kills_the_command_of_a_cancelled_call() {
 fn mcp_server_on_e2b_endpoints_finds_its_sandbox_again_after_a_restart() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let server = runtime
-        .block_on(hermes_e2b::e2b_local::Server::start_loopback())
+        .block_on(agent_sandbox_examples::e2b_local::Server::start_loopback())
         .expect("e2b-local starts");
     let url = server.url();
     let home = tempfile::tempdir().expect("a scope directory");
