@@ -43,13 +43,14 @@
 //! app                        the state every handler shares
 //! store, config              sandbox records and lifecycle; ServerConfig
 //! process_table, fault_state, requests, parse -> reply
-//! clock, isolation, paths, plane, error
+//! clock, isolation -> sandbox_ns, paths, plane, body, error
 //! ```
 
 #![deny(missing_docs)]
 
 mod admin;
 mod app;
+mod body;
 mod clock;
 mod config;
 mod envd;
@@ -64,6 +65,7 @@ mod process_table;
 mod reply;
 mod requests;
 mod rest;
+mod sandbox_ns;
 mod server;
 mod store;
 

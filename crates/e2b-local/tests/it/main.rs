@@ -3,6 +3,8 @@
 mod cli;
 mod envd;
 mod faults;
+mod fidelity;
 mod lifecycle;
+mod namespaces;
 mod requests;
 mod support;
