@@ -7,4 +7,5 @@ mod fidelity;
 mod lifecycle;
 mod namespaces;
 mod requests;
+mod rest_props;
 mod support;
