@@ -146,16 +146,24 @@ impl SandboxNs {
         })
     }
 
-    /// Kills the init, and with it every process of the namespace. The init is reaped
-    /// on a thread of its own: it exits only once every process of its namespace has
-    /// been reaped, and those are the server's children, reaped by the runtime this
-    /// call may be blocking.
-    pub(crate) fn kill(mut self) {
+    /// Kills the init, and with it every process of the namespace (also on drop).
+    pub(crate) fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for SandboxNs {
+    /// The init is reaped on a thread of its own: it exits only once every process of
+    /// its namespace has been reaped, and those are the server's children, reaped by
+    /// the runtime this call may be blocking.
+    fn drop(&mut self) {
         let _ = self.init.kill();
-        let mut init = self.init;
-        std::thread::spawn(move || {
-            let _ = init.wait();
-        });
+        if let Ok(pid) = i32::try_from(self.init.id()) {
+            std::thread::spawn(move || {
+                // SAFETY: waitpid on our own child; no memory is shared.
+                unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+            });
+        }
     }
 }
 
