@@ -523,6 +523,11 @@ async fn requests_are_logged_at_debug_without_key_or_token() {
 
     let server = manual_server().await;
     let api = Api::new(&server);
+    // Other tests, on other threads without this subscriber, may have registered the
+    // log's callsite as uninteresting while this one was being set: once it is
+    // registered (this request), recompute every callsite's interest.
+    api.get("/v2/sandboxes").await;
+    tracing::callsite::rebuild_interest_cache();
     let secure = api
         .post(
             "/v2/sandboxes",

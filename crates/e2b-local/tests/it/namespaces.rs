@@ -57,10 +57,12 @@ async fn commands_see_only_their_sandbox_and_envd_reports_their_pids() {
     // A sees its own command under the pid envd reported, and nothing of the host.
     let seen_in_a = api.run(&a, "ps -eo pid=,args=").await;
     let seen_in_a = String::from_utf8_lossy(&seen_in_a.stdout).into_owned();
+    // `bash -l -c 'sleep 300'` until bash has exec'd `sleep 300`: same pid either way.
     assert!(
-        seen_in_a
-            .lines()
-            .any(|l| l.trim() == format!("{long_pid} sleep 300")),
+        seen_in_a.lines().any(|l| {
+            let l = l.trim();
+            l.starts_with(&format!("{long_pid} ")) && l.ends_with("sleep 300")
+        }),
         "{seen_in_a}"
     );
     let me = std::fs::read_to_string("/proc/self/comm").unwrap();
