@@ -76,6 +76,18 @@ fn clock_json(app: &App) -> Value {
     json!({"now": rfc3339(now), "unixNanos": now})
 }
 
+/// What sandboxes are isolated with, and why not more: the mount tier, and whether
+/// each sandbox gets its own PID namespace and (offline) network namespace.
+fn isolation_json(app: &App) -> Value {
+    let capability = app.isolation.ns_capability();
+    json!({
+        "mode": if app.isolation_is_namespace() { "mount-namespace" } else { "path-mapping" },
+        "pidNamespace": capability.pid,
+        "networkNamespace": capability.net,
+        "missing": app.isolation.ns_missing(),
+    })
+}
+
 /// Serves `/_e2b_local/<rest>` (the API key was checked by the caller).
 pub(crate) fn route(
     app: &Arc<App>,
@@ -135,6 +147,7 @@ pub(crate) fn route(
             });
             no_content()
         }
+        (Method::GET, ["isolation"]) => Ok(json_response(StatusCode::OK, &isolation_json(app))),
         (Method::GET, ["requests"]) => Ok(json_response(
             StatusCode::OK,
             &app.requests.snapshot().to_json(),

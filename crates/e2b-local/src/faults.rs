@@ -106,7 +106,6 @@ pub(crate) async fn apply(
     }
     let path = request.uri().path().to_owned();
     if let Some(rule) = app.faults.take_fail(plane, &path) {
-        crate::reply::drain(request).await;
         return injected_failure(&rule);
     }
     let drop_rule = app.faults.take_drop(plane, &path);

@@ -8,6 +8,10 @@
 //! host's; then it drops to that user unless root was asked for. Nothing else of the
 //! host is hidden: this is a convenience, not a security boundary.
 //!
+//! With a mount namespace, each sandbox also gets a PID namespace of its own (a fresh
+//! `/proc` shows only its processes) and, with internet access off, a network namespace
+//! with only loopback, where the host allows them ([`crate::sandbox_ns`]).
+//!
 //! Path mapping: commands run as the server's own user with `HOME` set to the sandbox
 //! root and `TMPDIR` to its tmp; a `cwd` under `/home/user` or `/tmp` is mapped to the
 //! host directory. `whoami` then prints the server's user.
@@ -18,6 +22,8 @@ use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use crate::sandbox_ns::{NsCapability, SandboxNs};
 
 /// How commands are isolated (the public configuration choice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +68,15 @@ impl SandboxUser {
 /// The mechanism actually in use.
 #[derive(Debug)]
 pub(crate) enum Isolation {
-    Namespace { passwd: PathBuf, group: PathBuf },
+    Namespace {
+        passwd: PathBuf,
+        group: PathBuf,
+        /// PID and network namespaces the host allows on top (see [`crate::sandbox_ns`]).
+        capability: NsCapability,
+        /// Why a PID or network namespace is unavailable, said at start and by the
+        /// admin `isolation` route.
+        missing: Vec<String>,
+    },
     PathMapping,
 }
 
@@ -82,6 +96,8 @@ pub(crate) struct CommandSpec<'a> {
     pub(crate) sandbox_envs: &'a BTreeMap<String, String>,
     pub(crate) request_envs: &'a BTreeMap<String, String>,
     pub(crate) stdin: bool,
+    /// The command joins the sandbox's own PID namespace, so it mounts a fresh /proc.
+    pub(crate) own_pid_namespace: bool,
 }
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -93,11 +109,11 @@ impl Isolation {
             return Ok(Isolation::PathMapping);
         }
         let attempt = Isolation::namespace(etc_dir).and_then(|iso| {
-            iso.probe(etc_dir)?;
+            iso.probe(etc_dir, None)?;
             Ok(iso)
         });
         match (attempt, mode) {
-            (Ok(iso), _) => Ok(iso),
+            (Ok(iso), _) => Ok(iso.with_sandbox_namespaces(etc_dir)),
             (Err(error), IsolationMode::MountNamespace) => Err(error),
             (Err(error), _) => {
                 tracing::warn!(%error, "mount namespaces unavailable; commands run as the server's user with path mapping");
@@ -130,19 +146,93 @@ impl Isolation {
             &group,
             account_file(&host_group, &format!("user:x:{USER_ID}:")),
         )?;
-        Ok(Isolation::Namespace { passwd, group })
+        Ok(Isolation::Namespace {
+            passwd,
+            group,
+            capability: NsCapability::NONE,
+            missing: Vec::new(),
+        })
     }
 
-    /// Runs `id -un` through the namespace set-up once, so a host that refuses it is
-    /// detected at start rather than on the first command.
-    fn probe(&self, etc_dir: &Path) -> io::Result<()> {
+    /// Finds which PID and network namespaces the host allows, by running the probe
+    /// inside them; what is missing is logged once here.
+    fn with_sandbox_namespaces(self, etc_dir: &Path) -> Isolation {
+        let mut missing = Vec::new();
+        let mut capability = NsCapability::NONE;
+        for offline in [true, false] {
+            let attempt = SandboxNs::create(offline).and_then(|ns| {
+                let probed = self.probe(etc_dir, Some(&ns));
+                ns.kill();
+                probed
+            });
+            match attempt {
+                Ok(()) => {
+                    capability = NsCapability {
+                        pid: true,
+                        net: offline,
+                    };
+                    break;
+                }
+                Err(error) if offline => {
+                    missing.push(format!("network namespaces unavailable: {error}"));
+                }
+                Err(error) => missing.push(format!("PID namespaces unavailable: {error}")),
+            }
+        }
+        if !capability.pid {
+            missing.retain(|m| !m.starts_with("network"));
+            missing.push("network namespaces unavailable: they need a PID namespace".to_owned());
+        }
+        for reason in &missing {
+            tracing::warn!(
+                %reason,
+                "sandboxes share the host's namespaces: commands see host processes, or reach the network with internet access off"
+            );
+        }
+        match self {
+            Isolation::Namespace { passwd, group, .. } => Isolation::Namespace {
+                passwd,
+                group,
+                capability,
+                missing,
+            },
+            Isolation::PathMapping => Isolation::PathMapping,
+        }
+    }
+
+    /// The PID and network namespaces the host allows.
+    pub(crate) fn ns_capability(&self) -> NsCapability {
+        match self {
+            Isolation::Namespace { capability, .. } => *capability,
+            Isolation::PathMapping => NsCapability::NONE,
+        }
+    }
+
+    /// Why sandboxes lack a PID or network namespace (empty when they have both).
+    pub(crate) fn ns_missing(&self) -> Vec<String> {
+        match self {
+            Isolation::Namespace { missing, .. } => missing.clone(),
+            Isolation::PathMapping => {
+                vec!["path mapping: commands run as host processes, without namespaces".to_owned()]
+            }
+        }
+    }
+
+    /// Runs `id -un` through the namespace set-up once (inside `ns` when given), so a
+    /// host that refuses it is detected at start rather than on the first command.
+    fn probe(&self, etc_dir: &Path, ns: Option<&SandboxNs>) -> io::Result<()> {
         let home = etc_dir.join("probe-home");
         let tmp = etc_dir.join("probe-tmp");
         fs::create_dir_all(&home)?;
         fs::create_dir_all(&tmp)?;
         std::os::unix::fs::chown(&home, Some(USER_ID), Some(USER_ID))?;
         let envs = BTreeMap::new();
-        let args = ["-c".to_owned(), "id -un; test -d /home/user".to_owned()];
+        // Inside a PID namespace the init (pid 1 of the fresh /proc) must be ours.
+        let script = match ns {
+            None => "id -un; test -d /home/user",
+            Some(_) => "id -un; test -d /home/user; test \"$(cat /proc/1/comm)\" = sleep",
+        };
+        let args = ["-c".to_owned(), script.to_owned()];
         let spec = CommandSpec {
             sandbox_id: "probe",
             home: &home,
@@ -155,9 +245,13 @@ impl Isolation {
             sandbox_envs: &envs,
             request_envs: &envs,
             stdin: false,
+            own_pid_namespace: ns.is_some(),
         };
         let mut command = self.std_command(&spec)?;
-        let output = command.output()?;
+        let output = match ns {
+            None => command.output()?,
+            Some(ns) => ns.run_inside(|| command.output())?,
+        };
         let who = String::from_utf8_lossy(&output.stdout);
         if output.status.success() && who.trim() == "user" {
             Ok(())
@@ -239,7 +333,7 @@ impl Isolation {
                     });
                 }
             }
-            Isolation::Namespace { passwd, group } => {
+            Isolation::Namespace { passwd, group, .. } => {
                 let plan = MountPlan {
                     home: cstring(spec.home)?,
                     tmp: cstring(spec.tmp)?,
@@ -247,6 +341,7 @@ impl Isolation {
                     group: cstring(group)?,
                     cwd: CString::new(spec.cwd_virtual).map_err(io::Error::other)?,
                     drop_to: (spec.user == SandboxUser::User).then_some(USER_ID),
+                    fresh_proc: spec.own_pid_namespace,
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -267,6 +362,8 @@ struct MountPlan {
     group: CString,
     cwd: CString,
     drop_to: Option<u32>,
+    /// Mount a /proc of the command's own PID namespace over the host's.
+    fresh_proc: bool,
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {
@@ -294,6 +391,15 @@ impl MountPlan {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
+            if self.fresh_proc {
+                check(libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                ))?;
+            }
             check(libc::mount(
                 c"tmpfs".as_ptr(),
                 c"/home".as_ptr(),

@@ -22,9 +22,15 @@
 //! request for that sandbox; every other request is a control-plane request.
 //!
 //! What it is not: a security boundary. Each sandbox gets its own directory, seen by
-//! its commands as `/home/user` with a private `/tmp` (through a mount namespace where
-//! the OS allows), but commands run on the host kernel next to everything else.
+//! its commands as `/home/user` with a private `/tmp`, and its own PID namespace (and,
+//! with internet access off, a network namespace with only loopback) where the OS
+//! allows, but commands run on the host kernel next to everything else.
 //! Memory is never kept across a pause: a paused sandbox keeps its files only.
+//!
+//! For clients nobody here wrote: a body the handler left unread is read (up to
+//! 256 KiB) before the answer goes out, so keep-alive connections survive early errors;
+//! E2B routes it lacks answer 501; every answer carries `Server-Timing`; requests are
+//! logged at debug (target `e2b_local::request`).
 //!
 //! Knobs for reliability tests ([`Faults`], [`Clock`], and the `/_e2b_local/` admin
 //! routes) inject latency, 5xx answers, dropped connections and streams, vanishing
@@ -43,13 +49,14 @@
 //! app                        the state every handler shares
 //! store, config              sandbox records and lifecycle; ServerConfig
 //! process_table, fault_state, requests, parse -> reply
-//! clock, isolation, paths, plane, error
+//! clock, isolation -> sandbox_ns, paths, plane, body, error
 //! ```
 
 #![deny(missing_docs)]
 
 mod admin;
 mod app;
+mod body;
 mod clock;
 mod config;
 mod envd;
@@ -64,6 +71,7 @@ mod process_table;
 mod reply;
 mod requests;
 mod rest;
+mod sandbox_ns;
 mod server;
 mod store;
 

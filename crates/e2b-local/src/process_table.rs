@@ -3,7 +3,8 @@
 //! calls, and killing everything a sandbox started when it pauses or dies.
 //!
 //! Below both the store (which owns one table per sandbox) and the envd Process RPCs
-//! (which serve it): it knows nothing of HTTP or the Connect wire format.
+//! (which serve it): it knows nothing of HTTP or the Connect wire format. A table
+//! also holds the sandbox's namespaces ([`SandboxNs`]) while it has any.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -14,6 +15,8 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+use crate::sandbox_ns::{self, NsPlan, SandboxNs};
 
 /// Largest chunk of output in one `data` event (envd reads 32 KiB at a time).
 pub(crate) const CHUNK: usize = 32 * 1024;
@@ -102,7 +105,10 @@ pub(crate) struct ProcConfig {
 /// One started process.
 #[derive(Debug)]
 pub(crate) struct Proc {
+    /// The pid as the sandbox sees it (the one envd reports: Start, List, SendSignal).
     pub(crate) pid: u32,
+    /// The pid as the server sees it (the one signals go to).
+    pub(crate) host_pid: u32,
     pub(crate) tag: Option<String>,
     pub(crate) config: ProcConfig,
     shared: Mutex<Shared>,
@@ -153,6 +159,7 @@ impl Proc {
 #[derive(Debug)]
 pub(crate) struct ProcessTable {
     sandbox_id: String,
+    plan: NsPlan,
     inner: Mutex<TableInner>,
 }
 
@@ -160,6 +167,9 @@ pub(crate) struct ProcessTable {
 struct TableInner {
     /// Set when the sandbox paused or died: no new process may start.
     closed: bool,
+    /// Started with the first command when the plan asks for namespaces.
+    ns: Option<SandboxNs>,
+    /// By the pid the sandbox sees (unique within its PID namespace).
     running: HashMap<u32, Arc<Proc>>,
     finished: VecDeque<Arc<Proc>>,
 }
@@ -172,26 +182,37 @@ pub(crate) enum SpawnError {
 }
 
 impl ProcessTable {
-    pub(crate) fn new(sandbox_id: &str) -> ProcessTable {
+    pub(crate) fn new(sandbox_id: &str, plan: NsPlan) -> ProcessTable {
         ProcessTable {
             sandbox_id: sandbox_id.to_owned(),
+            plan,
             inner: Mutex::new(TableInner::default()),
         }
+    }
+
+    /// True when commands run in a PID namespace of the sandbox's own (and so must
+    /// mount a /proc of their own to see it).
+    pub(crate) fn own_pid_namespace(&self) -> bool {
+        self.plan.pid
     }
 
     fn lock(&self) -> MutexGuard<'_, TableInner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Refuses new processes and kills every process of the sandbox: each command's
-    /// process group, plus any descendant that left it but still carries the
-    /// sandbox's `E2B_SANDBOX_ID`.
+    /// Refuses new processes and kills every process of the sandbox: its PID
+    /// namespace when it has one, each command's process group, plus any descendant
+    /// that left it but still carries the sandbox's `E2B_SANDBOX_ID`.
     pub(crate) fn close_and_kill(&self) {
-        let pids: Vec<u32> = {
+        let (pids, ns): (Vec<u32>, _) = {
             let mut inner = self.lock();
             inner.closed = true;
-            inner.running.keys().copied().collect()
+            let pids = inner.running.values().map(|p| p.host_pid).collect();
+            (pids, inner.ns.take())
         };
+        if let Some(ns) = ns {
+            ns.kill();
+        }
         for pid in pids {
             let Ok(pid) = i32::try_from(pid) else {
                 continue;
@@ -260,11 +281,25 @@ impl ProcessTable {
         }
         // Spawned under the table lock so that a concurrent pause/kill either refuses
         // this process or sees it and kills it.
-        let mut child = command.spawn().map_err(SpawnError::Io)?;
-        let pid = child.id().unwrap_or(0);
+        let mut child = if self.plan.pid {
+            if inner.ns.is_none() {
+                inner.ns = Some(SandboxNs::create(self.plan.offline).map_err(SpawnError::Io)?);
+            }
+            let ns = inner.ns.as_ref().ok_or(SpawnError::Closed)?;
+            ns.run_inside(|| command.spawn()).map_err(SpawnError::Io)?
+        } else {
+            command.spawn().map_err(SpawnError::Io)?
+        };
+        let host_pid = child.id().unwrap_or(0);
+        let pid = if self.plan.pid {
+            sandbox_ns::inner_pid(host_pid).unwrap_or(host_pid)
+        } else {
+            host_pid
+        };
         let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let proc = Arc::new(Proc {
             pid,
+            host_pid,
             tag,
             config,
             shared: Mutex::new(Shared {
@@ -351,7 +386,7 @@ async fn supervise(
             () = sleep_until_opt(deadline), if !deadline_fired && status.is_none() => {
                 deadline_fired = true;
                 // envd cancels the command's context: SIGKILL to the process itself.
-                if let Ok(pid) = i32::try_from(proc.pid) {
+                if let Ok(pid) = i32::try_from(proc.host_pid) {
                     // SAFETY: kill has no memory-safety preconditions.
                     unsafe { libc::kill(pid, libc::SIGKILL); }
                 }

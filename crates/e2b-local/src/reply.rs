@@ -1,5 +1,4 @@
-//! The answers every handler shares: the E2B-style error body, JSON replies, and
-//! draining an unread request body before an early answer.
+//! The answers every handler shares: the E2B-style error body and JSON replies.
 //!
 //! Depends on no other module of the crate, so that the store, the fault layer and
 //! every handler can use it without importing each other.
@@ -34,6 +33,15 @@ impl ApiError {
         )
     }
 
+    /// A route of E2B's published API that e2b-local does not implement (501, not
+    /// 404: SDKs read a 404 as "sandbox not found").
+    pub(crate) fn not_supported(route: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("{route} is not supported by e2b-local"),
+        )
+    }
+
     pub(crate) fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
@@ -59,17 +67,12 @@ pub(crate) fn json_response(status: StatusCode, value: &serde_json::Value) -> Re
     response
 }
 
-/// Largest body read and thrown away before an early answer.
-const DRAIN_LIMIT: usize = 1024 * 1024;
-
-/// Reads (and discards) a request body before answering without it, so that the
-/// connection stays usable: hyper closes a keep-alive connection whose request body
-/// was left unread, and clients then fail their next pooled request.
-pub(crate) async fn drain(request: axum::extract::Request) {
-    let body = request.into_body();
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        axum::body::to_bytes(body, DRAIN_LIMIT),
-    )
-    .await;
+/// A 405 with the `Allow` header HTTP requires (RFC 9110 §15.5.6): `allow` lists the
+/// methods the path does serve.
+pub(crate) fn method_not_allowed(message: &str, allow: &'static str) -> Response {
+    let mut response = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, message).into_response();
+    response
+        .headers_mut()
+        .insert(http::header::ALLOW, HeaderValue::from_static(allow));
+    response
 }

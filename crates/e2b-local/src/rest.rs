@@ -47,7 +47,6 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
         .and_then(|v| v.to_str().ok());
     let accepted = app.key_accepted(key);
     if !accepted {
-        crate::reply::drain(request).await;
         return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
     }
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
@@ -56,8 +55,10 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
             return ApiError::bad_request(format!("reading request body: {e}")).into_response();
         }
     };
-    let result = route(&app, &method, &segments, &query, &body);
-    match result {
+    if let Some(route) = unsupported_route(&segments) {
+        return ApiError::not_supported(&format!("{method} {route}")).into_response();
+    }
+    match route(&app, &method, &segments, &query, &body) {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
@@ -116,7 +117,8 @@ fn route(
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (_, ["_e2b_local", rest @ ..]) => crate::admin::route(app, method, rest, body),
-        (_, ["sandboxes"] | ["v2", "sandboxes"] | ["sandboxes", _]) => Err(method_not_allowed()),
+        (_, ["sandboxes"] | ["v2", "sandboxes"]) => Ok(method_not_allowed("GET, POST")),
+        (_, ["sandboxes", _]) => Ok(method_not_allowed("GET, DELETE")),
         (
             _,
             [
@@ -125,13 +127,48 @@ fn route(
                 "connect" | "resume" | "timeout" | "refreshes" | "pause",
             ],
         )
-        | (_, ["v2", "sandboxes", _, "connect"]) => Err(method_not_allowed()),
+        | (_, ["v2", "sandboxes", _, "connect"]) => Ok(method_not_allowed("POST")),
+        (_, ["health"]) => Ok(method_not_allowed("GET")),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "Not found")),
     }
 }
 
-fn method_not_allowed() -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed")
+/// A 405 naming the methods the path serves.
+fn method_not_allowed(allow: &'static str) -> Response {
+    crate::reply::method_not_allowed("Method not allowed", allow)
+}
+
+/// Routes of E2B's published API (`spec/openapi.yml`) that e2b-local does not
+/// implement, named as the spec names them; `None` for every other path.
+fn unsupported_route(segments: &[&str]) -> Option<String> {
+    let sandbox_route = |tail: &str| Some(format!("/sandboxes/{{sandboxID}}/{tail}"));
+    match segments {
+        ["sandboxes", "metrics"] => Some("/sandboxes/metrics".to_owned()),
+        [
+            "sandboxes",
+            _,
+            tail @ ("logs" | "metrics" | "network" | "snapshots" | "fork"),
+        ] => sandbox_route(tail),
+        ["v2", "sandboxes", _, "logs"] => Some("/v2/sandboxes/{sandboxID}/logs".to_owned()),
+        [
+            first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"
+            | "api-keys" | "volumes"),
+            ..,
+        ] => Some(format!("/{first}")),
+        [version @ ("v2" | "v3"), "templates", ..] => Some(format!("/{version}/templates")),
+        _ => None,
+    }
+}
+
+/// The sandbox a control-plane or admin path names (for the request log).
+pub(crate) fn sandbox_in_path(path: &str) -> Option<String> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["sandboxes", id, ..]
+        | ["v2", "sandboxes", id, ..]
+        | ["_e2b_local", "sandboxes", id, ..] => Some((*id).to_owned()),
+        _ => None,
+    }
 }
 
 // ---- create ---------------------------------------------------------------------

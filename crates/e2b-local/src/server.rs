@@ -5,15 +5,18 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
+use http::HeaderValue;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::app::App;
+use crate::body::SharedBody;
 use crate::clock::Clock;
 use crate::config::{ApiKeyPolicy, ServerConfig};
 use crate::error::Error;
@@ -112,6 +115,7 @@ impl Server {
             &state_dir,
             config.clock.clone(),
             isolation.owner(SandboxUser::User),
+            isolation.ns_capability(),
         )
         .map_err(|source| Error::StateDir {
             operation: "open sandbox records",
@@ -269,12 +273,48 @@ impl Drop for Server {
     }
 }
 
-/// Every request enters here: admin, envd (by header or pre-signed URL) or REST.
+/// Every request enters here: admin, envd (by header or pre-signed URL) or REST. The
+/// body is shared so that what a handler left unread is read before the answer goes out
+/// (see [`crate::body`]); every answer carries `Server-Timing` and is logged at debug.
 async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let body = SharedBody::new(body);
+    let request = Request::from_parts(parts, Body::new(body.clone()));
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let (mut response, sandbox) = route(app, request).await;
+    if !body.drain().await {
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    let elapsed = started.elapsed();
+    let millis = elapsed.as_secs_f64() * 1000.0;
+    if let Ok(value) = HeaderValue::from_str(&format!("app;dur={millis:.3}")) {
+        response.headers_mut().insert("server-timing", value);
+    }
+    // The path only: a pre-signed URL's query carries its signature, and the API key
+    // and access token travel in headers, which are never logged.
+    tracing::debug!(
+        target: "e2b_local::request",
+        %method,
+        %path,
+        sandbox = %sandbox.as_deref().unwrap_or("-"),
+        status = response.status().as_u16(),
+        duration_ms = format_args!("{millis:.3}"),
+        "request"
+    );
+    response
+}
+
+/// Routes one request; also names the sandbox it concerned, for the request log.
+async fn route(app: Arc<App>, request: Request) -> (Response, Option<String>) {
     let path = request.uri().path();
     if path.starts_with("/_e2b_local/") {
         // Admin routes are never subject to faults or latency.
-        return rest::handle(app, request).await;
+        let sandbox = rest::sandbox_in_path(path);
+        return (rest::handle(app, request).await, sandbox);
     }
     let mut sandbox = request
         .headers()
@@ -289,10 +329,11 @@ async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
     } else {
         Plane::Rest
     };
+    let logged = sandbox.clone().or_else(|| rest::sandbox_in_path(path));
     // Counted on arrival, before faults: a request failed by a fault rule was still sent.
     app.requests.record(plane, request.method(), path);
     let handler_app = Arc::clone(&app);
-    faults::apply(&app, plane, request, move |request| {
+    let response = faults::apply(&app, plane, request, move |request| {
         Box::pin(async move {
             match sandbox {
                 Some(id) => envd::handle(handler_app, id, request).await,
@@ -300,5 +341,6 @@ async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
             }
         })
     })
-    .await
+    .await;
+    (response, logged)
 }

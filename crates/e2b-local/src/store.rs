@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::{Clock, nanos};
 use crate::process_table::ProcessTable;
 use crate::reply::ApiError;
+use crate::sandbox_ns::NsCapability;
 
 /// The longest lease accepted (E2B's paid-tier maximum).
 pub(crate) const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
@@ -157,6 +158,8 @@ pub(crate) struct Store {
     dir: PathBuf,
     /// uid/gid that owns sandbox homes (None: leave the server's own ownership).
     owner: Option<(u32, u32)>,
+    /// The namespaces sandboxes get (per sandbox: see [`NsCapability::plan`]).
+    ns: NsCapability,
 }
 
 fn secs_to_nanos(secs: i64) -> u64 {
@@ -166,6 +169,8 @@ fn secs_to_nanos(secs: i64) -> u64 {
 }
 
 /// Checks a sandbox id like E2B does (`^[a-z0-9]+$`, legacy `<id>-<clientID>` accepted).
+/// A malformed id names no sandbox: 404, the answer the spec documents for every route
+/// that takes one (400 is not among them).
 pub(crate) fn parse_sandbox_id(raw: &str) -> Result<String, ApiError> {
     let id = raw.split_once('-').map_or(raw, |(id, _client)| id);
     let valid = !id.is_empty()
@@ -176,7 +181,7 @@ pub(crate) fn parse_sandbox_id(raw: &str) -> Result<String, ApiError> {
     if valid {
         Ok(id.to_owned())
     } else {
-        Err(ApiError::bad_request("Invalid sandbox ID"))
+        Err(ApiError::sandbox_not_found(raw))
     }
 }
 
@@ -202,6 +207,7 @@ impl Store {
         state_dir: &Path,
         clock: Clock,
         owner: Option<(u32, u32)>,
+        ns: NsCapability,
     ) -> io::Result<Store> {
         let dir = state_dir.join("sandboxes");
         fs::create_dir_all(&dir)?;
@@ -215,7 +221,10 @@ impl Store {
             match serde_json::from_str::<Record>(&text) {
                 Ok(record) => {
                     inner.next_seq = inner.next_seq.max(record.seq + 1);
-                    let procs = Arc::new(ProcessTable::new(&record.id));
+                    let procs = Arc::new(ProcessTable::new(
+                        &record.id,
+                        ns.plan(record.allow_internet_access),
+                    ));
                     if record.state == SbState::Paused {
                         procs.close_and_kill();
                     }
@@ -233,6 +242,7 @@ impl Store {
             clock,
             dir,
             owner,
+            ns,
         })
     }
 
@@ -342,7 +352,10 @@ impl Store {
             id.clone(),
             Entry {
                 record: record.clone(),
-                procs: Arc::new(ProcessTable::new(&id)),
+                procs: Arc::new(ProcessTable::new(
+                    &id,
+                    self.ns.plan(record.allow_internet_access),
+                )),
             },
         );
         Ok(record)
@@ -440,7 +453,10 @@ impl Store {
             SbState::Paused => {
                 entry.record.state = SbState::Running;
                 entry.record.end_at = wanted_end;
-                entry.procs = Arc::new(ProcessTable::new(id));
+                entry.procs = Arc::new(ProcessTable::new(
+                    id,
+                    self.ns.plan(entry.record.allow_internet_access),
+                ));
                 true
             }
         };

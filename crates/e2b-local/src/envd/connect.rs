@@ -164,7 +164,6 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConnectError> {
 /// Reads a unary request: `Err(response)` is the complete answer for a bad request.
 pub(crate) async fn read_unary<T: DeserializeOwned>(request: Request) -> Result<T, Response> {
     if content_type(request.headers()) != "application/json" {
-        crate::reply::drain(request).await;
         return Err(unsupported_media_type());
     }
     let bytes = read_body(request).await.map_err(|e| e.unary())?;
@@ -177,7 +176,6 @@ pub(crate) async fn read_stream_request<T: DeserializeOwned>(
     request: Request,
 ) -> Result<T, Response> {
     if !is_stream_request(request.headers()) {
-        crate::reply::drain(request).await;
         return Err(unsupported_media_type());
     }
     let bytes = read_body(request).await.map_err(|e| e.stream())?;

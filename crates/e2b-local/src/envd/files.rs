@@ -222,10 +222,57 @@ pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(content_type_for(&name)),
     );
-    if let Ok(value) = HeaderValue::from_str(&format!("inline; filename={name}")) {
+    if let Ok(value) = HeaderValue::from_str(&content_disposition(&name)) {
         headers.insert(http::header::CONTENT_DISPOSITION, value);
     }
     response
+}
+
+/// `inline` with the file's name as RFC 6266 has it: a token as is (what envd sends),
+/// other ASCII quoted, and a non-ASCII name as RFC 8187 `filename*=UTF-8''…` after an
+/// ASCII `filename=` fallback for clients that do not read `filename*`.
+fn content_disposition(name: &str) -> String {
+    use std::fmt::Write;
+    let is_token_char = |b: u8| b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b);
+    if !name.is_empty() && name.bytes().all(is_token_char) {
+        return format!("inline; filename={name}");
+    }
+    let quoted = |text: &str| {
+        let mut out = String::with_capacity(text.len() + 2);
+        out.push('"');
+        for c in text.chars() {
+            match c {
+                '"' | '\\' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c if c.is_ascii_control() => out.push('_'),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    };
+    if name.is_ascii() {
+        return format!("inline; filename={}", quoted(name));
+    }
+    let fallback: String = name
+        .chars()
+        .map(|c| if c.is_ascii() { c } else { '_' })
+        .collect();
+    let mut encoded = String::new();
+    for b in name.bytes() {
+        // RFC 8187 attr-char: ALPHA / DIGIT / "!#$&+-.^_`|~"; everything else %XX.
+        if is_token_char(b) {
+            encoded.push(char::from(b));
+        } else {
+            let _ = write!(encoded, "%{b:02X}");
+        }
+    }
+    format!(
+        "inline; filename={}; filename*=UTF-8''{encoded}",
+        quoted(&fallback)
+    )
 }
 
 async fn open_read(path: &std::path::Path) -> io::Result<tokio::fs::File> {
@@ -238,13 +285,11 @@ async fn open_read(path: &std::path::Path) -> io::Result<tokio::fs::File> {
 pub(crate) async fn upload(ctx: Ctx, request: Request) -> Response {
     let query = parse_query(request.uri().query());
     if !authorized(&ctx, request.headers(), &query, "write") {
-        crate::reply::drain(request).await;
         return unauthorized();
     }
     let user = match user_of(&query) {
         Ok(user) => user,
         Err(error) => {
-            crate::reply::drain(request).await;
             return error.into_response();
         }
     };
@@ -260,10 +305,7 @@ pub(crate) async fn upload(ctx: Ctx, request: Request) -> Response {
                 .await
                 .map(|entry| vec![entry])
         }
-        Err(error) => {
-            crate::reply::drain(request).await;
-            Err(error)
-        }
+        Err(error) => Err(error),
     };
     match result {
         Ok(mut entries) => {
@@ -473,6 +515,19 @@ fn write_error(virt: &str, error: &io::Error) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_disposition_escapes_like_rfc_6266() {
+        assert_eq!(content_disposition("a.txt"), "inline; filename=a.txt");
+        assert_eq!(
+            content_disposition("my \"file\".txt"),
+            "inline; filename=\"my \\\"file\\\".txt\""
+        );
+        assert_eq!(
+            content_disposition("résumé 1.txt"),
+            "inline; filename=\"r_sum_ 1.txt\"; filename*=UTF-8''r%C3%A9sum%C3%A9%201.txt"
+        );
+    }
 
     #[test]
     fn signature_matches_sdk_formula() {

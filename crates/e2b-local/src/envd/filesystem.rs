@@ -46,7 +46,6 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
     let user = match ctx.user(request.headers()) {
         Ok(user) => user,
         Err(error) => {
-            crate::reply::drain(request).await;
             return error.unary();
         }
     };
@@ -82,27 +81,20 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             Err(response) => return response,
         },
         "WatchDir" => {
-            crate::reply::drain(request).await;
             return ConnectError::new(
                 Code::Unimplemented,
                 "filesystem.Filesystem/WatchDir is not implemented by e2b-local",
             )
             .stream();
         }
-        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
-            crate::reply::drain(request).await;
-            Err(ConnectError::new(
-                Code::Unimplemented,
-                format!("filesystem.Filesystem/{method} is not implemented by e2b-local"),
-            ))
-        }
-        _ => {
-            crate::reply::drain(request).await;
-            Err(ConnectError::new(
-                Code::NotFound,
-                format!("unknown method filesystem.Filesystem/{method}"),
-            ))
-        }
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(ConnectError::new(
+            Code::Unimplemented,
+            format!("filesystem.Filesystem/{method} is not implemented by e2b-local"),
+        )),
+        _ => Err(ConnectError::new(
+            Code::NotFound,
+            format!("unknown method filesystem.Filesystem/{method}"),
+        )),
     };
     match result {
         Ok(value) => connect::unary_ok(&value),

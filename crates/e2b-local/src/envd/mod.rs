@@ -36,7 +36,6 @@ fn unauthorized() -> Response {
 /// Serves one envd request for the sandbox named in its header.
 pub(crate) async fn handle(app: Arc<App>, sandbox_id: String, request: Request) -> Response {
     let Some(sandbox) = app.store.running(&sandbox_id) else {
-        crate::reply::drain(request).await;
         return sandbox_not_found(&sandbox_id);
     };
     serve(Ctx { app, sandbox }, request).await
@@ -49,19 +48,18 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
     let is_files = path == "/files";
     let exempt = (path == "/health" && method == Method::GET) || is_files;
     if !exempt && !token_ok(&ctx, request.headers()) {
-        crate::reply::drain(request).await;
         return unauthorized();
     }
     if let Some(rpc) = path.strip_prefix("/process.Process/") {
         if method != Method::POST {
-            return method_not_allowed();
+            return method_not_allowed("POST");
         }
         let rpc = rpc.to_owned();
         return process::handle(ctx, &rpc, request).await;
     }
     if let Some(rpc) = path.strip_prefix("/filesystem.Filesystem/") {
         if method != Method::POST {
-            return method_not_allowed();
+            return method_not_allowed("POST");
         }
         let rpc = rpc.to_owned();
         return filesystem::handle(ctx, &rpc, request).await;
@@ -73,19 +71,18 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
         (Method::GET, "/envs") => {
             json_response(StatusCode::OK, &serde_json::json!(ctx.sandbox.env_vars))
         }
-        (_, "/health" | "/files" | "/envs") => {
-            crate::reply::drain(request).await;
-            method_not_allowed()
-        }
+        (_, "/health" | "/envs") => method_not_allowed("GET"),
+        (_, "/files") => method_not_allowed("GET, POST"),
+        // envd's own metrics (the SDK reads metrics from the REST API, also unsupported).
+        (_, "/metrics") => ApiError::not_supported("envd GET /metrics").into_response(),
         _ => {
-            crate::reply::drain(request).await;
             ApiError::new(StatusCode::NOT_FOUND, format!("path '{path}' not found")).into_response()
         }
     }
 }
 
-fn method_not_allowed() -> Response {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed").into_response()
+fn method_not_allowed(allow: &'static str) -> Response {
+    crate::reply::method_not_allowed("method not allowed", allow)
 }
 
 /// True when the sandbox has no token or the request carries the right one.

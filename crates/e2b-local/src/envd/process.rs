@@ -159,21 +159,17 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
                 format!("process.Process/{method} is not implemented by e2b-local"),
             );
             let stream = connect::is_stream_request(request.headers());
-            crate::reply::drain(request).await;
             if stream {
                 error.stream()
             } else {
                 error.unary()
             }
         }
-        _ => {
-            crate::reply::drain(request).await;
-            ConnectError::new(
-                Code::NotFound,
-                format!("unknown method process.Process/{method}"),
-            )
-            .unary()
-        }
+        _ => ConnectError::new(
+            Code::NotFound,
+            format!("unknown method process.Process/{method}"),
+        )
+        .unary(),
     }
 }
 
@@ -231,6 +227,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         sandbox_envs: &sandbox.env_vars,
         request_envs: &req.process.envs,
         stdin: req.stdin.unwrap_or(false),
+        own_pid_namespace: sandbox.procs.own_pid_namespace(),
     };
     let command = match ctx.app.isolation.command(&spec) {
         Ok(command) => command,
@@ -401,7 +398,7 @@ fn send_signal(ctx: &Ctx, req: &SendSignalRequest) -> Response {
     let Some(proc) = req.process.find_running(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).unary();
     };
-    let Ok(pid) = i32::try_from(proc.pid) else {
+    let Ok(pid) = i32::try_from(proc.host_pid) else {
         return ConnectError::new(Code::Internal, "pid out of range").unary();
     };
     // The single pid only, like envd: children of the command survive.
@@ -411,7 +408,7 @@ fn send_signal(ctx: &Ctx, req: &SendSignalRequest) -> Response {
         let error = std::io::Error::last_os_error();
         return ConnectError::new(
             Code::Internal,
-            format!("error sending signal to pid {pid}: {error}"),
+            format!("error sending signal to pid {}: {error}", proc.pid),
         )
         .unary();
     }

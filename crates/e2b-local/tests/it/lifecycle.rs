@@ -203,10 +203,11 @@ async fn set_timeout_shortens_and_pause_kill_statuses() {
 async fn bad_input_gets_e2b_statuses_never_a_crash() {
     let server = manual_server().await;
     let api = Api::new(&server);
+    // A malformed sandbox id is a 404: the spec documents no 400 on these routes.
     let cases: Vec<(reqwest::Method, &str, Option<&str>, u16)> = vec![
-        (reqwest::Method::GET, "/sandboxes/BAD_ID", None, 400),
-        (reqwest::Method::GET, "/sandboxes/abc%2F..", None, 400),
-        (reqwest::Method::DELETE, "/sandboxes/UPPER", None, 400),
+        (reqwest::Method::GET, "/sandboxes/BAD_ID", None, 404),
+        (reqwest::Method::GET, "/sandboxes/abc%2F..", None, 404),
+        (reqwest::Method::DELETE, "/sandboxes/UPPER", None, 404),
         (
             reqwest::Method::GET,
             "/sandboxes/iunknown0000000000000",

@@ -3,6 +3,9 @@
 mod cli;
 mod envd;
 mod faults;
+mod fidelity;
 mod lifecycle;
+mod namespaces;
 mod requests;
+mod rest_props;
 mod support;
