@@ -195,6 +195,7 @@ fn interfaces(dev: &[u8]) -> Vec<String> {
 
 #[tokio::test]
 async fn internet_access_off_leaves_only_loopback() {
+    // contract: X6 (the server's half: a sandbox created offline has no route out)
     let server = manual_server().await;
     let api = Api::new(&server);
     if !namespaces_expected(&api).await {
