@@ -89,7 +89,7 @@ impl Config {
         }
     }
 
-    /// The envd base URL for a sandbox, decided like the official SDK (e2b-wire 2.5):
+    /// The envd base URL for a sandbox, decided like the official SDK:
     /// `sandbox_url` verbatim if set; else the sandbox's domain (or ours) picks the shared host
     /// `https://sandbox.<domain>` for E2B's own domains and `https://49983-<id>.<domain>`
     /// otherwise.

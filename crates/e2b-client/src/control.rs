@@ -387,7 +387,7 @@ fn list_query_string(query: &ListQuery) -> String {
 /// E2B's double-encoded metadata filter, as the official SDK produces it: each key and value
 /// through Python's `quote` (keeps `/`), the pairs through `urlencode` (`k=v&k2=v2`, keeps only
 /// unreserved characters), then the whole string percent-encoded once more as a query value.
-/// `{"scope": "a b/c"}` becomes `scope%3Da%252520b%252Fc` (e2b-wire 1.3).
+/// `{"scope": "a b/c"}` becomes `scope%3Da%252520b%252Fc`, as the official SDK double-encodes it.
 pub(crate) fn metadata_filter(metadata: &BTreeMap<String, String>) -> String {
     let pairs: Vec<String> = metadata
         .iter()

@@ -186,7 +186,7 @@ impl Ctx {
                 message: self.clean(&message),
             },
             Target::Envd(sandbox_id) => {
-                // The proxy's way of saying the sandbox is not running (e2b-wire 3.2); the
+                // The E2B proxy's way of saying the sandbox is not running; the
                 // official SDK recognises it by this phrase too.
                 if status == 502 && message.contains("was not found") {
                     return Error::SandboxNotRunning {

@@ -10,7 +10,7 @@ fn metadata_filter_matches_the_wire_capture() {
         state: StateFilter::Any,
         limit: Some(50),
     };
-    // e2b-wire 1.3: GET /v2/sandboxes?metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50
+    // As the official SDK sends it: GET /v2/sandboxes?metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50
     assert_eq!(
         list_query_string(&query),
         "metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50"
@@ -32,7 +32,7 @@ fn metadata_filter_separators_and_unicode() {
     );
 }
 
-/// Decodes the filter the way E2B's server does (e2b-wire 1.3) and checks it round-trips.
+/// Decodes the filter the way E2B's server does (URL-decode twice) and checks it round-trips.
 #[test]
 fn metadata_filter_round_trips_through_the_server_decoding() {
     fn unescape(text: &str) -> String {

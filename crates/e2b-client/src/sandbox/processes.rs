@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn start_request_matches_the_wire_capture() {
-        // e2b-wire 3.4: the body the official SDK sends for run("echo hello", envs={"A":"b"}, cwd=…).
+        // The body the official Python SDK sends on the wire for run("echo hello", envs={"A":"b"}, cwd=…).
         let mut options = StartOptions::shell("echo hello".to_owned());
         options.envs = std::collections::BTreeMap::from([("A".to_owned(), "b".to_owned())]);
         options.cwd = Some("/home/user".to_owned());

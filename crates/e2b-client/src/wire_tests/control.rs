@@ -36,7 +36,7 @@ async fn create_sends_the_v2_body_and_the_key_only_to_the_control_plane() {
     assert_eq!(request.header("x-api-key"), Some(KEY));
     assert_eq!(request.header("content-type"), Some("application/json"));
     assert!(request.header("e2b-sandbox-id").is_none());
-    // e2b-wire 1.3, the 2.63 capture (plus our sorted keys).
+    // What the official Python SDK 2.63 sends (plus our sorted keys).
     assert_eq!(
         std::str::from_utf8(&request.body).expect("utf-8"),
         r#"{"templateID":"base","timeout":120,"autoPause":true,"autoPauseMemory":false,"allow_internet_access":false,"metadata":{"scope":"a b/c"},"envVars":{"FOO":"1"}}"#
