@@ -64,6 +64,9 @@ fn persistent_sandbox_is_found_again_and_resumed_after_a_restart() {
     );
     let lifecycle = world.detail(&id).unwrap().lifecycle.expect("lifecycle");
     assert_eq!(lifecycle.on_timeout, "pause");
+    // Created to pause keeping the filesystem only: no memory snapshot.
+    let stored = world.raw_detail(&id);
+    assert!(stored.contains(r#""pauseMode":"filesystem""#), "{stored}");
 
     // E2B pauses it at lease expiry; the next session resumes it with its files.
     world.advance(Duration::from_secs(3600));

@@ -246,7 +246,34 @@ fn upload_many_creates_parents_in_one_request_and_delete_many_is_idempotent() {
         files.push((host, remote.to_owned()));
     }
     let transport = backend.transport().expect("transport");
+    let before = world.server().requests();
     assert_eq!(transport.upload_many(files).expect("upload"), 3);
+    let upload: Vec<_> = world.server().requests().since(&before).routes().collect();
+    assert_eq!(upload, vec![("files POST", 1)], "three files, one request");
+    // Many files in nested directories, several to a directory: still one request.
+    let mut many = Vec::new();
+    for i in 0..40 {
+        let host = stage.path().join(format!("many-{i}"));
+        std::fs::write(&host, format!("many {i}")).unwrap();
+        let remote = format!(
+            "/home/user/.hermes/skills/bulk/d{}/e{}/f{i}.md",
+            i % 5,
+            i % 3
+        );
+        many.push((host, remote));
+    }
+    let before = world.server().requests();
+    assert_eq!(transport.upload_many(many).expect("bulk upload"), 40);
+    let upload: Vec<_> = world.server().requests().since(&before).routes().collect();
+    assert_eq!(upload, vec![("files POST", 1)], "forty files, one request");
+    assert_eq!(
+        ok(
+            &backend,
+            "find /home/user/.hermes/skills/bulk -type f | wc -l; \
+             cat /home/user/.hermes/skills/bulk/d4/e0/f39.md"
+        ),
+        "40\nmany 39"
+    );
     assert_eq!(
         ok(
             &backend,

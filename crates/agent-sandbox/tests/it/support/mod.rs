@@ -120,6 +120,25 @@ impl World {
         self.runtime.block_on(client.get(&id))
     }
 
+    /// The raw JSON body of `GET /sandboxes/{id}`: what the server stored, including the
+    /// fields e2b-client does not parse (such as `pauseMode`).
+    pub fn raw_detail(&self, id: &str) -> String {
+        use std::io::{Read, Write};
+        let address = self.url.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).expect("connect to e2b-local");
+        write!(
+            stream,
+            "GET /sandboxes/{id} HTTP/1.1\r\nHost: {address}\r\nX-API-Key: test-local-key\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .expect("send request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read response");
+        let (head, body) = response.split_once("\r\n\r\n").expect("a response body");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_owned()
+    }
+
     /// Moves both clocks: the server's (lease expiry) and the backend's (lease tracking).
     pub fn advance(&self, by: Duration) {
         self.server().clock().advance(by);
