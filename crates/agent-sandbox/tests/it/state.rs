@@ -500,3 +500,115 @@ fn a_pull_that_succeeds_on_a_retry_is_not_reported_as_failed() {
     world.server().faults().fail_next(rule);
     assert!(matches!(again.cleanup().pull, PullOutcome::Failed(_)));
 }
+
+/// Leaves a persistent sandbox whose `skills/demo/SKILL.md` conflicts with the host's copy
+/// ("host" on the host, "sandbox" in the sandbox), with the writer role released. Returns
+/// the sandbox id.
+fn a_sandbox_with_a_conflicting_skill(world: &World) -> String {
+    let home = world.home.path();
+    std::fs::create_dir_all(home.join("skills/demo")).unwrap();
+    std::fs::write(home.join("skills/demo/SKILL.md"), "host").unwrap();
+    let first = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    ok(
+        &first,
+        "printf sandbox > /home/user/.hermes/skills/demo/SKILL.md",
+    );
+    let id = first.info().expect("attached").sandbox_id;
+    // A hard crash: no teardown pull, so the host keeps its older copy.
+    first.finalize();
+    id
+}
+
+/// What a bring-up that failed closed must leave: the error surfaced, the push never ran, no
+/// upload reached the sandbox, and the sandbox's copy (the only one) is untouched.
+fn assert_failed_closed_without_pushing(
+    world: &World,
+    id: &str,
+    hooks: &RecordingHooks,
+    attached: Result<agent_sandbox::AttachInfo, agent_sandbox::Error>,
+    before: &e2b_local::RequestCounts,
+) -> agent_sandbox::Error {
+    let error = attached.expect_err("the bring-up fails closed");
+    assert_eq!(error.sandbox_id(), Some(id), "{error}");
+    assert!(
+        !hooks.calls().iter().any(|call| call.starts_with("push")),
+        "{:?}",
+        hooks.calls()
+    );
+    let since = world.server().requests().since(before);
+    assert_eq!(
+        since.get("files POST"),
+        0,
+        "{:?}",
+        since.routes().collect::<Vec<_>>()
+    );
+    let sandbox_copy = world
+        .server()
+        .sandbox_home(id)
+        .join(".hermes/skills/demo/SKILL.md");
+    assert_eq!(std::fs::read_to_string(sandbox_copy).unwrap(), "sandbox");
+    error
+}
+
+#[test]
+fn a_backend_whose_quarantine_is_redirected_does_not_push() {
+    // contract: S8 — quarantine refused fails recovery closed, which blocks the push.
+    let world = World::new();
+    let id = a_sandbox_with_a_conflicting_skill(&world);
+    // The quarantine tree is redirected outside the home.
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        outside.path(),
+        world.home.path().join("cache/e2b-recovered"),
+    )
+    .unwrap();
+
+    let hooks = RecordingHooks::new(world.home.path());
+    let second = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    let before = world.server().requests();
+    let attached = second.attach();
+    let error = assert_failed_closed_without_pushing(&world, &id, &hooks, attached, &before);
+    assert!(
+        matches!(error, agent_sandbox::Error::Recovery { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(world.home.path().join("skills/demo/SKILL.md")).unwrap(),
+        "host"
+    );
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+    // Nothing runs on the unrecovered sandbox either.
+    assert!(support::run(&second, "true").is_err());
+    assert_eq!(
+        world.server().requests().since(&before).get("files POST"),
+        0
+    );
+}
+
+#[test]
+fn a_backend_whose_snapshot_cannot_be_read_does_not_push() {
+    // contract: S11 — an unreadable snapshot fails the bring-up closed, before any push.
+    let world = World::new();
+    let id = a_sandbox_with_a_conflicting_skill(&world);
+    // Every envd stream is cut after a few bytes: the snapshot never arrives whole.
+    world
+        .server()
+        .faults()
+        .drop_streams(e2b_local::DropRule::new(100, 16));
+
+    let hooks = RecordingHooks::new(world.home.path());
+    let second = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    let before = world.server().requests();
+    let attached = second.attach();
+    world.server().faults().clear();
+    let error = assert_failed_closed_without_pushing(&world, &id, &hooks, attached, &before);
+    assert!(error.to_string().contains("state snapshot"), "{error}");
+    assert_eq!(
+        std::fs::read_to_string(world.home.path().join("skills/demo/SKILL.md")).unwrap(),
+        "host"
+    );
+}
