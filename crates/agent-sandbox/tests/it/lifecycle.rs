@@ -114,10 +114,33 @@ fn duplicates_adopt_the_newest_and_report_the_count() {
         );
         world.server().clock().advance(Duration::from_secs(5));
     }
-    let info = backend.attach().expect("attach");
+    let log = support::WarningLog::default();
+    let info = log.capture(|| backend.attach()).expect("attach");
     assert_eq!(info.origin, Origin::Adopted { duplicates: 2 });
     assert_eq!(info.sandbox_id, ids[2].as_str());
     assert_eq!(backend.stats().creates, 0);
+    // A single warning gives the count and names the adopted sandbox.
+    let warnings = log.warnings();
+    assert_eq!(log.count("sandboxes for this scope"), 1, "{warnings:?}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("found 3 sandboxes") && w.contains(&info.sandbox_id)),
+        "{warnings:?}"
+    );
+    // Once per cause per process: another session of the scope in this process adopts the
+    // same sandbox without repeating it.
+    let other = world.persistent();
+    let again = log
+        .capture(|| other.attach())
+        .expect("second session attaches");
+    assert_eq!(again.sandbox_id, info.sandbox_id);
+    assert_eq!(
+        log.count("sandboxes for this scope"),
+        1,
+        "{:?}",
+        log.warnings()
+    );
 }
 
 #[test]

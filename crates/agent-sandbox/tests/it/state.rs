@@ -363,12 +363,32 @@ fn a_host_that_cannot_coordinate_warns_and_acts_as_sole_writer() {
     std::fs::create_dir_all(world.home.path().join("cache")).unwrap();
     std::fs::write(world.coordination_dir(), "not a directory").unwrap();
     let backend = world.persistent();
-    let info = backend.attach().expect("a single session still works");
+    let log = support::WarningLog::default();
+    let info = log
+        .capture(|| backend.attach())
+        .expect("a single session still works");
     assert_eq!(info.role, RoleKind::Writer);
     let degradation = info.degradation.expect("degradation reported");
     assert!(degradation.contains("not supported"), "{degradation}");
-    assert_eq!(ok(&backend, "echo works"), "works\n");
+    assert_eq!(
+        log.warnings(),
+        vec![degradation.clone()],
+        "warned once, as reported"
+    );
+    assert_eq!(log.capture(|| ok(&backend, "echo works")), "works\n");
     assert_eq!(backend.cleanup().pull, PullOutcome::Pulled);
+    // Once per cause per process: later sessions of this process (a gateway's) find the same
+    // host degraded and say nothing more.
+    for task in ["default", "gateway-session-2"] {
+        let session = world.persistent_task(task);
+        log.capture(|| {
+            let info = session.attach().expect("attach");
+            assert_eq!(info.degradation.as_deref(), Some(degradation.as_str()));
+            assert_eq!(ok(&session, "echo works"), "works\n");
+            session.cleanup();
+        });
+    }
+    assert_eq!(log.count("not supported"), 1, "{:?}", log.warnings());
 }
 
 /// Hooks that, during the initial push, write into the sandbox behind the backend's back:

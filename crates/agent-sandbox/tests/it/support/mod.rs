@@ -97,7 +97,11 @@ impl World {
     }
 
     pub fn persistent(&self) -> Backend {
-        self.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks))
+        self.persistent_task("default")
+    }
+
+    pub fn persistent_task(&self, task: &str) -> Backend {
+        self.backend(SandboxMode::Persistent, task, Arc::new(NoStateHooks))
     }
 
     pub fn client(&self) -> Client {
@@ -289,4 +293,66 @@ pub fn tar_names(archive: &[u8]) -> Vec<String> {
 
 pub fn metadata_of(listed: &ListedSandbox) -> &BTreeMap<String, String> {
     &listed.metadata
+}
+
+/// A `tracing` subscriber that keeps every WARN (and worse) event's message, for asserting
+/// what the backend warned about. Installed for the calling thread only (the backend logs on
+/// the caller's thread), so tests in other threads neither see nor disturb it.
+#[derive(Clone, Default)]
+pub struct WarningLog {
+    events: Arc<Mutex<Vec<String>>>,
+}
+
+impl WarningLog {
+    /// Runs `f` with this log as the thread's subscriber.
+    pub fn capture<R>(&self, f: impl FnOnce() -> R) -> R {
+        tracing::subscriber::with_default(self.clone(), f)
+    }
+
+    /// The warnings so far, each as its message.
+    pub fn warnings(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// How many warnings contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.warnings()
+            .iter()
+            .filter(|w| w.contains(needle))
+            .count()
+    }
+}
+
+struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for WarningLog {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::WARN
+    }
+
+    fn new_span(&self, _span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _span: &tracing::span::Id, _values: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _span: &tracing::span::Id, _follows: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut visitor = MessageVisitor(String::new());
+        event.record(&mut visitor);
+        self.events.lock().unwrap().push(visitor.0);
+    }
+
+    fn enter(&self, _span: &tracing::span::Id) {}
+
+    fn exit(&self, _span: &tracing::span::Id) {}
 }
