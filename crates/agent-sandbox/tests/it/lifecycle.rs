@@ -222,13 +222,35 @@ fn lease_is_extended_only_when_the_known_expiry_does_not_cover_the_command() {
     assert_eq!(backend.stats().lease_extensions, 1);
     // Later, the known expiry no longer covers 630 s: extend again.
     world.advance(Duration::from_secs(100));
-    run_with(long);
+    run_with(long.clone());
     assert_eq!(backend.stats().lease_extensions, 2);
     let end_after_second = world.detail(&id).unwrap().summary.end_at;
     assert!(end_after_second > end_after_long);
     // A short command never shortens it (extend-only connect, no set-timeout).
     run_with(short);
     assert_eq!(world.detail(&id).unwrap().summary.end_at, end_after_second);
+
+    // Someone else (another host's session) extends the sandbox well past what this
+    // backend knows. When this backend's own extension asks for less, the lease must stay
+    // where it is: a set-timeout would cut it short.
+    let client = world.client();
+    let sandbox_id = e2b_client::SandboxId::parse(id.clone()).unwrap();
+    world
+        .runtime
+        .block_on(client.connect(&sandbox_id, Duration::from_secs(3600)))
+        .expect("another session extends");
+    let end_extended = world.detail(&id).unwrap().summary.end_at;
+    assert!(end_extended > end_after_second);
+    world.advance(Duration::from_secs(100));
+    let extensions = backend.stats().lease_extensions;
+    run_with(long);
+    assert_eq!(
+        backend.stats().lease_extensions,
+        extensions + 1,
+        "it did extend"
+    );
+    assert_eq!(world.detail(&id).unwrap().summary.end_at, end_extended);
+    assert_eq!(world.server().requests().get("timeout"), 0);
 }
 
 #[test]

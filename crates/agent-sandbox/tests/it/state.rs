@@ -353,6 +353,36 @@ fn the_probe_and_attach_mode_never_touch_the_scope_files() {
     ok(&probe, "true");
     probe.cleanup();
     assert!(!world.coordination_dir().exists());
+
+    // An attach-mode backend on someone else's sandbox: no scope files either, and the
+    // sandbox is neither paused nor killed.
+    let client = world.client();
+    let mut options = e2b_client::CreateOptions::new("base".to_owned());
+    options.timeout = Some(Duration::from_secs(600));
+    let external = world
+        .runtime
+        .block_on(client.create(options))
+        .unwrap()
+        .sandbox_id;
+    let attach = world.backend(
+        SandboxMode::Attach {
+            sandbox_id: external.clone(),
+        },
+        "default",
+        Arc::new(NoStateHooks),
+    );
+    assert_eq!(ok(&attach, "echo attached"), "attached\n");
+    assert_eq!(attach.info().unwrap().role, RoleKind::External);
+    attach.cleanup();
+    attach.finalize();
+    assert!(!world.coordination_dir().exists());
+    assert_eq!(
+        world.detail(external.as_str()).unwrap().summary.state,
+        e2b_client::SandboxState::Running
+    );
+    let requests = world.server().requests();
+    assert_eq!(requests.get("pause"), 0);
+    assert_eq!(requests.get("kill"), 1, "the probe's kill only");
 }
 
 #[test]
