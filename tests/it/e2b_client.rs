@@ -641,7 +641,8 @@ async fn filesystem_rpcs_and_file_transfer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn downloads_are_refused_at_their_cap() {
-    // contract: S12
+    // The `/files` read cap (the file tool's `max_bytes`). Not S12: the teardown pull is a tar
+    // stream from a command, capped by capped-tar.
     let server = server().await;
     let client = client(&server);
     let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;

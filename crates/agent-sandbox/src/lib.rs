@@ -46,8 +46,9 @@
 //!   resumes a paused one) or, only as the writer and under the cross-process creation lock,
 //!   creates it with on-timeout pause. Ephemeral and probe backends always create, with
 //!   on-timeout kill (L4, L11). Attach mode connects to a given id (L12).
-//! - **Leases** (L5): before every command the known expiry must cover `max(lease,
-//!   deadline + grace)`; when it already does, no request is sent. Otherwise an extend-only
+//! - **Leases** (L5): before every command, counted from the end of its sync, the known
+//!   expiry must cover `max(lease, deadline + grace)`; when it already does, no request is
+//!   sent. Otherwise an extend-only
 //!   connect asks for that, plus [`LEASE_HEADROOM`] (60 s) on a persistent
 //!   sandbox, so in steady state a command costs one request (its start). Set-timeout
 //!   is never used.
@@ -100,6 +101,7 @@ mod hooks;
 mod report;
 mod sink;
 mod transport;
+mod warn_once;
 
 pub use backend::{Backend, LEASE_HEADROOM, RETRY_HINT, TRANSFER_WINDOW};
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};

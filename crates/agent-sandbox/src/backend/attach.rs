@@ -3,7 +3,6 @@
 //! scope).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -13,13 +12,14 @@ use e2b_client::{
 };
 use futures::TryStreamExt;
 use sandbox_identity::{Adoption, Candidate, IdentityMetadata, LeasePlan, LeaseTracker, SCOPE_KEY};
-use writer_lease::{CreationAccess, Role as LeaseRole, ScopeFiles};
+use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles};
 
 use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
 use crate::config::{CREATION_LOCK_WAIT, SandboxMode};
 use crate::error::Error;
 use crate::report::{AttachInfo, Origin};
 use crate::transport::{StateTransport, TransportParts};
+use crate::warn_once;
 
 impl Inner {
     pub(super) fn attach_new(&self) -> Result<Attached, Error> {
@@ -81,7 +81,7 @@ impl Inner {
             LeaseRole::Writer(lease) => {
                 if let Some(found) = lease.degradation() {
                     degradation = Some(found.to_string());
-                    self.warn_degraded(&found.to_string());
+                    self.warn_degraded(found);
                 }
                 Role::PendingWriter(lease)
             }
@@ -104,9 +104,11 @@ impl Inner {
         self.attached(client, sandbox, lease, role, origin, resumed, degradation)
     }
 
-    fn warn_degraded(&self, text: &str) {
-        if !self.degradation_warned.swap(true, Ordering::Relaxed) {
-            tracing::warn!("{text}");
+    /// Once per process for each kind of degradation (C6), however many backends find it:
+    /// the paths differ by scope (lock files), the cause is the host's.
+    fn warn_degraded(&self, degradation: &Degradation) {
+        if warn_once::first_time(&format!("degraded: {}", degradation.cause)) {
+            tracing::warn!("{degradation}");
         }
     }
 
@@ -130,7 +132,12 @@ impl Inner {
                 duplicates,
                 ..
             } => {
-                if duplicates > 0 {
+                let cause = format!(
+                    "duplicates {} {} {duplicates}",
+                    self.identity.digest().to_hex(),
+                    candidate.sandbox_id
+                );
+                if duplicates > 0 && warn_once::first_time(&cause) {
                     tracing::warn!(
                         sandbox_id = %candidate.sandbox_id,
                         "found {} sandboxes for this scope; adopting the newest, {}; the others pause on their own leases",
@@ -170,7 +177,7 @@ impl Inner {
         let _guard = match access {
             CreationAccess::Locked(guard) => Some(guard),
             CreationAccess::Unprotected(degradation) => {
-                self.warn_degraded(&degradation.to_string());
+                self.warn_degraded(&degradation);
                 None
             }
             CreationAccess::Busy => {

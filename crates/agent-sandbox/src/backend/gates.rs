@@ -185,7 +185,11 @@ impl Inner {
         }
     }
 
-    /// Lease, then gates and sync, for an operation that may take `deadline`.
+    /// Lease, then gates and sync, then the lease again, for an operation that may take
+    /// `deadline`. The first top-up resumes a paused sandbox and keeps it alive through the
+    /// sync; the second is computed from the clock after the sync (L5), so an upload longer
+    /// than the command grace cannot push the command's end past the known expiry. In steady
+    /// state both find the expiry covered and send nothing.
     pub(super) fn prepare(&self, attached: &mut Attached, deadline: Duration) -> Result<(), Error> {
         self.top_up_lease(attached, deadline)?;
         if let Err(error) = self.admit(attached) {
@@ -196,6 +200,6 @@ impl Inner {
             }
             return Err(error);
         }
-        Ok(())
+        self.top_up_lease(attached, deadline)
     }
 }

@@ -12,7 +12,7 @@ mod start;
 mod teardown;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -82,7 +82,6 @@ struct Inner {
     failures: FailureLog,
     inflight: Arc<Inflight>,
     stats: Counters,
-    degradation_warned: AtomicBool,
 }
 
 #[derive(Default)]
@@ -238,7 +237,6 @@ impl Backend {
                 failures: FailureLog::default(),
                 inflight: Arc::new(Inflight::default()),
                 stats: Counters::default(),
-                degradation_warned: AtomicBool::new(false),
             }),
         })
     }

@@ -9,7 +9,8 @@ use crate::error::Error;
 
 impl Inner {
     /// The lease first (so a paused sandbox is resumed and a vanished one detected before any
-    /// state work), then the gates and the sync, then the start.
+    /// state work), then the gates and the sync, then the lease again from the clock after
+    /// the sync, then the start.
     pub(super) fn prepare_and_start(
         &self,
         attached: &mut Attached,

@@ -64,6 +64,9 @@ fn persistent_sandbox_is_found_again_and_resumed_after_a_restart() {
     );
     let lifecycle = world.detail(&id).unwrap().lifecycle.expect("lifecycle");
     assert_eq!(lifecycle.on_timeout, "pause");
+    // Created to pause keeping the filesystem only: no memory snapshot.
+    let stored = world.raw_detail(&id);
+    assert!(stored.contains(r#""pauseMode":"filesystem""#), "{stored}");
 
     // E2B pauses it at lease expiry; the next session resumes it with its files.
     world.advance(Duration::from_secs(3600));
@@ -111,10 +114,33 @@ fn duplicates_adopt_the_newest_and_report_the_count() {
         );
         world.server().clock().advance(Duration::from_secs(5));
     }
-    let info = backend.attach().expect("attach");
+    let log = support::WarningLog::default();
+    let info = log.capture(|| backend.attach()).expect("attach");
     assert_eq!(info.origin, Origin::Adopted { duplicates: 2 });
     assert_eq!(info.sandbox_id, ids[2].as_str());
     assert_eq!(backend.stats().creates, 0);
+    // A single warning gives the count and names the adopted sandbox.
+    let warnings = log.warnings();
+    assert_eq!(log.count("sandboxes for this scope"), 1, "{warnings:?}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("found 3 sandboxes") && w.contains(&info.sandbox_id)),
+        "{warnings:?}"
+    );
+    // Once per cause per process: another session of the scope in this process adopts the
+    // same sandbox without repeating it.
+    let other = world.persistent();
+    let again = log
+        .capture(|| other.attach())
+        .expect("second session attaches");
+    assert_eq!(again.sandbox_id, info.sandbox_id);
+    assert_eq!(
+        log.count("sandboxes for this scope"),
+        1,
+        "{:?}",
+        log.warnings()
+    );
 }
 
 #[test]
@@ -196,13 +222,35 @@ fn lease_is_extended_only_when_the_known_expiry_does_not_cover_the_command() {
     assert_eq!(backend.stats().lease_extensions, 1);
     // Later, the known expiry no longer covers 630 s: extend again.
     world.advance(Duration::from_secs(100));
-    run_with(long);
+    run_with(long.clone());
     assert_eq!(backend.stats().lease_extensions, 2);
     let end_after_second = world.detail(&id).unwrap().summary.end_at;
     assert!(end_after_second > end_after_long);
     // A short command never shortens it (extend-only connect, no set-timeout).
     run_with(short);
     assert_eq!(world.detail(&id).unwrap().summary.end_at, end_after_second);
+
+    // Someone else (another host's session) extends the sandbox well past what this
+    // backend knows. When this backend's own extension asks for less, the lease must stay
+    // where it is: a set-timeout would cut it short.
+    let client = world.client();
+    let sandbox_id = e2b_client::SandboxId::parse(id.clone()).unwrap();
+    world
+        .runtime
+        .block_on(client.connect(&sandbox_id, Duration::from_secs(3600)))
+        .expect("another session extends");
+    let end_extended = world.detail(&id).unwrap().summary.end_at;
+    assert!(end_extended > end_after_second);
+    world.advance(Duration::from_secs(100));
+    let extensions = backend.stats().lease_extensions;
+    run_with(long);
+    assert_eq!(
+        backend.stats().lease_extensions,
+        extensions + 1,
+        "it did extend"
+    );
+    assert_eq!(world.detail(&id).unwrap().summary.end_at, end_extended);
+    assert_eq!(world.server().requests().get("timeout"), 0);
 }
 
 #[test]

@@ -317,3 +317,65 @@ fn a_kill_by_pid_costs_exactly_one_signal_request() {
     assert_no_destructive_requests(&world);
     backend.cleanup();
 }
+
+/// Hooks whose per-command sync takes `delay` on both clocks (a long incremental upload),
+/// without sleeping.
+struct SlowSyncHooks {
+    server_clock: e2b_local::Clock,
+    clock: Arc<agent_sandbox::ManualClock>,
+    delay: Mutex<Duration>,
+}
+
+impl StateHooks for SlowSyncHooks {
+    fn push(&self, _transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
+        if kind == PushKind::Incremental {
+            let delay = *self.delay.lock().expect("delay");
+            self.server_clock.advance(delay);
+            self.clock.advance(delay);
+        }
+        Ok(())
+    }
+
+    fn pull(&self, _transport: &StateTransport) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_sync_longer_than_the_grace_is_followed_by_a_lease_that_covers_the_command() {
+    // contract: L5 — the lease covering a command is computed after its per-command sync.
+    let world = World::new();
+    let hooks = Arc::new(SlowSyncHooks {
+        server_clock: world.server().clock(),
+        clock: world.clock.clone(),
+        delay: Mutex::new(Duration::ZERO),
+    });
+    let backend = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    let grace = backend.lease_policy().command_grace;
+    let long = Duration::from_secs(900);
+    run(&backend, "true", SHORT_DEADLINE);
+    // The known expiry now covers the long deadline, plus grace, plus the headroom.
+    run(&backend, "true", long);
+    let id = backend.info().expect("attached").sandbox_id;
+
+    // The next sync takes longer than the grace and the headroom together: the expiry known
+    // before the sync no longer covers the command once the sync is done.
+    *hooks.delay.lock().expect("delay") = grace * 3;
+    assert!(grace * 3 > LEASE_HEADROOM);
+    let before = world.server().requests();
+    assert_eq!(run(&backend, "echo after", long), "after\n");
+    let step = world.server().requests().since(&before);
+    let now = time::OffsetDateTime::from(world.server().clock().now());
+    let end = world.detail(&id).expect("sandbox").summary.end_at;
+    assert!(
+        end >= now + long + grace,
+        "the lease ends at {end}, before the command's deadline plus grace ({now} + {long:?} + {grace:?})"
+    );
+    assert_eq!(routes(&step), vec![("Process/Start", 1), ("connect", 1)]);
+
+    // A quick sync again: steady state is back to one request per command.
+    *hooks.delay.lock().expect("delay") = Duration::ZERO;
+    assert_steady_state(&world, &backend);
+    assert_no_destructive_requests(&world);
+    backend.cleanup();
+}

@@ -246,7 +246,34 @@ fn upload_many_creates_parents_in_one_request_and_delete_many_is_idempotent() {
         files.push((host, remote.to_owned()));
     }
     let transport = backend.transport().expect("transport");
+    let before = world.server().requests();
     assert_eq!(transport.upload_many(files).expect("upload"), 3);
+    let upload: Vec<_> = world.server().requests().since(&before).routes().collect();
+    assert_eq!(upload, vec![("files POST", 1)], "three files, one request");
+    // Many files in nested directories, several to a directory: still one request.
+    let mut many = Vec::new();
+    for i in 0..40 {
+        let host = stage.path().join(format!("many-{i}"));
+        std::fs::write(&host, format!("many {i}")).unwrap();
+        let remote = format!(
+            "/home/user/.hermes/skills/bulk/d{}/e{}/f{i}.md",
+            i % 5,
+            i % 3
+        );
+        many.push((host, remote));
+    }
+    let before = world.server().requests();
+    assert_eq!(transport.upload_many(many).expect("bulk upload"), 40);
+    let upload: Vec<_> = world.server().requests().since(&before).routes().collect();
+    assert_eq!(upload, vec![("files POST", 1)], "forty files, one request");
+    assert_eq!(
+        ok(
+            &backend,
+            "find /home/user/.hermes/skills/bulk -type f | wc -l; \
+             cat /home/user/.hermes/skills/bulk/d4/e0/f39.md"
+        ),
+        "40\nmany 39"
+    );
     assert_eq!(
         ok(
             &backend,
@@ -326,6 +353,36 @@ fn the_probe_and_attach_mode_never_touch_the_scope_files() {
     ok(&probe, "true");
     probe.cleanup();
     assert!(!world.coordination_dir().exists());
+
+    // An attach-mode backend on someone else's sandbox: no scope files either, and the
+    // sandbox is neither paused nor killed.
+    let client = world.client();
+    let mut options = e2b_client::CreateOptions::new("base".to_owned());
+    options.timeout = Some(Duration::from_secs(600));
+    let external = world
+        .runtime
+        .block_on(client.create(options))
+        .unwrap()
+        .sandbox_id;
+    let attach = world.backend(
+        SandboxMode::Attach {
+            sandbox_id: external.clone(),
+        },
+        "default",
+        Arc::new(NoStateHooks),
+    );
+    assert_eq!(ok(&attach, "echo attached"), "attached\n");
+    assert_eq!(attach.info().unwrap().role, RoleKind::External);
+    attach.cleanup();
+    attach.finalize();
+    assert!(!world.coordination_dir().exists());
+    assert_eq!(
+        world.detail(external.as_str()).unwrap().summary.state,
+        e2b_client::SandboxState::Running
+    );
+    let requests = world.server().requests();
+    assert_eq!(requests.get("pause"), 0);
+    assert_eq!(requests.get("kill"), 1, "the probe's kill only");
 }
 
 #[test]
@@ -336,12 +393,32 @@ fn a_host_that_cannot_coordinate_warns_and_acts_as_sole_writer() {
     std::fs::create_dir_all(world.home.path().join("cache")).unwrap();
     std::fs::write(world.coordination_dir(), "not a directory").unwrap();
     let backend = world.persistent();
-    let info = backend.attach().expect("a single session still works");
+    let log = support::WarningLog::default();
+    let info = log
+        .capture(|| backend.attach())
+        .expect("a single session still works");
     assert_eq!(info.role, RoleKind::Writer);
     let degradation = info.degradation.expect("degradation reported");
     assert!(degradation.contains("not supported"), "{degradation}");
-    assert_eq!(ok(&backend, "echo works"), "works\n");
+    assert_eq!(
+        log.warnings(),
+        vec![degradation.clone()],
+        "warned once, as reported"
+    );
+    assert_eq!(log.capture(|| ok(&backend, "echo works")), "works\n");
     assert_eq!(backend.cleanup().pull, PullOutcome::Pulled);
+    // Once per cause per process: later sessions of this process (a gateway's) find the same
+    // host degraded and say nothing more.
+    for task in ["default", "gateway-session-2"] {
+        let session = world.persistent_task(task);
+        log.capture(|| {
+            let info = session.attach().expect("attach");
+            assert_eq!(info.degradation.as_deref(), Some(degradation.as_str()));
+            assert_eq!(ok(&session, "echo works"), "works\n");
+            session.cleanup();
+        });
+    }
+    assert_eq!(log.count("not supported"), 1, "{:?}", log.warnings());
 }
 
 /// Hooks that, during the initial push, write into the sandbox behind the backend's back:
@@ -472,4 +549,116 @@ fn a_pull_that_succeeds_on_a_retry_is_not_reported_as_failed() {
     rule.path_prefix = Some("/process.Process/Start".to_owned());
     world.server().faults().fail_next(rule);
     assert!(matches!(again.cleanup().pull, PullOutcome::Failed(_)));
+}
+
+/// Leaves a persistent sandbox whose `skills/demo/SKILL.md` conflicts with the host's copy
+/// ("host" on the host, "sandbox" in the sandbox), with the writer role released. Returns
+/// the sandbox id.
+fn a_sandbox_with_a_conflicting_skill(world: &World) -> String {
+    let home = world.home.path();
+    std::fs::create_dir_all(home.join("skills/demo")).unwrap();
+    std::fs::write(home.join("skills/demo/SKILL.md"), "host").unwrap();
+    let first = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    ok(
+        &first,
+        "printf sandbox > /home/user/.hermes/skills/demo/SKILL.md",
+    );
+    let id = first.info().expect("attached").sandbox_id;
+    // A hard crash: no teardown pull, so the host keeps its older copy.
+    first.finalize();
+    id
+}
+
+/// What a bring-up that failed closed must leave: the error surfaced, the push never ran, no
+/// upload reached the sandbox, and the sandbox's copy (the only one) is untouched.
+fn assert_failed_closed_without_pushing(
+    world: &World,
+    id: &str,
+    hooks: &RecordingHooks,
+    attached: Result<agent_sandbox::AttachInfo, agent_sandbox::Error>,
+    before: &e2b_local::RequestCounts,
+) -> agent_sandbox::Error {
+    let error = attached.expect_err("the bring-up fails closed");
+    assert_eq!(error.sandbox_id(), Some(id), "{error}");
+    assert!(
+        !hooks.calls().iter().any(|call| call.starts_with("push")),
+        "{:?}",
+        hooks.calls()
+    );
+    let since = world.server().requests().since(before);
+    assert_eq!(
+        since.get("files POST"),
+        0,
+        "{:?}",
+        since.routes().collect::<Vec<_>>()
+    );
+    let sandbox_copy = world
+        .server()
+        .sandbox_home(id)
+        .join(".hermes/skills/demo/SKILL.md");
+    assert_eq!(std::fs::read_to_string(sandbox_copy).unwrap(), "sandbox");
+    error
+}
+
+#[test]
+fn a_backend_whose_quarantine_is_redirected_does_not_push() {
+    // contract: S8 — quarantine refused fails recovery closed, which blocks the push.
+    let world = World::new();
+    let id = a_sandbox_with_a_conflicting_skill(&world);
+    // The quarantine tree is redirected outside the home.
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        outside.path(),
+        world.home.path().join("cache/e2b-recovered"),
+    )
+    .unwrap();
+
+    let hooks = RecordingHooks::new(world.home.path());
+    let second = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    let before = world.server().requests();
+    let attached = second.attach();
+    let error = assert_failed_closed_without_pushing(&world, &id, &hooks, attached, &before);
+    assert!(
+        matches!(error, agent_sandbox::Error::Recovery { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(world.home.path().join("skills/demo/SKILL.md")).unwrap(),
+        "host"
+    );
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+    // Nothing runs on the unrecovered sandbox either.
+    assert!(support::run(&second, "true").is_err());
+    assert_eq!(
+        world.server().requests().since(&before).get("files POST"),
+        0
+    );
+}
+
+#[test]
+fn a_backend_whose_snapshot_cannot_be_read_does_not_push() {
+    // contract: S11 — an unreadable snapshot fails the bring-up closed, before any push.
+    let world = World::new();
+    let id = a_sandbox_with_a_conflicting_skill(&world);
+    // Every envd stream is cut after a few bytes: the snapshot never arrives whole.
+    world
+        .server()
+        .faults()
+        .drop_streams(e2b_local::DropRule::new(100, 16));
+
+    let hooks = RecordingHooks::new(world.home.path());
+    let second = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    let before = world.server().requests();
+    let attached = second.attach();
+    world.server().faults().clear();
+    let error = assert_failed_closed_without_pushing(&world, &id, &hooks, attached, &before);
+    assert!(error.to_string().contains("state snapshot"), "{error}");
+    assert_eq!(
+        std::fs::read_to_string(world.home.path().join("skills/demo/SKILL.md")).unwrap(),
+        "host"
+    );
 }

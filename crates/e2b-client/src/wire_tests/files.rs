@@ -14,7 +14,8 @@ use crate::*;
 
 #[tokio::test]
 async fn download_is_refused_while_streaming_past_the_cap() {
-    // contract: S12
+    // The `/files` read cap (the file tool's `max_bytes`). Not S12: the teardown pull is a tar
+    // stream from a command, capped by capped-tar.
     let sent = Arc::new(AtomicUsize::new(0));
     let counter = sent.clone();
     let server = TestServer::start(move |_, _| {

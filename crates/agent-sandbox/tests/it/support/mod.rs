@@ -97,7 +97,11 @@ impl World {
     }
 
     pub fn persistent(&self) -> Backend {
-        self.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks))
+        self.persistent_task("default")
+    }
+
+    pub fn persistent_task(&self, task: &str) -> Backend {
+        self.backend(SandboxMode::Persistent, task, Arc::new(NoStateHooks))
     }
 
     pub fn client(&self) -> Client {
@@ -118,6 +122,25 @@ impl World {
         let client = self.client();
         let id = SandboxId::parse(id.to_owned()).expect("id");
         self.runtime.block_on(client.get(&id))
+    }
+
+    /// The raw JSON body of `GET /sandboxes/{id}`: what the server stored, including the
+    /// fields e2b-client does not parse (such as `pauseMode`).
+    pub fn raw_detail(&self, id: &str) -> String {
+        use std::io::{Read, Write};
+        let address = self.url.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).expect("connect to e2b-local");
+        write!(
+            stream,
+            "GET /sandboxes/{id} HTTP/1.1\r\nHost: {address}\r\nX-API-Key: test-local-key\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .expect("send request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read response");
+        let (head, body) = response.split_once("\r\n\r\n").expect("a response body");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body.to_owned()
     }
 
     /// Moves both clocks: the server's (lease expiry) and the backend's (lease tracking).
@@ -270,4 +293,66 @@ pub fn tar_names(archive: &[u8]) -> Vec<String> {
 
 pub fn metadata_of(listed: &ListedSandbox) -> &BTreeMap<String, String> {
     &listed.metadata
+}
+
+/// A `tracing` subscriber that keeps every WARN (and worse) event's message, for asserting
+/// what the backend warned about. Installed for the calling thread only (the backend logs on
+/// the caller's thread), so tests in other threads neither see nor disturb it.
+#[derive(Clone, Default)]
+pub struct WarningLog {
+    events: Arc<Mutex<Vec<String>>>,
+}
+
+impl WarningLog {
+    /// Runs `f` with this log as the thread's subscriber.
+    pub fn capture<R>(&self, f: impl FnOnce() -> R) -> R {
+        tracing::subscriber::with_default(self.clone(), f)
+    }
+
+    /// The warnings so far, each as its message.
+    pub fn warnings(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// How many warnings contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.warnings()
+            .iter()
+            .filter(|w| w.contains(needle))
+            .count()
+    }
+}
+
+struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for WarningLog {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::WARN
+    }
+
+    fn new_span(&self, _span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _span: &tracing::span::Id, _values: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _span: &tracing::span::Id, _follows: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut visitor = MessageVisitor(String::new());
+        event.record(&mut visitor);
+        self.events.lock().unwrap().push(visitor.0);
+    }
+
+    fn enter(&self, _span: &tracing::span::Id) {}
+
+    fn exit(&self, _span: &tracing::span::Id) {}
 }
