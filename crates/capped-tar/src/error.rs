@@ -41,7 +41,9 @@ pub enum Error {
     },
 }
 
-fn describe_member(member: &Option<String>) -> String {
+/// How an error names the member it stopped in: `member "a/b"`, or the archive headers when
+/// no member was current. Shared with the adapters so their messages read the same.
+pub fn describe_member(member: &Option<String>) -> String {
     match member {
         Some(name) => format!("member {name:?}"),
         None => "the archive headers".to_owned(),

@@ -6,7 +6,7 @@ mod member;
 mod meter;
 mod read;
 
-pub use error::Error;
+pub use error::{Error, describe_member};
 pub use member::{Member, MemberKind, MemberPath, RejectReason};
 pub use read::{MAX_EXTENSION_BYTES, MAX_NAME_BYTES, Summary, Visitor, read};
 

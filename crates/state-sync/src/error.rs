@@ -1,5 +1,6 @@
 //! The one error type of this crate.
 
+use capped_tar::describe_member;
 use std::io;
 use std::path::PathBuf;
 
@@ -74,13 +75,6 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-}
-
-fn describe_member(member: &Option<String>) -> String {
-    match member {
-        Some(name) => format!("member {name:?}"),
-        None => "the archive headers".to_owned(),
-    }
 }
 
 impl Error {

@@ -190,20 +190,7 @@ impl Run<'_> {
             Place::Missing { dir, create } => self.restore(path, &comps, dir, create, name, body),
             Place::Regular { dir } => {
                 let spool = self.spool(path, body)?;
-                let compared = compare_host(&dir, name, &spool)
-                    .map_err(|e| self.host_io("compare", path, e))?;
-                let outcome = match compared {
-                    Comparison::Same => Ok(Outcome::Unchanged),
-                    Comparison::Different => {
-                        self.quarantine_spool(path, &spool, QuarantineReason::Conflict)
-                    }
-                    Comparison::Unreadable => {
-                        self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable)
-                    }
-                    Comparison::NotRegular => {
-                        self.quarantine_spool(path, &spool, QuarantineReason::HostNotRegularFile)
-                    }
-                };
+                let outcome = self.settle_against_host(&dir, name, path, &spool);
                 spool.discard();
                 outcome
             }
@@ -368,20 +355,7 @@ impl Run<'_> {
         let outcome = match commit_temp(&dir, spool_name(&spool), name) {
             Ok(true) => return Ok(Outcome::Restored),
             // The name appeared while the file was being written: the host now has a copy.
-            Ok(false) => match compare_host(&dir, name, &spool)
-                .map_err(|e| self.host_io("compare", path, e))?
-            {
-                Comparison::Same => Ok(Outcome::Unchanged),
-                Comparison::Different => {
-                    self.quarantine_spool(path, &spool, QuarantineReason::Conflict)
-                }
-                Comparison::Unreadable => {
-                    self.quarantine_spool(path, &spool, QuarantineReason::HostUnreadable)
-                }
-                Comparison::NotRegular => {
-                    self.quarantine_spool(path, &spool, QuarantineReason::HostNotRegularFile)
-                }
-            },
+            Ok(false) => self.settle_against_host(&dir, name, path, &spool),
             Err(e) => match host_write_verdict(&e, path) {
                 Verdict::Skip(reason) => Ok(skipped(reason)),
                 Verdict::Quarantine(reason) => self.quarantine_spool(path, &spool, reason),
@@ -418,6 +392,25 @@ impl Run<'_> {
             path: PathBuf::from(at),
             reason,
         }
+    }
+
+    /// A sandbox file whose host name is taken: identical content is left alone; anything else
+    /// keeps the host copy and quarantines the sandbox's (S6).
+    fn settle_against_host(
+        &mut self,
+        dir: &Dir,
+        name: &str,
+        path: &str,
+        spool: &Spool,
+    ) -> Result<Outcome, Error> {
+        let reason =
+            match compare_host(dir, name, spool).map_err(|e| self.host_io("compare", path, e))? {
+                Comparison::Same => return Ok(Outcome::Unchanged),
+                Comparison::Different => QuarantineReason::Conflict,
+                Comparison::Unreadable => QuarantineReason::HostUnreadable,
+                Comparison::NotRegular => QuarantineReason::HostNotRegularFile,
+            };
+        self.quarantine_spool(path, spool, reason)
     }
 
     fn host_io(&self, operation: &'static str, at: &str, source: io::Error) -> Error {
