@@ -293,6 +293,7 @@ import fcntl, os, urllib.error, urllib.request
 EXC = {exc}
 TASK = {task!r}
 API = os.environ["L10_API_URL"]
+LATENCY_MS = 1500
 T("echo up", task_id=TASK)
 env = tt._active_environments[TASK]
 sandbox_id = env.sandbox_id
@@ -305,6 +306,11 @@ def on_server():
             return [response.status, json.loads(response.read()).get("state")]
     except urllib.error.HTTPError as error:
         return [error.code, None]
+
+def admin(path, body):
+    request = urllib.request.Request(f"{{API}}/_e2b_local/{{path}}", data=json.dumps(body).encode(), method="POST",
+                                     headers={{"X-API-Key": "e2b_test_listing", "Content-Type": "application/json"}})
+    urllib.request.urlopen(request, timeout=30).close()
 
 def writer_lock_free():
     if not os.path.exists(lock_path):
@@ -324,13 +330,25 @@ def interrupting_sync_back():
 # The teardown pull is Hermes' FileSyncManager.sync_back, called from the native pull hook.
 env._hooks.manager.sync_back = interrupting_sync_back
 before = {{"server": on_server(), "lock_free": writer_lock_free()}}
+# Every sandbox request (not the admin ones) now waits LATENCY_MS on the server before it is
+# served: a kill still in flight when the exception arrives is then still pending when the
+# check below (sent with the latency cleared) is answered.
+admin("faults/latency", {{"ms": LATENCY_MS}})
 try:
     env.cleanup()
     at_raise = None
 except BaseException as error:
-    at_raise = {{"server": on_server(), "lock_free": writer_lock_free(), "type": type(error).__name__}}
-finish({{"sandbox_id": sandbox_id, "before": before, "at_raise": at_raise, "pulls": pulls,
-        "again": env._native.cleanup()["repeated"]}})
+    # The lock first: it is the instant check (a flock); then the server.
+    at_raise = {{"lock_free": writer_lock_free()}}
+    admin("faults/clear", {{}})
+    at_raise.update(server=on_server(), type=type(error).__name__)
+finally:
+    admin("faults/clear", {{}})
+try:
+    again = env._native.cleanup()["repeated"]
+except BaseException as error:
+    again = type(error).__name__
+finish({{"sandbox_id": sandbox_id, "before": before, "at_raise": at_raise, "pulls": pulls, "again": again}})
 """
 
 
@@ -348,7 +366,6 @@ def test_control_exceptions_in_the_teardown_pull_surface_after_release_or_kill(h
     if not persistent:
         extra["TERMINAL_CONTAINER_PERSISTENT"] = "false"
     result = run(home, L10_DRIVER.format(exc=exc, task=task), extra_env=extra)
-    assert result["pulls"] == [task], "the exception was raised inside the teardown pull"
     assert result["before"]["server"] == [200, "running"]
     at_raise = result["at_raise"]
     assert at_raise is not None, f"{exc} raised in the pull never reached the caller"
@@ -362,4 +379,5 @@ def test_control_exceptions_in_the_teardown_pull_surface_after_release_or_kill(h
         assert result["before"]["lock_free"] == "no lock file", "ephemeral sandboxes take no writer lock"
         assert at_raise["server"] == [404, None], "the ephemeral sandbox was killed before the re-raise"
         assert sandboxes(e2b_local, tag) == []
+    assert result["pulls"] == [task], "the exception was raised inside the one teardown pull"
     assert result["again"] is True, "cleanup had completed: a second one is a repeat (L7)"
