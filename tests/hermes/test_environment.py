@@ -282,3 +282,102 @@ def test_two_processes_on_one_profile_one_writer_one_reader(configured):
     finally:
         writer.stdin.close()
         writer.wait(timeout=120)
+
+
+#: Driver for the L10 test. At the moment the exception reaches the caller (first thing in the
+#: `except` block) it observes the server (the sandbox's status) and the host (whether a fresh
+#: handle can take the scope's writer lock: flock locks belong to the open file, so a second
+#: open conflicts with the backend's own even inside this process).
+L10_DRIVER = """
+import fcntl, os, urllib.error, urllib.request
+EXC = {exc}
+TASK = {task!r}
+API = os.environ["L10_API_URL"]
+LATENCY_MS = 1500
+T("echo up", task_id=TASK)
+env = tt._active_environments[TASK]
+sandbox_id = env.sandbox_id
+lock_path = os.path.join(os.environ["HERMES_HOME"], "cache", "e2b", env._native.scope_digest() + ".writer.lock")
+
+def on_server():
+    request = urllib.request.Request(f"{{API}}/sandboxes/{{sandbox_id}}", headers={{"X-API-Key": "e2b_test_listing"}})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return [response.status, json.loads(response.read()).get("state")]
+    except urllib.error.HTTPError as error:
+        return [error.code, None]
+
+def admin(path, body):
+    request = urllib.request.Request(f"{{API}}/_e2b_local/{{path}}", data=json.dumps(body).encode(), method="POST",
+                                     headers={{"X-API-Key": "e2b_test_listing", "Content-Type": "application/json"}})
+    urllib.request.urlopen(request, timeout=30).close()
+
+def writer_lock_free():
+    if not os.path.exists(lock_path):
+        return "no lock file"
+    with open(lock_path, "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
+
+pulls = []
+def interrupting_sync_back():
+    pulls.append(TASK)
+    raise EXC
+# The teardown pull is Hermes' FileSyncManager.sync_back, called from the native pull hook.
+env._hooks.manager.sync_back = interrupting_sync_back
+before = {{"server": on_server(), "lock_free": writer_lock_free()}}
+# Every sandbox request (not the admin ones) now waits LATENCY_MS on the server before it is
+# served: a kill still in flight when the exception arrives is then still pending when the
+# check below (sent with the latency cleared) is answered.
+admin("faults/latency", {{"ms": LATENCY_MS}})
+try:
+    env.cleanup()
+    at_raise = None
+except BaseException as error:
+    # The lock first: it is the instant check (a flock); then the server.
+    at_raise = {{"lock_free": writer_lock_free()}}
+    admin("faults/clear", {{}})
+    at_raise.update(server=on_server(), type=type(error).__name__)
+finally:
+    admin("faults/clear", {{}})
+try:
+    again = env._native.cleanup()["repeated"]
+except BaseException as error:
+    again = type(error).__name__
+finish({{"sandbox_id": sandbox_id, "before": before, "at_raise": at_raise, "pulls": pulls, "again": again}})
+"""
+
+
+@pytest.mark.parametrize("mode", ["persistent", "ephemeral"])
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt", "SystemExit", "GeneratorExit"])
+def test_control_exceptions_in_the_teardown_pull_surface_after_release_or_kill(home, e2b_local, mode, exc):
+    # contract: L10 (held back until the mandatory release / kill is done, then raised again)
+    tag = uuid.uuid4().hex
+    persistent = mode == "persistent"
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag}),
+                      terminal={"timeout": 60, "container_persistent": persistent})
+    home.write_key()
+    task = "default" if persistent else "l10-eph"
+    extra = {"L10_API_URL": e2b_local.api_url}
+    if not persistent:
+        extra["TERMINAL_CONTAINER_PERSISTENT"] = "false"
+    result = run(home, L10_DRIVER.format(exc=exc, task=task), extra_env=extra)
+    assert result["before"]["server"] == [200, "running"]
+    at_raise = result["at_raise"]
+    assert at_raise is not None, f"{exc} raised in the pull never reached the caller"
+    assert at_raise["type"] == exc, "the same exception is raised again"
+    if persistent:
+        assert result["before"]["lock_free"] is False, "the writer holds the scope's lock until cleanup"
+        assert at_raise["lock_free"] is True, "the writer lease was released before the re-raise"
+        assert at_raise["server"] == [200, "running"], "a persistent sandbox is never killed (L3)"
+        assert [s["sandboxID"] for s in sandboxes(e2b_local, tag)] == [result["sandbox_id"]]
+    else:
+        assert result["before"]["lock_free"] == "no lock file", "ephemeral sandboxes take no writer lock"
+        assert at_raise["server"] == [404, None], "the ephemeral sandbox was killed before the re-raise"
+        assert sandboxes(e2b_local, tag) == []
+    assert result["pulls"] == [task], "the exception was raised inside the one teardown pull"
+    assert result["again"] is True, "cleanup had completed: a second one is a repeat (L7)"
