@@ -3,6 +3,8 @@
 //! error messages, a server's error body) appear in no error (`Display`, [`ErrorChain`]) and
 //! in no `tracing` record the backend emits.
 
+#![allow(clippy::print_stdout)] // Prints the property's case count as a figure.
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -66,10 +68,7 @@ impl Secrets {
     /// Fails the case if any planted value appears in `text`, which was rendered from `source`.
     fn absent_from(&self, source: &str, text: &str) -> Result<(), TestCaseError> {
         for value in self.values() {
-            prop_assert!(
-                !text.contains(value),
-                "{source} leaks {value:?}: {text:?}"
-            );
+            prop_assert!(!text.contains(value), "{source} leaks {value:?}: {text:?}");
         }
         Ok(())
     }
@@ -232,7 +231,9 @@ fn planted_secrets_reach_no_error_and_no_log_record() {
         first.cleanup();
         first.finalize();
         let second = world.persistent_task(&task);
-        second.attach().expect("the second session adopts and recovers");
+        second
+            .attach()
+            .expect("the second session adopts and recovers");
         second.cleanup();
         second.finalize();
 
@@ -241,11 +242,13 @@ fn planted_secrets_reach_no_error_and_no_log_record() {
         let mut config = Config::new(ApiKeySource::Key(ApiKey::new("test-local-key".to_owned())));
         config.endpoints = Endpoints::single(server_url.clone());
         config.mode = SandboxMode::Persistent;
-        let failing =
-            Backend::new(config, world.scope(&format!("server-{n}")), world.services(), {
-                Arc::new(NoStateHooks)
-            })
-            .expect("backend");
+        let failing = Backend::new(
+            config,
+            world.scope(&format!("server-{n}")),
+            world.services(),
+            Arc::new(NoStateHooks),
+        )
+        .expect("backend");
         let error = failing.attach().expect_err("the server answers 500");
         check_error(&secrets, "server error body", &error)?;
         failing.finalize();
