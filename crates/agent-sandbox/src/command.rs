@@ -215,7 +215,7 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
                 kill_rx,
             ));
             if let Err(error) = sink.finish() {
-                tracing::debug!(sandbox_id = %sandbox.id(), "output sink failed to finish: {error}");
+                tracing::debug!(sandbox_id = %sandbox.id(), "output sink failed to finish: {}", e2b_client::redact(&error.to_string()));
             }
             *shared.lock() = Some(result.map_err(Arc::new));
             shared.done.notify_all();

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// The configuration cannot be used.
-    #[error("E2B backend configuration is invalid: {reason}")]
+    #[error("E2B backend configuration is invalid: {}", Redacted(.reason))]
     InvalidConfig {
         /// What is wrong.
         reason: String,
@@ -34,8 +34,9 @@ pub enum Error {
     /// A reader's command was refused by the state gates; it must fail closed. Retrying
     /// later may succeed ([`Error::retry_hint`]).
     #[error(
-        "Sandbox {} is not ready: this scope's Hermes state is being rebuilt or is known to be stale ({reason}). {retry_hint}",
-        SandboxName(.sandbox_id.as_deref())
+        "Sandbox {} is not ready: this scope's Hermes state is being rebuilt or is known to be stale ({}). {retry_hint}",
+        SandboxName(.sandbox_id.as_deref()),
+        Redacted(.reason)
     )]
     NotReady {
         /// The sandbox the reader attached to, if any exists yet.
@@ -82,7 +83,7 @@ pub enum Error {
 
     /// The caller's state push or pull reported failure, or a transport call made during it
     /// failed (contracts S2, S3).
-    #[error("E2B state {operation} failed for sandbox {sandbox_id}: {detail}")]
+    #[error("E2B state {operation} failed for sandbox {sandbox_id}: {}", Redacted(.detail))]
     StateHook {
         /// `initial push`, `sync` or `pull`.
         operation: &'static str,
@@ -93,7 +94,10 @@ pub enum Error {
     },
 
     /// A command run in the sandbox for the backend's own purposes exited non-zero.
-    #[error("E2B {operation} failed for sandbox {sandbox_id}: exit code {exit_code}: {stderr}")]
+    #[error(
+        "E2B {operation} failed for sandbox {sandbox_id}: exit code {exit_code}: {}",
+        Redacted(.stderr)
+    )]
     SandboxCommand {
         /// The transport step (`delete files`, `state snapshot`, ...).
         operation: &'static str,
@@ -252,7 +256,7 @@ pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'a));
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut shown = self.0.to_string();
-        f.write_str(&shown)?;
+        let mut chain = shown.clone();
         let mut next = self.0.source();
         while let Some(error) = next {
             let text = error.to_string();
@@ -261,18 +265,31 @@ impl fmt::Display for ErrorChain<'_> {
                     .strip_suffix(text.as_str())
                     .is_some_and(|head| head.ends_with(": "));
             if !printed {
-                write!(f, ": {text}")?;
+                chain.push_str(": ");
+                chain.push_str(&text);
             }
             shown = text;
             next = error.source();
         }
-        Ok(())
+        // Causes from lower crates (recovery's file names, hook errors) carry text the sandbox
+        // or a hook chose; the whole story passes the redaction pass once, here (X4).
+        f.write_str(&e2b_client::redact(&chain))
     }
 }
 
 impl fmt::Debug for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
+    }
+}
+
+/// Text from outside the crate (sandbox stderr, hook messages, recovery reasons), shown
+/// through the redaction pass (X4).
+struct Redacted<'a>(&'a str);
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&e2b_client::redact(self.0))
     }
 }
 

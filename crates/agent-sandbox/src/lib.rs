@@ -113,6 +113,8 @@ pub use config::{
 };
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
 pub use e2b_client::{ApiKey, SandboxId};
+// The one redaction pass (X4), for bindings that log or show text of their own.
+pub use e2b_client::{REDACTED, redact};
 pub use error::{Error, ErrorChain};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use report::{

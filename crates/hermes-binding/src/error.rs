@@ -47,7 +47,7 @@ create_exception!(
 #[non_exhaustive]
 pub enum Error {
     /// A plugin setting (`plugins.entries.e2b.settings.<key>`) is invalid.
-    #[error("E2B setting {key} is invalid: {reason}")]
+    #[error("E2B setting {key} is invalid: {}", Redacted(.reason))]
     InvalidSetting {
         /// The setting's key.
         key: String,
@@ -56,7 +56,7 @@ pub enum Error {
     },
 
     /// An argument handed over by the Python layer cannot be used.
-    #[error("E2B {operation} refused: {reason}")]
+    #[error("E2B {operation} refused: {}", Redacted(.reason))]
     InvalidArgument {
         /// The binding call.
         operation: &'static str,
@@ -136,8 +136,9 @@ impl Error {
     }
 
     /// The text a Python exception carries: this error and every cause below it, each once
-    /// ([`ErrorChain`]), with the words Hermes reads as a command time-out rewritten
-    /// ([`without_time_words`]). The one place Rust errors become Hermes-facing text.
+    /// ([`ErrorChain`], which also redacts credentials, contract X4), with the words Hermes
+    /// reads as a command time-out rewritten ([`without_time_words`]). The one place Rust
+    /// errors become Hermes-facing text.
     pub fn message(&self) -> String {
         without_time_words(&ErrorChain(self).to_string())
     }
@@ -209,6 +210,16 @@ impl From<Error> for PyErr {
         } else {
             E2BError::new_err(message)
         }
+    }
+}
+
+/// Text the caller handed over (a setting's value may be a URL with credentials), shown
+/// through the redaction pass (X4).
+struct Redacted<'a>(&'a str);
+
+impl std::fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&agent_sandbox::redact(self.0))
     }
 }
 

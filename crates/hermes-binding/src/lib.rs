@@ -43,6 +43,9 @@
 //!   the backend's error chain, each cause once (`Error::message`): it names the operation and
 //!   the sandbox, never the API key, and never contains the word "timeout" (rewritten here, the
 //!   one place Rust errors become Hermes-facing text).
+//! - **Redaction** (X4): every error message (`Error::message`), every record the logging
+//!   bridge hands to Python, and (through the exported `redact`) the Python layer's own log
+//!   records and doctor rows pass agent-sandbox's one redaction pass.
 //! - **No host pid:** a running command exposes `sandbox_pid`, never `pid`.
 
 #![deny(missing_docs)]
@@ -52,6 +55,9 @@ pub mod logging;
 mod native;
 mod runtime;
 pub mod settings;
+
+#[cfg(test)]
+mod redaction_tests;
 
 pub use error::Error;
 
@@ -93,6 +99,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<native::PyCommand>()?;
     module.add_class::<native::PyTransport>()?;
     module.add_function(wrap_pyfunction!(emit_log, module)?)?;
+    module.add_function(wrap_pyfunction!(redact, module)?)?;
     logging::install();
     Ok(())
 }
@@ -121,6 +128,13 @@ fn settings_schema(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
         Ok(entry)
     });
     PyTuple::new(py, entries.collect::<PyResult<Vec<_>>>()?)
+}
+
+/// The redaction pass (contract X4) for the Python layer's own text: its logging filter and
+/// doctor rows use it, so the rules live once, in Rust.
+#[pyfunction]
+fn redact(text: &str) -> String {
+    agent_sandbox::redact(text)
 }
 
 /// Emits one `tracing` event at `level` ("error", "warn", "info", "debug"); lets the Python

@@ -1,4 +1,5 @@
-//! `tracing` events of the Rust core, forwarded to Python `logging` under `hermes_e2b`.
+//! `tracing` events of the Rust core, forwarded to Python `logging` under `hermes_e2b`,
+//! each redacted on the way (contract X4).
 //!
 //! The layer takes the GIL only for the moment it hands one record to Python, on whichever
 //! thread emitted the event, and never holds it otherwise. Every binding call that can emit
@@ -74,6 +75,11 @@ pub fn render(event: &Event<'_>) -> String {
     line.message + &line.fields
 }
 
+/// The text handed to Python for an event: [`render`], then the redaction pass.
+pub fn record_text(event: &Event<'_>) -> String {
+    agent_sandbox::redact(&render(event))
+}
+
 /// The layer that calls `logging.getLogger("hermes_e2b").log(level, text)`.
 #[derive(Debug, Clone, Copy)]
 pub struct PythonLogging;
@@ -81,7 +87,9 @@ pub struct PythonLogging;
 impl<S: Subscriber> Layer<S> for PythonLogging {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let level = python_level(event.metadata().level());
-        let text = render(event);
+        // Every record, its fields included, passes the redaction pass before Python sees
+        // it (X4): a field may carry text a sandbox or a hook chose.
+        let text = record_text(event);
         // `try_attach` returns None while the interpreter shuts down: the record is dropped
         // rather than touching a finalising interpreter.
         let _ = Python::try_attach(|py| {

@@ -188,7 +188,9 @@ impl PyTransport {
             for name in &summary.rejected {
                 tracing::warn!(
                     sandbox_id = transport.sandbox_id(),
-                    "teardown pull skipped an unsafe archive member: {name}"
+                    "teardown pull skipped an unsafe archive member: {}",
+                    // The sandbox chose the name (X4).
+                    agent_sandbox::redact(name)
                 );
             }
             Ok::<u64, Error>(summary.files)

@@ -108,7 +108,7 @@ impl Inner {
     /// the paths differ by scope (lock files), the cause is the host's.
     fn warn_degraded(&self, degradation: &Degradation) {
         if warn_once::first_time(&format!("degraded: {}", degradation.cause)) {
-            tracing::warn!("{degradation}");
+            tracing::warn!("{}", e2b_client::redact(&degradation.to_string()));
         }
     }
 

@@ -79,7 +79,8 @@ impl Inner {
                 max_snapshot_bytes: self.config.state_cap,
             })?;
             for warning in report.warnings() {
-                tracing::warn!(sandbox_id = %id, "{warning}");
+                // Recovery warnings name files the sandbox chose (X4).
+                tracing::warn!(sandbox_id = %id, "{}", e2b_client::redact(&warning.to_string()));
             }
             self.run_hook("initial push", &id, |t| {
                 self.hooks.push(t, PushKind::Initial)

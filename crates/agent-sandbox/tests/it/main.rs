@@ -6,6 +6,7 @@ mod commands;
 mod lifecycle;
 mod ownership;
 mod processes;
+mod redaction;
 mod requests;
 mod state;
 mod support;

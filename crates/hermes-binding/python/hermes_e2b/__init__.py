@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["__version__", "register", "NATIVE_IMPORT_ERROR"]
+__all__ = ["__version__", "register", "redact", "NATIVE_IMPORT_ERROR"]
 
 logger = logging.getLogger("hermes_e2b")
 
@@ -32,6 +32,7 @@ try:
 
     __version__: str = _native.__version__
     NATIVE_IMPORT_ERROR = None
+    _redact = _native.redact
     __all__ += [
         "E2BError",
         "ConfigurationError",
@@ -48,6 +49,34 @@ except ImportError as _error:  # the directory shim can run without the wheel in
         __version__ = _dist_version("hermes-e2b")
     except Exception:  # noqa: BLE001 - no distribution metadata at all
         __version__ = "0.0.0+unknown"
+
+    def _redact(text: str) -> str:
+        # Without the core there is no backend, so no sandbox or server text to clean.
+        return text
+
+
+class RedactingFilter(logging.Filter):
+    """Passes every ``hermes_e2b`` record through the native redaction pass (contract X4):
+    the message is formatted with its arguments, then cleaned, so an argument carrying a key,
+    a bearer token or a ``user:pass@`` URL never reaches a handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = _redact(record.getMessage())
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = _redact(record.exc_text)
+        return True
+
+
+def redact(text: str) -> str:
+    """The native redaction pass; doctor rows and log records go through it."""
+    return _redact(text)
+
+
+if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+    logger.addFilter(RedactingFilter())
 
 
 def register(ctx: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
-from . import NATIVE_IMPORT_ERROR, __version__
+from . import NATIVE_IMPORT_ERROR, __version__, redact
 from ._hermes import (
     KEY_NAME,
     REMOTE_HOME,
@@ -142,7 +142,8 @@ class E2BProvider(TerminalEnvironmentProvider):
             endpoint_row = (True, "E2B endpoint", f"{settings.endpoint_summary()}, template {settings.template}")
         else:
             endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
-        return [native_row, key_row, endpoint_row]
+        # Rows quote settings and errors, which may carry credentials (X4).
+        return [(ok, redact(name), redact(detail)) for ok, name, detail in (native_row, key_row, endpoint_row)]
 
     # --- setup ----------------------------------------------------------------------------
     def setup_instructions(self) -> list[str]:
