@@ -312,6 +312,9 @@ fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<
 pub struct PyBackend {
     backend: Arc<Backend>,
     deferred: Deferred,
+    /// The sandbox whose replacement of a gone one was last handed to Hermes: an attachment
+    /// keeps its `replaced` for its whole life, Hermes must hear of it once.
+    replacement_reported: std::sync::Mutex<Option<String>>,
 }
 
 #[pymethods]
@@ -376,6 +379,7 @@ impl PyBackend {
         Ok(PyBackend {
             backend: Arc::new(backend),
             deferred,
+            replacement_reported: std::sync::Mutex::new(None),
         })
     }
 
@@ -397,7 +401,25 @@ impl PyBackend {
         dict.set_item("resumed", info.resumed)?;
         dict.set_item("role", role_name(info.role))?;
         dict.set_item("degradation", info.degradation)?;
+        dict.set_item("replaced", info.replaced)?;
         Ok(dict)
+    }
+
+    /// The id of the gone sandbox the current attachment replaced, once per replacement (then
+    /// None, also while nothing is attached): the environment passes it on to Hermes' `_mark_recreated()`. Contacts nothing.
+    fn take_replaced(&self) -> Option<String> {
+        let info = self.backend.info()?;
+        // A stale reader let go of a sandbox and found the same one again: nothing was lost.
+        let replaced = info.replaced.filter(|old| *old != info.sandbox_id)?;
+        let mut reported = self
+            .replacement_reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if reported.as_deref() == Some(info.sandbox_id.as_str()) {
+            return None;
+        }
+        *reported = Some(info.sandbox_id);
+        Some(replaced)
     }
 
     /// The attached sandbox id, if any.

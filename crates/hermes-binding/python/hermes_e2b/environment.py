@@ -174,7 +174,19 @@ class E2BEnvironment(BaseEnvironment):
         except BaseException:
             os.close(read_fd)
             raise
+        finally:
+            # Even when the command then failed to start, the attach that replaced a gone
+            # sandbox has happened; Hermes folds the flag into this or the next result.
+            self._report_replacement()
         return _PipeHandle(command, os.fdopen(read_fd, "r", encoding="utf-8", errors="replace"))
+
+    def _report_replacement(self) -> None:
+        if self._native.take_replaced() is None:
+            return
+        # iot and newer Hermes; an older host has no such notice to give.
+        mark = getattr(self, "_mark_recreated", None)
+        if callable(mark):
+            mark()
 
     def cleanup(self) -> None:
         """Session close, idle reaper, atexit: waits for running commands, then pulls, releases
