@@ -28,7 +28,14 @@ pub(crate) fn example_binary(name: &str) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut build = Command::new(cargo);
     build
-        .args(["build", "--offline", "--quiet", "--workspace", "--example", name])
+        .args([
+            "build",
+            "--offline",
+            "--quiet",
+            "--workspace",
+            "--example",
+            name,
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("CARGO_TARGET_DIR", target_dir)
         .stdin(Stdio::null());
