@@ -77,7 +77,9 @@ impl PySettings {
                 .into());
             }
         };
-        let settings = Settings::parse(&raw, lifetime_seconds)?;
+        let env = |name: &str| std::env::var(name).ok();
+        let settings = Settings::parse_with_env(&raw, lifetime_seconds, &env)?;
+        settings.warn_unknown_keys_once();
         Ok(PySettings { settings })
     }
 
@@ -124,6 +126,11 @@ impl PySettings {
     #[getter]
     fn unknown_keys(&self) -> Vec<String> {
         self.settings.unknown_keys.clone()
+    }
+
+    /// One line per unknown setting key, with the nearest known key (for doctor rows).
+    fn unknown_key_notes(&self) -> Vec<String> {
+        self.settings.unknown_key_notes()
     }
 
     /// One line naming where requests go (for doctor rows); never contains the key.

@@ -2,8 +2,9 @@
 //! Python layer only hands the raw mapping over. Keys, kinds and defaults are agent-sandbox's
 //! settings table ([`agent_sandbox::SETTINGS`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_sandbox::{
@@ -66,6 +67,8 @@ pub struct Settings {
     pub metadata: BTreeMap<String, String>,
     /// Where E2B is.
     pub endpoints: Endpoints,
+    /// Who named [`Settings::endpoints`].
+    pub endpoints_from: EndpointSource,
     /// Attach mode: an externally owned sandbox.
     pub sandbox_id: Option<SandboxId>,
     /// Keys present in the mapping that the plugin does not know (reported, not fatal).
@@ -83,10 +86,29 @@ impl fmt::Debug for Settings {
             .field("security", &self.security)
             .field("metadata_keys", &self.metadata.keys().collect::<Vec<_>>())
             .field("endpoints", &self.endpoints)
+            .field("endpoints_from", &self.endpoints_from)
             .field("sandbox_id", &self.sandbox_id)
             .finish()
     }
 }
+
+/// Who named the endpoints: the plugin settings win over E2B's environment variables, which
+/// win over E2B's public cloud (the E2B SDKs' order: explicit options, then the environment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointSource {
+    /// `domain` / `api_url` / `sandbox_url` under `plugins.entries.e2b.settings`.
+    Settings,
+    /// `E2B_DOMAIN` / `E2B_API_URL` / `E2B_SANDBOX_URL` in the process environment.
+    Environment,
+    /// Neither: E2B's public cloud.
+    Default,
+}
+
+/// E2B's environment variables for where it is, in the order of [`ENDPOINT_KEYS`].
+pub const ENDPOINT_ENV_VARS: [&str; 3] = ["E2B_DOMAIN", "E2B_API_URL", "E2B_SANDBOX_URL"];
+
+/// The settings naming where E2B is.
+const ENDPOINT_KEYS: [&str; 3] = ["domain", "api_url", "sandbox_url"];
 
 /// Which sandbox lifecycle Hermes asked for (`container_persistent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +215,53 @@ fn url(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<String>, Error
     Ok(Some(value.trim_end_matches('/').to_owned()))
 }
 
+/// Reads the three endpoint keys (`names`: the settings' or the environment's) of `raw`.
+fn endpoints(raw: &BTreeMap<String, Value>, names: [&str; 3]) -> Result<Endpoints, Error> {
+    let [domain_key, api_key, sandbox_key] = names;
+    let domain = string(raw, domain_key)?.filter(|d| !d.is_empty());
+    if let Some(domain) = &domain {
+        let ok = domain
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == ':');
+        if !ok {
+            return Err(invalid(domain_key, "must be a host name such as e2b.app"));
+        }
+    }
+    Ok(Endpoints {
+        domain,
+        api_url: url(raw, api_key)?,
+        sandbox_url: url(raw, sandbox_key)?,
+    })
+}
+
+/// The known setting nearest to an unknown `key` by edit distance, if it is near enough to be
+/// a typo (a third of the key's length, at least 2) rather than a different idea.
+pub fn nearest_setting(key: &str) -> Option<&'static str> {
+    let limit = (key.chars().count() / 3).max(2);
+    agent_sandbox::SETTINGS
+        .iter()
+        .map(|setting| (edit_distance(key, setting.key), setting.key))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, known)| known)
+}
+
+/// Levenshtein distance over chars, case-insensitive (`Template` is a typo of `template`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.to_lowercase().chars().collect();
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous[j] + usize::from(ca != cb);
+            current.push(substitute.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
 impl Settings {
     /// Validates the raw settings mapping. `lifetime_seconds` is Hermes'
     /// `terminal.lifetime_seconds`, the lease's fallback.
@@ -256,19 +325,11 @@ impl Settings {
                 ));
             }
         };
-        let domain = string(raw, "domain")?.filter(|d| !d.is_empty());
-        if let Some(domain) = &domain {
-            let ok = domain
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == ':');
-            if !ok {
-                return Err(invalid("domain", "must be a host name such as e2b.app"));
-            }
-        }
-        let endpoints = Endpoints {
-            domain,
-            api_url: url(raw, "api_url")?,
-            sandbox_url: url(raw, "sandbox_url")?,
+        let endpoints = endpoints(raw, ENDPOINT_KEYS)?;
+        let endpoints_from = if endpoints == Endpoints::e2b_cloud() {
+            EndpointSource::Default
+        } else {
+            EndpointSource::Settings
         };
         let sandbox_id = match string(raw, "sandbox_id")?.filter(|id| !id.is_empty()) {
             None => None,
@@ -293,9 +354,76 @@ impl Settings {
             security,
             metadata,
             endpoints,
+            endpoints_from,
             sandbox_id,
             unknown_keys,
         })
+    }
+
+    /// [`Settings::parse`], then E2B's environment variables (`E2B_DOMAIN`, `E2B_API_URL`,
+    /// `E2B_SANDBOX_URL`, read through `env`) when the settings name no endpoint at all: the
+    /// settings win as a whole, so a configured self-hosted domain is never half-overridden
+    /// by a stray `E2B_API_URL`. The API key is not read here (it is the profile's, X2).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use _native::settings::{EndpointSource, Settings};
+    ///
+    /// let env = |name: &str| (name == "E2B_API_URL").then(|| "http://127.0.0.1:3000".to_owned());
+    /// let settings = Settings::parse_with_env(&BTreeMap::new(), None, &env).unwrap();
+    /// assert_eq!(settings.endpoints.api_url.as_deref(), Some("http://127.0.0.1:3000"));
+    /// assert_eq!(settings.endpoints_from, EndpointSource::Environment);
+    /// ```
+    pub fn parse_with_env(
+        raw: &BTreeMap<String, Value>,
+        lifetime_seconds: Option<u64>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Settings, Error> {
+        let mut settings = Settings::parse(raw, lifetime_seconds)?;
+        if settings.endpoints_from == EndpointSource::Default {
+            let vars = ENDPOINT_ENV_VARS
+                .iter()
+                .filter_map(|name| Some(((*name).to_owned(), Value::Str(env(name)?))))
+                .collect();
+            let endpoints = endpoints(&vars, ENDPOINT_ENV_VARS)?;
+            if endpoints != Endpoints::e2b_cloud() {
+                settings.endpoints = endpoints;
+                settings.endpoints_from = EndpointSource::Environment;
+            }
+        }
+        Ok(settings)
+    }
+
+    /// One line per unknown key: that it is ignored, and the known key it is nearest to.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use _native::settings::{Settings, Value};
+    ///
+    /// let raw = BTreeMap::from([("lease_secs".to_owned(), Value::Int(60))]);
+    /// let notes = Settings::parse(&raw, None).unwrap().unknown_key_notes();
+    /// assert_eq!(notes, ["unknown setting lease_secs is ignored; did you mean lease_seconds?"]);
+    /// ```
+    pub fn unknown_key_notes(&self) -> Vec<String> {
+        self.unknown_keys
+            .iter()
+            .map(|key| match nearest_setting(key) {
+                Some(known) => format!("unknown setting {key} is ignored; did you mean {known}?"),
+                None => format!("unknown setting {key} is ignored"),
+            })
+            .collect()
+    }
+
+    /// Logs [`Settings::unknown_key_notes`] as warnings, each key once per process: settings
+    /// are re-read for every probe, doctor row and environment, and one line is enough.
+    pub fn warn_unknown_keys_once(&self) {
+        static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+        let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
+        for (key, note) in self.unknown_keys.iter().zip(self.unknown_key_notes()) {
+            if warned.insert(key.clone()) {
+                tracing::warn!("plugins.entries.e2b.settings: {note}");
+            }
+        }
     }
 
     /// The directory a cwd handed over by Hermes means. Hermes hands container backends
@@ -329,7 +457,7 @@ impl Settings {
             api_url,
             sandbox_url,
         } = &self.endpoints;
-        match (api_url, sandbox_url) {
+        let place = match (api_url, sandbox_url) {
             (Some(api), Some(sandbox)) if api == sandbox => format!("{api} (api and sandbox)"),
             (Some(api), Some(sandbox)) => format!("api {api}, sandbox {sandbox}"),
             (Some(api), None) => format!("api {api}"),
@@ -338,6 +466,10 @@ impl Settings {
                 Some(domain) => format!("E2B at {domain}"),
                 None => "E2B cloud (e2b.app)".to_owned(),
             },
+        };
+        match self.endpoints_from {
+            EndpointSource::Environment => format!("{place} (from E2B_* environment variables)"),
+            EndpointSource::Settings | EndpointSource::Default => place,
         }
     }
 
@@ -369,151 +501,4 @@ impl Settings {
 }
 
 #[cfg(test)]
-mod tests {
-    use agent_sandbox::{SETTINGS, SettingDefault};
-
-    use super::*;
-
-    fn raw(entries: &[(&str, Value)]) -> BTreeMap<String, Value> {
-        entries
-            .iter()
-            .map(|(key, value)| ((*key).to_owned(), value.clone()))
-            .collect()
-    }
-
-    #[test]
-    fn defaults_match_the_configuration_table() {
-        let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
-        assert_eq!(settings.template, "base");
-        assert_eq!(settings.cwd, "/home/user");
-        assert_eq!(settings.lease, Duration::from_secs(300));
-        assert_eq!(settings.command_grace, Duration::from_secs(30));
-        assert_eq!(settings.internet, InternetAccess::Allowed);
-        assert_eq!(settings.security, Security::Secure);
-        assert!(settings.metadata.is_empty());
-        assert_eq!(settings.sandbox_id, None);
-        assert_eq!(settings.endpoint_summary(), "E2B cloud (e2b.app)");
-    }
-
-    #[test]
-    fn every_key_of_the_settings_table_is_read_with_its_default() {
-        let nulls = SETTINGS
-            .iter()
-            .map(|setting| (setting.key.to_owned(), Value::Null))
-            .collect();
-        let settings = Settings::parse(&nulls, None).unwrap();
-        assert!(
-            settings.unknown_keys.is_empty(),
-            "{:?}",
-            settings.unknown_keys
-        );
-        let default = |key| Setting::find(key).unwrap().default;
-        assert!(
-            matches!(default("template"), SettingDefault::Text(text) if text == settings.template)
-        );
-        assert!(matches!(default("cwd"), SettingDefault::Text(text) if text == settings.cwd));
-        assert_eq!(
-            default("command_grace_seconds"),
-            SettingDefault::Seconds(settings.command_grace.as_secs())
-        );
-        assert_eq!(
-            default("secure"),
-            SettingDefault::Flag(settings.security == Security::Secure)
-        );
-    }
-
-    #[test]
-    fn lease_falls_back_to_hermes_lifetime_but_the_setting_wins() {
-        let settings = Settings::parse(&BTreeMap::new(), Some(900)).unwrap();
-        assert_eq!(settings.lease, Duration::from_secs(900));
-        let settings =
-            Settings::parse(&raw(&[("lease_seconds", Value::Int(60))]), Some(900)).unwrap();
-        assert_eq!(settings.lease, Duration::from_secs(60));
-    }
-
-    #[test]
-    fn wrong_types_and_ranges_name_the_key() {
-        let cases = [
-            ("lease_seconds", Value::Int(0)),
-            ("lease_seconds", Value::Bool(true)),
-            ("command_grace_seconds", Value::Int(-1)),
-            ("allow_internet_access", Value::Str("yes".to_owned())),
-            ("secure", Value::Int(1)),
-            ("cwd", Value::Str("relative/dir".to_owned())),
-            ("template", Value::Str(String::new())),
-            ("api_url", Value::Str("ftp://x".to_owned())),
-            ("api_url", Value::Str("https://user:key@host".to_owned())),
-            ("sandbox_id", Value::Str("../etc".to_owned())),
-            ("metadata", Value::Str("team=infra".to_owned())),
-            ("domain", Value::Str("e2b.app/evil".to_owned())),
-        ];
-        for (key, value) in cases {
-            let error = Settings::parse(&raw(&[(key, value.clone())]), None)
-                .expect_err(&format!("{key} = {value:?} must be refused"));
-            assert!(error.is_configuration());
-            assert!(error.to_string().contains(key), "{error}");
-        }
-    }
-
-    #[test]
-    fn flags_metadata_endpoints_and_attach_mode() {
-        let mut metadata = BTreeMap::new();
-        metadata.insert("team".to_owned(), Value::Str("infra".to_owned()));
-        metadata.insert("tier".to_owned(), Value::Int(2));
-        let settings = Settings::parse(
-            &raw(&[
-                ("allow_internet_access", Value::Bool(false)),
-                ("secure", Value::Bool(false)),
-                ("metadata", Value::Map(metadata)),
-                ("api_url", Value::Str("http://127.0.0.1:3000/".to_owned())),
-                (
-                    "sandbox_url",
-                    Value::Str("http://127.0.0.1:3000".to_owned()),
-                ),
-                ("sandbox_id", Value::Str("sbx-123".to_owned())),
-                ("surprise", Value::Bool(true)),
-            ]),
-            None,
-        )
-        .unwrap();
-        assert_eq!(settings.internet, InternetAccess::Denied);
-        assert_eq!(settings.security, Security::Insecure);
-        assert_eq!(settings.metadata.get("tier").map(String::as_str), Some("2"));
-        assert_eq!(
-            settings.endpoint_summary(),
-            "http://127.0.0.1:3000 (api and sandbox)"
-        );
-        assert_eq!(settings.unknown_keys, vec!["surprise".to_owned()]);
-        let config = settings.to_config(
-            ApiKeySource::Resolver(std::sync::Arc::new(|| None)),
-            Persistence::Persistent,
-            Duration::from_secs(300),
-        );
-        assert!(matches!(config.mode, SandboxMode::Attach { .. }));
-    }
-
-    #[test]
-    fn placeholder_cwds_mean_where_the_session_is() {
-        let settings =
-            Settings::parse(&raw(&[("cwd", Value::Str("/srv".to_owned()))]), None).unwrap();
-        for placeholder in ["", "/root", "~"] {
-            assert_eq!(settings.session_cwd(placeholder, None), "/srv");
-            assert_eq!(settings.session_cwd(placeholder, Some("~")), "/srv");
-            assert_eq!(settings.session_cwd(placeholder, Some("/tmp")), "/tmp");
-        }
-        assert_eq!(settings.session_cwd("/opt", None), "/opt");
-        assert_eq!(settings.session_cwd("/opt", Some("/tmp")), "/opt");
-    }
-
-    #[test]
-    fn persistence_chooses_the_mode() {
-        let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
-        let key = || ApiKeySource::Resolver(std::sync::Arc::new(|| None));
-        let lifetime = Duration::from_secs(120);
-        let persistent = settings.to_config(key(), Persistence::Persistent, lifetime);
-        assert_eq!(persistent.mode, SandboxMode::Persistent);
-        let ephemeral = settings.to_config(key(), Persistence::Ephemeral, lifetime);
-        assert_eq!(ephemeral.mode, SandboxMode::Ephemeral { lifetime });
-        assert!(Persistence::parse("sometimes").is_err());
-    }
-}
+mod tests;

@@ -79,7 +79,28 @@ def read_settings(ctx: Any) -> dict[str, Any]:
             continue
         if value is not None:
             raw[key] = value
+    # Other keys go over by name only, so the native core can warn about them (with the
+    # nearest known key) instead of ignoring a typo silently.
+    for key in _settings_keys(ctx):
+        if key not in SETTING_KEYS:
+            raw[key] = None
     return raw
+
+
+def _settings_keys(ctx: Any) -> list[str]:
+    """The keys written under ``plugins.entries.<plugin>.settings`` (no values)."""
+    try:
+        from hermes_cli.config import load_config_readonly
+
+        config = load_config_readonly() or {}
+    except Exception as error:  # noqa: BLE001 - an unreadable config.yaml is reported elsewhere
+        logger.debug("hermes-e2b: cannot list settings keys: %s", type(error).__name__)
+        return []
+    plugin_id = getattr(ctx, "plugin_id", None) or "e2b"
+    node: Any = config
+    for segment in ("plugins", "entries", plugin_id, "settings"):
+        node = node.get(segment) if isinstance(node, dict) else None
+    return [key for key in node if isinstance(key, str)] if isinstance(node, dict) else []
 
 
 def lifetime_seconds() -> Optional[int]:

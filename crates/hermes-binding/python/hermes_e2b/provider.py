@@ -142,8 +142,11 @@ class E2BProvider(TerminalEnvironmentProvider):
             endpoint_row = (True, "E2B endpoint", f"{settings.endpoint_summary()}, template {settings.template}")
         else:
             endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
+        rows = [native_row, key_row, endpoint_row]
+        # A misspelled key is ignored (the default applies), which the user should see here.
+        rows += [(False, "E2B setting", note) for note in (settings.unknown_key_notes() if settings else [])]
         # Rows quote settings and errors, which may carry credentials (X4).
-        return [(ok, redact(name), redact(detail)) for ok, name, detail in (native_row, key_row, endpoint_row)]
+        return [(ok, redact(name), redact(detail)) for ok, name, detail in rows]
 
     # --- setup ----------------------------------------------------------------------------
     def setup_instructions(self) -> list[str]:
@@ -173,7 +176,8 @@ class E2BProvider(TerminalEnvironmentProvider):
                 _native_module().Settings(raw, lifetime_seconds=lifetime_seconds())
             except Exception as error:
                 raise ValueError(str(error)) from None
-        return raw
+        # Unknown keys were read by name only (to warn about them); they resolve to nothing.
+        return {k: v for k, v in raw.items() if k in SETTING_KEYS}
 
     # --- the factory ----------------------------------------------------------------------
     def create_environment(

@@ -1,0 +1,248 @@
+//! Unit tests of settings parsing, endpoint precedence and unknown-key suggestions.
+
+use agent_sandbox::{SETTINGS, SettingDefault};
+
+use super::*;
+
+fn raw(entries: &[(&str, Value)]) -> BTreeMap<String, Value> {
+    entries
+        .iter()
+        .map(|(key, value)| ((*key).to_owned(), value.clone()))
+        .collect()
+}
+
+#[test]
+fn defaults_match_the_configuration_table() {
+    let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
+    assert_eq!(settings.template, "base");
+    assert_eq!(settings.cwd, "/home/user");
+    assert_eq!(settings.lease, Duration::from_secs(300));
+    assert_eq!(settings.command_grace, Duration::from_secs(30));
+    assert_eq!(settings.internet, InternetAccess::Allowed);
+    assert_eq!(settings.security, Security::Secure);
+    assert!(settings.metadata.is_empty());
+    assert_eq!(settings.sandbox_id, None);
+    assert_eq!(settings.endpoint_summary(), "E2B cloud (e2b.app)");
+}
+
+#[test]
+fn every_key_of_the_settings_table_is_read_with_its_default() {
+    let nulls = SETTINGS
+        .iter()
+        .map(|setting| (setting.key.to_owned(), Value::Null))
+        .collect();
+    let settings = Settings::parse(&nulls, None).unwrap();
+    assert!(
+        settings.unknown_keys.is_empty(),
+        "{:?}",
+        settings.unknown_keys
+    );
+    let default = |key| Setting::find(key).unwrap().default;
+    assert!(matches!(default("template"), SettingDefault::Text(text) if text == settings.template));
+    assert!(matches!(default("cwd"), SettingDefault::Text(text) if text == settings.cwd));
+    assert_eq!(
+        default("command_grace_seconds"),
+        SettingDefault::Seconds(settings.command_grace.as_secs())
+    );
+    assert_eq!(
+        default("secure"),
+        SettingDefault::Flag(settings.security == Security::Secure)
+    );
+}
+
+#[test]
+fn lease_falls_back_to_hermes_lifetime_but_the_setting_wins() {
+    let settings = Settings::parse(&BTreeMap::new(), Some(900)).unwrap();
+    assert_eq!(settings.lease, Duration::from_secs(900));
+    let settings = Settings::parse(&raw(&[("lease_seconds", Value::Int(60))]), Some(900)).unwrap();
+    assert_eq!(settings.lease, Duration::from_secs(60));
+}
+
+#[test]
+fn wrong_types_and_ranges_name_the_key() {
+    let cases = [
+        ("lease_seconds", Value::Int(0)),
+        ("lease_seconds", Value::Bool(true)),
+        ("command_grace_seconds", Value::Int(-1)),
+        ("allow_internet_access", Value::Str("yes".to_owned())),
+        ("secure", Value::Int(1)),
+        ("cwd", Value::Str("relative/dir".to_owned())),
+        ("template", Value::Str(String::new())),
+        ("api_url", Value::Str("ftp://x".to_owned())),
+        ("api_url", Value::Str("https://user:key@host".to_owned())),
+        ("sandbox_id", Value::Str("../etc".to_owned())),
+        ("metadata", Value::Str("team=infra".to_owned())),
+        ("domain", Value::Str("e2b.app/evil".to_owned())),
+    ];
+    for (key, value) in cases {
+        let error = Settings::parse(&raw(&[(key, value.clone())]), None)
+            .expect_err(&format!("{key} = {value:?} must be refused"));
+        assert!(error.is_configuration());
+        assert!(error.to_string().contains(key), "{error}");
+    }
+}
+
+#[test]
+fn flags_metadata_endpoints_and_attach_mode() {
+    let mut metadata = BTreeMap::new();
+    metadata.insert("team".to_owned(), Value::Str("infra".to_owned()));
+    metadata.insert("tier".to_owned(), Value::Int(2));
+    let settings = Settings::parse(
+        &raw(&[
+            ("allow_internet_access", Value::Bool(false)),
+            ("secure", Value::Bool(false)),
+            ("metadata", Value::Map(metadata)),
+            ("api_url", Value::Str("http://127.0.0.1:3000/".to_owned())),
+            (
+                "sandbox_url",
+                Value::Str("http://127.0.0.1:3000".to_owned()),
+            ),
+            ("sandbox_id", Value::Str("sbx-123".to_owned())),
+            ("surprise", Value::Bool(true)),
+        ]),
+        None,
+    )
+    .unwrap();
+    assert_eq!(settings.internet, InternetAccess::Denied);
+    assert_eq!(settings.security, Security::Insecure);
+    assert_eq!(settings.metadata.get("tier").map(String::as_str), Some("2"));
+    assert_eq!(
+        settings.endpoint_summary(),
+        "http://127.0.0.1:3000 (api and sandbox)"
+    );
+    assert_eq!(settings.unknown_keys, vec!["surprise".to_owned()]);
+    let config = settings.to_config(
+        ApiKeySource::Resolver(std::sync::Arc::new(|| None)),
+        Persistence::Persistent,
+        Duration::from_secs(300),
+    );
+    assert!(matches!(config.mode, SandboxMode::Attach { .. }));
+}
+
+#[test]
+fn placeholder_cwds_mean_where_the_session_is() {
+    let settings = Settings::parse(&raw(&[("cwd", Value::Str("/srv".to_owned()))]), None).unwrap();
+    for placeholder in ["", "/root", "~"] {
+        assert_eq!(settings.session_cwd(placeholder, None), "/srv");
+        assert_eq!(settings.session_cwd(placeholder, Some("~")), "/srv");
+        assert_eq!(settings.session_cwd(placeholder, Some("/tmp")), "/tmp");
+    }
+    assert_eq!(settings.session_cwd("/opt", None), "/opt");
+    assert_eq!(settings.session_cwd("/opt", Some("/tmp")), "/opt");
+}
+
+#[test]
+fn persistence_chooses_the_mode() {
+    let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
+    let key = || ApiKeySource::Resolver(std::sync::Arc::new(|| None));
+    let lifetime = Duration::from_secs(120);
+    let persistent = settings.to_config(key(), Persistence::Persistent, lifetime);
+    assert_eq!(persistent.mode, SandboxMode::Persistent);
+    let ephemeral = settings.to_config(key(), Persistence::Ephemeral, lifetime);
+    assert_eq!(ephemeral.mode, SandboxMode::Ephemeral { lifetime });
+    assert!(Persistence::parse("sometimes").is_err());
+}
+
+fn env(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    move |name| {
+        vars.iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| (*value).to_owned())
+    }
+}
+
+const LOCAL_ENV: &[(&str, &str)] = &[
+    ("E2B_API_URL", "http://127.0.0.1:3000/"),
+    ("E2B_SANDBOX_URL", "http://127.0.0.1:3001"),
+];
+
+#[test]
+fn endpoints_from_the_environment_alone() {
+    let settings = Settings::parse_with_env(&BTreeMap::new(), None, &env(LOCAL_ENV)).unwrap();
+    assert_eq!(settings.endpoints_from, EndpointSource::Environment);
+    assert_eq!(
+        settings.endpoints.api_url.as_deref(),
+        Some("http://127.0.0.1:3000")
+    );
+    assert_eq!(
+        settings.endpoints.sandbox_url.as_deref(),
+        Some("http://127.0.0.1:3001")
+    );
+    assert_eq!(
+        settings.endpoint_summary(),
+        "api http://127.0.0.1:3000, sandbox http://127.0.0.1:3001 \
+         (from E2B_* environment variables)"
+    );
+    let domain =
+        Settings::parse_with_env(&BTreeMap::new(), None, &env(&[("E2B_DOMAIN", "e2b.corp")]))
+            .unwrap();
+    assert_eq!(domain.endpoints.domain.as_deref(), Some("e2b.corp"));
+    assert_eq!(domain.endpoints.api_url, None);
+}
+
+#[test]
+fn endpoints_from_the_settings_alone() {
+    let raw = raw(&[("domain", Value::Str("e2b.corp".to_owned()))]);
+    let settings = Settings::parse_with_env(&raw, None, &env(&[])).unwrap();
+    assert_eq!(settings.endpoints_from, EndpointSource::Settings);
+    assert_eq!(settings.endpoints.domain.as_deref(), Some("e2b.corp"));
+    assert_eq!(settings.endpoint_summary(), "E2B at e2b.corp");
+}
+
+#[test]
+fn endpoint_settings_win_over_the_environment_as_a_whole() {
+    let raw = raw(&[("domain", Value::Str("e2b.corp".to_owned()))]);
+    let settings = Settings::parse_with_env(&raw, None, &env(LOCAL_ENV)).unwrap();
+    assert_eq!(settings.endpoints_from, EndpointSource::Settings);
+    assert_eq!(
+        settings.endpoints,
+        Endpoints {
+            domain: Some("e2b.corp".to_owned()),
+            api_url: None,
+            sandbox_url: None,
+        }
+    );
+}
+
+#[test]
+fn neither_settings_nor_environment_means_e2b_cloud() {
+    let empty = &env(&[("E2B_API_URL", ""), ("E2B_DOMAIN", "")]);
+    let settings = Settings::parse_with_env(&BTreeMap::new(), None, empty).unwrap();
+    assert_eq!(settings.endpoints_from, EndpointSource::Default);
+    assert_eq!(settings.endpoints, Endpoints::e2b_cloud());
+    assert_eq!(settings.endpoint_summary(), "E2B cloud (e2b.app)");
+}
+
+#[test]
+fn a_bad_endpoint_variable_is_refused_by_its_name() {
+    let bad = &env(&[("E2B_API_URL", "https://user:secret@host")]);
+    let error = Settings::parse_with_env(&BTreeMap::new(), None, bad).unwrap_err();
+    assert!(error.is_configuration());
+    assert!(error.to_string().contains("E2B_API_URL"), "{error}");
+    assert!(!error.to_string().contains("secret"), "{error}");
+}
+
+#[test]
+fn unknown_keys_name_the_nearest_known_key() {
+    assert_eq!(nearest_setting("lease_secs"), Some("lease_seconds"));
+    assert_eq!(nearest_setting("Template"), Some("template"));
+    assert_eq!(nearest_setting("sandbox_ur"), Some("sandbox_url"));
+    assert_eq!(nearest_setting("api-url"), Some("api_url"));
+    assert_eq!(nearest_setting("image"), None);
+    assert_eq!(nearest_setting("completely_unrelated"), None);
+    let settings = Settings::parse(
+        &raw(&[
+            ("lease_secs", Value::Int(60)),
+            ("image", Value::Str("x".to_owned())),
+        ]),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        settings.unknown_key_notes(),
+        [
+            "unknown setting image is ignored",
+            "unknown setting lease_secs is ignored; did you mean lease_seconds?",
+        ]
+    );
+}
