@@ -101,7 +101,7 @@ mod hooks;
 mod report;
 mod sink;
 mod transport;
-mod warn_once;
+pub mod warn_once;
 
 pub use backend::{Backend, LEASE_HEADROOM, RETRY_HINT, TRANSFER_WINDOW};
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};

@@ -2,9 +2,8 @@
 //! Python layer only hands the raw mapping over. Keys, kinds and defaults are agent-sandbox's
 //! settings table ([`agent_sandbox::SETTINGS`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_sandbox::{
@@ -417,10 +416,8 @@ impl Settings {
     /// Logs [`Settings::unknown_key_notes`] as warnings, each key once per process: settings
     /// are re-read for every probe, doctor row and environment, and one line is enough.
     pub fn warn_unknown_keys_once(&self) {
-        static WARNED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-        let mut warned = WARNED.lock().unwrap_or_else(PoisonError::into_inner);
         for (key, note) in self.unknown_keys.iter().zip(self.unknown_key_notes()) {
-            if warned.insert(key.clone()) {
+            if agent_sandbox::warn_once::first_time(&format!("unknown setting: {key}")) {
                 tracing::warn!("plugins.entries.e2b.settings: {note}");
             }
         }
