@@ -243,12 +243,7 @@ async fn sigkill_by_pid_affects_only_that_pid() {
         .unwrap();
 
     let listed = api.rpc(&sandbox, "process.Process/List", json!({})).await;
-    let pids: Vec<u64> = listed.json["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let pids = listed.listed_pids();
     assert_eq!(pids.len(), 2);
     assert!(pids.contains(&victim_pid) && pids.contains(&survivor_pid));
     assert_eq!(listed.json["processes"][0]["config"]["cmd"], "/bin/bash");
@@ -273,12 +268,7 @@ async fn sigkill_by_pid_affects_only_that_pid() {
     );
 
     let listed = api.rpc(&sandbox, "process.Process/List", json!({})).await;
-    let pids: Vec<u64> = listed.json["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let pids = listed.listed_pids();
     assert_eq!(pids, vec![survivor_pid]);
     let again = api
         .rpc(

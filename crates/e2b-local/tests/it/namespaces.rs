@@ -86,12 +86,7 @@ async fn commands_see_only_their_sandbox_and_envd_reports_their_pids() {
         .unwrap();
     assert_eq!(shell.pid, inside);
     let listed = api.rpc(&a, "process.Process/List", json!({})).await;
-    let pids: Vec<u64> = listed.json["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
-        .collect();
+    let pids = listed.listed_pids();
     assert_eq!(pids, vec![long_pid]);
     let killed = api
         .rpc(

@@ -35,6 +35,18 @@ pub struct Reply {
     pub text: String,
 }
 
+impl Reply {
+    /// The pids of a `process.Process/List` answer, in its order.
+    pub fn listed_pids(&self) -> Vec<u64> {
+        self.json["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["pid"].as_u64().unwrap())
+            .collect()
+    }
+}
+
 impl Api {
     pub fn new(server: &Server) -> Api {
         Api {
