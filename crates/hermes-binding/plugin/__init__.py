@@ -1,10 +1,14 @@
 """Directory shim for `hermes plugins install`: the real plugin is the `hermes-e2b` wheel.
 
 Never install this shim and enable the wheel's entry point under the same key on one host.
-Importing it never fails: without the wheel, register() logs one line and registers nothing.
+Importing it never fails. Without the wheel in the interpreter that runs Hermes (Hermes never
+installs ``python_dependencies``), register() logs one line and registers a stand-in ``e2b``
+backend that is never available, so ``hermes doctor`` names that interpreter and the pip
+command instead of reporting an unknown backend.
 """
 
 import logging
+import sys
 
 #: The wheel this shim expects (kept equal to plugin.yaml's version).
 WHEEL_VERSION = "0.1.0"
@@ -15,12 +19,47 @@ except ImportError as _error:
     __version__ = WHEEL_VERSION
     _REASON = str(_error)
 
+    def _install_hint() -> str:
+        return f"{sys.executable} -m pip install hermes-e2b=={WHEEL_VERSION}"
+
     def register(ctx):
         logging.getLogger("hermes_e2b").warning(
-            "hermes-e2b: the wheel is not installed in Hermes' interpreter (%s); "
-            "run: pip install hermes-e2b==%s",
+            "hermes-e2b: the wheel is not installed in the interpreter that runs Hermes (%s: %s); run: %s",
+            sys.executable,
             _REASON,
-            WHEEL_VERSION,
+            _install_hint(),
         )
+        registrar = getattr(ctx, "register_terminal_environment_provider", None)
+        try:
+            from agent.terminal_env_provider import TerminalEnvironmentProvider
+        except ImportError:
+            return
+        if registrar is None:
+            return
+
+        class MissingWheelProvider(TerminalEnvironmentProvider):
+            """Fails closed: Hermes refuses the backend, nothing runs on the host."""
+
+            name = "e2b"
+            display_name = "E2B"
+
+            def is_available(self):
+                return False
+
+            def check_requirements(self, config=None):
+                logging.getLogger("hermes_e2b").error("hermes-e2b: the wheel is missing; run: %s", _install_hint())
+                return False
+
+            def probe(self):
+                return "unavailable", f"hermes-e2b is not installed; run: {_install_hint()}"
+
+            def doctor_checks(self):
+                return [(False, "E2B plugin", f"the hermes-e2b wheel is not installed in the interpreter "
+                                              f"that runs Hermes ({sys.executable}); run: {_install_hint()}")]
+
+            def create_environment(self, **kwargs):
+                raise ImportError(f"hermes-e2b is not installed in {sys.executable}; run: {_install_hint()}")
+
+        registrar(MissingWheelProvider())
 
 __all__ = ["register", "__version__", "WHEEL_VERSION"]

@@ -124,7 +124,16 @@ fn settings_schema(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
             SettingDefault::Flag(flag) => entry.set_item("default", flag)?,
             _ => {}
         }
-        entry.set_item("description", setting.description)?;
+        if setting.kind == SettingKind::Mapping {
+            // What settings.rs accepts when such a screen hands the mapping over as text.
+            let description = format!(
+                "{} As text: key=value pairs separated by commas or new lines, or a JSON object.",
+                setting.description
+            );
+            entry.set_item("description", description)?;
+        } else {
+            entry.set_item("description", setting.description)?;
+        }
         Ok(entry)
     });
     PyTuple::new(py, entries.collect::<PyResult<Vec<_>>>()?)

@@ -161,6 +161,81 @@ fn boolean(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<bool>, Err
     }
 }
 
+/// One metadata value: text, or a number or flag written as text.
+fn metadata_value(key: &str, value: &Value) -> Result<String, Error> {
+    match value {
+        Value::Str(text) => Ok(text.clone()),
+        Value::Int(number) => Ok(number.to_string()),
+        Value::Bool(flag) => Ok(flag.to_string()),
+        other => Err(invalid(
+            "metadata",
+            format!("value of {key:?} must be a string, not {}", other.kind()),
+        )),
+    }
+}
+
+/// How the text form is written, for error messages.
+const METADATA_TEXT_FORM: &str =
+    "write key=value pairs separated by commas or new lines, or a JSON object";
+
+/// `metadata` given as text: a JSON object (`{"team": "infra"}`), or `key=value` pairs
+/// separated by commas or new lines (`team=infra, tier=2`). Blank text is no metadata.
+fn metadata_text(text: &str) -> Result<BTreeMap<String, String>, Error> {
+    let text = text.trim();
+    if text.starts_with('{') {
+        let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text)
+            .map_err(|error| {
+                invalid(
+                    "metadata",
+                    format!("is not a JSON object ({error}); {METADATA_TEXT_FORM}"),
+                )
+            })?;
+        return object
+            .into_iter()
+            .map(|(key, value)| {
+                let value = match value {
+                    serde_json::Value::String(text) => Value::Str(text),
+                    serde_json::Value::Bool(flag) => Value::Bool(flag),
+                    serde_json::Value::Number(number) => match number.as_i64() {
+                        Some(number) => Value::Int(number),
+                        None => Value::Other("a fractional number".to_owned()),
+                    },
+                    serde_json::Value::Null => Value::Null,
+                    serde_json::Value::Array(_) => Value::Other("a list".to_owned()),
+                    serde_json::Value::Object(_) => Value::Map(BTreeMap::new()),
+                };
+                Ok((key.clone(), metadata_value(&key, &value)?))
+            })
+            .collect();
+    }
+    let mut metadata = BTreeMap::new();
+    for pair in text.split([',', '\n']).map(str::trim) {
+        if pair.is_empty() {
+            continue;
+        }
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(invalid(
+                "metadata",
+                format!("{pair:?} has no '='; {METADATA_TEXT_FORM}"),
+            ));
+        };
+        let key = key.trim();
+        if key.is_empty() {
+            return Err(invalid(
+                "metadata",
+                format!("{pair:?} has no key; {METADATA_TEXT_FORM}"),
+            ));
+        }
+        if metadata
+            .insert(key.to_owned(), value.trim().to_owned())
+            .is_some()
+        {
+            return Err(invalid("metadata", format!("key {key:?} is given twice")));
+        }
+    }
+    Ok(metadata)
+}
+
 /// Hermes' idle lifetime (`terminal.lifetime_seconds`), else the default lease: the lease's
 /// fallback and an ephemeral sandbox's lifetime.
 pub fn idle_lifetime(lifetime_seconds: Option<u64>) -> Duration {
@@ -307,20 +382,14 @@ impl Settings {
             None | Some(Value::Null) => BTreeMap::new(),
             Some(Value::Map(entries)) => entries
                 .iter()
-                .map(|(key, value)| match value {
-                    Value::Str(text) => Ok((key.clone(), text.clone())),
-                    Value::Int(number) => Ok((key.clone(), number.to_string())),
-                    Value::Bool(flag) => Ok((key.clone(), flag.to_string())),
-                    other => Err(invalid(
-                        "metadata",
-                        format!("value of {key:?} must be a string, not {}", other.kind()),
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
+                .map(|(key, value)| Ok((key.clone(), metadata_value(key, value)?)))
+                .collect::<Result<_, Error>>()?,
+            // Hermes' config screens have no mapping field: they hand the value over as text.
+            Some(Value::Str(text)) => metadata_text(text)?,
             Some(other) => {
                 return Err(invalid(
                     "metadata",
-                    format!("must be a mapping, not {}", other.kind()),
+                    format!("must be a mapping or text, not {}", other.kind()),
                 ));
             }
         };

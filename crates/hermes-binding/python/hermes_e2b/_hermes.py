@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -134,3 +135,35 @@ def host_only_paths(home: Path) -> list[str]:
     except Exception as error:  # noqa: BLE001 - fewer exclusions is logged, not fatal
         logger.warning("hermes-e2b: cannot read Hermes' credential file mounts: %s", type(error).__name__)
     return paths
+
+
+#: The directory shim's pin line (``plugin/__init__.py``), which also marks a directory as ours.
+_SHIM_PIN = re.compile(r'^WHEEL_VERSION = "([^"]+)"', re.MULTILINE)
+
+
+def e2b_plugin_directories() -> list[tuple[str, Path, Optional[str]]]:
+    """Directory plugins Hermes would load as ``e2b``, in its own discovery order:
+    ``(key, path, pin)``, where ``pin`` is the wheel version a directory shim of this package
+    pins, and None for any other plugin (e.g. the pure-Python hermes-plugin-e2b). Reads
+    manifests and ``__init__.py`` heads only; empty on a Hermes without this discovery."""
+    try:
+        from hermes_cli.plugins_discovery import collect_directory_manifests
+        from hermes_cli.plugins_manifest import manifest_key
+
+        manifests = collect_directory_manifests()
+    except Exception as error:  # noqa: BLE001 - an older or newer Hermes: nothing to report
+        logger.debug("hermes-e2b: cannot list plugin directories: %s", type(error).__name__)
+        return []
+    found = []
+    for manifest in manifests:
+        key = manifest_key(manifest)
+        if "e2b" not in (key, getattr(manifest, "name", None)) or not getattr(manifest, "path", None):
+            continue
+        path = Path(manifest.path)
+        try:
+            head = (path / "__init__.py").read_text(encoding="utf-8", errors="replace")[:8192]
+        except OSError:
+            head = ""
+        pin = _SHIM_PIN.search(head) if "hermes_e2b" in head else None
+        found.append((key, path, pin.group(1) if pin else None))
+    return found

@@ -7,6 +7,7 @@ fails on a Hermes without pluggable backends; :func:`hermes_e2b.register` handle
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -19,6 +20,7 @@ from ._hermes import (
     SETTING_KEYS,
     SETTINGS,
     KeyStatus,
+    e2b_plugin_directories,
     key_status,
     lifetime_seconds,
     read_settings,
@@ -142,11 +144,31 @@ class E2BProvider(TerminalEnvironmentProvider):
             endpoint_row = (True, "E2B endpoint", f"{settings.endpoint_summary()}, template {settings.template}")
         else:
             endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
-        rows = [native_row, key_row, endpoint_row]
+        rows = [native_row, self._interpreter_row(), key_row, endpoint_row]
+        rows += self._other_plugin_rows()
         # A misspelled key is ignored (the default applies), which the user should see here.
         rows += [(False, "E2B setting", note) for note in (settings.unknown_key_notes() if settings else [])]
         # Rows quote settings and errors, which may carry credentials (X4).
         return [(ok, redact(name), redact(detail)) for ok, name, detail in rows]
+
+    @staticmethod
+    def _interpreter_row() -> tuple[bool, str, str]:
+        # Hermes never installs python_dependencies: the wheel must sit in this interpreter.
+        return (True, "E2B plugin", f"hermes-e2b {__version__} in the interpreter that runs Hermes ({sys.executable})")
+
+    @staticmethod
+    def _other_plugin_rows() -> list[tuple[bool, str, str]]:
+        rows = []
+        for key, path, pin in e2b_plugin_directories():
+            if pin is None:
+                rows.append((False, "E2B plugin", f"another plugin also provides e2b at {path} (the pure-Python "
+                             f"hermes-plugin-e2b?); this wheel is the active one. Remove the other: "
+                             f"hermes plugins remove {key}, then enable e2b again "
+                             f"(hermes config set plugins.enabled '[\"e2b\", ...]')"))
+            elif pin != __version__:
+                rows.append((False, "E2B plugin", f"the plugin directory {path} pins hermes-e2b=={pin}, but "
+                             f"{__version__} is installed: pip install hermes-e2b=={pin}, or update that directory"))
+        return rows
 
     # --- setup ----------------------------------------------------------------------------
     def setup_instructions(self) -> list[str]:

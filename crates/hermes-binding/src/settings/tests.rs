@@ -71,7 +71,12 @@ fn wrong_types_and_ranges_name_the_key() {
         ("api_url", Value::Str("ftp://x".to_owned())),
         ("api_url", Value::Str("https://user:key@host".to_owned())),
         ("sandbox_id", Value::Str("../etc".to_owned())),
-        ("metadata", Value::Str("team=infra".to_owned())),
+        ("metadata", Value::Str("team".to_owned())),
+        ("metadata", Value::Str("=infra".to_owned())),
+        ("metadata", Value::Str("team=a, team=b".to_owned())),
+        ("metadata", Value::Str("{\"team\": [1]}".to_owned())),
+        ("metadata", Value::Str("{\"team\": \"infra\"".to_owned())),
+        ("metadata", Value::Int(3)),
         ("domain", Value::Str("e2b.app/evil".to_owned())),
     ];
     for (key, value) in cases {
@@ -245,4 +250,36 @@ fn unknown_keys_name_the_nearest_known_key() {
             "unknown setting lease_secs is ignored; did you mean lease_seconds?",
         ]
     );
+}
+
+#[test]
+fn metadata_text_forms_equal_the_mapping() {
+    // contract: the dashboard's text field and config.yaml's mapping give the same metadata.
+    let mut mapping = BTreeMap::new();
+    mapping.insert("team".to_owned(), Value::Str("infra".to_owned()));
+    mapping.insert("tier".to_owned(), Value::Int(2));
+    mapping.insert("url".to_owned(), Value::Str("a=b".to_owned()));
+    let expected = Settings::parse(&raw(&[("metadata", Value::Map(mapping))]), None)
+        .unwrap()
+        .metadata;
+    assert_eq!(expected.len(), 3);
+    for text in [
+        "team=infra, tier=2, url=a=b",
+        "team = infra\ntier=2\n\nurl=a=b\n",
+        r#"{"team": "infra", "tier": 2, "url": "a=b"}"#,
+        r#"  {"url": "a=b", "tier": 2, "team": "infra"}  "#,
+    ] {
+        let settings =
+            Settings::parse(&raw(&[("metadata", Value::Str(text.to_owned()))]), None).unwrap();
+        assert_eq!(settings.metadata, expected, "{text:?}");
+    }
+    for blank in ["", "  ", " , \n"] {
+        let settings =
+            Settings::parse(&raw(&[("metadata", Value::Str(blank.to_owned()))]), None).unwrap();
+        assert!(settings.metadata.is_empty(), "{blank:?}");
+    }
+    let error = Settings::parse(&raw(&[("metadata", Value::Str("team".to_owned()))]), None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("key=value pairs"), "{error}");
 }
