@@ -765,7 +765,10 @@ async fn dropped_connections_are_retried_but_start_never_runs_twice() {
         }
         Err(error) => {
             assert!(error.is_transient(), "{error:?}");
-            assert!(!error.is_connect(), "a connect failure is retried: {error:?}");
+            assert!(
+                !error.is_connect(),
+                "a connect failure is retried: {error:?}"
+            );
             0
         }
     };
