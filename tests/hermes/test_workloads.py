@@ -187,3 +187,52 @@ def test_timeout_and_interrupt_kill_what_the_command_started(configured):  # noq
     assert out["interrupt"]["exit_code"] == 130, out["interrupt"]
     assert out["after_interrupt"]["output"] == "0", out["after_interrupt"]
     assert out["bg_alive"]["output"] == "alive"
+
+
+def test_a_reader_refused_at_session_start_gets_its_snapshot_once_admitted(configured):  # noqa: F811
+    """init_session's snapshot is admitted like any command: a reader refused while the scope
+    is dirty is not left without it (every command under `bash -l`, exports lost); Hermes
+    retries the refused command, and once admitted the snapshot is taken and exports stick."""
+    # contract: C2
+    import os
+    import subprocess
+    import sys
+
+    home, _ = configured
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent("""
+            import sys
+            T("echo writer-up")
+            env = tt._active_environments["default"]
+            print("DIGEST:" + env._native.scope_digest(), flush=True)
+            sys.stdin.readline()  # hold the writer role until the test says so
+        """)],
+        env=home.env(), cwd=home.path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = writer.stdout.readline()
+        assert line.startswith("DIGEST:"), line
+        # The writer's dirty marker, as its failed sync leaves it (any content marks dirty).
+        marker = home.path / "cache" / "e2b" / (line.strip()[len("DIGEST:"):] + ".dirty")
+        assert marker.parent.is_dir()
+        marker.write_text("sync failed\n")
+        out, log = run(home, f"""
+            import os, threading
+            marker = {str(marker)!r}
+            # The writer's next sync succeeds 1 s from now, before Hermes' first retry (2 s).
+            threading.Timer(1.0, lambda: os.remove(marker)).start()
+            r = {{"set": T("export FOO=1; echo set")}}
+            env = tt._active_environments["default"]
+            r["role"] = env._native.attach()["role"]
+            r["snapshot"] = env._snapshot_ready
+            r["get"] = T("echo foo=$FOO")
+            finish(r)
+        """, timeout=300)
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=120)
+    assert out["role"] == "reader"
+    assert out["set"]["output"] == "set", out["set"]
+    assert out["snapshot"] is True
+    assert out["get"]["output"] == "foo=1", out["get"]
+    # The refusal happened (and was retried), it did not silently pass.
+    assert "dirty" in log.lower(), log[-2000:]

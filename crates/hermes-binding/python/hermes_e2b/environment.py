@@ -205,6 +205,27 @@ class E2BEnvironment(BaseEnvironment):
     def sandbox_id(self) -> Optional[str]:
         return self._native.sandbox_id
 
+    def init_session(self) -> None:
+        # The snapshot is admitted like any command. A reader refused now (the writer is
+        # mid-sync) takes it at its first admitted command instead of losing it for the
+        # environment's life (Hermes would run every command under `bash -l`, exports lost).
+        try:
+            self._native.sync_state()
+        except _native.NotReadyError:
+            self._snapshot_pending = True
+            return
+        self._snapshot_pending = False
+        super().init_session()
+
+    def _before_execute(self) -> None:
+        # Admission (and the writer's sync) before Hermes starts the command's clock: waiting
+        # here never eats its timeout, and a refusal is raised to Hermes, which retries it and
+        # otherwise reports it as the tool's error.
+        self._native.sync_state()
+        if getattr(self, "_snapshot_pending", False):
+            self._snapshot_pending = False
+            super().init_session()
+
     def _wrap_command(self, command: str, cwd: str) -> str:
         # Hermes sends "/root" for container backends when its own cwd is unknown or looked
         # like a host path (/home/...); the native core says what that means here.
