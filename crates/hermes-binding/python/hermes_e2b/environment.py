@@ -207,11 +207,12 @@ class E2BEnvironment(BaseEnvironment):
 
     def init_session(self) -> None:
         # The snapshot is admitted like any command. A reader refused now (the writer is
-        # mid-sync) takes it at its first admitted command instead of losing it for the
-        # environment's life (Hermes would run every command under `bash -l`, exports lost).
+        # mid-sync), or a sync that failed, takes it at its first admitted command instead of
+        # losing it for the environment's life (Hermes would run every command under
+        # `bash -l`, exports lost); that command's admission reports a lasting failure.
         try:
             self._native.sync_state()
-        except _native.NotReadyError:
+        except _native.E2BError:
             self._snapshot_pending = True
             return
         self._snapshot_pending = False
