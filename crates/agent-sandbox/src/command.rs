@@ -26,7 +26,7 @@ pub enum Shell {
 #[derive(Clone, PartialEq, Eq)]
 pub struct RunOptions {
     /// The command's deadline. The lease is made to cover it plus the configured grace before
-    /// the command starts (L5); when it passes, the command is killed by pid (L6).
+    /// the command starts (L5); when it passes, the command is killed with its process group (L6).
     pub deadline: Duration,
     /// Working directory; `None` uses the configured `cwd`.
     pub cwd: Option<String>,
@@ -164,8 +164,9 @@ impl RunningCommand {
         state.clone()
     }
 
-    /// Asks for the command to be killed by pid (`SIGKILL` to that pid only; the sandbox and
-    /// its other processes keep running, contract L6). Returns at once; [`wait`](Self::wait)
+    /// Asks for the command to be killed: `SIGKILL` to the process group it leads (what it
+    /// started), then to its pid; the sandbox and other commands' processes keep running
+    /// (contract L6). Returns at once; [`wait`](Self::wait)
     /// reports [`Termination::Killed`]. Does nothing once the command has finished.
     pub fn kill(&self) {
         // A closed channel means the pump has finished: nothing to kill.

@@ -89,7 +89,7 @@
 //!   (`setsid`, when the template has it) and execs the shell under the same pid.
 //! - envd signals single pids only: a kill runs one short command for the group (one request
 //!   per kill), then signals the pid.
-//! - The command deadline kills by pid using real time (tokio timers), not the injected clock.
+//! - The command deadline kills using real time (tokio timers), not the injected clock.
 //! - [`Stats`] counts this backend's own requests; it is not a server-side request counter
 //!   (e2b-local's `Server::requests` is one; this crate's `tests/it/requests.rs`
 //!   uses it to prove one request per steady-state command).

@@ -158,7 +158,7 @@ class E2BEnvironment(BaseEnvironment):
     # Hermes hands stdin (file contents, scripts, spilled results) to _run_bash; the native
     # core stages it as a sandbox file, so its size is not bound by the command-line limit.
     _stdin_mode = "payload"
-    # Killing a command kills only its pid, never the sandbox.
+    # Killing a command kills its process group in the sandbox, never the sandbox.
     _sudo_nopasswd_probe_supported = True
     _profile_scoped_passthrough = True
 
