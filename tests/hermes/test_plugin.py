@@ -134,7 +134,8 @@ def test_entry_point_discovery_after_enable(home):
     assert result["cls"] == "E2BProvider" and result["name"] == "e2b"
     assert result["flags"] == [True, True, True]
     assert "E2B_API_KEY" in result["strip"]
-    assert result["cache"] == "~/.hermes"
+    # Absolute: Hermes shell-quotes it when probing a spilled result (no "~" expansion).
+    assert result["cache"] == "/home/user/.hermes"
 
 
 def test_disabled_plugin_is_not_loaded(home):

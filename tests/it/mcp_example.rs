@@ -363,6 +363,47 @@ fn mcp_server_kills_the_command_of_a_cancelled_call() {
     assert!(status.success(), "exit {status}; stderr:\n{stderr}");
 }
 
+/// Without `exec`: the `sleep` is a child of the command's shell, and the cancel must reach it
+/// too (the command's process group, contract L6), not leave it orphaned.
+#[test]
+fn mcp_server_kills_what_a_cancelled_command_started() {
+    let mut session = McpSession::start();
+    initialize(&mut session);
+
+    let id = session.start_request(
+        "tools/call",
+        json!({
+            "name": "run_command",
+            "arguments": {"command": "echo started; sleep 3598; echo after"},
+            "_meta": {"progressToken": "long"}
+        }),
+    );
+    let first = session.next_message("the long command's first output");
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    assert_eq!(first["params"]["message"], "started\n");
+    session.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "the user stopped it"}),
+    );
+
+    // Bounded by this call's own deadline: were the sleep left running, it would hit it.
+    let (result, _) = session.call_tool(
+        "run_command",
+        json!({
+            "command": "while ps -eo args | grep -q '^sleep 3598$'; do sleep 0.1; done; echo gone",
+            "timeout_seconds": 60
+        }),
+    );
+    assert_eq!(
+        result["structuredContent"]["termination"], "exited",
+        "{result}"
+    );
+    assert_eq!(result["structuredContent"]["output"], "gone\n");
+
+    let (status, stderr) = session.finish();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
+}
+
 /// The E2B path (`E2B_API_KEY` set) with the endpoints from the environment, pointed at an
 /// e2b-local server this test runs: the persistent sandbox is found again after a restart.
 #[test]

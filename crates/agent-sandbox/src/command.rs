@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
-use e2b_client::{ProcessEvent, ProcessStream, Sandbox};
+use bytes::Bytes;
+use e2b_client::{ProcessEvent, ProcessStream, Sandbox, StartOptions};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -22,10 +23,10 @@ pub enum Shell {
 }
 
 /// How to run one command. Build with [`RunOptions::new`]; there is no `Default`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RunOptions {
     /// The command's deadline. The lease is made to cover it plus the configured grace before
-    /// the command starts (L5); when it passes, the command is killed by pid (L6).
+    /// the command starts (L5); when it passes, the command is killed with its process group (L6).
     pub deadline: Duration,
     /// Working directory; `None` uses the configured `cwd`.
     pub cwd: Option<String>,
@@ -33,6 +34,11 @@ pub struct RunOptions {
     pub env: BTreeMap<String, String>,
     /// Which shell.
     pub shell: Shell,
+    /// Standard input for the command, of any size. Staged as a sandbox file (one upload)
+    /// that the shell opens as its stdin and unlinks before the command runs, so it never
+    /// travels on a command line (Linux caps one argument at 128 KiB). `None` or empty: the
+    /// command's stdin is envd's default (empty).
+    pub stdin: Option<Bytes>,
 }
 
 impl RunOptions {
@@ -43,7 +49,21 @@ impl RunOptions {
             cwd: None,
             env: BTreeMap::new(),
             shell: Shell::Plain,
+            stdin: None,
         }
+    }
+}
+
+impl fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The stdin payload is the caller's data (file contents): its size only.
+        f.debug_struct("RunOptions")
+            .field("deadline", &self.deadline)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("shell", &self.shell)
+            .field("stdin_bytes", &self.stdin.as_ref().map(Bytes::len))
+            .finish()
     }
 }
 
@@ -144,8 +164,9 @@ impl RunningCommand {
         state.clone()
     }
 
-    /// Asks for the command to be killed by pid (`SIGKILL` to that pid only; the sandbox and
-    /// its other processes keep running, contract L6). Returns at once; [`wait`](Self::wait)
+    /// Asks for the command to be killed: `SIGKILL` to the process group it leads (what it
+    /// started), then to its pid; the sandbox and other commands' processes keep running
+    /// (contract L6). Returns at once; [`wait`](Self::wait)
     /// reports [`Termination::Killed`]. Does nothing once the command has finished.
     pub fn kill(&self) {
         // A closed channel means the pump has finished: nothing to kill.
@@ -299,8 +320,11 @@ async fn pump(
         };
         if let Some(reason) = kill_now {
             termination = reason;
-            // Only this pid: the sandbox and its other processes survive (L6). The stream then
-            // delivers the End event; a failed signal leaves the stream to report what happened.
+            // The command's process group first (what it started: `sleep` under its shell),
+            // then its pid, which also covers a command that could not lead a group. The
+            // sandbox and processes of other commands survive (L6). The stream then delivers
+            // the End event; a failed signal leaves the stream to report what happened.
+            kill_group(sandbox, sandbox_pid).await;
             if let Err(source) = sandbox.kill_process(sandbox_pid).await {
                 tracing::warn!(
                     sandbox_id = %id,
@@ -311,3 +335,42 @@ async fn pump(
         }
     }
 }
+
+/// How long the group kill may take before the pid kill goes ahead without it.
+const GROUP_KILL_LIMIT: Duration = Duration::from_secs(10);
+
+/// `SIGKILL` to the process group the command leads (see the start path's launcher), sent by
+/// a short command in the sandbox, since envd signals single pids only. When the command does
+/// not lead a group (no `setsid` in the template) there is no such group: nothing happens, and
+/// the pid kill that follows is all there is.
+async fn kill_group(sandbox: &Sandbox, sandbox_pid: u32) {
+    let script = format!(
+        "read -r _ _ _ _ group _ < /proc/{sandbox_pid}/stat || exit 0; \
+         [ \"$group\" = {sandbox_pid} ] || exit 0; exec kill -KILL -- -{sandbox_pid}"
+    );
+    let mut options = StartOptions::exec("/bin/bash".to_owned(), vec!["-c".to_owned(), script]);
+    options.timeout = Some(GROUP_KILL_LIMIT);
+    let outcome =
+        tokio::time::timeout(GROUP_KILL_LIMIT, sandbox.run(options, GROUP_KILL_OUTPUT)).await;
+    match outcome {
+        Ok(Ok(output)) if output.end.exit_code == 0 => {}
+        Ok(Ok(output)) => tracing::debug!(
+            sandbox_id = %sandbox.id(),
+            "E2B kill of process group {sandbox_pid} ended with {}: {}",
+            output.end.status,
+            e2b_client::redact(&String::from_utf8_lossy(&output.stderr))
+        ),
+        Ok(Err(source)) => tracing::debug!(
+            sandbox_id = %sandbox.id(),
+            "E2B kill of process group {sandbox_pid} failed: {}",
+            ErrorChain(&source)
+        ),
+        Err(_) => tracing::debug!(
+            sandbox_id = %sandbox.id(),
+            "E2B kill of process group {sandbox_pid} did not finish in {GROUP_KILL_LIMIT:?}"
+        ),
+    }
+}
+
+/// Output kept from the group kill (an error message at most).
+const GROUP_KILL_OUTPUT: u64 = 4096;

@@ -52,11 +52,14 @@
 //!   connect asks for that, plus [`LEASE_HEADROOM`] (60 s) on a persistent
 //!   sandbox, so in steady state a command costs one request (its start). Set-timeout
 //!   is never used.
-//! - **Commands** (O1, L6): output goes chunk by chunk to the caller's [`OutputSink`] from a
-//!   thread the backend owns; no copy is kept. The [`RunningCommand`] can be waited on, polled
-//!   and killed by pid from any thread; the kill reaches that pid only. A deadline that passes
-//!   kills the same way. [`Backend::read_file`] and [`Backend::write_file`] are admitted like
-//!   commands; reads are capped while downloading.
+//! - **Commands** (O1, O4, L6): output goes chunk by chunk to the caller's [`OutputSink`] from a
+//!   thread the backend owns; no copy is kept. Each command leads a process group of its own;
+//!   the [`RunningCommand`] can be waited on, polled and killed from any thread, and the kill
+//!   reaches that group (what the command started) and its pid, nothing else. A deadline that
+//!   passes kills the same way. [`RunOptions::stdin`] of any size is staged as one upload and
+//!   read by the shell as stdin, never put on a command line. [`Backend::read_file`] and
+//!   [`Backend::write_file`] are admitted like commands; reads are capped while downloading;
+//!   [`Backend::sync_state`] runs the per-command admission and sync without a command.
 //! - **Roles** (C1-C5, S2, S3, S11): a persistent scope has one writer per host. The writer's
 //!   bring-up marks the scope dirty, invalidates the stamp, recovers skills/ and memories/
 //!   from the sandbox, pushes (the caller's [`StateHooks`]), stamps prepared and clears dirty;
@@ -80,9 +83,13 @@
 //!
 //! # Known limits
 //!
-//! - [`Shell::Plain`] is envd starting `/bin/bash -c <command>` directly (an argv, nothing
-//!   quoted), so no login profile is read; [`Shell::Login`] is the SDK's `bash -l -c`.
-//! - The command deadline kills by pid using real time (tokio timers), not the injected clock.
+//! - [`Shell::Plain`] runs `/bin/bash -c <command>` (the command is one argv entry, nothing
+//!   quoted), so no login profile is read; [`Shell::Login`] is the SDK's `bash -l -c`. Both
+//!   start under a short bash launcher that makes the command lead its own process group
+//!   (`setsid`, when the template has it) and execs the shell under the same pid.
+//! - envd signals single pids only: a kill runs one short command for the group (one request
+//!   per kill), then signals the pid.
+//! - The command deadline kills using real time (tokio timers), not the injected clock.
 //! - [`Stats`] counts this backend's own requests; it is not a server-side request counter
 //!   (e2b-local's `Server::requests` is one; this crate's `tests/it/requests.rs`
 //!   uses it to prove one request per steady-state command).

@@ -36,7 +36,8 @@
 //!   warning is logged once, by the core; the Python package does not repeat it.
 //! - **One settings table:** keys, kinds, defaults and descriptions are agent-sandbox's
 //!   [`agent_sandbox::SETTINGS`]; [`settings`] validates against it and the module exposes
-//!   it as `SETTINGS`, `SETTING_KEYS` and `REMOTE_HOME`, so Python writes no default.
+//!   it as `SETTINGS`, `SETTING_KEYS`, `REMOTE_HOME` and `REMOTE_HERMES_HOME`, so Python
+//!   writes no default.
 //! - **One tokio runtime** per process, built on first use (importing starts no threads).
 //! - **Errors** are a small hierarchy rooted at `E2BError` (`ConfigurationError`,
 //!   `NotReadyError`, `SandboxGoneError`, `StateSyncError`, `BackendClosedError`). A message is
@@ -82,6 +83,10 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SETTING_KEYS", PyTuple::new(py, keys)?)?;
     module.add("SETTINGS", settings_schema(py)?)?;
     module.add("REMOTE_HOME", agent_sandbox::REMOTE_HOME)?;
+    module.add(
+        "REMOTE_HERMES_HOME",
+        format!("{}/.hermes", agent_sandbox::REMOTE_HOME),
+    )?;
     module.add("E2BError", py.get_type::<error::E2BError>())?;
     module.add(
         "ConfigurationError",

@@ -14,7 +14,7 @@ use agent_sandbox::{
     StateHooks, StateTransport, Termination, WriteSink,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::error::{Error, without_time_words};
 use crate::runtime;
@@ -429,6 +429,18 @@ impl PyBackend {
         Some(replaced)
     }
 
+    /// Hermes asked for a sync outside a command (`env._sync_manager.sync()`): the backend's
+    /// admission and push, exactly as before a command; attaches if needed. A reader pushes
+    /// nothing. A Ctrl-C raised inside the push is re-raised after the backend finished.
+    fn sync_state(&self, py: Python<'_>) -> PyResult<()> {
+        let backend = Arc::clone(&self.backend);
+        let synced = py.detach(move || backend.sync_state());
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            return Err(interrupt);
+        }
+        synced.map_err(|error| Error::from(error).into())
+    }
+
     /// The attached sandbox id, if any.
     #[getter]
     fn sandbox_id(&self) -> Option<String> {
@@ -439,8 +451,11 @@ impl PyBackend {
     /// flag, passed straight through), writing its merged output into `fd` as it arrives.
     /// `timeout_seconds` is Hermes' timeout; the sandbox deadline trails it by
     /// [`DEADLINE_MARGIN`]. Takes ownership of `fd` in every case (closed at the end of the
-    /// output, or at once if the command cannot start).
-    #[pyo3(signature = (command, *, fd, timeout_seconds, login = false, cwd = None))]
+    /// output, or at once if the command cannot start). `stdin` (bytes, any size) becomes the
+    /// command's standard input without passing through its command line (Hermes' payload
+    /// stdin mode).
+    #[pyo3(signature = (command, *, fd, timeout_seconds, login = false, cwd = None, stdin = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API
     fn run(
         &self,
         py: Python<'_>,
@@ -449,6 +464,7 @@ impl PyBackend {
         timeout_seconds: f64,
         login: bool,
         cwd: Option<String>,
+        stdin: Option<Bound<'_, PyBytes>>,
     ) -> PyResult<PyCommand> {
         if fd < 0 {
             return Err(Error::InvalidArgument {
@@ -471,6 +487,7 @@ impl PyBackend {
         let mut options = RunOptions::new(timeout.saturating_add(DEADLINE_MARGIN));
         options.shell = if login { Shell::Login } else { Shell::Plain };
         options.cwd = cwd;
+        options.stdin = stdin.map(|data| data.as_bytes().to_vec().into());
         let backend = Arc::clone(&self.backend);
         let sink = Box::new(WriteSink::new(File::from(owned)));
         let started = py.detach(move || backend.run(&command, options, sink));

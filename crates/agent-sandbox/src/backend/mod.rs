@@ -367,6 +367,16 @@ impl Backend {
         })
     }
 
+    /// Runs the per-command admission and sync now, without a command: attach if needed, then
+    /// what [`run`](Self::run) does before it starts anything (lease, a reader's gates or
+    /// takeover, the writer's or ephemeral owner's push through the [`StateHooks`]). For a
+    /// framework that asks for a sync outside a command (Hermes forces one so a file it just
+    /// wrote on the host is visible in the sandbox). A reader pushes nothing; a refused reader
+    /// gets [`Error::NotReady`].
+    pub fn sync_state(&self) -> Result<(), Error> {
+        self.file_operation("sync state", |_, _| Ok(()))
+    }
+
     fn file_operation<T>(
         &self,
         operation: &'static str,

@@ -1,6 +1,10 @@
 //! Starting a command: lease, gates and sync first, then the start request, retried once
 //! after a reconnect when the sandbox was paused behind the backend.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
 use e2b_client::{Sandbox, StartOptions};
 
 use super::{Attached, Inner};
@@ -18,8 +22,17 @@ impl Inner {
         options: &RunOptions,
     ) -> Result<(e2b_client::ProcessStream, u32), Error> {
         self.prepare(attached, options.deadline)?;
-        let start = self.start_options(command, options);
-        match self.start(&attached.sandbox, start.clone()) {
+        let staged = match &options.stdin {
+            Some(data) if !data.is_empty() => {
+                Some(self.stage_stdin(&attached.sandbox, data.clone())?)
+            }
+            _ => None,
+        };
+        let start = match &staged {
+            Some(path) => self.start_options(&redirect_stdin(path, command), options),
+            None => self.start_options(command, options),
+        };
+        let started = match self.start(&attached.sandbox, start.clone()) {
             Err(error) if error.is_sandbox_gone() => {
                 // Paused behind our back while the known lease still covered it: connect
                 // resumes it; a sandbox that is really gone fails the connect.
@@ -28,17 +41,44 @@ impl Inner {
                 self.start(&attached.sandbox, start)
             }
             other => other,
+        };
+        if let (Err(_), Some(path)) = (&started, &staged) {
+            // Nothing opened (and unlinked) the staged stdin: remove it, best effort.
+            if let Err(source) = self.block_on(attached.sandbox.remove(path)) {
+                tracing::debug!(
+                    sandbox_id = %attached.sandbox.id(),
+                    "removing an unused staged stdin failed: {}",
+                    crate::error::ErrorChain(&source)
+                );
+            }
         }
+        started
+    }
+
+    /// Uploads a command's stdin to a fresh sandbox path (one request, whatever the size).
+    fn stage_stdin(&self, sandbox: &Sandbox, data: Bytes) -> Result<String, Error> {
+        let path = staged_stdin_path();
+        self.block_on(sandbox.write_file(&path, data))
+            .map(|_| path)
+            .map_err(|source| {
+                Error::e2b("stage command stdin", Some(sandbox.id().as_str()), source)
+            })
     }
 
     fn start_options(&self, command: &str, options: &RunOptions) -> StartOptions {
-        let mut start = match options.shell {
-            Shell::Login => StartOptions::shell(command.to_owned()),
-            Shell::Plain => StartOptions::exec(
-                "/bin/bash".to_owned(),
-                vec!["-c".to_owned(), command.to_owned()],
-            ),
+        let shell = match options.shell {
+            Shell::Login => "/bin/bash -l -c",
+            Shell::Plain => "/bin/bash -c",
         };
+        let mut start = StartOptions::exec(
+            "/bin/bash".to_owned(),
+            vec![
+                "-c".to_owned(),
+                group_launcher(shell),
+                "agent-sandbox".to_owned(),
+                command.to_owned(),
+            ],
+        );
         start.cwd = Some(
             options
                 .cwd
@@ -60,5 +100,104 @@ impl Inner {
             Ok((stream, pid))
         })
         .map_err(|source| Error::e2b("start command", Some(sandbox.id().as_str()), source))
+    }
+}
+
+/// The launcher every command starts under: it makes the command lead a process group of its
+/// own (so a kill reaches what it started, contract L6), then execs the real shell with the
+/// command as one argument (`$1`). envd starts commands inside its own group; `setsid` (which
+/// execs in place when the caller does not lead a group) fixes that. Where the command leads
+/// its group already (e2b-local gives each command a session) or `setsid` is missing, the
+/// shell is exec'd as it is, and a kill falls back to the pid.
+fn group_launcher(shell: &str) -> String {
+    format!(
+        "read -r _ _ _ _ group _ < /proc/$$/stat 2>/dev/null; \
+         if [ -n \"$group\" ] && [ \"$group\" != \"$$\" ] && command -v setsid >/dev/null 2>&1; then \
+         exec setsid {shell} \"$1\"; fi; exec {shell} \"$1\""
+    )
+}
+
+/// Where a command's stdin is staged, relative to the sandbox user's home (envd resolves a
+/// relative path there, and the command finds it as `$HOME/...`: no assumption about where
+/// that home is, nor about how `/tmp` is mapped). Unique per process, command and moment
+/// (several hosts may share a sandbox, so the host pid and the time join the counter).
+fn staged_stdin_path() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let sequence = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    format!(".agent-stdin-{}-{sequence}-{nanos:x}", std::process::id())
+}
+
+/// The command with its stdin read from the staged file, which the shell unlinks before the
+/// command runs (the open descriptor keeps the data): no copy outlives the command, and a
+/// failure to open it fails the command instead of running it without its input.
+fn redirect_stdin(path: &str, command: &str) -> String {
+    // `path` comes from `staged_stdin_path`: no characters a shell would interpret.
+    format!("exec 0< \"$HOME/{path}\" || exit $?\nrm -f -- \"$HOME/{path}\" || exit $?\n{command}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_paths_are_distinct_and_need_no_quoting() {
+        let first = staged_stdin_path();
+        let second = staged_stdin_path();
+        assert_ne!(first, second);
+        for path in [&first, &second] {
+            assert!(path.starts_with(".agent-stdin-"), "{path}");
+            assert!(
+                path.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".-".contains(c)),
+                "{path}"
+            );
+        }
+    }
+
+    /// The launcher, run by the host's bash outside any sandbox: the command it starts leads
+    /// its own process group (the test process's children do not), under the same pid.
+    #[test]
+    fn the_launcher_makes_the_command_lead_its_group_under_the_same_pid() {
+        for shell in ["/bin/bash -c", "/bin/bash -l -c"] {
+            let output = std::process::Command::new("/bin/bash")
+                .args([
+                    "-c",
+                    &group_launcher(shell),
+                    "agent-sandbox",
+                    "read -r _ _ _ _ group _ < /proc/$$/stat; echo \"$$ $group $1\"",
+                ])
+                .output()
+                .expect("bash runs");
+            assert!(output.status.success(), "{output:?}");
+            let text = String::from_utf8(output.stdout).expect("utf-8");
+            let fields: Vec<&str> = text.split_whitespace().collect();
+            assert_eq!(
+                fields.len(),
+                2,
+                "{text:?}: $1 must not leak into the command"
+            );
+            assert_eq!(
+                fields[0], fields[1],
+                "{shell}: pid {} leads group {}",
+                fields[0], fields[1]
+            );
+        }
+    }
+
+    #[test]
+    fn the_redirect_opens_then_unlinks_before_the_command() {
+        let script = redirect_stdin(".agent-stdin-1-2-3", "cat > out");
+        let lines: Vec<&str> = script.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "exec 0< \"$HOME/.agent-stdin-1-2-3\" || exit $?",
+                "rm -f -- \"$HOME/.agent-stdin-1-2-3\" || exit $?",
+                "cat > out"
+            ]
+        );
     }
 }

@@ -285,3 +285,76 @@ fn files_are_read_and_written_through_the_admitted_sandbox() {
         .expect_err("missing");
     assert!(missing.to_string().contains("/home/user/none") || missing.sandbox_id().is_some());
 }
+
+#[test]
+fn a_kill_reaches_what_the_command_started_but_not_earlier_background_processes() {
+    // contract: L6
+    let world = World::new();
+    let backend = world.persistent();
+    let background = ok(&backend, "nohup sleep 601 >/dev/null 2>&1 & echo $!");
+    let background_pid = background.trim().to_owned();
+    for deadline in [Duration::from_secs(600), Duration::from_secs(2)] {
+        let handle = backend
+            .run(
+                "sleep 31; echo after",
+                RunOptions::new(deadline),
+                Box::new(agent_sandbox::DiscardSink),
+            )
+            .expect("run");
+        if deadline > Duration::from_secs(60) {
+            handle.kill();
+        }
+        let exit = handle.wait().expect("exit");
+        assert_ne!(exit.termination, Termination::Exited);
+        // Bounded (10 s) wait inside the sandbox until the child `sleep` is gone.
+        let left = ok(
+            &backend,
+            "for i in $(seq 100); do ps -eo args | grep -q '^sleep 31$' || break; sleep 0.1; done; \
+             ps -eo args | grep -c '^sleep 31$' || true",
+        );
+        assert_eq!(
+            left.trim(),
+            "0",
+            "{deadline:?}: the command's child survived"
+        );
+    }
+    assert_eq!(
+        ok(&backend, &format!("kill -0 {background_pid} && echo alive")),
+        "alive\n"
+    );
+}
+
+#[test]
+fn stdin_of_any_size_reaches_the_command_byte_exact() {
+    // contract: O4
+    let world = World::new();
+    let backend = world.persistent();
+    // Over Linux's 128 KiB single-argument limit, with every byte value.
+    let data: Vec<u8> = (0..(5u32 << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    for shell in [Shell::Plain, Shell::Login] {
+        let (tx, rx) = mpsc::channel();
+        let mut options = RunOptions::new(Duration::from_secs(120));
+        options.shell = shell;
+        options.stdin = Some(data.clone().into());
+        let exit = backend
+            .run(
+                "cat; ls -a ~ | grep -c agent-stdin || true",
+                options,
+                Box::new(ChannelSink::unbounded(tx)),
+            )
+            .expect("run")
+            .wait()
+            .expect("exit");
+        assert_eq!(exit.exit_code, 0);
+        let output: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
+        assert_eq!(output.len(), data.len() + 2, "{shell:?}");
+        assert!(
+            output[..data.len()] == data[..],
+            "{shell:?}: the bytes differ"
+        );
+        // The staged file was unlinked before the command ran.
+        assert_eq!(&output[data.len()..], b"0\n");
+    }
+}

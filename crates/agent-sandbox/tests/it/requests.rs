@@ -287,8 +287,9 @@ fn a_reader_in_steady_state_costs_one_request_per_command() {
 }
 
 #[test]
-fn a_kill_by_pid_costs_exactly_one_signal_request() {
-    // contract: L6 — the kill is one SendSignal to that pid; the sandbox lives on.
+fn a_kill_costs_one_group_kill_command_and_one_signal_request() {
+    // contract: L6 — the kill is one short command that kills the command's process group,
+    // then one SendSignal to its pid; the sandbox lives on.
     let world = World::new();
     let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
     run(&backend, "true", SHORT_DEADLINE);
@@ -305,7 +306,7 @@ fn a_kill_by_pid_costs_exactly_one_signal_request() {
     assert_eq!(exit.termination, Termination::Killed);
     assert_eq!(
         routes(&world.server().requests().since(&before)),
-        vec![("Process/SendSignal", 1), ("Process/Start", 1)]
+        vec![("Process/SendSignal", 1), ("Process/Start", 2)]
     );
     // The sandbox survives: the next command is back to one request.
     let before = world.server().requests();
@@ -377,5 +378,37 @@ fn a_sync_longer_than_the_grace_is_followed_by_a_lease_that_covers_the_command()
     *hooks.delay.lock().expect("delay") = Duration::ZERO;
     assert_steady_state(&world, &backend);
     assert_no_destructive_requests(&world);
+    backend.cleanup();
+}
+
+#[test]
+fn a_command_with_stdin_costs_one_upload_more_and_one_without_costs_nothing_more() {
+    // contract: O4 — stdin is staged with one upload whatever its size; none when empty.
+    let world = World::new();
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    run(&backend, "true", SHORT_DEADLINE);
+    for (stdin, expected) in [
+        (
+            Some(vec![b'x'; 3 << 20]),
+            vec![("Process/Start", 1), ("files POST", 1)],
+        ),
+        (Some(Vec::new()), vec![("Process/Start", 1)]),
+        (None, vec![("Process/Start", 1)]),
+    ] {
+        let before = world.server().requests();
+        let (tx, rx) = mpsc::channel();
+        let mut options = RunOptions::new(SHORT_DEADLINE);
+        options.stdin = stdin.clone().map(Into::into);
+        let exit = backend
+            .run("wc -c", options, Box::new(ChannelSink::unbounded(tx)))
+            .expect("starts")
+            .wait()
+            .expect("ends");
+        assert_eq!(exit.exit_code, 0);
+        let output: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
+        let length = stdin.map_or(0, |data| data.len());
+        assert_eq!(String::from_utf8_lossy(&output).trim(), length.to_string());
+        assert_eq!(routes(&world.server().requests().since(&before)), expected);
+    }
     backend.cleanup();
 }

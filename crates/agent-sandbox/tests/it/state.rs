@@ -662,3 +662,42 @@ fn a_backend_whose_snapshot_cannot_be_read_does_not_push() {
         "host"
     );
 }
+
+#[test]
+fn sync_state_pushes_as_the_writer_and_never_as_a_reader() {
+    // contract: S14, C2
+    let world = World::new();
+    let home = world.home.path();
+    let writer_hooks = RecordingHooks::new(home);
+    let writer = world.backend(SandboxMode::Persistent, "default", writer_hooks.clone());
+    // Before any command: attaches, brings the writer up (initial push), then syncs once more.
+    writer.sync_state().expect("writer syncs");
+    assert_eq!(writer.info().expect("attached").role, RoleKind::Writer);
+    let after_bring_up = writer_hooks.calls();
+    assert!(!after_bring_up.is_empty(), "the writer pushed");
+    writer.sync_state().expect("writer syncs again");
+    assert_eq!(
+        writer_hooks.calls().len(),
+        after_bring_up.len() + 1,
+        "one more push: {:?}",
+        writer_hooks.calls()
+    );
+
+    let reader_hooks = RecordingHooks::new(home);
+    let reader = world.backend(SandboxMode::Persistent, "default", reader_hooks.clone());
+    reader.sync_state().expect("an admitted reader passes");
+    assert_eq!(reader.info().expect("attached").role, RoleKind::Reader);
+    // Refused while the writer's sync fails, like a command (fail closed, with the hint).
+    writer_hooks.fail_sync.store(true, Ordering::SeqCst);
+    writer.sync_state().expect_err("the writer's sync fails");
+    let refused = reader.sync_state().expect_err("gate closed");
+    assert!(refused.is_not_ready(), "{refused}");
+    assert!(
+        reader_hooks.calls().is_empty(),
+        "{:?}",
+        reader_hooks.calls()
+    );
+    writer_hooks.fail_sync.store(false, Ordering::SeqCst);
+    writer.cleanup();
+    reader.cleanup();
+}

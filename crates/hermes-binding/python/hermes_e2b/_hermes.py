@@ -21,11 +21,12 @@ KEY_NAME = "E2B_API_KEY"
 #: validates them), their schema entries, and the sandbox home. Without the native core there
 #: is nothing to hand settings to, and no sandbox.
 try:
-    from ._native import REMOTE_HOME, SETTING_KEYS, SETTINGS
+    from ._native import REMOTE_HERMES_HOME, REMOTE_HOME, SETTING_KEYS, SETTINGS
 except ImportError:  # reported once by the package and as a doctor row
     SETTING_KEYS: tuple[str, ...] = ()
     SETTINGS: tuple[dict[str, Any], ...] = ()
     REMOTE_HOME: Optional[str] = None
+    REMOTE_HERMES_HOME: Optional[str] = None
 
 
 class KeyStatus(enum.Enum):

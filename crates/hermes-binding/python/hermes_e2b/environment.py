@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import weakref
 from typing import IO, Any, Callable, Optional
 
 from tools.environments.base import BaseEnvironment
@@ -60,6 +61,37 @@ class _PipeHandle:
         self._command.kill()
 
 
+def _sync_through(env_ref: "weakref.ref[E2BEnvironment]") -> Callable[[], None]:
+    """The native sync entry point, reached through a weak reference: the native backend holds
+    the hooks, so a strong one would make a cycle the garbage collector cannot see through."""
+
+    def sync_state() -> None:
+        env = env_ref()
+        if env is None:
+            raise _native.E2BError("E2B sync state refused: the environment is gone")
+        env._native.sync_state()
+
+    return sync_state
+
+
+class _SyncManager(FileSyncManager):
+    """Hermes' FileSyncManager, reachable as ``env._sync_manager`` for the environment's whole
+    life. Hermes calls ``sync(force=True)`` itself (a spilled tool result, a generated image)
+    outside any command: such a call goes to the native core, which admits and pushes exactly
+    as before a command (attaching if needed; a reader pushes nothing) and calls back into
+    this manager with the transport in place."""
+
+    def __init__(self, hooks: "_StateHooks", **callbacks: Any) -> None:
+        super().__init__(**callbacks)
+        self._hooks = hooks
+
+    def sync(self, *, force: bool = False) -> None:
+        if self._hooks.serving():
+            super().sync(force=force)
+        else:
+            self._hooks.request_push(force=force)
+
+
 class _StateHooks:
     """The backend's push/pull requests, served by Hermes' FileSyncManager over the native
     transport. The manager swallows transport exceptions; the native transport records every
@@ -67,8 +99,13 @@ class _StateHooks:
 
     def __init__(self) -> None:
         self._transport: Any = None
-        self._lock = threading.Lock()
-        self.manager = FileSyncManager(
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._forced = False
+        #: The native core's sync entry point, set once the backend exists.
+        self.sync_state: Optional[Callable[[], None]] = None
+        self.manager = _SyncManager(
+            self,
             get_files_fn=self._files,
             upload_fn=lambda host, remote: self._transport.upload_many([(host, remote)]),
             delete_fn=lambda paths: self._transport.delete_many(list(paths)),
@@ -76,19 +113,34 @@ class _StateHooks:
             bulk_download_fn=lambda dest: self._transport.download_state(str(dest)),
         )
 
+    def serving(self) -> bool:
+        """True on the thread the native core is calling back on (transport in place)."""
+        return getattr(self._local, "serving", False)
+
+    def request_push(self, *, force: bool) -> None:
+        if self.sync_state is None:
+            raise _native.E2BError("E2B sync state refused: the environment is not constructed yet")
+        # A forced request must not be rate-limited away by the push it triggers.
+        self._forced = self._forced or force
+        self.sync_state()
+
     def _files(self) -> list[tuple[str, str]]:
         return iter_sync_files(self._transport.remote_hermes_home)
 
     def _serve(self, transport: Any, action: Callable[[], None]) -> None:
         with self._lock:
             self._transport = transport
+            self._local.serving = True
             try:
                 action()
             finally:
+                self._local.serving = False
                 self._transport = None
 
     def push(self, transport: Any, kind: str) -> None:
-        self._serve(transport, lambda: self.manager.sync(force=(kind == "initial")))
+        force = kind == "initial" or self._forced
+        self._forced = False
+        self._serve(transport, lambda: self.manager.sync(force=force))
 
     def pull(self, transport: Any) -> None:
         self._serve(transport, self._pull)
@@ -103,9 +155,10 @@ class _StateHooks:
 class E2BEnvironment(BaseEnvironment):
     """One Hermes scope's E2B sandbox."""
 
-    # stdin is embedded into the command by Hermes itself (works on every host version).
-    _stdin_mode = "heredoc"
-    # Killing a command kills only its pid, never the sandbox.
+    # Hermes hands stdin (file contents, scripts, spilled results) to _run_bash; the native
+    # core stages it as a sandbox file, so its size is not bound by the command-line limit.
+    _stdin_mode = "payload"
+    # Killing a command kills its process group in the sandbox, never the sandbox.
     _sudo_nopasswd_probe_supported = True
     _profile_scoped_passthrough = True
 
@@ -137,6 +190,7 @@ class E2BEnvironment(BaseEnvironment):
             hooks=self._hooks,
             host_only=host_only_paths(home),
         )
+        self._hooks.sync_state = _sync_through(weakref.ref(self))
         try:
             # A degradation found here (e.g. unprotected creation) is logged by the native core.
             self._native.attach()
@@ -151,6 +205,28 @@ class E2BEnvironment(BaseEnvironment):
     def sandbox_id(self) -> Optional[str]:
         return self._native.sandbox_id
 
+    def init_session(self) -> None:
+        # The snapshot is admitted like any command. A reader refused now (the writer is
+        # mid-sync), or a sync that failed, takes it at its first admitted command instead of
+        # losing it for the environment's life (Hermes would run every command under
+        # `bash -l`, exports lost); that command's admission reports a lasting failure.
+        try:
+            self._native.sync_state()
+        except _native.E2BError:
+            self._snapshot_pending = True
+            return
+        self._snapshot_pending = False
+        super().init_session()
+
+    def _before_execute(self) -> None:
+        # Admission (and the writer's sync) before Hermes starts the command's clock: waiting
+        # here never eats its timeout, and a refusal is raised to Hermes, which retries it and
+        # otherwise reports it as the tool's error.
+        self._native.sync_state()
+        if getattr(self, "_snapshot_pending", False):
+            self._snapshot_pending = False
+            super().init_session()
+
     def _wrap_command(self, command: str, cwd: str) -> str:
         # Hermes sends "/root" for container backends when its own cwd is unknown or looked
         # like a host path (/home/...); the native core says what that means here.
@@ -164,13 +240,14 @@ class E2BEnvironment(BaseEnvironment):
         timeout: int = 120,
         stdin_data: Optional[str] = None,
     ) -> _PipeHandle:
-        if stdin_data is not None:
-            # heredoc mode: Hermes embeds stdin into the command, so this never happens.
-            raise _native.E2BError("E2B start command refused: stdin must be embedded (heredoc mode)")
+        # surrogateescape: Hermes' str may carry undecodable bytes it read; they go back as-is.
+        stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data else None
         read_fd, write_fd = os.pipe()
         try:
             # The native core owns write_fd from here on, whatever happens.
-            command = self._native.run(cmd_string, fd=write_fd, timeout_seconds=float(timeout), login=login)
+            command = self._native.run(
+                cmd_string, fd=write_fd, timeout_seconds=float(timeout), login=login, stdin=stdin
+            )
         except BaseException:
             os.close(read_fd)
             raise

@@ -16,6 +16,7 @@ from agent.terminal_env_provider import TerminalEnvironmentProvider
 from . import NATIVE_IMPORT_ERROR, __version__, redact
 from ._hermes import (
     KEY_NAME,
+    REMOTE_HERMES_HOME,
     REMOTE_HOME,
     SETTING_KEYS,
     SETTINGS,
@@ -63,7 +64,9 @@ class E2BProvider(TerminalEnvironmentProvider):
 
     @property
     def cache_path_base(self) -> Optional[str]:
-        return "~/.hermes"
+        # Absolute: Hermes shell-quotes the translated path when it probes it (tool-result
+        # spill), so a "~" would never expand.
+        return REMOTE_HERMES_HOME
 
     @property
     def strip_env_keys(self) -> frozenset[str]:
