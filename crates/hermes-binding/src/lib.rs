@@ -51,6 +51,7 @@
 #![deny(missing_docs)]
 
 pub mod error;
+mod inventory;
 pub mod logging;
 mod native;
 mod runtime;
@@ -98,6 +99,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<native::PyBackend>()?;
     module.add_class::<native::PyCommand>()?;
     module.add_class::<native::PyTransport>()?;
+    module.add_class::<inventory::PyInventory>()?;
     module.add_function(wrap_pyfunction!(emit_log, module)?)?;
     module.add_function(wrap_pyfunction!(redact, module)?)?;
     logging::install();
