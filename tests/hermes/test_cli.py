@@ -86,6 +86,7 @@ def profile(home, e2b_local):
     return home, tag
 
 
+# contract: I7
 def test_status_and_list_show_this_profiles_sandbox(profile, e2b_local, tmp_path):
     home, tag = profile
     session = Session(home)
@@ -119,6 +120,7 @@ def test_status_and_list_show_this_profiles_sandbox(profile, e2b_local, tmp_path
     logs_hold_no_key(home)
 
 
+# contract: I8
 def test_rm_duplicates_keeps_the_newest(profile, e2b_local):
     home, tag = profile
     session = Session(home)
@@ -146,6 +148,7 @@ def test_rm_duplicates_keeps_the_newest(profile, e2b_local):
     assert again.returncode == 0 and "Nothing to remove." in again.stdout
 
 
+# contract: I8
 def test_rm_of_a_sandbox_a_live_writer_holds_is_refused(profile, e2b_local):
     home, tag = profile
     session = Session(home)
@@ -167,6 +170,7 @@ def test_rm_of_a_sandbox_a_live_writer_holds_is_refused(profile, e2b_local):
     logs_hold_no_key(home)
 
 
+# contract: I8
 def test_pull_recovers_what_a_crashed_session_left(profile, e2b_local):
     home, _ = profile
     session = Session(home, "mkdir -p ~/.hermes/skills/left && echo remote > ~/.hermes/skills/left/SKILL.md")

@@ -660,6 +660,7 @@ mod tests {
             .collect()
     }
 
+    // contract: I8
     #[test]
     fn removal_refuses_other_profiles_unknown_owners_and_live_writers() {
         let all = [
@@ -694,6 +695,7 @@ mod tests {
         );
     }
 
+    // contract: I8
     #[test]
     fn paused_and_duplicates_select_only_this_profiles() {
         let mut dup = entry("dup", Owner::ThisProfile, EntryState::Running, 1);

@@ -186,6 +186,7 @@ mod tests {
         }
     }
 
+    // contract: I7
     #[test]
     fn the_profile_digest_is_per_profile_and_hides_the_path() {
         let a = identity("/home/alice/.hermes", "default");
@@ -241,6 +242,7 @@ mod tests {
         assert_eq!(Labels::from_map(&bad), none);
     }
 
+    // contract: I7
     #[test]
     fn labels_do_not_change_adoption() {
         let scope = identity("/h", "t");

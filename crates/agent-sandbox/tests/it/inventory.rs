@@ -56,6 +56,7 @@ fn create_with(world: &World, metadata: BTreeMap<String, String>) -> String {
     id.as_str().to_owned()
 }
 
+// contract: I7
 #[test]
 fn new_sandboxes_carry_the_profile_label_and_no_path() {
     let world = World::new();
@@ -71,6 +72,7 @@ fn new_sandboxes_carry_the_profile_label_and_no_path() {
     assert!(metadata.values().all(|v| !v.contains(&home)));
 }
 
+// contract: I7
 #[test]
 fn the_listing_marks_owners_duplicates_and_this_hosts_view() {
     let world = World::new();
@@ -164,6 +166,7 @@ fn the_listing_marks_owners_duplicates_and_this_hosts_view() {
     backend.cleanup();
 }
 
+// contract: I8
 #[test]
 fn rm_duplicates_keeps_the_newest_and_refuses_a_live_writer() {
     let world = World::new();
@@ -220,6 +223,7 @@ fn rm_duplicates_keeps_the_newest_and_refuses_a_live_writer() {
     backend.cleanup();
 }
 
+// contract: I8
 #[test]
 fn pull_recovers_into_the_home_and_waits_for_a_live_writer() {
     let world = World::new();
