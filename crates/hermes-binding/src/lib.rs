@@ -47,6 +47,9 @@
 //!   bridge hands to Python, and (through the exported `redact`) the Python layer's own log
 //!   records and doctor rows pass agent-sandbox's one redaction pass.
 //! - **No host pid:** a running command exposes `sandbox_pid`, never `pid`.
+//! - **`hermes e2b`:** the `Inventory` class hands agent-sandbox's inventory (list, planned
+//!   removal, on-demand pull, live check, host locking) to the Python CLI as plain dicts;
+//!   progress reports reach a Python callable only when the CLI passes one (on a terminal).
 
 #![deny(missing_docs)]
 
