@@ -236,6 +236,25 @@ impl Config {
     }
 }
 
+impl Config {
+    /// An E2B client for these settings; the key is resolved now (first use, L1).
+    pub(crate) fn client(&self) -> Result<e2b_client::Client, crate::error::Error> {
+        use crate::error::Error;
+        let key = self.api_key.resolve().ok_or_else(|| Error::InvalidConfig {
+            reason: "no E2B API key is configured for this profile".to_owned(),
+        })?;
+        let mut config = e2b_client::Config::new(key);
+        let endpoints = &self.endpoints;
+        if let Some(domain) = &endpoints.domain {
+            config.domain = domain.clone();
+        }
+        config.api_url = endpoints.api_url.clone();
+        config.sandbox_url = endpoints.sandbox_url.clone();
+        e2b_client::Client::new(config)
+            .map_err(|source| Error::e2b("configure client", None, source))
+    }
+}
+
 /// The sandbox lifecycle a backend manages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SandboxMode {
@@ -347,6 +366,9 @@ pub struct Services {
     pub runtime: tokio::runtime::Handle,
     /// The monotonic clock for lease arithmetic.
     pub clock: Arc<dyn Clock>,
+    /// Told how long transfers and creation progress (a CLI draws a bar); `None` leaves the
+    /// INFO log line every few seconds as the only report.
+    pub progress: Option<crate::progress::ProgressObserver>,
 }
 
 impl Services {
@@ -355,6 +377,7 @@ impl Services {
         Services {
             runtime,
             clock: Arc::new(SystemClock),
+            progress: None,
         }
     }
 }

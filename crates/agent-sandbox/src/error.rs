@@ -141,6 +141,13 @@ pub enum Error {
         sandbox_id: Option<String>,
     },
 
+    /// The scope has no sandbox, and the step never creates one.
+    #[error("E2B {operation} refused: this scope has no sandbox")]
+    NoSandbox {
+        /// The refused step.
+        operation: &'static str,
+    },
+
     /// The backend has no sandbox attached, and the step does not attach one.
     #[error("E2B {operation} refused: no sandbox is attached yet")]
     NotAttached {
@@ -162,7 +169,10 @@ impl Error {
             | Error::StateHook { sandbox_id, .. }
             | Error::SandboxCommand { sandbox_id, .. }
             | Error::CommandLost { sandbox_id, .. } => Some(sandbox_id),
-            Error::InvalidConfig { .. } | Error::Io { .. } | Error::NotAttached { .. } => None,
+            Error::InvalidConfig { .. }
+            | Error::Io { .. }
+            | Error::NotAttached { .. }
+            | Error::NoSandbox { .. } => None,
         }
     }
 
@@ -182,6 +192,11 @@ impl Error {
     /// The sandbox is gone (killed, or unknown to E2B).
     pub fn is_sandbox_gone(&self) -> bool {
         matches!(self, Error::E2b { source, .. } if source.is_sandbox_gone())
+    }
+
+    /// The scope has no sandbox to act on (nothing was created).
+    pub fn is_no_sandbox(&self) -> bool {
+        matches!(self, Error::NoSandbox { .. })
     }
 
     /// The backend was cleaned up.

@@ -76,6 +76,17 @@
 //! - **A vanished sandbox** fails the command that finds it (naming it); the backend lets it
 //!   go, and the next use attaches afresh (the writer recreates it with a full bring-up) and
 //!   reports the replaced id in [`AttachInfo::replaced`]. Cleanup never does this.
+//! - **Inventory** ([`Inventory`]): a profile's sandboxes as E2B lists them (owner by the
+//!   `hermes.profile` label, or by this host's scope files for sandboxes made before it;
+//!   duplicates marked, newest kept) with this host's view of each scope (task id, writer pid,
+//!   dirty, prepared, last pull and recovery, from the scope note the backend keeps); removal
+//!   planned before it acts (another profile's: refused; a live writer here or an unknown
+//!   owner: refused unless forced; already gone: success); an on-demand pull
+//!   ([`Backend::pull_now`]: recovery as the writer, never a create, never a push); a live
+//!   create/run/kill round trip.
+//! - **Progress** ([`ProgressObserver`] in [`Services`]): the teardown pull, resume recovery,
+//!   uploads and creation report done/total (bytes, files or steps); long transfers log at
+//!   INFO every [`PROGRESS_LOG_INTERVAL`] (5 s), never per chunk.
 //! - **Errors** ([`Error`], O3): name the E2B operation and the sandbox id. `Display` shows
 //!   that step only and the lower layer's error is its `source()`; [`ErrorChain`] renders the
 //!   whole chain, each cause once, for people. Words a framework must not show (Hermes:
@@ -105,6 +116,8 @@ mod command;
 mod config;
 mod error;
 mod hooks;
+mod inventory;
+mod progress;
 mod report;
 mod sink;
 mod transport;
@@ -124,10 +137,16 @@ pub use e2b_client::{ApiKey, SandboxId};
 pub use e2b_client::{REDACTED, redact};
 pub use error::{Error, ErrorChain};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
-pub use report::{
-    AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RoleKind, Stats,
+pub use inventory::{
+    EntryState, Force, HostScope, Inventory, Listing, LiveStep, Owner, PlannedRemoval,
+    RemovalOutcome, RemovalTarget, Removed, SandboxEntry, Verdict, WriterHolder,
 };
-pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Security, SystemClock};
+pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
+pub use report::{
+    AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RecoverySummary, RoleKind,
+    Stats,
+};
+pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Mode, Security, SystemClock};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
 pub use transport::{PullSummary, StateTransport};
 

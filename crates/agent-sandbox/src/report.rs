@@ -103,3 +103,40 @@ pub struct CleanupReport {
     /// The sandbox's fate.
     pub sandbox: KillOutcomeReport,
 }
+
+/// What one resume recovery did, in counts (the files themselves are logged as warnings
+/// when quarantined or skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoverySummary {
+    /// Written in place (the host lacked them).
+    pub restored: usize,
+    /// Identical on both sides.
+    pub unchanged: usize,
+    /// Saved under `cache/e2b-recovered/<sandbox id>/` instead (conflicts, host-only paths).
+    pub quarantined: usize,
+    /// Not recovered; they stay in the sandbox.
+    pub skipped: usize,
+}
+
+impl RecoverySummary {
+    pub(crate) fn of(report: &recovery::RecoveryReport) -> RecoverySummary {
+        use recovery::Outcome;
+        RecoverySummary {
+            restored: report.count(|o| matches!(o, Outcome::Restored)),
+            unchanged: report.count(|o| matches!(o, Outcome::Unchanged)),
+            quarantined: report.count(|o| matches!(o, Outcome::Quarantined { .. })),
+            skipped: report.count(|o| matches!(o, Outcome::Skipped { .. })),
+        }
+    }
+}
+
+impl std::fmt::Display for RecoverySummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} restored, {} unchanged, {} quarantined, {} skipped",
+            self.restored, self.unchanged, self.quarantined, self.skipped
+        )
+    }
+}

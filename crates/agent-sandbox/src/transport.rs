@@ -13,6 +13,7 @@ use state_sync::{ArchiveSummary, DeletePlan, ReadConfig, UnsafeMembers, UploadPl
 use tokio::sync::mpsc;
 
 use crate::error::{Error, ErrorChain};
+use crate::progress::{Meter, MeteredRead, ProgressObserver, ProgressUnit};
 
 /// Files up to this size are uploaded from memory (retryable); larger ones are streamed.
 const IN_MEMORY_UPLOAD: u64 = 8 << 20;
@@ -53,6 +54,7 @@ struct Inner {
     cap: u64,
     transfer_lease: Duration,
     failures: FailureLog,
+    progress: Option<ProgressObserver>,
 }
 
 impl fmt::Debug for StateTransport {
@@ -85,6 +87,7 @@ pub(crate) struct TransportParts {
     pub(crate) cap: u64,
     pub(crate) transfer_lease: Duration,
     pub(crate) failures: FailureLog,
+    pub(crate) progress: Option<ProgressObserver>,
 }
 
 impl StateTransport {
@@ -100,6 +103,7 @@ impl StateTransport {
                 cap: parts.cap,
                 transfer_lease: parts.transfer_lease,
                 failures: parts.failures,
+                progress: parts.progress,
             }),
         }
     }
@@ -188,10 +192,15 @@ impl StateTransport {
         }
         let count = uploads.len();
         let sandbox = self.sandbox();
+        // One request carries every file, so progress moves from none to all of them.
+        let meter = self.meter("upload files", ProgressUnit::Files, Some(count as u64));
         self.inner
             .runtime
             .block_on(sandbox.write_files(uploads))
             .map_err(|source| Error::e2b("upload files", Some(&self.id()), source))?;
+        let mut meter = meter;
+        meter.advance(count as u64);
+        meter.finish();
         Ok(count)
     }
 
@@ -252,7 +261,11 @@ impl StateTransport {
             "if [ -d {root} ]; then {command}; else exec tar -cf - -T /dev/null; fi",
             root = state_sync::shell_quote(&self.inner.remote_home)
         );
-        let mut source = self.command_reader(command, "teardown pull")?;
+        let mut meter = self.meter("teardown pull", ProgressUnit::Bytes, None);
+        let mut source = MeteredRead {
+            inner: self.command_reader(command, "teardown pull")?,
+            meter: &mut meter,
+        };
         let config = ReadConfig {
             max_bytes: self.inner.cap,
             unsafe_members: UnsafeMembers::Skip,
@@ -264,6 +277,7 @@ impl StateTransport {
                     sandbox_id: self.id(),
                     source,
                 })?;
+        meter.finish();
         Ok(pull_summary(summary))
     }
 
@@ -294,11 +308,27 @@ impl StateTransport {
                 source,
             }
         })?;
-        let mut source = self.command_reader(command, "state snapshot")?;
-        recovery::recover(config, &mut source).map_err(|source| Error::Recovery {
+        let mut meter = self.meter("state recovery", ProgressUnit::Bytes, None);
+        let mut source = MeteredRead {
+            inner: self.command_reader(command, "state snapshot")?,
+            meter: &mut meter,
+        };
+        let report = recovery::recover(config, &mut source).map_err(|source| Error::Recovery {
             sandbox_id: self.id(),
             source,
-        })
+        })?;
+        meter.finish();
+        Ok(report)
+    }
+
+    fn meter(&self, operation: &'static str, unit: ProgressUnit, total: Option<u64>) -> Meter {
+        Meter::start(
+            self.inner.progress.clone(),
+            operation,
+            Some(self.inner.sandbox_id.as_str()),
+            unit,
+            total,
+        )
     }
 
     /// Starts `command` and returns a blocking reader over its standard output. The reader

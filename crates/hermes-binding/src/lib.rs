@@ -48,10 +48,14 @@
 //!   bridge hands to Python, and (through the exported `redact`) the Python layer's own log
 //!   records and doctor rows pass agent-sandbox's one redaction pass.
 //! - **No host pid:** a running command exposes `sandbox_pid`, never `pid`.
+//! - **`hermes e2b`:** the `Inventory` class hands agent-sandbox's inventory (list, planned
+//!   removal, on-demand pull, live check, host locking) to the Python CLI as plain dicts;
+//!   progress reports reach a Python callable only when the CLI passes one (on a terminal).
 
 #![deny(missing_docs)]
 
 pub mod error;
+mod inventory;
 pub mod logging;
 mod native;
 mod runtime;
@@ -103,6 +107,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<native::PyBackend>()?;
     module.add_class::<native::PyCommand>()?;
     module.add_class::<native::PyTransport>()?;
+    module.add_class::<inventory::PyInventory>()?;
     module.add_function(wrap_pyfunction!(emit_log, module)?)?;
     module.add_function(wrap_pyfunction!(redact, module)?)?;
     logging::install();

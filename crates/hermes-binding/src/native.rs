@@ -57,7 +57,7 @@ fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
 #[pyclass(name = "Settings", module = "hermes_e2b._native", frozen)]
 #[derive(Debug)]
 pub struct PySettings {
-    settings: Settings,
+    pub(crate) settings: Settings,
 }
 
 #[pymethods]
@@ -313,6 +313,34 @@ fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<
     Ok(dict)
 }
 
+/// The API key source for a Python `key_resolver()` (the profile's secret lookup), asked on
+/// first use.
+pub(crate) fn python_key_resolver(key_resolver: Py<PyAny>) -> agent_sandbox::KeyResolver {
+    Arc::new(move || -> Option<ApiKey> {
+        Python::try_attach(|py| match key_resolver.call0(py) {
+            Ok(value) => value
+                .extract::<Option<String>>(py)
+                .ok()
+                .flatten()
+                .filter(|key| !key.is_empty())
+                .map(ApiKey::new),
+            Err(error) => {
+                // The error text is Python's; it names no key (resolvers never put it there).
+                tracing::warn!(
+                    "E2B API key lookup failed: {}",
+                    error
+                        .get_type(py)
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                );
+                None
+            }
+        })
+        .flatten()
+    })
+}
+
 /// One Hermes environment's backend (one scope).
 #[pyclass(name = "Backend", module = "hermes_e2b._native", frozen)]
 #[derive(Debug)]
@@ -343,31 +371,8 @@ impl PyBackend {
         host_only: Vec<PathBuf>,
     ) -> PyResult<PyBackend> {
         let persistence = Persistence::parse(mode)?;
-        let resolver = move || -> Option<ApiKey> {
-            Python::try_attach(|py| match key_resolver.call0(py) {
-                Ok(value) => value
-                    .extract::<Option<String>>(py)
-                    .ok()
-                    .flatten()
-                    .filter(|key| !key.is_empty())
-                    .map(ApiKey::new),
-                Err(error) => {
-                    // The error text is Python's; it names no key (resolvers never put it there).
-                    tracing::warn!(
-                        "E2B API key lookup failed: {}",
-                        error
-                            .get_type(py)
-                            .name()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default()
-                    );
-                    None
-                }
-            })
-            .flatten()
-        };
         let mut config = settings.settings.to_config(
-            ApiKeySource::Resolver(Arc::new(resolver)),
+            ApiKeySource::Resolver(python_key_resolver(key_resolver)),
             persistence,
             idle_lifetime(lifetime_seconds),
         );

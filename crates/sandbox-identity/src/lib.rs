@@ -71,7 +71,10 @@
 //! - **Metadata.** [`stamp`] merges user metadata under the identity keys
 //!   ([`SCOPE_KEY`], [`IDENTITY_VERSION_KEY`], [`MODE_KEY`]); the identity
 //!   always wins and the whole `hermes.` prefix is reserved. Only the digest,
-//!   the version and the mode reach E2B.
+//!   the version and the mode reach E2B as identity; [`stamp_scope`] adds two
+//!   descriptive [`Labels`] ([`PROFILE_KEY`]: a digest of the profile home
+//!   alone, [`POSTURE_KEY`]) that never decide adoption, so sandboxes made
+//!   before them are still adopted.
 //! - **Adoption.** [`choose`] adopts the newest exact match, reports how many
 //!   duplicates exist (I5), never adopts another template or posture (I3),
 //!   and never adopts in ephemeral mode (L4).
@@ -85,12 +88,14 @@
 
 mod adoption;
 mod error;
+mod labels;
 mod lease;
 mod metadata;
 mod scope;
 
 pub use adoption::{Adoption, Candidate, Mismatch, SandboxState, check, choose};
 pub use error::Error;
+pub use labels::{Labels, POSTURE_KEY, PROFILE_KEY, Posture, ProfileDigest, stamp_scope};
 pub use lease::{
     CONTROL_PLANE_MARGIN, Clock, ExtensionRequest, LeaseKind, LeasePlan, LeasePolicy, LeaseTracker,
     ManualClock, PROBE_LEASE_CAP, REAPER_INTERVAL, SystemClock, ephemeral_floor,

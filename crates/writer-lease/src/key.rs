@@ -77,16 +77,19 @@ pub enum ScopeFile {
     Prepared,
     /// `<key>.generation`: the latest writer generation that began.
     Generation,
+    /// `<key>.note`: what this host remembers about the scope for people (diagnostics).
+    Note,
 }
 
 impl ScopeFile {
     /// Every scope file, for listings.
-    pub const ALL: [ScopeFile; 5] = [
+    pub const ALL: [ScopeFile; 6] = [
         ScopeFile::WriterLock,
         ScopeFile::CreationLock,
         ScopeFile::Dirty,
         ScopeFile::Prepared,
         ScopeFile::Generation,
+        ScopeFile::Note,
     ];
 
     fn suffix(self) -> &'static str {
@@ -96,6 +99,7 @@ impl ScopeFile {
             ScopeFile::Dirty => "dirty",
             ScopeFile::Prepared => "prepared",
             ScopeFile::Generation => "generation",
+            ScopeFile::Note => "note",
         }
     }
 }
@@ -119,6 +123,7 @@ mod tests {
                 format!("{hex}.dirty"),
                 format!("{hex}.prepared"),
                 format!("{hex}.generation"),
+                format!("{hex}.note"),
             ]
         );
         for name in names {

@@ -55,6 +55,8 @@
 //! - **Degraded hosts** (C6): where locking is unsupported or the directory
 //!   cannot be written, the caller gets an unprotected writer carrying one
 //!   [`Degradation`] value to log once at WARNING, and a single session works.
+//! - **Scope note** ([`ScopeFiles::note`], [`ScopeFiles::update_note`]): named one-line
+//!   values a caller keeps for people (`<key>.note`); diagnostics only, no gate reads it.
 //! - **Files**: written atomically (temp file, fsync, rename, directory
 //!   fsync), named from the scope key's hex only, created 0600 in a 0700
 //!   directory. Lock files are never deleted.
@@ -70,6 +72,7 @@ mod creation;
 mod error;
 mod host;
 mod key;
+mod note;
 mod phase;
 mod records;
 mod scope;
@@ -79,6 +82,7 @@ pub use creation::{CREATION_POLL_INTERVAL, CreationAccess, CreationGuard, MAX_CR
 pub use error::Error;
 pub use host::{Host, OsHost};
 pub use key::{ScopeFile, ScopeKey};
+pub use note::{MAX_NOTE_VALUE, ScopeNote};
 pub use phase::WriterPhase;
 pub use records::{DirtyMarker, DirtyReason, Generation, PreparedStamp};
 pub use scope::{Admission, Degradation, DegradationCause, Refusal, ScopeFiles, WriterStatus};

@@ -11,12 +11,13 @@ use e2b_client::{
     SandboxId, StateFilter,
 };
 use futures::TryStreamExt;
-use sandbox_identity::{Adoption, Candidate, IdentityMetadata, LeasePlan, LeaseTracker, SCOPE_KEY};
+use sandbox_identity::{Adoption, Candidate, LeasePlan, LeaseTracker, SCOPE_KEY};
 use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles};
 
 use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
 use crate::config::{CREATION_LOCK_WAIT, SandboxMode};
 use crate::error::Error;
+use crate::progress::{Meter, ProgressUnit};
 use crate::report::{AttachInfo, Origin};
 use crate::transport::{StateTransport, TransportParts};
 use crate::warn_once;
@@ -114,7 +115,7 @@ impl Inner {
 
     /// Lists the scope's sandboxes and adopts the newest match, resuming it if paused.
     #[allow(clippy::type_complexity)]
-    fn find_existing(
+    pub(super) fn find_existing(
         &self,
         client: &Client,
     ) -> Result<Option<(Sandbox, LeaseTracker, Origin, bool)>, Error> {
@@ -207,11 +208,11 @@ impl Inner {
             LeasePlan::Extend(request) => request,
             LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
         };
-        let identity = IdentityMetadata::for_scope(&self.identity);
         let mut options = CreateOptions::new(self.config.template.clone());
         options.timeout = Some(Duration::from_secs(request.timeout_secs()));
         options.on_timeout = on_timeout;
-        options.metadata = sandbox_identity::stamp(&self.config.metadata, &identity).metadata;
+        options.metadata =
+            sandbox_identity::stamp_scope(&self.config.metadata, &self.identity).metadata;
         options.allow_internet_access = Some(matches!(
             self.config.internet,
             sandbox_identity::InternetAccess::Allowed
@@ -221,9 +222,19 @@ impl Inner {
             sandbox_identity::Security::Secure
         ));
         bump(&self.stats.creates);
+        let meter = Meter::start(
+            self.services.progress.clone(),
+            "create",
+            None,
+            ProgressUnit::Steps,
+            Some(1),
+        );
         let info = self
             .block_on(client.create(options))
             .map_err(|source| Error::e2b("create", None, source))?;
+        let mut meter = meter;
+        meter.advance(1);
+        meter.finish();
         lease.confirm(&request);
         let sandbox = client
             .sandbox(info.envd_access())
@@ -255,7 +266,7 @@ impl Inner {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn attached(
+    pub(super) fn attached(
         &self,
         client: Client,
         sandbox: Sandbox,
@@ -274,6 +285,7 @@ impl Inner {
             cap: self.config.state_cap,
             transfer_lease: self.policy.transfer_lease(TRANSFER_WINDOW),
             failures: Arc::clone(&self.failures),
+            progress: self.services.progress.clone(),
         });
         *self
             .transport

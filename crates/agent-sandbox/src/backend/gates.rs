@@ -71,17 +71,8 @@ impl Inner {
                     sandbox_id: Some(id.clone()),
                     source,
                 })?;
-            let transport = self.current_transport(&id)?;
-            let report = transport.recover(&recovery::RecoveryConfig {
-                hermes_home: self.scope.profile_home.clone(),
-                sandbox_id: id.clone(),
-                host_only: self.config.host_only.clone(),
-                max_snapshot_bytes: self.config.state_cap,
-            })?;
-            for warning in report.warnings() {
-                // Recovery warnings name files the sandbox chose (X4).
-                tracing::warn!(sandbox_id = %id, "{}", e2b_client::redact(&warning.to_string()));
-            }
+            self.note_writer();
+            self.recover_into_home(&id)?;
             self.run_hook("initial push", &id, |t| {
                 self.hooks.push(t, PushKind::Initial)
             })?;

@@ -8,6 +8,7 @@
 mod attach;
 mod gates;
 mod lease;
+pub(crate) mod pull;
 mod start;
 mod teardown;
 
@@ -465,21 +466,7 @@ impl Inner {
     }
 
     pub(super) fn client(&self) -> Result<Client, Error> {
-        let key = self
-            .config
-            .api_key
-            .resolve()
-            .ok_or_else(|| Error::InvalidConfig {
-                reason: "no E2B API key is configured for this profile".to_owned(),
-            })?;
-        let mut config = e2b_client::Config::new(key);
-        let endpoints = &self.config.endpoints;
-        if let Some(domain) = &endpoints.domain {
-            config.domain = domain.clone();
-        }
-        config.api_url = endpoints.api_url.clone();
-        config.sandbox_url = endpoints.sandbox_url.clone();
-        Client::new(config).map_err(|source| Error::e2b("configure client", None, source))
+        self.config.client()
     }
 
     pub(super) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {

@@ -141,14 +141,20 @@ impl Inner {
         let id = attached.id.as_str().to_owned();
         let pull = match &attached.role {
             Role::Writer(_) | Role::Owner { .. } => {
-                match self.run_hook("pull", &id, |t| self.hooks.pull(t)) {
+                let outcome = match self.run_hook("pull", &id, |t| self.hooks.pull(t)) {
                     Ok(()) => PullOutcome::Pulled,
                     Err(error) => {
                         let text = ErrorChain(&error).to_string();
                         tracing::error!(sandbox_id = %id, "{text}");
                         PullOutcome::Failed(text)
                     }
-                }
+                };
+                let line = match &outcome {
+                    PullOutcome::Failed(text) => format!("failed from {id}: {text}"),
+                    _ => format!("pulled from {id}"),
+                };
+                self.note(|note| note.set(super::pull::NOTE_PULL, &super::pull::stamped(&line)));
+                outcome
             }
             Role::PendingWriter(_) | Role::Reader | Role::Probe | Role::External => {
                 PullOutcome::NotAttempted

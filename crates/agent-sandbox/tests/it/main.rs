@@ -3,6 +3,7 @@
 
 mod campaign;
 mod commands;
+mod inventory;
 mod lifecycle;
 mod ownership;
 mod processes;

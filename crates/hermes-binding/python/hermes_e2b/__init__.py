@@ -83,8 +83,17 @@ def register(ctx: Any) -> None:
     """Hermes' plugin hook: registers the ``e2b`` terminal backend provider.
 
     Does no I/O beyond imports. On a Hermes without pluggable terminal backends it logs one
-    line and returns instead of failing the plugin load.
+    line and returns instead of failing the plugin load. Where the host lets plugins add CLI
+    subcommands (``ctx.register_cli_command``), it also registers ``hermes e2b``.
     """
+    cli_registrar = getattr(ctx, "register_cli_command", None)
+    if cli_registrar is not None:
+        try:
+            from . import cli
+
+            cli_registrar(name="e2b", help=cli.HELP, setup_fn=cli.setup, handler_fn=cli.make_handler(ctx))
+        except Exception as error:  # noqa: BLE001 - a CLI the host refuses must not fail the load
+            logger.warning("hermes-e2b: `hermes e2b` is not registered: %s", error)
     registrar = getattr(ctx, "register_terminal_environment_provider", None)
     try:
         from .provider import E2BProvider

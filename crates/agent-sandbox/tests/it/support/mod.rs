@@ -89,6 +89,7 @@ impl World {
         Services {
             runtime: self.runtime.handle().clone(),
             clock: self.clock.clone(),
+            progress: None,
         }
     }
 

@@ -1,0 +1,149 @@
+//! The on-demand pull (a person asked for it, e.g. `hermes e2b pull`): resume recovery from
+//! the scope's existing sandbox into the profile home, as the writer, without a push; and the
+//! scope note the backend keeps for people (task id, last writer, last pull and recovery).
+
+use std::time::SystemTime;
+
+use writer_lease::{Role as LeaseRole, ScopeNote};
+
+use super::{Backend, Inner, Role};
+use crate::error::{Error, ErrorChain};
+use crate::report::RecoverySummary;
+
+/// Note entries (writer-lease's `ScopeNote` names).
+pub(crate) const NOTE_TASK: &str = "task";
+pub(crate) const NOTE_TEMPLATE: &str = "template";
+pub(crate) const NOTE_WRITER_PID: &str = "writer-pid";
+pub(crate) const NOTE_PULL: &str = "last-pull";
+pub(crate) const NOTE_RECOVERY: &str = "last-recovery";
+
+impl Backend {
+    /// Recovers `skills/` and `memories/` from the scope's existing sandbox into the profile
+    /// home now (conflicts quarantined as always, S6), resuming it if paused. Never creates a
+    /// sandbox and never pushes: the sandbox keeps the state the last writer prepared, so its
+    /// stamp stays true. Refused while another session on this host holds the writer role
+    /// (that session's own teardown pulls), and for non-persistent scopes.
+    pub fn pull_now(&self) -> Result<RecoverySummary, Error> {
+        let inner = &*self.inner;
+        let files = inner.files.as_ref().ok_or_else(|| Error::InvalidConfig {
+            reason: "an on-demand pull needs a persistent scope".to_owned(),
+        })?;
+        let state = inner.lock_state();
+        if !matches!(&*state, super::Phase::Detached) {
+            return Err(Error::InvalidConfig {
+                reason: "an on-demand pull needs a backend that has not attached yet".to_owned(),
+            });
+        }
+        let writer = match files
+            .try_acquire_writer()
+            .map_err(|source| Error::Coordination {
+                operation: "acquire writer role",
+                sandbox_id: None,
+                source,
+            })? {
+            LeaseRole::Writer(writer) => writer,
+            LeaseRole::Reader => {
+                let pid = files
+                    .note()
+                    .ok()
+                    .flatten()
+                    .and_then(|n| n.get(NOTE_WRITER_PID).map(str::to_owned));
+                return Err(Error::NotReady {
+                    sandbox_id: None,
+                    reason: format!(
+                        "another session on this host holds the writer role{}",
+                        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+                    ),
+                    retry_hint: "Its own teardown pulls state back; end that session first."
+                        .to_owned(),
+                });
+            }
+        };
+        let client = inner.client()?;
+        let Some((sandbox, lease, origin, resumed)) = inner.find_existing(&client)? else {
+            writer.release();
+            return Err(Error::NoSandbox { operation: "pull" });
+        };
+        let attached = inner.attached(
+            client,
+            sandbox,
+            lease,
+            Role::PendingWriter(writer),
+            origin,
+            resumed,
+            None,
+        )?;
+        let id = attached.id.as_str().to_owned();
+        let result = inner.recover_into_home(&id);
+        inner.clear_transport();
+        if let Role::PendingWriter(writer) = attached.role {
+            writer.release();
+        }
+        drop(state);
+        result
+    }
+}
+
+impl Inner {
+    /// Recovery from the attached sandbox into the profile home, recorded in the scope note.
+    pub(super) fn recover_into_home(&self, id: &str) -> Result<RecoverySummary, Error> {
+        let result = self.current_transport(id).and_then(|transport| {
+            transport.recover(&recovery::RecoveryConfig {
+                hermes_home: self.scope.profile_home.clone(),
+                sandbox_id: id.to_owned(),
+                host_only: self.config.host_only.clone(),
+                max_snapshot_bytes: self.config.state_cap,
+            })
+        });
+        let report = match result {
+            Ok(report) => report,
+            Err(error) => {
+                let text = format!("failed from {id}: {}", ErrorChain(&error));
+                self.note(|note| note.set(NOTE_RECOVERY, &stamped(&text)));
+                return Err(error);
+            }
+        };
+        for warning in report.warnings() {
+            // Recovery warnings name files the sandbox chose (X4).
+            tracing::warn!(sandbox_id = %id, "{}", e2b_client::redact(&warning.to_string()));
+        }
+        let summary = RecoverySummary::of(&report);
+        self.note(|note| note.set(NOTE_RECOVERY, &stamped(&format!("{summary} from {id}"))));
+        Ok(summary)
+    }
+
+    /// Updates the scope note, best effort: it is for people, so a host that cannot write it
+    /// loses a status line, never a command.
+    pub(super) fn note(&self, change: impl FnOnce(&mut ScopeNote)) {
+        let Some(files) = &self.files else { return };
+        if let Err(error) = files.update_note(change) {
+            tracing::debug!("E2B scope note not updated: {}", ErrorChain(&error));
+        }
+    }
+
+    /// The note a writer leaves when it takes the role: which task this scope is, and who
+    /// holds it now.
+    pub(super) fn note_writer(&self) {
+        let task = self.scope.task_id.clone();
+        let template = self.config.template.clone();
+        self.note(|note| {
+            note.set(NOTE_TASK, &task);
+            note.set(NOTE_TEMPLATE, &template);
+            note.set(NOTE_WRITER_PID, &std::process::id().to_string());
+        });
+    }
+}
+
+/// `text` prefixed with the current UTC time, for a note line.
+pub(crate) fn stamped(text: &str) -> String {
+    let now = time::OffsetDateTime::from(SystemTime::now());
+    let when = now
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default();
+    format!("{when} {text}")
+}

@@ -1,0 +1,718 @@
+//! A profile's sandboxes as E2B lists them and this host knows them, and the actions a
+//! person takes on them: list, remove (with refusals), pull, and a live round trip.
+//!
+//! Framework-neutral: the Hermes plugin renders it as `hermes e2b`, another framework (the
+//! MCP example) could expose the same calls. Ownership comes from the `hermes.profile` label
+//! (a digest of the profile home; no path leaves the host); a sandbox made before that label
+//! existed counts as this profile's when this host has coordinated its scope.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use e2b_client::{KillOutcome, ListQuery, ListedSandbox, SandboxId, StateFilter};
+use futures::TryStreamExt;
+use sandbox_identity::{IdentityMetadata, Labels, Mode, ProfileDigest, ScopeDigest};
+use writer_lease::{ScopeFiles, ScopeKey, WriterStatus};
+
+use crate::backend::Backend;
+use crate::backend::pull::{NOTE_PULL, NOTE_RECOVERY, NOTE_TASK, NOTE_WRITER_PID};
+use crate::command::RunOptions;
+use crate::config::{Config, PROBE_TASK_ID, SandboxMode, Scope, Services};
+use crate::error::{Error, ErrorChain};
+use crate::hooks::NoStateHooks;
+use crate::report::{KillOutcomeReport, RecoverySummary};
+use crate::sink::DiscardSink;
+
+/// Who a listed sandbox belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Owner {
+    /// This profile: its label says so, or (made before the label) this host coordinated
+    /// its scope.
+    ThisProfile,
+    /// Another profile's label.
+    OtherProfile,
+    /// Made by this plugin before the profile label existed, on another host or profile.
+    Unknown,
+}
+
+impl Owner {
+    /// `this-profile`, `other-profile` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Owner::ThisProfile => "this-profile",
+            Owner::OtherProfile => "other-profile",
+            Owner::Unknown => "unknown",
+        }
+    }
+}
+
+/// Which sandboxes [`Inventory::list`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// This profile's only.
+    ThisProfile,
+    /// Every sandbox this plugin made, whoever owns it (marked by [`Owner`]).
+    AllProfiles,
+}
+
+/// A sandbox's state as E2B lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EntryState {
+    /// Running.
+    Running,
+    /// Paused (resumed by the next use).
+    Paused,
+    /// Anything else E2B reported.
+    Other,
+}
+
+impl EntryState {
+    /// `running`, `paused` or `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryState::Running => "running",
+            EntryState::Paused => "paused",
+            EntryState::Other => "other",
+        }
+    }
+}
+
+/// The writer role of a scope on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriterHolder {
+    /// A live session holds it; the pid is the last writer's the note recorded.
+    Held {
+        /// The holder's pid, when the note has it.
+        pid: Option<u32>,
+    },
+    /// Nobody holds it.
+    Free,
+    /// This host cannot tell (no file locking); the text says why.
+    Unknown(String),
+}
+
+/// What this host knows about a sandbox's scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostScope {
+    /// The task id (Hermes' container key), as the last writer here recorded it.
+    pub task_id: Option<String>,
+    /// Who holds the writer role.
+    pub writer: WriterHolder,
+    /// Why the scope is dirty, if it is.
+    pub dirty: Option<String>,
+    /// The sandbox the last completed push prepared, if any.
+    pub prepared_for: Option<String>,
+    /// The last teardown pull (time and outcome), as recorded.
+    pub last_pull: Option<String>,
+    /// The last resume recovery (time and outcome), as recorded.
+    pub last_recovery: Option<String>,
+}
+
+/// One sandbox this plugin made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SandboxEntry {
+    /// The sandbox id.
+    pub sandbox_id: String,
+    /// Running, paused, ...
+    pub state: EntryState,
+    /// The template alias, else its id.
+    pub template: String,
+    /// Persistent or ephemeral.
+    pub mode: Mode,
+    /// The scope digest (64 hex).
+    pub scope: String,
+    /// Whose it is.
+    pub owner: Owner,
+    /// The posture label (`internet-allowed secure`, ...), when stamped.
+    pub posture: Option<String>,
+    /// When E2B started (or last resumed) it.
+    pub started_at: SystemTime,
+    /// Lease time left, for a running sandbox.
+    pub lease_left: Option<Duration>,
+    /// Set on a duplicate: the newer sandbox of the same scope that sessions adopt.
+    pub duplicate_of: Option<String>,
+    /// What this host knows about its scope (this profile's scopes only).
+    pub host: Option<HostScope>,
+}
+
+/// What `rm` acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemovalTarget {
+    /// These sandbox ids.
+    Ids(Vec<String>),
+    /// This profile's paused sandboxes.
+    Paused,
+    /// This profile's duplicates (the newest of each scope is kept).
+    Duplicates,
+}
+
+/// Whether refusals that protect a live session on this host are overridden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Force {
+    /// Refuse a sandbox whose writer role is held on this host, or whose owner is unknown.
+    No,
+    /// Kill it anyway.
+    Yes,
+}
+
+/// What a removal will do to one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Kill it; `loses` names what goes with it.
+    Kill {
+        /// What is lost, for the confirmation.
+        loses: String,
+    },
+    /// It is not listed any more: nothing to do, and that is success.
+    AlreadyGone,
+    /// Refused; the reason says why and what would change it.
+    Refused(String),
+}
+
+/// One sandbox of a removal plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PlannedRemoval {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its listing, when E2B still lists it.
+    pub entry: Option<SandboxEntry>,
+    /// What will happen.
+    pub verdict: Verdict,
+}
+
+/// What a removal did to one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Removed {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Killed, already gone, refused (the plan's reason) or failed (the error chain).
+    pub outcome: RemovalOutcome,
+}
+
+/// The outcome of removing one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemovalOutcome {
+    /// Killed now.
+    Killed,
+    /// It was already gone (success).
+    AlreadyGone,
+    /// Not touched: the plan refused it.
+    Refused(String),
+    /// The kill request failed.
+    Failed(String),
+}
+
+impl RemovalOutcome {
+    /// Killed or already gone.
+    pub fn is_success(&self) -> bool {
+        matches!(self, RemovalOutcome::Killed | RemovalOutcome::AlreadyGone)
+    }
+}
+
+/// One step of [`Inventory::live_check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LiveStep {
+    /// `create`, `run true` or `kill`.
+    pub step: &'static str,
+    /// How long it took.
+    pub elapsed: Duration,
+    /// `Err` with the error chain when it failed.
+    pub result: Result<(), String>,
+}
+
+/// A profile's sandboxes and the actions on them. Built from the same [`Config`] as a
+/// [`Backend`] (endpoints, key, template and posture for `pull`).
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    config: Config,
+    profile_home: PathBuf,
+    services: Services,
+}
+
+impl Inventory {
+    /// The inventory of the profile at `profile_home`. Contacts nothing until called.
+    pub fn new(config: Config, profile_home: PathBuf, services: Services) -> Inventory {
+        Inventory {
+            config,
+            profile_home,
+            services,
+        }
+    }
+
+    /// The sandboxes this plugin made that `which` selects, newest first, duplicates marked
+    /// and this host's view of each of this profile's scopes attached. `now` is the wall
+    /// clock the lease time left is counted from.
+    pub fn list(&self, which: Listing, now: SystemTime) -> Result<Vec<SandboxEntry>, Error> {
+        let client = self.config.client()?;
+        let mut query = ListQuery::all();
+        query.state = StateFilter::Any;
+        let listed: Vec<ListedSandbox> = self
+            .services
+            .runtime
+            .block_on(client.list(query).try_collect())
+            .map_err(|source| Error::e2b("list sandboxes", None, source))?;
+        let profile = ProfileDigest::of(&self.profile_home.to_string_lossy());
+        let mut entries = classify(&listed, profile, now, &|scope| self.host_scope(scope));
+        if which == Listing::ThisProfile {
+            entries.retain(|entry| entry.owner == Owner::ThisProfile);
+        }
+        Ok(entries)
+    }
+
+    fn scope_files(&self, scope: &ScopeDigest) -> ScopeFiles {
+        ScopeFiles::new(
+            self.profile_home.join("cache").join("e2b"),
+            ScopeKey::from_bytes(*scope.as_bytes()),
+        )
+    }
+
+    /// What this host knows about `scope`, if it ever coordinated it. Reads files only; no
+    /// file is created for a scope this host never saw.
+    fn host_scope(&self, scope: &ScopeDigest) -> Option<HostScope> {
+        let files = self.scope_files(scope);
+        if !files.known_on_host() {
+            return None;
+        }
+        let note = files.note().ok().flatten();
+        let noted = |name: &str| note.as_ref().and_then(|n| n.get(name).map(str::to_owned));
+        let writer = match files.writer_status() {
+            Ok(WriterStatus::Held) => WriterHolder::Held {
+                pid: noted(NOTE_WRITER_PID).and_then(|pid| pid.parse().ok()),
+            },
+            Ok(WriterStatus::Free) => WriterHolder::Free,
+            Ok(WriterStatus::Unknown(degradation)) => {
+                WriterHolder::Unknown(degradation.cause.to_string())
+            }
+            Err(error) => WriterHolder::Unknown(ErrorChain(&error).to_string()),
+        };
+        let dirty = match files.dirty() {
+            Ok(marker) => marker.map(|m| m.reason.to_string()),
+            Err(error) => Some(ErrorChain(&error).to_string()),
+        };
+        Some(HostScope {
+            task_id: noted(NOTE_TASK),
+            writer,
+            dirty,
+            prepared_for: files.prepared().ok().flatten().map(|s| s.sandbox_id),
+            last_pull: noted(NOTE_PULL),
+            last_recovery: noted(NOTE_RECOVERY),
+        })
+    }
+
+    /// Decides what removing `target` would do, without touching anything: the
+    /// confirmation shows it, [`Inventory::remove`] carries it out.
+    pub fn plan_removal(
+        &self,
+        target: &RemovalTarget,
+        force: Force,
+        now: SystemTime,
+    ) -> Result<Vec<PlannedRemoval>, Error> {
+        let all = self.list(Listing::AllProfiles, now)?;
+        Ok(plan(&all, target, force))
+    }
+
+    /// Carries out a plan: kills what it says to kill, one request per sandbox; a sandbox
+    /// gone meanwhile is success.
+    pub fn remove(&self, plan: &[PlannedRemoval]) -> Result<Vec<Removed>, Error> {
+        let client = self.config.client()?;
+        Ok(plan
+            .iter()
+            .map(|item| {
+                let outcome = match &item.verdict {
+                    Verdict::AlreadyGone => RemovalOutcome::AlreadyGone,
+                    Verdict::Refused(reason) => RemovalOutcome::Refused(reason.clone()),
+                    Verdict::Kill { .. } => match SandboxId::parse(item.sandbox_id.clone()) {
+                        None => RemovalOutcome::Failed("not a valid sandbox id".to_owned()),
+                        Some(id) => match self.services.runtime.block_on(client.kill(&id)) {
+                            Ok(KillOutcome::Killed) => RemovalOutcome::Killed,
+                            Ok(KillOutcome::NotFound) => RemovalOutcome::AlreadyGone,
+                            Err(source) => RemovalOutcome::Failed(
+                                ErrorChain(&Error::e2b("kill", Some(id.as_str()), source))
+                                    .to_string(),
+                            ),
+                        },
+                    },
+                };
+                Removed {
+                    sandbox_id: item.sandbox_id.clone(),
+                    outcome,
+                }
+            })
+            .collect())
+    }
+
+    /// Resume recovery from the scope `task_id` of this profile into its home now (see
+    /// [`Backend::pull_now`]): the persistent scope the current settings name.
+    pub fn pull(&self, task_id: &str) -> Result<RecoverySummary, Error> {
+        let mut config = self.config.clone();
+        config.mode = SandboxMode::Persistent;
+        let backend = Backend::new(
+            config,
+            Scope {
+                profile_home: self.profile_home.clone(),
+                task_id: task_id.to_owned(),
+            },
+            self.services.clone(),
+            Arc::new(NoStateHooks),
+        )?;
+        backend.pull_now()
+    }
+
+    /// Whether this host can lock the profile's coordination files (C6): `Err` says what is
+    /// missing. Takes a shared lock for an instant on a file of its own.
+    pub fn host_locking(&self) -> Result<(), String> {
+        let probe = ProfileDigest::of(&self.profile_home.to_string_lossy());
+        let files = ScopeFiles::new(
+            self.profile_home.join("cache").join("e2b"),
+            ScopeKey::from_bytes(probe.as_bytes()),
+        );
+        match files.writer_status() {
+            Ok(WriterStatus::Held | WriterStatus::Free) => Ok(()),
+            Ok(WriterStatus::Unknown(degradation)) => Err(degradation.to_string()),
+            Err(error) => Err(ErrorChain(&error).to_string()),
+        }
+    }
+
+    /// A short round trip, each step timed: create a probe sandbox (killed at lease end
+    /// whatever happens), run `true`, kill it. Stops at the first failed step.
+    pub fn live_check(&self) -> Vec<LiveStep> {
+        let mut steps = Vec::new();
+        // A probe scope creates its own sandbox even when the settings attach to one.
+        let mut config = self.config.clone();
+        config.mode = SandboxMode::Persistent;
+        let backend = match Backend::new(
+            config,
+            Scope {
+                profile_home: self.profile_home.clone(),
+                task_id: PROBE_TASK_ID.to_owned(),
+            },
+            self.services.clone(),
+            Arc::new(NoStateHooks),
+        ) {
+            Ok(backend) => backend,
+            Err(error) => {
+                steps.push(LiveStep {
+                    step: "create",
+                    elapsed: Duration::ZERO,
+                    result: Err(ErrorChain(&error).to_string()),
+                });
+                return steps;
+            }
+        };
+        let started = Instant::now();
+        let created = backend.attach().map(|_| ());
+        let ok = created.is_ok();
+        steps.push(step("create", started, created));
+        if ok {
+            let started = Instant::now();
+            let ran = match backend.run(
+                "true",
+                RunOptions::new(Duration::from_secs(30)),
+                Box::new(DiscardSink),
+            ) {
+                Err(error) => Err(ErrorChain(&error).to_string()),
+                Ok(command) => match command.wait() {
+                    Err(error) => Err(ErrorChain(&*error).to_string()),
+                    Ok(exit) if exit.exit_code == 0 => Ok(()),
+                    Ok(exit) => Err(format!("`true` exited {}", exit.exit_code)),
+                },
+            };
+            steps.push(LiveStep {
+                step: "run true",
+                elapsed: started.elapsed(),
+                result: ran,
+            });
+        }
+        let started = Instant::now();
+        let report = backend.cleanup();
+        if ok {
+            let result = match report.sandbox {
+                KillOutcomeReport::Killed | KillOutcomeReport::AlreadyGone => Ok(()),
+                KillOutcomeReport::Failed(text) => Err(text),
+                KillOutcomeReport::LeftRunning => Err("the probe sandbox was left running; \
+                     its kill lease ends it"
+                    .to_owned()),
+            };
+            steps.push(LiveStep {
+                step: "kill",
+                elapsed: started.elapsed(),
+                result,
+            });
+        }
+        steps
+    }
+}
+
+fn step(name: &'static str, started: Instant, result: Result<(), Error>) -> LiveStep {
+    LiveStep {
+        step: name,
+        elapsed: started.elapsed(),
+        result: result.map_err(|error| ErrorChain(&error).to_string()),
+    }
+}
+
+/// The listed sandboxes this plugin made (a readable identity), with owner, duplicates and
+/// host view; newest first. Pure but for `host`, which the caller backs with the scope files.
+pub(crate) fn classify(
+    listed: &[ListedSandbox],
+    profile: ProfileDigest,
+    now: SystemTime,
+    host: &dyn Fn(&ScopeDigest) -> Option<HostScope>,
+) -> Vec<SandboxEntry> {
+    let mut entries: Vec<SandboxEntry> = Vec::new();
+    for sandbox in listed {
+        let Ok(identity) = IdentityMetadata::from_map(&sandbox.metadata) else {
+            continue;
+        };
+        let labels = Labels::from_map(&sandbox.metadata);
+        let host_view = host(&identity.digest);
+        let owner = match labels.profile {
+            Some(found) if found == profile => Owner::ThisProfile,
+            Some(_) => Owner::OtherProfile,
+            None if host_view.is_some() => Owner::ThisProfile,
+            None => Owner::Unknown,
+        };
+        let state = match sandbox.state {
+            e2b_client::SandboxState::Running => EntryState::Running,
+            e2b_client::SandboxState::Paused => EntryState::Paused,
+            _ => EntryState::Other,
+        };
+        let end_at = SystemTime::from(sandbox.end_at);
+        entries.push(SandboxEntry {
+            sandbox_id: sandbox.sandbox_id.as_str().to_owned(),
+            state,
+            template: sandbox
+                .alias
+                .clone()
+                .unwrap_or_else(|| sandbox.template_id.clone()),
+            mode: identity.mode,
+            scope: identity.digest.to_hex(),
+            owner,
+            posture: labels.posture.map(|p| p.as_str().to_owned()),
+            started_at: SystemTime::from(sandbox.started_at),
+            lease_left: (state == EntryState::Running)
+                .then(|| end_at.duration_since(now).unwrap_or(Duration::ZERO)),
+            duplicate_of: None,
+            host: if owner == Owner::ThisProfile {
+                host_view
+            } else {
+                None
+            },
+        });
+    }
+    // Newest first, ties by id: the order adoption uses, so the first of a scope is the one
+    // sessions adopt.
+    entries.sort_by(|a, b| (b.started_at, &b.sandbox_id).cmp(&(a.started_at, &a.sandbox_id)));
+    let mut keeper: BTreeMap<(String, Owner), String> = BTreeMap::new();
+    for entry in &mut entries {
+        let adoptable = entry.mode == Mode::Persistent && entry.state != EntryState::Other;
+        if !adoptable {
+            continue;
+        }
+        let key = (entry.scope.clone(), entry.owner);
+        match keeper.get(&key) {
+            Some(newest) => entry.duplicate_of = Some(newest.clone()),
+            None => {
+                keeper.insert(key, entry.sandbox_id.clone());
+            }
+        }
+    }
+    entries
+}
+
+/// The removal decision for every sandbox `target` names, against a listing of all
+/// profiles. Pure.
+pub(crate) fn plan(
+    all: &[SandboxEntry],
+    target: &RemovalTarget,
+    force: Force,
+) -> Vec<PlannedRemoval> {
+    let ours = |entry: &&SandboxEntry| entry.owner == Owner::ThisProfile;
+    let chosen: Vec<(String, Option<&SandboxEntry>)> = match target {
+        RemovalTarget::Ids(ids) => ids
+            .iter()
+            .map(|id| (id.clone(), all.iter().find(|e| &e.sandbox_id == id)))
+            .collect(),
+        RemovalTarget::Paused => all
+            .iter()
+            .filter(ours)
+            .filter(|e| e.state == EntryState::Paused)
+            .map(|e| (e.sandbox_id.clone(), Some(e)))
+            .collect(),
+        RemovalTarget::Duplicates => all
+            .iter()
+            .filter(ours)
+            .filter(|e| e.duplicate_of.is_some())
+            .map(|e| (e.sandbox_id.clone(), Some(e)))
+            .collect(),
+    };
+    chosen
+        .into_iter()
+        .map(|(sandbox_id, entry)| PlannedRemoval {
+            verdict: match entry {
+                None => Verdict::AlreadyGone,
+                Some(entry) => verdict(entry, force),
+            },
+            entry: entry.cloned(),
+            sandbox_id,
+        })
+        .collect()
+}
+
+fn verdict(entry: &SandboxEntry, force: Force) -> Verdict {
+    match entry.owner {
+        Owner::OtherProfile => {
+            return Verdict::Refused(
+                "another profile owns it; remove it with that profile's `hermes e2b rm`".to_owned(),
+            );
+        }
+        Owner::Unknown if force == Force::No => {
+            return Verdict::Refused(
+                "made before sandboxes carried their profile, and not by this host's profile; \
+                 add --force if it is yours"
+                    .to_owned(),
+            );
+        }
+        _ => {}
+    }
+    let held = entry
+        .host
+        .as_ref()
+        .and_then(|host| match &host.writer {
+            WriterHolder::Held { pid } => Some(*pid),
+            _ => None,
+        })
+        // A duplicate is not the sandbox the writer works in.
+        .filter(|_| entry.duplicate_of.is_none());
+    if let Some(pid) = held
+        && force == Force::No
+    {
+        let holder = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        return Verdict::Refused(format!(
+            "a live session on this host{holder} holds its writer role; end it first, or add --force"
+        ));
+    }
+    let last_pull = entry
+        .host
+        .as_ref()
+        .and_then(|host| host.last_pull.clone())
+        .map(|line| format!("last pull {line}"))
+        .unwrap_or_else(|| "no pull recorded on this host".to_owned());
+    let loses = match entry.duplicate_of.as_deref() {
+        Some(newest) => format!(
+            "its files and processes (a duplicate: sessions use {newest}; Hermes state written only here is lost)"
+        ),
+        None if entry.mode == Mode::Ephemeral => "its files and processes".to_owned(),
+        None => format!(
+            "its files and processes, including Hermes state not yet pulled ({last_pull}; `hermes e2b pull` first keeps skills and memories)"
+        ),
+    };
+    Verdict::Kill { loses }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, owner: Owner, state: EntryState, secs: u64) -> SandboxEntry {
+        SandboxEntry {
+            sandbox_id: id.to_owned(),
+            state,
+            template: "base".to_owned(),
+            mode: Mode::Persistent,
+            scope: "ab".repeat(32),
+            owner,
+            posture: None,
+            started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+            lease_left: None,
+            duplicate_of: None,
+            host: None,
+        }
+    }
+
+    fn held(mut entry: SandboxEntry) -> SandboxEntry {
+        entry.host = Some(HostScope {
+            task_id: Some("default".to_owned()),
+            writer: WriterHolder::Held { pid: Some(4242) },
+            dirty: None,
+            prepared_for: Some(entry.sandbox_id.clone()),
+            last_pull: None,
+            last_recovery: None,
+        });
+        entry
+    }
+
+    fn verdicts(plan: &[PlannedRemoval]) -> Vec<(&str, &Verdict)> {
+        plan.iter()
+            .map(|p| (p.sandbox_id.as_str(), &p.verdict))
+            .collect()
+    }
+
+    // contract: I8
+    #[test]
+    fn removal_refuses_other_profiles_unknown_owners_and_live_writers() {
+        let all = [
+            entry("other", Owner::OtherProfile, EntryState::Paused, 1),
+            entry("legacy", Owner::Unknown, EntryState::Paused, 2),
+            held(entry("live", Owner::ThisProfile, EntryState::Running, 3)),
+            entry("mine", Owner::ThisProfile, EntryState::Paused, 4),
+        ];
+        let ids = RemovalTarget::Ids(
+            ["other", "legacy", "live", "mine", "gone"]
+                .map(str::to_owned)
+                .to_vec(),
+        );
+        let plan_no = plan(&all, &ids, Force::No);
+        let got = verdicts(&plan_no);
+        assert!(matches!(got[0].1, Verdict::Refused(r) if r.contains("another profile")));
+        assert!(matches!(got[1].1, Verdict::Refused(r) if r.contains("--force")));
+        assert!(matches!(got[2].1, Verdict::Refused(r) if r.contains("pid 4242")));
+        assert!(matches!(got[3].1, Verdict::Kill { loses } if loses.contains("hermes e2b pull")));
+        assert_eq!(got[4], ("gone", &Verdict::AlreadyGone));
+
+        let forced = plan(&all, &ids, Force::Yes);
+        let got = verdicts(&forced);
+        assert!(
+            matches!(got[0].1, Verdict::Refused(_)),
+            "--force never takes another profile's"
+        );
+        assert!(
+            got[1..4]
+                .iter()
+                .all(|(_, v)| matches!(v, Verdict::Kill { .. }))
+        );
+    }
+
+    // contract: I8
+    #[test]
+    fn paused_and_duplicates_select_only_this_profiles() {
+        let mut dup = entry("dup", Owner::ThisProfile, EntryState::Running, 1);
+        dup.duplicate_of = Some("new".to_owned());
+        let all = [
+            entry("new", Owner::ThisProfile, EntryState::Running, 5),
+            dup,
+            entry("paused", Owner::ThisProfile, EntryState::Paused, 2),
+            entry("theirs", Owner::OtherProfile, EntryState::Paused, 3),
+        ];
+        let ids = |target| {
+            plan(&all, &target, Force::No)
+                .into_iter()
+                .map(|p| p.sandbox_id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(RemovalTarget::Duplicates), ["dup"]);
+        assert_eq!(ids(RemovalTarget::Paused), ["paused"]);
+    }
+}

@@ -1,0 +1,274 @@
+"""`hermes e2b`: this profile's sandboxes from the Hermes CLI (status, list, rm, pull, doctor).
+
+Registered through Hermes' ``ctx.register_cli_command`` when the host has it. An adapter
+only: argparse in, text or JSON out. What a sandbox is, who owns it, what a removal may
+touch and how a pull runs are the native core's (``_native.Inventory``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from typing import Any, Callable, Optional
+
+from . import NATIVE_IMPORT_ERROR, redact
+from ._hermes import host_only_paths, lifetime_seconds, profile_home, read_settings, resolve_api_key
+
+#: The exit code of a command that did not do everything asked (a refusal, a failure).
+EXIT_INCOMPLETE = 1
+#: The exit code when `rm` needs a confirmation it cannot ask for (no TTY, no --yes).
+EXIT_UNCONFIRMED = 2
+
+HELP = "Manage this profile's E2B sandboxes (status, list, rm, pull, doctor)"
+
+
+def setup(parser: argparse.ArgumentParser) -> None:
+    """Builds the `hermes e2b` argument tree (Hermes' setup_fn)."""
+    sub = parser.add_subparsers(dest="e2b_command", metavar="COMMAND")
+    status = sub.add_parser("status", help="this profile's sandboxes with this host's view of each scope")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    listing = sub.add_parser("list", help="one line per sandbox")
+    listing.add_argument("--all", action="store_true", help="include other profiles' sandboxes (marked)")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    rm = sub.add_parser("rm", help="kill sandboxes (asks first; --yes to skip)")
+    rm.add_argument("ids", nargs="*", metavar="ID", help="sandbox ids")
+    rm.add_argument("--paused", action="store_true", help="this profile's paused sandboxes")
+    rm.add_argument("--duplicates", action="store_true", help="this profile's duplicates (the newest of each scope is kept)")
+    rm.add_argument("--yes", action="store_true", help="do not ask")
+    rm.add_argument("--force", action="store_true", help="also kill one a live session on this host writes to")
+    rm.add_argument("--json", action="store_true", help="print JSON")
+    pull = sub.add_parser("pull", help="recover skills/ and memories/ from a sandbox into this host's Hermes home")
+    pull.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
+    pull.add_argument("--json", action="store_true", help="print JSON")
+    doctor = sub.add_parser("doctor", help="the E2B backend's checks (works inside containers too)")
+    doctor.add_argument("--live", action="store_true", help="also create a probe sandbox, run `true`, kill it")
+    doctor.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(e2b_parser=parser)
+
+
+def make_handler(ctx: Any) -> Callable[[argparse.Namespace], int]:
+    """Hermes' handler_fn: dispatches to the subcommand; its int is the exit code."""
+
+    def handler(args: argparse.Namespace) -> int:
+        command = getattr(args, "e2b_command", None)
+        if command is None:
+            args.e2b_parser.print_help()
+            return EXIT_UNCONFIRMED
+        try:
+            return _COMMANDS[command](ctx, args)
+        except Exception as error:  # noqa: BLE001 - one line, never a traceback with settings in it
+            print(f"hermes e2b {command}: {redact(str(error))}", file=sys.stderr)
+            return EXIT_INCOMPLETE
+
+    return handler
+
+
+def _inventory(ctx: Any, progress: Optional[Callable[..., None]] = None) -> Any:
+    if NATIVE_IMPORT_ERROR is not None:
+        raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
+    from . import _native
+
+    settings = _native.Settings(read_settings(ctx), lifetime_seconds=lifetime_seconds())
+    home = profile_home()
+    return _native.Inventory(
+        settings,
+        profile_home=home,
+        lifetime_seconds=lifetime_seconds(),
+        key_resolver=resolve_api_key,
+        host_only=host_only_paths(home),
+        progress=progress,
+    )
+
+
+class _Bars:
+    """The native core's progress reports drawn with rich (Hermes' terminal library), one bar
+    per operation; only ever built when stdout is a terminal."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[amount]}"),
+                                  TimeElapsedColumn(), transient=False)
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> "_Bars":
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.stop()
+
+    def __call__(self, operation: str, unit: str, done: int, total: Optional[int], finished: bool) -> None:
+        if unit == "bytes":
+            amount = f"{done / 2**20:.1f} MiB" + (f" of {total / 2**20:.1f} MiB" if total is not None else "")
+        else:
+            amount = f"{done} of {total if total is not None else '?'} {unit}"
+        task = self._tasks.get(operation)
+        if task is None:
+            task = self._tasks[operation] = self._progress.add_task(f"E2B {operation}", total=total, amount=amount)
+        self._progress.update(task, completed=done, total=total, amount=amount)
+
+
+def _with_progress(ctx: Any, run: Callable[[Any], Any]) -> Any:
+    """Runs `run(inventory)`, with progress bars on a terminal and nothing otherwise."""
+    if not sys.stdout.isatty():
+        return run(_inventory(ctx))
+    with _Bars() as bars:
+        return run(_inventory(ctx, progress=bars))
+
+
+def _print_json(value: Any) -> None:
+    print(redact(json.dumps(value, indent=2, sort_keys=True)))
+
+
+def _when(seconds: float) -> str:
+    return _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _duration(seconds: Optional[int]) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _scope_name(entry: dict) -> str:
+    host = entry.get("host") or {}
+    return host.get("task_id") or f"scope {entry['scope'][:12]}"
+
+
+def _status(ctx: Any, args: argparse.Namespace) -> int:
+    entries = _inventory(ctx).list("profile")
+    if args.json:
+        _print_json(entries)
+        return 0
+    if not entries:
+        print("No E2B sandboxes for this profile.")
+        return 0
+    for entry in entries:
+        lease = f", lease {_duration(entry['lease_left_seconds'])} left" if entry["state"] == "running" else ""
+        print(f"{_scope_name(entry)}: {entry['sandbox_id']} {entry['state']}{lease}")
+        print(f"  template {entry['template']}, {entry['mode']}, {entry['posture'] or 'posture not recorded'}")
+        print(f"  started or resumed {_when(entry['started_at'])}")
+        host = entry.get("host")
+        if host is None:
+            print("  this host: never coordinated this scope")
+        else:
+            if host["writer"] == "held":
+                pid = f" by pid {host['writer_pid']}" if host["writer_pid"] else ""
+                writer = f"held{pid}"
+            elif host["writer"] == "free":
+                writer = "free"
+            else:
+                writer = f"unknown ({host['writer_detail'] or 'no file locking'})"
+            if host["prepared_for"] == entry["sandbox_id"]:
+                prepared = "prepared"
+            elif host["prepared_for"]:
+                prepared = f"prepared for {host['prepared_for']}"
+            else:
+                prepared = "not prepared"
+            dirty = f"dirty ({host['dirty']})" if host["dirty"] else "clean"
+            print(f"  writer {writer}; {dirty}; {prepared}")
+            print(f"  last pull: {host['last_pull'] or 'none recorded'}")
+            print(f"  last recovery: {host['last_recovery'] or 'none recorded'}")
+        if entry["duplicate_of"]:
+            print(f"  DUPLICATE: sessions use {entry['duplicate_of']}; `hermes e2b rm --duplicates` removes it")
+    return 0
+
+
+def _list(ctx: Any, args: argparse.Namespace) -> int:
+    entries = _inventory(ctx).list("all" if args.all else "profile")
+    if args.json:
+        _print_json(entries)
+        return 0
+    for entry in entries:
+        marks = []
+        if entry["owner"] != "this-profile":
+            marks.append(entry["owner"])
+        if entry["duplicate_of"]:
+            marks.append(f"duplicate of {entry['duplicate_of']}")
+        lease = _duration(entry["lease_left_seconds"]) if entry["state"] == "running" else "-"
+        line = (
+            f"{entry['sandbox_id']}  {entry['state']:<7}  {entry['template']}  {entry['mode']:<10}  "
+            f"{_scope_name(entry)}  lease {lease}"
+        )
+        print(line + (f"  [{'; '.join(marks)}]" if marks else ""))
+    return 0
+
+
+def _rm(ctx: Any, args: argparse.Namespace) -> int:
+    chosen = [bool(args.ids), args.paused, args.duplicates]
+    if sum(chosen) != 1:
+        print("hermes e2b rm: name sandbox ids, or --paused, or --duplicates (one of them)", file=sys.stderr)
+        return EXIT_UNCONFIRMED
+    target = "ids" if args.ids else "paused" if args.paused else "duplicates"
+    inventory = _inventory(ctx)
+    plan = inventory.plan_removal(target, list(args.ids), force=args.force)
+    kills = [item for item in plan if item["action"] == "kill"]
+    if kills and not args.yes:
+        print("This kills, for good:")
+        for item in kills:
+            print(f"  {item['sandbox_id']} ({_scope_name(item['entry'])}): {item['detail']}")
+        if not sys.stdin.isatty():
+            print("hermes e2b rm: not confirmed; run again with --yes", file=sys.stderr)
+            return EXIT_UNCONFIRMED
+        answer = input(f"Kill {len(kills)} sandbox{'es' if len(kills) != 1 else ''}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Nothing killed.")
+            return EXIT_UNCONFIRMED
+    removed = inventory.remove(target, list(args.ids), force=args.force)
+    if args.json:
+        _print_json(removed)
+    else:
+        if not removed:
+            print("Nothing to remove.")
+        for item in removed:
+            detail = f": {item['detail']}" if item["detail"] else ""
+            print(f"{item['sandbox_id']}: {item['outcome'].replace('_', ' ')}{detail}")
+    ok = all(item["outcome"] in ("killed", "already_gone") for item in removed)
+    return 0 if ok else EXIT_INCOMPLETE
+
+
+def _pull(ctx: Any, args: argparse.Namespace) -> int:
+    summary = _with_progress(ctx, lambda inventory: inventory.pull(args.task))
+    if args.json:
+        _print_json({"task": args.task, **summary})
+    else:
+        print(
+            f"Pulled task {args.task}: {summary['restored']} restored, {summary['unchanged']} unchanged, "
+            f"{summary['quarantined']} quarantined, {summary['skipped']} skipped."
+        )
+    return 0
+
+
+def _doctor(ctx: Any, args: argparse.Namespace) -> int:
+    from .provider import E2BProvider
+
+    rows = [{"ok": ok, "check": name, "detail": detail} for ok, name, detail in E2BProvider(ctx).doctor_checks()]
+    if NATIVE_IMPORT_ERROR is None:
+        locking = _inventory(ctx).host_locking()
+        rows.append({"ok": locking is None, "check": "E2B host locking",
+                     "detail": "file locks work in this profile's cache/e2b" if locking is None else locking})
+        if args.live:
+            for step in _with_progress(ctx, lambda inventory: inventory.live_check()):
+                detail = f"{step['seconds'] * 1000:.0f} ms" + (f": {step['error']}" if step["error"] else "")
+                rows.append({"ok": step["ok"], "check": f"E2B live: {step['step']}", "detail": detail})
+    rows = [{**row, "check": redact(row["check"]), "detail": redact(row["detail"])} for row in rows]
+    if args.json:
+        _print_json(rows)
+    else:
+        for row in rows:
+            print(f"{'ok  ' if row['ok'] else 'FAIL'}  {row['check']}: {row['detail']}")
+    return 0 if all(row["ok"] for row in rows) else EXIT_INCOMPLETE
+
+
+_COMMANDS: dict[str, Callable[[Any, argparse.Namespace], int]] = {
+    "status": _status,
+    "list": _list,
+    "rm": _rm,
+    "pull": _pull,
+    "doctor": _doctor,
+}

@@ -1,0 +1,275 @@
+//! The `Inventory` class: agent-sandbox's inventory (list, remove, pull, live check) as plain
+//! Python values for `hermes e2b`. Conversion only; every decision is agent-sandbox's.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agent_sandbox::{
+    ApiKeySource, Force, HostScope, Inventory, Listing, Progress, ProgressObserver, RemovalOutcome,
+    RemovalTarget, SandboxEntry, Services, Verdict, WriterHolder,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::error::{Error, without_time_words};
+use crate::native::{PySettings, python_key_resolver};
+use crate::runtime;
+use crate::settings::{Persistence, idle_lifetime};
+
+/// A profile's sandboxes and the actions on them (`hermes e2b`).
+#[pyclass(name = "Inventory", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PyInventory {
+    inventory: Inventory,
+}
+
+fn seconds_since_epoch(time: SystemTime) -> f64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn host_dict<'py>(py: Python<'py>, host: &HostScope) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("task_id", host.task_id.clone())?;
+    let (writer, pid, detail) = match &host.writer {
+        WriterHolder::Held { pid } => ("held", *pid, None),
+        WriterHolder::Free => ("free", None, None),
+        WriterHolder::Unknown(why) => ("unknown", None, Some(why.clone())),
+        _ => ("unknown", None, None),
+    };
+    dict.set_item("writer", writer)?;
+    dict.set_item("writer_pid", pid)?;
+    dict.set_item("writer_detail", detail.map(|d| agent_sandbox::redact(&d)))?;
+    dict.set_item("dirty", host.dirty.clone())?;
+    dict.set_item("prepared_for", host.prepared_for.clone())?;
+    let clean = |line: &Option<String>| line.as_deref().map(without_time_words);
+    dict.set_item("last_pull", clean(&host.last_pull))?;
+    dict.set_item("last_recovery", clean(&host.last_recovery))?;
+    Ok(dict)
+}
+
+fn entry_dict<'py>(py: Python<'py>, entry: &SandboxEntry) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("sandbox_id", &entry.sandbox_id)?;
+    dict.set_item("state", entry.state.as_str())?;
+    dict.set_item("template", agent_sandbox::redact(&entry.template))?;
+    dict.set_item("mode", entry.mode.as_str())?;
+    dict.set_item("scope", &entry.scope)?;
+    dict.set_item("owner", entry.owner.as_str())?;
+    dict.set_item("posture", entry.posture.clone())?;
+    dict.set_item("started_at", seconds_since_epoch(entry.started_at))?;
+    dict.set_item("lease_left_seconds", entry.lease_left.map(|d| d.as_secs()))?;
+    dict.set_item("duplicate_of", entry.duplicate_of.clone())?;
+    match &entry.host {
+        Some(host) => dict.set_item("host", host_dict(py, host)?)?,
+        None => dict.set_item("host", py.None())?,
+    }
+    Ok(dict)
+}
+
+/// Hands each report to the Python callable; a failing callable loses its bar, never the
+/// transfer.
+fn python_progress(callable: Py<PyAny>) -> ProgressObserver {
+    ProgressObserver::new(move |report: &Progress| {
+        Python::try_attach(|py| {
+            let args = (
+                report.operation,
+                report.unit.as_str(),
+                report.done,
+                report.total,
+                report.finished,
+            );
+            if let Err(error) = callable.call1(py, args) {
+                tracing::debug!("E2B progress callback failed: {error}");
+            }
+        });
+    })
+}
+
+fn target(kind: &str, ids: Vec<String>) -> Result<RemovalTarget, Error> {
+    match kind {
+        "ids" if !ids.is_empty() => Ok(RemovalTarget::Ids(ids)),
+        "paused" => Ok(RemovalTarget::Paused),
+        "duplicates" => Ok(RemovalTarget::Duplicates),
+        other => Err(Error::InvalidArgument {
+            operation: "remove sandboxes",
+            reason: format!("name sandbox ids, paused or duplicates (got {other:?})"),
+        }),
+    }
+}
+
+fn force(yes: bool) -> Force {
+    if yes { Force::Yes } else { Force::No }
+}
+
+#[pymethods]
+impl PyInventory {
+    /// The inventory of the profile at `profile_home`; contacts nothing until called.
+    /// `key_resolver()` returns the profile's API key or None. `progress`, when given, is
+    /// called as `progress(operation, unit, done, total, finished)` while transfers and
+    /// creations run (`total` None while unknown), from the thread running them.
+    #[new]
+    #[pyo3(signature = (settings, *, profile_home, lifetime_seconds, key_resolver, host_only, progress = None))]
+    fn new(
+        settings: &PySettings,
+        profile_home: PathBuf,
+        lifetime_seconds: Option<u64>,
+        key_resolver: Py<PyAny>,
+        host_only: Vec<PathBuf>,
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<PyInventory> {
+        let mut config = settings.settings.to_config(
+            ApiKeySource::Resolver(python_key_resolver(key_resolver)),
+            Persistence::Persistent,
+            idle_lifetime(lifetime_seconds),
+        );
+        config.host_only = host_only;
+        let mut services = Services::new(runtime::handle()?);
+        services.progress = progress.map(python_progress);
+        Ok(PyInventory {
+            inventory: Inventory::new(config, profile_home, services),
+        })
+    }
+
+    /// One dict per sandbox, newest first: `which` is "profile" (this profile's) or "all".
+    fn list<'py>(&self, py: Python<'py>, which: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let which = match which {
+            "profile" => Listing::ThisProfile,
+            "all" => Listing::AllProfiles,
+            other => {
+                return Err(Error::InvalidArgument {
+                    operation: "list sandboxes",
+                    reason: format!("which must be \"profile\" or \"all\", not {other:?}"),
+                }
+                .into());
+            }
+        };
+        let inventory = self.inventory.clone();
+        let entries = py
+            .detach(move || inventory.list(which, SystemTime::now()))
+            .map_err(Error::from)?;
+        entries.iter().map(|entry| entry_dict(py, entry)).collect()
+    }
+
+    /// What removing would do, touching nothing: `target` is "ids" (with `ids`), "paused"
+    /// or "duplicates". Each dict: sandbox_id, action ("kill", "already_gone", "refuse"),
+    /// detail (what is lost, or why refused), entry.
+    #[pyo3(signature = (target, ids, *, force))]
+    fn plan_removal<'py>(
+        &self,
+        py: Python<'py>,
+        target: &str,
+        ids: Vec<String>,
+        force: bool,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let target = self::target(target, ids)?;
+        let inventory = self.inventory.clone();
+        let force = self::force(force);
+        let plan = py
+            .detach(move || inventory.plan_removal(&target, force, SystemTime::now()))
+            .map_err(Error::from)?;
+        plan.iter()
+            .map(|item| {
+                let dict = PyDict::new(py);
+                dict.set_item("sandbox_id", &item.sandbox_id)?;
+                let (action, detail) = match &item.verdict {
+                    Verdict::Kill { loses } => ("kill", Some(loses.clone())),
+                    Verdict::AlreadyGone => ("already_gone", None),
+                    Verdict::Refused(reason) => ("refuse", Some(reason.clone())),
+                    _ => ("refuse", None),
+                };
+                dict.set_item("action", action)?;
+                dict.set_item("detail", detail)?;
+                match &item.entry {
+                    Some(entry) => dict.set_item("entry", entry_dict(py, entry)?)?,
+                    None => dict.set_item("entry", py.None())?,
+                }
+                Ok(dict)
+            })
+            .collect()
+    }
+
+    /// Plans again (the listing may have changed since the confirmation) and carries the
+    /// plan out. Each dict: sandbox_id, outcome ("killed", "already_gone", "refused",
+    /// "failed"), detail.
+    #[pyo3(signature = (target, ids, *, force))]
+    fn remove<'py>(
+        &self,
+        py: Python<'py>,
+        target: &str,
+        ids: Vec<String>,
+        force: bool,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let target = self::target(target, ids)?;
+        let inventory = self.inventory.clone();
+        let force = self::force(force);
+        let removed = py
+            .detach(move || {
+                let plan = inventory.plan_removal(&target, force, SystemTime::now())?;
+                inventory.remove(&plan)
+            })
+            .map_err(Error::from)?;
+        removed
+            .iter()
+            .map(|item| {
+                let dict = PyDict::new(py);
+                dict.set_item("sandbox_id", &item.sandbox_id)?;
+                let (outcome, detail) = match &item.outcome {
+                    RemovalOutcome::Killed => ("killed", None),
+                    RemovalOutcome::AlreadyGone => ("already_gone", None),
+                    RemovalOutcome::Refused(reason) => ("refused", Some(reason.clone())),
+                    RemovalOutcome::Failed(text) => ("failed", Some(without_time_words(text))),
+                    _ => ("failed", None),
+                };
+                dict.set_item("outcome", outcome)?;
+                dict.set_item("detail", detail)?;
+                Ok(dict)
+            })
+            .collect()
+    }
+
+    /// Resume recovery from the scope `task_id`'s sandbox into the profile home now; returns
+    /// the counts (restored, unchanged, quarantined, skipped).
+    fn pull<'py>(&self, py: Python<'py>, task_id: String) -> PyResult<Bound<'py, PyDict>> {
+        let inventory = self.inventory.clone();
+        let summary = py
+            .detach(move || inventory.pull(&task_id))
+            .map_err(Error::from)?;
+        let dict = PyDict::new(py);
+        dict.set_item("restored", summary.restored)?;
+        dict.set_item("unchanged", summary.unchanged)?;
+        dict.set_item("quarantined", summary.quarantined)?;
+        dict.set_item("skipped", summary.skipped)?;
+        Ok(dict)
+    }
+
+    /// None when this host can lock the profile's coordination files, else what is missing.
+    fn host_locking(&self, py: Python<'_>) -> Option<String> {
+        let inventory = self.inventory.clone();
+        py.detach(move || inventory.host_locking())
+            .err()
+            .map(|text| agent_sandbox::redact(&text))
+    }
+
+    /// The live round trip (create a probe sandbox, run `true`, kill it): one dict per step
+    /// with step, seconds, ok, error.
+    fn live_check<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let inventory = self.inventory.clone();
+        let steps = py.detach(move || inventory.live_check());
+        steps
+            .iter()
+            .map(|step| {
+                let dict = PyDict::new(py);
+                dict.set_item("step", step.step)?;
+                dict.set_item("seconds", step.elapsed.as_secs_f64())?;
+                dict.set_item("ok", step.result.is_ok())?;
+                dict.set_item(
+                    "error",
+                    step.result.as_ref().err().map(|e| without_time_words(e)),
+                )?;
+                Ok(dict)
+            })
+            .collect()
+    }
+}

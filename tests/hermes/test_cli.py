@@ -1,0 +1,265 @@
+"""`hermes e2b` (status, list, rm, pull, doctor) through a real `hermes` process against
+e2b-local: its argv, its exit code, its output. Sessions that make sandboxes are Hermes'
+own terminal tool in a driver subprocess, as in test_environment.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import FAKE_KEY, NETWORK_GUARD, assert_no_key
+from test_environment import PRELUDE
+
+
+def rest(server, method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{server.api_url}{path}", data=data, method=method,
+                                     headers={"X-API-Key": "e2b_test_listing", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        raw = response.read()
+    return json.loads(raw) if raw else None
+
+
+def tagged(server, tag):
+    listed = rest(server, "GET", "/v2/sandboxes?state=running,paused")
+    return [s for s in listed if (s.get("metadata") or {}).get("test") == tag]
+
+
+def e2b(home, *args, extra_env=None):
+    """`hermes e2b ARGS` in the profile; the key appears in neither stream (X1)."""
+    proc = home.hermes("e2b", *args, extra_env=extra_env)
+    assert_no_key(proc.stdout, proc.stderr)
+    return proc
+
+
+def logs_hold_no_key(home):
+    """Hermes' log files of the profile (agent.log, errors.log) never hold the key (X1)."""
+    logs = list(Path(home.path).rglob("*.log"))
+    assert logs, "Hermes wrote no log file to check"
+    for path in logs:
+        assert FAKE_KEY not in path.read_text(errors="replace"), path
+
+
+class Session:
+    """A Hermes process whose terminal tool attached (the writer on this host) and holds on
+    until stopped; `sandbox_id` is what the sandbox says its id is."""
+
+    def __init__(self, home, command="true"):
+        script = NETWORK_GUARD + PRELUDE + textwrap.dedent(f"""
+            import sys
+            r = T({command!r} + "; echo SANDBOX=$E2B_SANDBOX_ID")
+            print("READY " + json.dumps(r), flush=True)
+            sys.stdin.read()
+            from tools.terminal_tool_lifecycle import cleanup_vm
+            cleanup_vm("default")
+        """)
+        self.proc = subprocess.Popen([sys.executable, "-c", script], env=home.env(), cwd=home.path,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY "):
+            self.proc.kill()
+            raise AssertionError(f"session did not start: {line!r} {self.proc.stderr.read()}")
+        output = json.loads(line[len("READY "):])["output"]
+        self.sandbox_id = output.rsplit("SANDBOX=", 1)[1].strip()
+
+    def stop(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+
+    def crash(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def profile(home, e2b_local):
+    tag = uuid.uuid4().hex
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag}), terminal={"timeout": 60})
+    home.write_key()
+    return home, tag
+
+
+# contract: I7
+def test_status_and_list_show_this_profiles_sandbox(profile, e2b_local, tmp_path):
+    home, tag = profile
+    session = Session(home)
+    session.stop()
+
+    status = e2b(home, "status")
+    assert status.returncode == 0, status.stderr
+    assert session.sandbox_id in status.stdout
+    assert "template base, persistent, internet-allowed secure" in status.stdout
+    assert "writer free; clean; prepared" in status.stdout
+    assert "last recovery:" in status.stdout and "none recorded" not in status.stdout.split("last recovery:")[1].splitlines()[0]
+
+    listed = json.loads(e2b(home, "list", "--json").stdout)
+    assert [entry["sandbox_id"] for entry in listed] == [session.sandbox_id]
+    entry = listed[0]
+    assert entry["owner"] == "this-profile" and entry["host"]["writer"] == "free"
+    assert entry["host"]["task_id"]
+
+    # Another profile sees nothing of this one's unless it asks for --all, and then marked.
+    other = type(home)(tmp_path / "other-home")
+    other.write_config(settings=e2b_local.settings(metadata={"test": tag}))
+    other.write_key()
+    assert json.loads(e2b(other, "list", "--json").stdout) == []
+    everything = json.loads(e2b(other, "list", "--all", "--json").stdout)
+    assert {e["sandbox_id"]: e["owner"] for e in everything}[session.sandbox_id] == "other-profile"
+    line = e2b(other, "list", "--all").stdout
+    assert f"{session.sandbox_id}" in line and "[other-profile" in line
+    refused = e2b(other, "rm", session.sandbox_id, "--yes", "--force")
+    assert refused.returncode == 1 and "another profile owns it" in refused.stdout
+    assert len(tagged(e2b_local, tag)) == 1
+    logs_hold_no_key(home)
+
+
+# contract: I8
+def test_rm_duplicates_keeps_the_newest(profile, e2b_local):
+    home, tag = profile
+    session = Session(home)
+    session.stop()
+    (first,) = tagged(e2b_local, tag)
+    for _ in range(2):
+        rest(e2b_local, "POST", "/sandboxes", {"templateID": "base", "metadata": first["metadata"], "timeout": 600})
+    sandboxes = tagged(e2b_local, tag)
+    assert len(sandboxes) == 3
+    newest = max(sandboxes, key=lambda s: (s["startedAt"], s["sandboxID"]))["sandboxID"]
+
+    status = e2b(home, "status").stdout
+    assert status.count("DUPLICATE: sessions use " + newest) == 2
+
+    unconfirmed = e2b(home, "rm", "--duplicates")
+    assert unconfirmed.returncode == 2
+    assert "This kills, for good:" in unconfirmed.stdout and f"sessions use {newest}" in unconfirmed.stdout
+    assert len(tagged(e2b_local, tag)) == 3, "nothing killed without --yes"
+
+    done = e2b(home, "rm", "--duplicates", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": killed") == 2
+    assert [s["sandboxID"] for s in tagged(e2b_local, tag)] == [newest]
+    again = e2b(home, "rm", "--duplicates", "--yes")
+    assert again.returncode == 0 and "Nothing to remove." in again.stdout
+
+
+# contract: I8
+def test_rm_of_a_sandbox_a_live_writer_holds_is_refused(profile, e2b_local):
+    home, tag = profile
+    session = Session(home)
+    try:
+        status = e2b(home, "status").stdout
+        assert f"writer held by pid {session.proc.pid}" in status
+        refused = e2b(home, "rm", session.sandbox_id, "--yes")
+        assert refused.returncode == 1
+        assert f"{session.sandbox_id}: refused: a live session on this host (pid {session.proc.pid})" in refused.stdout
+        assert len(tagged(e2b_local, tag)) == 1
+    finally:
+        session.stop()
+    removed = e2b(home, "rm", session.sandbox_id, "--yes", "--json")
+    assert removed.returncode == 0
+    assert json.loads(removed.stdout) == [{"sandbox_id": session.sandbox_id, "outcome": "killed", "detail": None}]
+    assert tagged(e2b_local, tag) == []
+    gone = e2b(home, "rm", session.sandbox_id, "--yes")
+    assert gone.returncode == 0 and f"{session.sandbox_id}: already gone" in gone.stdout
+    logs_hold_no_key(home)
+
+
+# contract: I8
+def test_pull_recovers_what_a_crashed_session_left(profile, e2b_local):
+    home, _ = profile
+    session = Session(home, "mkdir -p ~/.hermes/skills/left && echo remote > ~/.hermes/skills/left/SKILL.md")
+    task = json.loads(e2b(home, "list", "--json").stdout)[0]["host"]["task_id"]
+    busy = e2b(home, "pull", "--task", task)
+    assert busy.returncode == 1 and f"pid {session.proc.pid}" in busy.stderr
+    session.crash()  # no teardown pull: the skill is only in the sandbox
+    skill = Path(home.path) / "skills" / "left" / "SKILL.md"
+    assert not skill.exists()
+    pulled = e2b(home, "pull", "--task", task, "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    assert json.loads(pulled.stdout)["restored"] == 1
+    assert skill.read_text() == "remote\n"
+    missing = e2b(home, "pull", "--task", "no-such-task")
+    assert missing.returncode == 1 and "this scope has no sandbox" in missing.stderr
+
+
+def test_doctor_rows_inside_a_simulated_container(profile, e2b_local):
+    home, tag = profile
+    container = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    rows = json.loads(e2b(home, "doctor", "--json", extra_env=container).stdout)
+    by_check = {row["check"]: row for row in rows}
+    assert by_check["E2B API key"]["ok"] is True
+    assert by_check["E2B endpoint"]["ok"] is True and e2b_local.api_url in by_check["E2B endpoint"]["detail"]
+    assert by_check["E2B host locking"]["ok"] is True
+    live = e2b(home, "doctor", "--live", extra_env=container)
+    assert live.returncode == 0, live.stdout + live.stderr
+    for step in ("create", "run true", "kill"):
+        assert f"ok    E2B live: {step}: " in live.stdout
+    assert tagged(e2b_local, tag) == [], "the probe sandbox is gone"
+
+    home.write_key("")
+    missing = e2b(home, "doctor", extra_env=container)
+    assert missing.returncode == 1 and "FAIL  E2B API key" in missing.stdout
+    logs_hold_no_key(home)
+
+
+#: The state the progress test pulls: large enough that a pull takes visible time.
+BIG_MIB = 200
+
+
+def run_on_pty(home, *args, timeout=300):
+    """`hermes ARGS` with a pseudo-terminal as stdout and stderr; returns (rc, output)."""
+    import pty
+    import select
+    import time
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "hermes"), *args], env=home.env(), cwd=home.path,
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    rc = proc.wait(timeout=30)
+    return rc, b"".join(chunks).decode(errors="replace")
+
+
+def test_pull_of_a_large_state_shows_progress_on_a_terminal_only(profile, e2b_local):
+    home, _ = profile
+    session = Session(home, f"mkdir -p ~/.hermes/skills/big && head -c {BIG_MIB}M /dev/urandom > ~/.hermes/skills/big/blob.bin")
+    task = json.loads(e2b(home, "list", "--json").stdout)[0]["host"]["task_id"]
+    session.crash()
+
+    rc, shown = run_on_pty(home, "e2b", "pull", "--task", task)
+    assert rc == 0, shown
+    assert "E2B state recovery" in shown and "MiB" in shown, shown
+    # The bar counts the snapshot's bytes up to (a little over: tar headers) the whole state.
+    shown_mib = [float(m) for m in re.findall(r"([0-9]+\.[0-9]) MiB", shown)]
+    assert max(shown_mib) >= BIG_MIB, shown
+    assert "1 restored" in shown
+    assert (Path(home.path) / "skills" / "big" / "blob.bin").stat().st_size == BIG_MIB << 20
+
+    piped = e2b(home, "pull", "--task", task)
+    assert piped.returncode == 0
+    assert piped.stdout.strip() == f"Pulled task {task}: 0 restored, 1 unchanged, 0 quarantined, 0 skipped."
+    assert "MiB" not in piped.stdout + piped.stderr
