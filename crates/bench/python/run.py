@@ -245,6 +245,8 @@ class Bench:
         recovery = {"files": s["recovery_files"]}
         self.run(server, latency, "recovery", "ours", self.ours + ["recovery"], recovery)
         self.run(server, latency, "recovery", "tar -x", self.ours + ["recovery-tar"], recovery)
+        self.run(server, latency, "recovery", "tar -x + sync", self.ours + ["recovery-tar"],
+                 dict(recovery, sync=True))
         self.load(server, latency)
 
     def load(self, server, latency):
@@ -417,6 +419,10 @@ def build_rows(results, latencies):
         row(rows, "recovery", latency, "time", f"recover {ours and ours['files']} files",
             ms_per_op(ours, "wall_s"), "tar -x", ms_per_op(tar, "wall_s"), "≤ 1.5× tar -x",
             lambda v, r: r is not None and r <= 1.5, unit="ms")
+        synced = get(results, "recovery", "tar -x + sync", latency)
+        row(rows, "recovery", latency, "time", f"recover {ours and ours['files']} files",
+            ms_per_op(ours, "wall_s"), "tar -x; sync -f (durable, like recovery)",
+            ms_per_op(synced, "wall_s"), unit="ms")
         load = get(results, "load", "e2b-local", latency)
         variant = "sessions × commands" if load is None else f"{load['ops']} commands"
         row(rows, "load", latency, "errors", variant, load and load["errors"], target="= 0",
@@ -520,8 +526,10 @@ Client overhead is wall time minus the server's own time (arrival to the last by
 answer, injected latency included), which e2b-local sums as `serverMicros`. Host RSS growth
 is the kernel's VmHWM of the measuring process (one process per scenario, the mark reset when
 the measured part begins) minus its RSS then. Ratios are ours ÷ peer of the metric shown
-(for times lower is better, for rates higher is better). Stream, pull, recovery and load
-run at the first latency only. The Hermes row (a real Hermes' terminal tool) is not measured yet.
+(for times lower is better, for rates higher is better). Steady-state commands run `true`
+in a login shell on both sides (the SDK's `commands.run` starts `bash -l -c`). Stream, pull,
+recovery and load run at the first latency only. The Hermes row (a real Hermes' terminal
+tool) is not measured yet.
 
 {table}
 """
@@ -552,7 +560,8 @@ def write_charts(out, rows):
             if r["peer"] and r["peer_value"] is not None:
                 labels.append(r["peer"].replace("SDK ", "SDK\n"))
                 values.append(r["peer_value"])
-            ax.bar(range(len(values)), values, color=["#2b7bb9", "#c8553d"][: len(values)])
+            bars = ax.bar(range(len(values)), values, color=["#2b7bb9", "#c8553d"][: len(values)])
+            ax.bar_label(bars, labels=[fmt(v) for v in values], fontsize=7)
             ax.set_xticks(range(len(values)), labels, fontsize=7)
             title = f"{r['metric']} {r['unit'] and '(' + r['unit'] + ')'}\n{r['variant']}, {r['latency_ms']} ms"
             if r["verdict"]:
