@@ -49,7 +49,7 @@
 //! - **Leases** (L5): before every command, counted from the end of its sync, the known
 //!   expiry must cover `max(lease, deadline + grace)`; when it already does, no request is
 //!   sent. Otherwise an extend-only
-//!   connect asks for that, plus [`LEASE_HEADROOM`] (60 s) on a persistent
+//!   connect asks for that, plus [`LEASE_HEADROOM`] (60 s) on a persistent or ephemeral
 //!   sandbox, so in steady state a command costs one request (its start). Set-timeout
 //!   is never used.
 //! - **Commands** (O1, O4, L6): output goes chunk by chunk to the caller's [`OutputSink`] from a
@@ -104,8 +104,8 @@
 //! - [`Stats`] counts this backend's own requests; it is not a server-side request counter
 //!   (e2b-local's `Server::requests` is one; this crate's `tests/it/requests.rs`
 //!   uses it to prove one request per steady-state command).
-//! - Ephemeral and probe sandboxes keep their full lease before every command, so once any
-//!   time has passed since the last extension each of their commands also sends a connect.
+//! - The prompt probe keeps its exact lease before every command, so once any time has
+//!   passed since the last extension each of its commands also sends a connect.
 //! - `sandbox-session` (a binary of this package) drives one backend from standard input for
 //!   multi-process tests.
 

@@ -148,10 +148,12 @@ pub(crate) fn route(
             no_content()
         }
         (Method::GET, ["isolation"]) => Ok(json_response(StatusCode::OK, &isolation_json(app))),
-        (Method::GET, ["requests"]) => Ok(json_response(
-            StatusCode::OK,
-            &app.requests.snapshot().to_json(),
-        )),
+        (Method::GET, ["requests"]) => {
+            let mut counts = app.requests.snapshot().to_json();
+            counts["serverMicros"] = Value::from(app.requests.server_micros());
+            counts["inFlight"] = Value::from(app.requests.in_flight());
+            Ok(json_response(StatusCode::OK, &counts))
+        }
         (Method::POST, ["requests", "reset"]) => {
             app.requests.reset();
             no_content()

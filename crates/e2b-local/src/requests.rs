@@ -1,7 +1,14 @@
 //! Request accounting for tests: how many requests of each kind the server received.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, HttpBody};
+use bytes::Bytes;
 
 use http::Method;
 use serde_json::{Value, json};
@@ -102,6 +109,12 @@ fn is_envd(route: &str) -> bool {
 #[derive(Debug, Default)]
 pub(crate) struct RequestCounter {
     counts: Mutex<RequestCounts>,
+    // Summed over counted requests, arrival to the last byte of the answer, so a benchmark
+    // can subtract the server's share from a client's wall time.
+    server_micros: AtomicU64,
+    // Answers whose body has not ended yet, so a benchmark can wait for the last one before
+    // it reads `server_micros`.
+    in_flight: AtomicU64,
 }
 
 impl RequestCounter {
@@ -122,12 +135,76 @@ impl RequestCounter {
             .clone()
     }
 
+    /// Adds one counted request's time in the server (arrival to the end of its answer).
+    pub(crate) fn add_server_time(&self, elapsed: Duration) {
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.server_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The summed server time of the counted requests, in microseconds.
+    pub(crate) fn server_micros(&self) -> u64 {
+        self.server_micros.load(Ordering::Relaxed)
+    }
+
+    /// Counted answers whose body is still being sent.
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn reset(&self) {
+        self.server_micros.store(0, Ordering::Relaxed);
         self.counts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .by_route
             .clear();
+    }
+}
+
+/// An answer's body that adds the request's server time to the counter once it is dropped:
+/// after its last byte went out, or when the client went away. A streamed answer (a
+/// process's events) thus counts until its end, not only until its headers.
+pub(crate) struct TimedBody {
+    inner: Body,
+    started: Instant,
+    app: Arc<crate::app::App>,
+}
+
+impl TimedBody {
+    pub(crate) fn new(inner: Body, started: Instant, app: Arc<crate::app::App>) -> TimedBody {
+        app.requests.in_flight.fetch_add(1, Ordering::Relaxed);
+        TimedBody {
+            inner,
+            started,
+            app,
+        }
+    }
+}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TimedBody {
+    fn drop(&mut self) {
+        self.app.requests.add_server_time(self.started.elapsed());
+        self.app.requests.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -24,7 +24,7 @@ use crate::fault_state::FaultState;
 use crate::faults::{self, Faults, FaultyListener};
 use crate::isolation::{Isolation, SandboxUser};
 use crate::plane::Plane;
-use crate::requests::{RequestCounter, RequestCounts};
+use crate::requests::{RequestCounter, RequestCounts, TimedBody};
 use crate::store::Store;
 use crate::{envd, rest};
 
@@ -283,7 +283,7 @@ async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
     let request = Request::from_parts(parts, Body::new(body.clone()));
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let (mut response, sandbox) = route(app, request).await;
+    let (mut response, sandbox) = route(Arc::clone(&app), request).await;
     if !body.drain().await {
         response
             .headers_mut()
@@ -293,6 +293,10 @@ async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
     let millis = elapsed.as_secs_f64() * 1000.0;
     if let Ok(value) = HeaderValue::from_str(&format!("app;dur={millis:.3}")) {
         response.headers_mut().insert("server-timing", value);
+    }
+    if !path.starts_with("/_e2b_local/") {
+        // Counted requests add their time in the server once the answer's body is done.
+        response = response.map(|body| Body::new(TimedBody::new(body, started, Arc::clone(&app))));
     }
     // The path only: a pre-signed URL's query carries its signature, and the API key
     // and access token travel in headers, which are never logged.

@@ -60,14 +60,17 @@ impl Inner {
         Ok(())
     }
 
-    /// The lease to ask for when `needed` is not covered. A persistent sandbox asks for
-    /// [`LEASE_HEADROOM`] more, so the next commands are covered without a request.
-    /// Ephemeral and probe sandboxes ask for exactly what they need: their on-timeout kill is
-    /// the backstop for an abandoned session and should not fire later than that.
+    /// The lease to ask for when `needed` is not covered. Persistent and ephemeral sandboxes
+    /// ask for [`LEASE_HEADROOM`] more, so the next commands are covered without a request
+    /// (the ephemeral floor is a floor: its on-timeout kill may fire up to the headroom later
+    /// for an abandoned session). The prompt probe asks for exactly what it needs: it lives
+    /// for one command, and its short lease is its own cap (L11).
     pub(super) fn with_headroom(&self, needed: Duration) -> Duration {
         match self.policy.kind {
-            LeaseKind::Persistent => needed.saturating_add(LEASE_HEADROOM),
-            LeaseKind::Ephemeral { .. } | LeaseKind::Probe => needed,
+            LeaseKind::Persistent | LeaseKind::Ephemeral { .. } => {
+                needed.saturating_add(LEASE_HEADROOM)
+            }
+            LeaseKind::Probe => needed,
         }
     }
 }

@@ -33,7 +33,8 @@ use crate::transport::{FailureLog, StateTransport};
 /// this (plus grace and one control-plane request).
 pub const TRANSFER_WINDOW: Duration = Duration::from_secs(120);
 
-/// What a persistent sandbox's extension asks for beyond what the command needs. Every
+/// What a persistent or ephemeral sandbox's extension asks for beyond what the command
+/// needs (the prompt probe asks for exactly its need). Every
 /// command still finds its full `max(lease, deadline + grace)` covered (L5); the headroom
 /// lets the commands of the next minute find it covered without a request, so in steady
 /// state a command costs exactly its start request. An idle persistent sandbox therefore

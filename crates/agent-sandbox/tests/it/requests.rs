@@ -269,6 +269,31 @@ fn a_command_whose_lease_is_not_covered_adds_exactly_one_connect() {
 }
 
 #[test]
+fn an_ephemeral_owner_in_steady_state_costs_one_request_per_command() {
+    // contract: L5 — the ephemeral lease floor is a floor: its extensions buy the same
+    // headroom as a persistent sandbox's, so time passing between commands costs nothing.
+    let world = World::new();
+    let ephemeral = SandboxMode::Ephemeral {
+        lifetime: Duration::from_secs(300),
+    };
+    let backend = world.backend(ephemeral, "default", Arc::new(NoStateHooks));
+    run(&backend, "true", SHORT_DEADLINE);
+    assert_eq!(backend.info().expect("attached").role, RoleKind::Owner);
+    assert_steady_state(&world, &backend);
+
+    // Past the headroom one command renews it with one extend-only connect.
+    world.advance(LEASE_HEADROOM);
+    let before = world.server().requests();
+    run(&backend, "true", SHORT_DEADLINE);
+    assert_eq!(
+        routes(&world.server().requests().since(&before)),
+        vec![("Process/Start", 1), ("connect", 1)]
+    );
+    assert_steady_state(&world, &backend);
+    backend.cleanup();
+}
+
+#[test]
 fn a_reader_in_steady_state_costs_one_request_per_command() {
     // contract: L5, C2 — a reader's admission gates are host files: no request.
     let world = World::new();

@@ -48,8 +48,17 @@ async fn every_request_is_counted_by_route_and_admin_routes_are_not() {
     assert_eq!((counts.total(), counts.rest(), counts.envd()), (6, 3, 3));
 
     // The same over HTTP, for the Python suites; reading it counts nothing.
-    let reply = api.get("/_e2b_local/requests").await;
+    let mut reply = api.get("/_e2b_local/requests").await;
     assert_eq!(reply.status, 200);
+    let server_micros = reply.json["serverMicros"].take();
+    assert!(
+        server_micros.as_u64().is_some_and(|m| m > 0),
+        "{server_micros}"
+    );
+    let object = reply.json.as_object_mut().expect("an object");
+    object.remove("serverMicros");
+    // Whether the last answer's body has been dropped yet is a race; its own test polls.
+    object.remove("inFlight");
     assert_eq!(
         reply.json,
         json!({
@@ -77,6 +86,63 @@ async fn every_request_is_counted_by_route_and_admin_routes_are_not() {
     api.get(&format!("/sandboxes/{}", sandbox.id)).await;
     server.reset_requests();
     assert_eq!(server.requests().total(), 0);
+}
+
+/// The summed server time of the counted requests, as served to other processes.
+async fn server_micros(api: &Api) -> u64 {
+    let reply = api.get("/_e2b_local/requests").await;
+    reply.json["serverMicros"].as_u64().expect("serverMicros")
+}
+
+/// The server time added since `before` once it reaches `at_least` (an answer's time is added
+/// when the server drops its body, just after the client read its end), or what it reached
+/// within 5 s.
+async fn server_micros_since(api: &Api, before: u64, at_least: u64) -> u64 {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let added = server_micros(api).await - before;
+        if added >= at_least || tokio::time::Instant::now() >= deadline {
+            return added;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn server_time_covers_a_streamed_answer_to_its_end_and_the_injected_latency() {
+    // What scripts/bench subtracts from a client's wall time: a process's event stream counts
+    // until the process ends, not only until the headers went out.
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let before = server_micros(&api).await;
+    api.run(&sandbox, "sleep 0.3").await;
+    let streamed = server_micros_since(&api, before, 300_000).await;
+    assert!(streamed >= 300_000, "{streamed} µs for a 0.3 s process");
+    // Every answer's body has ended, so none is in flight any more.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut in_flight = api.get("/_e2b_local/requests").await.json["inFlight"].clone();
+    while in_flight != 0 && tokio::time::Instant::now() < deadline {
+        tokio::task::yield_now().await;
+        in_flight = api.get("/_e2b_local/requests").await.json["inFlight"].clone();
+    }
+    assert_eq!(in_flight, 0);
+
+    server
+        .faults()
+        .set_latency(std::time::Duration::from_millis(200));
+    let before = server_micros(&api).await;
+    assert_eq!(api.get("/v2/sandboxes").await.status, 200);
+    let delayed = server_micros_since(&api, before, 200_000).await;
+    assert!(
+        delayed >= 200_000,
+        "{delayed} µs with 200 ms of injected latency"
+    );
+
+    // Reset clears it with the counts.
+    server.faults().set_latency(std::time::Duration::ZERO);
+    assert_eq!(api.post("/_e2b_local/requests/reset", "").await.status, 204);
+    assert_eq!(server_micros(&api).await, 0);
 }
 
 #[tokio::test]

@@ -1,0 +1,593 @@
+"""scripts/bench's orchestrator: starts e2b-local, runs every scenario for our Rust crates
+(agent-sandbox-bench) and for the official E2B Python SDK (peer.py), one process each, reads
+e2b-local's request counter around each measured part, and writes report.md, report.json and
+one PNG chart per scenario.
+
+Only measuring and reporting happen here; every figure is computed from what the scenario
+processes print and what e2b-local counts. Exits non-zero when a scenario failed or produced
+no number (that is all `--smoke` checks); a missed target is reported, not an error.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+API_KEY = "e2b_bench_local_key"  # e2b-local accepts any non-empty key; never a real one
+MIB = 1 << 20
+STEP_TIMEOUT = 1800  # seconds any one protocol step may take (1 GiB on a busy machine)
+
+SIZES = {
+    "full": {
+        "steady_commands": 200,
+        "upload_files": 2000,
+        "upload_file_bytes": 4096,
+        "stream_bytes": 1 << 30,
+        "pull_bytes": 500 * MIB,
+        "recovery_files": 10000,
+        "load_sessions": 32,
+        "load_commands": 200,
+    },
+    "smoke": {
+        "steady_commands": 5,
+        "upload_files": 40,
+        "upload_file_bytes": 4096,
+        "stream_bytes": 4 * MIB,
+        "pull_bytes": 4 * MIB,
+        "recovery_files": 100,
+        "load_sessions": 3,
+        "load_commands": 5,
+    },
+}
+
+
+def fill_command(size):
+    """Incompressible state of `size` bytes in the sandbox's Hermes home, in ten files."""
+    part = size // 10
+    return (
+        "mkdir -p /home/user/.hermes/bench && for i in 0 1 2 3 4 5 6 7 8 9; do "
+        f"head -c {part} /dev/urandom > /home/user/.hermes/bench/part-$i || exit 1; done"
+    )
+
+
+def status_kib(pid, field):
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class Server:
+    """One `e2b-local serve` on 127.0.0.1 with injected latency; stops with our stdin."""
+
+    def __init__(self, binary, latency_ms, log_path):
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--listen", "127.0.0.1:0", "--exit-on-stdin-eof", "--latency-ms", str(latency_ms)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+        )
+        lines = {}
+        while "E2B_API_URL" not in lines or "E2B_SANDBOX_URL" not in lines:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"e2b-local exited early with {self.proc.wait()}")
+            key, _, value = line.strip().partition("=")
+            lines[key] = value
+        self.api_url = lines["E2B_API_URL"]
+        self.sandbox_url = lines["E2B_SANDBOX_URL"]
+
+    def env(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+        env.update(E2B_API_KEY=API_KEY, E2B_API_URL=self.api_url, E2B_SANDBOX_URL=self.sandbox_url)
+        return env
+
+    def admin(self, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.api_url}/_e2b_local/{path}", data=data, method="GET" if body is None else "POST",
+            headers={"X-API-Key": API_KEY, "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode()
+            return json.loads(text) if text else None
+
+    def requests(self):
+        """The counts once no counted answer is still being sent (a streamed answer adds its
+        server time when its body ends, which may be just after the client read its end), so
+        the server time of one step is neither cut short nor carried into the next; waits 5 s
+        at most."""
+        deadline = time.monotonic() + 5
+        while True:
+            counts = self.admin("requests")
+            if counts.get("inFlight", 0) == 0 or time.monotonic() >= deadline:
+                return counts
+            time.sleep(0.002)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def _reader(stream, lines):
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def measure(server, argv, params, log_path):
+    """Runs one scenario process through the protocol; returns its figures plus the
+    requests e2b-local counted and the server time it summed during the measured part."""
+    with open(log_path, "a") as log:
+        log.write(f"$ {' '.join(argv)} {json.dumps(params)}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            argv + [json.dumps(params)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, text=True, env=server.env(),
+        )
+        lines = queue.Queue()
+        threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+
+        def expect(prefix):
+            try:
+                line = lines.get(timeout=STEP_TIMEOUT)
+            except queue.Empty:
+                line = None
+            if line is None or not line.startswith(prefix):
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"{argv[-2] if len(argv) > 1 else argv[0]}: expected {prefix!r}, got {line!r} (log: {log_path})")
+            return line[len(prefix):].strip()
+
+        try:
+            expect("ready")
+            before = server.requests()
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            figures = json.loads(expect("result "))
+            after = server.requests()
+            proc.stdin.write("done\n")
+            proc.stdin.close()
+            code = proc.wait(timeout=STEP_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if code != 0:
+            raise RuntimeError(f"scenario process exited with {code} (log: {log_path})")
+    figures["requests"] = after["total"] - before["total"]
+    figures["routes"] = {
+        route: count - before["routes"].get(route, 0)
+        for route, count in after["routes"].items()
+        if count - before["routes"].get(route, 0) > 0
+    }
+    figures["server_s"] = (after["serverMicros"] - before["serverMicros"]) / 1e6
+    return figures
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.sizes = SIZES["smoke" if args.smoke else "full"]
+        self.out = args.out
+        self.logs = os.path.join(self.out, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.results = {}  # (latency, scenario, who) -> figures or {"error": text}
+        self.errors = []
+        self.ours = [args.ours]
+        self.peer = [args.python, os.path.join(HERE, "peer.py")]
+
+    def run(self, server, latency, scenario, who, argv, params):
+        key = f"{scenario} | {who} | {latency} ms"
+        log = os.path.join(self.logs, f"{scenario}-{who}-{latency}ms.log".replace(" ", "_"))
+        started = time.monotonic()
+        try:
+            figures = measure(server, argv, params, log)
+        except Exception as error:  # reported per scenario; the run goes on
+            figures = {"error": str(error)}
+            self.errors.append(f"{key}: {error}")
+        figures["scenario_s"] = time.monotonic() - started
+        self.results[key] = figures
+        status = figures.get("error", "ok")
+        print(f"  {key}: {status} ({figures['scenario_s']:.1f} s)", flush=True)
+        return figures
+
+    def scenarios(self, server, latency, full_set):
+        s = self.sizes
+        for mode in ("persistent", "reader", "ephemeral"):
+            self.run(server, latency, "steady", f"ours {mode}", self.ours + ["steady"],
+                     {"mode": mode, "commands": s["steady_commands"]})
+        for pattern in ("connect_run", "held"):
+            self.run(server, latency, "steady", f"sdk {pattern}", self.peer + ["steady"],
+                     {"pattern": pattern, "commands": s["steady_commands"]})
+        with tempfile.TemporaryDirectory() as home:
+            created = self.run(server, latency, "cold", "ours create", self.ours + ["cold"], {"home": home})
+            if "sandbox_id" in created:
+                server.admin(f"sandboxes/{created['sandbox_id']}/pause", {})
+            self.run(server, latency, "cold", "ours resume", self.ours + ["cold"], {"home": home})
+        created = self.run(server, latency, "cold", "sdk create", self.peer + ["cold"], {"step": "create"})
+        if "sandbox_id" in created:
+            server.admin(f"sandboxes/{created['sandbox_id']}/pause", {})
+            self.run(server, latency, "cold", "sdk resume", self.peer + ["cold"],
+                     {"step": "resume", "sandbox_id": created["sandbox_id"]})
+        upload = {"files": s["upload_files"], "file_bytes": s["upload_file_bytes"]}
+        self.run(server, latency, "upload", "ours", self.ours + ["upload"], upload)
+        for pattern in ("per_file", "multi"):
+            self.run(server, latency, "upload", f"sdk {pattern}", self.peer + ["upload"], dict(upload, pattern=pattern))
+        if not full_set:
+            return
+        self.run(server, latency, "stream", "ours", self.ours + ["stream"], {"bytes": s["stream_bytes"]})
+        for pattern in ("on_stdout", "no_retain"):
+            self.run(server, latency, "stream", f"sdk {pattern}", self.peer + ["stream"],
+                     {"bytes": s["stream_bytes"], "pattern": pattern})
+        pull = {"bytes": s["pull_bytes"], "fill": fill_command(s["pull_bytes"])}
+        self.run(server, latency, "pull", "ours", self.ours + ["pull"], pull)
+        for pattern in ("bytes", "stream", "curl"):
+            self.run(server, latency, "pull", f"sdk {pattern}", self.peer + ["pull"], dict(pull, pattern=pattern))
+        recovery = {"files": s["recovery_files"]}
+        self.run(server, latency, "recovery", "ours", self.ours + ["recovery"], recovery)
+        self.run(server, latency, "recovery", "tar -x", self.ours + ["recovery-tar"], recovery)
+        self.run(server, latency, "recovery", "tar -x + sync", self.ours + ["recovery-tar"],
+                 dict(recovery, sync=True))
+        self.load(server, latency)
+
+    def load(self, server, latency):
+        pid = server.proc.pid
+        try:
+            with open(f"/proc/{pid}/clear_refs", "w") as refs:
+                refs.write("5")
+            reset = True
+        except OSError:
+            reset = False
+        rss_start = status_kib(pid, "VmRSS")
+        figures = self.run(server, latency, "load", "e2b-local", self.ours + ["load"],
+                           {"sessions": self.sizes["load_sessions"], "commands": self.sizes["load_commands"]})
+        hwm = status_kib(pid, "VmHWM")
+        figures.update(server_rss_start_kib=rss_start, server_hwm_kib=hwm, server_hwm_reset=reset)
+        if hwm is not None and rss_start is not None:
+            figures["server_rss_growth_kib"] = max(0, hwm - rss_start)
+
+    def main(self):
+        latencies = [int(x) for x in self.args.latency_ms.split(",") if x.strip()]
+        started = time.monotonic()
+        for index, latency in enumerate(latencies):
+            print(f"== e2b-local with {latency} ms injected latency", flush=True)
+            server = Server(self.args.e2b_local, latency, os.path.join(self.logs, f"e2b-local-{latency}ms.log"))
+            try:
+                # Throughput, recovery and load do not depend on per-request latency: they run
+                # against the first latency only, to keep the run short.
+                self.scenarios(server, latency, full_set=index == 0)
+            finally:
+                server.stop()
+        rows = build_rows(self.results, latencies)
+        machine = machine_info(self.args)
+        elapsed = time.monotonic() - started
+        write_json(self.out, machine, self.results, rows, self.errors, self.args, elapsed)
+        table = render_table(rows)
+        write_markdown(self.out, machine, table, self.errors, self.args, elapsed)
+        charts = write_charts(self.out, rows)
+        print()
+        print(table)
+        print(f"\nwrote {self.out}/report.md, report.json and {len(charts)} charts in {elapsed:.0f} s")
+        missing = [r for r in rows if r["ours"] is None or (r["peer"] is not None and r["peer_value"] is None)]
+        for row in missing:
+            self.errors.append(f"no number for {row['scenario']} / {row['metric']} ({row['variant']})")
+        if self.errors:
+            print("\nFAILED scenarios:", file=sys.stderr)
+            for error in self.errors:
+                print(f"  {error}", file=sys.stderr)
+            return 1
+        return 0
+
+
+# ---- figures -> rows -------------------------------------------------------------------
+
+
+def get(results, scenario, who, latency):
+    figures = results.get(f"{scenario} | {who} | {latency} ms")
+    if figures is None or "error" in figures:
+        return None
+    return figures
+
+
+def per_op(figures, key):
+    return None if figures is None else figures[key] / figures["ops"]
+
+
+def ms_per_op(figures, key):
+    value = per_op(figures, key)
+    return None if value is None else value * 1000
+
+
+def overhead_ms(figures):
+    """Client-side time per operation: wall minus the server's own time (injected latency
+    included), as e2b-local summed it over the requests it counted."""
+    if figures is None:
+        return None
+    return (figures["wall_s"] - figures["server_s"]) / figures["ops"] * 1000
+
+
+def mib(kib):
+    return None if kib is None else kib / 1024
+
+
+def rate(figures, amount_key, scale=1.0):
+    if figures is None:
+        return None
+    return figures[amount_key] / scale / figures["wall_s"]
+
+
+def row(rows, scenario, latency, metric, variant, ours, peer=None, peer_value=None,
+        target=None, check=None, unit=""):
+    ratio = None
+    if ours is not None and peer_value not in (None, 0):
+        ratio = ours / peer_value
+    verdict = None
+    if check is not None and ours is not None:
+        verdict = "met" if check(ours, ratio) else "missed"
+    rows.append({
+        "scenario": scenario, "latency_ms": latency, "metric": metric, "unit": unit, "variant": variant,
+        "ours": ours, "peer": peer, "peer_value": peer_value, "ratio": ratio,
+        "target": target, "verdict": verdict,
+    })
+
+
+def build_rows(results, latencies):
+    rows = []
+    first = latencies[0]
+    for latency in latencies:
+        cr = get(results, "steady", "sdk connect_run", latency)
+        held = get(results, "steady", "sdk held", latency)
+        for mode in ("persistent", "reader", "ephemeral"):
+            ours = get(results, "steady", f"ours {mode}", latency)
+            variant = f"`true`, {mode}"
+            row(rows, "steady", latency, "requests/command", variant, per_op(ours, "requests"),
+                "SDK connect+run", per_op(cr, "requests"), "= 1.00",
+                lambda v, r: abs(v - 1.0) < 0.005)
+            wall_target = (("≤ 0.55× connect+run", lambda v, r: r is not None and r <= 0.55)
+                           if latency >= 20 else (None, None))
+            row(rows, "steady", latency, "wall/command", variant, ms_per_op(ours, "wall_s"),
+                "SDK connect+run", ms_per_op(cr, "wall_s"), *wall_target, unit="ms")
+            row(rows, "steady", latency, "wall/command", variant, ms_per_op(ours, "wall_s"),
+                "SDK held handle", ms_per_op(held, "wall_s"), unit="ms")
+            overhead_target = (("≤ 0.5× held SDK", lambda v, r: r is not None and r <= 0.5)
+                               if latency == 0 else (None, None))
+            row(rows, "steady", latency, "client overhead/command", variant, overhead_ms(ours),
+                "SDK held handle", overhead_ms(held), *overhead_target, unit="ms")
+        row(rows, "steady", latency, "requests/command", "`true`, SDK held handle (peer)", per_op(held, "requests"),
+            "SDK connect+run", per_op(cr, "requests"))
+        for step in ("create", "resume"):
+            ours = get(results, "cold", f"ours {step}", latency)
+            sdk = get(results, "cold", f"sdk {step}", latency)
+            row(rows, "cold", latency, "requests", f"{step} + first command", ours and ours["requests"],
+                f"SDK {step} + run", sdk and sdk["requests"], "≤ 1.0× SDK",
+                lambda v, r: r is not None and r <= 1.0)
+            row(rows, "cold", latency, "wall", f"{step} + first command", ms_per_op(ours, "wall_s"),
+                f"SDK {step} + run", ms_per_op(sdk, "wall_s"), unit="ms")
+        ours = get(results, "upload", "ours", latency)
+        row(rows, "upload", latency, "requests", "upload_many", ours and ours["requests"], None, None, "= 1",
+            lambda v, r: v == 1)
+        for pattern, label, factor in (("per_file", "SDK per-file files.write", 3.0),
+                                       ("multi", "SDK files.write_files([...])", 1.2)):
+            sdk = get(results, "upload", f"sdk {pattern}", latency)
+            row(rows, "upload", latency, "files/s", "upload_many", rate(ours, "files"), label, rate(sdk, "files"),
+                f"≥ {factor}×", lambda v, r, f=factor: r is not None and r >= f)
+        if latency != first:
+            continue
+        ours = get(results, "stream", "ours", latency)
+        for pattern, label, target in (("on_stdout", "SDK run(on_stdout)", True),
+                                       ("no_retain", "SDK run(on_stdout, retain_output=False)", False)):
+            sdk = get(results, "stream", f"sdk {pattern}", latency)
+            row(rows, "stream", latency, "host RSS growth", "Backend::run → counting sink",
+                mib(ours and ours["rss_growth_kib"]), label, mib(sdk and sdk["rss_growth_kib"]),
+                "< 32 MiB" if target else None, (lambda v, r: v < 32) if target else None, unit="MiB")
+            row(rows, "stream", latency, "throughput", "Backend::run → counting sink",
+                rate(ours, "bytes", MIB), label, rate(sdk, "bytes", MIB),
+                "≥ 1.0× SDK" if target else None, (lambda v, r: r is not None and r >= 1.0) if target else None,
+                unit="MiB/s")
+        ours = get(results, "pull", "ours", latency)
+        for pattern, label in (("curl", "curl of the tar's /files URL"), ("bytes", "SDK tar + files.read(bytes)"),
+                               ("stream", "SDK tar + files.read(stream)")):
+            sdk = get(results, "pull", f"sdk {pattern}", latency)
+            is_curl = pattern == "curl"
+            row(rows, "pull", latency, "throughput", "download_state", rate(ours, "bytes", MIB), label,
+                rate(sdk, "bytes", MIB), "≥ 0.8× curl" if is_curl else None,
+                (lambda v, r: r is not None and r >= 0.8) if is_curl else None, unit="MiB/s")
+            row(rows, "pull", latency, "host RSS growth", "download_state", mib(ours and ours["rss_growth_kib"]),
+                label, mib(sdk and sdk["rss_growth_kib"]), "< 32 MiB" if is_curl else None,
+                (lambda v, r: v < 32) if is_curl else None, unit="MiB")
+        ours = get(results, "recovery", "ours", latency)
+        tar = get(results, "recovery", "tar -x", latency)
+        row(rows, "recovery", latency, "time", f"recover {ours and ours['files']} files",
+            ms_per_op(ours, "wall_s"), "tar -x", ms_per_op(tar, "wall_s"), "≤ 1.5× tar -x",
+            lambda v, r: r is not None and r <= 1.5, unit="ms")
+        synced = get(results, "recovery", "tar -x + sync", latency)
+        row(rows, "recovery", latency, "time", f"recover {ours and ours['files']} files",
+            ms_per_op(ours, "wall_s"), "tar -x; sync -f (durable, like recovery)",
+            ms_per_op(synced, "wall_s"), unit="ms")
+        load = get(results, "load", "e2b-local", latency)
+        variant = "sessions × commands" if load is None else f"{load['ops']} commands"
+        row(rows, "load", latency, "errors", variant, load and load["errors"], target="= 0",
+            check=lambda v, r: v == 0)
+        row(rows, "load", latency, "p50 latency", variant, load and load["p50_s"] * 1000, unit="ms")
+        row(rows, "load", latency, "p99 latency", variant, load and load["p99_s"] * 1000, unit="ms")
+        row(rows, "load", latency, "server RSS growth", variant, mib(load and load.get("server_rss_growth_kib")),
+            unit="MiB")
+    return rows
+
+
+# ---- output ----------------------------------------------------------------------------
+
+
+def fmt(value):
+    if value is None:
+        return "–"
+    if isinstance(value, int):
+        return str(value)
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def render_table(rows):
+    lines = [
+        "| scenario | latency | metric | ours | peer | peer value | ratio ours/peer | target | |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        unit = f" {r['unit']}" if r["unit"] else ""
+        ours = fmt(r["ours"]) + (unit if r["ours"] is not None else "")
+        peer_value = fmt(r["peer_value"]) + (unit if r["peer_value"] is not None else "")
+        lines.append(
+            f"| {r['scenario']} | {r['latency_ms']} ms | {r['metric']} ({r['variant']}) | {ours} | "
+            f"{r['peer'] or '–'} | {peer_value if r['peer'] else '–'} | "
+            f"{fmt(r['ratio']) + '×' if r['ratio'] is not None else '–'} | {r['target'] or '–'} | "
+            f"{r['verdict'] or ''} |"
+        )
+    return "\n".join(lines)
+
+
+def command_output(argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def machine_info(args):
+    memory = None
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                memory = int(line.split()[1]) // 1024
+    cpu = None
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    e2b_version = command_output([args.python, "-c", "import importlib.metadata as m; print(m.version('e2b'))"])
+    return {
+        "cores": os.cpu_count(),
+        "memory_mib": memory,
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "rustc": command_output(["rustc", "--version"]),
+        "python": command_output([args.python, "--version"]),
+        "e2b_sdk": e2b_version,
+        "e2b_local": command_output([args.e2b_local, "--version"]),
+        "commit": command_output(["git", "-C", HERE, "rev-parse", "--short", "HEAD"]),
+        "profile": args.profile,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def write_json(out, machine, results, rows, errors, args, elapsed):
+    with open(os.path.join(out, "report.json"), "w") as report:
+        json.dump({
+            "machine": machine, "mode": "smoke" if args.smoke else "full",
+            "latencies_ms": args.latency_ms, "elapsed_s": elapsed,
+            "rows": rows, "results": results, "errors": errors,
+        }, report, indent=2)
+
+
+def write_markdown(out, machine, table, errors, args, elapsed):
+    m = machine
+    text = f"""# Benchmarks: our crates against the official E2B Python SDK, on e2b-local
+
+Machine: {m['cores']} cores ({m['cpu']}), {m['memory_mib']} MiB, Linux {m['kernel']}.
+Versions: {m['rustc']}; {m['python']}; e2b SDK {m['e2b_sdk']}; {m['e2b_local']}; commit {m['commit']};
+{m['profile']} builds. {m['date']}; {'smoke sizes' if args.smoke else 'full sizes'}; {elapsed:.0f} s.
+
+**Compare ratios, not absolute times**: both sides ran on this machine against the same
+e2b-local in the same run, so the ratios carry across machines; the milliseconds do not.
+Requests are e2b-local's own count (`GET /_e2b_local/requests`) over the measured part only.
+Client overhead is wall time minus the server's own time (arrival to the last byte of each
+answer, injected latency included), which e2b-local sums as `serverMicros`. Host RSS growth
+is the kernel's VmHWM of the measuring process (one process per scenario, the mark reset when
+the measured part begins) minus its RSS then. Ratios are ours ÷ peer of the metric shown
+(for times lower is better, for rates higher is better). Steady-state commands run `true`
+in a login shell on both sides (the SDK's `commands.run` starts `bash -l -c`). Stream, pull,
+recovery and load run at the first latency only. The Hermes row (a real Hermes' terminal
+tool) is not measured yet.
+
+{table}
+"""
+    if errors:
+        text += "\nFailed scenarios:\n\n" + "\n".join(f"- {e}" for e in errors) + "\n"
+    with open(os.path.join(out, "report.md"), "w") as report:
+        report.write(text)
+
+
+def write_charts(out, rows):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for scenario in dict.fromkeys(r["scenario"] for r in rows):
+        panels = [r for r in rows if r["scenario"] == scenario and r["ours"] is not None]
+        if not panels:
+            continue
+        columns = min(4, len(panels))
+        lines = (len(panels) + columns - 1) // columns
+        fig, axes = plt.subplots(lines, columns, figsize=(4 * columns, 3.2 * lines), squeeze=False)
+        for ax in axes.flat[len(panels):]:
+            ax.axis("off")
+        for ax, r in zip(axes.flat, panels):
+            labels, values = ["ours"], [r["ours"]]
+            if r["peer"] and r["peer_value"] is not None:
+                labels.append(r["peer"].replace("SDK ", "SDK\n"))
+                values.append(r["peer_value"])
+            bars = ax.bar(range(len(values)), values, color=["#2b7bb9", "#c8553d"][: len(values)])
+            ax.bar_label(bars, labels=[fmt(v) for v in values], fontsize=7)
+            ax.set_xticks(range(len(values)), labels, fontsize=7)
+            title = f"{r['metric']} {r['unit'] and '(' + r['unit'] + ')'}\n{r['variant']}, {r['latency_ms']} ms"
+            if r["verdict"]:
+                title += f"\ntarget {r['target']}: {r['verdict']}"
+            ax.set_title(title, fontsize=8)
+            ax.tick_params(axis="y", labelsize=7)
+        fig.tight_layout()
+        path = os.path.join(out, f"{scenario}.png")
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ours", required=True, help="the agent-sandbox-bench binary")
+    parser.add_argument("--e2b-local", required=True, help="the e2b-local binary")
+    parser.add_argument("--python", default=sys.executable, help="the bench venv's python (runs peer.py)")
+    parser.add_argument("--out", required=True, help="where report.md, report.json and the charts go")
+    parser.add_argument("--latency-ms", default="0,20", help="comma-separated injected latencies")
+    parser.add_argument("--profile", default="release", help="which cargo profile built the binaries")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the harness runs")
+    args = parser.parse_args()
+    sys.exit(Bench(args).main())
+
+
+if __name__ == "__main__":
+    main()
