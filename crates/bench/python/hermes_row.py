@@ -7,8 +7,10 @@ params give `commands` and `home` (an empty directory that becomes HERMES_HOME).
 
 Setup goes through Hermes the way the agent does (plugin discovery, one `terminal_tool` call,
 which makes Hermes ask the plugin's provider for the environment). The measured part then runs
-`true` on that one sandbox along five paths, in interleaved rounds so machine noise falls on
-all of them alike, and reads e2b-local's request counter around every block itself:
+`true` on that one sandbox along five paths, in interleaved rounds (the order rotating) so
+machine noise falls on all of them alike, times every command (the report gives the mean and
+the median, which a neighbour's build on a shared machine moves less), and reads e2b-local's
+request counter around every block itself:
 
 - `native`: `_native.Backend.run("true")` of that environment, the pipe read to EOF, `wait`;
 - `native_wrapped`: the same with the script Hermes actually sends (its `_wrap_command` of
@@ -26,12 +28,13 @@ Python (Hermes and the plugin) adds to one command.
 
 import json
 import os
+import statistics
 import sys
 import time
 import urllib.request
 
 PATHS = ("native", "native_wrapped", "plugin", "execute", "terminal_tool")
-ROUNDS = 5
+ROUNDS = 10
 TASK = "bench"
 
 
@@ -129,18 +132,23 @@ def main():
     print("ready", flush=True)
     expect("go")
     figures = {p: {"ops": 0, "wall_s": 0.0, "requests": 0, "server_s": 0.0} for p in PATHS}
+    each = {p: [] for p in PATHS}
     started = time.perf_counter()
     rounds = min(ROUNDS, commands)
     for index in range(rounds):
         block = commands // rounds + (1 if index < commands % rounds else 0)
-        for path in PATHS:
+        for path in PATHS[index % len(PATHS):] + PATHS[:index % len(PATHS)]:
             call = calls[path]
             before = counts()
-            began = time.perf_counter()
+            wall = 0.0
             for _ in range(block):
-                if call() != 0:
+                began = time.perf_counter()
+                code = call()
+                took = time.perf_counter() - began
+                if code != 0:
                     raise RuntimeError(f"`true` through {path} did not exit 0")
-            wall = time.perf_counter() - began
+                each[path].append(took)
+                wall += took
             after = counts()
             part = figures[path]
             part["ops"] += block
@@ -148,6 +156,8 @@ def main():
             part["requests"] += after["total"] - before["total"]
             part["server_s"] += (after["serverMicros"] - before["serverMicros"]) / 1e6
     wall = time.perf_counter() - started
+    for path in PATHS:
+        figures[path]["median_s"] = statistics.median(each[path])
     hwm = status_kib("VmHWM")
     result = {"ops": commands * len(PATHS), "wall_s": wall, "paths": figures, "hwm_kib": hwm,
               "role": role, "sandbox_id": env.sandbox_id}
