@@ -77,16 +77,20 @@ pub enum ScopeFile {
     Prepared,
     /// `<key>.generation`: the latest writer generation that began.
     Generation,
+    /// `<key>.gate.lock`: locked shared by a reader while it decides admission, and
+    /// exclusively by a new writer from taking the role until its transition began.
+    Gate,
 }
 
 impl ScopeFile {
     /// Every scope file, for listings.
-    pub const ALL: [ScopeFile; 5] = [
+    pub const ALL: [ScopeFile; 6] = [
         ScopeFile::WriterLock,
         ScopeFile::CreationLock,
         ScopeFile::Dirty,
         ScopeFile::Prepared,
         ScopeFile::Generation,
+        ScopeFile::Gate,
     ];
 
     fn suffix(self) -> &'static str {
@@ -96,6 +100,7 @@ impl ScopeFile {
             ScopeFile::Dirty => "dirty",
             ScopeFile::Prepared => "prepared",
             ScopeFile::Generation => "generation",
+            ScopeFile::Gate => "gate.lock",
         }
     }
 }
@@ -119,6 +124,7 @@ mod tests {
                 format!("{hex}.dirty"),
                 format!("{hex}.prepared"),
                 format!("{hex}.generation"),
+                format!("{hex}.gate.lock"),
             ]
         );
         for name in names {

@@ -65,6 +65,45 @@ fn one_writer_per_scope_and_the_role_frees_on_release() {
     assert!(matches!(b.try_acquire_writer(), Ok(Role::Writer(_))));
 }
 
+// contract: C2, C3
+// Found by the crash/fault campaign: a reader that read the markers after a new writer
+// took the role but before it marked the scope dirty was admitted on the previous
+// session's stamp, and ran a command on state the host had changed since.
+#[test]
+fn a_new_writer_holds_the_gate_from_taking_the_role_until_its_transition_began() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reader = files(&dir);
+    let mut first = writer(&files(&dir));
+    let generation = first.begin_transition().expect("begin");
+    first.complete_push("sbx1").expect("push");
+    first.release();
+    assert!(matches!(
+        reader.admission("sbx1"),
+        Admission::Admitted { generation: g } if g == generation
+    ));
+
+    let mut second = writer(&files(&dir));
+    assert_eq!(second.phase(), WriterPhase::Idle);
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Changed
+    ));
+    second.begin_transition().expect("begin");
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Dirty(_)
+    ));
+    second.complete_push("sbx1").expect("push");
+    assert!(reader.admission("sbx1").is_admitted());
+
+    // A session that finds the role taken leaves the gate open behind it.
+    assert!(matches!(
+        files(&dir).try_acquire_writer().expect("try"),
+        Role::Reader
+    ));
+    assert!(reader.admission("sbx1").is_admitted());
+}
+
 // contract: C2, C3, S3
 #[test]
 fn readers_are_refused_until_stamped_and_while_dirty() {
@@ -120,10 +159,11 @@ fn a_new_writer_generation_invalidates_the_previous_stamp() {
     first.complete_push("sbx1").expect("push");
     first.release();
 
-    // The next writer holds the role but has not begun: the scope is as the
-    // previous writer left it.
+    // The next writer holds the role but has not begun: the markers are as the previous
+    // writer left them, and the gate it holds refuses readers meanwhile.
     let mut second = writer(&reader);
-    assert!(reader.admission("sbx1").is_admitted());
+    assert!(reader.prepared().expect("read").is_some());
+    assert!(!reader.admission("sbx1").is_admitted());
 
     let generation = second.begin_transition().expect("begin");
     assert_eq!(generation, Generation::new(2));
@@ -249,6 +289,7 @@ fn files_are_private_and_named_from_the_key_only() {
         names,
         [
             format!("{hex}.dirty"),
+            format!("{hex}.gate.lock"),
             format!("{hex}.generation"),
             format!("{hex}.prepared"),
             format!("{hex}.writer.lock"),
