@@ -74,8 +74,10 @@ impl StateHooks for Hooks {
     fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
         log_push(&self.push_log, 'B')?;
         event("phase push")?;
-        transport.upload_many(state_files(&self.home))?;
+        let pushed = transport.upload_many(state_files(&self.home));
+        // A failed push has ended too: the role may pass to another process next.
         log_push(&self.push_log, 'E')?;
+        pushed?;
         Ok(())
     }
 
