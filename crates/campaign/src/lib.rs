@@ -23,6 +23,8 @@ enum Fate {
     Overwritten,
     /// It lived only in a sandbox the campaign made vanish: it may be gone.
     Vanished,
+    /// It was reported lost once already.
+    Reported,
 }
 
 /// Every skills/memories version the campaign wrote, by content (each content is unique).
@@ -72,6 +74,13 @@ impl Ledger {
             .filter(|(content, fate)| **fate == Fate::Kept && !found.contains(*content))
             .map(|(content, _)| content.as_str())
             .collect()
+    }
+
+    /// `content` was reported lost: it is not reported again.
+    pub fn reported(&mut self, content: &str) {
+        if let Some(fate) = self.versions.get_mut(content) {
+            *fate = Fate::Reported;
+        }
     }
 
     /// How many versions were written.
@@ -156,6 +165,9 @@ mod tests {
         let c = ledger.write(Side::Host, 3, "memories/USER.md");
         ledger.overwrite("unrelated text");
         assert_eq!(ledger.lost(&HashSet::new()), vec![c.as_str()]);
+        // A loss is reported once.
+        ledger.reported(&c);
+        assert!(ledger.lost(&HashSet::new()).is_empty());
         assert_eq!(ledger.written(), 3);
     }
 

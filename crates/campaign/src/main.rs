@@ -449,6 +449,18 @@ fn run() -> Result<usize, Error> {
         campaign.commands_ok,
         campaign.commands_failed
     );
+    // A campaign in which nothing works proves nothing: most cycles must get commands through
+    // (each cycle runs at least one; faults refuse some).
+    if args.cycles >= 10 && campaign.commands_ok < args.cycles / 4 {
+        campaign.violations.push(format!(
+            "only {} commands completed in {} cycles: the backend hardly worked",
+            campaign.commands_ok, args.cycles
+        ));
+        println!(
+            "VIOLATION: {}",
+            campaign.violations[campaign.violations.len() - 1]
+        );
+    }
     let violations = campaign.violations.len();
     println!("  violations: {violations}");
     if violations > 0 {
@@ -888,8 +900,16 @@ impl Campaign {
                 contents(&remote.join("memories"), &mut found);
             }
         }
-        for lost in self.ledger.lost(&found) {
-            self.violations.push(format!("lost: {}", lost.trim_end()));
+        let lost: Vec<String> = self
+            .ledger
+            .lost(&found)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for content in lost {
+            self.violations
+                .push(format!("lost: {}", content.trim_end()));
+            self.ledger.reported(&content);
         }
         Ok(())
     }
