@@ -104,6 +104,49 @@ fn a_new_writer_holds_the_gate_from_taking_the_role_until_its_transition_began()
     assert!(reader.admission("sbx1").is_admitted());
 }
 
+// contract: C2
+#[test]
+fn a_reader_waits_a_bounded_time_for_the_gate_then_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = writer(&files(&dir));
+    first.begin_transition().expect("begin");
+    first.complete_push("sbx1").expect("push");
+    first.release();
+    let _second = writer(&files(&dir));
+    let host = Arc::new(FaultyHost::new());
+    let reader = ScopeFiles::with_host(dir.path().join("cache").join("e2b"), key(), host.clone());
+    let before = host.sleeps();
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Changed
+    ));
+    // The whole GATE_WAIT (2 s, on the fake clock) at one poll per millisecond.
+    assert_eq!(host.sleeps() - before, 2000);
+}
+
+// contract: C2, C3
+#[test]
+fn a_stamp_of_an_older_generation_admits_nobody() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reader = files(&dir);
+    let mut lease = writer(&files(&dir));
+    lease.begin_transition().expect("begin");
+    lease.complete_push("sbx1").expect("push");
+    drop(lease);
+    assert!(reader.admission("sbx1").is_admitted());
+    // A newer generation without a dirty marker (never written so by a writer, but the
+    // gate must not trust the order of other hosts' writes): the old stamp is stale.
+    fs::write(
+        reader.path(ScopeFile::Generation),
+        b"hermes-e2b generation v1\ngeneration: 2\n",
+    )
+    .expect("newer generation");
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Unprepared
+    ));
+}
+
 // contract: C2, C3, S3
 #[test]
 fn readers_are_refused_until_stamped_and_while_dirty() {
