@@ -36,7 +36,8 @@ fn fixture() -> &'static Fixture {
             .expect("runtime");
         let mut config = e2b_local::ServerConfig::loopback();
         // A clock that never moves: the sandbox's lease cannot run out during a long run.
-        config.clock = e2b_local::Clock::manual(SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 31));
+        config.clock =
+            e2b_local::Clock::manual(SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 31));
         config.isolation = e2b_local::IsolationMode::PathMapping;
         let server = runtime
             .block_on(e2b_local::Server::start(config))
@@ -45,7 +46,10 @@ fn fixture() -> &'static Fixture {
         let (status, body) = request(
             addr,
             "POST /sandboxes",
-            &[("X-API-Key", "fuzz-key"), ("Content-Type", "application/json")],
+            &[
+                ("X-API-Key", "fuzz-key"),
+                ("Content-Type", "application/json"),
+            ],
             br#"{"templateID":"base","timeout":3600}"#,
         );
         assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
@@ -69,11 +73,17 @@ fn fixture() -> &'static Fixture {
 }
 
 /// Every path under the state directory except the sandbox's own home and tmp trees.
-fn walk_outside(root: &std::path::Path, home: &std::path::Path, tmp: &std::path::Path) -> BTreeSet<PathBuf> {
+fn walk_outside(
+    root: &std::path::Path,
+    home: &std::path::Path,
+    tmp: &std::path::Path,
+) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.starts_with(home) || path.starts_with(tmp) {
@@ -91,8 +101,13 @@ fn walk_outside(root: &std::path::Path, home: &std::path::Path, tmp: &std::path:
 /// Sends one HTTP/1.1 request and reads the whole answer: (status, body).
 fn request(addr: SocketAddr, line: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Vec<u8>) {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
-    let mut head = format!("{line} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut head = format!(
+        "{line} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -100,12 +115,18 @@ fn request(addr: SocketAddr, line: &str, headers: &[(&str, &str)], body: &[u8]) 
     stream.write_all(head.as_bytes()).expect("send head");
     stream.write_all(body).expect("send body");
     let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).expect("the server answers and closes");
+    stream
+        .read_to_end(&mut answer)
+        .expect("the server answers and closes");
     let split = answer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .expect("a complete response head");
-    let status_line = String::from_utf8_lossy(&answer[..split]).lines().next().unwrap_or_default().to_owned();
+    let status_line = String::from_utf8_lossy(&answer[..split])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     let status: u16 = status_line
         .split(' ')
         .nth(1)
@@ -128,14 +149,23 @@ fn clear(dir: &std::path::Path) {
 }
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let Some((&mode, body)) = data.split_first() else { return };
+    let Some((&mode, body)) = data.split_first() else {
+        return;
+    };
     let f = fixture();
-    let line = if mode & 1 == 1 { "POST /files?path=/home/user/given/name.txt" } else { "POST /files" };
+    let line = if mode & 1 == 1 {
+        "POST /files?path=/home/user/given/name.txt"
+    } else {
+        "POST /files"
+    };
     let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
     let (status, answer) = request(
         f.addr,
         line,
-        &[("E2b-Sandbox-Id", &f.sandbox_id), ("Content-Type", &content_type)],
+        &[
+            ("E2b-Sandbox-Id", &f.sandbox_id),
+            ("Content-Type", &content_type),
+        ],
         body,
     );
     assert!(
