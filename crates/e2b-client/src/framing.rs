@@ -149,6 +149,56 @@ impl EnvelopeDecoder {
     }
 }
 
+/// Checks the decoder on arbitrary bytes, for the fuzz target and its corpus replay: the
+/// stream is split into chunks whose sizes come from the input itself, and the frames (or
+/// the error) must be exactly those of the same bytes pushed in one piece; no payload passes
+/// the cap, and every byte pushed is either in a frame, still buffered, or behind the error.
+/// Panics on a violation.
+pub(crate) fn check_envelope_stream(data: &[u8]) {
+    let Some((&shape, rest)) = data.split_first() else {
+        return;
+    };
+    // A small cap so that the too-large path is reached; chunk sizes 1..=16.
+    let limit = usize::from(shape & 0x3f);
+    let step = usize::from(shape >> 6) * 5 + 1;
+    let whole = decode_all(limit, &[rest]);
+    let chunks: Vec<&[u8]> = rest.chunks(step).collect();
+    let split = decode_all(limit, &chunks);
+    assert_eq!(whole, split, "chunking changed the decoded frames");
+    let (frames, outcome) = whole;
+    let framed: usize = frames.iter().map(|f| HEADER_LEN + f.payload.len()).sum();
+    assert!(framed <= rest.len(), "frames hold more bytes than arrived");
+    for frame in &frames {
+        assert!(frame.payload.len() <= limit, "a payload passed the cap");
+        assert_eq!(frame.flags & !FLAG_END_STREAM, 0, "unknown flags accepted");
+        if frame.is_end_stream() {
+            // Whatever the payload is, decoding the end message must not panic.
+            let _ = serde_json::from_slice::<EndStream>(&frame.payload);
+        }
+    }
+    if let Ok(()) = outcome {
+        assert_eq!(framed, rest.len(), "finish accepted unframed bytes");
+    }
+}
+
+/// Decodes `chunks` in order: the frames and the first error (or `finish`'s verdict).
+fn decode_all(limit: usize, chunks: &[&[u8]]) -> (Vec<Frame>, Result<(), FrameError>) {
+    let mut decoder = EnvelopeDecoder::new(limit);
+    let mut frames = Vec::new();
+    for chunk in chunks {
+        decoder.push(chunk);
+        loop {
+            match decoder.next_frame() {
+                Ok(Some(frame)) => frames.push(frame),
+                Ok(None) => break,
+                Err(error) => return (frames, Err(error)),
+            }
+        }
+    }
+    let outcome = decoder.finish();
+    (frames, outcome)
+}
+
 /// The end-of-stream message: `{}`, `{"metadata": …}` or `{"error": {"code", "message"}}`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct EndStream {
@@ -282,6 +332,20 @@ mod tests {
         decoder.push(&wire[..7]);
         assert_eq!(decoder.next_frame(), Ok(None));
         assert_eq!(decoder.finish(), Err(FrameError::Truncated { buffered: 7 }));
+    }
+
+    #[test]
+    fn saved_fuzz_corpus_replays_cleanly() {
+        // Every input the fuzzer kept (fuzz/corpus/envelope_decoder) stays a regression test.
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/envelope_decoder");
+        let mut replayed = 0;
+        for entry in std::fs::read_dir(&dir).expect("the corpus is committed") {
+            let input = std::fs::read(entry.expect("corpus entry").path()).expect("readable");
+            check_envelope_stream(&input);
+            replayed += 1;
+        }
+        assert!(replayed > 0, "empty corpus at {}", dir.display());
     }
 
     #[test]

@@ -114,6 +114,15 @@ pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, Health, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey};
 
+/// Entry points for the fuzz targets in `fuzz/`; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Runs the Connect envelope decoder's checks on arbitrary bytes; panics on a violation.
+    pub fn envelope_stream(data: &[u8]) {
+        crate::framing::check_envelope_stream(data);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

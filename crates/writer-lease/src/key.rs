@@ -79,17 +79,21 @@ pub enum ScopeFile {
     Generation,
     /// `<key>.note`: what this host remembers about the scope for people (diagnostics).
     Note,
+    /// `<key>.gate.lock`: locked shared by a reader while it decides admission, and
+    /// exclusively by a new writer from taking the role until its transition began.
+    Gate,
 }
 
 impl ScopeFile {
     /// Every scope file, for listings.
-    pub const ALL: [ScopeFile; 6] = [
+    pub const ALL: [ScopeFile; 7] = [
         ScopeFile::WriterLock,
         ScopeFile::CreationLock,
         ScopeFile::Dirty,
         ScopeFile::Prepared,
         ScopeFile::Generation,
         ScopeFile::Note,
+        ScopeFile::Gate,
     ];
 
     fn suffix(self) -> &'static str {
@@ -100,6 +104,7 @@ impl ScopeFile {
             ScopeFile::Prepared => "prepared",
             ScopeFile::Generation => "generation",
             ScopeFile::Note => "note",
+            ScopeFile::Gate => "gate.lock",
         }
     }
 }
@@ -124,6 +129,7 @@ mod tests {
                 format!("{hex}.prepared"),
                 format!("{hex}.generation"),
                 format!("{hex}.note"),
+                format!("{hex}.gate.lock"),
             ]
         );
         for name in names {

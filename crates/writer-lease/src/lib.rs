@@ -44,7 +44,11 @@
 //!   mid-transition leaves the scope dirty for the next one to clean.
 //! - **Reader admission** (C2, C7): [`ScopeFiles::admission`] admits a command
 //!   only when the scope is not dirty and the current writer generation
-//!   stamped the reader's sandbox prepared. Unreadable files refuse.
+//!   stamped the reader's sandbox prepared. Unreadable files refuse. It reads
+//!   the markers holding `<key>.gate.lock` shared; a new writer holds that gate
+//!   exclusively from taking the role until its transition began, so no reader
+//!   is admitted on the previous writer's stamp meanwhile (both sides wait for
+//!   the gate at most [`GATE_WAIT`], then refuse or stay a reader).
 //! - **Writer protocol** (C3): every transition marks the scope dirty, starts
 //!   a new [`Generation`] and removes the previous stamp before the caller
 //!   touches state; every completed push stamps and then clears dirty; a
@@ -85,7 +89,9 @@ pub use key::{ScopeFile, ScopeKey};
 pub use note::{MAX_NOTE_VALUE, ScopeNote};
 pub use phase::WriterPhase;
 pub use records::{DirtyMarker, DirtyReason, Generation, PreparedStamp};
-pub use scope::{Admission, Degradation, DegradationCause, Refusal, ScopeFiles, WriterStatus};
+pub use scope::{
+    Admission, Degradation, DegradationCause, GATE_WAIT, Refusal, ScopeFiles, WriterStatus,
+};
 pub use writer::{Role, WriterLease};
 
 /// The README's example, compiled and run as a doctest.

@@ -5,6 +5,7 @@ use std::fs::{File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::Error;
 use crate::host::{Host, MAX_RECORD_BYTES, OsHost};
@@ -111,7 +112,8 @@ pub enum Refusal {
     Unprepared,
     /// The stamp is for another sandbox than the one this reader attached to.
     OtherSandbox,
-    /// The generation moved while admission was being decided.
+    /// The generation moved while admission was being decided, or a new writer holds the
+    /// role and has not begun its transition yet.
     Changed,
     /// The coordination files could not be read; the gate cannot vouch for
     /// anything, so it refuses.
@@ -212,6 +214,13 @@ impl ScopeFiles {
     }
 
     fn admission_inner(&self, sandbox_id: &str) -> Result<Admission, Error> {
+        // Held shared while the markers are read: a writer that took the role but has
+        // not marked the scope dirty yet holds it exclusively (see `try_acquire_writer`).
+        let _gate = match self.hold_gate(LockKind::Shared)? {
+            GateHold::Held(file) => Some(file),
+            GateHold::Busy => return Ok(Admission::Refused(Refusal::Changed)),
+            GateHold::Unsupported => None,
+        };
         let before = self.generation()?;
         let stamp = self.prepared()?;
         if let Some(marker) = self.dirty()? {
@@ -350,6 +359,43 @@ fn unusable_or_error(
 pub(crate) enum LockKind {
     Exclusive,
     Shared,
+}
+
+/// The gate (`ScopeFile::Gate`) as taken by [`ScopeFiles::hold_gate`].
+#[derive(Debug)]
+pub(crate) enum GateHold {
+    Held(File),
+    /// Still held the other way after [`GATE_WAIT`].
+    Busy,
+    /// This host cannot lock; the writer lock degrades alike and says why.
+    Unsupported,
+}
+
+/// Longest wait for the gate: readers hold it shared only while they read the markers,
+/// a new writer exclusively only until its transition began.
+pub const GATE_WAIT: Duration = Duration::from_secs(2);
+/// How often a waiting session retries the gate.
+const GATE_POLL_INTERVAL: Duration = Duration::from_millis(1);
+
+impl ScopeFiles {
+    /// Takes the gate, waiting at most [`GATE_WAIT`] while it is held the other way.
+    pub(crate) fn hold_gate(&self, kind: LockKind) -> Result<GateHold, Error> {
+        let start = self.host().now();
+        loop {
+            match self.lock(ScopeFile::Gate, kind)? {
+                LockAttempt::Locked(file) => return Ok(GateHold::Held(file)),
+                LockAttempt::Degraded(_) => return Ok(GateHold::Unsupported),
+                LockAttempt::Busy => {
+                    let waited = self.host().now().saturating_duration_since(start);
+                    if waited >= GATE_WAIT {
+                        return Ok(GateHold::Busy);
+                    }
+                    self.host()
+                        .sleep(GATE_POLL_INTERVAL.min(GATE_WAIT - waited));
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug)]

@@ -9,7 +9,9 @@ use crate::phase::WriterPhase;
 use crate::records::{
     DirtyMarker, DirtyReason, Generation, PreparedStamp, encode_generation, valid_sandbox_id,
 };
-use crate::scope::{Degradation, DegradationCause, LockAttempt, LockKind, ScopeFiles, is_unusable};
+use crate::scope::{
+    Degradation, DegradationCause, GateHold, LockAttempt, LockKind, ScopeFiles, is_unusable,
+};
 
 /// The role a session gets for a scope.
 #[derive(Debug)]
@@ -35,6 +37,16 @@ impl ScopeFiles {
     /// file descriptors, an I/O error) is an error instead: degrading on it
     /// would make this session a second writer beside the real one.
     pub fn try_acquire_writer(&self) -> Result<Role, Error> {
+        // The gate first: from the moment this session holds the role until its
+        // transition began, no reader may be admitted on the previous writer's stamp
+        // (the host's state may have changed since). Readers hold the gate only while
+        // they read the markers, so the wait is short; a gate that stays busy (a reader
+        // frozen mid-admission) leaves this session a reader, never a writer without it.
+        let gate = match self.hold_gate(LockKind::Exclusive)? {
+            GateHold::Held(file) => Some(file),
+            GateHold::Busy => return Ok(Role::Reader),
+            GateHold::Unsupported => None,
+        };
         let lock = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
             LockAttempt::Locked(file) => file,
             LockAttempt::Busy => return Ok(Role::Reader),
@@ -60,7 +72,11 @@ impl ScopeFiles {
                 degradation,
             )));
         }
-        Ok(Role::Writer(WriterLease::exclusive(self.clone(), lock)))
+        Ok(Role::Writer(WriterLease::exclusive(
+            self.clone(),
+            lock,
+            gate,
+        )))
     }
 }
 
@@ -82,16 +98,19 @@ pub struct WriterLease {
     files: ScopeFiles,
     // Never read: holding the open file is what holds the lock.
     _lock: Option<File>,
+    // The gate, held exclusively from taking the role until the transition began.
+    gate: Option<File>,
     degradation: Option<Degradation>,
     phase: WriterPhase,
     generation: Generation,
 }
 
 impl WriterLease {
-    pub(crate) fn exclusive(files: ScopeFiles, lock: File) -> Self {
+    pub(crate) fn exclusive(files: ScopeFiles, lock: File, gate: Option<File>) -> Self {
         WriterLease {
             files,
             _lock: Some(lock),
+            gate,
             degradation: None,
             phase: WriterPhase::Idle,
             generation: Generation::NONE,
@@ -102,6 +121,7 @@ impl WriterLease {
         WriterLease {
             files,
             _lock: None,
+            gate: None,
             degradation: Some(degradation),
             phase: WriterPhase::Idle,
             generation: Generation::NONE,
@@ -153,6 +173,8 @@ impl WriterLease {
         self.remove(ScopeFile::Prepared, "invalidate prepared stamp")?;
         self.generation = next;
         self.phase = WriterPhase::InTransition;
+        // The markers now refuse readers by themselves.
+        self.gate = None;
         Ok(next)
     }
 

@@ -79,11 +79,21 @@ impl Inner {
             })?;
         let mut degradation = None;
         let role = match role {
-            LeaseRole::Writer(lease) => {
+            LeaseRole::Writer(mut lease) => {
                 if let Some(found) = lease.degradation() {
                     degradation = Some(found.to_string());
                     self.warn_degraded(found);
                 }
+                // The transition begins with the role, not after the lookup: while this
+                // writer lists and connects, the previous session's stamp must admit no
+                // reader, since the host's state may have changed since (C3).
+                lease
+                    .begin_transition()
+                    .map_err(|source| Error::Coordination {
+                        operation: "begin writer transition",
+                        sandbox_id: None,
+                        source,
+                    })?;
                 Role::PendingWriter(lease)
             }
             LeaseRole::Reader => Role::Reader,

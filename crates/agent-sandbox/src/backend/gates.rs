@@ -64,13 +64,16 @@ impl Inner {
     ) -> Result<(), Error> {
         let id = attached.id.as_str().to_owned();
         let result = (|| {
-            writer
-                .begin_transition()
-                .map_err(|source| Error::Coordination {
-                    operation: "begin writer transition",
-                    sandbox_id: Some(id.clone()),
-                    source,
-                })?;
+            // A writer from attach began its transition when it took the role.
+            if writer.phase() != WriterPhase::InTransition {
+                writer
+                    .begin_transition()
+                    .map_err(|source| Error::Coordination {
+                        operation: "begin writer transition",
+                        sandbox_id: Some(id.clone()),
+                        source,
+                    })?;
+            }
             self.note_writer();
             self.recover_into_home(&id)?;
             self.run_hook("initial push", &id, |t| {

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use agent_sandbox::{NoStateHooks, PullOutcome, RoleKind, SandboxMode};
-use writer_lease::WriterStatus;
+use writer_lease::{Admission, Refusal, WriterStatus};
 
 use crate::support::{self, RecordingHooks, World, ok};
 
@@ -166,6 +166,51 @@ fn a_reader_takes_the_writer_role_over_when_it_is_released() {
     assert_eq!(reader_hooks.calls()[0], "push:Initial");
     assert!(files.generation().unwrap() > before);
     assert_eq!(files.writer_status().unwrap(), WriterStatus::Held);
+}
+
+#[test]
+fn a_new_writer_closes_the_gate_before_it_looks_its_sandbox_up() {
+    // contract: C3, C2
+    // Found by the crash/fault campaign (scripts/campaign --seed 1): a writer held the role
+    // through its lookup (list, connect) before marking the scope dirty, so a reader that
+    // came meanwhile was admitted on the previous session's stamp and ran a command on state
+    // the host had changed since. Here the lookup fails, which freezes that moment: the
+    // role was held, so the old stamp must admit nobody any more.
+    let world = World::new();
+    let home = world.home.path();
+    let first = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    let id = first.attach().expect("first writer").sandbox_id;
+    first.cleanup();
+    let files = world.scope_files(&first);
+    assert!(
+        matches!(files.admission(&id), Admission::Admitted { .. }),
+        "the first session left the scope prepared"
+    );
+
+    let mut rule = e2b_local::FailRule::new(1000, 503);
+    rule.scope = e2b_local::FaultScope::Rest;
+    world.server().faults().fail_next(rule);
+    let hooks = RecordingHooks::new(home);
+    let second = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    second.attach().expect_err("the lookup fails");
+    world.server().faults().clear();
+    assert!(
+        matches!(files.admission(&id), Admission::Refused(Refusal::Dirty(_))),
+        "{:?}",
+        files.admission(&id)
+    );
+    assert!(
+        hooks.calls().is_empty(),
+        "nothing was pushed: {:?}",
+        hooks.calls()
+    );
+    // The next writer recovers and pushes as after any abandoned transition.
+    ok(&second, "true");
+    assert!(matches!(files.admission(&id), Admission::Admitted { .. }));
 }
 
 #[test]

@@ -501,7 +501,11 @@ fn write_error(virt: &str, error: &io::Error) -> ApiError {
         );
     }
     match error.kind() {
-        io::ErrorKind::NotADirectory | io::ErrorKind::IsADirectory => {
+        // A name component over the filesystem's limit is the caller's input, like a file
+        // on the way (found by the multipart fuzz target: it was a 500).
+        io::ErrorKind::NotADirectory
+        | io::ErrorKind::IsADirectory
+        | io::ErrorKind::InvalidFilename => {
             ApiError::bad_request(format!("error writing '{virt}': {error}"))
         }
         io::ErrorKind::PermissionDenied => ApiError::new(

@@ -4,6 +4,7 @@ mod cli;
 mod envd;
 mod faults;
 mod fidelity;
+mod fuzz_corpus;
 mod lifecycle;
 mod namespaces;
 mod requests;

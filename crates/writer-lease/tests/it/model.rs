@@ -104,7 +104,11 @@ struct Model {
 
 impl Model {
     fn admits(&self, sandbox: Sandbox) -> bool {
-        !self.in_flight && !self.failed_sync && self.stamped == Some(sandbox)
+        // A writer that took the role and has not begun its transition holds the gate.
+        self.phase != Some(WriterPhase::Idle)
+            && !self.in_flight
+            && !self.failed_sync
+            && self.stamped == Some(sandbox)
     }
 
     /// Whether `op` is a legal call in the writer's phase; illegal calls are

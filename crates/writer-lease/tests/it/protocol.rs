@@ -65,6 +65,88 @@ fn one_writer_per_scope_and_the_role_frees_on_release() {
     assert!(matches!(b.try_acquire_writer(), Ok(Role::Writer(_))));
 }
 
+// contract: C2, C3
+// Found by the crash/fault campaign: a reader that read the markers after a new writer
+// took the role but before it marked the scope dirty was admitted on the previous
+// session's stamp, and ran a command on state the host had changed since.
+#[test]
+fn a_new_writer_holds_the_gate_from_taking_the_role_until_its_transition_began() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reader = files(&dir);
+    let mut first = writer(&files(&dir));
+    let generation = first.begin_transition().expect("begin");
+    first.complete_push("sbx1").expect("push");
+    first.release();
+    assert!(matches!(
+        reader.admission("sbx1"),
+        Admission::Admitted { generation: g } if g == generation
+    ));
+
+    let mut second = writer(&files(&dir));
+    assert_eq!(second.phase(), WriterPhase::Idle);
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Changed
+    ));
+    second.begin_transition().expect("begin");
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Dirty(_)
+    ));
+    second.complete_push("sbx1").expect("push");
+    assert!(reader.admission("sbx1").is_admitted());
+
+    // A session that finds the role taken leaves the gate open behind it.
+    assert!(matches!(
+        files(&dir).try_acquire_writer().expect("try"),
+        Role::Reader
+    ));
+    assert!(reader.admission("sbx1").is_admitted());
+}
+
+// contract: C2
+#[test]
+fn a_reader_waits_a_bounded_time_for_the_gate_then_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = writer(&files(&dir));
+    first.begin_transition().expect("begin");
+    first.complete_push("sbx1").expect("push");
+    first.release();
+    let _second = writer(&files(&dir));
+    let host = Arc::new(FaultyHost::new());
+    let reader = ScopeFiles::with_host(dir.path().join("cache").join("e2b"), key(), host.clone());
+    let before = host.sleeps();
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Changed
+    ));
+    // The whole GATE_WAIT (2 s, on the fake clock) at one poll per millisecond.
+    assert_eq!(host.sleeps() - before, 2000);
+}
+
+// contract: C2, C3
+#[test]
+fn a_stamp_of_an_older_generation_admits_nobody() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reader = files(&dir);
+    let mut lease = writer(&files(&dir));
+    lease.begin_transition().expect("begin");
+    lease.complete_push("sbx1").expect("push");
+    drop(lease);
+    assert!(reader.admission("sbx1").is_admitted());
+    // A newer generation without a dirty marker (never written so by a writer, but the
+    // gate must not trust the order of other hosts' writes): the old stamp is stale.
+    fs::write(
+        reader.path(ScopeFile::Generation),
+        b"hermes-e2b generation v1\ngeneration: 2\n",
+    )
+    .expect("newer generation");
+    assert!(matches!(
+        refusal(reader.admission("sbx1")),
+        Refusal::Unprepared
+    ));
+}
+
 // contract: C2, C3, S3
 #[test]
 fn readers_are_refused_until_stamped_and_while_dirty() {
@@ -120,10 +202,11 @@ fn a_new_writer_generation_invalidates_the_previous_stamp() {
     first.complete_push("sbx1").expect("push");
     first.release();
 
-    // The next writer holds the role but has not begun: the scope is as the
-    // previous writer left it.
+    // The next writer holds the role but has not begun: the markers are as the previous
+    // writer left them, and the gate it holds refuses readers meanwhile.
     let mut second = writer(&reader);
-    assert!(reader.admission("sbx1").is_admitted());
+    assert!(reader.prepared().expect("read").is_some());
+    assert!(!reader.admission("sbx1").is_admitted());
 
     let generation = second.begin_transition().expect("begin");
     assert_eq!(generation, Generation::new(2));
@@ -249,6 +332,7 @@ fn files_are_private_and_named_from_the_key_only() {
         names,
         [
             format!("{hex}.dirty"),
+            format!("{hex}.gate.lock"),
             format!("{hex}.generation"),
             format!("{hex}.prepared"),
             format!("{hex}.writer.lock"),

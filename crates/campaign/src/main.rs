@@ -1,0 +1,916 @@
+//! `campaign [--cycles N] [--seed S] [--dir D]`: the crash/fault campaign (run it through
+//! `scripts/campaign`, which builds the binaries first).
+//!
+//! Randomized, seeded cycles of real `campaign-host` processes (each a persistent-mode
+//! `Backend`) on one scope against an `e2b-local serve --state-dir` process. Each cycle
+//! edits skills and memories on the host and in the sandbox, starts one or two host
+//! processes that attach, run commands and clean up, and injects faults drawn from the
+//! seed: SIGKILL of a host process (at a random moment, or as a push or pull starts),
+//! injected 5xx answers, dropped connections, streams cut mid-transfer, the sandbox
+//! vanishing or paused, its lease expiring (the server's clock jumps), and e2b-local
+//! killed and restarted on its state directory (refusing connections meanwhile). After
+//! every cycle it checks: no version of a skills/memories file the user wrote is lost (each
+//! is on the host, in a sandbox or in quarantine), nothing was written outside the Hermes
+//! home, two processes never pushed at once, and no command ran without this cycle's state.
+//! The seed fixes every draw (the schedule); the timing of real processes is not fixed, so
+//! a replay repeats the schedule, not every interleaving.
+//!
+//! Exits 1 with the seed on any violation.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant};
+
+use campaign::{Ledger, Side, overlapping_pushes, stateless_command};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The API key the host processes use; it must appear in no answer or error.
+const API_KEY: &str = "campaign-local-key";
+/// Longest wait for one answer of a host process (every operation has its own deadline).
+const ANSWER_BOUND: Duration = Duration::from_secs(90);
+/// Longest wait for e2b-local to announce its URL.
+const SERVER_START_BOUND: Duration = Duration::from_secs(30);
+/// The files the user edits, relative to the Hermes home.
+const FILES: [&str; 8] = [
+    "skills/alpha/SKILL.md",
+    "skills/beta/SKILL.md",
+    "skills/beta/references/notes.md",
+    "skills/gamma/SKILL.md",
+    "memories/MEMORY.md",
+    "memories/USER.md",
+    "memories/projects/one.md",
+    "memories/projects/two.md",
+];
+/// The file whose content names the cycle; every command prints it.
+const EPOCH_FILE: &str = "skills/campaign/epoch";
+
+type Error = Box<dyn std::error::Error>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    KillHostTimed,
+    KillHostAtPush,
+    KillHostAtPull,
+    ServerError,
+    DropConnections,
+    DropStream,
+    Vanish,
+    Pause,
+    LeaseExpiry,
+    ServerRestart,
+}
+
+const FAULTS: [Fault; 10] = [
+    Fault::KillHostTimed,
+    Fault::KillHostAtPush,
+    Fault::KillHostAtPull,
+    Fault::ServerError,
+    Fault::DropConnections,
+    Fault::DropStream,
+    Fault::Vanish,
+    Fault::Pause,
+    Fault::LeaseExpiry,
+    Fault::ServerRestart,
+];
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::KillHostTimed => "SIGKILL host at a random moment",
+            Fault::KillHostAtPush => "SIGKILL host mid-push",
+            Fault::KillHostAtPull => "SIGKILL host mid-pull",
+            Fault::ServerError => "injected 5xx",
+            Fault::DropConnections => "dropped connections",
+            Fault::DropStream => "stream cut mid-transfer",
+            Fault::Vanish => "sandbox vanished",
+            Fault::Pause => "sandbox paused",
+            Fault::LeaseExpiry => "lease expired (clock jump)",
+            Fault::ServerRestart => "e2b-local killed and restarted (refusing meanwhile)",
+        }
+    }
+}
+
+struct Args {
+    cycles: u64,
+    seed: u64,
+    dir: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, Error> {
+    let mut args = Args {
+        cycles: 50,
+        seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos() as u64,
+        dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--cycles" => args.cycles = value()?.parse()?,
+            "--seed" => args.seed = value()?.parse()?,
+            "--dir" => args.dir = Some(PathBuf::from(value()?)),
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?}; usage: campaign [--cycles N] [--seed S] [--dir D]"
+                )
+                .into());
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// The e2b-local process.
+struct LocalServer {
+    bin: PathBuf,
+    state: PathBuf,
+    log: PathBuf,
+    port: u16,
+    child: Child,
+    _stdin: ChildStdin,
+}
+
+impl LocalServer {
+    fn start(bin: &Path, state: &Path, log: &Path, port: u16) -> Result<LocalServer, Error> {
+        let deadline = Instant::now() + SERVER_START_BOUND;
+        loop {
+            match LocalServer::spawn(bin, state, log, port) {
+                Ok(server) => return Ok(server),
+                // The port of a killed server may take a moment to be free again.
+                Err(error) if Instant::now() < deadline && port != 0 => {
+                    eprintln!("campaign: e2b-local restart: {error}; retrying");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    fn spawn(bin: &Path, state: &Path, log: &Path, port: u16) -> Result<LocalServer, Error> {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let mut child = Command::new(bin)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--exit-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = match rx.recv_timeout(SERVER_START_BOUND) {
+            Ok(line) if line.starts_with("E2B_API_URL=") => line,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("e2b-local did not announce its URL: {other:?}").into());
+            }
+        };
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| format!("bad URL line {line:?}"))?;
+        Ok(LocalServer {
+            bin: bin.to_path_buf(),
+            state: state.to_path_buf(),
+            log: log.to_path_buf(),
+            port,
+            child,
+            _stdin: stdin,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL, a gap during which connections are refused, then a start on the same port
+    /// and state directory.
+    fn restart(&mut self, gap: Duration) -> Result<(), Error> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(gap);
+        *self = LocalServer::start(&self.bin, &self.state, &self.log, self.port)?;
+        Ok(())
+    }
+
+    /// One admin request (`/_e2b_local/...`); the status.
+    fn admin(&self, path: &str, body: &str) -> Result<u16, Error> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(
+            stream,
+            "POST /_e2b_local/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {API_KEY}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer)?;
+        answer
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad admin answer {answer:?}").into())
+    }
+
+    /// Admin requests may meet the faults they set up (a dropped connection): retry a few
+    /// times; the caller decides whether a failure matters.
+    fn admin_retrying(&self, path: &str, body: &str) -> Result<u16, Error> {
+        let mut last = None;
+        for _ in 0..5 {
+            match self.admin(path, body) {
+                Ok(status) if status < 500 => return Ok(status),
+                Ok(status) => last = Some(format!("status {status}").into()),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| "no attempt".into()))
+    }
+
+    fn sandbox_hermes_home(&self, sandbox_id: &str) -> PathBuf {
+        self.state
+            .join("sandboxes")
+            .join(sandbox_id)
+            .join("home")
+            .join(".hermes")
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+enum Msg {
+    Line(usize, String),
+    Eof(usize),
+}
+
+/// One host process and where its script stands.
+struct Host {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    pid: u32,
+    script: Vec<String>,
+    next: usize,
+    waiting_since: Option<Instant>,
+    killed: bool,
+    done: bool,
+}
+
+impl Host {
+    fn send_next(&mut self) {
+        if let Some(op) = self.script.get(self.next) {
+            self.next += 1;
+            let sent = self
+                .stdin
+                .as_mut()
+                .is_some_and(|stdin| writeln!(stdin, "{op}").and_then(|()| stdin.flush()).is_ok());
+            self.waiting_since = sent.then(Instant::now);
+            if op == "quit" {
+                self.waiting_since = None;
+                self.stdin = None;
+            }
+        }
+    }
+}
+
+/// A fault scheduled in this cycle.
+struct Planned {
+    fault: Fault,
+    at: Instant,
+    armed: bool,
+}
+
+struct Campaign {
+    rng: StdRng,
+    root: PathBuf,
+    home: PathBuf,
+    push_log: PathBuf,
+    host_bin: PathBuf,
+    server: LocalServer,
+    ledger: Ledger,
+    sandbox: Option<String>,
+    injected: BTreeMap<Fault, u64>,
+    violations: Vec<String>,
+    outside_baseline: BTreeSet<PathBuf>,
+    host_edits: u64,
+    sandbox_edits: u64,
+    commands_ok: u64,
+    commands_failed: u64,
+    /// What happened in the current cycle, printed with its violations.
+    trace: Vec<String>,
+    previous_trace: Vec<String>,
+    cycle_start: Instant,
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(0) => std::process::ExitCode::SUCCESS,
+        Ok(_) => std::process::ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("campaign: {error}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<usize, Error> {
+    let args = parse_args()?;
+    let bin_dir = std::env::current_exe()?
+        .parent()
+        .ok_or("no binary directory")?
+        .to_path_buf();
+    let temp;
+    let root = match &args.dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.clone()
+        }
+        None => {
+            temp =
+                std::env::temp_dir().join(format!("campaign-{}-{}", std::process::id(), args.seed));
+            std::fs::create_dir_all(&temp)?;
+            temp.clone()
+        }
+    };
+    let home = root.join("hermes-home");
+    for dir in [
+        "hermes-home/skills",
+        "hermes-home/memories",
+        "state",
+        "logs",
+        "host-home",
+        "host-tmp",
+        "host-cwd",
+    ] {
+        std::fs::create_dir_all(root.join(dir))?;
+    }
+    let server = LocalServer::start(
+        &bin_dir.join("e2b-local"),
+        &root.join("state"),
+        &root.join("logs").join("e2b-local.log"),
+        0,
+    )?;
+    println!(
+        "campaign: seed {}, {} cycles, e2b-local at {}, directory {}",
+        args.seed,
+        args.cycles,
+        server.url(),
+        root.display()
+    );
+    let mut campaign = Campaign {
+        rng: StdRng::seed_from_u64(args.seed),
+        push_log: root.join("logs").join("push.log"),
+        host_bin: bin_dir.join("campaign-host"),
+        home,
+        server,
+        ledger: Ledger::default(),
+        sandbox: None,
+        injected: BTreeMap::new(),
+        violations: Vec::new(),
+        outside_baseline: BTreeSet::new(),
+        host_edits: 0,
+        sandbox_edits: 0,
+        commands_ok: 0,
+        commands_failed: 0,
+        trace: Vec::new(),
+        previous_trace: Vec::new(),
+        cycle_start: Instant::now(),
+        root: root.clone(),
+    };
+    campaign.outside_baseline = campaign.outside_home();
+    let started = Instant::now();
+    for cycle in 1..=args.cycles {
+        let before = campaign.violations.len();
+        campaign.cycle(cycle)?;
+        for violation in &campaign.violations[before..] {
+            println!("VIOLATION in cycle {cycle}: {violation}");
+        }
+        if campaign.violations.len() > before {
+            println!("  trace of the cycle before:");
+            for line in &campaign.previous_trace {
+                println!("    {line}");
+            }
+            println!("  trace of cycle {cycle}:");
+            for line in &campaign.trace {
+                println!("    {line}");
+            }
+        }
+        if cycle % 50 == 0 {
+            println!(
+                "campaign: {cycle} cycles, {} violations, {:.0?}",
+                campaign.violations.len(),
+                started.elapsed()
+            );
+        }
+    }
+    println!(
+        "campaign: {} cycles in {:.1?}, seed {}",
+        args.cycles,
+        started.elapsed(),
+        args.seed
+    );
+    for fault in FAULTS {
+        println!(
+            "  {:<55} {}",
+            fault.name(),
+            campaign.injected.get(&fault).copied().unwrap_or(0)
+        );
+    }
+    println!(
+        "  versions written: {} ({} host edits, {} sandbox edits); commands: {} completed, {} refused or failed",
+        campaign.ledger.written(),
+        campaign.host_edits,
+        campaign.sandbox_edits,
+        campaign.commands_ok,
+        campaign.commands_failed
+    );
+    // A campaign in which nothing works proves nothing: most cycles must get commands through
+    // (each cycle runs at least one; faults refuse some).
+    if args.cycles >= 10 && campaign.commands_ok < args.cycles / 4 {
+        campaign.violations.push(format!(
+            "only {} commands completed in {} cycles: the backend hardly worked",
+            campaign.commands_ok, args.cycles
+        ));
+        println!(
+            "VIOLATION: {}",
+            campaign.violations[campaign.violations.len() - 1]
+        );
+    }
+    let violations = campaign.violations.len();
+    println!("  violations: {violations}");
+    if violations > 0 {
+        println!(
+            "campaign: FAILED; replay the schedule with: scripts/campaign --seed {} --cycles {}",
+            args.seed, args.cycles
+        );
+    } else if args.dir.is_none() {
+        drop(campaign);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    Ok(violations)
+}
+
+/// Writes `content` to `path` atomically (a temp file beside it, then rename).
+fn write_atomic(path: &Path, content: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension("campaign-tmp");
+    std::fs::write(&tmp, content)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Every file below `dir`, with its content (unreadable files are skipped).
+fn contents(dir: &Path, out: &mut HashSet<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => contents(&path, out),
+            Ok(t) if t.is_file() => {
+                if let Ok(text) = std::fs::read_to_string(&path) {
+                    out.insert(text);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn walk(dir: &Path, skip: &[PathBuf], out: &mut BTreeSet<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if skip.iter().any(|s| path.starts_with(s)) {
+            continue;
+        }
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(&path, skip, out);
+        }
+        out.insert(path);
+    }
+}
+
+impl Campaign {
+    /// Everything under the campaign directory but the Hermes home, e2b-local's state and
+    /// the campaign's own logs.
+    fn outside_home(&self) -> BTreeSet<PathBuf> {
+        let mut out = BTreeSet::new();
+        let skip = [
+            self.home.clone(),
+            self.root.join("state"),
+            self.root.join("logs"),
+        ];
+        walk(&self.root, &skip, &mut out);
+        out
+    }
+
+    fn note(&mut self, what: String) {
+        let ms = self.cycle_start.elapsed().as_millis();
+        self.trace.push(format!("{ms:>6} ms {what}"));
+    }
+
+    fn count(&mut self, fault: Fault) {
+        self.note(format!("fault: {}", fault.name()));
+        *self.injected.entry(fault).or_default() += 1;
+    }
+
+    fn edit(&mut self, cycle: u64) -> Result<(), Error> {
+        write_atomic(&self.home.join(EPOCH_FILE), &format!("epoch {cycle}\n"))?;
+        for _ in 0..self.rng.random_range(0..=2) {
+            let rel = FILES[self.rng.random_range(0..FILES.len())];
+            let path = self.home.join(rel);
+            if let Ok(old) = std::fs::read_to_string(&path) {
+                self.ledger.overwrite(&old);
+            }
+            let content = self.ledger.write(Side::Host, cycle, rel);
+            write_atomic(&path, &content)?;
+            self.host_edits += 1;
+            self.note(format!("host edit: {}", content.trim_end()));
+        }
+        let edits = self.rng.random_range(0..=2);
+        if let Some(id) = self.sandbox.clone() {
+            let remote = self.server.sandbox_hermes_home(&id);
+            if remote.is_dir() {
+                for _ in 0..edits {
+                    let rel = FILES[self.rng.random_range(0..FILES.len())];
+                    let path = remote.join(rel);
+                    if let Ok(old) = std::fs::read_to_string(&path) {
+                        self.ledger.overwrite(&old);
+                    }
+                    let content = self.ledger.write(Side::Sandbox, cycle, rel);
+                    write_atomic(&path, &content)?;
+                    self.sandbox_edits += 1;
+                    self.note(format!("sandbox edit in {id}: {}", content.trim_end()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn_host(
+        &self,
+        index: usize,
+        script: Vec<String>,
+        tx: Sender<Msg>,
+    ) -> Result<Host, Error> {
+        let stderr =
+            std::fs::File::create(self.root.join("logs").join(format!("host-{index}.err")))?;
+        let mut child = Command::new(&self.host_bin)
+            .arg(self.server.url())
+            .arg(&self.home)
+            .arg("campaign-task")
+            .arg(&self.push_log)
+            .env("HOME", self.root.join("host-home"))
+            .env("TMPDIR", self.root.join("host-tmp"))
+            .env_remove("E2B_API_KEY")
+            .current_dir(self.root.join("host-cwd"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(Msg::Line(index, line)).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Msg::Eof(index));
+        });
+        Ok(Host {
+            pid: child.id(),
+            stdin: child.stdin.take(),
+            child,
+            script,
+            next: 0,
+            waiting_since: None,
+            killed: false,
+            done: false,
+        })
+    }
+
+    fn kill(&self, host: &mut Host) -> Result<(), Error> {
+        if host.done || host.killed {
+            return Ok(());
+        }
+        let _ = host.child.kill();
+        let _ = host.child.wait();
+        host.killed = true;
+        host.stdin = None;
+        let mut log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.push_log)?;
+        writeln!(log, "K {}", host.pid)?;
+        Ok(())
+    }
+
+    fn inject(&mut self, fault: Fault, hosts: &mut [Host]) -> Result<(), Error> {
+        match fault {
+            Fault::KillHostTimed | Fault::KillHostAtPush | Fault::KillHostAtPull => {
+                let live: Vec<usize> = (0..hosts.len())
+                    .filter(|&i| !hosts[i].done && !hosts[i].killed)
+                    .collect();
+                if live.is_empty() {
+                    return Ok(());
+                }
+                let i = live[self.rng.random_range(0..live.len())];
+                self.kill(&mut hosts[i])?;
+            }
+            Fault::ServerError => {
+                let status = [500, 502, 503, 504][self.rng.random_range(0..4)];
+                let count = self.rng.random_range(1..=4);
+                self.server.admin_retrying(
+                    "faults/fail",
+                    &format!(r#"{{"count":{count},"status":{status}}}"#),
+                )?;
+            }
+            Fault::DropConnections => {
+                let count = self.rng.random_range(1..=3);
+                self.server.admin_retrying(
+                    "faults/drop-connections",
+                    &format!(r#"{{"count":{count}}}"#),
+                )?;
+            }
+            Fault::DropStream => {
+                let count = self.rng.random_range(1..=2);
+                let after = self.rng.random_range(0..4096);
+                self.server.admin_retrying(
+                    "faults/drop-stream",
+                    &format!(r#"{{"count":{count},"afterBytes":{after},"scope":"envd"}}"#),
+                )?;
+            }
+            Fault::Vanish | Fault::Pause => {
+                let Some(id) = self.sandbox.clone() else {
+                    return Ok(());
+                };
+                if fault == Fault::Vanish {
+                    // What lived only in this sandbox may be lost with it.
+                    let mut inside = HashSet::new();
+                    let remote = self.server.sandbox_hermes_home(&id);
+                    contents(&remote.join("skills"), &mut inside);
+                    contents(&remote.join("memories"), &mut inside);
+                    for content in &inside {
+                        self.ledger.vanished(content);
+                    }
+                }
+                let action = if fault == Fault::Vanish {
+                    "vanish"
+                } else {
+                    "pause"
+                };
+                // 404 when it is already gone: nothing was injected.
+                if self
+                    .server
+                    .admin_retrying(&format!("sandboxes/{id}/{action}"), "{}")?
+                    != 204
+                {
+                    return Ok(());
+                }
+            }
+            Fault::LeaseExpiry => {
+                self.server
+                    .admin_retrying("clock/advance", r#"{"seconds":200000}"#)?;
+            }
+            Fault::ServerRestart => {
+                let gap = Duration::from_millis(self.rng.random_range(0..300));
+                self.server.restart(gap)?;
+            }
+        }
+        self.count(fault);
+        Ok(())
+    }
+
+    fn cycle(&mut self, cycle: u64) -> Result<(), Error> {
+        self.previous_trace = std::mem::take(&mut self.trace);
+        self.cycle_start = Instant::now();
+        self.edit(cycle)?;
+        let epoch = format!("epoch {cycle}");
+        let _ = std::fs::remove_file(&self.push_log);
+        let processes = if self.rng.random_bool(0.4) { 2 } else { 1 };
+        let (tx, rx): (Sender<Msg>, Receiver<Msg>) = channel();
+        let mut hosts = Vec::new();
+        for index in 0..processes {
+            let mut script = vec!["attach".to_owned()];
+            for _ in 0..self.rng.random_range(1..=3) {
+                let pause = self.rng.random_range(0..30);
+                script.push(format!(
+                    "run cat ~/.hermes/{EPOCH_FILE} 2>/dev/null || echo NOSTATE; sleep 0.{pause:02}"
+                ));
+            }
+            script.push("cleanup".to_owned());
+            script.push("quit".to_owned());
+            let host = self.spawn_host(index, script, tx.clone())?;
+            self.note(format!("host {index} is pid {}", host.pid));
+            hosts.push(host);
+        }
+        drop(tx);
+        let start = Instant::now();
+        let mut planned = Vec::new();
+        let faults = match self.rng.random_range(0..10) {
+            0..=1 => 0,
+            2..=6 => 1,
+            _ => 2,
+        };
+        for _ in 0..faults {
+            let fault = FAULTS[self.rng.random_range(0..FAULTS.len())];
+            let delay = Duration::from_millis(self.rng.random_range(0..600));
+            let armed = !matches!(fault, Fault::KillHostAtPush | Fault::KillHostAtPull);
+            planned.push(Planned {
+                fault,
+                at: start + delay,
+                armed,
+            });
+        }
+        for host in &mut hosts {
+            host.send_next();
+        }
+        let mut open = hosts.len();
+        while open > 0 {
+            let now = Instant::now();
+            // Due faults first.
+            let mut i = 0;
+            while i < planned.len() {
+                if planned[i].armed && planned[i].at <= now {
+                    let fault = planned.remove(i).fault;
+                    self.inject(fault, &mut hosts)?;
+                } else {
+                    i += 1;
+                }
+            }
+            for (index, host) in hosts.iter_mut().enumerate() {
+                if let Some(since) = host.waiting_since
+                    && since.elapsed() > ANSWER_BOUND
+                {
+                    self.violations.push(format!(
+                        "host process {index} gave no answer to {:?} within {ANSWER_BOUND:?}",
+                        host.script[host.next - 1]
+                    ));
+                    self.kill(host)?;
+                }
+            }
+            let wait = planned
+                .iter()
+                .filter(|p| p.armed)
+                .map(|p| p.at.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::from_secs(1))
+                .max(Duration::from_millis(1));
+            match rx.recv_timeout(wait) {
+                Ok(Msg::Line(index, line)) => {
+                    self.note(format!("host {index} (pid {}): {line}", hosts[index].pid));
+                    if line.contains(API_KEY) {
+                        self.violations
+                            .push(format!("the API key appeared in a host answer: {line:?}"));
+                    }
+                    if let Some(phase) = line.strip_prefix("phase ") {
+                        let wanted = if phase == "push" {
+                            Fault::KillHostAtPush
+                        } else {
+                            Fault::KillHostAtPull
+                        };
+                        if let Some(at) = planned.iter().position(|p| p.fault == wanted && !p.armed)
+                        {
+                            // Kill the host that announced the transfer, a moment into it.
+                            planned.remove(at);
+                            std::thread::sleep(Duration::from_millis(self.rng.random_range(0..8)));
+                            if !hosts[index].killed && !hosts[index].done {
+                                self.kill(&mut hosts[index])?;
+                                self.count(wanted);
+                            }
+                        }
+                        continue;
+                    }
+                    self.answer(&line, &epoch);
+                    let host = &mut hosts[index];
+                    if !host.killed {
+                        host.send_next();
+                    }
+                }
+                Ok(Msg::Eof(index)) => {
+                    let host = &mut hosts[index];
+                    if !host.killed {
+                        let status = host.child.wait()?;
+                        if !status.success() || host.next < host.script.len() {
+                            let log = std::fs::read_to_string(
+                                self.root.join("logs").join(format!("host-{index}.err")),
+                            )
+                            .unwrap_or_default();
+                            self.violations.push(format!(
+                                "host process {index} exited on its own ({status}) after {:?}: {}",
+                                host.script.get(host.next.saturating_sub(1)),
+                                log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+                            ));
+                        }
+                    }
+                    host.done = true;
+                    host.waiting_since = None;
+                    open -= 1;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        // Phase kills that never met their phase are not counted.
+        self.server.admin_retrying("faults/clear", "{}")?;
+        self.check()?;
+        Ok(())
+    }
+
+    fn answer(&mut self, line: &str, epoch: &str) {
+        if let Some(rest) = line.strip_prefix("attached ") {
+            if let Some(id) = rest.split(' ').next() {
+                self.sandbox = Some(id.to_owned());
+            }
+        } else if let Some(rest) = line.strip_prefix("exit ") {
+            self.commands_ok += 1;
+            let output = rest
+                .split_once(' ')
+                .map_or("", |(_, out)| out)
+                .replace("\\n", "\n");
+            if let Some(problem) = stateless_command(&output, epoch) {
+                self.violations.push(problem);
+            }
+        } else if line.starts_with("error ") {
+            self.commands_failed += 1;
+        }
+    }
+
+    fn check(&mut self) -> Result<(), Error> {
+        let log = std::fs::read_to_string(&self.push_log).unwrap_or_default();
+        self.violations.extend(overlapping_pushes(&log));
+        let outside = self.outside_home();
+        for path in outside.difference(&self.outside_baseline) {
+            self.violations.push(format!(
+                "written outside the Hermes home: {}",
+                path.display()
+            ));
+        }
+        self.outside_baseline = outside;
+        if let Ok(entries) = std::fs::read_dir(&self.home) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if !["skills", "memories", "cache"].iter().any(|n| name == *n) {
+                    self.violations.push(format!(
+                        "unexpected entry in the Hermes home: {}",
+                        name.to_string_lossy()
+                    ));
+                }
+            }
+        }
+        let mut found = HashSet::new();
+        contents(&self.home.join("skills"), &mut found);
+        contents(&self.home.join("memories"), &mut found);
+        contents(&self.home.join("cache").join("e2b-recovered"), &mut found);
+        if let Ok(sandboxes) = std::fs::read_dir(self.root.join("state").join("sandboxes")) {
+            for sandbox in sandboxes.flatten() {
+                let remote = sandbox.path().join("home").join(".hermes");
+                contents(&remote.join("skills"), &mut found);
+                contents(&remote.join("memories"), &mut found);
+            }
+        }
+        let lost: Vec<String> = self
+            .ledger
+            .lost(&found)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        for content in lost {
+            self.violations
+                .push(format!("lost: {}", content.trim_end()));
+            self.ledger.reported(&content);
+        }
+        Ok(())
+    }
+}
