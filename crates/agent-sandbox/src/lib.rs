@@ -148,7 +148,7 @@ pub use report::{
 };
 pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Mode, Security, SystemClock};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
-pub use transport::{PullSummary, StateTransport};
+pub use transport::{PullSummary, StateTransport, host_state_files};
 
 #[cfg(test)]
 mod tests {

@@ -14,46 +14,28 @@
 #![allow(clippy::print_stdout)]
 
 use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_sandbox::{
     ApiKeySource, Backend, Config, DiscardSink, Endpoints, ErrorChain, HookError, PushKind,
-    RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport,
+    RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport, host_state_files,
 };
 use e2b_client::ApiKey;
+
+/// Where the sandbox keeps the Hermes state this driver pushes.
+const REMOTE_HERMES_HOME: &str = "/home/user/.hermes";
 
 struct SessionHooks {
     home: PathBuf,
     hang_in_push: AtomicBool,
 }
 
-fn skill_files(home: &Path) -> Vec<(PathBuf, String)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else if let Ok(rel) = path.strip_prefix(root) {
-                let remote = format!("/home/user/.hermes/{}", rel.to_string_lossy());
-                out.push((path, remote));
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(home, &home.join("skills"), &mut files);
-    files.sort();
-    files
-}
-
 impl StateHooks for SessionHooks {
     fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
-        let mut files = skill_files(&self.home);
+        let mut files = host_state_files(&self.home, &["skills"], REMOTE_HERMES_HOME);
         if kind == PushKind::Initial && self.hang_in_push.swap(false, Ordering::SeqCst) {
             files.truncate(1);
             transport.upload_many(files)?;

@@ -23,36 +23,18 @@ use std::time::Duration;
 use agent_sandbox::{
     ApiKey, ApiKeySource, Backend, Config, Endpoints, ErrorChain, HookError, OutputSink,
     OutputStream, PushKind, RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport,
+    host_state_files,
 };
 
 /// Largest command output kept for the answer line; the campaign's commands print a line.
 const OUTPUT_CAP: usize = 4096;
 
+/// Where the sandbox keeps the Hermes state this driver pushes.
+const REMOTE_HERMES_HOME: &str = "/home/user/.hermes";
+
 struct Hooks {
     home: PathBuf,
     push_log: PathBuf,
-}
-
-fn state_files(home: &Path) -> Vec<(PathBuf, String)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(root, &path, out);
-            } else if let Ok(rel) = path.strip_prefix(root) {
-                let remote = format!("/home/user/.hermes/{}", rel.to_string_lossy());
-                out.push((path, remote));
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(home, &home.join("skills"), &mut files);
-    walk(home, &home.join("memories"), &mut files);
-    files.sort();
-    files
 }
 
 fn event(line: &str) -> std::io::Result<()> {
@@ -74,7 +56,11 @@ impl StateHooks for Hooks {
     fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
         log_push(&self.push_log, 'B')?;
         event("phase push")?;
-        let pushed = transport.upload_many(state_files(&self.home));
+        let pushed = transport.upload_many(host_state_files(
+            &self.home,
+            &["skills", "memories"],
+            REMOTE_HERMES_HOME,
+        ));
         // A failed push has ended too: the role may pass to another process next.
         log_push(&self.push_log, 'E')?;
         pushed?;
