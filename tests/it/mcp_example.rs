@@ -323,15 +323,29 @@ fn mcp_server_cleans_up_on_sigterm() {
 
 #[test]
 fn mcp_server_kills_the_command_of_a_cancelled_call() {
+    // `exec` makes the sleep the command's own pid, which is what a kill reaches (L6).
+    cancel_and_wait_until_gone("echo started; exec sleep 3599", "sleep 3599");
+}
+
+/// Without `exec`: the `sleep` is a child of the command's shell, and the cancel must reach it
+/// too (the command's process group, contract L6), not leave it orphaned.
+#[test]
+fn mcp_server_kills_what_a_cancelled_command_started() {
+    cancel_and_wait_until_gone("echo started; sleep 3598; echo after", "sleep 3598");
+}
+
+/// Starts `command` (which prints `started` first) through `run_command`, cancels the call
+/// once that output arrives, then waits inside the sandbox until no process runs `process`.
+/// Were it never killed, the waiting command would hit its own deadline instead of exiting.
+fn cancel_and_wait_until_gone(command: &str, process: &str) {
     let mut session = McpSession::start();
     initialize(&mut session);
 
-    // `exec` makes the sleep the command's own pid, which is what a kill reaches (L6).
     let id = session.start_request(
         "tools/call",
         json!({
             "name": "run_command",
-            "arguments": {"command": "echo started; exec sleep 3599"},
+            "arguments": {"command": command},
             "_meta": {"progressToken": "long"}
         }),
     );
@@ -344,53 +358,10 @@ fn mcp_server_kills_the_command_of_a_cancelled_call() {
         json!({"requestId": id, "reason": "the user stopped it"}),
     );
 
-    // Waits inside the sandbox until the sleep is gone; were it never killed, this command
-    // would hit its own deadline instead of exiting.
     let (result, _) = session.call_tool(
         "run_command",
         json!({
-            "command": "while ps -eo args | grep -q '^sleep 3599$'; do sleep 0.1; done; echo gone",
-            "timeout_seconds": 60
-        }),
-    );
-    assert_eq!(
-        result["structuredContent"]["termination"], "exited",
-        "{result}"
-    );
-    assert_eq!(result["structuredContent"]["output"], "gone\n");
-
-    let (status, stderr) = session.finish();
-    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
-}
-
-/// Without `exec`: the `sleep` is a child of the command's shell, and the cancel must reach it
-/// too (the command's process group, contract L6), not leave it orphaned.
-#[test]
-fn mcp_server_kills_what_a_cancelled_command_started() {
-    let mut session = McpSession::start();
-    initialize(&mut session);
-
-    let id = session.start_request(
-        "tools/call",
-        json!({
-            "name": "run_command",
-            "arguments": {"command": "echo started; sleep 3598; echo after"},
-            "_meta": {"progressToken": "long"}
-        }),
-    );
-    let first = session.next_message("the long command's first output");
-    assert_eq!(first["method"], "notifications/progress", "{first}");
-    assert_eq!(first["params"]["message"], "started\n");
-    session.notify(
-        "notifications/cancelled",
-        json!({"requestId": id, "reason": "the user stopped it"}),
-    );
-
-    // Bounded by this call's own deadline: were the sleep left running, it would hit it.
-    let (result, _) = session.call_tool(
-        "run_command",
-        json!({
-            "command": "while ps -eo args | grep -q '^sleep 3598$'; do sleep 0.1; done; echo gone",
+            "command": format!("while ps -eo args | grep -q '^{process}$'; do sleep 0.1; done; echo gone"),
             "timeout_seconds": 60
         }),
     );
