@@ -12,6 +12,7 @@
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use e2b_client::{ProcessEvent, Sandbox, StartOptions};
@@ -245,10 +246,12 @@ impl HomeCache {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(dir)?;
         // Written aside and renamed: a concurrent reader sees the old file or the new one.
-        let temp = dir.join(format!(".sandbox-homes.{}", std::process::id()));
-        let mut file = fs::File::create(&temp)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
+        // No fsync: after a crash a torn file only costs a probe (bad lines are ignored).
+        // Unique per process and write: backends of several scopes share the directory.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let sequence = NEXT.fetch_add(1, Ordering::Relaxed);
+        let temp = dir.join(format!(".sandbox-homes.{}.{sequence}", std::process::id()));
+        fs::File::create(&temp)?.write_all(text.as_bytes())?;
         fs::rename(&temp, &self.path)
     }
 }
