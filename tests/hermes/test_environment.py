@@ -150,6 +150,39 @@ def test_skill_is_pushed_on_bring_up_and_pulled_back_at_cleanup(configured):
     assert skill.read_text() == "# demo v2 (edited in the sandbox)\n"
 
 
+def test_commands_and_file_writes_land_under_the_sandbox_users_real_home(home, e2b_local):
+    # contract: L13 — e2b-local's `agent-home` template gives its user the home /home/agent.
+    tag = uuid.uuid4().hex
+    settings = e2b_local.settings(metadata={"test": tag})
+    settings["template"] = "agent-home"
+    home.write_config(settings=settings, terminal={"timeout": 60})
+    home.write_key()
+    skill = home.path / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# demo v1\n")
+    result = run(home, """
+        from tools.file_tools import write_file_tool
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        from hermes_e2b.provider import E2BProvider
+        r = {}
+        r["pwd"] = T("pwd; printf '%s\\\\n' \\"$HOME\\"")
+        r["write"] = json.loads(write_file_tool("/home/agent/notes.txt", "alpha\\n", task_id="t1"))
+        r["cat"] = T("cat notes.txt; test -e /home/user && echo user-home-exists || echo no-user-home")
+        r["pushed"] = T("cat ~/.hermes/skills/demo/SKILL.md")
+        r["cache_base"] = E2BProvider(None).cache_path_base
+        r["edit"] = T("echo '# demo v2 (edited under /home/agent)' > ~/.hermes/skills/demo/SKILL.md")
+        cleanup_vm("default")
+        finish(r)
+    """)
+    assert result["pwd"]["output"] == "/home/agent\n/home/agent"
+    assert "error" not in result["write"], result["write"]
+    assert result["cat"]["output"] == "alpha\nno-user-home"
+    assert result["pushed"]["output"] == "# demo v1"
+    assert result["cache_base"] == "/home/agent/.hermes"
+    # The teardown pull names state by its real path, and Hermes maps it back to the host.
+    assert skill.read_text() == "# demo v2 (edited under /home/agent)\n"
+
+
 def test_persistent_cleanup_leaves_the_sandbox_and_ephemeral_kills_it(configured, e2b_local):
     home, tag = configured
     run(home, """

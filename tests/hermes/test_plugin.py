@@ -286,8 +286,8 @@ def test_schema_defaults_and_remote_home_come_from_the_native_settings_table(hom
         p = E2BProvider(None)
         p.get_config_schema()["template"]["default"] = "changed by a caller"
         print("RESULT:" + json.dumps({"schema": p.get_config_schema(), "table": list(_native.SETTINGS),
-              "keys": list(_native.SETTING_KEYS), "home": _native.REMOTE_HOME, "default_cwd": p.default_cwd,
-              "settings_cwd": _native.Settings({}).cwd}))
+              "keys": list(_native.SETTING_KEYS), "home": _native.E2B_DEFAULT_HOME, "default_cwd": p.default_cwd,
+              "settings_cwd": _native.Settings({}).cwd, "cache_base": p.cache_path_base}))
         """
     )
     assert result["keys"] == [entry["key"] for entry in result["table"]]
@@ -299,7 +299,12 @@ def test_schema_defaults_and_remote_home_come_from_the_native_settings_table(hom
     assert schema["secure"]["type"] == "boolean" and schema["secure"]["default"] is True
     assert "default" not in schema["lease_seconds"], "derived from terminal.lifetime_seconds"
     assert schema["metadata"]["type"] == "text"
-    assert result["home"] == result["default_cwd"] == result["settings_cwd"] == "/home/user"
+    # Before any sandbox reported its home, the hints show E2B's usual one; the setting
+    # itself stays unset, so commands follow the sandbox's real $HOME.
+    assert result["home"] == result["default_cwd"] == "/home/user"
+    assert result["cache_base"] == "/home/user/.hermes"
+    assert result["settings_cwd"] is None
+    assert "default" not in schema["cwd"] and "$HOME" in schema["cwd"]["description"]
 
 
 def test_rust_tracing_reaches_python_logging(home):

@@ -22,9 +22,10 @@ pub const DEFAULT_STATE_CAP: u64 = state_sync::DEFAULT_MAX_BYTES;
 /// How long a writer waits for another process's creation lock before giving up.
 pub const CREATION_LOCK_WAIT: Duration = Duration::from_secs(120);
 
-/// The sandbox user's home: the default working directory, and where Hermes' state lives
-/// (its `.hermes`).
-pub const REMOTE_HOME: &str = "/home/user";
+/// The home of E2B's own templates' user. Only a placeholder for places that must name a
+/// path before any sandbox exists (a framework's static hints); the backend itself always
+/// uses the home the sandbox reports ([`crate::SandboxHome`]).
+pub const E2B_DEFAULT_HOME: &str = "/home/user";
 
 /// The E2B template used when none is configured.
 pub const DEFAULT_TEMPLATE: &str = "base";
@@ -118,8 +119,9 @@ pub const SETTINGS: [Setting; 11] = [
     Setting {
         key: "cwd",
         kind: SettingKind::Text,
-        default: SettingDefault::Text(REMOTE_HOME),
-        description: "Starting directory in the sandbox.",
+        // Derived: the sandbox user's real $HOME, learned at attach.
+        default: SettingDefault::Unset,
+        description: "Starting directory in the sandbox; defaults to the sandbox user's $HOME.",
     },
     Setting {
         key: "lease_seconds",
@@ -184,10 +186,12 @@ pub const SETTINGS: [Setting; 11] = [
 pub struct Config {
     /// E2B template name or id; part of the sandbox identity (contract I3).
     pub template: String,
-    /// Starting directory of commands that name none.
-    pub cwd: String,
-    /// Where Hermes' state lives inside the sandbox (`/home/user/.hermes`).
-    pub remote_hermes_home: String,
+    /// Starting directory of commands that name none; `None`: the sandbox user's home, as
+    /// the sandbox reports it at attach.
+    pub cwd: Option<String>,
+    /// Where Hermes' state lives inside the sandbox; `None`: `<home>/.hermes` under the
+    /// sandbox user's reported home.
+    pub remote_hermes_home: Option<String>,
     /// Baseline lease (`lease_seconds`); extended per command, never shortened (L5).
     pub lease: Duration,
     /// Lease headroom beyond a command's own deadline (`command_grace_seconds`).
@@ -213,15 +217,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// Persistent mode on template `base`, cwd `/home/user`, state in `/home/user/.hermes`,
-    /// a 300 s lease with 30 s command grace, internet allowed, secure, no extra metadata,
-    /// E2B's public endpoints (`E2B_*` variables are not read here), a 2 GiB state cap.
-    /// (The values are the `DEFAULT_*` constants and [`REMOTE_HOME`].)
+    /// Persistent mode on template `base`, cwd and state root following the sandbox user's
+    /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
+    /// internet allowed, secure, no extra metadata, E2B's public endpoints (`E2B_*` variables
+    /// are not read here), a 2 GiB state cap. (The values are the `DEFAULT_*` constants.)
     pub fn new(api_key: ApiKeySource) -> Config {
         Config {
             template: DEFAULT_TEMPLATE.to_owned(),
-            cwd: REMOTE_HOME.to_owned(),
-            remote_hermes_home: format!("{REMOTE_HOME}/.hermes"),
+            cwd: None,
+            remote_hermes_home: None,
             lease: DEFAULT_LEASE,
             command_grace: DEFAULT_COMMAND_GRACE,
             internet: DEFAULT_INTERNET,
@@ -395,7 +399,9 @@ mod tests {
             other => panic!("{key} has a {other:?} default"),
         };
         assert_eq!(text("template"), config.template);
-        assert_eq!(text("cwd"), config.cwd);
+        assert_eq!(default("cwd"), SettingDefault::Unset);
+        assert_eq!(config.cwd, None, "the cwd follows the sandbox's home");
+        assert!(Setting::find("cwd").unwrap().description.contains("$HOME"));
         assert_eq!(
             default("command_grace_seconds"),
             SettingDefault::Seconds(config.command_grace.as_secs())
@@ -415,7 +421,10 @@ mod tests {
                 .ends_with(&format!("else {}.", config.lease.as_secs())),
             "the derived lease default is stated in its description"
         );
-        assert_eq!(config.remote_hermes_home, format!("{REMOTE_HOME}/.hermes"));
+        assert_eq!(
+            config.remote_hermes_home, None,
+            "the state root follows the home"
+        );
     }
 
     #[test]

@@ -109,6 +109,18 @@ pub enum Error {
         stderr: String,
     },
 
+    /// The sandbox answered something the backend refuses to use (e.g. a `$HOME` that is not
+    /// an absolute, normalised path): nothing the sandbox sends is trusted.
+    #[error("E2B {operation} failed for sandbox {sandbox_id}: {}", Redacted(.reason))]
+    UntrustedAnswer {
+        /// What the answer was for (`learn the sandbox home`).
+        operation: &'static str,
+        /// The sandbox.
+        sandbox_id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A command's output stream ended without an exit status.
     #[error(
         "E2B command output stream failed for sandbox {sandbox_id}: command {sandbox_pid} ended without an exit status"
@@ -168,6 +180,7 @@ impl Error {
             | Error::StateSync { sandbox_id, .. }
             | Error::StateHook { sandbox_id, .. }
             | Error::SandboxCommand { sandbox_id, .. }
+            | Error::UntrustedAnswer { sandbox_id, .. }
             | Error::CommandLost { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
             | Error::Io { .. }
@@ -182,6 +195,11 @@ impl Error {
             Error::NotReady { retry_hint, .. } => Some(retry_hint),
             _ => None,
         }
+    }
+
+    /// The sandbox sent an answer the backend refused to use.
+    pub fn is_untrusted_answer(&self) -> bool {
+        matches!(self, Error::UntrustedAnswer { .. })
     }
 
     /// A reader's command refused by the state gates: fail closed, retry later.

@@ -115,6 +115,7 @@ mod backend;
 mod command;
 mod config;
 mod error;
+mod home;
 mod hooks;
 mod inventory;
 mod progress;
@@ -127,15 +128,16 @@ pub use backend::{Backend, LEASE_HEADROOM, RETRY_HINT, TRANSFER_WINDOW};
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
-    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, Endpoints, KeyResolver,
-    MAX_SETTING_SECONDS, PROBE_TASK_ID, REMOTE_HOME, SETTINGS, SandboxMode, Scope, Services,
-    Setting, SettingDefault, SettingKind,
+    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, E2B_DEFAULT_HOME,
+    Endpoints, KeyResolver, MAX_SETTING_SECONDS, PROBE_TASK_ID, SETTINGS, SandboxMode, Scope,
+    Services, Setting, SettingDefault, SettingKind,
 };
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
 pub use e2b_client::{ApiKey, SandboxId};
 // The one redaction pass (X4), for bindings that log or show text of their own.
 pub use e2b_client::{REDACTED, redact};
 pub use error::{Error, ErrorChain};
+pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{
     EntryState, Force, HostScope, Inventory, Listing, LiveStep, Owner, PlannedRemoval,

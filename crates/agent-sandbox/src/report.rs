@@ -46,6 +46,12 @@ pub struct AttachInfo {
     /// The sandbox this attachment replaced because it was gone (Hermes: mark the environment
     /// recreated).
     pub replaced: Option<String>,
+    /// The sandbox user and its real home, as the sandbox reported them.
+    pub home: crate::home::SandboxHome,
+    /// Where Hermes' state lives in the sandbox (the configured root, else `<home>/.hermes`).
+    pub remote_hermes_home: String,
+    /// Commands' starting directory when they name none (the configured cwd, else the home).
+    pub default_cwd: String,
 }
 
 /// Counters of the backend's own E2B requests, for accounting tests and diagnostics.
@@ -64,6 +70,8 @@ pub struct Stats {
     pub commands: u64,
     /// Kill requests for whole sandboxes.
     pub sandbox_kills: u64,
+    /// Start requests that asked a sandbox for its home (once per sandbox per host).
+    pub home_probes: u64,
 }
 
 /// What a teardown pull did.

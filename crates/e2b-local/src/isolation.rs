@@ -3,7 +3,8 @@
 //!
 //! Mount namespace (server runs as root or with CAP_SYS_ADMIN): every command is forked
 //! into its own session and mount namespace, where a tmpfs covers `/home`, the sandbox
-//! root is bound onto `/home/user`, its private tmp onto `/tmp`, and generated
+//! root is bound onto its user's home (`/home/user`; `/home/agent` on the `agent-home`
+//! template), its private tmp onto `/tmp`, and generated
 //! `/etc/passwd` and `/etc/group` that define `user` (uid/gid 1000) are bound over the
 //! host's; then it drops to that user unless root was asked for. Nothing else of the
 //! host is hidden: this is a convenience, not a security boundary.
@@ -85,6 +86,8 @@ pub(crate) enum Isolation {
 pub(crate) struct CommandSpec<'a> {
     pub(crate) sandbox_id: &'a str,
     pub(crate) home: &'a Path,
+    /// What the sandbox calls its user's home (a directory directly under `/home`).
+    pub(crate) virt_home: &'a str,
     pub(crate) tmp: &'a Path,
     pub(crate) user: SandboxUser,
     pub(crate) program: &'a str,
@@ -236,6 +239,7 @@ impl Isolation {
         let spec = CommandSpec {
             sandbox_id: "probe",
             home: &home,
+            virt_home: crate::paths::HOME,
             tmp: &tmp,
             user: SandboxUser::User,
             program: "/bin/sh",
@@ -296,7 +300,7 @@ impl Isolation {
         command.args(spec.args);
         command.env_clear();
         let (home, user) = match (self, spec.user) {
-            (Isolation::Namespace { .. }, SandboxUser::User) => ("/home/user".to_owned(), "user"),
+            (Isolation::Namespace { .. }, SandboxUser::User) => (spec.virt_home.to_owned(), "user"),
             (Isolation::Namespace { .. }, SandboxUser::Root) => ("/root".to_owned(), "root"),
             (Isolation::PathMapping, u) => (spec.home.to_string_lossy().into_owned(), u.name()),
         };
@@ -336,6 +340,7 @@ impl Isolation {
             Isolation::Namespace { passwd, group, .. } => {
                 let plan = MountPlan {
                     home: cstring(spec.home)?,
+                    virt_home: CString::new(spec.virt_home).map_err(io::Error::other)?,
                     tmp: cstring(spec.tmp)?,
                     passwd: cstring(passwd)?,
                     group: cstring(group)?,
@@ -357,6 +362,8 @@ impl Isolation {
 /// Everything the child needs after fork, prepared beforehand (no allocation after fork).
 struct MountPlan {
     home: CString,
+    /// Where `home` is mounted: the user's home as the sandbox names it.
+    virt_home: CString,
     tmp: CString,
     passwd: CString,
     group: CString,
@@ -407,10 +414,10 @@ impl MountPlan {
                 libc::MS_NOSUID | libc::MS_NODEV,
                 c"mode=755".as_ptr().cast(),
             ))?;
-            check(libc::mkdir(c"/home/user".as_ptr(), 0o755))?;
+            check(libc::mkdir(self.virt_home.as_ptr(), 0o755))?;
             check(libc::mount(
                 self.home.as_ptr(),
-                c"/home/user".as_ptr(),
+                self.virt_home.as_ptr(),
                 none,
                 libc::MS_BIND | libc::MS_REC,
                 std::ptr::null(),

@@ -10,8 +10,26 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// The virtual directory commands see as their home.
+/// The virtual directory commands see as their home, on every template but
+/// [`OTHER_HOME_TEMPLATE`].
 pub(crate) const HOME: &str = "/home/user";
+
+/// A built-in template whose user's home is [`OTHER_HOME`], so clients can be tested against
+/// a sandbox whose `$HOME` is not E2B's usual `/home/user`.
+pub(crate) const OTHER_HOME_TEMPLATE: &str = "agent-home";
+
+/// The home of [`OTHER_HOME_TEMPLATE`]'s user (directly under `/home`, where the namespace
+/// set-up mounts homes).
+pub(crate) const OTHER_HOME: &str = "/home/agent";
+
+/// The home a template's user has.
+pub(crate) fn home_for_template(template: &str) -> &'static str {
+    if template == OTHER_HOME_TEMPLATE {
+        OTHER_HOME
+    } else {
+        HOME
+    }
+}
 
 /// Why a path could not be mapped.
 #[derive(Debug)]
@@ -26,7 +44,7 @@ impl PathError {
     pub(crate) fn message(&self) -> String {
         match self {
             PathError::Outside(p) => format!(
-                "path '{p}' is outside the sandbox: e2b-local serves only /home/user and /tmp"
+                "path '{p}' is outside the sandbox: e2b-local serves only the user's home and /tmp"
             ),
             PathError::Invalid(p) => format!("invalid path '{p}'"),
         }
@@ -54,21 +72,24 @@ pub(crate) struct Resolved {
 pub(crate) struct SandboxFs<'a> {
     pub(crate) home: &'a Path,
     pub(crate) tmp: &'a Path,
+    /// What the sandbox calls its home ([`home_for_template`]).
+    pub(crate) virt_home: &'a str,
 }
 
-/// Turns any client path into a normalised absolute virtual path.
-pub(crate) fn normalize(path: &str) -> Result<String, PathError> {
+/// Turns any client path into a normalised absolute virtual path; relative paths and `~`
+/// are under `home`.
+pub(crate) fn normalize(path: &str, home: &str) -> Result<String, PathError> {
     if path.contains('\0') {
         return Err(PathError::Invalid(path.replace('\0', "\\0")));
     }
     let absolute = if path.is_empty() || path == "~" {
-        HOME.to_owned()
+        home.to_owned()
     } else if let Some(rest) = path.strip_prefix("~/") {
-        format!("{HOME}/{rest}")
+        format!("{home}/{rest}")
     } else if path.starts_with('/') {
         path.to_owned()
     } else {
-        format!("{HOME}/{path}")
+        format!("{home}/{path}")
     };
     let mut parts: Vec<&str> = Vec::new();
     for part in absolute.split('/') {
@@ -83,11 +104,11 @@ pub(crate) fn normalize(path: &str) -> Result<String, PathError> {
     Ok(format!("/{}", parts.join("/")))
 }
 
-impl SandboxFs<'_> {
+impl<'a> SandboxFs<'a> {
     /// Splits a normalised virtual path into (area host root, area virtual root, rest).
-    fn classify<'p>(&self, virt: &'p str) -> Option<(PathBuf, &'static str, Vec<&'p str>)> {
-        let (root, name, rest) = if let Some(rest) = strip_area(virt, HOME) {
-            (self.home, HOME, rest)
+    fn classify<'p>(&self, virt: &'p str) -> Option<(PathBuf, &'a str, Vec<&'p str>)> {
+        let (root, name, rest) = if let Some(rest) = strip_area(virt, self.virt_home) {
+            (self.home, self.virt_home, rest)
         } else if let Some(rest) = strip_area(virt, "/tmp") {
             (self.tmp, "/tmp", rest)
         } else {
@@ -99,7 +120,7 @@ impl SandboxFs<'_> {
 
     /// Maps `path` to the host, resolving symlinks in the sandbox's view.
     pub(crate) fn resolve(&self, path: &str, last: Last) -> Result<Resolved, PathError> {
-        let mut virt = normalize(path)?;
+        let mut virt = normalize(path, self.virt_home)?;
         let mut hops = 0;
         'restart: loop {
             let Some((area_root, area_name, rest)) = self.classify(&virt) else {
@@ -129,7 +150,7 @@ impl SandboxFs<'_> {
                     } else {
                         format!("{current}/{target}/{remaining}")
                     };
-                    virt = normalize(&joined)?;
+                    virt = normalize(&joined, self.virt_home)?;
                     continue 'restart;
                 }
                 host = candidate;
@@ -202,12 +223,42 @@ mod tests {
 
     #[test]
     fn normalize_maps_relative_tilde_and_dotdot() {
-        assert_eq!(normalize("").unwrap(), "/home/user");
-        assert_eq!(normalize("a/b").unwrap(), "/home/user/a/b");
-        assert_eq!(normalize("~/x").unwrap(), "/home/user/x");
-        assert_eq!(normalize("/home/user/../../etc").unwrap(), "/etc");
-        assert_eq!(normalize("../../../..").unwrap(), "/");
-        assert_eq!(normalize("/tmp//./x/").unwrap(), "/tmp/x");
+        assert_eq!(normalize("", HOME).unwrap(), "/home/user");
+        assert_eq!(normalize("a/b", HOME).unwrap(), "/home/user/a/b");
+        assert_eq!(normalize("~/x", HOME).unwrap(), "/home/user/x");
+        assert_eq!(normalize("/home/user/../../etc", HOME).unwrap(), "/etc");
+        assert_eq!(normalize("../../../..", HOME).unwrap(), "/");
+        assert_eq!(normalize("/tmp//./x/", HOME).unwrap(), "/tmp/x");
+        assert_eq!(normalize("~/x", OTHER_HOME).unwrap(), "/home/agent/x");
+        assert_eq!(normalize("", OTHER_HOME).unwrap(), "/home/agent");
+    }
+
+    #[test]
+    fn the_other_home_template_is_the_only_one_with_another_home() {
+        assert_eq!(home_for_template(OTHER_HOME_TEMPLATE), "/home/agent");
+        assert_eq!(home_for_template("base"), HOME);
+        assert_eq!(home_for_template("custom"), HOME);
+    }
+
+    #[test]
+    fn a_sandbox_with_another_home_serves_that_home_not_home_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let tmp = dir.path().join("tmp");
+        fs::create_dir_all(&home).unwrap();
+        fs::create_dir_all(&tmp).unwrap();
+        let fsys = SandboxFs {
+            home: &home,
+            tmp: &tmp,
+            virt_home: OTHER_HOME,
+        };
+        let r = fsys.resolve("a.txt", Last::Follow).unwrap();
+        assert_eq!(r.virt, "/home/agent/a.txt");
+        assert_eq!(r.host, home.join("a.txt"));
+        assert!(matches!(
+            fsys.resolve("/home/user/a.txt", Last::Follow),
+            Err(PathError::Outside(_))
+        ));
     }
 
     #[test]
@@ -220,6 +271,7 @@ mod tests {
         let fsys = SandboxFs {
             home: &home,
             tmp: &tmp,
+            virt_home: HOME,
         };
         let r = fsys.resolve("sub/f.txt", Last::Follow).unwrap();
         assert_eq!(r.host, home.join("sub/f.txt"));

@@ -225,7 +225,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
     // "name:tag" and "namespace/name" select the same local template.
     let name = template.rsplit('/').next().unwrap_or(template);
     let name = name.split(':').next().unwrap_or(name);
-    if !app.templates.iter().any(|t| t == name) {
+    if !app.templates.iter().any(|t| t == name) && name != crate::paths::OTHER_HOME_TEMPLATE {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("template '{template}' not found"),

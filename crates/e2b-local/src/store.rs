@@ -134,6 +134,8 @@ pub(crate) struct RunningSandbox {
     pub(crate) token: Option<String>,
     pub(crate) env_vars: BTreeMap<String, String>,
     pub(crate) home: PathBuf,
+    /// What the sandbox calls that home (its template's, [`crate::paths::home_for_template`]).
+    pub(crate) virt_home: &'static str,
     pub(crate) tmp: PathBuf,
     pub(crate) procs: Arc<ProcessTable>,
 }
@@ -254,7 +256,7 @@ impl Store {
         self.dir.join(id)
     }
 
-    /// The host directory a sandbox sees as `/home/user`.
+    /// The host directory a sandbox sees as its home.
     pub(crate) fn home_dir(&self, id: &str) -> PathBuf {
         self.sandbox_dir(id).join("home")
     }
@@ -529,6 +531,7 @@ impl Store {
             token: entry.record.token.clone(),
             env_vars: entry.record.env_vars.clone(),
             home: self.home_dir(id),
+            virt_home: crate::paths::home_for_template(&entry.record.template),
             tmp: self.tmp_dir(id),
             procs: Arc::clone(&entry.procs),
         })

@@ -36,8 +36,10 @@
 //!   warning is logged once, by the core; the Python package does not repeat it.
 //! - **One settings table:** keys, kinds, defaults and descriptions are agent-sandbox's
 //!   [`agent_sandbox::SETTINGS`]; [`settings`] validates against it and the module exposes
-//!   it as `SETTINGS`, `SETTING_KEYS`, `REMOTE_HOME` and `REMOTE_HERMES_HOME`, so Python
-//!   writes no default.
+//!   it as `SETTINGS` and `SETTING_KEYS`, so Python writes no default. The sandbox's home is
+//!   not a default but what the sandbox reports at attach (`attach()`'s `home`,
+//!   `remote_hermes_home`, `default_cwd`); `E2B_DEFAULT_HOME` is only a placeholder for
+//!   static hints before any sandbox exists.
 //! - **One tokio runtime** per process, built on first use (importing starts no threads).
 //! - **Errors** are a small hierarchy rooted at `E2BError` (`ConfigurationError`,
 //!   `NotReadyError`, `SandboxGoneError`, `StateSyncError`, `BackendClosedError`). A message is
@@ -86,11 +88,9 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let keys = agent_sandbox::SETTINGS.iter().map(|setting| setting.key);
     module.add("SETTING_KEYS", PyTuple::new(py, keys)?)?;
     module.add("SETTINGS", settings_schema(py)?)?;
-    module.add("REMOTE_HOME", agent_sandbox::REMOTE_HOME)?;
-    module.add(
-        "REMOTE_HERMES_HOME",
-        format!("{}/.hermes", agent_sandbox::REMOTE_HOME),
-    )?;
+    // Only a placeholder until a sandbox reports its real home (the provider's static
+    // hints need a path before any environment exists).
+    module.add("E2B_DEFAULT_HOME", agent_sandbox::E2B_DEFAULT_HOME)?;
     module.add("E2BError", py.get_type::<error::E2BError>())?;
     module.add(
         "ConfigurationError",

@@ -89,8 +89,8 @@ impl PySettings {
     }
 
     #[getter]
-    fn cwd(&self) -> &str {
-        &self.settings.cwd
+    fn cwd(&self) -> Option<&str> {
+        self.settings.cwd.as_deref()
     }
 
     #[getter]
@@ -140,7 +140,7 @@ impl PySettings {
 
     /// The directory a cwd Hermes hands over means (see `Settings::session_cwd`).
     #[pyo3(signature = (requested, current = None))]
-    fn session_cwd(&self, requested: &str, current: Option<&str>) -> String {
+    fn session_cwd(&self, requested: &str, current: Option<&str>) -> Option<String> {
         self.settings.session_cwd(requested, current)
     }
 
@@ -414,6 +414,10 @@ impl PyBackend {
         dict.set_item("role", role_name(info.role))?;
         dict.set_item("degradation", info.degradation)?;
         dict.set_item("replaced", info.replaced)?;
+        dict.set_item("home", info.home.home)?;
+        dict.set_item("user", info.home.user)?;
+        dict.set_item("remote_hermes_home", info.remote_hermes_home)?;
+        dict.set_item("default_cwd", info.default_cwd)?;
         Ok(dict)
     }
 

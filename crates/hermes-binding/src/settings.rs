@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use agent_sandbox::{
     ApiKeySource, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET, DEFAULT_LEASE, DEFAULT_SECURITY,
-    DEFAULT_TEMPLATE, Endpoints, InternetAccess, MAX_SETTING_SECONDS, REMOTE_HOME, SandboxId,
-    SandboxMode, Security, Setting, SettingKind,
+    DEFAULT_TEMPLATE, Endpoints, InternetAccess, MAX_SETTING_SECONDS, SandboxId, SandboxMode,
+    Security, Setting, SettingKind,
 };
 
 use crate::error::Error;
@@ -52,8 +52,9 @@ impl Value {
 pub struct Settings {
     /// E2B template name or id (default `base`).
     pub template: String,
-    /// Starting directory in the sandbox (default `/home/user`).
-    pub cwd: String,
+    /// Starting directory in the sandbox; `None`: the sandbox user's real home, learned at
+    /// attach.
+    pub cwd: Option<String>,
     /// Baseline lease (`lease_seconds`, else [`idle_lifetime`]).
     pub lease: Duration,
     /// Lease headroom beyond a command's deadline (default 30 s).
@@ -362,8 +363,8 @@ impl Settings {
         if template.is_empty() {
             return Err(invalid("template", "must not be empty"));
         }
-        let cwd = string(raw, "cwd")?.unwrap_or_else(|| REMOTE_HOME.to_owned());
-        if !cwd.starts_with('/') {
+        let cwd = string(raw, "cwd")?;
+        if cwd.as_deref().is_some_and(|cwd| !cwd.starts_with('/')) {
             return Err(invalid("cwd", "must be an absolute path"));
         }
         let lease = seconds(raw, "lease_seconds")?.unwrap_or(idle_lifetime(lifetime_seconds));
@@ -495,25 +496,27 @@ impl Settings {
     /// The directory a cwd handed over by Hermes means. Hermes hands container backends
     /// `/root` (or `""`, `~`) when it does not know the cwd, or after discarding a
     /// host-looking `/home/...` one; that means "where the session is": `current` (the
-    /// session's tracked cwd) unless it is such a placeholder too, else the configured cwd.
+    /// session's tracked cwd) unless it is such a placeholder too, else the configured cwd;
+    /// `None` when none is configured either: then it is the sandbox's default (its user's
+    /// real home), which only attaching learns.
     ///
     /// ```
     /// use std::collections::BTreeMap;
     /// use _native::settings::Settings;
     ///
     /// let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
-    /// assert_eq!(settings.session_cwd("/root", None), "/home/user");
-    /// assert_eq!(settings.session_cwd("/root", Some("/home/user/x")), "/home/user/x");
-    /// assert_eq!(settings.session_cwd("/opt", Some("/home/user/x")), "/opt");
+    /// assert_eq!(settings.session_cwd("/root", None), None);
+    /// assert_eq!(settings.session_cwd("/root", Some("/home/user/x")).as_deref(), Some("/home/user/x"));
+    /// assert_eq!(settings.session_cwd("/opt", Some("/home/user/x")).as_deref(), Some("/opt"));
     /// ```
-    pub fn session_cwd(&self, requested: &str, current: Option<&str>) -> String {
+    pub fn session_cwd(&self, requested: &str, current: Option<&str>) -> Option<String> {
         const PLACEHOLDERS: [&str; 3] = ["", "/root", "~"];
         let known = |cwd: &&str| !PLACEHOLDERS.contains(cwd);
         Some(requested)
             .filter(known)
             .or(current.filter(known))
-            .unwrap_or(&self.cwd)
-            .to_owned()
+            .or(self.cwd.as_deref())
+            .map(str::to_owned)
     }
 
     /// One line for doctor rows: where the backend sends requests. Never contains the key.

@@ -17,6 +17,7 @@ use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles};
 use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
 use crate::config::{CREATION_LOCK_WAIT, SandboxMode};
 use crate::error::Error;
+use crate::home::{HomeCache, SandboxHome};
 use crate::progress::{Meter, ProgressUnit};
 use crate::report::{AttachInfo, Origin};
 use crate::transport::{StateTransport, TransportParts};
@@ -98,19 +99,15 @@ impl Inner {
             }
             LeaseRole::Reader => Role::Reader,
         };
-        let (sandbox, lease, origin, resumed) = match self.find_existing(&client)? {
-            Some(found) => found,
-            None => {
-                if !matches!(role, Role::PendingWriter(_)) {
-                    // Only the writer creates (I6); a reader waits for it.
-                    return Err(Error::NotReady {
-                        sandbox_id: None,
-                        reason: "no sandbox exists for this scope yet and another session holds the writer role".to_owned(),
-                        retry_hint: RETRY_HINT.to_owned(),
-                    });
-                }
-                self.create_under_lock(&client, files)?
-            }
+        let (sandbox, lease, origin, resumed) = if matches!(role, Role::PendingWriter(_)) {
+            self.find_or_create_under_lock(&client, files)?
+        } else {
+            self.find_existing(&client)?.ok_or_else(|| Error::NotReady {
+                // Only the writer creates (I6); a reader waits for it.
+                sandbox_id: None,
+                reason: "no sandbox exists for this scope yet and another session holds the writer role".to_owned(),
+                retry_hint: RETRY_HINT.to_owned(),
+            })?
         };
         self.attached(client, sandbox, lease, role, origin, resumed, degradation)
     }
@@ -173,7 +170,10 @@ impl Inner {
         }
     }
 
-    fn create_under_lock(
+    /// The writer's lookup: the creation lock first, then one list, then a create if the list
+    /// found nothing (I4, I6). Taking the lock before the list (not between two lists) costs
+    /// no request: whoever held it before has finished creating, so one list sees its sandbox.
+    fn find_or_create_under_lock(
         &self,
         client: &Client,
         files: &ScopeFiles,
@@ -199,7 +199,6 @@ impl Inner {
                 });
             }
         };
-        // Whoever held the lock before may have created it meanwhile.
         if let Some(found) = self.find_existing(client)? {
             return Ok(found);
         }
@@ -287,11 +286,18 @@ impl Inner {
         degradation: Option<String>,
     ) -> Result<Attached, Error> {
         let id = sandbox.id().clone();
+        let home = self.sandbox_home(&sandbox)?;
+        let remote_hermes_home = self
+            .config
+            .remote_hermes_home
+            .clone()
+            .unwrap_or_else(|| home.hermes_home());
+        let default_cwd = self.config.cwd.clone().unwrap_or_else(|| home.home.clone());
         let transport = StateTransport::new(TransportParts {
             runtime: self.services.runtime.clone(),
             client: client.clone(),
             sandbox: sandbox.clone(),
-            remote_home: self.config.remote_hermes_home.clone(),
+            remote_home: remote_hermes_home.clone(),
             cap: self.config.state_cap,
             transfer_lease: self.policy.transfer_lease(TRANSFER_WINDOW),
             failures: Arc::clone(&self.failures),
@@ -312,6 +318,9 @@ impl Inner {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
+            home,
+            remote_hermes_home,
+            default_cwd,
         };
         Ok(Attached {
             client,
@@ -321,7 +330,27 @@ impl Inner {
             role,
             info,
             stale: false,
+            fresh: matches!(origin, Origin::Created),
         })
+    }
+
+    /// The sandbox's real home: from this host's cache of earlier answers for this sandbox
+    /// id, else asked once (one start request) and cached. Only persistent scopes keep the
+    /// cache, beside their coordination files: the probe scope and ephemeral sandboxes are
+    /// never seen again, and attach mode touches no scope file (L12), so those ask each
+    /// time they attach.
+    fn sandbox_home(&self, sandbox: &Sandbox) -> Result<SandboxHome, Error> {
+        let id = sandbox.id().as_str();
+        let cache = self.files.as_ref().map(|files| HomeCache::new(files.dir()));
+        if let Some(home) = cache.as_ref().and_then(|cache| cache.get(id)) {
+            return Ok(home);
+        }
+        bump(&self.stats.home_probes);
+        let home = self.block_on(crate::home::probe(sandbox))?;
+        if let Some(cache) = &cache {
+            cache.put(id, &home);
+        }
+        Ok(home)
     }
 }
 

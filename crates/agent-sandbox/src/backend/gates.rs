@@ -55,7 +55,8 @@ impl Inner {
     }
 
     /// The writer's bring-up (C3, C4, S5, S11, S2): mark dirty and invalidate the stamp,
-    /// recover skills/ and memories/ from the sandbox, push, stamp prepared. On failure the
+    /// recover skills/ and memories/ from the sandbox (unless this process just created it),
+    /// push, stamp prepared. On failure the
     /// role is released (C5) and the backend stays attached as a reader.
     pub(super) fn bring_up(
         &self,
@@ -63,6 +64,7 @@ impl Inner {
         mut writer: WriterLease,
     ) -> Result<(), Error> {
         let id = attached.id.as_str().to_owned();
+        let fresh = std::mem::take(&mut attached.fresh);
         let result = (|| {
             // A writer from attach began its transition when it took the role.
             if writer.phase() != WriterPhase::InTransition {
@@ -75,7 +77,11 @@ impl Inner {
                     })?;
             }
             self.note_writer();
-            self.recover_into_home(&id)?;
+            if fresh {
+                self.note_nothing_to_recover(&id);
+            } else {
+                self.recover_into_home(&id)?;
+            }
             self.run_hook("initial push", &id, |t| {
                 self.hooks.push(t, PushKind::Initial)
             })?;

@@ -94,6 +94,7 @@ struct Counters {
     lease_extensions: AtomicU64,
     commands: AtomicU64,
     sandbox_kills: AtomicU64,
+    home_probes: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -147,6 +148,10 @@ struct Attached {
     info: AttachInfo,
     /// A reader found the scope prepared for another sandbox: re-attach on next use.
     stale: bool,
+    /// This process created the sandbox and no bring-up has run on it yet: there is
+    /// nothing in it to recover (S5 is about resumed sandboxes), so the bring-up skips the
+    /// snapshot request.
+    fresh: bool,
 }
 
 enum Role {
@@ -187,7 +192,9 @@ impl Backend {
                 reason: "the template is empty".to_owned(),
             });
         }
-        if !config.remote_hermes_home.starts_with('/') {
+        if let Some(root) = &config.remote_hermes_home
+            && !root.starts_with('/')
+        {
             return Err(Error::InvalidConfig {
                 reason: "the remote Hermes home must be an absolute path".to_owned(),
             });
@@ -273,6 +280,7 @@ impl Backend {
             lease_extensions: load(&c.lease_extensions),
             commands: load(&c.commands),
             sandbox_kills: load(&c.sandbox_kills),
+            home_probes: load(&c.home_probes),
         }
     }
 

@@ -112,6 +112,19 @@ impl Inner {
         Ok(summary)
     }
 
+    /// The note line for a bring-up that skipped recovery: the sandbox is this session's
+    /// own, just created, so there was nothing in it to recover.
+    pub(super) fn note_nothing_to_recover(&self, id: &str) {
+        let summary = RecoverySummary {
+            restored: 0,
+            unchanged: 0,
+            quarantined: 0,
+            skipped: 0,
+        };
+        let text = format!("{summary} from {id} (created by this session: nothing to recover)");
+        self.note(|note| note.set(NOTE_RECOVERY, &stamped(&text)));
+    }
+
     /// Updates the scope note, best effort: it is for people, so a host that cannot write it
     /// loses a status line, never a command.
     pub(super) fn note(&self, change: impl FnOnce(&mut ScopeNote)) {

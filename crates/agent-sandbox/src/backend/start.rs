@@ -29,8 +29,12 @@ impl Inner {
             _ => None,
         };
         let start = match &staged {
-            Some(path) => self.start_options(&redirect_stdin(path, command), options),
-            None => self.start_options(command, options),
+            Some(path) => self.start_options(
+                &redirect_stdin(path, command),
+                options,
+                &attached.info.default_cwd,
+            ),
+            None => self.start_options(command, options, &attached.info.default_cwd),
         };
         let started = match self.start(&attached.sandbox, start.clone()) {
             Err(error) if error.is_sandbox_gone() => {
@@ -65,7 +69,12 @@ impl Inner {
             })
     }
 
-    fn start_options(&self, command: &str, options: &RunOptions) -> StartOptions {
+    fn start_options(
+        &self,
+        command: &str,
+        options: &RunOptions,
+        default_cwd: &str,
+    ) -> StartOptions {
         let shell = match options.shell {
             Shell::Login => "/bin/bash -l -c",
             Shell::Plain => "/bin/bash -c",
@@ -83,7 +92,7 @@ impl Inner {
             options
                 .cwd
                 .clone()
-                .unwrap_or_else(|| self.config.cwd.clone()),
+                .unwrap_or_else(|| default_cwd.to_owned()),
         );
         start.envs = options.env.clone();
         start

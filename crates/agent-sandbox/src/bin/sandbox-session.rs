@@ -25,9 +25,6 @@ use agent_sandbox::{
 };
 use e2b_client::ApiKey;
 
-/// Where the sandbox keeps the Hermes state this driver pushes.
-const REMOTE_HERMES_HOME: &str = "/home/user/.hermes";
-
 struct SessionHooks {
     home: PathBuf,
     hang_in_push: AtomicBool,
@@ -35,7 +32,7 @@ struct SessionHooks {
 
 impl StateHooks for SessionHooks {
     fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
-        let mut files = host_state_files(&self.home, &["skills"], REMOTE_HERMES_HOME);
+        let mut files = host_state_files(&self.home, &["skills"], transport.remote_hermes_home());
         if kind == PushKind::Initial && self.hang_in_push.swap(false, Ordering::SeqCst) {
             files.truncate(1);
             transport.upload_many(files)?;

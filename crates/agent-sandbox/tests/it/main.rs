@@ -3,6 +3,7 @@
 
 mod campaign;
 mod commands;
+mod home;
 mod inventory;
 mod lifecycle;
 mod ownership;

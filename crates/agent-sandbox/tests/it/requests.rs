@@ -107,6 +107,45 @@ fn steady_state_commands_cost_one_request_each_without_state_hooks() {
     backend.cleanup();
 }
 
+#[test]
+fn the_cold_paths_cost_only_the_requests_their_guarantees_need() {
+    // contract: L13, I4, I6, S5 — create + first command: one list under the creation lock
+    // (I4, I6), the create, the home probe (L13), the command; no recovery snapshot of a
+    // sandbox this process just created. Resume + first command: the list (I5), the connect,
+    // the recovery snapshot (S5), the command; the home comes from this host's cache.
+    let world = World::new();
+    let first = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    assert_eq!(run(&first, "echo first", SHORT_DEADLINE), "first\n");
+    let created = world.server().requests();
+    assert_eq!(
+        routes(&created),
+        vec![("Process/Start", 2), ("create", 1), ("list", 1)],
+        "create + first command"
+    );
+    assert_eq!(first.stats().home_probes, 1);
+    first.cleanup();
+
+    // The lease runs out; a new session resumes the paused sandbox.
+    world.advance(Duration::from_secs(3600));
+    let second = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    let before = world.server().requests();
+    assert_eq!(run(&second, "echo again", SHORT_DEADLINE), "again\n");
+    assert_eq!(
+        routes(&world.server().requests().since(&before)),
+        vec![("Process/Start", 2), ("connect", 1), ("list", 1)],
+        "resume + first command"
+    );
+    let info = second.info().expect("attached");
+    assert!(info.resumed, "the sandbox was paused and resumed");
+    assert_eq!(
+        second.stats().home_probes,
+        0,
+        "the home is cached per sandbox"
+    );
+    assert_no_destructive_requests(&world);
+    second.cleanup();
+}
+
 /// Pushes the host's skills/ tree, and on a per-command sync only what changed since the
 /// last push: when nothing changed it sends nothing (as Hermes' FileSyncManager does).
 struct ChangedSkillsHooks {

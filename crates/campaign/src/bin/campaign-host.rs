@@ -29,9 +29,6 @@ use agent_sandbox::{
 /// Largest command output kept for the answer line; the campaign's commands print a line.
 const OUTPUT_CAP: usize = 4096;
 
-/// Where the sandbox keeps the Hermes state this driver pushes.
-const REMOTE_HERMES_HOME: &str = "/home/user/.hermes";
-
 struct Hooks {
     home: PathBuf,
     push_log: PathBuf,
@@ -59,7 +56,7 @@ impl StateHooks for Hooks {
         let pushed = transport.upload_many(host_state_files(
             &self.home,
             &["skills", "memories"],
-            REMOTE_HERMES_HOME,
+            transport.remote_hermes_home(),
         ));
         // A failed push has ended too: the role may pass to another process next.
         log_push(&self.push_log, 'E')?;

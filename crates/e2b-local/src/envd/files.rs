@@ -178,6 +178,7 @@ pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
     let fs = SandboxFs {
         home: &ctx.sandbox.home,
         tmp: &ctx.sandbox.tmp,
+        virt_home: ctx.sandbox.virt_home,
     };
     let resolved = match fs.resolve(&requested, Last::Follow) {
         Ok(resolved) => resolved,
@@ -419,6 +420,7 @@ fn resolve_for_write(ctx: &Ctx, target: &str) -> Result<Resolved, ApiError> {
     let fs = SandboxFs {
         home: &ctx.sandbox.home,
         tmp: &ctx.sandbox.tmp,
+        virt_home: ctx.sandbox.virt_home,
     };
     fs.resolve(target, Last::Follow).map_err(|e| match e {
         PathError::Outside(_) => ApiError::new(StatusCode::FORBIDDEN, e.message()),

@@ -120,6 +120,7 @@ fn sandbox_fs(ctx: &Ctx) -> SandboxFs<'_> {
     SandboxFs {
         home: &ctx.sandbox.home,
         tmp: &ctx.sandbox.tmp,
+        virt_home: ctx.sandbox.virt_home,
     }
 }
 

@@ -209,6 +209,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
     let fs = SandboxFs {
         home: &sandbox.home,
         tmp: &sandbox.tmp,
+        virt_home: sandbox.virt_home,
     };
     let cwd_request = req.process.cwd.clone().unwrap_or_default();
     let (cwd_virtual, cwd_host) = match resolve_cwd(&ctx, &fs, &cwd_request) {
@@ -218,6 +219,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
     let spec = CommandSpec {
         sandbox_id: &sandbox.id,
         home: &sandbox.home,
+        virt_home: sandbox.virt_home,
         tmp: &sandbox.tmp,
         user,
         program: &req.process.cmd,

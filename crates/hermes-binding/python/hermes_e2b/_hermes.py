@@ -18,15 +18,33 @@ logger = logging.getLogger("hermes_e2b")
 KEY_NAME = "E2B_API_KEY"
 
 #: The native core's settings table: the keys under ``plugins.entries.e2b.settings`` (it
-#: validates them), their schema entries, and the sandbox home. Without the native core there
-#: is nothing to hand settings to, and no sandbox.
+#: validates them) and their schema entries. Without the native core there is nothing to hand
+#: settings to, and no sandbox.
 try:
-    from ._native import REMOTE_HERMES_HOME, REMOTE_HOME, SETTING_KEYS, SETTINGS
+    from ._native import E2B_DEFAULT_HOME, SETTING_KEYS, SETTINGS
 except ImportError:  # reported once by the package and as a doctor row
     SETTING_KEYS: tuple[str, ...] = ()
     SETTINGS: tuple[dict[str, Any], ...] = ()
-    REMOTE_HOME: Optional[str] = None
-    REMOTE_HERMES_HOME: Optional[str] = None
+    E2B_DEFAULT_HOME = "/home/user"
+
+#: The sandbox home the latest attach in this process reported, per profile home. The
+#: provider's static hints (``cache_path_base``, ``default_cwd``) have no environment in hand,
+#: so they show the last real answer, and E2B's usual home before any sandbox exists.
+_reported_homes: dict[str, str] = {}
+
+
+def record_sandbox_home(profile: Path, home: str) -> None:
+    """Remembers the home a sandbox of ``profile`` reported at attach."""
+    _reported_homes[str(profile)] = home
+
+
+def sandbox_home(profile: Optional[Path] = None) -> str:
+    """The home the latest sandbox of ``profile`` (default: the active one) reported."""
+    try:
+        key = str(profile if profile is not None else profile_home())
+    except Exception:  # no Hermes (unit tests of the package alone)
+        key = ""
+    return _reported_homes.get(key, E2B_DEFAULT_HOME)
 
 
 class KeyStatus(enum.Enum):

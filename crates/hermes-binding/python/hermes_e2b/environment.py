@@ -17,7 +17,13 @@ from tools.environments.base import BaseEnvironment
 from tools.environments.file_sync import FileSyncManager, iter_sync_files
 
 from . import _native
-from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_api_key
+from ._hermes import (
+    host_only_paths,
+    lifetime_seconds,
+    profile_home,
+    record_sandbox_home,
+    resolve_api_key,
+)
 
 try:  # iot and newer; absent in 0.19.0
     from tools.environments.base import EnvironmentConnectionError as _ConnectionError
@@ -171,12 +177,13 @@ class E2BEnvironment(BaseEnvironment):
         task_id: str,
         persistent: bool,
     ) -> None:
-        super().__init__(cwd=settings.session_cwd(cwd), timeout=timeout)
+        # No configured cwd: the sandbox's real home, known once attached (below).
+        requested_cwd = settings.session_cwd(cwd)
+        super().__init__(cwd=requested_cwd or "", timeout=timeout)
         self._settings = settings
         self._task_id = task_id
         # Persistent: Hermes' per-turn cleanup must not tear the sandbox down.
         self._persistent = persistent
-        self._remote_home = _native.REMOTE_HOME
         home = profile_home()
         self._hooks = _StateHooks()
         self._sync_manager = self._hooks.manager
@@ -193,12 +200,18 @@ class E2BEnvironment(BaseEnvironment):
         self._hooks.sync_state = _sync_through(weakref.ref(self))
         try:
             # A degradation found here (e.g. unprotected creation) is logged by the native core.
-            self._native.attach()
+            attached = self._native.attach()
         except _native.E2BError as error:
             if _ConnectionError is not None:
                 # Hermes renders creation-time connection errors as a retryable "degraded".
                 raise _ConnectionError(str(error), retry_hint="Check `hermes doctor`, then retry.") from None
             raise
+        # The sandbox's real home, as it reported it (Hermes' image tool maps its cache under
+        # `<_remote_home>/.hermes`; the provider's hints follow the latest answer).
+        self._remote_home = attached["home"]
+        record_sandbox_home(home, attached["home"])
+        if not requested_cwd:
+            self.cwd = attached["default_cwd"]
         self.init_session()
 
     @property
@@ -230,7 +243,7 @@ class E2BEnvironment(BaseEnvironment):
     def _wrap_command(self, command: str, cwd: str) -> str:
         # Hermes sends "/root" for container backends when its own cwd is unknown or looked
         # like a host path (/home/...); the native core says what that means here.
-        return super()._wrap_command(command, self._settings.session_cwd(cwd, self.cwd))
+        return super()._wrap_command(command, self._settings.session_cwd(cwd, self.cwd) or self.cwd)
 
     def _run_bash(
         self,

@@ -16,8 +16,6 @@ from agent.terminal_env_provider import TerminalEnvironmentProvider
 from . import NATIVE_IMPORT_ERROR, __version__, redact
 from ._hermes import (
     KEY_NAME,
-    REMOTE_HERMES_HOME,
-    REMOTE_HOME,
     SETTING_KEYS,
     SETTINGS,
     KeyStatus,
@@ -25,6 +23,7 @@ from ._hermes import (
     key_status,
     lifetime_seconds,
     read_settings,
+    sandbox_home,
 )
 
 logger = logging.getLogger("hermes_e2b")
@@ -42,9 +41,16 @@ class E2BProvider(TerminalEnvironmentProvider):
     is_remote = True
     is_container = True
     session_isolated_when_nonpersistent = True
-    # Hints for hosts that know them (the provider-parity surface); harmless elsewhere.
-    default_cwd = REMOTE_HOME
-    guest_home_root = REMOTE_HOME
+
+    # Hints for hosts that know them (the provider-parity surface); harmless elsewhere. The
+    # home is the one the latest sandbox reported (E2B's usual one before any exists).
+    @property
+    def default_cwd(self) -> str:
+        return sandbox_home()
+
+    @property
+    def guest_home_root(self) -> str:
+        return sandbox_home()
 
     def __init__(self, ctx: Any = None) -> None:
         self._ctx = ctx
@@ -65,8 +71,8 @@ class E2BProvider(TerminalEnvironmentProvider):
     @property
     def cache_path_base(self) -> Optional[str]:
         # Absolute: Hermes shell-quotes the translated path when it probes it (tool-result
-        # spill), so a "~" would never expand.
-        return REMOTE_HERMES_HOME
+        # spill), so a "~" would never expand. Under the home the sandbox reported.
+        return f"{sandbox_home().rstrip('/')}/.hermes"
 
     @property
     def strip_env_keys(self) -> frozenset[str]:
@@ -74,7 +80,7 @@ class E2BProvider(TerminalEnvironmentProvider):
 
     @property
     def env_description(self) -> str:
-        return f"an E2B cloud sandbox (Linux, home {REMOTE_HOME})"
+        return f"an E2B cloud sandbox (Linux, home {sandbox_home()})"
 
     def get_setup_schema(self) -> dict:
         return {

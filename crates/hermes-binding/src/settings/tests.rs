@@ -15,7 +15,10 @@ fn raw(entries: &[(&str, Value)]) -> BTreeMap<String, Value> {
 fn defaults_match_the_configuration_table() {
     let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
     assert_eq!(settings.template, "base");
-    assert_eq!(settings.cwd, "/home/user");
+    assert_eq!(
+        settings.cwd, None,
+        "the cwd follows the sandbox's real home"
+    );
     assert_eq!(settings.lease, Duration::from_secs(300));
     assert_eq!(settings.command_grace, Duration::from_secs(30));
     assert_eq!(settings.internet, InternetAccess::Allowed);
@@ -39,7 +42,8 @@ fn every_key_of_the_settings_table_is_read_with_its_default() {
     );
     let default = |key| Setting::find(key).unwrap().default;
     assert!(matches!(default("template"), SettingDefault::Text(text) if text == settings.template));
-    assert!(matches!(default("cwd"), SettingDefault::Text(text) if text == settings.cwd));
+    assert_eq!(default("cwd"), SettingDefault::Unset);
+    assert_eq!(settings.cwd, None);
     assert_eq!(
         default("command_grace_seconds"),
         SettingDefault::Seconds(settings.command_grace.as_secs())
@@ -127,13 +131,18 @@ fn flags_metadata_endpoints_and_attach_mode() {
 #[test]
 fn placeholder_cwds_mean_where_the_session_is() {
     let settings = Settings::parse(&raw(&[("cwd", Value::Str("/srv".to_owned()))]), None).unwrap();
+    let cwd = |requested, current| settings.session_cwd(requested, current);
     for placeholder in ["", "/root", "~"] {
-        assert_eq!(settings.session_cwd(placeholder, None), "/srv");
-        assert_eq!(settings.session_cwd(placeholder, Some("~")), "/srv");
-        assert_eq!(settings.session_cwd(placeholder, Some("/tmp")), "/tmp");
+        assert_eq!(cwd(placeholder, None).as_deref(), Some("/srv"));
+        assert_eq!(cwd(placeholder, Some("~")).as_deref(), Some("/srv"));
+        assert_eq!(cwd(placeholder, Some("/tmp")).as_deref(), Some("/tmp"));
     }
-    assert_eq!(settings.session_cwd("/opt", None), "/opt");
-    assert_eq!(settings.session_cwd("/opt", Some("/tmp")), "/opt");
+    assert_eq!(cwd("/opt", None).as_deref(), Some("/opt"));
+    assert_eq!(cwd("/opt", Some("/tmp")).as_deref(), Some("/opt"));
+    // Unconfigured, a placeholder means the sandbox's default, which attaching learns.
+    let unset = Settings::parse(&BTreeMap::new(), None).unwrap();
+    assert_eq!(unset.session_cwd("/root", None), None);
+    assert_eq!(unset.session_cwd("~", Some("/root")), None);
 }
 
 #[test]

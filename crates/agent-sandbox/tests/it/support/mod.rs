@@ -212,14 +212,16 @@ impl RecordingHooks {
         self.calls.lock().unwrap().clone()
     }
 
-    fn host_files(&self) -> Vec<(PathBuf, String)> {
+    /// The host's skills, named under the sandbox's state root (the transport's, which
+    /// follows the sandbox's real home).
+    fn host_files(&self, remote_hermes_home: &str) -> Vec<(PathBuf, String)> {
         let home = self.home.lock().unwrap().clone().expect("home");
         let mut files = Vec::new();
         let skills = home.join("skills");
         collect(&skills, &skills, &mut files);
         files
             .into_iter()
-            .map(|(path, rel)| (path, format!("/home/user/.hermes/skills/{rel}")))
+            .map(|(path, rel)| (path, format!("{remote_hermes_home}/skills/{rel}")))
             .collect()
     }
 }
@@ -261,7 +263,7 @@ impl StateHooks for RecordingHooks {
             return Ok(());
         }
         if kind == PushKind::Initial {
-            let files = self.host_files();
+            let files = self.host_files(transport.remote_hermes_home());
             *self.seen_at_push.lock().unwrap() =
                 files.iter().map(|(_, remote)| remote.clone()).collect();
             transport.upload_many(files)?;
