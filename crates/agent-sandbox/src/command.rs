@@ -369,6 +369,10 @@ impl Pumps {
         loop {
             if let Some(slot) = queue.jobs.pop_front() {
                 drop(queue);
+                // Woken by the submit, this thread may have preempted the caller on its CPU
+                // just before it waits: letting it run first lets it take its command up
+                // itself (one hand-over less at the command's end). Only a matter of speed.
+                std::thread::yield_now();
                 run(slot);
                 queue = self.lock();
                 continue;
@@ -545,7 +549,9 @@ mod tests {
         for _ in 0..3 {
             let tx = tx.clone();
             pumps
-                .submit(slot(move || tx.send(std::thread::current().id()).expect("sent")))
+                .submit(slot(move || {
+                    tx.send(std::thread::current().id()).expect("sent")
+                }))
                 .expect("submitted");
             threads.push(rx.recv().expect("ran"));
             await_idle(pumps, 1);
