@@ -101,10 +101,13 @@ pub type CommandResult = Result<CommandExit, Arc<Error>>;
 /// A command running in the sandbox.
 ///
 /// Cheap to clone and `Send + Sync`: one thread can wait while another polls or kills. The
-/// output is forwarded by a thread the backend owns, independently of whether anyone waits.
+/// output is forwarded by a thread the backend owns, independently of whether anyone waits (a
+/// caller that waits before that thread took the command up forwards it itself, and is woken
+/// by the command's end directly).
 #[derive(Clone)]
 pub struct RunningCommand {
     shared: Arc<Shared>,
+    pump: Arc<PumpSlot>,
     kill: mpsc::UnboundedSender<Kill>,
     sandbox_pid: u32,
     sandbox_id: Arc<str>,
@@ -139,6 +142,14 @@ impl RunningCommand {
 
     /// Blocks until the command finishes.
     pub fn wait(&self) -> CommandResult {
+        // A pump no thread has taken up yet runs right here: the waiting thread is woken by
+        // the command's end directly, not by a pump thread's hand-over. Never inside a
+        // runtime, where blocking on the pump is not allowed.
+        if tokio::runtime::Handle::try_current().is_err()
+            && let Some(job) = self.pump.take()
+        {
+            job();
+        }
         let mut state = self.shared.lock();
         loop {
             if let Some(result) = state.as_ref() {
@@ -207,8 +218,10 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
     });
     let (kill_tx, kill_rx) = mpsc::unbounded_channel();
     let sandbox_id: Arc<str> = Arc::from(launch.sandbox.id().as_str());
+    let pump_slot = Arc::new(PumpSlot::default());
     let handle = RunningCommand {
         shared: Arc::clone(&shared),
+        pump: Arc::clone(&pump_slot),
         kill: kill_tx,
         sandbox_pid: launch.sandbox_pid,
         sandbox_id,
@@ -222,33 +235,159 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
         mut sink,
         on_done,
     } = launch;
-    // Its own OS thread, because the sink may block (a pipe nobody drains yet); blocking a
-    // runtime worker would stall every other request of the process.
-    let spawned = std::thread::Builder::new()
-        .name(format!("e2b-command-{sandbox_pid}"))
-        .spawn(move || {
-            let result = runtime.block_on(pump(
-                &sandbox,
-                stream,
-                sandbox_pid,
-                deadline,
-                &mut *sink,
-                kill_rx,
-            ));
-            if let Err(error) = sink.finish() {
-                tracing::debug!(sandbox_id = %sandbox.id(), "output sink failed to finish: {}", e2b_client::redact(&error.to_string()));
-            }
-            *shared.lock() = Some(result.map_err(Arc::new));
-            shared.done.notify_all();
-            on_done();
-        });
+    // An OS thread of its own while it runs (a pump thread's, or a waiting caller's),
+    // because the sink may block (a pipe nobody drains yet); blocking a runtime worker would
+    // stall every other request of the process.
+    pump_slot.put(Box::new(move || {
+        let outcome = runtime.block_on(pump(
+            &sandbox,
+            stream,
+            sandbox_pid,
+            deadline,
+            &mut *sink,
+            kill_rx,
+        ));
+        let (result, rest) = match outcome {
+            Ok((exit, rest)) => (Ok(exit), Some(rest)),
+            Err(error) => (Err(Arc::new(error)), None),
+        };
+        if let Err(error) = sink.finish() {
+            tracing::debug!(sandbox_id = %sandbox.id(), "output sink failed to finish: {}", e2b_client::redact(&error.to_string()));
+        }
+        *shared.lock() = Some(result);
+        shared.done.notify_all();
+        on_done();
+        // The rest of the response (the end-of-stream message, right behind the end event)
+        // is read on the runtime, next to the connection, after the result is out: off the
+        // waiter's path. Reading it to its end lets a later command reuse the connection
+        // instead of opening one.
+        if let Some(rest) = rest {
+            let id = sandbox.id().clone();
+            runtime.spawn(async move {
+                if !rest.drain(e2b_client::END_DRAIN_LIMIT).await {
+                    tracing::debug!(sandbox_id = %id, "the output stream of command {sandbox_pid} did not end cleanly after its exit");
+                }
+            });
+        }
+    }));
+    let spawned = PUMPS.submit(pump_slot);
     match spawned {
-        Ok(_) => Ok(handle),
+        Ok(()) => Ok(handle),
         Err(source) => Err(Error::Io {
             operation: "start output thread",
             path: std::path::PathBuf::new(),
             source,
         }),
+    }
+}
+
+/// The process's pump threads.
+static PUMPS: Pumps = Pumps::new();
+
+/// How long an idle pump thread waits for the next command before it exits.
+const PUMP_IDLE_EXIT: Duration = Duration::from_secs(30);
+
+/// A command's whole forwarding, to its end.
+type PumpJob = Box<dyn FnOnce() + Send>;
+
+/// A command's pump, run once by whichever comes first: a pump thread or a caller that waits.
+#[derive(Default)]
+struct PumpSlot {
+    job: Mutex<Option<PumpJob>>,
+}
+
+impl PumpSlot {
+    fn put(&self, job: PumpJob) {
+        *self.job.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
+    }
+
+    fn take(&self) -> Option<PumpJob> {
+        self.job
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// Threads for the pumps, kept for reuse: a command in steady state hands its pump to a
+/// thread that is waiting for one instead of creating a thread (and its stack) per command.
+/// Each job still has a thread to itself for as long as it runs (a job is queued only when a
+/// thread is idle to take it), so a blocked sink delays nothing else. An idle thread exits
+/// after [`PUMP_IDLE_EXIT`].
+struct Pumps {
+    state: Mutex<PumpQueue>,
+    work: Condvar,
+}
+
+struct PumpQueue {
+    jobs: std::collections::VecDeque<Arc<PumpSlot>>,
+    /// Threads waiting for a job.
+    idle: usize,
+}
+
+impl Pumps {
+    const fn new() -> Pumps {
+        Pumps {
+            state: Mutex::new(PumpQueue {
+                jobs: std::collections::VecDeque::new(),
+                idle: 0,
+            }),
+            work: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PumpQueue> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `job` on an idle thread, or on a new one when every thread is busy.
+    fn submit(&'static self, job: Arc<PumpSlot>) -> std::io::Result<()> {
+        let mut queue = self.lock();
+        // Every queued job has an idle thread of its own coming for it.
+        if queue.idle > queue.jobs.len() {
+            queue.jobs.push_back(job);
+            drop(queue);
+            self.work.notify_one();
+            return Ok(());
+        }
+        drop(queue);
+        std::thread::Builder::new()
+            .name("e2b-command".to_owned())
+            .spawn(move || self.serve(job))
+            .map(drop)
+    }
+
+    fn serve(&self, first: Arc<PumpSlot>) {
+        let run = |slot: Arc<PumpSlot>| {
+            // Empty when a waiting caller took the job up first.
+            if let Some(job) = slot.take() {
+                job();
+            }
+        };
+        run(first);
+        let mut queue = self.lock();
+        loop {
+            if let Some(slot) = queue.jobs.pop_front() {
+                drop(queue);
+                // Woken by the submit, this thread may have preempted the caller on its CPU
+                // just before it waits: letting it run first lets it take its command up
+                // itself (one hand-over less at the command's end). Only a matter of speed.
+                std::thread::yield_now();
+                run(slot);
+                queue = self.lock();
+                continue;
+            }
+            queue.idle += 1;
+            let (next, waited) = self
+                .work
+                .wait_timeout_while(queue, PUMP_IDLE_EXIT, |queue| queue.jobs.is_empty())
+                .unwrap_or_else(PoisonError::into_inner);
+            queue = next;
+            queue.idle -= 1;
+            if waited.timed_out() && queue.jobs.is_empty() {
+                return;
+            }
+        }
     }
 }
 
@@ -259,7 +398,7 @@ async fn pump(
     deadline: Duration,
     sink: &mut dyn OutputSink,
     mut kill_rx: mpsc::UnboundedReceiver<Kill>,
-) -> Result<CommandExit, Error> {
+) -> Result<(CommandExit, ProcessStream), Error> {
     let id = sandbox.id().as_str().to_owned();
     let mut termination = Termination::Exited;
     let mut forwarded: u64 = 0;
@@ -267,7 +406,7 @@ async fn pump(
     let mut kill_open = true;
     let expiry = tokio::time::sleep(deadline);
     tokio::pin!(expiry);
-    loop {
+    let end = loop {
         let kill_now = tokio::select! {
             event = stream.next() => {
                 let (which, bytes) = match event {
@@ -275,15 +414,7 @@ async fn pump(
                         (OutputStream::Stdout, bytes)
                     }
                     Some(Ok(ProcessEvent::Stderr(bytes))) => (OutputStream::Stderr, bytes),
-                    Some(Ok(ProcessEvent::End(end))) => {
-                        return Ok(CommandExit {
-                            sandbox_pid,
-                            exit_code: end.exit_code,
-                            termination,
-                            forwarded_bytes: forwarded,
-                            sink_error,
-                        });
-                    }
+                    Some(Ok(ProcessEvent::End(end))) => break end,
                     Some(Ok(_)) => continue,
                     Some(Err(source)) => {
                         return Err(Error::e2b("command output stream", Some(&id), source));
@@ -333,7 +464,15 @@ async fn pump(
                 );
             }
         }
-    }
+    };
+    let exit = CommandExit {
+        sandbox_pid,
+        exit_code: end.exit_code,
+        termination,
+        forwarded_bytes: forwarded,
+        sink_error,
+    };
+    Ok((exit, stream))
 }
 
 /// How long the group kill may take before the pid kill goes ahead without it.
@@ -374,3 +513,76 @@ async fn kill_group(sandbox: &Sandbox, sandbox_pid: u32) {
 
 /// Output kept from the group kill (an error message at most).
 const GROUP_KILL_OUTPUT: u64 = 4096;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc as std_mpsc;
+    use std::thread::ThreadId;
+    use std::time::Instant;
+
+    use super::*;
+
+    fn pool() -> &'static Pumps {
+        Box::leak(Box::new(Pumps::new()))
+    }
+
+    fn slot(job: impl FnOnce() + Send + 'static) -> Arc<PumpSlot> {
+        let slot = Arc::new(PumpSlot::default());
+        slot.put(Box::new(job));
+        slot
+    }
+
+    /// Waits (bounded) until `count` threads of `pumps` are idle.
+    fn await_idle(pumps: &Pumps, count: usize) {
+        let limit = Instant::now() + Duration::from_secs(10);
+        while pumps.lock().idle != count {
+            assert!(Instant::now() < limit, "{count} idle pump threads");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn commands_one_after_another_reuse_one_pump_thread() {
+        let pumps = pool();
+        let (tx, rx) = std_mpsc::channel::<ThreadId>();
+        let mut threads = Vec::new();
+        for _ in 0..3 {
+            let tx = tx.clone();
+            pumps
+                .submit(slot(move || {
+                    tx.send(std::thread::current().id()).expect("sent")
+                }))
+                .expect("submitted");
+            threads.push(rx.recv().expect("ran"));
+            await_idle(pumps, 1);
+        }
+        assert!(threads.iter().all(|id| *id == threads[0]), "{threads:?}");
+        assert_ne!(threads[0], std::thread::current().id());
+    }
+
+    #[test]
+    fn a_blocked_pump_delays_no_other_command() {
+        let pumps = pool();
+        let (release, blocked) = std_mpsc::channel::<()>();
+        let (tx, rx) = std_mpsc::channel::<&str>();
+        let first = tx.clone();
+        pumps
+            .submit(slot(move || {
+                first.send("first started").expect("sent");
+                // A sink nobody drains: blocked until the test releases it.
+                blocked.recv().expect("released");
+                first.send("first done").expect("sent");
+            }))
+            .expect("submitted");
+        assert_eq!(rx.recv().expect("ran"), "first started");
+        pumps
+            .submit(slot(move || tx.send("second done").expect("sent")))
+            .expect("submitted");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).expect("ran"),
+            "second done"
+        );
+        release.send(()).expect("released");
+        assert_eq!(rx.recv().expect("ran"), "first done");
+    }
+}

@@ -16,8 +16,10 @@ pub enum OutputStream {
 /// Receives a command's output as E2B delivers it (contract O1).
 ///
 /// Each chunk is handed over once and the backend keeps no copy, so host memory stays bounded
-/// by what the sink itself keeps. The sink is called from a thread the backend owns, never
-/// from an async task, so a blocking write (to a pipe whose reader is slow) is fine.
+/// by what the sink itself keeps. The sink is called from a plain thread, never from an async
+/// task, so a blocking write (to a pipe whose reader is slow) is fine: a pump thread of the
+/// backend's, or the caller's own thread while it waits in [`crate::RunningCommand::wait`]
+/// for a command no pump thread had taken up yet.
 pub trait OutputSink: Send + 'static {
     /// Takes one chunk. An error stops further forwarding (the command keeps running to its
     /// end, and the failure is reported in [`crate::CommandExit::sink_error`]).

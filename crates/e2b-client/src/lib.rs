@@ -107,8 +107,8 @@ pub use crate::files::{
 };
 pub use crate::ids::SandboxId;
 pub use crate::process::{
-    CommandOutput, ProcessConfig, ProcessEnd, ProcessEvent, ProcessInfo, ProcessStream, Signal,
-    SignalOutcome, StartOptions,
+    CommandOutput, END_DRAIN_LIMIT, ProcessConfig, ProcessEnd, ProcessEvent, ProcessInfo,
+    ProcessStream, Signal, SignalOutcome, StartOptions,
 };
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, Health, Sandbox};

@@ -103,6 +103,10 @@ pub struct ProcessEnd {
     pub error: Option<String>,
 }
 
+/// How long [`ProcessStream::collect_output`] waits for the rest of the response after the
+/// `End` event (envd sends it right behind) before it gives the connection up.
+pub const END_DRAIN_LIMIT: Duration = Duration::from_millis(250);
+
 /// The events of one process, delivered as they arrive.
 ///
 /// [`crate::Sandbox::start`] and [`crate::Sandbox::connect_process`] return it once envd has
@@ -175,6 +179,22 @@ impl ProcessStream {
         self.pid
     }
 
+    /// Reads what follows the `End` event (the end-of-stream message and the end of the
+    /// response) for at most `limit`, so the connection serves the next request instead of
+    /// being closed, as it is when a stream is dropped before its end. Returns whether the
+    /// stream ended cleanly in time; either way the process's outcome is already known.
+    pub async fn drain(mut self, limit: Duration) -> bool {
+        let rest = async {
+            while let Some(event) = self.next().await {
+                if event.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::time::timeout(limit, rest).await.unwrap_or(false)
+    }
+
     /// Consumes the stream, keeping stdout and stderr up to `limit` bytes in total; more output
     /// is [`Error::LimitExceeded`] the moment it arrives.
     pub async fn collect_output(mut self, limit: u64) -> Result<CommandOutput, Error> {
@@ -186,8 +206,10 @@ impl ProcessStream {
                 ProcessEvent::Stdout(chunk) | ProcessEvent::Pty(chunk) => (&mut stdout, chunk),
                 ProcessEvent::Stderr(chunk) => (&mut stderr, chunk),
                 ProcessEvent::End(end) => {
+                    let pid = self.pid;
+                    self.drain(END_DRAIN_LIMIT).await;
                     return Ok(CommandOutput {
-                        pid: self.pid,
+                        pid,
                         stdout: stdout.freeze(),
                         stderr: stderr.freeze(),
                         end,
@@ -276,6 +298,7 @@ impl Decode {
                     if !self.seen_end {
                         return Some(Err(self.ctx.protocol("stream ended without an end event")));
                     }
+                    self.read_to_body_end().await;
                     return None;
                 }
                 Ok(Some(frame)) => match parse_event(&frame.payload) {
@@ -303,6 +326,20 @@ impl Decode {
                     }
                     return Some(Err(self.ctx.protocol("stream ended without an end event")));
                 }
+            }
+        }
+    }
+
+    /// After the end-of-stream message: reads the response body to its own end, so the HTTP
+    /// client can reuse the connection for the next request (a body dropped before its end
+    /// closes its connection). Nothing may follow that message; whatever does (bytes, an
+    /// error, silence) only costs the connection, since the stream's outcome is settled.
+    async fn read_to_body_end(&mut self) {
+        // Empty chunks are skipped a bounded number of times.
+        for _ in 0..4 {
+            match tokio::time::timeout(self.idle, self.body.next()).await {
+                Ok(Some(Ok(chunk))) if chunk.is_empty() => {}
+                _ => return,
             }
         }
     }

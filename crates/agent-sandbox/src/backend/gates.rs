@@ -4,7 +4,7 @@
 use std::sync::PoisonError;
 use std::time::Duration;
 
-use writer_lease::{Admission, Role as LeaseRole, WriterLease, WriterPhase};
+use writer_lease::{Admission, Role as LeaseRole, WriterLease, WriterPhase, WriterStatus};
 
 use super::{Attached, Inner, RETRY_HINT, Role};
 use crate::error::{Error, ErrorChain};
@@ -134,13 +134,22 @@ impl Inner {
                 let files = self.files.as_ref().ok_or_else(|| Error::InvalidConfig {
                     reason: "a reader without coordination files".to_owned(),
                 })?;
-                let role = files
-                    .try_acquire_writer()
-                    .map_err(|source| Error::Coordination {
-                        operation: "acquire writer role",
-                        sandbox_id: Some(id.clone()),
-                        source,
-                    })?;
+                // While the writer role is held (a reader's steady state), trying to take it
+                // cannot succeed: a shared look at the lock costs half the full attempt (which
+                // closes the gate first). A role freed just after the look is taken over at the
+                // next command, as when the attempt itself loses that race.
+                let held = matches!(files.writer_status(), Ok(WriterStatus::Held));
+                let role = if held {
+                    LeaseRole::Reader
+                } else {
+                    files
+                        .try_acquire_writer()
+                        .map_err(|source| Error::Coordination {
+                            operation: "acquire writer role",
+                            sandbox_id: Some(id.clone()),
+                            source,
+                        })?
+                };
                 if let LeaseRole::Writer(writer) = role {
                     // Hand-off: a full recover-then-push (C4).
                     return self.bring_up(attached, writer);

@@ -103,12 +103,32 @@ impl Inner {
         sandbox: &Sandbox,
         options: StartOptions,
     ) -> Result<(e2b_client::ProcessStream, u32), Error> {
-        self.block_on(async {
-            let stream = sandbox.start(options).await?;
-            let pid = stream.pid();
-            Ok((stream, pid))
-        })
-        .map_err(|source| Error::e2b("start command", Some(sandbox.id().as_str()), source))
+        // A task on the runtime, next to the connection's: the request, the response head and
+        // the start event pass between tasks of one worker instead of waking this thread
+        // (and the worker again) for each; this thread is woken once, with the result.
+        let task = {
+            let sandbox = sandbox.clone();
+            self.services
+                .runtime
+                .spawn(async move { sandbox.start(options).await })
+        };
+        let started = match self.block_on(task) {
+            Ok(started) => started,
+            Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+            Err(_) => {
+                return Err(Error::Io {
+                    operation: "start command",
+                    path: std::path::PathBuf::new(),
+                    source: std::io::Error::other("the async runtime is shutting down"),
+                });
+            }
+        };
+        started
+            .map(|stream| {
+                let pid = stream.pid();
+                (stream, pid)
+            })
+            .map_err(|source| Error::e2b("start command", Some(sandbox.id().as_str()), source))
     }
 }
 

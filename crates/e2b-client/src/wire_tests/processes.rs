@@ -164,6 +164,89 @@ async fn events_are_delivered_while_the_command_still_runs() {
     assert!(matches!(rest.as_slice(), [ProcessEvent::End(end)] if end.exit_code == -1));
 }
 
+/// The end event, the end-of-stream message and the end of the body arrive as separate
+/// chunks (as envd writes them). A stream dropped at the end event closes its connection; one
+/// read to the end of the response leaves it for the next request.
+#[tokio::test]
+async fn a_command_read_past_its_end_event_leaves_the_connection_for_the_next() {
+    let server = TestServer::start(|_, _| {
+        let frames = [
+            frame(0, r#"{"event":{"start":{"pid":7}}}"#),
+            frame(
+                0,
+                r#"{"event":{"end":{"exitCode":0,"exited":true,"status":"exit status 0"}}}"#,
+            ),
+            frame(2, "{}"),
+        ];
+        let body = futures::stream::iter(frames.map(Ok::<Bytes, Infallible>));
+        connect_stream(Body::from_stream(body))
+    })
+    .await;
+    let client = client(&server.url);
+    let sandbox = sandbox(&client);
+    let guard = Duration::from_secs(10);
+    for _ in 0..2 {
+        let output = sandbox
+            .run(StartOptions::shell("true".to_owned()), 1024)
+            .await
+            .expect("ran");
+        assert_eq!(output.end.exit_code, 0);
+    }
+    for _ in 0..2 {
+        let mut events = sandbox
+            .start(StartOptions::shell("true".to_owned()))
+            .await
+            .expect("started");
+        loop {
+            match events.next().await.expect("an event").expect("ok") {
+                ProcessEvent::End(end) => break assert_eq!(end.exit_code, 0),
+                _ => continue,
+            }
+        }
+        assert!(events.drain(guard).await, "the response ends cleanly");
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    let peers: std::collections::BTreeSet<_> = requests.iter().map(|r| r.peer).collect();
+    assert_eq!(peers.len(), 1, "one connection for all four: {peers:?}");
+    assert!(peers.iter().all(Option::is_some));
+}
+
+/// A server that never ends the response after the end event costs the drain its limit, not
+/// more.
+#[tokio::test]
+async fn a_response_that_never_ends_after_the_end_event_is_given_up_after_the_limit() {
+    let server = TestServer::start(|_, _| {
+        let frames = [
+            frame(0, r#"{"event":{"start":{"pid":7}}}"#),
+            frame(
+                0,
+                r#"{"event":{"end":{"exitCode":0,"exited":true,"status":"exit status 0"}}}"#,
+            ),
+        ];
+        let body = futures::stream::iter(frames.map(Ok::<Bytes, Infallible>))
+            .chain(futures::stream::pending());
+        connect_stream(Body::from_stream(body))
+    })
+    .await;
+    let client = client(&server.url);
+    let mut events = sandbox(&client)
+        .start(StartOptions::shell("true".to_owned()))
+        .await
+        .expect("started");
+    while !matches!(
+        events.next().await.expect("an event").expect("ok"),
+        ProcessEvent::End(_)
+    ) {}
+    let drained = tokio::time::timeout(
+        Duration::from_secs(10),
+        events.drain(Duration::from_millis(50)),
+    )
+    .await
+    .expect("the drain gives up at its limit");
+    assert!(!drained, "no clean end");
+}
+
 #[tokio::test]
 async fn a_stream_cut_mid_frame_is_an_error() {
     let (cut, cut_signal) = tokio::sync::oneshot::channel::<()>();

@@ -26,6 +26,8 @@ pub(super) struct Recorded {
     pub(super) path_and_query: String,
     pub(super) headers: HeaderMap,
     pub(super) body: Bytes,
+    /// The client's address: one per connection.
+    pub(super) peer: Option<std::net::SocketAddr>,
 }
 
 impl Recorded {
@@ -53,6 +55,10 @@ impl TestServer {
             let handler = handler.clone();
             let seen = seen.clone();
             async move {
+                let peer = request
+                    .extensions()
+                    .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                    .map(|info| info.0);
                 let (parts, body) = request.into_parts();
                 let body = axum::body::to_bytes(body, usize::MAX)
                     .await
@@ -66,6 +72,7 @@ impl TestServer {
                         .unwrap_or_default(),
                     headers: parts.headers,
                     body,
+                    peer,
                 };
                 let index = {
                     let mut all = seen.lock().expect("not poisoned");
@@ -78,7 +85,8 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(async move {
-            axum::serve(listener, router).await.expect("serve");
+            let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, service).await.expect("serve");
         });
         TestServer { url, requests }
     }
