@@ -321,6 +321,7 @@ impl Inner {
             role,
             info,
             stale: false,
+            grant: None,
         })
     }
 }

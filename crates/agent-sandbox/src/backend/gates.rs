@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use writer_lease::{Admission, Role as LeaseRole, WriterLease, WriterPhase};
 
+use super::fence::CommitWhen;
 use super::{Attached, Inner, RETRY_HINT, Role};
 use crate::error::{Error, ErrorChain};
 use crate::hooks::{HookError, PushKind};
@@ -75,10 +76,18 @@ impl Inner {
                     })?;
             }
             self.note_writer();
+            // Sandbox arbitration: the record's grant before anything is read or written.
+            self.fence_acquire(attached)?;
             self.recover_into_home(&id)?;
             self.run_hook("initial push", &id, |t| {
                 self.hooks.push(t, PushKind::Initial)
             })?;
+            self.fence_commit(
+                &attached.sandbox,
+                &mut attached.grant,
+                &id,
+                CommitWhen::Always,
+            )?;
             writer
                 .complete_push(&id)
                 .map_err(|source| Error::Coordination {
@@ -96,6 +105,7 @@ impl Inner {
             }
             Err(error) => {
                 writer.release();
+                attached.grant = None;
                 attached.role = Role::Reader;
                 attached.info.role = RoleKind::Reader;
                 Err(error)
@@ -118,8 +128,18 @@ impl Inner {
         Ok(())
     }
 
-    /// The per-command gates and sync.
+    /// The per-command gates and sync; a writer fenced by another host becomes a reader.
     fn admit(&self, attached: &mut Attached) -> Result<(), Error> {
+        let result = self.admit_role(attached);
+        if let Err(error) = &result
+            && error.is_fenced()
+        {
+            self.demote(attached, error);
+        }
+        result
+    }
+
+    fn admit_role(&self, attached: &mut Attached) -> Result<(), Error> {
         let id = attached.id.as_str().to_owned();
         match &mut attached.role {
             Role::Probe | Role::External | Role::PendingWriter(_) => Ok(()),
@@ -154,8 +174,12 @@ impl Inner {
                 }
             }
             Role::Writer(writer) => {
-                let synced =
-                    self.run_hook("sync", &id, |t| self.hooks.push(t, PushKind::Incremental));
+                let synced = self
+                    .run_hook("sync", &id, |t| self.hooks.push(t, PushKind::Incremental))
+                    .and_then(|()| {
+                        let when = CommitWhen::StagedOrDue;
+                        self.fence_commit(&attached.sandbox, &mut attached.grant, &id, when)
+                    });
                 match synced {
                     Ok(()) => {
                         if writer.phase() == WriterPhase::Stale {

@@ -6,6 +6,7 @@
 //! finalize, detach).
 
 mod attach;
+mod fence;
 mod gates;
 mod lease;
 pub(crate) mod pull;
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use e2b_client::{Client, Sandbox, SandboxId};
 use sandbox_identity::{LeaseKind, LeasePolicy, LeaseTracker, Mode, ScopeIdentity};
-use writer_lease::{ScopeFiles, ScopeKey, WriterLease};
+use writer_lease::{Holder, ScopeFiles, ScopeKey, WriterLease};
 
 use crate::command::{self, Launch, RunOptions, RunningCommand};
 use crate::config::{Config, SandboxMode, Scope, Services};
@@ -78,6 +79,8 @@ struct Inner {
     identity: ScopeIdentity,
     policy: LeasePolicy,
     files: Option<ScopeFiles>,
+    /// This host's identity in the sandbox's writer record, loaded on first use.
+    holder: Mutex<Option<Holder>>,
     state: Mutex<Phase>,
     transport: Mutex<Option<StateTransport>>,
     replaced: Mutex<Option<String>>,
@@ -147,6 +150,8 @@ struct Attached {
     info: AttachInfo,
     /// A reader found the scope prepared for another sandbox: re-attach on next use.
     stale: bool,
+    /// The writer's grant in the sandbox's record (`writer_arbitration: sandbox`).
+    grant: Option<fence::Grant>,
 }
 
 enum Role {
@@ -219,7 +224,10 @@ impl Backend {
         };
         let files = match (&config.mode, probe) {
             (SandboxMode::Persistent, false) => Some(ScopeFiles::new(
-                scope.profile_home.join("cache").join("e2b"),
+                config
+                    .coordination_dir
+                    .clone()
+                    .unwrap_or_else(|| scope.profile_home.join("cache").join("e2b")),
                 ScopeKey::from_bytes(*identity.digest().as_bytes()),
             )),
             _ => None,
@@ -233,6 +241,7 @@ impl Backend {
                 identity,
                 policy,
                 files,
+                holder: Mutex::new(None),
                 state: Mutex::new(Phase::Detached),
                 transport: Mutex::new(None),
                 replaced: Mutex::new(None),
