@@ -492,6 +492,8 @@ mod tests {
 
     #[test]
     fn answers_are_parsed_strictly() {
+        // contract: C8 — the sandbox is not trusted: anything but the one-line format is an
+        // error naming the operation and the sandbox.
         let ok = b"arb granted 100 v1 1 160 aa 1 b007\n";
         assert!(matches!(
             parse_answer("op", "sbx", ok),

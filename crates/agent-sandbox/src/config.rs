@@ -108,7 +108,7 @@ impl Setting {
 
 /// Every user-facing setting, in the order configuration screens show them. The defaults are
 /// the ones [`Config::new`] applies.
-pub const SETTINGS: [Setting; 11] = [
+pub const SETTINGS: [Setting; 12] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -169,6 +169,12 @@ pub const SETTINGS: [Setting; 11] = [
         kind: SettingKind::Text,
         default: SettingDefault::Unset,
         description: "E2B envd URL override.",
+    },
+    Setting {
+        key: "writer_arbitration",
+        kind: SettingKind::Text,
+        default: SettingDefault::Text("host"),
+        description: "Who picks the one writer: host (file lock, one machine) or sandbox (a fenced record in the sandbox, for several hosts).",
     },
     Setting {
         key: "sandbox_id",

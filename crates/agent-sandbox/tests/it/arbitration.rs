@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_sandbox::{
-    Backend, HookError, ManualClock, PushKind, RoleKind, SandboxMode, StateHooks, StateTransport,
-    WriterArbitration, renewal_period,
+    Backend, HookError, ManualClock, PullOutcome, PushKind, RoleKind, SandboxMode, StateHooks,
+    StateTransport, WriterArbitration, renewal_period,
 };
 use e2b_client::SandboxId;
 
-use crate::support::{World, ok, run};
+use crate::support::{WarningLog, World, ok, run};
 
 /// A short grant, so takeovers happen within a test.
 const SHORT_TERM: u64 = 3;
@@ -406,4 +406,63 @@ fn host_clock_skew_decides_nothing() {
     assert_eq!(a.info().expect("attached").role, RoleKind::Writer);
     a.cleanup();
     b.cleanup();
+}
+
+/// Runs `true` on `backend` until it is admitted, within [`TAKEOVER_WAIT`].
+fn admitted_within_takeover_wait(backend: &Backend) {
+    let start = Instant::now();
+    loop {
+        match run(backend, "true") {
+            Ok((exit, _)) if exit.exit_code == 0 => return,
+            Err(error) if error.is_not_ready() && start.elapsed() < TAKEOVER_WAIT => {
+                // Bounded poll: the grant lapses on the sandbox's clock.
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            other => panic!("no takeover: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_fenced_writer_warns_once_naming_the_holder_and_pulls_nothing_at_teardown() {
+    // contract: C10
+    let world = World::new();
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let clock = || Arc::new(ManualClock::new());
+    let a = sandbox_backend(&world, Duration::from_secs(1), clock(), dirs[0].path());
+    std::fs::write(dirs[0].path().join("skills").join("s.md"), "a1\n").expect("write");
+    ok(&a, "true");
+    let b = sandbox_backend(&world, Duration::from_secs(60), clock(), dirs[1].path());
+    admitted_within_takeover_wait(&b);
+    assert_eq!(b.info().expect("attached").role, RoleKind::Writer);
+    let b_host =
+        std::fs::read_to_string(dirs[1].path().join("lock").join("host-id")).expect("b's host id");
+
+    std::fs::write(dirs[0].path().join("skills").join("s.md"), "a2\n").expect("write");
+    let log = WarningLog::default();
+    let fenced = log.capture(|| run(&a, "true")).expect_err("fenced");
+    assert!(fenced.is_fenced(), "{fenced}");
+    assert!(fenced.to_string().contains(&b_host), "{fenced}");
+    let refused = log
+        .capture(|| run(&a, "true"))
+        .expect_err("b holds the role");
+    assert!(refused.is_not_ready(), "{refused}");
+    assert_eq!(log.count(&b_host), 1, "{:?}", log.warnings());
+    assert_eq!(a.info().expect("attached").role, RoleKind::Reader);
+    assert_eq!(
+        ok(&b, "cat ~/.hermes/skills/s.md"),
+        "a1\n",
+        "what a committed while it held the role, never its fenced a2"
+    );
+
+    // A writer taken over while silent finds out at teardown: no pull, no release.
+    b.cleanup();
+    let c = sandbox_backend(&world, Duration::from_secs(1), clock(), dirs[2].path());
+    ok(&c, "true");
+    assert_eq!(c.info().expect("attached").role, RoleKind::Writer);
+    let d = sandbox_backend(&world, Duration::from_secs(60), clock(), dirs[3].path());
+    admitted_within_takeover_wait(&d);
+    assert_eq!(c.cleanup().pull, PullOutcome::NotAttempted);
+    assert_eq!(d.cleanup().pull, PullOutcome::Pulled);
+    a.cleanup();
 }

@@ -68,6 +68,7 @@ proptest! {
     fn one_current_writer_and_every_stale_write_is_fenced(
         steps in proptest::collection::vec(step(), 1..60),
     ) {
+        // contract: C8, C10
         let holders: Vec<Holder> = (0..HOSTS)
             .map(|i| Holder::new(&format!("{i:02x}"), 100 + i as u32, "b007").expect("holder"))
             .collect();
@@ -140,6 +141,7 @@ proptest! {
 
 #[test]
 fn a_paused_writer_is_fenced_after_a_takeover_and_never_gets_a_last_push() {
+    // contract: C10
     let a = Holder::new("aa", 1, "b007").expect("holder");
     let b = Holder::new("bb", 2, "b007").expect("holder");
     let mut keeper = Keeper {
