@@ -269,8 +269,9 @@ pub(crate) struct SandboxArbitration<'a> {
 }
 
 impl SandboxArbitration<'_> {
-    /// Runs the script for `ask` in one Process/Start and parses its answer.
-    pub(crate) fn ask(&self, ask: &Ask) -> Result<Verdict, Error> {
+    /// Runs the script for `ask` in one Process/Start and parses its answer: the verdict and
+    /// the sandbox's clock (seconds) when it was given.
+    pub(crate) fn ask(&self, ask: &Ask) -> Result<(Verdict, u64), Error> {
         let operation = ask.operation();
         let id = self.sandbox.id().as_str().to_owned();
         let script = script(self.remote_home, self.holder, self.term, ask);
@@ -287,7 +288,7 @@ impl SandboxArbitration<'_> {
                     .into_owned(),
             });
         }
-        parse_answer(operation, &id, &output.stdout).map(|(verdict, _)| verdict)
+        parse_answer(operation, &id, &output.stdout)
     }
 }
 
@@ -295,15 +296,17 @@ impl Arbitration for SandboxArbitration<'_> {
     type Error = Error;
 
     fn acquire(&mut self) -> Result<Verdict, Error> {
-        self.ask(&Ask::Acquire)
+        self.ask(&Ask::Acquire).map(|(verdict, _)| verdict)
     }
 
     fn renew(&mut self, generation: Generation) -> Result<Verdict, Error> {
         self.ask(&Ask::Renew(generation))
+            .map(|(verdict, _)| verdict)
     }
 
     fn release(&mut self, generation: Generation) -> Result<Verdict, Error> {
         self.ask(&Ask::Release(generation))
+            .map(|(verdict, _)| verdict)
     }
 
     fn is_current(&mut self, generation: Generation) -> Result<bool, Error> {

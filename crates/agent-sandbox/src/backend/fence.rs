@@ -7,6 +7,8 @@
 //! costs nothing extra unless the grant is older than [`renewal_period`], then one renewal.
 //! An idle writer sends nothing: its grant lapses, and its next command renews it if no other
 //! host took over meanwhile, or is fenced.
+//! A host refused by another's grant asks again at most once per renewal period (sooner when
+//! the sandbox said the grant has fewer seconds left); its refused commands cost nothing.
 
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
@@ -65,7 +67,7 @@ impl Inner {
         Ok(loaded)
     }
 
-    fn ask(&self, sandbox: &Sandbox, term: Duration, ask: &Ask) -> Result<Verdict, Error> {
+    fn ask(&self, sandbox: &Sandbox, term: Duration, ask: &Ask) -> Result<(Verdict, u64), Error> {
         let holder = self.holder()?;
         SandboxArbitration {
             runtime: &self.services.runtime,
@@ -77,6 +79,19 @@ impl Inner {
         .ask(ask)
     }
 
+    /// Why this host should not ask the sandbox's record again yet: another host held it at
+    /// the last acquire, and the pause after that refusal has not passed.
+    pub(super) fn held_elsewhere(&self) -> Option<String> {
+        let held = self
+            .held_elsewhere
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match &*held {
+            Some((until, reason)) if self.services.clock.now() < *until => Some(reason.clone()),
+            _ => None,
+        }
+    }
+
     /// The bring-up's acquire (after the host lock, before recovery): granted, this writer
     /// stages its pushes from now on; held by another host, it stays a reader.
     pub(super) fn fence_acquire(&self, attached: &mut Attached) -> Result<(), Error> {
@@ -85,8 +100,13 @@ impl Inner {
         };
         let id = attached.id.as_str().to_owned();
         let ask = Ask::Acquire;
-        match self.ask(&attached.sandbox, term, &ask)? {
+        let (verdict, sandbox_now) = self.ask(&attached.sandbox, term, &ask)?;
+        match verdict {
             Verdict::Granted(record) => {
+                *self
+                    .held_elsewhere
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = None;
                 attached.grant = Some(Grant {
                     generation: record.generation,
                     renewed: self.services.clock.now(),
@@ -97,15 +117,30 @@ impl Inner {
                 )));
                 Ok(())
             }
-            Verdict::Held(record) => Err(Error::NotReady {
-                sandbox_id: Some(id),
-                reason: format!(
+            Verdict::Held(record) => {
+                let reason = format!(
                     "another host holds the writer role in the sandbox ({}, generation {})",
                     record.holder,
                     record.generation.get()
-                ),
-                retry_hint: RETRY_HINT.to_owned(),
-            }),
+                );
+                // Asking again before the grant can lapse (by the sandbox's own count of
+                // its remaining seconds), or more often than once per renewal period, would
+                // cost a request per refused command.
+                let remaining = Duration::from_secs(record.expires_at.saturating_sub(sandbox_now));
+                let pause = remaining
+                    .min(renewal_period(term))
+                    .max(Duration::from_secs(1));
+                *self
+                    .held_elsewhere
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) =
+                    Some((self.services.clock.now() + pause, reason.clone()));
+                Err(Error::NotReady {
+                    sandbox_id: Some(id),
+                    reason,
+                    retry_hint: RETRY_HINT.to_owned(),
+                })
+            }
             other => Err(Error::Arbitration {
                 operation: ask.operation(),
                 sandbox_id: id,
@@ -140,7 +175,7 @@ impl Inner {
         } else {
             return Ok(());
         };
-        match self.ask(sandbox, term, &ask)? {
+        match self.ask(sandbox, term, &ask)?.0 {
             Verdict::Granted(_) => {
                 *grant = Some(Grant {
                     renewed: now,
@@ -191,8 +226,8 @@ impl Inner {
             return;
         };
         match self.ask(&attached.sandbox, term, &Ask::Renew(current.generation)) {
-            Ok(Verdict::Granted(_)) => {}
-            Ok(Verdict::Fenced(record)) => {
+            Ok((Verdict::Granted(_), _)) => {}
+            Ok((Verdict::Fenced(record), _)) => {
                 let error = fenced("teardown pull", &id, record);
                 self.demote(attached, &error);
             }

@@ -148,6 +148,14 @@ impl Inner {
                 let files = self.files.as_ref().ok_or_else(|| Error::InvalidConfig {
                     reason: "a reader without coordination files".to_owned(),
                 })?;
+                if let Some(reason) = self.held_elsewhere() {
+                    // Another host's grant, not lapsed yet: refused without a request.
+                    return Err(Error::NotReady {
+                        sandbox_id: Some(id),
+                        reason,
+                        retry_hint: RETRY_HINT.to_owned(),
+                    });
+                }
                 let role = files
                     .try_acquire_writer()
                     .map_err(|source| Error::Coordination {

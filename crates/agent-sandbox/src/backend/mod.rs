@@ -81,6 +81,9 @@ struct Inner {
     files: Option<ScopeFiles>,
     /// This host's identity in the sandbox's writer record, loaded on first use.
     holder: Mutex<Option<Holder>>,
+    /// Until when another host's grant keeps this host from asking the record again, and
+    /// the refusal to repeat meanwhile (`writer_arbitration: sandbox`).
+    held_elsewhere: Mutex<Option<(std::time::Instant, String)>>,
     state: Mutex<Phase>,
     transport: Mutex<Option<StateTransport>>,
     replaced: Mutex<Option<String>>,
@@ -242,6 +245,7 @@ impl Backend {
                 policy,
                 files,
                 holder: Mutex::new(None),
+                held_elsewhere: Mutex::new(None),
                 state: Mutex::new(Phase::Detached),
                 transport: Mutex::new(None),
                 replaced: Mutex::new(None),

@@ -408,8 +408,9 @@ fn host_clock_skew_decides_nothing() {
     b.cleanup();
 }
 
-/// Runs `true` on `backend` until it is admitted, within [`TAKEOVER_WAIT`].
-fn admitted_within_takeover_wait(backend: &Backend) {
+/// Runs `true` on `backend` until it is admitted, within [`TAKEOVER_WAIT`]; `clock` is the
+/// backend's, moved on with each poll so its pause after a refusal passes.
+fn admitted_within_takeover_wait(backend: &Backend, clock: &ManualClock) {
     let start = Instant::now();
     loop {
         match run(backend, "true") {
@@ -417,6 +418,7 @@ fn admitted_within_takeover_wait(backend: &Backend) {
             Err(error) if error.is_not_ready() && start.elapsed() < TAKEOVER_WAIT => {
                 // Bounded poll: the grant lapses on the sandbox's clock.
                 std::thread::sleep(Duration::from_millis(250));
+                clock.advance(Duration::from_millis(250));
             }
             other => panic!("no takeover: {other:?}"),
         }
@@ -432,8 +434,14 @@ fn a_fenced_writer_warns_once_naming_the_holder_and_pulls_nothing_at_teardown() 
     let a = sandbox_backend(&world, Duration::from_secs(1), clock(), dirs[0].path());
     std::fs::write(dirs[0].path().join("skills").join("s.md"), "a1\n").expect("write");
     ok(&a, "true");
-    let b = sandbox_backend(&world, Duration::from_secs(60), clock(), dirs[1].path());
-    admitted_within_takeover_wait(&b);
+    let b_clock = clock();
+    let b = sandbox_backend(
+        &world,
+        Duration::from_secs(60),
+        b_clock.clone(),
+        dirs[1].path(),
+    );
+    admitted_within_takeover_wait(&b, &b_clock);
     assert_eq!(b.info().expect("attached").role, RoleKind::Writer);
     let b_host =
         std::fs::read_to_string(dirs[1].path().join("lock").join("host-id")).expect("b's host id");
@@ -460,9 +468,54 @@ fn a_fenced_writer_warns_once_naming_the_holder_and_pulls_nothing_at_teardown() 
     let c = sandbox_backend(&world, Duration::from_secs(1), clock(), dirs[2].path());
     ok(&c, "true");
     assert_eq!(c.info().expect("attached").role, RoleKind::Writer);
-    let d = sandbox_backend(&world, Duration::from_secs(60), clock(), dirs[3].path());
-    admitted_within_takeover_wait(&d);
+    let d_clock = clock();
+    let d = sandbox_backend(
+        &world,
+        Duration::from_secs(60),
+        d_clock.clone(),
+        dirs[3].path(),
+    );
+    admitted_within_takeover_wait(&d, &d_clock);
     assert_eq!(c.cleanup().pull, PullOutcome::NotAttempted);
     assert_eq!(d.cleanup().pull, PullOutcome::Pulled);
     a.cleanup();
+}
+
+#[test]
+fn a_refused_host_asks_the_record_again_at_most_once_per_renewal_period() {
+    // contract: C11 — a host refused by another host's grant pays no request per refused
+    // command: it asks again after the renewal period (or the grant's remaining seconds).
+    let world = World::new();
+    let (a_src, b_src) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let term = Duration::from_secs(90);
+    let a = sandbox_backend(&world, term, Arc::new(ManualClock::new()), a_src.path());
+    ok(&a, "true");
+    let b_clock = Arc::new(ManualClock::new());
+    let b = sandbox_backend(&world, term, b_clock.clone(), b_src.path());
+    assert!(run(&b, "true").expect_err("held").is_not_ready());
+
+    let before = world.server().requests();
+    for _ in 0..3 {
+        let refused = run(&b, "true").expect_err("still held");
+        assert!(
+            refused
+                .to_string()
+                .contains("another host holds the writer role"),
+            "{refused}"
+        );
+    }
+    assert_eq!(world.server().requests().since(&before).total(), 0);
+
+    b_clock.advance(renewal_period(term));
+    let before = world.server().requests();
+    assert!(run(&b, "true").expect_err("held").is_not_ready());
+    assert!(run(&b, "true").expect_err("held").is_not_ready());
+    let asked = world.server().requests().since(&before);
+    assert_eq!(asked.total(), 1, "{:?}", asked.routes().collect::<Vec<_>>());
+    assert_eq!(asked.get("Process/Start"), 1);
+    a.cleanup();
+    b.cleanup();
 }
