@@ -317,8 +317,31 @@ fn no_extra_request_per_command_and_at_most_one_per_renewal_period() {
     std::fs::create_dir_all(src.path().join("skills")).expect("skills");
     std::fs::write(src.path().join("skills").join("s.md"), "v1\n").expect("write");
     let term = Duration::from_secs(90);
+
+    // The bring-up, against the same bring-up with host arbitration measured in this run
+    // (another task, so another sandbox): one acquire and one commit more.
+    let baseline = world.backend(
+        SandboxMode::Persistent,
+        "baseline",
+        ChangedSkills::new(src.path()),
+    );
+    let before = world.server().requests();
+    assert_eq!(ok(&baseline, "cat ~/.hermes/skills/s.md"), "v1\n");
+    let host_bring_up = world.server().requests().since(&before);
+    baseline.cleanup();
+
     let backend = sandbox_backend(&world, term, world.clock.clone(), src.path());
+    let before = world.server().requests();
     assert_eq!(ok(&backend, "cat ~/.hermes/skills/s.md"), "v1\n");
+    let bring_up = world.server().requests().since(&before);
+    assert_eq!(
+        bring_up.get("Process/Start"),
+        host_bring_up.get("Process/Start") + 2,
+        "{:?} vs {:?}",
+        bring_up.routes().collect::<Vec<_>>(),
+        host_bring_up.routes().collect::<Vec<_>>()
+    );
+    assert_eq!(bring_up.total(), host_bring_up.total() + 2);
 
     // Steady state: nothing to sync, grant fresh: exactly the command's own Process/Start.
     let before = world.server().requests();
