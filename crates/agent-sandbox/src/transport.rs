@@ -168,6 +168,20 @@ impl StateTransport {
         }
     }
 
+    /// Puts back what a failed commit took, so the next commit applies it.
+    pub(crate) fn restage(&self, uploads: usize, deletes: Vec<String>) {
+        if let Some(staging) = &mut *self
+            .inner
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            staging.uploads += uploads;
+            let later = std::mem::replace(&mut staging.deletes, deletes);
+            staging.deletes.extend(later);
+        }
+    }
+
     fn sandbox(&self) -> Sandbox {
         self.inner
             .sandbox

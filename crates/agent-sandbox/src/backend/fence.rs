@@ -162,7 +162,8 @@ impl Inner {
         let (Some(term), Some(current)) = (self.sandbox_term(), *grant) else {
             return Ok(());
         };
-        let (uploads, deletes) = self.current_transport(id)?.take_staged();
+        let transport = self.current_transport(id)?;
+        let (uploads, deletes) = transport.take_staged();
         let now = self.services.clock.now();
         let due = now.saturating_duration_since(current.renewed) >= renewal_period(term);
         let ask = if uploads > 0 || !deletes.is_empty() || when == CommitWhen::Always {
@@ -175,7 +176,15 @@ impl Inner {
         } else {
             return Ok(());
         };
-        match self.ask(sandbox, term, &ask)?.0 {
+        let answer = self.ask(sandbox, term, &ask);
+        if answer.is_err()
+            && let Ask::Commit { deletes, .. } = ask.clone()
+        {
+            // Not committed (or not known to be): the next sync commits the same staging
+            // again, so a later success never clears dirty over files that did not land.
+            transport.restage(uploads.max(1), deletes);
+        }
+        match answer?.0 {
             Verdict::Granted(_) => {
                 *grant = Some(Grant {
                     renewed: now,

@@ -542,3 +542,72 @@ fn a_refused_host_asks_the_record_again_at_most_once_per_renewal_period() {
     a.cleanup();
     b.cleanup();
 }
+
+#[test]
+fn a_commit_that_failed_is_retried_by_the_next_sync_before_dirty_clears() {
+    // contract: C10 — a staged push whose commit failed stays pending: the scope stays dirty
+    // and the next sync commits it again.
+    let world = World::new();
+    let src = tempfile::tempdir().expect("src");
+    let skill = src.path().join("skills").join("s.md");
+    std::fs::create_dir_all(skill.parent().unwrap()).expect("skills");
+    std::fs::write(&skill, "v1\n").expect("write");
+    let backend = sandbox_backend(
+        &world,
+        Duration::from_secs(90),
+        world.clock.clone(),
+        src.path(),
+    );
+    assert_eq!(ok(&backend, "cat ~/.hermes/skills/s.md"), "v1\n");
+    let id = backend.info().expect("attached").sandbox_id;
+    let files = writer_lease::ScopeFiles::new(
+        src.path().join("lock"),
+        backend.scope_digest().parse().expect("scope key"),
+    );
+
+    // A file where the staged skills/ directory must land makes the commit fail.
+    sandbox_shell(
+        &world,
+        &id,
+        "rm -rf ~/.hermes/skills && echo blocker > ~/.hermes/skills",
+    );
+    std::fs::write(&skill, "v2\n").expect("write");
+    let failed = run(&backend, "true").expect_err("the commit fails");
+    assert!(
+        failed.to_string().contains("commit staged state"),
+        "{failed}"
+    );
+    assert!(
+        files.dirty().expect("read").is_some(),
+        "a failed commit leaves the scope dirty"
+    );
+
+    sandbox_shell(&world, &id, "rm -f ~/.hermes/skills");
+    assert_eq!(
+        ok(&backend, "cat ~/.hermes/skills/s.md"),
+        "v2\n",
+        "committed on the next sync"
+    );
+    assert!(files.dirty().expect("read").is_none());
+    backend.cleanup();
+}
+
+/// Runs `command` in the sandbox directly (no backend, no role); it must succeed.
+fn sandbox_shell(world: &World, id: &str, command: &str) {
+    let client = world.client();
+    let id = SandboxId::parse(id.to_owned()).expect("id");
+    let output = world.runtime.block_on(async {
+        let connected = client
+            .connect(&id, Duration::from_secs(300))
+            .await
+            .expect("connect");
+        let sandbox = client
+            .sandbox(connected.sandbox.envd_access())
+            .expect("sandbox");
+        sandbox
+            .run(e2b_client::StartOptions::shell(command.to_owned()), 4096)
+            .await
+            .expect("run")
+    });
+    assert_eq!(output.end.exit_code, 0, "{command}");
+}
