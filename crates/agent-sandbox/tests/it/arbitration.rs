@@ -474,6 +474,14 @@ fn a_fenced_writer_warns_once_naming_the_holder_and_pulls_nothing_at_teardown() 
     let fenced = log.capture(|| run(&a, "true")).expect_err("fenced");
     assert!(fenced.is_fenced(), "{fenced}");
     assert!(fenced.to_string().contains(&b_host), "{fenced}");
+    let a_files = writer_lease::ScopeFiles::new(
+        dirs[0].path().join("lock"),
+        a.scope_digest().parse().expect("scope key"),
+    );
+    assert!(
+        a_files.dirty().expect("read").is_some(),
+        "the fenced host marked its scope dirty"
+    );
     let refused = log
         .capture(|| run(&a, "true"))
         .expect_err("b holds the role");
