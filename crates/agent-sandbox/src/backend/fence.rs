@@ -11,7 +11,7 @@
 //! the sandbox said the grant has fewer seconds left); its refused commands cost nothing.
 
 use std::sync::PoisonError;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2b_client::Sandbox;
 use writer_lease::{Generation, Holder, Verdict, WriterRecord};
@@ -27,9 +27,11 @@ use crate::warn_once;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Grant {
     generation: Generation,
-    /// Host-monotonic instant of the last grant or renewal: only paces renewals; expiry is
-    /// the sandbox's to decide.
-    renewed: Instant,
+    /// [`Clock::since_boot`](crate::Clock::since_boot) reading at the last grant or renewal:
+    /// only paces renewals (expiry is the sandbox's to decide). It counts time suspended, so
+    /// a writer resumed past its term renews (and learns of a takeover) before its next
+    /// command runs.
+    renewed: Duration,
 }
 
 /// When a commit is sent.
@@ -87,7 +89,9 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         match &*held {
-            Some((until, reason)) if self.services.clock.now() < *until => Some(reason.clone()),
+            Some((until, reason)) if self.services.clock.since_boot() < *until => {
+                Some(reason.clone())
+            }
             _ => None,
         }
     }
@@ -109,7 +113,7 @@ impl Inner {
                     .unwrap_or_else(PoisonError::into_inner) = None;
                 attached.grant = Some(Grant {
                     generation: record.generation,
-                    renewed: self.services.clock.now(),
+                    renewed: self.services.clock.since_boot(),
                 });
                 self.current_transport(&id)?.stage_into(Some(staging_dir(
                     &self.config.remote_hermes_home,
@@ -134,7 +138,7 @@ impl Inner {
                     .held_elsewhere
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) =
-                    Some((self.services.clock.now() + pause, reason.clone()));
+                    Some((self.services.clock.since_boot() + pause, reason.clone()));
                 Err(Error::NotReady {
                     sandbox_id: Some(id),
                     reason,
@@ -164,8 +168,8 @@ impl Inner {
         };
         let transport = self.current_transport(id)?;
         let (uploads, deletes) = transport.take_staged();
-        let now = self.services.clock.now();
-        let due = now.saturating_duration_since(current.renewed) >= renewal_period(term);
+        let now = self.services.clock.since_boot();
+        let due = now.saturating_sub(current.renewed) >= renewal_period(term);
         let ask = if uploads > 0 || !deletes.is_empty() || when == CommitWhen::Always {
             Ask::Commit {
                 generation: current.generation,

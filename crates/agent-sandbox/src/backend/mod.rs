@@ -81,9 +81,10 @@ struct Inner {
     files: Option<ScopeFiles>,
     /// This host's identity in the sandbox's writer record, loaded on first use.
     holder: Mutex<Option<Holder>>,
-    /// Until when another host's grant keeps this host from asking the record again, and
-    /// the refusal to repeat meanwhile (`writer_arbitration: sandbox`).
-    held_elsewhere: Mutex<Option<(std::time::Instant, String)>>,
+    /// Until when (a [`Clock::since_boot`](crate::Clock::since_boot) reading) another host's
+    /// grant keeps this host from asking the record again, and the refusal to repeat
+    /// meanwhile (`writer_arbitration: sandbox`).
+    held_elsewhere: Mutex<Option<(std::time::Duration, String)>>,
     state: Mutex<Phase>,
     transport: Mutex<Option<StateTransport>>,
     replaced: Mutex<Option<String>>,

@@ -431,6 +431,63 @@ fn host_clock_skew_decides_nothing() {
     b.cleanup();
 }
 
+#[test]
+fn a_writer_resumed_from_a_suspend_renews_before_its_next_command_and_is_fenced_if_taken_over() {
+    // contract: C9, C11 — renewals are paced by a clock that counts suspend: the monotonic
+    // clock stands still while a laptop sleeps, the grant lapses on the sandbox's clock.
+    let world = World::new();
+    let (a_src, b_src) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a_clock = Arc::new(ManualClock::new());
+    let a = sandbox_backend(
+        &world,
+        Duration::from_secs(1),
+        a_clock.clone(),
+        a_src.path(),
+    );
+    ok(&a, "true");
+    assert_eq!(a.info().expect("attached").role, RoleKind::Writer);
+    let id = a.info().expect("attached").sandbox_id;
+
+    // Resumed with nobody else around: the first command carries one renewal, granted.
+    a_clock.suspend(Duration::from_secs(3600));
+    let before = world.server().requests();
+    ok(&a, "true");
+    let resumed = world.server().requests().since(&before);
+    assert_eq!(
+        resumed.get("Process/Start"),
+        2,
+        "{:?}",
+        resumed.routes().collect::<Vec<_>>()
+    );
+    assert_eq!(a.info().expect("attached").role, RoleKind::Writer);
+
+    // Another host takes over while a sleeps; a's first command after resuming is refused
+    // before it runs, and a is a reader.
+    let b_clock = Arc::new(ManualClock::new());
+    let b = sandbox_backend(
+        &world,
+        Duration::from_secs(60),
+        b_clock.clone(),
+        b_src.path(),
+    );
+    admitted_within_takeover_wait(&b, &b_clock);
+    assert_eq!(b.info().expect("attached").role, RoleKind::Writer);
+    a_clock.suspend(Duration::from_secs(3600));
+    let fenced = run(&a, "echo ran > /tmp/stale-writer-ran").expect_err("taken over");
+    assert!(fenced.is_fenced(), "{fenced}");
+    assert_eq!(a.info().expect("attached").role, RoleKind::Reader);
+    assert_eq!(
+        sandbox_file(&world, &id, "/tmp/stale-writer-ran"),
+        None,
+        "the stale writer's command never ran"
+    );
+    b.cleanup();
+    a.cleanup();
+}
+
 /// Runs `true` on `backend` until it is admitted, within [`TAKEOVER_WAIT`]; `clock` is the
 /// backend's, moved on with each poll so its pause after a refusal passes.
 fn admitted_within_takeover_wait(backend: &Backend, clock: &ManualClock) {
