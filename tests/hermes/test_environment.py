@@ -183,6 +183,35 @@ def test_commands_and_file_writes_land_under_the_sandbox_users_real_home(home, e
     assert skill.read_text() == "# demo v2 (edited under /home/agent)\n"
 
 
+def test_sandbox_arbitration_commits_the_push_and_keeps_its_record_outside_the_state(home, e2b_local):
+    # contract: C8, C10 — with writer_arbitration: sandbox, Hermes' own sync stages into the
+    # record's directory and the commit lands it; the record lives beside ~/.hermes, not in it.
+    settings = e2b_local.settings(metadata={"test": uuid.uuid4().hex})
+    settings["writer_arbitration"] = "sandbox"
+    home.write_config(settings=settings, terminal={"timeout": 60})
+    home.write_key()
+    skill = home.path / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# demo v1\n")
+    result = run(home, """
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        r = {}
+        r["pushed"] = T("cat /home/user/.hermes/skills/demo/SKILL.md")
+        r["record"] = T("cat /home/user/.hermes.writer/record")
+        r["staging"] = T("ls -A /home/user/.hermes.writer/staging 2>/dev/null | wc -l")
+        r["in_state"] = T("ls -A /home/user/.hermes | grep -c writer || true")
+        r["edit"] = T("echo '# demo v2 (edited in the sandbox)' > /home/user/.hermes/skills/demo/SKILL.md")
+        cleanup_vm("default")
+        finish(r)
+    """)
+    assert result["pushed"]["output"] == "# demo v1"
+    assert result["record"]["output"].startswith("v1 1 "), result["record"]
+    assert result["staging"]["output"] == "0", "the commit moved the staged push into place"
+    assert result["in_state"]["output"] == "0"
+    # The writer still held the record at teardown, so its pull ran.
+    assert skill.read_text() == "# demo v2 (edited in the sandbox)\n"
+
+
 def test_persistent_cleanup_leaves_the_sandbox_and_ephemeral_kills_it(configured, e2b_local):
     home, tag = configured
     run(home, """

@@ -188,7 +188,8 @@ def test_directory_shim_discovery(home):
 
 
 def test_status_full_shows_the_doctor_rows_without_the_key(home):
-    home.write_config(settings={"template": "my-template"})
+    # contract: C8 — the doctor rows name who arbitrates the writer role.
+    home.write_config(settings={"template": "my-template", "writer_arbitration": "sandbox"})
     home.write_key()
     proc = home.hermes("status", "--full")
     assert proc.returncode == 0, proc.stderr
@@ -196,6 +197,7 @@ def test_status_full_shows_the_doctor_rows_without_the_key(home):
     assert "E2B native core: ✓ hermes_e2b._native" in out
     assert "E2B API key: ✓ set for this profile" in out
     assert "E2B endpoint: ✓ E2B cloud (e2b.app), template my-template" in out
+    assert "E2B writer arbitration: ✓ sandbox (a fenced record in the sandbox" in out
     assert_no_key(proc.stdout, proc.stderr)
 
 

@@ -109,7 +109,7 @@ impl Setting {
 
 /// Every user-facing setting, in the order configuration screens show them. The defaults are
 /// the ones [`Config::new`] applies.
-pub const SETTINGS: [Setting; 11] = [
+pub const SETTINGS: [Setting; 12] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -173,6 +173,12 @@ pub const SETTINGS: [Setting; 11] = [
         description: "E2B envd URL override.",
     },
     Setting {
+        key: "writer_arbitration",
+        kind: SettingKind::Text,
+        default: SettingDefault::Text("host"),
+        description: "Who picks the one writer: host (file lock, one machine) or sandbox (a fenced record in the sandbox, for several hosts).",
+    },
+    Setting {
         key: "sandbox_id",
         kind: SettingKind::Text,
         default: SettingDefault::Unset,
@@ -214,6 +220,46 @@ pub struct Config {
     pub host_only: Vec<PathBuf>,
     /// Cap in bytes on the teardown pull and the recovery snapshot, enforced while streaming.
     pub state_cap: u64,
+    /// Who arbitrates the writer role between hosts (`writer_arbitration`).
+    pub writer_arbitration: WriterArbitration,
+    /// The host coordination directory (writer lock, markers, host id); `None` is
+    /// `<profile home>/cache/e2b`. Hosts that share a profile directory but not a kernel
+    /// (tests that stand in for two machines) set one each.
+    pub coordination_dir: Option<PathBuf>,
+}
+
+/// Who arbitrates the writer role of a persistent scope (`writer_arbitration`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriterArbitration {
+    /// The host lock alone (`host`): one writer per scope per host (contract C1).
+    Host,
+    /// The host lock, then a record inside the sandbox (`sandbox`): one writer per scope
+    /// across every host that serves the profile, fenced by generation (contracts C8–C11).
+    Sandbox {
+        /// How long a grant lasts without renewal; another host can take over after it.
+        term: Duration,
+    },
+}
+
+impl WriterArbitration {
+    /// The setting's value: `host` or `sandbox`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriterArbitration::Host => "host",
+            WriterArbitration::Sandbox { .. } => "sandbox",
+        }
+    }
+
+    /// Parses the setting's value, with the default term for `sandbox`.
+    pub fn parse(value: &str) -> Option<WriterArbitration> {
+        match value {
+            "host" => Some(WriterArbitration::Host),
+            "sandbox" => Some(WriterArbitration::Sandbox {
+                term: crate::arbitration::DEFAULT_WRITER_TERM,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl Config {
@@ -236,6 +282,8 @@ impl Config {
             api_key,
             host_only: Vec::new(),
             state_cap: DEFAULT_STATE_CAP,
+            writer_arbitration: WriterArbitration::Host,
+            coordination_dir: None,
         }
     }
 }

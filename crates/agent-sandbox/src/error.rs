@@ -144,6 +144,34 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// The sandbox's writer record (`writer_arbitration: sandbox`) could not be used: the
+    /// script failed or answered something else than its one-line format.
+    #[error("E2B {operation} failed for sandbox {sandbox_id}: {}", Redacted(.detail))]
+    Arbitration {
+        /// The arbitration step (`acquire sandbox writer record`, `commit staged state`, ...).
+        operation: &'static str,
+        /// The sandbox.
+        sandbox_id: String,
+        /// What was wrong.
+        detail: String,
+    },
+
+    /// This host's writer generation is no longer current in the sandbox's record: another
+    /// host holds the role (contract C10). Nothing was written; this session is a reader now.
+    #[error(
+        "E2B {operation} refused for sandbox {sandbox_id}: this host is no longer the writer ({holder} holds generation {generation}); it continues as a reader"
+    )]
+    Fenced {
+        /// The refused step.
+        operation: &'static str,
+        /// The sandbox.
+        sandbox_id: String,
+        /// Who holds the role now, as the record names it.
+        holder: String,
+        /// The record's generation.
+        generation: u64,
+    },
+
     /// The backend was cleaned up; it never attaches again (contract L7).
     #[error("E2B {operation} refused: the backend was cleaned up{}", ForSandbox(.sandbox_id.as_deref()))]
     Closed {
@@ -181,7 +209,9 @@ impl Error {
             | Error::StateHook { sandbox_id, .. }
             | Error::SandboxCommand { sandbox_id, .. }
             | Error::UntrustedAnswer { sandbox_id, .. }
-            | Error::CommandLost { sandbox_id, .. } => Some(sandbox_id),
+            | Error::CommandLost { sandbox_id, .. }
+            | Error::Arbitration { sandbox_id, .. }
+            | Error::Fenced { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
             | Error::Io { .. }
             | Error::NotAttached { .. }
@@ -207,6 +237,11 @@ impl Error {
         matches!(self, Error::NotReady { .. })
     }
 
+    /// Another host took the writer role over; this session wrote nothing and is a reader now.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Fenced { .. })
+    }
+
     /// The sandbox is gone (killed, or unknown to E2B).
     pub fn is_sandbox_gone(&self) -> bool {
         matches!(self, Error::E2b { source, .. } if source.is_sandbox_gone())
@@ -230,6 +265,7 @@ impl Error {
                 | Error::StateSync { .. }
                 | Error::StateHook { .. }
                 | Error::SandboxCommand { .. }
+                | Error::Arbitration { .. }
         )
     }
 
@@ -246,7 +282,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::E2b { source, .. } => source.is_transient(),
-            Error::NotReady { .. } => true,
+            Error::NotReady { .. } | Error::Fenced { .. } => true,
             _ => false,
         }
     }

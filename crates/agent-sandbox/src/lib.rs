@@ -111,6 +111,7 @@
 
 #![deny(missing_docs)]
 
+mod arbitration;
 mod backend;
 mod command;
 mod config;
@@ -124,13 +125,14 @@ mod sink;
 mod transport;
 pub mod warn_once;
 
+pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{Backend, LEASE_HEADROOM, RETRY_HINT, TRANSFER_WINDOW};
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
     DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, E2B_DEFAULT_HOME,
     Endpoints, KeyResolver, MAX_SETTING_SECONDS, PROBE_TASK_ID, SETTINGS, SandboxMode, Scope,
-    Services, Setting, SettingDefault, SettingKind,
+    Services, Setting, SettingDefault, SettingKind, WriterArbitration,
 };
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
 pub use e2b_client::{ApiKey, SandboxId};

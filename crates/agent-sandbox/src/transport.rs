@@ -55,6 +55,18 @@ struct Inner {
     transfer_lease: Duration,
     failures: FailureLog,
     progress: Option<ProgressObserver>,
+    /// A fenced writer's staging (`writer_arbitration: sandbox`): uploads under the Hermes
+    /// home go to the staging directory and deletes wait, until a commit applies both under
+    /// the generation check (contract C10).
+    staging: Mutex<Option<Staging>>,
+}
+
+/// What a fenced writer staged since the last commit.
+#[derive(Debug, Default)]
+pub(crate) struct Staging {
+    pub(crate) dir: String,
+    pub(crate) uploads: usize,
+    pub(crate) deletes: Vec<String>,
 }
 
 impl fmt::Debug for StateTransport {
@@ -104,6 +116,7 @@ impl StateTransport {
                 transfer_lease: parts.transfer_lease,
                 failures: parts.failures,
                 progress: parts.progress,
+                staging: Mutex::new(None),
             }),
         }
     }
@@ -124,6 +137,49 @@ impl StateTransport {
             .sandbox
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = sandbox;
+    }
+
+    /// Stages every later upload under the Hermes home into `dir` and holds deletes back
+    /// (`Some`), or writes straight into the home again (`None`); drops what was staged.
+    pub(crate) fn stage_into(&self, dir: Option<String>) {
+        *self
+            .inner
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = dir.map(|dir| Staging {
+            dir,
+            ..Staging::default()
+        });
+    }
+
+    /// What was staged since the last call: `(uploads, delete commands)`; staging goes on.
+    pub(crate) fn take_staged(&self) -> (usize, Vec<String>) {
+        match &mut *self
+            .inner
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some(staging) => (
+                std::mem::take(&mut staging.uploads),
+                std::mem::take(&mut staging.deletes),
+            ),
+            None => (0, Vec::new()),
+        }
+    }
+
+    /// Puts back what a failed commit took, so the next commit applies it.
+    pub(crate) fn restage(&self, uploads: usize, deletes: Vec<String>) {
+        if let Some(staging) = &mut *self
+            .inner
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            staging.uploads += uploads;
+            let later = std::mem::replace(&mut staging.deletes, deletes);
+            staging.deletes.extend(later);
+        }
     }
 
     fn sandbox(&self) -> Sandbox {
@@ -163,6 +219,7 @@ impl StateTransport {
     }
 
     fn upload_inner(&self, files: Vec<(PathBuf, String)>) -> Result<usize, Error> {
+        let files = self.staged_paths(files);
         let plan = UploadPlan::new(files).map_err(|source| Error::StateSync {
             operation: "plan upload",
             sandbox_id: self.id(),
@@ -204,6 +261,29 @@ impl StateTransport {
         Ok(count)
     }
 
+    /// Redirects uploads under the Hermes home into the staging directory, if staging.
+    fn staged_paths(&self, files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
+        let mut staging = self
+            .inner
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(staging) = &mut *staging else {
+            return files;
+        };
+        let home = self.inner.remote_home.trim_end_matches('/');
+        files
+            .into_iter()
+            .map(|(host, remote)| match remote.strip_prefix(home) {
+                Some(rest) if rest.starts_with('/') => {
+                    staging.uploads += 1;
+                    (host, format!("{}{rest}", staging.dir))
+                }
+                _ => (host, remote),
+            })
+            .collect()
+    }
+
     /// Deletes remote paths; a path already gone is not an error, so a retried sync can send
     /// the same list again.
     pub fn delete_many(&self, paths: Vec<String>) -> Result<(), Error> {
@@ -217,6 +297,15 @@ impl StateTransport {
             sandbox_id: self.id(),
             source,
         })?;
+        if let Some(staging) = &mut *self
+            .inner
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            staging.deletes.extend(plan.commands());
+            return Ok(());
+        }
         let sandbox = self.sandbox();
         for command in plan.commands() {
             let output = self

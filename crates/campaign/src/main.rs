@@ -1,5 +1,5 @@
-//! `campaign [--cycles N] [--seed S] [--dir D]`: the crash/fault campaign (run it through
-//! `scripts/campaign`, which builds the binaries first).
+//! `campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2]`: the crash/fault campaign
+//! (run it through `scripts/campaign`, which builds the binaries first).
 //!
 //! Randomized, seeded cycles of real `campaign-host` processes (each a persistent-mode
 //! `Backend`) on one scope against an `e2b-local serve --state-dir` process. Each cycle
@@ -15,6 +15,14 @@
 //! The seed fixes every draw (the schedule); the timing of real processes is not fixed, so
 //! a replay repeats the schedule, not every interleaving.
 //!
+//! With `--hosts 2` the processes stand in for two machines sharing the profile: each
+//! process belongs to host 0 or 1 (its own coordination directory, hence host lock and host
+//! id) with `writer_arbitration: sandbox` and a grant of [`TWO_HOST_TERM`]; faults then also
+//! include SIGSTOP of a process past its term and SIGCONT after. "Never two writers" becomes:
+//! processes of one host never push at once, the sandbox's writer record never goes back a
+//! generation, and no write of an older generation lands after a newer one's (each push
+//! uploads a marker naming its process; see `campaign::GenerationWatch`).
+//!
 //! Exits 1 with the seed on any violation.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -27,7 +35,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
-use campaign::{Ledger, Side, overlapping_pushes, stateless_command};
+use campaign::{GenerationWatch, Ledger, Side, overlapping_pushes, stateless_command};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -48,6 +56,11 @@ const FILES: [&str; 8] = [
     "memories/projects/one.md",
     "memories/projects/two.md",
 ];
+/// The writer grant in the two-host mode: short, so a stopped writer is taken over within a
+/// cycle.
+const TWO_HOST_TERM: Duration = Duration::from_secs(2);
+/// The marker each push uploads in the two-host mode (see `campaign-host`).
+const MARKER: &str = "skills/campaign/writer";
 /// The file whose content names the cycle; every command prints it.
 const EPOCH_FILE: &str = "skills/campaign/epoch";
 
@@ -65,6 +78,8 @@ enum Fault {
     Pause,
     LeaseExpiry,
     ServerRestart,
+    /// Two-host mode only.
+    StopWriter,
 }
 
 const FAULTS: [Fault; 10] = [
@@ -93,6 +108,7 @@ impl Fault {
             Fault::Pause => "sandbox paused",
             Fault::LeaseExpiry => "lease expired (clock jump)",
             Fault::ServerRestart => "e2b-local killed and restarted (refusing meanwhile)",
+            Fault::StopWriter => "SIGSTOP host past its term, then SIGCONT",
         }
     }
 }
@@ -101,6 +117,7 @@ struct Args {
     cycles: u64,
     seed: u64,
     dir: Option<PathBuf>,
+    hosts: usize,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -110,6 +127,7 @@ fn parse_args() -> Result<Args, Error> {
             .duration_since(std::time::UNIX_EPOCH)?
             .as_nanos() as u64,
         dir: None,
+        hosts: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -118,9 +136,16 @@ fn parse_args() -> Result<Args, Error> {
             "--cycles" => args.cycles = value()?.parse()?,
             "--seed" => args.seed = value()?.parse()?,
             "--dir" => args.dir = Some(PathBuf::from(value()?)),
+            "--hosts" => {
+                args.hosts = value()?.parse()?;
+                if !(1..=2).contains(&args.hosts) {
+                    return Err("--hosts takes 1 or 2".into());
+                }
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?}; usage: campaign [--cycles N] [--seed S] [--dir D]"
+                    "unknown argument {other:?}; usage: campaign [--cycles N] [--seed S] [--dir D] \
+                     [--hosts 1|2]"
                 )
                 .into());
             }
@@ -325,6 +350,16 @@ struct Campaign {
     trace: Vec<String>,
     previous_trace: Vec<String>,
     cycle_start: Instant,
+    /// 1, or 2 for the two-host mode.
+    hosts: usize,
+    /// Stopped processes (by index in the cycle) and when they get SIGCONT.
+    stopped: Vec<(Instant, usize)>,
+    /// Per sandbox: the writer record and the landed markers (two-host mode).
+    generations: BTreeMap<String, GenerationWatch>,
+    /// Commands refused because another host's grant fenced their writer (`Error::Fenced`).
+    fenced: u64,
+    /// This cycle's processes: pid and machine.
+    machine_pids: Vec<(String, usize)>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -359,6 +394,8 @@ fn run() -> Result<usize, Error> {
     };
     let home = root.join("hermes-home");
     for dir in [
+        "coordination-0",
+        "coordination-1",
         "hermes-home/skills",
         "hermes-home/memories",
         "state",
@@ -376,9 +413,10 @@ fn run() -> Result<usize, Error> {
         0,
     )?;
     println!(
-        "campaign: seed {}, {} cycles, e2b-local at {}, directory {}",
+        "campaign: seed {}, {} cycles, {} host(s), e2b-local at {}, directory {}",
         args.seed,
         args.cycles,
+        args.hosts,
         server.url(),
         root.display()
     );
@@ -401,6 +439,11 @@ fn run() -> Result<usize, Error> {
         previous_trace: Vec::new(),
         cycle_start: Instant::now(),
         root: root.clone(),
+        hosts: args.hosts,
+        stopped: Vec::new(),
+        generations: BTreeMap::new(),
+        fenced: 0,
+        machine_pids: Vec::new(),
     };
     campaign.outside_baseline = campaign.outside_home();
     let started = Instant::now();
@@ -410,10 +453,14 @@ fn run() -> Result<usize, Error> {
         for violation in &campaign.violations[before..] {
             println!("VIOLATION in cycle {cycle}: {violation}");
         }
-        if campaign.violations.len() > before {
-            println!("  trace of the cycle before:");
-            for line in &campaign.previous_trace {
-                println!("    {line}");
+        let violated = campaign.violations.len() > before;
+        // CAMPAIGN_TRACE=1 prints every cycle's trace (for reading a mode's behaviour).
+        if violated || std::env::var_os("CAMPAIGN_TRACE").is_some() {
+            if violated {
+                println!("  trace of the cycle before:");
+                for line in &campaign.previous_trace {
+                    println!("    {line}");
+                }
             }
             println!("  trace of cycle {cycle}:");
             for line in &campaign.trace {
@@ -434,7 +481,8 @@ fn run() -> Result<usize, Error> {
         started.elapsed(),
         args.seed
     );
-    for fault in FAULTS {
+    let stop = (args.hosts == 2).then_some(Fault::StopWriter);
+    for fault in FAULTS.into_iter().chain(stop) {
         println!(
             "  {:<55} {}",
             fault.name(),
@@ -449,6 +497,17 @@ fn run() -> Result<usize, Error> {
         campaign.commands_ok,
         campaign.commands_failed
     );
+    if args.hosts == 2 {
+        let watches = campaign.generations.values();
+        let (takeovers, unattributed) =
+            watches.fold((0, 0), |(t, u), w| (t + w.takeovers, u + w.unattributed));
+        println!(
+            "  two hosts: {takeovers} hand-overs between hosts seen in the writer record, {} \
+             commands fenced, \
+             {unattributed} landed pushes not attributed to a generation",
+            campaign.fenced
+        );
+    }
     // A campaign in which nothing works proves nothing: most cycles must get commands through
     // (each cycle runs at least one; faults refuse some).
     if args.cycles >= 10 && campaign.commands_ok < args.cycles / 4 {
@@ -465,8 +524,9 @@ fn run() -> Result<usize, Error> {
     println!("  violations: {violations}");
     if violations > 0 {
         println!(
-            "campaign: FAILED; replay the schedule with: scripts/campaign --seed {} --cycles {}",
-            args.seed, args.cycles
+            "campaign: FAILED; replay the schedule with: scripts/campaign --seed {} --cycles {} \
+             --hosts {}",
+            args.seed, args.cycles, args.hosts
         );
     } else if args.dir.is_none() {
         drop(campaign);
@@ -483,6 +543,18 @@ fn write_atomic(path: &Path, content: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("campaign-tmp");
     std::fs::write(&tmp, content)?;
     std::fs::rename(&tmp, path)
+}
+
+/// Gives each component of `rel` below `root` the owner of `root`.
+fn owned_like(root: &Path, rel: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(root)?;
+    let mut path = root.to_path_buf();
+    for part in Path::new(rel).components() {
+        path.push(part);
+        std::os::unix::fs::chown(&path, Some(meta.uid()), Some(meta.gid()))?;
+    }
+    Ok(())
 }
 
 /// Every file below `dir`, with its content (unreadable files are skipped).
@@ -529,6 +601,9 @@ impl Campaign {
             self.home.clone(),
             self.root.join("state"),
             self.root.join("logs"),
+            // The two-host mode's coordination directories (the hosts' cache/e2b).
+            self.root.join("coordination-0"),
+            self.root.join("coordination-1"),
         ];
         walk(&self.root, &skip, &mut out);
         out
@@ -569,6 +644,9 @@ impl Campaign {
                     }
                     let content = self.ledger.write(Side::Sandbox, cycle, rel);
                     write_atomic(&path, &content)?;
+                    // As if the sandbox's user had written it: the fenced commit runs as
+                    // that user and must be able to replace it.
+                    owned_like(&remote, rel)?;
                     self.sandbox_edits += 1;
                     self.note(format!("sandbox edit in {id}: {}", content.trim_end()));
                 }
@@ -580,16 +658,24 @@ impl Campaign {
     fn spawn_host(
         &self,
         index: usize,
+        machine: usize,
         script: Vec<String>,
         tx: Sender<Msg>,
     ) -> Result<Host, Error> {
         let stderr =
             std::fs::File::create(self.root.join("logs").join(format!("host-{index}.err")))?;
-        let mut child = Command::new(&self.host_bin)
+        let mut command = Command::new(&self.host_bin);
+        command
             .arg(self.server.url())
             .arg(&self.home)
             .arg("campaign-task")
-            .arg(&self.push_log)
+            .arg(&self.push_log);
+        if self.hosts == 2 {
+            command
+                .arg(self.root.join(format!("coordination-{machine}")))
+                .arg(TWO_HOST_TERM.as_secs().to_string());
+        }
+        let mut child = command
             .env("HOME", self.root.join("host-home"))
             .env("TMPDIR", self.root.join("host-tmp"))
             .env_remove("E2B_API_KEY")
@@ -624,6 +710,7 @@ impl Campaign {
         if host.done || host.killed {
             return Ok(());
         }
+        // SIGKILL ends a stopped process too.
         let _ = host.child.kill();
         let _ = host.child.wait();
         host.killed = true;
@@ -707,6 +794,24 @@ impl Campaign {
                 let gap = Duration::from_millis(self.rng.random_range(0..300));
                 self.server.restart(gap)?;
             }
+            Fault::StopWriter => {
+                let live: Vec<usize> = (0..hosts.len())
+                    .filter(|&i| {
+                        !hosts[i].done
+                            && !hosts[i].killed
+                            && !self.stopped.iter().any(|(_, s)| *s == i)
+                    })
+                    .collect();
+                if live.is_empty() {
+                    return Ok(());
+                }
+                let i = live[self.rng.random_range(0..live.len())];
+                signal(hosts[i].pid, "STOP")?;
+                // Past the term on the sandbox's clock, so another host may take over.
+                let hold = TWO_HOST_TERM + Duration::from_millis(self.rng.random_range(300..1500));
+                self.stopped.push((Instant::now() + hold, i));
+                self.note(format!("host {i} stopped for {hold:?}"));
+            }
         }
         self.count(fault);
         Ok(())
@@ -719,8 +824,27 @@ impl Campaign {
         let epoch = format!("epoch {cycle}");
         let _ = std::fs::remove_file(&self.push_log);
         let processes = if self.rng.random_bool(0.4) { 2 } else { 1 };
+        // The faults are drawn before the scripts in the two-host mode, so a cycle with a
+        // stopped writer gives the other host commands past the term.
+        let faults = match self.rng.random_range(0..10) {
+            0..=1 => 0,
+            2..=6 => 1,
+            _ => 2,
+        };
+        let mut drawn = Vec::new();
+        for _ in 0..faults {
+            let fault = if self.hosts == 2 && self.rng.random_bool(0.3) {
+                Fault::StopWriter
+            } else {
+                FAULTS[self.rng.random_range(0..FAULTS.len())]
+            };
+            drawn.push((fault, Duration::from_millis(self.rng.random_range(0..600))));
+        }
+        let stops = drawn.iter().any(|(f, _)| *f == Fault::StopWriter);
+        let processes = if stops { 2 } else { processes };
         let (tx, rx): (Sender<Msg>, Receiver<Msg>) = channel();
         let mut hosts = Vec::new();
+        self.machine_pids.clear();
         for index in 0..processes {
             let mut script = vec!["attach".to_owned()];
             for _ in 0..self.rng.random_range(1..=3) {
@@ -729,23 +853,37 @@ impl Campaign {
                     "run cat ~/.hermes/{EPOCH_FILE} 2>/dev/null || echo NOSTATE; sleep 0.{pause:02}"
                 ));
             }
+            if stops {
+                // Commands spaced past the term: the host that is not stopped asks again.
+                let span = TWO_HOST_TERM.as_millis() as u64 + 2000;
+                for _ in 0..(span / 500) {
+                    script.push("pause 500".to_owned());
+                    script.push(format!(
+                        "run cat ~/.hermes/{EPOCH_FILE} 2>/dev/null || echo NOSTATE"
+                    ));
+                }
+            }
             script.push("cleanup".to_owned());
             script.push("quit".to_owned());
-            let host = self.spawn_host(index, script, tx.clone())?;
-            self.note(format!("host {index} is pid {}", host.pid));
+            // Two processes in the two-host mode: one per machine when a stop is drawn,
+            // else either machine (the same one exercises its host lock).
+            let machine = match (self.hosts, stops) {
+                (1, _) => 0,
+                (_, true) => index,
+                (_, false) => self.rng.random_range(0..2),
+            };
+            let host = self.spawn_host(index, machine, script, tx.clone())?;
+            self.machine_pids.push((host.pid.to_string(), machine));
+            self.note(format!(
+                "host {index} is pid {} on machine {machine}",
+                host.pid
+            ));
             hosts.push(host);
         }
         drop(tx);
         let start = Instant::now();
         let mut planned = Vec::new();
-        let faults = match self.rng.random_range(0..10) {
-            0..=1 => 0,
-            2..=6 => 1,
-            _ => 2,
-        };
-        for _ in 0..faults {
-            let fault = FAULTS[self.rng.random_range(0..FAULTS.len())];
-            let delay = Duration::from_millis(self.rng.random_range(0..600));
+        for (fault, delay) in drawn {
             let armed = !matches!(fault, Fault::KillHostAtPush | Fault::KillHostAtPull);
             planned.push(Planned {
                 fault,
@@ -759,6 +897,8 @@ impl Campaign {
         let mut open = hosts.len();
         while open > 0 {
             let now = Instant::now();
+            self.resume_due(&hosts, now)?;
+            self.observe_generations();
             // Due faults first.
             let mut i = 0;
             while i < planned.len() {
@@ -783,7 +923,9 @@ impl Campaign {
             let wait = planned
                 .iter()
                 .filter(|p| p.armed)
-                .map(|p| p.at.saturating_duration_since(now))
+                .map(|p| p.at)
+                .chain(self.stopped.iter().map(|(at, _)| *at))
+                .map(|at| at.saturating_duration_since(now))
                 .min()
                 .unwrap_or(Duration::from_secs(1))
                 .max(Duration::from_millis(1));
@@ -843,6 +985,7 @@ impl Campaign {
             }
         }
         // Phase kills that never met their phase are not counted.
+        self.stopped.clear();
         self.server.admin_retrying("faults/clear", "{}")?;
         self.check()?;
         Ok(())
@@ -864,12 +1007,75 @@ impl Campaign {
             }
         } else if line.starts_with("error ") {
             self.commands_failed += 1;
+            if line.contains("no longer the writer") {
+                self.fenced += 1;
+            }
+        }
+    }
+
+    /// SIGCONT to stopped processes whose time has come.
+    fn resume_due(&mut self, hosts: &[Host], now: Instant) -> Result<(), Error> {
+        let (due, later): (Vec<_>, Vec<_>) = self.stopped.drain(..).partition(|(at, _)| *at <= now);
+        self.stopped = later;
+        for (_, i) in due {
+            if !hosts[i].killed && !hosts[i].done {
+                signal(hosts[i].pid, "CONT")?;
+                self.note(format!("host {i} continued"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Two-host mode: reads the current sandbox's writer record and committed marker.
+    fn observe_generations(&mut self) {
+        if self.hosts != 2 {
+            return;
+        }
+        let Some(id) = self.sandbox.clone() else {
+            return;
+        };
+        let home = self.server.sandbox_hermes_home(&id);
+        let record = home.with_file_name(".hermes.writer").join("record");
+        let watch = self.generations.entry(id).or_default();
+        let mut found = Vec::new();
+        // The script replaces the record by a rename: a reading is whole.
+        if let Ok(line) = std::fs::read_to_string(&record) {
+            found.extend(watch.record(line.trim_end()));
+        }
+        // A marker still being written (no newline yet) is read again next time.
+        if let Ok(text) = std::fs::read_to_string(home.join(MARKER))
+            && text.ends_with('\n')
+        {
+            found.extend(watch.marker(text.trim_end()));
+        }
+        for violation in found {
+            self.note(format!("violation: {violation}"));
+            self.violations.push(violation);
         }
     }
 
     fn check(&mut self) -> Result<(), Error> {
+        self.observe_generations();
         let log = std::fs::read_to_string(&self.push_log).unwrap_or_default();
-        self.violations.extend(overlapping_pushes(&log));
+        if self.hosts == 2 {
+            // One host's processes never push at once (C1); across hosts the record fences.
+            for machine in 0..2 {
+                let pids: HashSet<&str> = self
+                    .machine_pids
+                    .iter()
+                    .filter(|(_, m)| *m == machine)
+                    .map(|(pid, _)| pid.as_str())
+                    .collect();
+                let own: String = log
+                    .lines()
+                    .filter(|line| line.split(' ').nth(1).is_some_and(|pid| pids.contains(pid)))
+                    .map(|line| format!("{line}\n"))
+                    .collect();
+                self.violations.extend(overlapping_pushes(&own));
+            }
+        } else {
+            self.violations.extend(overlapping_pushes(&log));
+        }
         let outside = self.outside_home();
         for path in outside.difference(&self.outside_baseline) {
             self.violations.push(format!(
@@ -912,5 +1118,18 @@ impl Campaign {
             self.ledger.reported(&content);
         }
         Ok(())
+    }
+}
+
+/// Sends `kill -<name>` to `pid` (SIGSTOP / SIGCONT of a host process the campaign started).
+fn signal(pid: u32, name: &str) -> Result<(), Error> {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{name} {pid}: {status}").into())
     }
 }

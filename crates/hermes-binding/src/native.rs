@@ -138,6 +138,11 @@ impl PySettings {
         self.settings.endpoint_summary()
     }
 
+    /// One line naming who picks the one writer (for doctor rows).
+    fn arbitration_summary(&self) -> String {
+        self.settings.arbitration_summary()
+    }
+
     /// The directory a cwd Hermes hands over means (see `Settings::session_cwd`).
     #[pyo3(signature = (requested, current = None))]
     fn session_cwd(&self, requested: &str, current: Option<&str>) -> Option<String> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use agent_sandbox::{
     ApiKeySource, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET, DEFAULT_LEASE, DEFAULT_SECURITY,
     DEFAULT_TEMPLATE, Endpoints, InternetAccess, MAX_SETTING_SECONDS, SandboxId, SandboxMode,
-    Security, Setting, SettingKind,
+    Security, Setting, SettingKind, WriterArbitration,
 };
 
 use crate::error::Error;
@@ -71,6 +71,8 @@ pub struct Settings {
     pub endpoints_from: EndpointSource,
     /// Attach mode: an externally owned sandbox.
     pub sandbox_id: Option<SandboxId>,
+    /// Who picks the one writer of a persistent scope (`writer_arbitration`, default `host`).
+    pub writer_arbitration: WriterArbitration,
     /// Keys present in the mapping that the plugin does not know (reported, not fatal).
     pub unknown_keys: Vec<String>,
 }
@@ -88,6 +90,7 @@ impl fmt::Debug for Settings {
             .field("endpoints", &self.endpoints)
             .field("endpoints_from", &self.endpoints_from)
             .field("sandbox_id", &self.sandbox_id)
+            .field("writer_arbitration", &self.writer_arbitration)
             .finish()
     }
 }
@@ -409,6 +412,11 @@ impl Settings {
                 )
             })?),
         };
+        let writer_arbitration = match string(raw, "writer_arbitration")? {
+            None => WriterArbitration::Host,
+            Some(value) => WriterArbitration::parse(&value)
+                .ok_or_else(|| invalid("writer_arbitration", "must be host or sandbox"))?,
+        };
         let unknown_keys = raw
             .keys()
             .filter(|key| Setting::find(key).is_none())
@@ -425,6 +433,7 @@ impl Settings {
             endpoints,
             endpoints_from,
             sandbox_id,
+            writer_arbitration,
             unknown_keys,
         })
     }
@@ -519,6 +528,20 @@ impl Settings {
             .map(str::to_owned)
     }
 
+    /// One line for doctor rows: who picks the one writer of a persistent scope.
+    pub fn arbitration_summary(&self) -> String {
+        match self.writer_arbitration {
+            WriterArbitration::Host => {
+                "host (a file lock: one writer per profile on this machine)".to_owned()
+            }
+            WriterArbitration::Sandbox { term } => format!(
+                "sandbox (a fenced record in the sandbox: one writer across hosts; a silent \
+                 writer is taken over after {} s)",
+                term.as_secs()
+            ),
+        }
+    }
+
     /// One line for doctor rows: where the backend sends requests. Never contains the key.
     pub fn endpoint_summary(&self) -> String {
         let Endpoints {
@@ -558,6 +581,7 @@ impl Settings {
         config.security = self.security;
         config.metadata = self.metadata.clone();
         config.endpoints = self.endpoints.clone();
+        config.writer_arbitration = self.writer_arbitration;
         config.mode = match (&self.sandbox_id, persistence) {
             (Some(sandbox_id), _) => SandboxMode::Attach {
                 sandbox_id: sandbox_id.clone(),

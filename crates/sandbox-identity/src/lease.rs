@@ -19,15 +19,38 @@ pub const PROBE_LEASE_CAP: Duration = Duration::from_secs(120);
 pub trait Clock: fmt::Debug + Send + Sync {
     /// The current instant.
     fn now(&self) -> Instant;
+
+    /// Time since an arbitrary fixed origin that keeps counting while the machine is
+    /// suspended. [`Instant`] stops during a suspend on Linux, so anything that must notice
+    /// time spent asleep (a writer grant on another machine's clock lapsing) paces by this.
+    fn since_boot(&self) -> Duration;
 }
 
-/// The process's monotonic clock.
+/// The process's monotonic clock; [`Clock::since_boot`] reads `CLOCK_BOOTTIME` on Linux
+/// and falls back to the monotonic clock elsewhere (where a suspend then goes unnoticed).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn since_boot(&self) -> Duration {
+        let time = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        // The kernel never returns negative boot time; clamp rather than trust it.
+        Duration::new(
+            u64::try_from(time.tv_sec).unwrap_or(0),
+            u32::try_from(time.tv_nsec).unwrap_or(0),
+        )
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn since_boot(&self) -> Duration {
+        use std::sync::OnceLock;
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed()
     }
 }
 
@@ -36,6 +59,8 @@ impl Clock for SystemClock {
 pub struct ManualClock {
     origin: Instant,
     elapsed_nanos: AtomicU64,
+    /// Time spent in simulated suspends: counted by [`Clock::since_boot`] only.
+    asleep_nanos: AtomicU64,
 }
 
 impl ManualClock {
@@ -44,20 +69,28 @@ impl ManualClock {
         ManualClock {
             origin: Instant::now(),
             elapsed_nanos: AtomicU64::new(0),
+            asleep_nanos: AtomicU64::new(0),
         }
     }
 
     /// Moves the clock forward (saturating after about 584 years).
     pub fn advance(&self, by: Duration) {
-        let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        // fetch_update with saturating_add cannot fail: the closure always
-        // returns Some.
-        let _ = self
-            .elapsed_nanos
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |old| {
-                Some(old.saturating_add(nanos))
-            });
+        add_saturating(&self.elapsed_nanos, by);
     }
+
+    /// Simulates a suspend of `by` (a laptop lid closed): [`Clock::since_boot`] moves on,
+    /// [`Clock::now`] does not, as with Linux's boot and monotonic clocks.
+    pub fn suspend(&self, by: Duration) {
+        add_saturating(&self.asleep_nanos, by);
+    }
+}
+
+fn add_saturating(counter: &AtomicU64, by: Duration) {
+    let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+    // fetch_update with saturating_add cannot fail: the closure always returns Some.
+    let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |old| {
+        Some(old.saturating_add(nanos))
+    });
 }
 
 impl Default for ManualClock {
@@ -69,6 +102,12 @@ impl Default for ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Instant {
         self.origin + Duration::from_nanos(self.elapsed_nanos.load(Ordering::SeqCst))
+    }
+
+    fn since_boot(&self) -> Duration {
+        Duration::from_nanos(self.elapsed_nanos.load(Ordering::SeqCst)).saturating_add(
+            Duration::from_nanos(self.asleep_nanos.load(Ordering::SeqCst)),
+        )
     }
 }
 
@@ -245,6 +284,35 @@ mod tests {
             command_grace: secs(30),
             kind,
         }
+    }
+
+    #[test]
+    fn the_system_boot_clock_counts_at_least_what_the_monotonic_clock_counts() {
+        // contract: C9 — read boot, monotonic, monotonic, boot: boot time is monotonic time
+        // plus time suspended, so its span covers the monotonic one.
+        let boot = SystemClock.since_boot();
+        let start = SystemClock.now();
+        std::thread::sleep(Duration::from_millis(20));
+        let spent = SystemClock.now() - start;
+        let boot_spent = SystemClock.since_boot() - boot;
+        assert!(spent >= Duration::from_millis(20));
+        assert!(boot_spent >= spent, "{boot_spent:?} < {spent:?}");
+        assert!(
+            boot_spent < spent + Duration::from_secs(60),
+            "{boot_spent:?}"
+        );
+    }
+
+    #[test]
+    fn a_manual_suspend_moves_only_the_boot_clock() {
+        let clock = ManualClock::new();
+        let (now, boot) = (clock.now(), clock.since_boot());
+        clock.suspend(secs(600));
+        assert_eq!(clock.now(), now);
+        assert_eq!(clock.since_boot(), boot + secs(600));
+        clock.advance(secs(5));
+        assert_eq!(clock.now(), now + secs(5));
+        assert_eq!(clock.since_boot(), boot + secs(605));
     }
 
     // contract: L5

@@ -65,6 +65,13 @@
 //!   fsync), named from the scope key's hex only, created 0600 in a 0700
 //!   directory. Lock files are never deleted.
 //!
+//! - **Arbitration between hosts** ([`Arbitration`], [`decide`]): the interface a writer
+//!   uses to take, renew and release the role and to check its generation (the fencing
+//!   token), the compare-and-set rule a shared [`WriterRecord`] follows (expiry on the
+//!   record keeper's clock only), and [`HostFileArbitration`], the one-host implementation
+//!   over the host lock. The record keeper that reaches several hosts (the sandbox) lives
+//!   where the E2B client is.
+//!
 //! Every filesystem effect goes through the [`Host`] trait, so tests can
 //! simulate each failure. The `scope-lease` binary in this package prints a
 //! scope's state and drives a session from its standard input; the
@@ -72,6 +79,7 @@
 
 #![deny(missing_docs)]
 
+mod arbitration;
 mod creation;
 mod error;
 mod host;
@@ -82,6 +90,10 @@ mod records;
 mod scope;
 mod writer;
 
+pub use arbitration::{
+    Arbitration, Holder, HostFileArbitration, MAX_RECORD_LINE, Request, Verdict, WriterRecord,
+    decide,
+};
 pub use creation::{CREATION_POLL_INTERVAL, CreationAccess, CreationGuard, MAX_CREATION_WAIT};
 pub use error::Error;
 pub use host::{Host, OsHost};

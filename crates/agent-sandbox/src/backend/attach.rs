@@ -331,6 +331,7 @@ impl Inner {
             info,
             stale: false,
             fresh: matches!(origin, Origin::Created),
+            grant: None,
         })
     }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use writer_lease::{Admission, Role as LeaseRole, WriterLease, WriterPhase, WriterStatus};
 
+use super::fence::CommitWhen;
 use super::{Attached, Inner, RETRY_HINT, Role};
 use crate::error::{Error, ErrorChain};
 use crate::hooks::{HookError, PushKind};
@@ -77,6 +78,8 @@ impl Inner {
                     })?;
             }
             self.note_writer();
+            // Sandbox arbitration: the record's grant before anything is read or written.
+            self.fence_acquire(attached)?;
             if fresh {
                 self.note_nothing_to_recover(&id);
             } else {
@@ -85,6 +88,12 @@ impl Inner {
             self.run_hook("initial push", &id, |t| {
                 self.hooks.push(t, PushKind::Initial)
             })?;
+            self.fence_commit(
+                &attached.sandbox,
+                &mut attached.grant,
+                &id,
+                CommitWhen::Always,
+            )?;
             writer
                 .complete_push(&id)
                 .map_err(|source| Error::Coordination {
@@ -102,6 +111,7 @@ impl Inner {
             }
             Err(error) => {
                 writer.release();
+                attached.grant = None;
                 attached.role = Role::Reader;
                 attached.info.role = RoleKind::Reader;
                 Err(error)
@@ -124,8 +134,18 @@ impl Inner {
         Ok(())
     }
 
-    /// The per-command gates and sync.
+    /// The per-command gates and sync; a writer fenced by another host becomes a reader.
     fn admit(&self, attached: &mut Attached) -> Result<(), Error> {
+        let result = self.admit_role(attached);
+        if let Err(error) = &result
+            && error.is_fenced()
+        {
+            self.demote(attached, error);
+        }
+        result
+    }
+
+    fn admit_role(&self, attached: &mut Attached) -> Result<(), Error> {
         let id = attached.id.as_str().to_owned();
         match &mut attached.role {
             Role::Probe | Role::External | Role::PendingWriter(_) => Ok(()),
@@ -134,6 +154,14 @@ impl Inner {
                 let files = self.files.as_ref().ok_or_else(|| Error::InvalidConfig {
                     reason: "a reader without coordination files".to_owned(),
                 })?;
+                if let Some(reason) = self.held_elsewhere() {
+                    // Another host's grant, not lapsed yet: refused without a request.
+                    return Err(Error::NotReady {
+                        sandbox_id: Some(id),
+                        reason,
+                        retry_hint: RETRY_HINT.to_owned(),
+                    });
+                }
                 // While the writer role is held (a reader's steady state), trying to take it
                 // cannot succeed: a shared look at the lock costs half the full attempt (which
                 // closes the gate first). A role freed just after the look is taken over at the
@@ -169,8 +197,12 @@ impl Inner {
                 }
             }
             Role::Writer(writer) => {
-                let synced =
-                    self.run_hook("sync", &id, |t| self.hooks.push(t, PushKind::Incremental));
+                let synced = self
+                    .run_hook("sync", &id, |t| self.hooks.push(t, PushKind::Incremental))
+                    .and_then(|()| {
+                        let when = CommitWhen::StagedOrDue;
+                        self.fence_commit(&attached.sandbox, &mut attached.grant, &id, when)
+                    });
                 match synced {
                     Ok(()) => {
                         if writer.phase() == WriterPhase::Stale {

@@ -6,6 +6,7 @@
 //! finalize, detach).
 
 mod attach;
+mod fence;
 mod gates;
 mod lease;
 pub(crate) mod pull;
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use e2b_client::{Client, Sandbox, SandboxId};
 use sandbox_identity::{LeaseKind, LeasePolicy, LeaseTracker, Mode, ScopeIdentity};
-use writer_lease::{ScopeFiles, ScopeKey, WriterLease};
+use writer_lease::{Holder, ScopeFiles, ScopeKey, WriterLease};
 
 use crate::command::{self, Launch, RunOptions, RunningCommand};
 use crate::config::{Config, SandboxMode, Scope, Services};
@@ -78,6 +79,12 @@ struct Inner {
     identity: ScopeIdentity,
     policy: LeasePolicy,
     files: Option<ScopeFiles>,
+    /// This host's identity in the sandbox's writer record, loaded on first use.
+    holder: Mutex<Option<Holder>>,
+    /// Until when (a [`Clock::since_boot`](crate::Clock::since_boot) reading) another host's
+    /// grant keeps this host from asking the record again, and the refusal to repeat
+    /// meanwhile (`writer_arbitration: sandbox`).
+    held_elsewhere: Mutex<Option<(std::time::Duration, String)>>,
     state: Mutex<Phase>,
     transport: Mutex<Option<StateTransport>>,
     replaced: Mutex<Option<String>>,
@@ -152,6 +159,8 @@ struct Attached {
     /// nothing in it to recover (S5 is about resumed sandboxes), so the bring-up skips the
     /// snapshot request.
     fresh: bool,
+    /// The writer's grant in the sandbox's record (`writer_arbitration: sandbox`).
+    grant: Option<fence::Grant>,
 }
 
 enum Role {
@@ -226,7 +235,10 @@ impl Backend {
         };
         let files = match (&config.mode, probe) {
             (SandboxMode::Persistent, false) => Some(ScopeFiles::new(
-                scope.profile_home.join("cache").join("e2b"),
+                config
+                    .coordination_dir
+                    .clone()
+                    .unwrap_or_else(|| scope.profile_home.join("cache").join("e2b")),
                 ScopeKey::from_bytes(*identity.digest().as_bytes()),
             )),
             _ => None,
@@ -240,6 +252,8 @@ impl Backend {
                 identity,
                 policy,
                 files,
+                holder: Mutex::new(None),
+                held_elsewhere: Mutex::new(None),
                 state: Mutex::new(Phase::Detached),
                 transport: Mutex::new(None),
                 replaced: Mutex::new(None),

@@ -137,8 +137,9 @@ impl Inner {
         drop(attached);
     }
 
-    fn teardown(&self, attached: Attached) -> CleanupReport {
+    fn teardown(&self, mut attached: Attached) -> CleanupReport {
         let id = attached.id.as_str().to_owned();
+        self.fence_before_pull(&mut attached);
         let pull = match &attached.role {
             Role::Writer(_) | Role::Owner { .. } => {
                 let outcome = match self.run_hook("pull", &id, |t| self.hooks.pull(t)) {
@@ -160,6 +161,7 @@ impl Inner {
                 PullOutcome::NotAttempted
             }
         };
+        self.fence_release(&attached);
         self.clear_transport();
         let Attached { client, role, .. } = attached;
         let sandbox = match role {

@@ -10,6 +10,12 @@
 //! `<profile home>/skills` and pull into `<profile home>/cache/session-pull.tar`. With
 //! `SANDBOX_SESSION_HANG_IN_PUSH=1` the first initial push uploads one file, prints `pushing`
 //! and then never returns (for tests that kill a writer mid-push).
+//!
+//! Standing in for another machine (writer arbitration tests): `SANDBOX_SESSION_WRITER_TERM=<s>`
+//! turns on `writer_arbitration: sandbox` with that grant term, `SANDBOX_SESSION_COORDINATION_DIR`
+//! gives the host coordination directory (host lock, host id), and
+//! `SANDBOX_SESSION_PUSH_FROM` the directory whose `skills` the hooks push (default: the
+//! profile home).
 
 #![allow(clippy::print_stdout)]
 
@@ -21,18 +27,20 @@ use std::time::Duration;
 
 use agent_sandbox::{
     ApiKeySource, Backend, Config, DiscardSink, Endpoints, ErrorChain, HookError, PushKind,
-    RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport, host_state_files,
+    RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport, WriterArbitration,
+    host_state_files,
 };
 use e2b_client::ApiKey;
 
 struct SessionHooks {
     home: PathBuf,
+    push_from: PathBuf,
     hang_in_push: AtomicBool,
 }
 
 impl StateHooks for SessionHooks {
     fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
-        let mut files = host_state_files(&self.home, &["skills"], transport.remote_hermes_home());
+        let mut files = host_state_files(&self.push_from, &["skills"], transport.remote_hermes_home());
         if kind == PushKind::Initial && self.hang_in_push.swap(false, Ordering::SeqCst) {
             files.truncate(1);
             transport.upload_many(files)?;
@@ -65,8 +73,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )));
     config.endpoints = Endpoints::single(url.clone());
     config.mode = SandboxMode::Persistent;
+    if let Ok(term) = std::env::var("SANDBOX_SESSION_WRITER_TERM") {
+        config.writer_arbitration = WriterArbitration::Sandbox {
+            term: Duration::from_secs(term.parse()?),
+        };
+    }
+    config.coordination_dir =
+        std::env::var_os("SANDBOX_SESSION_COORDINATION_DIR").map(PathBuf::from);
     let hooks = Arc::new(SessionHooks {
         home: PathBuf::from(home),
+        push_from: std::env::var_os("SANDBOX_SESSION_PUSH_FROM")
+            .map_or_else(|| PathBuf::from(home), PathBuf::from),
         hang_in_push: AtomicBool::new(
             std::env::var("SANDBOX_SESSION_HANG_IN_PUSH").is_ok_and(|v| v == "1"),
         ),

@@ -2,12 +2,17 @@
 //! driven from standard input like a Hermes session.
 //!
 //! ```text
-//! campaign-host <api url> <hermes home> <task id> <push log>
+//! campaign-host <api url> <hermes home> <task id> <push log> [<coordination dir> <term s>]
 //! ```
 //!
-//! Commands, one per line: `attach`, `run <shell command>`, `cleanup`, `quit`. Each answers
-//! with one line: `attached <sandbox id> <role>`, `exit <code> <output, escaped>`,
-//! `cleanup <pull outcome>` or `error <message>`. Events come on their own lines:
+//! With the last two arguments the host stands in for one of several machines sharing the
+//! profile: its own coordination directory and `writer_arbitration: sandbox` with a grant of
+//! `<term s>` seconds; each push then also uploads `skills/campaign/writer` naming the
+//! process and the push, so the campaign can tell whose write landed.
+//!
+//! Commands, one per line: `attach`, `run <shell command>`, `pause <ms>`, `cleanup`, `quit`.
+//! Each answers with one line: `attached <sandbox id> <role>`, `exit <code> <output,
+//! escaped>`, `paused`, `cleanup <pull outcome>` or `error <message>`. Events come on their own lines:
 //! `phase push` and `phase pull` when a state transfer starts (the campaign may kill the
 //! process right then). The push hook uploads `skills/` and `memories/` the way Hermes'
 //! sync does, and appends `B <pid>` / `E <pid>` to the push log around each push, so the
@@ -23,7 +28,7 @@ use std::time::Duration;
 use agent_sandbox::{
     ApiKey, ApiKeySource, Backend, Config, Endpoints, ErrorChain, HookError, OutputSink,
     OutputStream, PushKind, RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport,
-    host_state_files,
+    WriterArbitration, host_state_files,
 };
 
 /// Largest command output kept for the answer line; the campaign's commands print a line.
@@ -32,7 +37,13 @@ const OUTPUT_CAP: usize = 4096;
 struct Hooks {
     home: PathBuf,
     push_log: PathBuf,
+    /// Set in the several-hosts mode: each push also uploads a marker naming it.
+    marker: bool,
+    pushes: Mutex<u64>,
 }
+
+/// Where a push's marker lands in the sandbox (two-host mode).
+const MARKER: &str = "skills/campaign/writer";
 
 fn event(line: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -53,11 +64,30 @@ impl StateHooks for Hooks {
     fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
         log_push(&self.push_log, 'B')?;
         event("phase push")?;
-        let pushed = transport.upload_many(host_state_files(
+        let mut files = host_state_files(
             &self.home,
             &["skills", "memories"],
             transport.remote_hermes_home(),
-        ));
+        );
+        if self.marker {
+            let mut pushes = self.pushes.lock().unwrap_or_else(PoisonError::into_inner);
+            *pushes += 1;
+            // Under cache/ (the campaign allows it there), one file per process.
+            let local = self
+                .home
+                .join("cache")
+                .join(format!("campaign-marker-{}", std::process::id()));
+            std::fs::create_dir_all(self.home.join("cache"))?;
+            std::fs::write(
+                &local,
+                format!("pid {} push {}\n", std::process::id(), *pushes),
+            )?;
+            let remote = format!("{}/{MARKER}", transport.remote_hermes_home());
+            // A recovery may have brought an earlier marker into the home.
+            files.retain(|(_, to)| *to != remote);
+            files.push((local, remote));
+        }
+        let pushed = transport.upload_many(files);
         // A failed push has ended too: the role may pass to another process next.
         log_push(&self.push_log, 'E')?;
         pushed?;
@@ -94,8 +124,18 @@ fn escape(bytes: &[u8]) -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, url, home, task, push_log] = &args[..] else {
-        return Err("usage: campaign-host <api url> <hermes home> <task id> <push log>".into());
+    let (url, home, task, push_log, hosts) = match &args[..] {
+        [_, url, home, task, push_log] => (url, home, task, push_log, None),
+        [_, url, home, task, push_log, dir, term] => {
+            (url, home, task, push_log, Some((dir, term.parse::<u64>()?)))
+        }
+        _ => {
+            return Err(
+                "usage: campaign-host <api url> <hermes home> <task id> <push log> \
+                 [<coordination dir> <term seconds>]"
+                    .into(),
+            );
+        }
     };
     let runtime = tokio::runtime::Runtime::new()?;
     let mut config = Config::new(ApiKeySource::Key(ApiKey::new(
@@ -103,9 +143,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )));
     config.endpoints = Endpoints::single(url.clone());
     config.mode = SandboxMode::Persistent;
+    if let Some((dir, term)) = hosts {
+        config.coordination_dir = Some(PathBuf::from(dir));
+        config.writer_arbitration = WriterArbitration::Sandbox {
+            term: Duration::from_secs(term),
+        };
+    }
     let hooks = Arc::new(Hooks {
         home: PathBuf::from(home),
         push_log: PathBuf::from(push_log),
+        marker: hosts.is_some(),
+        pushes: Mutex::new(0),
     });
     let scope = Scope {
         profile_home: PathBuf::from(home),
@@ -139,6 +187,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     },
                     Err(error) => format!("error {}", ErrorChain(&error)),
                 }
+            }
+            "pause" => {
+                // The campaign spaces a host's commands so another host's grant can lapse.
+                std::thread::sleep(Duration::from_millis(rest.parse()?));
+                "paused".to_owned()
             }
             "cleanup" => format!("cleanup {:?}", backend.cleanup().pull),
             "quit" => break,

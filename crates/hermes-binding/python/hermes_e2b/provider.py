@@ -154,6 +154,8 @@ class E2BProvider(TerminalEnvironmentProvider):
         else:
             endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
         rows = [native_row, self._interpreter_row(), key_row, endpoint_row]
+        if settings is not None:
+            rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))
         rows += self._other_plugin_rows()
         # A misspelled key is ignored (the default applies), which the user should see here.
         rows += [(False, "E2B setting", note) for note in (settings.unknown_key_notes() if settings else [])]

@@ -52,6 +52,36 @@ fn every_key_of_the_settings_table_is_read_with_its_default() {
         default("secure"),
         SettingDefault::Flag(settings.security == Security::Secure)
     );
+    assert!(
+        matches!(default("writer_arbitration"), SettingDefault::Text(text) if text == settings.writer_arbitration.as_str())
+    );
+}
+
+#[test]
+fn writer_arbitration_is_host_or_sandbox_and_reaches_the_config() {
+    // contract: C8
+    let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
+    assert_eq!(settings.writer_arbitration, WriterArbitration::Host);
+    assert!(settings.arbitration_summary().starts_with("host"));
+    let sandbox = raw(&[("writer_arbitration", Value::Str("sandbox".to_owned()))]);
+    let settings = Settings::parse(&sandbox, None).unwrap();
+    assert!(matches!(
+        settings.writer_arbitration,
+        WriterArbitration::Sandbox { .. }
+    ));
+    assert!(settings.arbitration_summary().starts_with("sandbox"));
+    let config = settings.to_config(
+        ApiKeySource::Key(agent_sandbox::ApiKey::new("k".to_owned())),
+        Persistence::Persistent,
+        Duration::from_secs(300),
+    );
+    assert_eq!(config.writer_arbitration, settings.writer_arbitration);
+    let error = Settings::parse(
+        &raw(&[("writer_arbitration", Value::Str("both".to_owned()))]),
+        None,
+    )
+    .expect_err("refused");
+    assert!(error.to_string().contains("writer_arbitration"), "{error}");
 }
 
 #[test]
