@@ -135,6 +135,42 @@ pub(crate) fn write_temp(
     size: u64,
     executable: bool,
 ) -> Result<String, TempError> {
+    write_temp_with(dir, seq, source, size, executable, Durability::SyncNow)
+}
+
+/// Like [`write_temp`], but on Linux leaves the data unsynced: the caller makes a whole batch
+/// durable at once with [`sync_filesystems`] before any of it takes a name. Elsewhere (no
+/// `syncfs(2)`) the file is synced here, as [`write_temp`] does.
+pub(crate) fn write_temp_batched(
+    dir: &Dir,
+    seq: &mut u64,
+    source: &mut dyn Read,
+    size: u64,
+    executable: bool,
+) -> Result<String, TempError> {
+    let durability = if cfg!(target_os = "linux") {
+        Durability::Deferred
+    } else {
+        Durability::SyncNow
+    };
+    write_temp_with(dir, seq, source, size, executable, durability)
+}
+
+/// Whether a temp file is synced as soon as it is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    SyncNow,
+    Deferred,
+}
+
+fn write_temp_with(
+    dir: &Dir,
+    seq: &mut u64,
+    source: &mut dyn Read,
+    size: u64,
+    executable: bool,
+    durability: Durability,
+) -> Result<String, TempError> {
     let (name, mut file) = loop {
         *seq += 1;
         let name = format!(".e2b-recovery-{}-{}.tmp", std::process::id(), seq);
@@ -166,8 +202,11 @@ pub(crate) fn write_temp(
             return Err(TempError::Short);
         }
         set_mode(&file, executable).map_err(TempError::Write)?;
-        // The push that follows recovery overwrites the sandbox copy: make this one durable.
-        file.sync_data().map_err(TempError::Write)
+        match durability {
+            // The push that follows recovery overwrites the sandbox copy: make this one durable.
+            Durability::SyncNow => file.sync_data().map_err(TempError::Write),
+            Durability::Deferred => Ok(()),
+        }
     })();
     match outcome {
         Ok(()) => Ok(name),
@@ -177,6 +216,33 @@ pub(crate) fn write_temp(
             Err(error)
         }
     }
+}
+
+/// Makes everything written so far under `dirs` durable: one `syncfs(2)` per filesystem
+/// they are on (written data, new names and new directories alike), instead of an
+/// `fdatasync` per file. Linux reports writeback errors through `syncfs` since 5.8.
+#[cfg(target_os = "linux")]
+pub(crate) fn sync_filesystems<'a>(dirs: impl IntoIterator<Item = &'a Dir>) -> io::Result<()> {
+    let mut synced = Vec::new();
+    for dir in dirs {
+        let device = rustix::fs::fstat(dir)?.st_dev;
+        if !synced.contains(&device) {
+            // Directory handles are `O_PATH`, which `syncfs` refuses: open it for reading.
+            rustix::fs::syncfs(dir.open(".")?)?;
+            synced.push(device);
+        }
+    }
+    Ok(())
+}
+
+/// Without `syncfs(2)` every temp file was synced when written ([`write_temp_batched`]);
+/// what remains is the directories, so the names are durable too.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn sync_filesystems<'a>(dirs: impl IntoIterator<Item = &'a Dir>) -> io::Result<()> {
+    for dir in dirs {
+        dir.open(".")?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(unix)]

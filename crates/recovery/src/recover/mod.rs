@@ -1,5 +1,6 @@
 //! The recovery itself: decide each sandbox file's outcome and write it through verified handles.
 
+mod batch;
 mod quarantine;
 
 use std::io::{self, Read};
@@ -11,7 +12,7 @@ use cap_std::fs::Dir;
 use capped_tar::{Member, MemberKind, RejectReason};
 
 use crate::Error;
-use crate::host::{Comparison, HostOnly, Spool, TempError, commit_temp, compare_host, write_temp};
+use crate::host::{Comparison, HostOnly, Spool, TempError, compare_host, write_temp_batched};
 use crate::report::{
     FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState,
 };
@@ -98,12 +99,18 @@ pub fn recover(config: &RecoveryConfig, snapshot: &mut dyn Read) -> Result<Recov
         quarantine: None,
         files: Vec::new(),
         seq: 0,
+        pending: batch::Batch::default(),
     };
     for root in RECOVERABLE_ROOTS {
         let state = run.probe_root(root)?;
         run.roots.push((root, state));
     }
-    let read = capped_tar::read(snapshot, config.max_snapshot_bytes, &mut run)?;
+    let read = capped_tar::read(snapshot, config.max_snapshot_bytes, &mut run);
+    // Files read in full before a failure are restored all the same, as one at a time would
+    // have been; the snapshot's failure is the one reported.
+    let settled = run.settle();
+    let read = read?;
+    settled?;
     let state = if read.files + read.directories + read.rejected == 0 {
         SnapshotState::NothingToRecover
     } else {
@@ -166,9 +173,14 @@ struct Run<'a> {
     quarantine: Option<Dir>,
     files: Vec<FileReport>,
     seq: u64,
+    /// Restored files waiting for one batched sync before they take their names.
+    pending: batch::Batch,
 }
 
 impl Run<'_> {
+    /// Decides and writes one file member. Called only from the visitor's `file`, which
+    /// pushes the member's report entry right after (a restore waiting for its name refers to
+    /// that entry by index).
     fn file(&mut self, path: &str, body: Body<'_>) -> Result<Outcome, Error> {
         let comps: Vec<&str> = path.split('/').collect();
         if comps.len() < 2 || !RECOVERABLE_ROOTS.contains(&comps[0]) {
@@ -330,7 +342,7 @@ impl Run<'_> {
             size,
             executable,
         } = body;
-        let temp = match write_temp(&dir, &mut self.seq, content, size, executable) {
+        let temp = match write_temp_batched(&dir, &mut self.seq, content, size, executable) {
             Ok(temp) => temp,
             Err(TempError::Create(e)) => {
                 return self.unplaceable(
@@ -348,22 +360,11 @@ impl Run<'_> {
             Err(TempError::Short) => return Err(self.content_short(path)),
             Err(TempError::Write(source)) => return Err(self.host_io("write", path, source)),
         };
-        let spool = Spool::File {
-            dir: self.try_clone(&dir)?,
-            name: temp,
-        };
-        let outcome = match commit_temp(&dir, spool_name(&spool), name) {
-            Ok(true) => return Ok(Outcome::Restored),
-            // The name appeared while the file was being written: the host now has a copy.
-            Ok(false) => self.settle_against_host(&dir, name, path, &spool),
-            Err(e) => match host_write_verdict(&e, path) {
-                Verdict::Skip(reason) => Ok(skipped(reason)),
-                Verdict::Quarantine(reason) => self.quarantine_spool(path, &spool, reason),
-                Verdict::Fail => Err(self.host_io("rename", path, e)),
-            },
-        };
-        spool.discard();
-        outcome
+        // Provisional: the batch names the file after syncing it, and corrects this entry if
+        // the name was taken meanwhile (batch.rs).
+        let report = self.files.len();
+        self.wait_for_name(path, dir, temp, name, report);
+        Ok(Outcome::Restored)
     }
 
     /// A restore that cannot be placed before any content was read.
@@ -478,6 +479,9 @@ impl capped_tar::Visitor for Run<'_> {
             member: path.to_owned(),
             outcome,
         });
+        if self.pending.is_full() {
+            self.settle()?;
+        }
         Ok(())
     }
 
@@ -524,11 +528,4 @@ fn parent_of(at: &str) -> String {
 
 fn skipped(reason: SkipReason) -> Outcome {
     Outcome::Skipped { reason }
-}
-
-fn spool_name(spool: &Spool) -> &str {
-    match spool {
-        Spool::File { name, .. } => name,
-        Spool::Memory { .. } => "",
-    }
 }
