@@ -100,6 +100,7 @@ pub fn recover(config: &RecoveryConfig, snapshot: &mut dyn Read) -> Result<Recov
         files: Vec::new(),
         seq: 0,
         pending: batch::Batch::default(),
+        walked: None,
     };
     for root in RECOVERABLE_ROOTS {
         let state = run.probe_root(root)?;
@@ -175,6 +176,9 @@ struct Run<'a> {
     seq: u64,
     /// Restored files waiting for one batched sync before they take their names.
     pending: batch::Batch,
+    /// The directory the last walk reached (its path below the home, its verified handle):
+    /// members of one directory come together in a tar, so most skip the walk.
+    walked: Option<(String, Dir)>,
 }
 
 impl Run<'_> {
@@ -224,69 +228,20 @@ impl Run<'_> {
 
     /// Walks from the root to the destination's directory, one component at a time, never
     /// following a symlink.
-    fn locate(&self, comps: &[&str]) -> Result<Place, Error> {
-        let root = comps[0];
-        let parents = &comps[1..comps.len() - 1];
+    fn locate(&mut self, comps: &[&str]) -> Result<Place, Error> {
         let name = comps[comps.len() - 1];
-        let state = &self
-            .roots
-            .iter()
-            .find(|(r, _)| *r == root)
-            .expect("a recoverable root")
-            .1;
-        let mut dir = match state {
-            Root::Redirected => {
-                return Ok(Place::Quarantine(QuarantineReason::RedirectedRoot {
-                    root: root.to_owned(),
-                }));
-            }
-            Root::NotADirectory => {
-                return Ok(Place::Skip(SkipReason::AncestorIsFile {
-                    at: root.to_owned(),
-                }));
-            }
-            Root::Absent => {
-                let create = comps[..comps.len() - 1]
-                    .iter()
-                    .map(|c| (*c).to_owned())
-                    .collect();
-                return Ok(Place::Missing {
-                    dir: self.try_clone(&self.home)?,
-                    create,
-                });
-            }
-            Root::Dir(dir) => self.try_clone(dir)?,
+        let key = comps[..comps.len() - 1].join("/");
+        let dir = match &self.walked {
+            // The last member's directory, verified then: its handle is still that directory.
+            Some((walked, dir)) if *walked == key => self.try_clone(dir)?,
+            _ => match self.walk(comps)? {
+                Ok(dir) => {
+                    self.walked = Some((key, self.try_clone(&dir)?));
+                    dir
+                }
+                Err(place) => return Ok(place),
+            },
         };
-        for (index, comp) in parents.iter().enumerate() {
-            let at = comps[..index + 2].join("/");
-            match dir.symlink_metadata(comp) {
-                Ok(meta) if meta.is_dir() => match dir.open_dir_nofollow(comp) {
-                    Ok(next) => dir = next,
-                    Err(_) => {
-                        return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory {
-                            at,
-                        }));
-                    }
-                },
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory {
-                        at,
-                    }));
-                }
-                Ok(_) => return Ok(Place::Skip(SkipReason::AncestorIsFile { at })),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let create = parents[index..].iter().map(|c| (*c).to_owned()).collect();
-                    return Ok(Place::Missing { dir, create });
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
-                    return Ok(Place::Skip(SkipReason::AncestorIsFile { at }));
-                }
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    return Ok(Place::Quarantine(QuarantineReason::HostUnreadable));
-                }
-                Err(source) => return Err(self.host_io("inspect", &at, source)),
-            }
-        }
         match dir.symlink_metadata(name) {
             Ok(meta) if meta.is_file() => Ok(Place::Regular { dir }),
             Ok(_) => Ok(Place::Quarantine(QuarantineReason::HostNotRegularFile)),
@@ -299,6 +254,73 @@ impl Run<'_> {
             }
             Err(source) => Err(self.host_io("inspect", &comps.join("/"), source)),
         }
+    }
+
+    /// The walk of [`Self::locate`] down to the destination's directory: its handle, or where
+    /// the destination stands when the walk cannot reach it.
+    fn walk(&self, comps: &[&str]) -> Result<Result<Dir, Place>, Error> {
+        let root = comps[0];
+        let parents = &comps[1..comps.len() - 1];
+        let state = &self
+            .roots
+            .iter()
+            .find(|(r, _)| *r == root)
+            .expect("a recoverable root")
+            .1;
+        let mut dir = match state {
+            Root::Redirected => {
+                return Ok(Err(Place::Quarantine(QuarantineReason::RedirectedRoot {
+                    root: root.to_owned(),
+                })));
+            }
+            Root::NotADirectory => {
+                return Ok(Err(Place::Skip(SkipReason::AncestorIsFile {
+                    at: root.to_owned(),
+                })));
+            }
+            Root::Absent => {
+                let create = comps[..comps.len() - 1]
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .collect();
+                return Ok(Err(Place::Missing {
+                    dir: self.try_clone(&self.home)?,
+                    create,
+                }));
+            }
+            Root::Dir(dir) => self.try_clone(dir)?,
+        };
+        for (index, comp) in parents.iter().enumerate() {
+            let at = comps[..index + 2].join("/");
+            match dir.symlink_metadata(comp) {
+                Ok(meta) if meta.is_dir() => match dir.open_dir_nofollow(comp) {
+                    Ok(next) => dir = next,
+                    Err(_) => {
+                        return Ok(Err(Place::Quarantine(
+                            QuarantineReason::SymlinkedDirectory { at },
+                        )));
+                    }
+                },
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Ok(Err(Place::Quarantine(
+                        QuarantineReason::SymlinkedDirectory { at },
+                    )));
+                }
+                Ok(_) => return Ok(Err(Place::Skip(SkipReason::AncestorIsFile { at }))),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let create = parents[index..].iter().map(|c| (*c).to_owned()).collect();
+                    return Ok(Err(Place::Missing { dir, create }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                    return Ok(Err(Place::Skip(SkipReason::AncestorIsFile { at })));
+                }
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    return Ok(Err(Place::Quarantine(QuarantineReason::HostUnreadable)));
+                }
+                Err(source) => return Err(self.host_io("inspect", &at, source)),
+            }
+        }
+        Ok(Ok(dir))
     }
 
     /// Writes a file the host lacks: missing directories, then a temp file, then the name.
