@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use e2b_client::{Client, ProcessEvent, Sandbox, SandboxId, StartOptions, UploadFile};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use state_sync::{ArchiveSummary, DeletePlan, ReadConfig, UnsafeMembers, UploadPlan};
 use tokio::sync::mpsc;
 
@@ -25,6 +25,9 @@ const STREAM_BUFFER_CHUNKS: usize = 8;
 /// Output kept from the command that makes the teardown archive: its path, and `tar`'s
 /// complaints when it fails.
 const ARCHIVE_COMMAND_OUTPUT: u64 = 1 << 20;
+/// A download's chunks already received are handed to the reader together up to this size
+/// (with [`STREAM_BUFFER_CHUNKS`], at most about 8 MiB held).
+const COALESCED_BYTES: usize = 1 << 20;
 /// A tar archive with no member: its end marker, two zero blocks.
 const EMPTY_TAR: [u8; 1024] = [0; 1024];
 
@@ -344,10 +347,29 @@ impl StateTransport {
     fn stream_reader(&self, mut download: e2b_client::Download) -> ChannelReader {
         let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(STREAM_BUFFER_CHUNKS);
         self.inner.runtime.spawn(async move {
-            while let Some(item) = download.next().await {
-                let item = item.map_err(io::Error::other);
+            while let Some(first) = download.next().await {
+                // Chunks already received go together (up to COALESCED_BYTES): one hand-over
+                // to the reading thread per batch, not per network read, so a busy machine's
+                // scheduling delays do not stall the connection chunk by chunk.
+                let mut item = first.map(BytesMut::from);
+                let mut ended = false;
+                while let Ok(batch) = &mut item {
+                    if batch.len() >= COALESCED_BYTES {
+                        break;
+                    }
+                    match download.next().now_or_never() {
+                        Some(Some(Ok(more))) => batch.extend_from_slice(&more),
+                        Some(Some(Err(error))) => item = Err(error),
+                        Some(None) => {
+                            ended = true;
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                let item = item.map(BytesMut::freeze).map_err(io::Error::other);
                 let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed {
+                if tx.send(item).await.is_err() || failed || ended {
                     return;
                 }
             }
