@@ -25,14 +25,19 @@ pub const TEARDOWN_ARCHIVE_PREFIX: &str = "/tmp/hermes-e2b-pull.";
 /// private file ([`TEARDOWN_ARCHIVE_PREFIX`], mode 0600) and print its path, for a download
 /// of `/files`. Prints nothing when `remote_root` is not a directory (verifiably nothing to
 /// pull). A failing `tar` removes its partial file and exits non-zero; the caller removes the
-/// file once it has it open. Read the path with [`teardown_archive_path`].
+/// file once it has it open. Archives an hour old are removed first: a pull that lost its
+/// connection between the command and the download cannot leave one behind for good. Read
+/// the path with [`teardown_archive_path`].
 pub fn teardown_file_command(remote_root: &str) -> Result<String, Error> {
     let tar = teardown_command(remote_root)?;
     Ok(format!(
-        "umask 077; [ -d {root} ] || exit 0; f=$(mktemp {TEARDOWN_ARCHIVE_PREFIX}XXXXXX) || exit 1; \
+        "umask 077; \
+         find /tmp -maxdepth 1 -name '{stale}*' -type f -mmin +60 -exec rm -f {{}} + 2>/dev/null; \
+         [ -d {root} ] || exit 0; f=$(mktemp {TEARDOWN_ARCHIVE_PREFIX}XXXXXX) || exit 1; \
          trap 'rm -f \"$f\"' HUP INT TERM; \
          if {tar} > \"$f\"; then printf '%s\\n' \"$f\"; else rm -f \"$f\"; exit 1; fi",
         root = shell_quote(remote_root),
+        stale = TEARDOWN_ARCHIVE_PREFIX.trim_start_matches("/tmp/"),
     ))
 }
 

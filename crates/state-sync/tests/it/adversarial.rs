@@ -350,8 +350,27 @@ fn the_teardown_file_command_makes_a_private_archive_and_names_only_it() {
             .output()
             .expect("sh runs")
     };
+    // An archive an earlier pull lost track of an hour ago goes; a fresh one (another
+    // pull's, still being downloaded) stays.
+    let stale = std::path::PathBuf::from(format!(
+        "{}stale{}",
+        state_sync::TEARDOWN_ARCHIVE_PREFIX,
+        std::process::id()
+    ));
+    let fresh = stale.with_extension("fresh");
+    std::fs::write(&stale, b"old").expect("stale archive");
+    std::fs::write(&fresh, b"new").expect("fresh archive");
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .expect("open")
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(7200))
+        .expect("age it");
     let made = run(&root);
     assert!(made.status.success(), "{made:?}");
+    assert!(!stale.exists(), "the stale archive was removed");
+    assert!(fresh.exists(), "a fresh archive is left alone");
+    std::fs::remove_file(&fresh).expect("cleanup");
     let path = state_sync::teardown_archive_path(&made.stdout)
         .expect("the documented shape")
         .expect("a path");
