@@ -46,7 +46,7 @@ def test_a_teardown_pull_retried_by_hermes_after_a_failure_is_reported_pulled_an
         T("echo v2 > /home/user/.hermes/skills/demo/SKILL.md")
         env = tt._active_environments["default"]
         starts_before = requests()["routes"].get("Process/Start", 0)
-        # The teardown pull streams a tar from a command: its first Start fails on the server.
+        # The teardown pull begins with the command that makes the tar: its first Start fails.
         admin("faults/fail", {"count": 1, "status": 503, "scope": "envd", "pathPrefix": "/process.Process/Start"})
         mark = len(_log.getvalue())
         try:

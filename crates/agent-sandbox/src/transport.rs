@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use e2b_client::{Client, ProcessEvent, Sandbox, SandboxId, StartOptions, UploadFile};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use state_sync::{ArchiveSummary, DeletePlan, ReadConfig, UnsafeMembers, UploadPlan};
 use tokio::sync::mpsc;
 
@@ -19,8 +19,17 @@ use crate::progress::{Meter, MeteredRead, ProgressObserver, ProgressUnit};
 const IN_MEMORY_UPLOAD: u64 = 8 << 20;
 /// How much of a helper command's standard error is kept for its error message.
 const STDERR_KEPT: usize = 2048;
-/// Chunks of a streamed command output buffered between the network and the reader.
+/// Chunks of a streamed command output or download buffered between the network and the
+/// reader.
 const STREAM_BUFFER_CHUNKS: usize = 8;
+/// Output kept from the command that makes the teardown archive: its path, and `tar`'s
+/// complaints when it fails.
+const ARCHIVE_COMMAND_OUTPUT: u64 = 1 << 20;
+/// A download's chunks already received are handed to the reader together up to this size
+/// (with [`STREAM_BUFFER_CHUNKS`], at most about 8 MiB held).
+const COALESCED_BYTES: usize = 1 << 20;
+/// A tar archive with no member: its end marker, two zero blocks.
+const EMPTY_TAR: [u8; 1024] = [0; 1024];
 
 /// Failures recorded by transport calls, shared with the backend that checks them after each
 /// push or pull (Hermes' FileSyncManager swallows exceptions, contracts S2, S3).
@@ -326,10 +335,13 @@ impl StateTransport {
     }
 
     /// The teardown pull: reconnects first with a transfer-sized lease (extend-only, so it
-    /// also resumes a sandbox E2B paused), then streams the sandbox's Hermes home into `dest`
-    /// as the tar Hermes extracts (members named by absolute remote path without the leading
-    /// `/`). The cap is enforced while downloading: the first byte past it fails the pull and
-    /// stops the transfer (contract S12). On error `dest` holds an unfinished archive.
+    /// also resumes a sandbox E2B paused), has the sandbox write its Hermes home as a tar to a
+    /// private temp file outside the synced state, then streams that file from `/files` into
+    /// `dest` as the tar Hermes extracts (members named by absolute remote path without the
+    /// leading `/`). The temp file is removed as soon as the download has it open, and after
+    /// a failed download all the same. The cap is enforced while downloading: the first byte
+    /// past it fails the pull and stops the transfer (contract S12). On error `dest` holds an
+    /// unfinished archive.
     pub fn download_state(&self, dest: &mut dyn Write) -> Result<PullSummary, Error> {
         let result = self.download_inner(dest);
         self.record(Transfer::Pull, result)
@@ -337,37 +349,124 @@ impl StateTransport {
 
     fn download_inner(&self, dest: &mut dyn Write) -> Result<PullSummary, Error> {
         self.reconnect_for_transfer()?;
-        let command = state_sync::teardown_command(&self.inner.remote_home).map_err(|source| {
-            Error::StateSync {
+        let state_error = |source| Error::StateSync {
+            operation: "teardown pull",
+            sandbox_id: self.id(),
+            source,
+        };
+        let command =
+            state_sync::teardown_file_command(&self.inner.remote_home).map_err(state_error)?;
+        let sandbox = self.sandbox();
+        let made = self
+            .inner
+            .runtime
+            .block_on(sandbox.run(StartOptions::shell(command), ARCHIVE_COMMAND_OUTPUT))
+            .map_err(|source| Error::e2b("teardown pull", Some(&self.id()), source))?;
+        if made.end.exit_code != 0 {
+            return Err(Error::SandboxCommand {
                 operation: "teardown pull",
                 sandbox_id: self.id(),
-                source,
-            }
-        })?;
-        // A sandbox without a Hermes home verifiably has nothing to pull: an empty archive,
-        // not a failure (state-sync's command alone makes tar fail on a missing root).
-        let command = format!(
-            "if [ -d {root} ]; then {command}; else exec tar -cf - -T /dev/null; fi",
-            root = state_sync::shell_quote(&self.inner.remote_home)
-        );
-        let mut meter = self.meter("teardown pull", ProgressUnit::Bytes, None);
-        let mut source = MeteredRead {
-            inner: self.command_reader(command, "teardown pull")?,
-            meter: &mut meter,
-        };
+                exit_code: made.end.exit_code,
+                stderr: stderr_text(&made.stderr),
+            });
+        }
         let config = ReadConfig {
             max_bytes: self.inner.cap,
             unsafe_members: UnsafeMembers::Skip,
         };
-        let (summary, _) =
-            state_sync::pull_teardown(&mut source, &config, &self.inner.remote_home, dest)
-                .map_err(|source| Error::StateSync {
-                    operation: "teardown pull",
-                    sandbox_id: self.id(),
-                    source,
-                })?;
+        let mut meter = self.meter("teardown pull", ProgressUnit::Bytes, None);
+        let Some(path) = state_sync::teardown_archive_path(&made.stdout).map_err(state_error)?
+        else {
+            // No Hermes home verifiably means nothing to pull: an empty archive, not a failure.
+            let mut source = MeteredRead {
+                inner: io::Cursor::new(EMPTY_TAR),
+                meter: &mut meter,
+            };
+            let (summary, _) =
+                state_sync::pull_teardown(&mut source, &config, &self.inner.remote_home, dest)
+                    .map_err(state_error)?;
+            meter.finish();
+            return Ok(pull_summary(summary));
+        };
+        // The cap is the capped reader's (the first byte past it fails the pull with the
+        // reader's over-cap error); the download itself is not capped a second time.
+        let download = self
+            .inner
+            .runtime
+            .block_on(sandbox.read_file_stream(&path, u64::MAX));
+        // The server opened the file before it answered, so it can go now, while the body
+        // streams; after a failed request it goes all the same.
+        let removal = {
+            let sandbox = sandbox.clone();
+            let path = path.clone();
+            self.inner
+                .runtime
+                .spawn(async move { sandbox.remove(&path).await })
+        };
+        let pulled = download
+            .map_err(|source| Error::e2b("teardown pull", Some(&self.id()), source))
+            .and_then(|download| {
+                let mut source = MeteredRead {
+                    inner: self.stream_reader(download),
+                    meter: &mut meter,
+                };
+                state_sync::pull_teardown(&mut source, &config, &self.inner.remote_home, dest)
+                    .map_err(state_error)
+            });
+        match self.inner.runtime.block_on(removal) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(
+                sandbox_id = %self.inner.sandbox_id,
+                "E2B teardown pull: the sandbox's temporary archive was not removed: {}",
+                ErrorChain(&Error::e2b("remove file", Some(&self.id()), error))
+            ),
+            Err(error) => tracing::warn!(
+                sandbox_id = %self.inner.sandbox_id,
+                "E2B teardown pull: removing the sandbox's temporary archive did not finish: {error}"
+            ),
+        }
+        let (summary, _) = pulled?;
         meter.finish();
         Ok(pull_summary(summary))
+    }
+
+    /// A blocking reader over a download: a task moves its chunks through a small channel.
+    /// Dropping the reader early (over the cap, a bad archive) drops the download, which
+    /// closes the connection.
+    fn stream_reader(&self, mut download: e2b_client::Download) -> ChannelReader {
+        let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(STREAM_BUFFER_CHUNKS);
+        self.inner.runtime.spawn(async move {
+            while let Some(first) = download.next().await {
+                // Chunks already received go together (up to COALESCED_BYTES): one hand-over
+                // to the reading thread per batch, not per network read, so a busy machine's
+                // scheduling delays do not stall the connection chunk by chunk.
+                let mut item = first.map(BytesMut::from);
+                let mut ended = false;
+                while let Ok(batch) = &mut item {
+                    if batch.len() >= COALESCED_BYTES {
+                        break;
+                    }
+                    match download.next().now_or_never() {
+                        Some(Some(Ok(more))) => batch.extend_from_slice(&more),
+                        Some(Some(Err(error))) => item = Err(error),
+                        Some(None) => {
+                            ended = true;
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                let item = item.map(BytesMut::freeze).map_err(io::Error::other);
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed || ended {
+                    return;
+                }
+            }
+        });
+        ChannelReader {
+            rx,
+            current: Bytes::new(),
+        }
     }
 
     fn reconnect_for_transfer(&self) -> Result<(), Error> {
@@ -426,7 +525,7 @@ impl StateTransport {
         &self,
         command: String,
         operation: &'static str,
-    ) -> Result<CommandReader, Error> {
+    ) -> Result<ChannelReader, Error> {
         let sandbox = self.sandbox();
         let id = self.id();
         let mut stream = self
@@ -471,19 +570,20 @@ impl StateTransport {
                 )))
                 .await;
         });
-        Ok(CommandReader {
+        Ok(ChannelReader {
             rx,
             current: Bytes::new(),
         })
     }
 }
 
-struct CommandReader {
+/// A blocking reader over chunks a task sends (a command's standard output, a download).
+struct ChannelReader {
     rx: mpsc::Receiver<io::Result<Bytes>>,
     current: Bytes,
 }
 
-impl Read for CommandReader {
+impl Read for ChannelReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         while self.current.is_empty() {
             match self.rx.blocking_recv() {

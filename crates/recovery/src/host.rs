@@ -135,6 +135,42 @@ pub(crate) fn write_temp(
     size: u64,
     executable: bool,
 ) -> Result<String, TempError> {
+    write_temp_with(dir, seq, source, size, executable, Durability::SyncNow)
+}
+
+/// Like [`write_temp`], but on Linux leaves the data unsynced: the caller makes a whole batch
+/// durable at once with [`sync_filesystems`] before any of it takes a name. Elsewhere (no
+/// `syncfs(2)`) the file is synced here, as [`write_temp`] does.
+pub(crate) fn write_temp_batched(
+    dir: &Dir,
+    seq: &mut u64,
+    source: &mut dyn Read,
+    size: u64,
+    executable: bool,
+) -> Result<String, TempError> {
+    let durability = if cfg!(target_os = "linux") {
+        Durability::Deferred
+    } else {
+        Durability::SyncNow
+    };
+    write_temp_with(dir, seq, source, size, executable, durability)
+}
+
+/// Whether a temp file is synced as soon as it is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    SyncNow,
+    Deferred,
+}
+
+fn write_temp_with(
+    dir: &Dir,
+    seq: &mut u64,
+    source: &mut dyn Read,
+    size: u64,
+    executable: bool,
+    durability: Durability,
+) -> Result<String, TempError> {
     let (name, mut file) = loop {
         *seq += 1;
         let name = format!(".e2b-recovery-{}-{}.tmp", std::process::id(), seq);
@@ -166,8 +202,11 @@ pub(crate) fn write_temp(
             return Err(TempError::Short);
         }
         set_mode(&file, executable).map_err(TempError::Write)?;
-        // The push that follows recovery overwrites the sandbox copy: make this one durable.
-        file.sync_data().map_err(TempError::Write)
+        match durability {
+            // The push that follows recovery overwrites the sandbox copy: make this one durable.
+            Durability::SyncNow => file.sync_data().map_err(TempError::Write),
+            Durability::Deferred => Ok(()),
+        }
     })();
     match outcome {
         Ok(()) => Ok(name),
@@ -177,6 +216,33 @@ pub(crate) fn write_temp(
             Err(error)
         }
     }
+}
+
+/// Makes everything written so far under `dirs` durable: one `syncfs(2)` per filesystem
+/// they are on (written data, new names and new directories alike), instead of an
+/// `fdatasync` per file. Linux reports writeback errors through `syncfs` since 5.8.
+#[cfg(target_os = "linux")]
+pub(crate) fn sync_filesystems<'a>(dirs: impl IntoIterator<Item = &'a Dir>) -> io::Result<()> {
+    let mut synced = Vec::new();
+    for dir in dirs {
+        let device = rustix::fs::fstat(dir)?.st_dev;
+        if !synced.contains(&device) {
+            // Directory handles are `O_PATH`, which `syncfs` refuses: open it for reading.
+            rustix::fs::syncfs(dir.open(".")?)?;
+            synced.push(device);
+        }
+    }
+    Ok(())
+}
+
+/// Without `syncfs(2)` every temp file was synced when written ([`write_temp_batched`]);
+/// what remains is the directories, so the names are durable too.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn sync_filesystems<'a>(dirs: impl IntoIterator<Item = &'a Dir>) -> io::Result<()> {
+    for dir in dirs {
+        dir.open(".")?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(unix)]
@@ -196,9 +262,23 @@ fn set_mode(_file: &cap_std::fs::File, _executable: bool) -> io::Result<()> {
 /// Gives temp file `temp` (in `dir`) the name `name`, unless `name` exists. Returns whether it
 /// was placed; the temp name is gone only when it was.
 ///
-/// A hard link is the no-replace rename: it fails if anything, even a dangling symlink, holds
-/// the name. On filesystems without hard links it falls back to check-then-rename.
+/// On Linux a `renameat2(RENAME_NOREPLACE)` does it in one call; elsewhere, or where the
+/// filesystem does not support the flag, a hard link is the no-replace rename. Either fails if
+/// anything, even a dangling symlink, holds the name. On filesystems without hard links it
+/// falls back to check-then-rename.
 pub(crate) fn commit_temp(dir: &Dir, temp: &str, name: &str) -> io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        // Both are single components (the snapshot reader refuses `..` and empty names), so
+        // naming them relative to the verified handle resolves nothing outside it.
+        use rustix::fs::{RenameFlags, renameat_with};
+        match renameat_with(dir, temp, dir, name, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(true),
+            Err(rustix::io::Errno::EXIST) => return Ok(false),
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {}
+            Err(other) => return Err(other.into()),
+        }
+    }
     match dir.hard_link(temp, dir, name) {
         Ok(()) => {
             dir.remove_file(temp)?;
@@ -289,6 +369,26 @@ pub(crate) fn same_content(dir: &Dir, name: &str, spool: &Spool) -> io::Result<b
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commit_temp_never_replaces_anything_at_the_name() {
+        let tmp = std::env::temp_dir().join(format!("recovery-commit-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).expect("mkdir");
+        let dir = Dir::open_ambient_dir(&tmp, cap_std::ambient_authority()).expect("open");
+        dir.write("t1", b"new").expect("temp");
+        assert!(commit_temp(&dir, "t1", "free").expect("commits"));
+        assert_eq!(dir.read("free").expect("named"), b"new");
+        assert!(dir.symlink_metadata("t1").is_err(), "the temp name is gone");
+        dir.write("t2", b"newer").expect("temp");
+        dir.write("taken", b"host").expect("host file");
+        assert!(!commit_temp(&dir, "t2", "taken").expect("refuses"));
+        assert_eq!(dir.read("taken").expect("host file"), b"host");
+        std::os::unix::fs::symlink("/nonexistent/target", tmp.join("dangling")).expect("ln");
+        assert!(!commit_temp(&dir, "t2", "dangling").expect("refuses"));
+        assert_eq!(dir.read("t2").expect("the temp stays"), b"newer");
+        drop(dir);
+        std::fs::remove_dir_all(&tmp).expect("cleanup");
+    }
 
     #[test]
     fn host_only_covers_paths_and_their_subtrees() {

@@ -17,7 +17,10 @@ pub use capped_tar::{
 pub use error::Error;
 pub use extract::DirExtractor;
 pub use plan::{DeletePlan, MAX_COMMAND_BYTES, UploadPart, UploadPlan, shell_quote};
-pub use teardown::{TeardownArchive, pull_teardown, teardown_command};
+pub use teardown::{
+    TEARDOWN_ARCHIVE_PREFIX, TeardownArchive, pull_teardown, teardown_archive_path,
+    teardown_command, teardown_file_command,
+};
 
 #[cfg(test)]
 mod tests {

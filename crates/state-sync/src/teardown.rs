@@ -17,6 +17,55 @@ pub fn teardown_command(remote_root: &str) -> Result<String, Error> {
     Ok(format!("tar -C {} -cf - .", shell_quote(remote_root)))
 }
 
+/// Where [`teardown_file_command`] makes the archive: a fresh private file in the sandbox's
+/// `/tmp` (outside the synced state), named by `mktemp` from this prefix.
+pub const TEARDOWN_ARCHIVE_PREFIX: &str = "/tmp/hermes-e2b-pull.";
+
+/// The command that makes the sandbox write the archive of [`teardown_command`] to a fresh
+/// private file ([`TEARDOWN_ARCHIVE_PREFIX`], mode 0600) and print its path, for a download
+/// of `/files`. Prints nothing when `remote_root` is not a directory (verifiably nothing to
+/// pull). A failing `tar` removes its partial file and exits non-zero; the caller removes the
+/// file once it has it open. Archives an hour old are removed first: a pull that lost its
+/// connection between the command and the download cannot leave one behind for good. Read
+/// the path with [`teardown_archive_path`].
+pub fn teardown_file_command(remote_root: &str) -> Result<String, Error> {
+    let tar = teardown_command(remote_root)?;
+    Ok(format!(
+        "umask 077; \
+         find /tmp -maxdepth 1 -name '{stale}*' -type f -mmin +60 -exec rm -f {{}} + 2>/dev/null; \
+         [ -d {root} ] || exit 0; f=$(mktemp {TEARDOWN_ARCHIVE_PREFIX}XXXXXX) || exit 1; \
+         trap 'rm -f \"$f\"' HUP INT TERM; \
+         if {tar} > \"$f\"; then printf '%s\\n' \"$f\"; else rm -f \"$f\"; exit 1; fi",
+        root = shell_quote(remote_root),
+        stale = TEARDOWN_ARCHIVE_PREFIX.trim_start_matches("/tmp/"),
+    ))
+}
+
+/// The archive path [`teardown_file_command`] printed (`None`: nothing to pull). The output
+/// comes from the sandbox: anything but one path of the documented shape is refused, so the
+/// download and the removal that follow can only touch that file.
+pub fn teardown_archive_path(stdout: &[u8]) -> Result<Option<String>, Error> {
+    if stdout.is_empty() {
+        return Ok(None);
+    }
+    let refuse = |reason| Error::InvalidRemotePath {
+        operation: "teardown pull",
+        path: String::from_utf8_lossy(stdout).chars().take(200).collect(),
+        reason,
+    };
+    let line = stdout
+        .strip_suffix(b"\n")
+        .ok_or_else(|| refuse("not one line"))?;
+    let suffix = line
+        .strip_prefix(TEARDOWN_ARCHIVE_PREFIX.as_bytes())
+        .ok_or_else(|| refuse("not the archive the teardown command makes"))?;
+    if suffix.len() < 6 || !suffix.iter().all(u8::is_ascii_alphanumeric) {
+        return Err(refuse("not a name mktemp makes"));
+    }
+    // All ASCII, checked above.
+    Ok(Some(String::from_utf8_lossy(line).into_owned()))
+}
+
 /// Reads the sandbox's archive of `remote_root` (members relative to it, as
 /// [`teardown_command`] produces) and writes to `dest` the archive Hermes' `bulk_download_fn`
 /// must produce: every accepted member named by its absolute remote path without the leading

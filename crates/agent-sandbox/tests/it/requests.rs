@@ -476,3 +476,88 @@ fn a_command_with_stdin_costs_one_upload_more_and_one_without_costs_nothing_more
     }
     backend.cleanup();
 }
+
+/// The sandbox's temporary teardown archives left in its `/tmp`, as `ls` names them.
+fn pull_leftovers(backend: &Backend) -> String {
+    run(
+        backend,
+        "ls -a /tmp | grep '^hermes-e2b-pull\\.' || true",
+        SHORT_DEADLINE,
+    )
+}
+
+#[test]
+fn the_teardown_pull_is_four_requests_and_leaves_no_archive_behind() {
+    // contract: S12 — the pull reconnects (connect), has the sandbox write its tar to a
+    // private temp file (one Process/Start), streams that file (files GET) and removes it
+    // (Filesystem/Remove) as soon as the download has it open.
+    let world = World::new();
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    run(
+        &backend,
+        "mkdir -p ~/.hermes/skills/demo && printf pulled > ~/.hermes/skills/demo/SKILL.md",
+        SHORT_DEADLINE,
+    );
+    let transport = backend.transport().expect("attached");
+    let before = world.server().requests();
+    let mut archive = Vec::new();
+    let summary = transport.download_state(&mut archive).expect("pulls");
+    assert_eq!(
+        routes(&world.server().requests().since(&before)),
+        vec![
+            ("Filesystem/Remove", 1),
+            ("Process/Start", 1),
+            ("connect", 1),
+            ("files GET", 1)
+        ]
+    );
+    assert_eq!((summary.files, summary.file_bytes), (1, 6));
+    let mut entries = tar::Archive::new(&archive[..]);
+    let names: Vec<String> = entries
+        .entries()
+        .expect("a tar")
+        .map(|entry| {
+            let entry = entry.expect("an entry");
+            entry.path().expect("a path").display().to_string()
+        })
+        .collect();
+    assert!(
+        names.contains(&"home/user/.hermes/skills/demo/SKILL.md".to_owned()),
+        "{names:?}"
+    );
+    assert_eq!(pull_leftovers(&backend), "");
+
+    // A download that fails still removes the archive, and the pull reports the failure.
+    let mut rule = e2b_local::FailRule::new(1, 500);
+    rule.scope = e2b_local::FaultScope::Envd;
+    rule.path_prefix = Some("/files".to_owned());
+    rule.should_retry = Some(false);
+    world.server().faults().fail_next(rule);
+    let error = transport
+        .download_state(&mut Vec::new())
+        .expect_err("the download failed");
+    assert!(error.to_string().contains("teardown pull"), "{error}");
+    world.server().faults().clear();
+    assert_eq!(pull_leftovers(&backend), "");
+
+    // Without a Hermes home there is verifiably nothing to pull: an empty archive, and no
+    // download at all.
+    run(&backend, "rm -rf ~/.hermes", SHORT_DEADLINE);
+    let before = world.server().requests();
+    let mut archive = Vec::new();
+    let summary = transport
+        .download_state(&mut archive)
+        .expect("pulls nothing");
+    assert_eq!(
+        routes(&world.server().requests().since(&before)),
+        vec![("Process/Start", 1), ("connect", 1)]
+    );
+    assert_eq!((summary.files, summary.file_bytes), (0, 0));
+    let entries = tar::Archive::new(&archive[..])
+        .entries()
+        .expect("a tar")
+        .count();
+    assert_eq!(entries, 0);
+    assert!(!archive.is_empty(), "an end marker, not nothing");
+    backend.cleanup();
+}

@@ -375,6 +375,11 @@ fn the_teardown_pull_is_capped_while_downloading_and_a_failure_is_reported() {
         sink.len() < 4 * 1024 * 1024,
         "refused before the whole archive arrived"
     );
+    assert_eq!(
+        ok(&backend, "ls -a /tmp | grep '^hermes-e2b-pull\\.' || true"),
+        "",
+        "the refused archive is not left in the sandbox"
+    );
     // The pull hook swallows the error like Hermes' sync_back; cleanup still reports it.
     let report = backend.cleanup();
     let PullOutcome::Failed(detail) = report.pull else {

@@ -1,5 +1,6 @@
 //! The recovery itself: decide each sandbox file's outcome and write it through verified handles.
 
+mod batch;
 mod quarantine;
 
 use std::io::{self, Read};
@@ -11,7 +12,7 @@ use cap_std::fs::Dir;
 use capped_tar::{Member, MemberKind, RejectReason};
 
 use crate::Error;
-use crate::host::{Comparison, HostOnly, Spool, TempError, commit_temp, compare_host, write_temp};
+use crate::host::{Comparison, HostOnly, Spool, TempError, compare_host, write_temp_batched};
 use crate::report::{
     FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState,
 };
@@ -98,12 +99,19 @@ pub fn recover(config: &RecoveryConfig, snapshot: &mut dyn Read) -> Result<Recov
         quarantine: None,
         files: Vec::new(),
         seq: 0,
+        pending: batch::Batch::default(),
+        walked: None,
     };
     for root in RECOVERABLE_ROOTS {
         let state = run.probe_root(root)?;
         run.roots.push((root, state));
     }
-    let read = capped_tar::read(snapshot, config.max_snapshot_bytes, &mut run)?;
+    let read = capped_tar::read(snapshot, config.max_snapshot_bytes, &mut run);
+    // Files read in full before a failure are restored all the same, as one at a time would
+    // have been; the snapshot's failure is the one reported.
+    let settled = run.settle();
+    let read = read?;
+    settled?;
     let state = if read.files + read.directories + read.rejected == 0 {
         SnapshotState::NothingToRecover
     } else {
@@ -166,9 +174,17 @@ struct Run<'a> {
     quarantine: Option<Dir>,
     files: Vec<FileReport>,
     seq: u64,
+    /// Restored files waiting for one batched sync before they take their names.
+    pending: batch::Batch,
+    /// The directory the last walk reached (its path below the home, its verified handle):
+    /// members of one directory come together in a tar, so most skip the walk.
+    walked: Option<(String, Dir)>,
 }
 
 impl Run<'_> {
+    /// Decides and writes one file member. Called only from the visitor's `file`, which
+    /// pushes the member's report entry right after (a restore waiting for its name refers to
+    /// that entry by index).
     fn file(&mut self, path: &str, body: Body<'_>) -> Result<Outcome, Error> {
         let comps: Vec<&str> = path.split('/').collect();
         if comps.len() < 2 || !RECOVERABLE_ROOTS.contains(&comps[0]) {
@@ -212,69 +228,20 @@ impl Run<'_> {
 
     /// Walks from the root to the destination's directory, one component at a time, never
     /// following a symlink.
-    fn locate(&self, comps: &[&str]) -> Result<Place, Error> {
-        let root = comps[0];
-        let parents = &comps[1..comps.len() - 1];
+    fn locate(&mut self, comps: &[&str]) -> Result<Place, Error> {
         let name = comps[comps.len() - 1];
-        let state = &self
-            .roots
-            .iter()
-            .find(|(r, _)| *r == root)
-            .expect("a recoverable root")
-            .1;
-        let mut dir = match state {
-            Root::Redirected => {
-                return Ok(Place::Quarantine(QuarantineReason::RedirectedRoot {
-                    root: root.to_owned(),
-                }));
-            }
-            Root::NotADirectory => {
-                return Ok(Place::Skip(SkipReason::AncestorIsFile {
-                    at: root.to_owned(),
-                }));
-            }
-            Root::Absent => {
-                let create = comps[..comps.len() - 1]
-                    .iter()
-                    .map(|c| (*c).to_owned())
-                    .collect();
-                return Ok(Place::Missing {
-                    dir: self.try_clone(&self.home)?,
-                    create,
-                });
-            }
-            Root::Dir(dir) => self.try_clone(dir)?,
+        let key = comps[..comps.len() - 1].join("/");
+        let dir = match &self.walked {
+            // The last member's directory, verified then: its handle is still that directory.
+            Some((walked, dir)) if *walked == key => self.try_clone(dir)?,
+            _ => match self.walk(comps)? {
+                Ok(dir) => {
+                    self.walked = Some((key, self.try_clone(&dir)?));
+                    dir
+                }
+                Err(place) => return Ok(place),
+            },
         };
-        for (index, comp) in parents.iter().enumerate() {
-            let at = comps[..index + 2].join("/");
-            match dir.symlink_metadata(comp) {
-                Ok(meta) if meta.is_dir() => match dir.open_dir_nofollow(comp) {
-                    Ok(next) => dir = next,
-                    Err(_) => {
-                        return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory {
-                            at,
-                        }));
-                    }
-                },
-                Ok(meta) if meta.file_type().is_symlink() => {
-                    return Ok(Place::Quarantine(QuarantineReason::SymlinkedDirectory {
-                        at,
-                    }));
-                }
-                Ok(_) => return Ok(Place::Skip(SkipReason::AncestorIsFile { at })),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let create = parents[index..].iter().map(|c| (*c).to_owned()).collect();
-                    return Ok(Place::Missing { dir, create });
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
-                    return Ok(Place::Skip(SkipReason::AncestorIsFile { at }));
-                }
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    return Ok(Place::Quarantine(QuarantineReason::HostUnreadable));
-                }
-                Err(source) => return Err(self.host_io("inspect", &at, source)),
-            }
-        }
         match dir.symlink_metadata(name) {
             Ok(meta) if meta.is_file() => Ok(Place::Regular { dir }),
             Ok(_) => Ok(Place::Quarantine(QuarantineReason::HostNotRegularFile)),
@@ -287,6 +254,73 @@ impl Run<'_> {
             }
             Err(source) => Err(self.host_io("inspect", &comps.join("/"), source)),
         }
+    }
+
+    /// The walk of [`Self::locate`] down to the destination's directory: its handle, or where
+    /// the destination stands when the walk cannot reach it.
+    fn walk(&self, comps: &[&str]) -> Result<Result<Dir, Place>, Error> {
+        let root = comps[0];
+        let parents = &comps[1..comps.len() - 1];
+        let state = &self
+            .roots
+            .iter()
+            .find(|(r, _)| *r == root)
+            .expect("a recoverable root")
+            .1;
+        let mut dir = match state {
+            Root::Redirected => {
+                return Ok(Err(Place::Quarantine(QuarantineReason::RedirectedRoot {
+                    root: root.to_owned(),
+                })));
+            }
+            Root::NotADirectory => {
+                return Ok(Err(Place::Skip(SkipReason::AncestorIsFile {
+                    at: root.to_owned(),
+                })));
+            }
+            Root::Absent => {
+                let create = comps[..comps.len() - 1]
+                    .iter()
+                    .map(|c| (*c).to_owned())
+                    .collect();
+                return Ok(Err(Place::Missing {
+                    dir: self.try_clone(&self.home)?,
+                    create,
+                }));
+            }
+            Root::Dir(dir) => self.try_clone(dir)?,
+        };
+        for (index, comp) in parents.iter().enumerate() {
+            let at = comps[..index + 2].join("/");
+            match dir.symlink_metadata(comp) {
+                Ok(meta) if meta.is_dir() => match dir.open_dir_nofollow(comp) {
+                    Ok(next) => dir = next,
+                    Err(_) => {
+                        return Ok(Err(Place::Quarantine(
+                            QuarantineReason::SymlinkedDirectory { at },
+                        )));
+                    }
+                },
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    return Ok(Err(Place::Quarantine(
+                        QuarantineReason::SymlinkedDirectory { at },
+                    )));
+                }
+                Ok(_) => return Ok(Err(Place::Skip(SkipReason::AncestorIsFile { at }))),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let create = parents[index..].iter().map(|c| (*c).to_owned()).collect();
+                    return Ok(Err(Place::Missing { dir, create }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                    return Ok(Err(Place::Skip(SkipReason::AncestorIsFile { at })));
+                }
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    return Ok(Err(Place::Quarantine(QuarantineReason::HostUnreadable)));
+                }
+                Err(source) => return Err(self.host_io("inspect", &at, source)),
+            }
+        }
+        Ok(Ok(dir))
     }
 
     /// Writes a file the host lacks: missing directories, then a temp file, then the name.
@@ -330,7 +364,7 @@ impl Run<'_> {
             size,
             executable,
         } = body;
-        let temp = match write_temp(&dir, &mut self.seq, content, size, executable) {
+        let temp = match write_temp_batched(&dir, &mut self.seq, content, size, executable) {
             Ok(temp) => temp,
             Err(TempError::Create(e)) => {
                 return self.unplaceable(
@@ -348,22 +382,11 @@ impl Run<'_> {
             Err(TempError::Short) => return Err(self.content_short(path)),
             Err(TempError::Write(source)) => return Err(self.host_io("write", path, source)),
         };
-        let spool = Spool::File {
-            dir: self.try_clone(&dir)?,
-            name: temp,
-        };
-        let outcome = match commit_temp(&dir, spool_name(&spool), name) {
-            Ok(true) => return Ok(Outcome::Restored),
-            // The name appeared while the file was being written: the host now has a copy.
-            Ok(false) => self.settle_against_host(&dir, name, path, &spool),
-            Err(e) => match host_write_verdict(&e, path) {
-                Verdict::Skip(reason) => Ok(skipped(reason)),
-                Verdict::Quarantine(reason) => self.quarantine_spool(path, &spool, reason),
-                Verdict::Fail => Err(self.host_io("rename", path, e)),
-            },
-        };
-        spool.discard();
-        outcome
+        // Provisional: the batch names the file after syncing it, and corrects this entry if
+        // the name was taken meanwhile (batch.rs).
+        let report = self.files.len();
+        self.wait_for_name(path, dir, temp, name, report);
+        Ok(Outcome::Restored)
     }
 
     /// A restore that cannot be placed before any content was read.
@@ -478,6 +501,9 @@ impl capped_tar::Visitor for Run<'_> {
             member: path.to_owned(),
             outcome,
         });
+        if self.pending.is_full() {
+            self.settle()?;
+        }
         Ok(())
     }
 
@@ -524,11 +550,4 @@ fn parent_of(at: &str) -> String {
 
 fn skipped(reason: SkipReason) -> Outcome {
     Outcome::Skipped { reason }
-}
-
-fn spool_name(spool: &Spool) -> &str {
-    match spool {
-        Spool::File { name, .. } => name,
-        Spool::Memory { .. } => "",
-    }
 }

@@ -232,6 +232,29 @@ fn an_ancestor_that_is_a_host_file_costs_that_file_only() {
     );
 }
 
+// contract: S10
+#[test]
+fn a_member_below_a_file_of_the_same_snapshot_is_refused_by_the_reader() {
+    // Restores take their names in batches, which is sound only because no member can
+    // depend on an earlier one still waiting: the reader refuses a member below a file
+    // member (and a second member at a path, see the duplicate test).
+    let world = World::new();
+    let mut archive = TarMaker::new();
+    archive
+        .file("skills/tool", b"a file first")
+        .file("memories/MEMORY.md", b"m")
+        .file("skills/tool/SKILL.md", b"then a directory");
+    let report = world.recover(&archive.finish()).expect("recovers");
+    let outcomes = outcomes(&report);
+    assert_eq!(outcomes.get("skills/tool"), Some(&Outcome::Restored));
+    assert_eq!(
+        outcomes.get("skills/tool/SKILL.md"),
+        Some(&skipped(SkipReason::Rejected(RejectReason::ParentIsFile)))
+    );
+    assert_eq!(world.read("skills/tool"), "a file first");
+    assert_eq!(world.read("memories/MEMORY.md"), "m");
+}
+
 // contract: S5, S6
 #[test]
 fn restore_unchanged_and_conflict() {

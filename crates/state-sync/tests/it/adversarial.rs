@@ -334,3 +334,124 @@ fn teardown_archive_names_members_by_absolute_remote_path() {
             .is_invalid_plan()
     );
 }
+
+#[test]
+fn the_teardown_file_command_makes_a_private_archive_and_names_only_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("it's home");
+    std::fs::create_dir_all(root.join("skills/x")).expect("mkdir");
+    std::fs::write(root.join("skills/x/SKILL.md"), b"skill").expect("write");
+    let run = |root: &std::path::Path| {
+        let command =
+            state_sync::teardown_file_command(root.to_str().expect("utf-8")).expect("valid root");
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .output()
+            .expect("sh runs")
+    };
+    // An archive an earlier pull lost track of an hour ago goes; a fresh one (another
+    // pull's, still being downloaded) stays.
+    let stale = std::path::PathBuf::from(format!(
+        "{}stale{}",
+        state_sync::TEARDOWN_ARCHIVE_PREFIX,
+        std::process::id()
+    ));
+    let fresh = stale.with_extension("fresh");
+    std::fs::write(&stale, b"old").expect("stale archive");
+    std::fs::write(&fresh, b"new").expect("fresh archive");
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .expect("open")
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(7200))
+        .expect("age it");
+    let made = run(&root);
+    assert!(made.status.success(), "{made:?}");
+    assert!(!stale.exists(), "the stale archive was removed");
+    assert!(fresh.exists(), "a fresh archive is left alone");
+    std::fs::remove_file(&fresh).expect("cleanup");
+    let path = state_sync::teardown_archive_path(&made.stdout)
+        .expect("the documented shape")
+        .expect("a path");
+    let meta = std::fs::metadata(&path).expect("the archive exists");
+    std::fs::remove_file(&path).expect("cleanup");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o600,
+        "private to the user"
+    );
+    assert!(
+        meta.len() >= 2048,
+        "a tar with the file: {} bytes",
+        meta.len()
+    );
+    // No Hermes home: nothing is made and nothing is printed.
+    let none = run(&dir.path().join("missing"));
+    assert!(none.status.success(), "{none:?}");
+    assert_eq!(
+        state_sync::teardown_archive_path(&none.stdout).expect("ok"),
+        None
+    );
+    // A tar that fails half-way (a stand-in first on PATH) fails the command, which
+    // prints no path and leaves no partial archive behind.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let fake = bin.join("tar");
+    std::fs::write(&fake, "#!/bin/sh\nprintf partial\nexit 2\n").expect("write");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let before = leftovers();
+    let failed = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(state_sync::teardown_file_command(root.to_str().expect("utf-8")).expect("valid"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .expect("sh runs");
+    assert!(!failed.status.success(), "{failed:?}");
+    assert!(failed.stdout.is_empty(), "{failed:?}");
+    assert_eq!(leftovers(), before, "no partial archive left in /tmp");
+
+    fn leftovers() -> Vec<std::path::PathBuf> {
+        let mut found: Vec<_> = std::fs::read_dir("/tmp")
+            .expect("/tmp")
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.to_string_lossy()
+                    .starts_with(state_sync::TEARDOWN_ARCHIVE_PREFIX)
+            })
+            .collect();
+        found.sort();
+        found
+    }
+}
+
+#[test]
+fn the_teardown_archive_path_accepts_only_what_the_command_prints() {
+    assert_eq!(
+        state_sync::teardown_archive_path(b"/tmp/hermes-e2b-pull.Ab3xYz\n").expect("ok"),
+        Some("/tmp/hermes-e2b-pull.Ab3xYz".to_owned())
+    );
+    assert_eq!(state_sync::teardown_archive_path(b"").expect("ok"), None);
+    for hostile in [
+        &b"/tmp/hermes-e2b-pull.Ab3xYz"[..],
+        b"/tmp/hermes-e2b-pull.Ab3xYz\n/home/user/.hermes/.env\n",
+        b"/home/user/.hermes/.env\n",
+        b"/tmp/hermes-e2b-pull.../../home/user/.env\n",
+        b"/tmp/hermes-e2b-pull.abc\n",
+        b"/tmp/hermes-e2b-pull.Ab3xYz/x\n",
+        b"/tmp/hermes-e2b-pull.Ab3\xffYz\n",
+        b"\n",
+    ] {
+        let error = state_sync::teardown_archive_path(hostile).expect_err("refused");
+        assert!(error.is_invalid_plan(), "{error}");
+    }
+}
