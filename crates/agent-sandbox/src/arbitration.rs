@@ -25,7 +25,7 @@ use crate::error::Error;
 pub const DEFAULT_WRITER_TERM: Duration = Duration::from_secs(180);
 
 /// How much of the answer is read: one line of a few dozen bytes.
-const ANSWER_LIMIT: u64 = 1024;
+pub(crate) const ANSWER_LIMIT: u64 = 1024;
 
 /// How long the script waits for the record's lock (another host's script holds it only while
 /// it decides and commits).
@@ -93,6 +93,24 @@ impl Ask {
 /// writer-lease encodes it, `arb fenced <now> none` when there is no record, or
 /// `arb error <reason>`.
 pub(crate) fn script(remote_home: &str, holder: &Holder, term: Duration, ask: &Ask) -> String {
+    compose(remote_home, holder, term, ask, "")
+}
+
+/// The acquire script followed, only when it granted, by `then` in the same shell with the
+/// lock dropped: the bring-up's snapshot rides on the acquire's Process/Start. Its standard
+/// output is the answer line, then (granted) what `then` prints; held or fenced, the line
+/// alone.
+pub(crate) fn acquire_then(
+    remote_home: &str,
+    holder: &Holder,
+    term: Duration,
+    then: &str,
+) -> String {
+    let then = format!("  exec 9>&-; set +f\n  {then}\n");
+    compose(remote_home, holder, term, &Ask::Acquire, &then)
+}
+
+fn compose(remote_home: &str, holder: &Holder, term: Duration, ask: &Ask, then: &str) -> String {
     let dir = record_dir(remote_home);
     let commit = match ask {
         Ask::Commit {
@@ -135,7 +153,8 @@ if [ "$req" = acquire ]; then
   if [ $has = 0 ]; then ng=1
   elif [ "$now" -ge "$ce" ] || {{ [ "$ch" = "$mh" ] && [ "$cb" = "$mb" ]; }}; then ng=$((cg + 1))
   else answer held "$cg" "$ce" "$ch" "$cp" "$cb"; exit 0; fi
-  ne=$((now + term)); store "$ng" "$ne"; answer granted "$ng" "$ne" "$mh" "$mp" "$mb"; exit 0
+  ne=$((now + term)); store "$ng" "$ne"; answer granted "$ng" "$ne" "$mh" "$mp" "$mb"
+{then}  exit 0
 fi
 if [ $has = 1 ] && [ "$cg" = "$g" ] && [ "$ch" = "$mh" ] && [ "$cp" = "$mp" ] && [ "$cb" = "$mb" ]; then
   if [ "$req" = release ]; then
@@ -339,6 +358,48 @@ mod tests {
         parse_answer("test", "sbx", &out.stdout).expect("a well-formed answer")
     }
 
+    /// Runs the acquire with the snapshot riding on it: the answer line, then a tar of the
+    /// state only when granted.
+    fn run_acquire_then_snapshot(home: &str, holder: &Holder, term: u64) -> (Verdict, u64) {
+        let snapshot = recovery::snapshot_command(home).expect("snapshot command");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(acquire_then(
+                home,
+                holder,
+                Duration::from_secs(term),
+                &snapshot,
+            ))
+            .output()
+            .expect("sh runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let split = out.stdout.iter().position(|&b| b == b'\n').expect("a line") + 1;
+        let (line, tail) = out.stdout.split_at(split);
+        let answer = parse_answer("test", "sbx", line).expect("a well-formed answer");
+        if matches!(answer.0, Verdict::Granted(_)) {
+            let names: Vec<String> = tar::Archive::new(tail)
+                .entries()
+                .expect("a tar")
+                .map(|entry| {
+                    let entry = entry.expect("a member");
+                    entry.path().expect("a name").to_string_lossy().into_owned()
+                })
+                .collect();
+            assert!(names.iter().any(|n| n == "skills/s.md"), "{names:?}");
+        } else {
+            assert!(
+                tail.is_empty(),
+                "refused, yet {} bytes followed",
+                tail.len()
+            );
+        }
+        answer
+    }
+
     fn as_request(ask: &Ask) -> Request {
         match ask {
             Ask::Acquire => Request::Acquire,
@@ -386,11 +447,17 @@ mod tests {
             (&b, Ask::Acquire, 1),
             (&b, Ask::Renew(g(4)), 1),
         ];
+        std::fs::create_dir_all(Path::new(home).join("skills")).expect("skills");
+        std::fs::write(Path::new(home).join("skills/s.md"), "state\n").expect("state");
         for (who, ask, term) in steps {
             let current = std::fs::read_to_string(&record)
                 .ok()
                 .map(|line| WriterRecord::parse(&line).expect("the script stores valid records"));
-            let (verdict, now) = run_local(home, who, term, &ask);
+            let (verdict, now) = match ask {
+                // The bring-up's form, the snapshot riding on the acquire, follows the same rule.
+                Ask::Acquire => run_acquire_then_snapshot(home, who, term),
+                _ => run_local(home, who, term, &ask),
+            };
             let (stored, expected) = decide(current.as_ref(), who, as_request(&ask), now, term);
             assert_eq!(verdict, expected, "{who} {ask:?} on {current:?}");
             let after = std::fs::read_to_string(&record)

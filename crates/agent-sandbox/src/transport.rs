@@ -509,6 +509,41 @@ impl StateTransport {
         Ok(report)
     }
 
+    /// Starts the snapshot behind a gate: `script` wraps the snapshot command so that the
+    /// sandbox first prints one answer line and goes on to the snapshot only when it says so
+    /// (the writer's acquire, `writer_arbitration: sandbox`). Returns that line as sent, at
+    /// most `line_limit` bytes whatever the sandbox sends, and the rest of the output for
+    /// [`GatedSnapshot::recover`]; dropping it unread stops the command.
+    pub(crate) fn gated_snapshot(
+        &self,
+        operation: &'static str,
+        line_limit: u64,
+        script: impl FnOnce(&str) -> String,
+    ) -> Result<(Vec<u8>, GatedSnapshot), Error> {
+        let command = recovery::snapshot_command(&self.inner.remote_home).map_err(|source| {
+            Error::Recovery {
+                sandbox_id: self.id(),
+                source,
+            }
+        })?;
+        let mut rest = io::BufReader::new(self.command_reader(script(&command), operation)?);
+        let mut line = Vec::new();
+        io::BufRead::read_until(&mut (&mut rest).take(line_limit), b'\n', &mut line).map_err(
+            |error| Error::Arbitration {
+                operation,
+                sandbox_id: self.id(),
+                detail: format!("the answer could not be read: {error}"),
+            },
+        )?;
+        Ok((
+            line,
+            GatedSnapshot {
+                transport: self.clone(),
+                rest,
+            },
+        ))
+    }
+
     fn meter(&self, operation: &'static str, unit: ProgressUnit, total: Option<u64>) -> Meter {
         Meter::start(
             self.inner.progress.clone(),
@@ -574,6 +609,33 @@ impl StateTransport {
             rx,
             current: Bytes::new(),
         })
+    }
+}
+
+/// The snapshot that follows a gate's answer line ([`StateTransport::gated_snapshot`]).
+pub(crate) struct GatedSnapshot {
+    transport: StateTransport,
+    rest: io::BufReader<ChannelReader>,
+}
+
+impl GatedSnapshot {
+    /// Resume recovery from the rest of the output, as [`StateTransport::recover`] does.
+    pub(crate) fn recover(
+        mut self,
+        config: &recovery::RecoveryConfig,
+    ) -> Result<recovery::RecoveryReport, Error> {
+        let transport = &self.transport;
+        let mut meter = transport.meter("state recovery", ProgressUnit::Bytes, None);
+        let mut source = MeteredRead {
+            inner: &mut self.rest,
+            meter: &mut meter,
+        };
+        let report = recovery::recover(config, &mut source).map_err(|source| Error::Recovery {
+            sandbox_id: transport.id(),
+            source,
+        })?;
+        meter.finish();
+        Ok(report)
     }
 }
 

@@ -2,9 +2,11 @@
 //! C8–C11): the writer's acquire at bring-up, the commit of its staged pushes, renewal when
 //! due, demotion when another host took over, and the release at teardown.
 //!
-//! Costs: the acquire is one Process/Start per bring-up; a push with something staged costs
-//! one Process/Start (its commit, which also renews); a command whose sync staged nothing
-//! costs nothing extra unless the grant is older than [`renewal_period`], then one renewal.
+//! Costs: the acquire is one Process/Start per bring-up, shared with the snapshot when the
+//! bring-up recovers (a sandbox this process did not just create); a push with something
+//! staged costs one Process/Start (its commit, which also renews); a command whose sync
+//! staged nothing costs nothing extra unless the grant is older than [`renewal_period`], then
+//! one renewal.
 //! An idle writer sends nothing: its grant lapses, and its next command renews it if no other
 //! host took over meanwhile, or is fenced.
 //! A host refused by another's grant asks again at most once per renewal period (sooner when
@@ -17,7 +19,9 @@ use e2b_client::Sandbox;
 use writer_lease::{Generation, Holder, Verdict, WriterRecord};
 
 use super::{Attached, Inner, RETRY_HINT, Role};
-use crate::arbitration::{Ask, SandboxArbitration, renewal_period, staging_dir};
+use crate::arbitration::{
+    ANSWER_LIMIT, Ask, SandboxArbitration, acquire_then, parse_answer, renewal_period, staging_dir,
+};
 use crate::config::WriterArbitration;
 use crate::error::{Error, ErrorChain};
 use crate::report::RoleKind;
@@ -104,16 +108,54 @@ impl Inner {
         }
     }
 
-    /// The bring-up's acquire (after the host lock, before recovery): granted, this writer
-    /// stages its pushes from now on; held by another host, it stays a reader.
+    /// The bring-up's acquire on its own Start (after the host lock), for a sandbox this
+    /// process just created: there is no snapshot for it to ride on.
     pub(super) fn fence_acquire(&self, attached: &mut Attached) -> Result<(), Error> {
         let Some(term) = self.sandbox_term() else {
             return Ok(());
         };
+        let (verdict, sandbox_now) = self.ask(
+            &attached.sandbox,
+            &attached.info.remote_hermes_home,
+            term,
+            &Ask::Acquire,
+        )?;
+        self.take_acquired(attached, term, verdict, sandbox_now)
+    }
+
+    /// The bring-up's acquire and recovery of a sandbox it did not just create: under
+    /// sandbox arbitration one Process/Start answers the acquire and, only when granted, goes
+    /// on to the snapshot recovery reads; refused, this host stays a reader and reads no
+    /// state. Without it, recovery alone.
+    pub(super) fn acquire_and_recover(&self, attached: &mut Attached) -> Result<(), Error> {
         let id = attached.id.as_str().to_owned();
-        let ask = Ask::Acquire;
-        let (verdict, sandbox_now) =
-            self.ask(&attached.sandbox, &attached.info.remote_hermes_home, term, &ask)?;
+        let Some(term) = self.sandbox_term() else {
+            return self.recover_into_home(&id).map(drop);
+        };
+        let holder = self.holder()?;
+        let operation = Ask::Acquire.operation();
+        let remote_home = attached.info.remote_hermes_home.clone();
+        let (line, snapshot) =
+            self.current_transport(&id)?
+                .gated_snapshot(operation, ANSWER_LIMIT, |snapshot| {
+                    acquire_then(&remote_home, &holder, term, snapshot)
+                })?;
+        let (verdict, sandbox_now) = parse_answer(operation, &id, &line)?;
+        self.take_acquired(attached, term, verdict, sandbox_now)?;
+        let report = snapshot.recover(&self.recovery_config(&id));
+        self.note_recovery(&id, report).map(drop)
+    }
+
+    /// Granted, this writer stages its pushes from now on; held by another host, it stays a
+    /// reader (and pauses its asking).
+    fn take_acquired(
+        &self,
+        attached: &mut Attached,
+        term: Duration,
+        verdict: Verdict,
+        sandbox_now: u64,
+    ) -> Result<(), Error> {
+        let id = attached.id.as_str().to_owned();
         match verdict {
             Verdict::Granted(record) => {
                 *self
@@ -155,7 +197,7 @@ impl Inner {
                 })
             }
             other => Err(Error::Arbitration {
-                operation: ask.operation(),
+                operation: Ask::Acquire.operation(),
                 sandbox_id: id,
                 detail: format!("an acquire cannot be answered {other:?}"),
             }),

@@ -78,12 +78,13 @@ impl Inner {
                     })?;
             }
             self.note_writer();
-            // Sandbox arbitration: the record's grant before anything is read or written.
-            self.fence_acquire(attached)?;
+            // Sandbox arbitration: the record's grant before anything is read or written
+            // (riding on the snapshot's Start when there is one to recover).
             if fresh {
+                self.fence_acquire(attached)?;
                 self.note_nothing_to_recover(&id);
             } else {
-                self.recover_into_home(&id)?;
+                self.acquire_and_recover(attached)?;
             }
             self.run_hook("initial push", &id, |t| {
                 self.hooks.push(t, PushKind::Initial)

@@ -87,14 +87,27 @@ impl Backend {
 impl Inner {
     /// Recovery from the attached sandbox into the profile home, recorded in the scope note.
     pub(super) fn recover_into_home(&self, id: &str) -> Result<RecoverySummary, Error> {
-        let result = self.current_transport(id).and_then(|transport| {
-            transport.recover(&recovery::RecoveryConfig {
-                hermes_home: self.scope.profile_home.clone(),
-                sandbox_id: id.to_owned(),
-                host_only: self.config.host_only.clone(),
-                max_snapshot_bytes: self.config.state_cap,
-            })
-        });
+        let result = self
+            .current_transport(id)
+            .and_then(|transport| transport.recover(&self.recovery_config(id)));
+        self.note_recovery(id, result)
+    }
+
+    pub(super) fn recovery_config(&self, id: &str) -> recovery::RecoveryConfig {
+        recovery::RecoveryConfig {
+            hermes_home: self.scope.profile_home.clone(),
+            sandbox_id: id.to_owned(),
+            host_only: self.config.host_only.clone(),
+            max_snapshot_bytes: self.config.state_cap,
+        }
+    }
+
+    /// Warns about and notes a recovery's outcome.
+    pub(super) fn note_recovery(
+        &self,
+        id: &str,
+        result: Result<recovery::RecoveryReport, Error>,
+    ) -> Result<RecoverySummary, Error> {
         let report = match result {
             Ok(report) => report,
             Err(error) => {

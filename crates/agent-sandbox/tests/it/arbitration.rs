@@ -318,17 +318,27 @@ fn no_extra_request_per_command_and_at_most_one_per_renewal_period() {
     std::fs::write(src.path().join("skills").join("s.md"), "v1\n").expect("write");
     let term = Duration::from_secs(90);
 
-    // The bring-up, against the same bring-up with host arbitration measured in this run
-    // (another task, so another sandbox): one acquire and one commit more.
-    let baseline = world.backend(
-        SandboxMode::Persistent,
-        "baseline",
-        ChangedSkills::new(src.path()),
-    );
-    let before = world.server().requests();
-    assert_eq!(ok(&baseline, "cat ~/.hermes/skills/s.md"), "v1\n");
-    let host_bring_up = world.server().requests().since(&before);
-    baseline.cleanup();
+    // The bring-ups, against the same bring-ups with host arbitration measured in this run
+    // (another task, so another sandbox): first of a sandbox this process creates, then of
+    // the same sandbox resumed by a new backend (which recovers from it).
+    let host_bring_ups: Vec<_> = (0..2)
+        .map(|_| {
+            let baseline = world.backend(
+                SandboxMode::Persistent,
+                "baseline",
+                ChangedSkills::new(src.path()),
+            );
+            let before = world.server().requests();
+            assert_eq!(ok(&baseline, "cat ~/.hermes/skills/s.md"), "v1\n");
+            let bring_up = world.server().requests().since(&before);
+            baseline.cleanup();
+            bring_up
+        })
+        .collect();
+    let (host_bring_up, host_resumed) = (&host_bring_ups[0], &host_bring_ups[1]);
+
+    // Created by this process, nothing to recover: the acquire on its own Start, and the
+    // initial push's commit.
 
     let backend = sandbox_backend(&world, term, world.clock.clone(), src.path());
     let before = world.server().requests();
@@ -389,7 +399,33 @@ fn no_extra_request_per_command_and_at_most_one_per_renewal_period() {
         "{:?}",
         pushed.routes().collect::<Vec<_>>()
     );
+    ok(
+        &backend,
+        "mkdir -p ~/.hermes/memories && echo kept > ~/.hermes/memories/kept.md",
+    );
     backend.cleanup();
+
+    // Resumed by a new backend: the acquire rides on the recovery snapshot's Start, so only
+    // the commit is extra; recovery still brings back what the sandbox holds.
+    let resumed = sandbox_backend(&world, term, world.clock.clone(), src.path());
+    let before = world.server().requests();
+    assert_eq!(ok(&resumed, "cat ~/.hermes/skills/s.md"), "v2\n");
+    let bring_up = world.server().requests().since(&before);
+    assert_eq!(resumed.info().expect("attached").role, RoleKind::Writer);
+    assert_eq!(
+        std::fs::read_to_string(world.home.path().join("memories").join("kept.md"))
+            .expect("recovered from the resumed sandbox"),
+        "kept\n"
+    );
+    assert_eq!(
+        bring_up.get("Process/Start"),
+        host_resumed.get("Process/Start") + 1,
+        "{:?} vs {:?}",
+        bring_up.routes().collect::<Vec<_>>(),
+        host_resumed.routes().collect::<Vec<_>>()
+    );
+    assert_eq!(bring_up.total(), host_resumed.total() + 1);
+    resumed.cleanup();
 }
 
 #[test]
