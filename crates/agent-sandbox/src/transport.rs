@@ -55,6 +55,9 @@ struct Inner {
     transfer_lease: Duration,
     failures: FailureLog,
     progress: Option<ProgressObserver>,
+    /// What the uploads of this attachment put in the sandbox (recovery's push base), once
+    /// the backend starts tracking at bring-up; `changed` says it needs storing.
+    push_base: Mutex<Option<(recovery::PushBase, bool)>>,
 }
 
 impl fmt::Debug for StateTransport {
@@ -104,6 +107,7 @@ impl StateTransport {
                 transfer_lease: parts.transfer_lease,
                 failures: parts.failures,
                 progress: parts.progress,
+                push_base: Mutex::new(None),
             }),
         }
     }
@@ -172,6 +176,8 @@ impl StateTransport {
             return Ok(0);
         }
         let mut uploads = Vec::with_capacity(plan.parts().len());
+        // Each upload's content when it is in memory, for the push base.
+        let mut sent: Vec<(&str, Option<Bytes>)> = Vec::with_capacity(plan.parts().len());
         for part in plan.parts() {
             let io_error = |source| Error::Io {
                 operation: "read file to upload",
@@ -184,8 +190,11 @@ impl StateTransport {
                 let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
                 let mut file = file;
                 file.read_to_end(&mut data).map_err(io_error)?;
-                UploadFile::bytes(part.remote_path.clone(), Bytes::from(data))
+                let data = Bytes::from(data);
+                sent.push((&part.remote_path, Some(data.clone())));
+                UploadFile::bytes(part.remote_path.clone(), data)
             } else {
+                sent.push((&part.remote_path, None));
                 UploadFile::stream(part.remote_path.clone(), file_stream(file))
             };
             uploads.push(upload);
@@ -194,10 +203,23 @@ impl StateTransport {
         let sandbox = self.sandbox();
         // One request carries every file, so progress moves from none to all of them.
         let meter = self.meter("upload files", ProgressUnit::Files, Some(count as u64));
+        // A failed request may still have written some files: no base for any of them.
+        self.update_push_base(|base| {
+            for (remote, _) in &sent {
+                base.forget(remote);
+            }
+        });
         self.inner
             .runtime
             .block_on(sandbox.write_files(uploads))
             .map_err(|source| Error::e2b("upload files", Some(&self.id()), source))?;
+        self.update_push_base(|base| {
+            for (remote, content) in &sent {
+                if let Some(content) = content {
+                    base.record(remote, content);
+                }
+            }
+        });
         let mut meter = meter;
         meter.advance(count as u64);
         meter.finish();
@@ -217,6 +239,11 @@ impl StateTransport {
             sandbox_id: self.id(),
             source,
         })?;
+        self.update_push_base(|base| {
+            for path in plan.paths() {
+                base.forget(path);
+            }
+        });
         let sandbox = self.sandbox();
         for command in plan.commands() {
             let output = self
@@ -234,6 +261,48 @@ impl StateTransport {
             }
         }
         Ok(())
+    }
+
+    /// Starts tracking what this attachment's uploads put in the sandbox, from `base` (what
+    /// earlier sessions pushed, as recovery read it).
+    pub(crate) fn track_push_base(&self, base: recovery::PushBase) {
+        *self
+            .inner
+            .push_base
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((base, false));
+    }
+
+    /// The tracked push base if uploads or deletes changed it since the last call.
+    pub(crate) fn take_changed_push_base(&self) -> Option<recovery::PushBase> {
+        match &mut *self
+            .inner
+            .push_base
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some((base, changed)) if *changed => {
+                *changed = false;
+                Some(base.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies `change` to the tracked push base, if any, with remote paths as members.
+    fn update_push_base(&self, change: impl FnOnce(&mut RemoteBase<'_>)) {
+        let mut tracked = self
+            .inner
+            .push_base
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((base, changed)) = &mut *tracked {
+            change(&mut RemoteBase {
+                base,
+                prefix: &self.inner.remote_home,
+            });
+            *changed = true;
+        }
     }
 
     /// The teardown pull: reconnects first with a transfer-sized lease (extend-only, so it
@@ -386,6 +455,42 @@ impl StateTransport {
             rx,
             current: Bytes::new(),
         })
+    }
+}
+
+/// The push base seen through remote paths: `<remote home>/skills/...` is member
+/// `skills/...`; a path elsewhere names no member and changes nothing.
+struct RemoteBase<'a> {
+    base: &'a mut recovery::PushBase,
+    prefix: &'a str,
+}
+
+impl RemoteBase<'_> {
+    fn member<'p>(&self, remote: &'p str) -> Option<&'p str> {
+        remote
+            .strip_prefix(self.prefix)
+            .and_then(|rest| rest.strip_prefix('/'))
+    }
+
+    fn record(&mut self, remote: &str, content: &[u8]) {
+        if let Some(member) = self.member(remote) {
+            self.base.record(member, content);
+        }
+    }
+
+    fn forget(&mut self, remote: &str) {
+        let remote = remote.trim_end_matches('/');
+        if let Some(member) = self.member(remote) {
+            self.base.forget(member);
+        } else if remote.is_empty()
+            || self.prefix == remote
+            || self.prefix.starts_with(&format!("{remote}/"))
+        {
+            // The Hermes home itself or one of its ancestors: every member goes.
+            for root in recovery::RECOVERABLE_ROOTS {
+                self.base.forget(root);
+            }
+        }
     }
 }
 

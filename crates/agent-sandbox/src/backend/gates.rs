@@ -79,6 +79,7 @@ impl Inner {
             self.run_hook("initial push", &id, |t| {
                 self.hooks.push(t, PushKind::Initial)
             })?;
+            self.store_push_base(&id);
             writer
                 .complete_push(&id)
                 .map_err(|source| Error::Coordination {
@@ -158,6 +159,7 @@ impl Inner {
                     self.run_hook("sync", &id, |t| self.hooks.push(t, PushKind::Incremental));
                 match synced {
                     Ok(()) => {
+                        self.store_push_base(&id);
                         if writer.phase() == WriterPhase::Stale {
                             writer
                                 .record_sync_success()

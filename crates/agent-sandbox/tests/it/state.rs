@@ -101,6 +101,70 @@ fn a_conflicting_sandbox_copy_is_quarantined_and_the_host_copy_kept() {
 }
 
 #[test]
+fn a_host_edit_after_a_push_supersedes_the_sandbox_copy_across_sessions() {
+    // contract: S15, S6
+    let world = World::new();
+    let home = world.home.path();
+    let skill = home.join("skills/s/SKILL.md");
+    std::fs::create_dir_all(skill.parent().unwrap()).unwrap();
+    std::fs::write(&skill, "host v0").unwrap();
+    let mut id = String::new();
+    for session in 1..=3 {
+        let backend = world.backend(
+            SandboxMode::Persistent,
+            "default",
+            RecordingHooks::new(home),
+        );
+        id = backend.attach().expect("attach").sandbox_id;
+        // The bring-up pushed the host's version over the previous push.
+        assert_eq!(
+            ok(&backend, "cat /home/user/.hermes/skills/s/SKILL.md"),
+            format!("host v{}", session - 1)
+        );
+        backend.cleanup();
+        // Between sessions the host edits the file: the sandbox still holds the last push.
+        std::fs::write(&skill, format!("host v{session}")).unwrap();
+    }
+    let quarantine = home.join(format!("cache/e2b-recovered/{id}"));
+    assert!(
+        !quarantine.exists(),
+        "a copy that is only the last push is never a conflict"
+    );
+    let records: Vec<_> = std::fs::read_dir(home.join("cache/e2b"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".push-base"))
+        .collect();
+    assert_eq!(records.len(), 1, "one push base for the scope");
+
+    // A sandbox-side edit is still a conflict, quarantined next to the host's edit (S6).
+    let backend = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    backend.attach().expect("attach");
+    ok(
+        &backend,
+        "printf 'sandbox edit' > /home/user/.hermes/skills/s/SKILL.md",
+    );
+    backend.cleanup();
+    std::fs::write(&skill, "host v4").unwrap();
+    let last = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    assert_eq!(last.attach().expect("attach").sandbox_id, id);
+    assert_eq!(std::fs::read_to_string(&skill).unwrap(), "host v4");
+    assert_eq!(
+        std::fs::read_to_string(quarantine.join("skills/s/SKILL.md")).unwrap(),
+        "sandbox edit"
+    );
+    last.cleanup();
+}
+
+#[test]
 fn readers_are_admitted_only_through_the_gates_and_fail_closed_with_a_hint() {
     // contract: C2, C3, S3, C7
     let world = World::new();

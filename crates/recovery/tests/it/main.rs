@@ -4,4 +4,5 @@ mod adversarial;
 mod fuzz_corpus;
 mod host_attacks;
 mod properties;
+mod push_base;
 mod support;
