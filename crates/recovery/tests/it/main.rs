@@ -1,6 +1,7 @@
 //! The integration tests of recovery, one test binary.
 
 mod adversarial;
+mod edges;
 mod fuzz_corpus;
 mod host_attacks;
 mod properties;
