@@ -203,3 +203,71 @@ fn a_large_quarantined_copy_keeps_its_missing_execute_bit() {
     assert_eq!(meta.len(), body.len() as u64);
     assert_eq!(meta.permissions().mode() & 0o111, 0, "no execute bit");
 }
+
+// contract: S8
+#[test]
+fn a_symlinked_quarantine_level_is_refused_as_a_redirection() {
+    let world = World::new();
+    std::fs::create_dir_all(world.outside().join("target")).expect("mkdir");
+    world.symlink("cache/e2b-recovered", &world.outside().join("target"));
+    world.host("memories/MEMORY.md", "host");
+    let err = world
+        .recover(&snapshot(&[("memories/MEMORY.md", b"sandbox")]))
+        .expect_err("refused");
+    // The reason tells a person what to undo: a symlink, not a stray file.
+    assert!(
+        matches!(&err, recovery::Error::QuarantineRefused { reason, .. } if reason.contains("symlink")),
+        "{err}"
+    );
+}
+
+/// A member `skills/...` of exactly `len` bytes whose last component is 250 bytes long.
+fn member_of_len(len: usize) -> String {
+    let tail = 1 + 250;
+    let fixed = "skills".len() + tail;
+    let dirs = (len - fixed - 2) / 201;
+    let middle = len - fixed - 201 * dirs - 1;
+    assert!((1..=255).contains(&middle), "{len}");
+    let mut member = String::from("skills");
+    for _ in 0..dirs {
+        member.push('/');
+        member.push_str(&"d".repeat(200));
+    }
+    member.push('/');
+    member.push_str(&"e".repeat(middle));
+    member.push('/');
+    member.push_str(&"f".repeat(250));
+    assert_eq!(member.len(), len);
+    member
+}
+
+// contract: S10
+#[test]
+fn a_quarantine_destination_keeps_room_for_its_alternative_suffix() {
+    // `<home>/cache/e2b-recovered/<id>/<member>` plus four bytes for `~999` must stay
+    // under 4096 (PATH_MAX with its terminator).
+    let world = World::new();
+    let fixed = world.home().as_os_str().len() + 1 + format!("cache/e2b-recovered/{ID}/").len() + 4;
+    let fits = member_of_len(4095 - fixed);
+    let over = member_of_len(4096 - fixed);
+    world.host(&fits, "host").host(&over, "host");
+    let report = world
+        .recover(&snapshot(&[(&fits, b"sandbox"), (&over, b"sandbox")]))
+        .expect("recovers");
+    assert_eq!(
+        report.outcome_of(&over),
+        Some(&Outcome::Skipped {
+            reason: SkipReason::PathTooLong
+        })
+    );
+    assert!(
+        matches!(
+            report.outcome_of(&fits),
+            Some(Outcome::Quarantined {
+                reason: QuarantineReason::Conflict,
+                ..
+            })
+        ),
+        "{report:?}"
+    );
+}

@@ -187,3 +187,20 @@ fn a_corrupt_base_record_is_no_base_and_conflicts_are_quarantined() {
         assert_eq!(world.read(SKILL), "host edit");
     }
 }
+
+// contract: S15
+#[test]
+fn a_realistic_tree_fits_in_the_record() {
+    // 20,000 skills: every one gets a base, and the record round-trips.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let record = dir.path().join("scope.push-base");
+    let mut base = PushBase::new(ID);
+    for index in 0..20_000 {
+        base.record(&format!("skills/skill-{index:05}/SKILL.md"), b"pushed");
+    }
+    assert_eq!(base.len(), 20_000);
+    base.store(&record).expect("store");
+    let (loaded, source) = PushBase::load(&record, ID);
+    assert_eq!(source, BaseSource::Record);
+    assert_eq!(loaded.len(), 20_000);
+}
