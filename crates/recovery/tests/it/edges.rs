@@ -271,3 +271,28 @@ fn a_quarantine_destination_keeps_room_for_its_alternative_suffix() {
         "{report:?}"
     );
 }
+
+// contract: S6
+#[test]
+fn a_directory_holding_the_quarantine_name_moves_the_copy_to_the_next_alternative() {
+    let world = World::new();
+    world.host("skills/x/SKILL.md", "host");
+    std::fs::create_dir_all(
+        world
+            .home()
+            .join(format!("cache/e2b-recovered/{ID}/skills/x/SKILL.md")),
+    )
+    .expect("a directory at the quarantine name");
+    let report = world
+        .recover(&snapshot(&[("skills/x/SKILL.md", b"sandbox")]))
+        .expect("recovers");
+    let next = format!("cache/e2b-recovered/{ID}/skills/x/SKILL.md~1");
+    assert_eq!(
+        report.outcome_of("skills/x/SKILL.md"),
+        Some(&Outcome::Quarantined {
+            at: PathBuf::from(&next),
+            reason: QuarantineReason::Conflict,
+        })
+    );
+    assert_eq!(world.read(&next), "sandbox");
+}

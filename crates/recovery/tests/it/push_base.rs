@@ -199,6 +199,7 @@ fn a_realistic_tree_fits_in_the_record() {
         base.record(&format!("skills/skill-{index:05}/SKILL.md"), b"pushed");
     }
     assert_eq!(base.len(), 20_000);
+    assert!(!base.is_empty());
     base.store(&record).expect("store");
     let (loaded, source) = PushBase::load(&record, ID);
     assert_eq!(source, BaseSource::Record);
