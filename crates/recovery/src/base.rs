@@ -174,10 +174,7 @@ impl PushBase {
             path: path.to_path_buf(),
             source,
         };
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
+        let dir = path.parent().unwrap_or(Path::new("."));
         let name = path.file_name().ok_or_else(|| {
             failed(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -363,9 +360,14 @@ mod tests {
             std::fs::write(&path, &data).expect("write");
             let (loaded, source) = PushBase::load(&path, "sbx1");
             assert!(loaded.is_empty(), "{what}: {loaded:?}");
-            assert!(
-                matches!(source, BaseSource::Unusable(_)),
-                "{what}: {source:?}"
+            let BaseSource::Unusable(reason) = source else {
+                panic!("{what}: {source:?}")
+            };
+            // An oversized record is refused before it is read whole.
+            assert_eq!(
+                reason.contains("larger than"),
+                what == "oversized",
+                "{what}: {reason}"
             );
         }
     }
@@ -383,7 +385,7 @@ mod tests {
             let (loaded, source) = PushBase::load(&path, "sbx1");
             assert!(loaded.is_empty(), "{member}");
             assert!(
-                matches!(source, BaseSource::Unusable(_)),
+                matches!(&source, BaseSource::Unusable(reason) if reason.contains("cannot hold")),
                 "{member}: {source:?}"
             );
         }
@@ -425,16 +427,27 @@ mod tests {
             base.record(member, b"x");
         }
         assert_eq!(base.len(), 1);
+        // Fill the record to the byte: entries of a fixed size, then two that take the rest.
         let long = format!("skills/{}", "n".repeat(4000));
-        let mut count = 0;
-        while base.bytes + long.len() + 10 + ENTRY_OVERHEAD <= PUSH_BASE_MAX_BYTES {
-            base.record(&format!("{long}{count}"), b"x");
-            count += 1;
+        let entry = long.len() + 5 + ENTRY_OVERHEAD;
+        for count in 0..PUSH_BASE_MAX_BYTES / entry {
+            if PUSH_BASE_MAX_BYTES - base.bytes < 2 * entry {
+                break;
+            }
+            let before = base.len();
+            base.record(&format!("{long}{count:05}"), b"x");
+            assert_eq!(base.len(), before + 1, "entry {count} fits");
         }
+        let rest = PUSH_BASE_MAX_BYTES - base.bytes - 2 * ENTRY_OVERHEAD;
+        for (name, len) in [("a", rest / 2), ("b", rest - rest / 2)] {
+            let member = format!("memories/{name}{}", "m".repeat(len - 10));
+            assert_eq!(member.len(), len);
+            base.record(&member, b"x");
+        }
+        assert_eq!(base.bytes, PUSH_BASE_MAX_BYTES, "filled to the byte");
         let before = base.len();
-        base.record(&format!("{long}-over-the-cap-{}", "x".repeat(20)), b"x");
+        base.record("skills/z", b"x");
         assert_eq!(base.len(), before, "a full record takes no more entries");
-        assert!(base.bytes <= PUSH_BASE_MAX_BYTES);
         // A full record still round-trips (the reader's cap admits what the writer writes).
         let (_dir, path) = stored(&base);
         assert_eq!(PushBase::load(&path, "sbx1").1, BaseSource::Record);
