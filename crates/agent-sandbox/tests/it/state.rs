@@ -165,6 +165,59 @@ fn a_host_edit_after_a_push_supersedes_the_sandbox_copy_across_sessions() {
 }
 
 #[test]
+fn the_push_base_follows_uploads_and_deletes_and_is_rewritten_only_when_they_change_it() {
+    // contract: S15
+    use std::os::unix::fs::MetadataExt;
+    let world = World::new();
+    let home = world.home.path();
+    let skill = home.join("skills/s/SKILL.md");
+    std::fs::create_dir_all(skill.parent().unwrap()).unwrap();
+    std::fs::write(&skill, "host").unwrap();
+    let backend = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    let id = backend.attach().expect("attach").sandbox_id;
+    let record = std::fs::read_dir(home.join("cache/e2b"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".push-base"))
+        .expect("the initial push stored a push base");
+    let (base, source) = recovery::PushBase::load(&record, &id);
+    assert_eq!(source, recovery::BaseSource::Record);
+    assert_eq!(base.len(), 1);
+    // A sync that moves nothing leaves the record alone (no write per command).
+    let inode = std::fs::metadata(&record).unwrap().ino();
+    ok(&backend, "true");
+    assert_eq!(std::fs::metadata(&record).unwrap().ino(), inode);
+    // A delete forgets what it removed; the next successful sync stores that.
+    let transport = backend.transport().expect("transport");
+    transport
+        .delete_many(vec!["/home/user/.hermes/skills/s/SKILL.md".to_owned()])
+        .expect("delete");
+    ok(&backend, "true");
+    assert!(recovery::PushBase::load(&record, &id).0.is_empty());
+    // An upload is recorded; a delete of the Hermes home itself forgets everything, even
+    // when the sandbox refuses it (the sandbox may have removed part of it).
+    transport
+        .upload_many(vec![(
+            skill.clone(),
+            "/home/user/.hermes/skills/s/SKILL.md".to_owned(),
+        )])
+        .expect("upload");
+    ok(&backend, "true");
+    assert_eq!(recovery::PushBase::load(&record, &id).0.len(), 1);
+    transport
+        .delete_many(vec!["/home/user/.hermes".to_owned()])
+        .expect_err("rm refuses a directory");
+    ok(&backend, "true");
+    assert!(recovery::PushBase::load(&record, &id).0.is_empty());
+    backend.cleanup();
+}
+
+#[test]
 fn readers_are_admitted_only_through_the_gates_and_fail_closed_with_a_hint() {
     // contract: C2, C3, S3, C7
     let world = World::new();
