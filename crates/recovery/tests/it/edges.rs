@@ -163,25 +163,47 @@ fn a_file_in_the_quarantine_tree_where_a_directory_belongs_costs_that_file_only(
 
 // contract: S8
 #[test]
-fn comparing_small_files_never_touches_a_redirected_quarantine_tree() {
-    // Small files are compared in memory: a redirected `cache/` matters only to files
-    // that need quarantine.
+fn comparing_files_up_to_8_mib_never_touches_a_redirected_quarantine_tree() {
+    // Files up to 8 MiB are compared in memory: a redirected `cache/` matters only to files
+    // that need quarantine (or are larger).
     let world = World::new();
     std::fs::create_dir_all(world.outside().join("cache")).expect("mkdir");
     world.symlink("cache", &world.outside().join("cache"));
+    let limit = vec![b's'; 8 * 1024 * 1024];
     world.host("skills/same/SKILL.md", "same");
+    std::fs::write(world.home().join("skills/same/limit.bin"), &limit).expect("write");
     let report = world
-        .recover(&snapshot(&[("skills/same/SKILL.md", b"same")]))
+        .recover(&snapshot(&[
+            ("skills/same/SKILL.md", b"same"),
+            ("skills/same/limit.bin", &limit),
+        ]))
         .expect("nothing needs quarantine");
-    assert_eq!(
-        report.outcome_of("skills/same/SKILL.md"),
-        Some(&Outcome::Unchanged)
-    );
+    for member in ["skills/same/SKILL.md", "skills/same/limit.bin"] {
+        assert_eq!(
+            report.outcome_of(member),
+            Some(&Outcome::Unchanged),
+            "{member}"
+        );
+    }
     assert!(
         std::fs::read_dir(world.outside().join("cache"))
             .expect("listable")
             .next()
             .is_none()
+    );
+}
+
+// contract: S5, S11
+#[test]
+fn a_snapshot_of_files_without_directory_members_is_recovered_not_empty() {
+    let world = World::new();
+    let report = world
+        .recover(&snapshot(&[("skills/only/SKILL.md", b"one file")]))
+        .expect("recovers");
+    assert_eq!(report.state, recovery::SnapshotState::Recovered);
+    assert_eq!(
+        report.outcome_of("skills/only/SKILL.md"),
+        Some(&Outcome::Restored)
     );
 }
 
