@@ -205,6 +205,12 @@ fn a_snapshot_of_files_without_directory_members_is_recovered_not_empty() {
         report.outcome_of("skills/only/SKILL.md"),
         Some(&Outcome::Restored)
     );
+    // A directory alone is state too: only a complete empty archive is nothing to recover.
+    let mut archive = TarMaker::new();
+    archive.dir("skills/").dir("memories/");
+    let report = world.recover(&archive.finish()).expect("recovers");
+    assert_eq!(report.state, recovery::SnapshotState::Recovered);
+    assert!(report.files.is_empty());
 }
 
 // contract: S6
