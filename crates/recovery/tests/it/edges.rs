@@ -324,3 +324,61 @@ fn a_directory_holding_the_quarantine_name_moves_the_copy_to_the_next_alternativ
     );
     assert_eq!(world.read(&next), "sandbox");
 }
+
+// contract: S8
+#[test]
+fn a_symlink_at_the_quarantine_destination_fails_closed() {
+    let world = World::new();
+    world.host("memories/MEMORY.md", "host");
+    world.symlink(
+        &format!("cache/e2b-recovered/{ID}/memories/MEMORY.md"),
+        &world.outside().join("secret"),
+    );
+    let err = world
+        .recover(&snapshot(&[("memories/MEMORY.md", b"sandbox")]))
+        .expect_err("refused");
+    assert!(err.is_quarantine_refused(), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(world.outside().join("secret")).expect("decoy"),
+        "outside secret"
+    );
+}
+
+// contract: S8
+#[test]
+fn a_file_where_the_quarantine_tree_goes_is_named_as_not_a_directory() {
+    let world = World::new();
+    world
+        .host("cache/e2b-recovered", "a file")
+        .host("memories/MEMORY.md", "host");
+    let err = world
+        .recover(&snapshot(&[("memories/MEMORY.md", b"sandbox")]))
+        .expect_err("refused");
+    assert!(
+        matches!(&err, recovery::Error::QuarantineRefused { reason, .. } if reason.contains("not a directory")),
+        "{err}"
+    );
+}
+
+// contract: S6
+#[test]
+fn a_large_quarantined_copy_keeps_its_execute_bit() {
+    let world = World::new();
+    world.host("skills/big/tool", "host");
+    let body = vec![b'x'; 8 * 1024 * 1024 + 1];
+    let mut header = tar::Header::new_gnu();
+    header.set_size(body.len() as u64);
+    header.set_mode(0o755);
+    let mut archive = tar::Builder::new(Vec::new());
+    archive
+        .append_data(&mut header, "skills/big/tool", &body[..])
+        .expect("append");
+    let report = world
+        .recover(&archive.into_inner().expect("finish"))
+        .expect("recovers");
+    let Some(Outcome::Quarantined { at, .. }) = report.outcome_of("skills/big/tool") else {
+        panic!("{report:?}")
+    };
+    let meta = std::fs::metadata(world.home().join(at)).expect("quarantined");
+    assert_eq!(meta.permissions().mode() & 0o111, 0o111, "execute bit kept");
+}
