@@ -501,6 +501,10 @@ fn the_teardown_pull_is_capped_while_downloading_and_a_failure_is_reported() {
         detail.contains(report.sandbox_id.as_deref().unwrap()),
         "{detail}"
     );
+    // The scope note people read says so too.
+    let note = world.scope_files(&backend).note().unwrap().expect("a note");
+    let line = note.get("last-pull").expect("a last-pull line");
+    assert!(line.contains("failed from"), "{line}");
 }
 
 #[test]
