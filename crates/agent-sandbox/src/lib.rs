@@ -63,9 +63,12 @@
 //! - **Roles** (C1-C5, S2, S3, S11): a persistent scope has one writer per host. The writer's
 //!   bring-up marks the scope dirty, invalidates the stamp, recovers skills/ and memories/
 //!   from the sandbox, pushes (the caller's [`StateHooks`]), stamps prepared and clears dirty;
-//!   any failure releases the role. Readers run commands only when the gates pass and fail
-//!   closed with a retry hint ([`Error::NotReady`]); a reader takes the role over when it is
-//!   released. A failed per-command sync aborts the command and marks the scope dirty.
+//!   any failure releases the role. After each successful push the backend stores the push
+//!   base (`<scope key>.push-base` next to the coordination files: a digest per uploaded
+//!   file), so the next recovery lets a sandbox copy that is only the last push give way to
+//!   the host's edit instead of quarantining it (S15). Readers run commands only when the
+//!   gates pass and fail closed with a retry hint ([`Error::NotReady`]); a reader takes the
+//!   role over when it is released. A failed per-command sync aborts the command and marks the scope dirty.
 //! - **Transport** ([`StateTransport`], S4, S12): many files in one upload, parents created;
 //!   idempotent deletes; the teardown tar pull capped while it downloads. Every failure is also
 //!   recorded, so a sync engine that swallows exceptions still fails closed.

@@ -121,6 +121,9 @@ pub struct RecoverySummary {
     pub restored: usize,
     /// Identical on both sides.
     pub unchanged: usize,
+    /// Only what this host pushed last, which the host has edited since: the host's version
+    /// stays (S15).
+    pub superseded: usize,
     /// Saved under `cache/e2b-recovered/<sandbox id>/` instead (conflicts, host-only paths).
     pub quarantined: usize,
     /// Not recovered; they stay in the sandbox.
@@ -133,6 +136,7 @@ impl RecoverySummary {
         RecoverySummary {
             restored: report.count(|o| matches!(o, Outcome::Restored)),
             unchanged: report.count(|o| matches!(o, Outcome::Unchanged)),
+            superseded: report.count(|o| matches!(o, Outcome::Superseded)),
             quarantined: report.count(|o| matches!(o, Outcome::Quarantined { .. })),
             skipped: report.count(|o| matches!(o, Outcome::Skipped { .. })),
         }
@@ -143,8 +147,8 @@ impl std::fmt::Display for RecoverySummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} restored, {} unchanged, {} quarantined, {} skipped",
-            self.restored, self.unchanged, self.quarantined, self.skipped
+            "{} restored, {} unchanged, {} superseded, {} quarantined, {} skipped",
+            self.restored, self.unchanged, self.superseded, self.quarantined, self.skipped
         )
     }
 }

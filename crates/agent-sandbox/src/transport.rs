@@ -68,6 +68,9 @@ struct Inner {
     /// home go to the staging directory and deletes wait, until a commit applies both under
     /// the generation check (contract C10).
     staging: Mutex<Option<Staging>>,
+    /// What the uploads of this attachment put in the sandbox (recovery's push base), once
+    /// the backend starts tracking at bring-up; `changed` says it needs storing.
+    push_base: Mutex<Option<(recovery::PushBase, bool)>>,
 }
 
 /// What a fenced writer staged since the last commit.
@@ -126,6 +129,7 @@ impl StateTransport {
                 failures: parts.failures,
                 progress: parts.progress,
                 staging: Mutex::new(None),
+                push_base: Mutex::new(None),
             }),
         }
     }
@@ -238,6 +242,11 @@ impl StateTransport {
             return Ok(0);
         }
         let mut uploads = Vec::with_capacity(plan.parts().len());
+        // Each upload's content when it is in memory, for the push base, by the path it
+        // lands at once committed (a staged upload is recorded now: if its commit is fenced,
+        // the base only names content this host itself sent, which supersedes nothing the
+        // sandbox wrote).
+        let mut sent: Vec<(String, Option<Bytes>)> = Vec::with_capacity(plan.parts().len());
         for part in plan.parts() {
             let io_error = |source| Error::Io {
                 operation: "read file to upload",
@@ -250,8 +259,11 @@ impl StateTransport {
                 let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
                 let mut file = file;
                 file.read_to_end(&mut data).map_err(io_error)?;
-                UploadFile::bytes(part.remote_path.clone(), Bytes::from(data))
+                let data = Bytes::from(data);
+                sent.push((self.unstaged(&part.remote_path), Some(data.clone())));
+                UploadFile::bytes(part.remote_path.clone(), data)
             } else {
+                sent.push((self.unstaged(&part.remote_path), None));
                 UploadFile::stream(part.remote_path.clone(), file_stream(file))
             };
             uploads.push(upload);
@@ -260,14 +272,46 @@ impl StateTransport {
         let sandbox = self.sandbox();
         // One request carries every file, so progress moves from none to all of them.
         let meter = self.meter("upload files", ProgressUnit::Files, Some(count as u64));
+        // A failed request may still have written some files: no base for any of them.
+        self.update_push_base(|base| {
+            for (remote, _) in &sent {
+                base.forget(remote);
+            }
+        });
         self.inner
             .runtime
             .block_on(sandbox.write_files(uploads))
             .map_err(|source| Error::e2b("upload files", Some(&self.id()), source))?;
+        self.update_push_base(|base| {
+            for (remote, content) in &sent {
+                if let Some(content) = content {
+                    base.record(remote, content);
+                }
+            }
+        });
         let mut meter = meter;
         meter.advance(count as u64);
         meter.finish();
         Ok(count)
+    }
+
+    /// The path a staged upload lands at once committed (the inverse of [`Self::staged_paths`]);
+    /// any other path as is.
+    fn unstaged(&self, remote: &str) -> String {
+        let staging = self
+            .inner
+            .staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match staging
+            .as_ref()
+            .and_then(|staging| remote.strip_prefix(staging.dir.as_str()))
+        {
+            Some(rest) if rest.starts_with('/') => {
+                format!("{}{rest}", self.inner.remote_home.trim_end_matches('/'))
+            }
+            _ => remote.to_owned(),
+        }
     }
 
     /// Redirects uploads under the Hermes home into the staging directory, if staging.
@@ -306,6 +350,11 @@ impl StateTransport {
             sandbox_id: self.id(),
             source,
         })?;
+        self.update_push_base(|base| {
+            for path in plan.paths() {
+                base.forget(path);
+            }
+        });
         if let Some(staging) = &mut *self
             .inner
             .staging
@@ -332,6 +381,48 @@ impl StateTransport {
             }
         }
         Ok(())
+    }
+
+    /// Starts tracking what this attachment's uploads put in the sandbox, from `base` (what
+    /// earlier sessions pushed, as recovery read it).
+    pub(crate) fn track_push_base(&self, base: recovery::PushBase) {
+        *self
+            .inner
+            .push_base
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((base, false));
+    }
+
+    /// The tracked push base if uploads or deletes changed it since the last call.
+    pub(crate) fn take_changed_push_base(&self) -> Option<recovery::PushBase> {
+        match &mut *self
+            .inner
+            .push_base
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some((base, changed)) if *changed => {
+                *changed = false;
+                Some(base.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies `change` to the tracked push base, if any, with remote paths as members.
+    fn update_push_base(&self, change: impl FnOnce(&mut RemoteBase<'_>)) {
+        let mut tracked = self
+            .inner
+            .push_base
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((base, changed)) = &mut *tracked {
+            change(&mut RemoteBase {
+                base,
+                prefix: &self.inner.remote_home,
+            });
+            *changed = true;
+        }
     }
 
     /// The teardown pull: reconnects first with a transfer-sized lease (extend-only, so it
@@ -636,6 +727,42 @@ impl GatedSnapshot {
         })?;
         meter.finish();
         Ok(report)
+    }
+}
+
+/// The push base seen through remote paths: `<remote home>/skills/...` is member
+/// `skills/...`; a path elsewhere names no member and changes nothing.
+struct RemoteBase<'a> {
+    base: &'a mut recovery::PushBase,
+    prefix: &'a str,
+}
+
+impl RemoteBase<'_> {
+    fn member<'p>(&self, remote: &'p str) -> Option<&'p str> {
+        remote
+            .strip_prefix(self.prefix)
+            .and_then(|rest| rest.strip_prefix('/'))
+    }
+
+    fn record(&mut self, remote: &str, content: &[u8]) {
+        if let Some(member) = self.member(remote) {
+            self.base.record(member, content);
+        }
+    }
+
+    fn forget(&mut self, remote: &str) {
+        let remote = remote.trim_end_matches('/');
+        if let Some(member) = self.member(remote) {
+            self.base.forget(member);
+        } else if remote.is_empty()
+            || self.prefix == remote
+            || self.prefix.starts_with(&format!("{remote}/"))
+        {
+            // The Hermes home itself or one of its ancestors: every member goes.
+            for root in recovery::RECOVERABLE_ROOTS {
+                self.base.forget(root);
+            }
+        }
     }
 }
 

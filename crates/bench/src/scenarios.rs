@@ -348,6 +348,7 @@ fn recovery_ours(params: &Value, protocol: &mut Protocol) -> Result<(), BenchErr
         sandbox_id: "benchsandbox".to_owned(),
         host_only: Vec::new(),
         max_snapshot_bytes: recovery::DEFAULT_MAX_SNAPSHOT_BYTES,
+        push_base: None,
     };
     let mut source = std::fs::File::open(&archive)?;
     let mark = protocol.ready()?;

@@ -71,6 +71,19 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The push base record could not be written after a push. Not a recovery failure and
+    /// it blocks nothing: the caller logs it, and the next recovery compares the files
+    /// concerned as if there were no base (every difference a conflict, S6).
+    #[error("push base (sandbox {sandbox_id}): writing {path:?} failed")]
+    BaseRecord {
+        /// The sandbox the record describes.
+        sandbox_id: String,
+        /// The record file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl Error {
@@ -118,10 +131,16 @@ impl Error {
         )
     }
 
-    /// Whether the caller must not push the host snapshot over the sandbox. Always true: every
-    /// recovery error leaves sandbox files that were neither verified nor preserved.
+    /// The push base record could not be written (it is only an aid to the next recovery).
+    pub fn is_base_record(&self) -> bool {
+        matches!(self, Self::BaseRecord { .. })
+    }
+
+    /// Whether the caller must not push the host snapshot over the sandbox. True for every
+    /// recovery error, which leaves sandbox files that were neither verified nor preserved;
+    /// false only for a push base that could not be written after a push.
     pub fn blocks_push(&self) -> bool {
-        true
+        !self.is_base_record()
     }
 
     /// The sandbox this error concerns, if it names one.
@@ -132,7 +151,8 @@ impl Error {
             | Self::HomeUnusable { sandbox_id, .. }
             | Self::Snapshot { sandbox_id, .. }
             | Self::QuarantineRefused { sandbox_id, .. }
-            | Self::HostIo { sandbox_id, .. } => Some(sandbox_id),
+            | Self::HostIo { sandbox_id, .. }
+            | Self::BaseRecord { sandbox_id, .. } => Some(sandbox_id),
         }
     }
 }

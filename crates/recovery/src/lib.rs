@@ -1,11 +1,13 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod base;
 mod error;
 mod host;
 mod recover;
 mod report;
 
+pub use base::{BaseSource, PUSH_BASE_MAX_BYTES, PushBase};
 pub use capped_tar::RejectReason;
 pub use error::Error;
 pub use recover::{

@@ -12,6 +12,10 @@ pub enum Outcome {
     Restored,
     /// The host already had identical content; nothing was written.
     Unchanged,
+    /// The sandbox copy is exactly what this host last pushed there, and the host has changed
+    /// the file since: the host's newer version stays, nothing was written, and nothing the
+    /// sandbox wrote is lost (contract S15).
+    Superseded,
     /// The sandbox copy was saved in the quarantine tree; the host path was left alone
     /// (contract S6, S7, S9).
     Quarantined {
@@ -171,7 +175,7 @@ impl RecoveryReport {
                     "E2B recovery (sandbox {id}): {} not recovered ({reason}); it stays in the sandbox",
                     file.member
                 )),
-                Outcome::Restored | Outcome::Unchanged => None,
+                Outcome::Restored | Outcome::Unchanged | Outcome::Superseded => None,
             })
             .collect()
     }

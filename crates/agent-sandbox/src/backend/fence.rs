@@ -142,7 +142,11 @@ impl Inner {
                 })?;
         let (verdict, sandbox_now) = parse_answer(operation, &id, &line)?;
         self.take_acquired(attached, term, verdict, sandbox_now)?;
-        let report = snapshot.recover(&self.recovery_config(&id));
+        let config = self.recovery_config(&id);
+        let report = snapshot.recover(&config);
+        if report.is_ok() {
+            self.track_push_base(&id, config);
+        }
         self.note_recovery(&id, report).map(drop)
     }
 

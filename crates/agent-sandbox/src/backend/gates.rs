@@ -95,6 +95,7 @@ impl Inner {
                 &id,
                 CommitWhen::Always,
             )?;
+            self.store_push_base(&id);
             writer
                 .complete_push(&id)
                 .map_err(|source| Error::Coordination {
@@ -206,6 +207,7 @@ impl Inner {
                     });
                 match synced {
                     Ok(()) => {
+                        self.store_push_base(&id);
                         if writer.phase() == WriterPhase::Stale {
                             writer
                                 .record_sync_success()

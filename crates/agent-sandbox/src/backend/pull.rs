@@ -2,6 +2,7 @@
 //! the scope's existing sandbox into the profile home, as the writer, without a push; and the
 //! scope note the backend keeps for people (task id, last writer, last pull and recovery).
 
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use writer_lease::{Role as LeaseRole, ScopeNote};
@@ -86,19 +87,36 @@ impl Backend {
 
 impl Inner {
     /// Recovery from the attached sandbox into the profile home, recorded in the scope note.
+    /// The push base this host recorded for the sandbox lets a sandbox copy that is only the
+    /// last push give way to the host's newer edit (S15); the transport then tracks the
+    /// pushes that follow on top of it.
     pub(super) fn recover_into_home(&self, id: &str) -> Result<RecoverySummary, Error> {
-        let result = self
-            .current_transport(id)
-            .and_then(|transport| transport.recover(&self.recovery_config(id)));
+        let config = self.recovery_config(id);
+        let result = self.current_transport(id).and_then(|transport| {
+            let report = transport.recover(&config)?;
+            self.track_push_base(id, config);
+            Ok(report)
+        });
         self.note_recovery(id, result)
     }
 
+    /// What recovery of sandbox `id` into the profile home is given, the push base this host
+    /// recorded for the sandbox included.
     pub(super) fn recovery_config(&self, id: &str) -> recovery::RecoveryConfig {
         recovery::RecoveryConfig {
             hermes_home: self.scope.profile_home.clone(),
             sandbox_id: id.to_owned(),
             host_only: self.config.host_only.clone(),
             max_snapshot_bytes: self.config.state_cap,
+            push_base: self.load_push_base(id),
+        }
+    }
+
+    /// After a recovery with `config` succeeded: the transport tracks the pushes that follow
+    /// on top of the push base that recovery used.
+    pub(super) fn track_push_base(&self, id: &str, config: recovery::RecoveryConfig) {
+        if let (Some(base), Ok(transport)) = (config.push_base, self.current_transport(id)) {
+            transport.track_push_base(base);
         }
     }
 
@@ -133,9 +151,53 @@ impl Inner {
             unchanged: 0,
             quarantined: 0,
             skipped: 0,
+            superseded: 0,
         };
         let text = format!("{summary} from {id} (created by this session: nothing to recover)");
         self.note(|note| note.set(NOTE_RECOVERY, &stamped(&text)));
+        // An empty sandbox: the base starts empty and follows the initial push (S15).
+        if self.push_base_path().is_some()
+            && let Ok(transport) = self.current_transport(id)
+        {
+            transport.track_push_base(recovery::PushBase::new(id));
+        }
+    }
+
+    /// Where this scope's push base lives: next to its coordination files (persistent
+    /// scopes only; nothing else recovers). A host whose coordination directory is unusable
+    /// has already been warned about (C6) and keeps no base.
+    fn push_base_path(&self) -> Option<PathBuf> {
+        let files = self.files.as_ref()?;
+        let dir = files.dir();
+        dir.is_dir()
+            .then(|| dir.join(format!("{}.push-base", files.key().to_hex())))
+    }
+
+    /// The push base recorded for sandbox `id`, read defensively: a missing, corrupt or other
+    /// sandbox's record is an empty base (every difference is a conflict, S6).
+    fn load_push_base(&self, id: &str) -> Option<recovery::PushBase> {
+        let path = self.push_base_path()?;
+        let (base, source) = recovery::PushBase::load(&path, id);
+        if let recovery::BaseSource::Unusable(reason) = source {
+            tracing::warn!(sandbox_id = %id, "E2B push base {} unusable ({reason}); recovery treats every difference as a conflict", path.display());
+        }
+        Some(base)
+    }
+
+    /// Stores what the pushes so far put in the sandbox, after a push succeeded. Best effort:
+    /// a record that cannot be written leaves an older one, which only makes the next
+    /// recovery quarantine more.
+    pub(super) fn store_push_base(&self, id: &str) {
+        let (Some(path), Ok(transport)) = (self.push_base_path(), self.current_transport(id))
+        else {
+            return;
+        };
+        let Some(base) = transport.take_changed_push_base() else {
+            return;
+        };
+        if let Err(error) = base.store(&path) {
+            tracing::warn!(sandbox_id = %id, "E2B {}", ErrorChain(&error));
+        }
     }
 
     /// Updates the scope note, best effort: it is for people, so a host that cannot write it

@@ -388,6 +388,11 @@ fn cleanup_is_idempotent_and_never_creates_after_the_sandbox_vanished() {
         assert_eq!(world.list().len(), before, "cleanup created nothing");
         let again = backend.cleanup();
         assert!(again.repeated);
+        assert!(again.sandbox_id.is_some());
+        assert_eq!(
+            again.sandbox_id, report.sandbox_id,
+            "a repeat still names it"
+        );
         assert_eq!(again.pull, PullOutcome::NotAttempted);
         assert_eq!(hooks.pulls.load(std::sync::atomic::Ordering::SeqCst), 1);
         // A cleaned-up backend never attaches again.

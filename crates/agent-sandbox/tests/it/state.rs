@@ -101,6 +101,123 @@ fn a_conflicting_sandbox_copy_is_quarantined_and_the_host_copy_kept() {
 }
 
 #[test]
+fn a_host_edit_after_a_push_supersedes_the_sandbox_copy_across_sessions() {
+    // contract: S15, S6
+    let world = World::new();
+    let home = world.home.path();
+    let skill = home.join("skills/s/SKILL.md");
+    std::fs::create_dir_all(skill.parent().unwrap()).unwrap();
+    std::fs::write(&skill, "host v0").unwrap();
+    let mut id = String::new();
+    for session in 1..=3 {
+        let backend = world.backend(
+            SandboxMode::Persistent,
+            "default",
+            RecordingHooks::new(home),
+        );
+        id = backend.attach().expect("attach").sandbox_id;
+        // The bring-up pushed the host's version over the previous push.
+        assert_eq!(
+            ok(&backend, "cat /home/user/.hermes/skills/s/SKILL.md"),
+            format!("host v{}", session - 1)
+        );
+        backend.cleanup();
+        // Between sessions the host edits the file: the sandbox still holds the last push.
+        std::fs::write(&skill, format!("host v{session}")).unwrap();
+    }
+    let quarantine = home.join(format!("cache/e2b-recovered/{id}"));
+    assert!(
+        !quarantine.exists(),
+        "a copy that is only the last push is never a conflict"
+    );
+    let records: Vec<_> = std::fs::read_dir(home.join("cache/e2b"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".push-base"))
+        .collect();
+    assert_eq!(records.len(), 1, "one push base for the scope");
+
+    // A sandbox-side edit is still a conflict, quarantined next to the host's edit (S6).
+    let backend = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    backend.attach().expect("attach");
+    ok(
+        &backend,
+        "printf 'sandbox edit' > /home/user/.hermes/skills/s/SKILL.md",
+    );
+    backend.cleanup();
+    std::fs::write(&skill, "host v4").unwrap();
+    let last = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    assert_eq!(last.attach().expect("attach").sandbox_id, id);
+    assert_eq!(std::fs::read_to_string(&skill).unwrap(), "host v4");
+    assert_eq!(
+        std::fs::read_to_string(quarantine.join("skills/s/SKILL.md")).unwrap(),
+        "sandbox edit"
+    );
+    last.cleanup();
+}
+
+#[test]
+fn the_push_base_follows_uploads_and_deletes_and_is_rewritten_only_when_they_change_it() {
+    // contract: S15
+    use std::os::unix::fs::MetadataExt;
+    let world = World::new();
+    let home = world.home.path();
+    let skill = home.join("skills/s/SKILL.md");
+    std::fs::create_dir_all(skill.parent().unwrap()).unwrap();
+    std::fs::write(&skill, "host").unwrap();
+    let backend = world.backend(
+        SandboxMode::Persistent,
+        "default",
+        RecordingHooks::new(home),
+    );
+    let id = backend.attach().expect("attach").sandbox_id;
+    let record = std::fs::read_dir(home.join("cache/e2b"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".push-base"))
+        .expect("the initial push stored a push base");
+    let (base, source) = recovery::PushBase::load(&record, &id);
+    assert_eq!(source, recovery::BaseSource::Record);
+    assert_eq!(base.len(), 1);
+    // A sync that moves nothing leaves the record alone (no write per command).
+    let inode = std::fs::metadata(&record).unwrap().ino();
+    ok(&backend, "true");
+    assert_eq!(std::fs::metadata(&record).unwrap().ino(), inode);
+    // A delete forgets what it removed; the next successful sync stores that.
+    let transport = backend.transport().expect("transport");
+    transport
+        .delete_many(vec!["/home/user/.hermes/skills/s/SKILL.md".to_owned()])
+        .expect("delete");
+    ok(&backend, "true");
+    assert!(recovery::PushBase::load(&record, &id).0.is_empty());
+    // An upload is recorded; a delete of the Hermes home itself forgets everything, even
+    // when the sandbox refuses it (the sandbox may have removed part of it).
+    transport
+        .upload_many(vec![(
+            skill.clone(),
+            "/home/user/.hermes/skills/s/SKILL.md".to_owned(),
+        )])
+        .expect("upload");
+    ok(&backend, "true");
+    assert_eq!(recovery::PushBase::load(&record, &id).0.len(), 1);
+    transport
+        .delete_many(vec!["/home/user/.hermes".to_owned()])
+        .expect_err("rm refuses a directory");
+    ok(&backend, "true");
+    assert!(recovery::PushBase::load(&record, &id).0.is_empty());
+    backend.cleanup();
+}
+
+#[test]
 fn readers_are_admitted_only_through_the_gates_and_fail_closed_with_a_hint() {
     // contract: C2, C3, S3, C7
     let world = World::new();
@@ -389,6 +506,10 @@ fn the_teardown_pull_is_capped_while_downloading_and_a_failure_is_reported() {
         detail.contains(report.sandbox_id.as_deref().unwrap()),
         "{detail}"
     );
+    // The scope note people read says so too.
+    let note = world.scope_files(&backend).note().unwrap().expect("a note");
+    let line = note.get("last-pull").expect("a last-pull line");
+    assert!(line.contains("failed from"), "{line}");
 }
 
 #[test]

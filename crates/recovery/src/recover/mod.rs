@@ -12,6 +12,7 @@ use cap_std::fs::Dir;
 use capped_tar::{Member, MemberKind, RejectReason};
 
 use crate::Error;
+use crate::base::PushBase;
 use crate::host::{Comparison, HostOnly, Spool, TempError, compare_host, write_temp_batched};
 use crate::report::{
     FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState,
@@ -48,6 +49,9 @@ pub struct RecoveryConfig {
     pub host_only: Vec<PathBuf>,
     /// Cap on the snapshot stream in bytes ([`DEFAULT_MAX_SNAPSHOT_BYTES`]).
     pub max_snapshot_bytes: u64,
+    /// What this host last pushed into this sandbox ([`PushBase::load`]); `None`, or a base
+    /// for another sandbox, means no base: every difference is a conflict.
+    pub push_base: Option<PushBase>,
 }
 
 /// The shell command that makes the sandbox stream its snapshot, for `remote_hermes_home`
@@ -90,8 +94,13 @@ pub fn recover(config: &RecoveryConfig, snapshot: &mut dyn Read) -> Result<Recov
     // A symlinked home is not a redirection: resolve it once, then work from the handle.
     let home_phys = std::fs::canonicalize(&config.hermes_home).map_err(home_failure)?;
     let home = Dir::open_ambient_dir(&home_phys, ambient_authority()).map_err(home_failure)?;
+    let base = config
+        .push_base
+        .as_ref()
+        .filter(|base| base.sandbox_id() == id);
     let mut run = Run {
         id,
+        base,
         home_len: home_phys.as_os_str().len(),
         host_only: HostOnly::resolve(&config.host_only, &config.hermes_home, &home_phys),
         roots: Vec::new(),
@@ -166,6 +175,8 @@ enum Place {
 
 struct Run<'a> {
     id: &'a str,
+    /// What this host last pushed into this sandbox, if known.
+    base: Option<&'a PushBase>,
     home: Dir,
     home_len: usize,
     host_only: HostOnly,
@@ -417,8 +428,9 @@ impl Run<'_> {
         }
     }
 
-    /// A sandbox file whose host name is taken: identical content is left alone; anything else
-    /// keeps the host copy and quarantines the sandbox's (S6).
+    /// A sandbox file whose host name is taken: identical content is left alone; content this
+    /// host pushed last is superseded by the host's edit (S15); anything else keeps the host
+    /// copy and quarantines the sandbox's (S6).
     fn settle_against_host(
         &mut self,
         dir: &Dir,
@@ -429,11 +441,27 @@ impl Run<'_> {
         let reason =
             match compare_host(dir, name, spool).map_err(|e| self.host_io("compare", path, e))? {
                 Comparison::Same => return Ok(Outcome::Unchanged),
+                Comparison::Different if self.pushed_last(path, spool)? => {
+                    return Ok(Outcome::Superseded);
+                }
                 Comparison::Different => QuarantineReason::Conflict,
                 Comparison::Unreadable => QuarantineReason::HostUnreadable,
                 Comparison::NotRegular => QuarantineReason::HostNotRegularFile,
             };
         self.quarantine_spool(path, spool, reason)
+    }
+
+    /// Whether the sandbox copy is exactly what this host last pushed to `path`: the sandbox
+    /// wrote nothing there since, so only the host's version is news.
+    fn pushed_last(&self, path: &str, spool: &Spool) -> Result<bool, Error> {
+        let Some(base) = self.base else {
+            return Ok(false);
+        };
+        let mut reader = spool
+            .reader()
+            .map_err(|e| self.host_io("read spool", path, e))?;
+        base.was_pushed(path, &mut reader)
+            .map_err(|e| self.host_io("read spool", path, e))
     }
 
     fn host_io(&self, operation: &'static str, at: &str, source: io::Error) -> Error {

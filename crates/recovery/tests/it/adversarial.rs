@@ -543,6 +543,7 @@ fn invalid_sandbox_ids_are_refused_before_anything_happens() {
             sandbox_id: id.to_owned(),
             host_only: Vec::new(),
             max_snapshot_bytes: 1024,
+            push_base: None,
         };
         let err =
             recover(&config, &mut Cursor::new(TarMaker::new().finish())).expect_err("refused");
@@ -553,6 +554,7 @@ fn invalid_sandbox_ids_are_refused_before_anything_happens() {
         sandbox_id: ID.to_owned(),
         host_only: Vec::new(),
         max_snapshot_bytes: 1024,
+        push_base: None,
     };
     let err = recover(&config, &mut Cursor::new(TarMaker::new().finish())).expect_err("no home");
     assert!(err.is_host_failure());

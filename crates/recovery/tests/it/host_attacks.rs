@@ -260,6 +260,7 @@ fn a_symlinked_hermes_home_restores_in_place() {
         sandbox_id: ID.to_owned(),
         host_only: Vec::new(),
         max_snapshot_bytes: recovery::DEFAULT_MAX_SNAPSHOT_BYTES,
+        push_base: None,
     };
     let report = recover(
         &config,

@@ -100,6 +100,8 @@ proptest! {
                     prop_assert_eq!(&world.read(path), body);
                 }
                 Outcome::Unchanged => prop_assert_eq!(host.get(path), Some(body)),
+                // No push base here: nothing may give way to the host (S15 needs one).
+                Outcome::Superseded => prop_assert!(false, "{} superseded without a base", path),
                 Outcome::Quarantined { at, reason } => {
                     prop_assert_eq!(&world.read(at), body);
                     if *reason == QuarantineReason::Conflict {

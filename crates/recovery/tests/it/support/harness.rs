@@ -44,6 +44,7 @@ impl Fixture {
                 PathBuf::from(".env"),
             ],
             max_snapshot_bytes: 1 << 20,
+            push_base: None,
         }
     }
 }
@@ -84,7 +85,7 @@ pub fn check_recovery(data: &[u8]) {
                 Outcome::Quarantined { at, .. } => {
                     _ = accounted.insert(PathBuf::from("home").join(at))
                 }
-                Outcome::Unchanged | Outcome::Skipped { .. } => {}
+                Outcome::Unchanged | Outcome::Superseded | Outcome::Skipped { .. } => {}
             }
         }
     }

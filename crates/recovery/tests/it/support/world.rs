@@ -4,7 +4,7 @@
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
-use recovery::{Error, Outcome, RecoveryConfig, RecoveryReport, recover};
+use recovery::{Error, Outcome, PushBase, RecoveryConfig, RecoveryReport, recover};
 
 use super::{Node, walk};
 
@@ -15,6 +15,8 @@ pub struct World {
     pub tmp: tempfile::TempDir,
     pub host_only: Vec<PathBuf>,
     pub cap: u64,
+    /// The push base handed to recovery.
+    pub base: Option<PushBase>,
 }
 
 impl World {
@@ -27,6 +29,7 @@ impl World {
             tmp,
             host_only: vec![PathBuf::from(".env"), PathBuf::from("config.yaml")],
             cap: recovery::DEFAULT_MAX_SNAPSHOT_BYTES,
+            base: None,
         }
     }
 
@@ -58,6 +61,7 @@ impl World {
             sandbox_id: ID.to_owned(),
             host_only: self.host_only.clone(),
             max_snapshot_bytes: self.cap,
+            push_base: self.base.clone(),
         };
         let result = recover(&config, snapshot);
         let after = walk(self.tmp.path());
