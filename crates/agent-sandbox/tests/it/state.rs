@@ -1,11 +1,11 @@
 //! Roles, admission, recovery and the state transport against e2b-local.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use agent_sandbox::{NoStateHooks, PullOutcome, RoleKind, SandboxMode};
+use agent_sandbox::{Backend, NoStateHooks, PullOutcome, RoleKind, SandboxMode, WriterArbitration};
 use writer_lease::{Admission, Refusal, WriterStatus};
 
 use crate::support::{self, RecordingHooks, World, ok};
@@ -103,18 +103,37 @@ fn a_conflicting_sandbox_copy_is_quarantined_and_the_host_copy_kept() {
 #[test]
 fn a_host_edit_after_a_push_supersedes_the_sandbox_copy_across_sessions() {
     // contract: S15, S6
+    host_edits_supersede_the_last_push(WriterArbitration::Host);
+}
+
+#[test]
+fn a_host_edit_after_a_staged_push_supersedes_the_sandbox_copy_under_sandbox_arbitration() {
+    // contract: S15, C10 — staged uploads are recorded by the path their commit lands at.
+    host_edits_supersede_the_last_push(WriterArbitration::Sandbox {
+        term: Duration::from_secs(180),
+    });
+}
+
+fn host_edits_supersede_the_last_push(arbitration: WriterArbitration) {
     let world = World::new();
+    let open = |world: &World, home: &Path| {
+        let mut config = world.config(SandboxMode::Persistent);
+        config.writer_arbitration = arbitration.clone();
+        Backend::new(
+            config,
+            world.scope("default"),
+            world.services(),
+            RecordingHooks::new(home),
+        )
+        .expect("backend")
+    };
     let home = world.home.path();
     let skill = home.join("skills/s/SKILL.md");
     std::fs::create_dir_all(skill.parent().unwrap()).unwrap();
     std::fs::write(&skill, "host v0").unwrap();
     let mut id = String::new();
     for session in 1..=3 {
-        let backend = world.backend(
-            SandboxMode::Persistent,
-            "default",
-            RecordingHooks::new(home),
-        );
+        let backend = open(&world, home);
         id = backend.attach().expect("attach").sandbox_id;
         // The bring-up pushed the host's version over the previous push.
         assert_eq!(
@@ -138,11 +157,7 @@ fn a_host_edit_after_a_push_supersedes_the_sandbox_copy_across_sessions() {
     assert_eq!(records.len(), 1, "one push base for the scope");
 
     // A sandbox-side edit is still a conflict, quarantined next to the host's edit (S6).
-    let backend = world.backend(
-        SandboxMode::Persistent,
-        "default",
-        RecordingHooks::new(home),
-    );
+    let backend = open(&world, home);
     backend.attach().expect("attach");
     ok(
         &backend,
@@ -150,11 +165,7 @@ fn a_host_edit_after_a_push_supersedes_the_sandbox_copy_across_sessions() {
     );
     backend.cleanup();
     std::fs::write(&skill, "host v4").unwrap();
-    let last = world.backend(
-        SandboxMode::Persistent,
-        "default",
-        RecordingHooks::new(home),
-    );
+    let last = open(&world, home);
     assert_eq!(last.attach().expect("attach").sandbox_id, id);
     assert_eq!(std::fs::read_to_string(&skill).unwrap(), "host v4");
     assert_eq!(
