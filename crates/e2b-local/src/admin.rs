@@ -152,6 +152,7 @@ pub(crate) fn route(
             let mut counts = app.requests.snapshot().to_json();
             counts["serverMicros"] = Value::from(app.requests.server_micros());
             counts["inFlight"] = Value::from(app.requests.in_flight());
+            counts["runningProcesses"] = Value::from(app.store.running_processes());
             Ok(json_response(StatusCode::OK, &counts))
         }
         (Method::POST, ["requests", "reset"]) => {

@@ -161,6 +161,23 @@ impl RequestCounter {
     }
 }
 
+/// A counted request in flight, from the moment it arrives (before its handler ran: a
+/// `Start` spawns its process inside the handler) until its answer's body is dropped.
+pub(crate) struct InFlight(Arc<crate::app::App>);
+
+impl InFlight {
+    pub(crate) fn enter(app: Arc<crate::app::App>) -> InFlight {
+        app.requests.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(app)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.requests.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// An answer's body that adds the request's server time to the counter once it is dropped:
 /// after its last byte went out, or when the client went away. A streamed answer (a
 /// process's events) thus counts until its end, not only until its headers.
@@ -168,15 +185,16 @@ pub(crate) struct TimedBody {
     inner: Body,
     started: Instant,
     app: Arc<crate::app::App>,
+    _in_flight: InFlight,
 }
 
 impl TimedBody {
-    pub(crate) fn new(inner: Body, started: Instant, app: Arc<crate::app::App>) -> TimedBody {
-        app.requests.in_flight.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn new(inner: Body, started: Instant, in_flight: InFlight) -> TimedBody {
         TimedBody {
             inner,
             started,
-            app,
+            app: Arc::clone(&in_flight.0),
+            _in_flight: in_flight,
         }
     }
 }
@@ -204,7 +222,6 @@ impl HttpBody for TimedBody {
 impl Drop for TimedBody {
     fn drop(&mut self) {
         self.app.requests.add_server_time(self.started.elapsed());
-        self.app.requests.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

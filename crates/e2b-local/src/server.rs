@@ -24,7 +24,7 @@ use crate::fault_state::FaultState;
 use crate::faults::{self, Faults, FaultyListener};
 use crate::isolation::{Isolation, SandboxUser};
 use crate::plane::Plane;
-use crate::requests::{RequestCounter, RequestCounts, TimedBody};
+use crate::requests::{InFlight, RequestCounter, RequestCounts, TimedBody};
 use crate::store::Store;
 use crate::{envd, rest};
 
@@ -278,6 +278,9 @@ impl Drop for Server {
 /// (see [`crate::body`]); every answer carries `Server-Timing` and is logged at debug.
 async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
     let started = Instant::now();
+    let counted = !request.uri().path().starts_with("/_e2b_local/");
+    // Dropped with this future if the client goes away before the answer.
+    let in_flight = counted.then(|| InFlight::enter(Arc::clone(&app)));
     let (parts, body) = request.into_parts();
     let body = SharedBody::new(body);
     let request = Request::from_parts(parts, Body::new(body.clone()));
@@ -294,9 +297,9 @@ async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
     if let Ok(value) = HeaderValue::from_str(&format!("app;dur={millis:.3}")) {
         response.headers_mut().insert("server-timing", value);
     }
-    if !path.starts_with("/_e2b_local/") {
+    if let Some(in_flight) = in_flight {
         // Counted requests add their time in the server once the answer's body is done.
-        response = response.map(|body| Body::new(TimedBody::new(body, started, Arc::clone(&app))));
+        response = response.map(|body| Body::new(TimedBody::new(body, started, in_flight)));
     }
     // The path only: a pre-signed URL's query carries its signature, and the API key
     // and access token travel in headers, which are never logged.

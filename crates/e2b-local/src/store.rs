@@ -563,6 +563,15 @@ impl Store {
     }
 
     /// Kills the processes of every sandbox (server shutdown); records stay as they are.
+    /// Processes still running in every sandbox (a killed client's commands included).
+    pub(crate) fn running_processes(&self) -> usize {
+        self.lock()
+            .entries
+            .values()
+            .map(|entry| entry.procs.running().len())
+            .sum()
+    }
+
     pub(crate) fn kill_all_processes(&self) {
         for entry in self.lock().entries.values() {
             entry.procs.close_and_kill();

@@ -118,7 +118,7 @@ fn host_edits_supersede_the_last_push(arbitration: WriterArbitration) {
     let world = World::new();
     let open = |world: &World, home: &Path| {
         let mut config = world.config(SandboxMode::Persistent);
-        config.writer_arbitration = arbitration.clone();
+        config.writer_arbitration = arbitration;
         Backend::new(
             config,
             world.scope("default"),

@@ -59,6 +59,15 @@ async fn every_request_is_counted_by_route_and_admin_routes_are_not() {
     object.remove("serverMicros");
     // Whether the last answer's body has been dropped yet is a race; its own test polls.
     object.remove("inFlight");
+    // So is whether the started process has ended; a number either way.
+    let running = object.remove("runningProcesses");
+    assert!(
+        running
+            .as_ref()
+            .and_then(serde_json::Value::as_u64)
+            .is_some(),
+        "{running:?}"
+    );
     assert_eq!(
         reply.json,
         json!({
@@ -165,4 +174,25 @@ async fn a_request_failed_by_a_fault_rule_still_counts() {
         .await;
     assert!(dropped.is_err());
     assert_eq!(server.requests().get("list"), 2);
+}
+
+#[tokio::test]
+async fn a_process_whose_client_went_away_counts_as_running_until_it_ends() {
+    // What the campaign waits out before its sandbox-side edits: a host killed mid-commit
+    // leaves its script running, as envd does.
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let running = |json: &serde_json::Value| json["runningProcesses"].as_u64();
+    let stream = api.start(&sandbox, "sleep 1", &[]).await;
+    drop(stream);
+    let reply = api.get("/_e2b_local/requests").await;
+    assert_eq!(running(&reply.json), Some(1), "{}", reply.json);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut now = running(&reply.json);
+    while now != Some(0) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        now = running(&api.get("/_e2b_local/requests").await.json);
+    }
+    assert_eq!(now, Some(0), "the process ended");
 }
