@@ -59,9 +59,6 @@ const FILES: [&str; 8] = [
 /// The writer grant in the two-host mode: short, so a stopped writer is taken over within a
 /// cycle.
 const TWO_HOST_TERM: Duration = Duration::from_secs(2);
-/// How long a sandbox-side edit waits for a commit still running in the sandbox (a commit
-/// copies a few files; the script itself gives up on the lock after a minute).
-const RECORD_LOCK_WAIT: Duration = Duration::from_secs(30);
 /// How long sandbox-side edits wait for requests a killed host left running at e2b-local.
 const QUIESCE_WAIT: Duration = Duration::from_secs(10);
 /// The marker each push uploads in the two-host mode (see `campaign-host`).
@@ -682,15 +679,6 @@ impl Campaign {
         if let Some(id) = self.sandbox.clone() {
             let remote = self.server.sandbox_hermes_home(&id);
             if remote.is_dir() {
-                // Two hosts: a sandbox-side write happens as a command's would, after any
-                // commit still running in the sandbox (a host killed mid-push leaves its
-                // commit script running there, and a real command only reaches the sandbox
-                // once its host holds the grant, taken under the same lock).
-                let _record_lock = if self.hosts == 2 {
-                    self.record_lock(&remote)?
-                } else {
-                    None
-                };
                 for _ in 0..edits {
                     let rel = FILES[self.rng.random_range(0..FILES.len())];
                     let path = remote.join(rel);
@@ -708,39 +696,6 @@ impl Campaign {
             }
         }
         Ok(())
-    }
-
-    /// Takes the sandbox writer record's lock beside `remote` (the Hermes home as the host
-    /// sees it), waiting at most `RECORD_LOCK_WAIT`; `None` when there is no record yet.
-    fn record_lock(&mut self, remote: &Path) -> Result<Option<std::fs::File>, Error> {
-        let mut name = remote.as_os_str().to_owned();
-        name.push(".writer");
-        let path = PathBuf::from(name).join("lock");
-        let Ok(file) = std::fs::File::open(&path) else {
-            return Ok(None);
-        };
-        let start = Instant::now();
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < RECORD_LOCK_WAIT => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(Error::from(std::io::Error::other(format!(
-                        "the sandbox's writer record stayed locked for {RECORD_LOCK_WAIT:?}"
-                    ))));
-                }
-                Err(std::fs::TryLockError::Error(error)) => return Err(Error::from(error)),
-            }
-        }
-        let waited = start.elapsed().as_millis();
-        if waited > 0 {
-            self.note(format!(
-                "waited {waited} ms for a commit still running in the sandbox"
-            ));
-        }
-        Ok(Some(file))
     }
 
     fn spawn_host(
