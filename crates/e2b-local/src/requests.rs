@@ -184,8 +184,7 @@ impl Drop for InFlight {
 pub(crate) struct TimedBody {
     inner: Body,
     started: Instant,
-    app: Arc<crate::app::App>,
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 impl TimedBody {
@@ -193,8 +192,7 @@ impl TimedBody {
         TimedBody {
             inner,
             started,
-            app: Arc::clone(&in_flight.0),
-            _in_flight: in_flight,
+            in_flight,
         }
     }
 }
@@ -221,7 +219,10 @@ impl HttpBody for TimedBody {
 
 impl Drop for TimedBody {
     fn drop(&mut self) {
-        self.app.requests.add_server_time(self.started.elapsed());
+        self.in_flight
+            .0
+            .requests
+            .add_server_time(self.started.elapsed());
     }
 }
 
