@@ -144,10 +144,7 @@ impl Inner {
         self.take_acquired(attached, term, verdict, sandbox_now)?;
         let config = self.recovery_config(&id);
         let report = snapshot.recover(&config);
-        if report.is_ok() {
-            self.track_push_base(&id, config);
-        }
-        self.note_recovery(&id, report).map(drop)
+        self.settle_recovery(&id, config, report).map(drop)
     }
 
     /// Granted, this writer stages its pushes from now on; held by another host, it stays a

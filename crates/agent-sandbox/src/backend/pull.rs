@@ -92,12 +92,10 @@ impl Inner {
     /// pushes that follow on top of it.
     pub(super) fn recover_into_home(&self, id: &str) -> Result<RecoverySummary, Error> {
         let config = self.recovery_config(id);
-        let result = self.current_transport(id).and_then(|transport| {
-            let report = transport.recover(&config)?;
-            self.track_push_base(id, config);
-            Ok(report)
-        });
-        self.note_recovery(id, result)
+        let report = self
+            .current_transport(id)
+            .and_then(|transport| transport.recover(&config));
+        self.settle_recovery(id, config, report)
     }
 
     /// What recovery of sandbox `id` into the profile home is given, the push base this host
@@ -112,16 +110,24 @@ impl Inner {
         }
     }
 
-    /// After a recovery with `config` succeeded: the transport tracks the pushes that follow
-    /// on top of the push base that recovery used.
-    pub(super) fn track_push_base(&self, id: &str, config: recovery::RecoveryConfig) {
-        if let (Some(base), Ok(transport)) = (config.push_base, self.current_transport(id)) {
+    /// After a recovery with `config`: when it succeeded, the transport tracks the pushes
+    /// that follow on top of the push base that recovery used; noted either way.
+    pub(super) fn settle_recovery(
+        &self,
+        id: &str,
+        config: recovery::RecoveryConfig,
+        report: Result<recovery::RecoveryReport, Error>,
+    ) -> Result<RecoverySummary, Error> {
+        if report.is_ok()
+            && let (Some(base), Ok(transport)) = (config.push_base, self.current_transport(id))
+        {
             transport.track_push_base(base);
         }
+        self.note_recovery(id, report)
     }
 
     /// Warns about and notes a recovery's outcome.
-    pub(super) fn note_recovery(
+    fn note_recovery(
         &self,
         id: &str,
         result: Result<recovery::RecoveryReport, Error>,
