@@ -115,3 +115,97 @@ proptest! {
         }
     }
 }
+
+/// How a host copy relates to its sandbox copy. The cases sit where a content comparison can
+/// stop early: one side running out first, or the very last byte.
+#[derive(Debug, Clone, Copy)]
+enum Pair {
+    Equal,
+    HostIsPrefix,
+    SandboxIsPrefix,
+    LastByteDiffers,
+    HostEmpty,
+    SandboxEmpty,
+}
+
+/// Some bytes: short ones, and ones around the 64 KiB chunk the comparison reads at a time.
+fn content() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..48),
+        (65_530usize..65_543, any::<u8>()).prop_map(|(len, byte)| vec![byte; len]),
+    ]
+}
+
+/// (host bytes, sandbox bytes, equal?) for one pair.
+fn pair() -> impl Strategy<Value = (Vec<u8>, Vec<u8>, bool)> {
+    let relation = prop::sample::select(vec![
+        Pair::Equal,
+        Pair::HostIsPrefix,
+        Pair::SandboxIsPrefix,
+        Pair::LastByteDiffers,
+        Pair::HostEmpty,
+        Pair::SandboxEmpty,
+    ]);
+    let extra = prop::collection::vec(any::<u8>(), 1..8);
+    (relation, content(), extra, 1u8..=255).prop_map(|(relation, common, extra, flip)| {
+        // A side that must be non-empty falls back to `extra` when `common` is empty.
+        let nonempty = if common.is_empty() {
+            extra.clone()
+        } else {
+            common.clone()
+        };
+        let longer = [common.as_slice(), &extra].concat();
+        match relation {
+            Pair::Equal => (common.clone(), common, true),
+            Pair::HostIsPrefix => (common, longer, false),
+            Pair::SandboxIsPrefix => (longer, common, false),
+            Pair::LastByteDiffers => {
+                let mut other = nonempty.clone();
+                *other.last_mut().expect("non-empty") ^= flip;
+                (nonempty, other, false)
+            }
+            Pair::HostEmpty => (Vec::new(), nonempty, false),
+            Pair::SandboxEmpty => (nonempty, Vec::new(), false),
+        }
+    })
+}
+
+const PAIR_PATHS: &[&str] = &["skills/a/SKILL.md", "skills/x.md", "memories/MEMORY.md"];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    // contract: S6
+    #[test]
+    fn a_copy_that_differs_only_at_an_edge_is_a_conflict_and_neither_copy_is_lost(
+        pairs in prop::collection::vec(pair(), 1..=PAIR_PATHS.len()),
+    ) {
+        let world = World::new();
+        let mut archive = TarMaker::new();
+        for (path, (host, sandbox, _)) in PAIR_PATHS.iter().zip(&pairs) {
+            let at = world.home().join(path);
+            std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&at, host).expect("host copy");
+            archive.file(path, sandbox);
+        }
+        let report = world.recover(&archive.finish()).expect("recovers");
+
+        prop_assert_eq!(report.files.len(), pairs.len());
+        for (path, (host, sandbox, equal)) in PAIR_PATHS.iter().zip(&pairs) {
+            let outcome = report.outcome_of(path).expect("every sandbox file is reported");
+            prop_assert_eq!(&std::fs::read(world.home().join(path)).expect("host copy"), host);
+            let kept = PathBuf::from(format!("cache/e2b-recovered/{}/{path}", support::world::ID));
+            if *equal {
+                prop_assert_eq!(outcome, &Outcome::Unchanged, "{}", path);
+                prop_assert!(!world.home().join(&kept).exists());
+            } else {
+                prop_assert_eq!(
+                    outcome,
+                    &Outcome::Quarantined { at: kept.clone(), reason: QuarantineReason::Conflict },
+                    "{} host {} bytes, sandbox {} bytes", path, host.len(), sandbox.len()
+                );
+                prop_assert_eq!(&std::fs::read(world.home().join(&kept)).expect("quarantined"), sandbox);
+            }
+        }
+    }
+}
