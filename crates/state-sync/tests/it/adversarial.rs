@@ -34,11 +34,22 @@ fn extract(
     archive: &[u8],
     config: &ReadConfig,
 ) -> (Result<state_sync::ArchiveSummary, Error>, Files) {
+    extract_with_links(archive, config, &[("escape", "../outside")])
+}
+
+/// [`extract`], with the target holding `links` (name in the target, symlink target).
+fn extract_with_links(
+    archive: &[u8],
+    config: &ReadConfig,
+    links: &[(&str, &str)],
+) -> (Result<state_sync::ArchiveSummary, Error>, Files) {
     let tmp = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir_all(tmp.path().join("target")).expect("target");
+    std::fs::create_dir_all(tmp.path().join("target/ok")).expect("target");
     std::fs::create_dir_all(tmp.path().join("outside")).expect("outside");
     std::fs::write(tmp.path().join("outside/secret"), b"host secret").expect("secret");
-    std::os::unix::fs::symlink("../outside", tmp.path().join("target/escape")).expect("symlink");
+    for (name, target) in links {
+        std::os::unix::fs::symlink(target, tmp.path().join("target").join(name)).expect("symlink");
+    }
     let before = walk(tmp.path());
 
     let target =
@@ -158,6 +169,31 @@ fn a_member_aimed_through_a_target_symlink_fails_without_writing_outside() {
     assert!(err.is_sink_failure(), "{err}");
     assert_eq!(err.member(), Some("escape/secret"));
     assert!(files.is_empty());
+}
+
+// contract: X5
+#[test]
+fn relative_symlinks_out_of_the_target_lead_no_member_outside() {
+    // Files and directories, existing and dangling targets, from the top and from deeper down:
+    // cap-std must refuse each, as these targets are relative, not absolute.
+    let cases = [
+        ("leak", "../outside/secret", "leak"),
+        ("plant", "../outside/planted", "plant"),
+        ("ok/leak", "../../outside/secret", "ok/leak"),
+        ("up", "../outside", "up/secret"),
+        ("up", "../outside", "up/new/file"),
+        ("ok/up", "../../outside", "ok/up/new"),
+        ("gone", "../outside/absent", "gone/file"),
+    ];
+    for (link, target, member) in cases {
+        let mut archive = TarMaker::new();
+        archive.file(member, b"overwritten");
+        let (result, files) = extract_with_links(&archive.finish(), &skip(), &[(link, target)]);
+        let err = result.expect_err("cap-std refuses to leave the target");
+        assert!(err.is_sink_failure(), "{link} -> {target}: {err}");
+        assert_eq!(err.member(), Some(member), "{link} -> {target}");
+        assert!(files.is_empty(), "{link} -> {target}: {files:?}");
+    }
 }
 
 #[test]
