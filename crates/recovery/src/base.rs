@@ -18,7 +18,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::Error;
-use crate::recover::RECOVERABLE_ROOTS;
+use crate::roots::RECOVERABLE_ROOTS;
 
 /// A record holds at most this many bytes (about 80,000 typical entries); a push beyond it
 /// leaves the remaining files without a base (they are compared as before).

@@ -17,12 +17,10 @@ use crate::host::{Comparison, HostOnly, Spool, TempError, compare_host, write_te
 use crate::report::{
     FileReport, Outcome, QuarantineReason, RecoveryReport, SkipReason, SnapshotState,
 };
+use crate::roots::RECOVERABLE_ROOTS;
 
 /// The default cap on the snapshot stream: 2 GiB, the same as the teardown pull.
 pub const DEFAULT_MAX_SNAPSHOT_BYTES: u64 = 2 * 1024 * 1024 * 1024;
-
-/// The trees recovered, relative to the Hermes home on both sides.
-pub const RECOVERABLE_ROOTS: [&str; 2] = ["skills", "memories"];
 
 /// The quarantine tree, relative to the Hermes home; each sandbox gets `<this>/<sandbox id>/`.
 pub const QUARANTINE_DIR: &str = "cache/e2b-recovered";
