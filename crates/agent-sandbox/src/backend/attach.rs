@@ -300,10 +300,11 @@ impl Inner {
             remote_home: remote_hermes_home.clone(),
             cap: self.config.state_cap,
             transfer_lease: self.policy.transfer_lease(TRANSFER_WINDOW),
-            failures: Arc::clone(&self.failures),
+            failures: Arc::clone(&self.handoff.failures),
             progress: self.services.progress.clone(),
         });
         *self
+            .handoff
             .transport
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(transport);
@@ -314,6 +315,7 @@ impl Inner {
             role: role.kind(),
             degradation,
             replaced: self
+                .handoff
                 .replaced
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -57,7 +57,11 @@ impl Inner {
     }
 
     fn holder(&self) -> Result<Holder, Error> {
-        let mut holder = self.holder.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut holder = self
+            .arbitration
+            .holder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(holder) = &*holder {
             return Ok(holder.clone());
         }
@@ -97,6 +101,7 @@ impl Inner {
     /// the last acquire, and the pause after that refusal has not passed.
     pub(super) fn held_elsewhere(&self) -> Option<String> {
         let held = self
+            .arbitration
             .held_elsewhere
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -160,6 +165,7 @@ impl Inner {
         match verdict {
             Verdict::Granted(record) => {
                 *self
+                    .arbitration
                     .held_elsewhere
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = None;
@@ -187,6 +193,7 @@ impl Inner {
                     .min(renewal_period(term))
                     .max(Duration::from_secs(1));
                 *self
+                    .arbitration
                     .held_elsewhere
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) =

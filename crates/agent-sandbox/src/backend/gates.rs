@@ -15,7 +15,8 @@ use crate::transport::StateTransport;
 
 impl Inner {
     pub(super) fn current_transport(&self, id: &str) -> Result<StateTransport, Error> {
-        self.transport
+        self.handoff
+            .transport
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -33,13 +34,19 @@ impl Inner {
         hook: impl FnOnce(&StateTransport) -> Result<(), HookError>,
     ) -> Result<(), Error> {
         let transport = self.current_transport(id)?;
-        self.failures
+        self.handoff
+            .failures
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         let returned = hook(&transport);
-        let recorded =
-            std::mem::take(&mut *self.failures.lock().unwrap_or_else(PoisonError::into_inner));
+        let recorded = std::mem::take(
+            &mut *self
+                .handoff
+                .failures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         let mut problems: Vec<String> = recorded.into_iter().map(|(_, text)| text).collect();
         if let Err(error) = returned {
             problems.push(error.to_string());

@@ -47,6 +47,7 @@ impl Inner {
             .sandbox(connected.sandbox.envd_access())
             .map_err(|source| Error::e2b("connect", Some(attached.id.as_str()), source))?;
         if let Some(transport) = &*self
+            .handoff
             .transport
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

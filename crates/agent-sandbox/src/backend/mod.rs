@@ -71,7 +71,26 @@ impl fmt::Debug for Backend {
     }
 }
 
+/// One backend's shared core.
+///
+/// Locks, by what they guard, and their order (a lock is only ever taken while holding
+/// locks listed before it):
+///
+/// 1. `state`: the scope's one attachment, its role and lease (`Phase`). Every public call
+///    that attaches, admits, syncs or starts takes it first and holds it across that
+///    network I/O on purpose: one scope's transitions are serial, so a per-command sync
+///    never interleaves with another thread's admission or start (S3, C7), and a reader's
+///    takeover happens once. What a command does after its start request (its output, its
+///    wait) runs outside it, on the pump; cleanup waits for commands without it (L8).
+/// 2. `inflight`: the count of running commands (with its condvar); `run` enters it under
+///    `state`, a command's end leaves it on the pump, cleanup waits on it alone.
+/// 3. `handoff` and `arbitration`: leaf locks, held for a read or a write of the value and
+///    never across I/O or another lock: what the state hooks and other threads reach
+///    without the state lock (the transport, its failure record, the replaced sandbox), and
+///    sandbox arbitration's host-side memory (this host's holder id, the other host's
+///    grant).
 struct Inner {
+    // What the backend was given and derived once: immutable.
     config: Config,
     scope: Scope,
     services: Services,
@@ -79,18 +98,38 @@ struct Inner {
     identity: ScopeIdentity,
     policy: LeasePolicy,
     files: Option<ScopeFiles>,
+    /// Lock 1.
+    state: Mutex<Phase>,
+    /// Lock 2.
+    inflight: Arc<Inflight>,
+    /// Leaf locks: what the hooks and other threads reach without `state`.
+    handoff: Handoff,
+    /// Leaf locks: `writer_arbitration: sandbox`'s memory on this host.
+    arbitration: ArbitrationMemory,
+    stats: Counters,
+}
+
+/// What the state hooks and other threads reach without the state lock (leaf locks).
+#[derive(Default)]
+struct Handoff {
+    /// The attached sandbox's transport, for the hooks' callbacks; cloned out, never used
+    /// under the lock.
+    transport: Mutex<Option<StateTransport>>,
+    /// Transport failures recorded during a hook (the hooks' sync engine may swallow them).
+    failures: FailureLog,
+    /// The sandbox an attach replaced because it was gone, until the caller takes it.
+    replaced: Mutex<Option<String>>,
+}
+
+/// Sandbox arbitration's host-side memory (leaf locks).
+#[derive(Default)]
+struct ArbitrationMemory {
     /// This host's identity in the sandbox's writer record, loaded on first use.
     holder: Mutex<Option<Holder>>,
     /// Until when (a [`Clock::since_boot`](crate::Clock::since_boot) reading) another host's
     /// grant keeps this host from asking the record again, and the refusal to repeat
-    /// meanwhile (`writer_arbitration: sandbox`).
+    /// meanwhile.
     held_elsewhere: Mutex<Option<(std::time::Duration, String)>>,
-    state: Mutex<Phase>,
-    transport: Mutex<Option<StateTransport>>,
-    replaced: Mutex<Option<String>>,
-    failures: FailureLog,
-    inflight: Arc<Inflight>,
-    stats: Counters,
 }
 
 #[derive(Default)]
@@ -252,13 +291,10 @@ impl Backend {
                 identity,
                 policy,
                 files,
-                holder: Mutex::new(None),
-                held_elsewhere: Mutex::new(None),
                 state: Mutex::new(Phase::Detached),
-                transport: Mutex::new(None),
-                replaced: Mutex::new(None),
-                failures: FailureLog::default(),
                 inflight: Arc::new(Inflight::default()),
+                handoff: Handoff::default(),
+                arbitration: ArbitrationMemory::default(),
                 stats: Counters::default(),
             }),
         })
@@ -310,6 +346,7 @@ impl Backend {
     /// The transport of the attached sandbox, for a sync engine's callbacks. Does not attach.
     pub fn transport(&self) -> Result<StateTransport, Error> {
         self.inner
+            .handoff
             .transport
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -435,6 +472,7 @@ impl Inner {
 
     pub(super) fn clear_transport(&self) {
         *self
+            .handoff
             .transport
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;

@@ -132,7 +132,11 @@ impl Inner {
         self.clear_transport();
         let id = attached.id.as_str().to_owned();
         tracing::warn!(sandbox_id = %id, "E2B sandbox {id} is gone or no longer prepared; the next use attaches afresh");
-        *self.replaced.lock().unwrap_or_else(PoisonError::into_inner) = Some(id);
+        *self
+            .handoff
+            .replaced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(id);
         // Dropping the attachment drops its writer lease, if any.
         drop(attached);
     }
