@@ -1,12 +1,14 @@
 //! A profile's sandboxes as E2B lists them and this host knows them, and the actions a
 //! person takes on them: list, remove (with refusals), pull, and a live round trip.
 //!
-//! Framework-neutral: the Hermes plugin renders it as `hermes e2b`, another framework (the
-//! MCP example) could expose the same calls. Ownership comes from the `hermes.profile` label
+//! Framework-neutral: refusals and losses are values with plain-words `Display`; each
+//! framework's interface (the Hermes plugin's `hermes e2b`, the MCP example) adds its own
+//! command names and flags. Ownership comes from the `hermes.profile` label
 //! (a digest of the profile home; no path leaves the host); a sandbox made before that label
 //! existed counts as this profile's when this host has coordinated its scope.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -17,11 +19,11 @@ use sandbox_identity::{IdentityMetadata, Labels, Mode, ProfileDigest, ScopeDiges
 use writer_lease::{ScopeFiles, ScopeKey, WriterStatus};
 
 use crate::backend::Backend;
-use crate::backend::pull::{NOTE_PULL, NOTE_RECOVERY, NOTE_TASK, NOTE_WRITER_PID};
 use crate::command::RunOptions;
 use crate::config::{Config, PROBE_TASK_ID, SandboxMode, Scope, Services};
 use crate::error::{Error, ErrorChain};
 use crate::hooks::NoStateHooks;
+use crate::note::{NOTE_PULL, NOTE_RECOVERY, NOTE_TASK, NOTE_WRITER_PID};
 use crate::report::{KillOutcomeReport, RecoverySummary};
 use crate::sink::DiscardSink;
 
@@ -169,12 +171,95 @@ pub enum Verdict {
     /// Kill it; `loses` names what goes with it.
     Kill {
         /// What is lost, for the confirmation.
-        loses: String,
+        loses: Loss,
     },
     /// It is not listed any more: nothing to do, and that is success.
     AlreadyGone,
-    /// Refused; the reason says why and what would change it.
-    Refused(String),
+    /// Refused; the refusal says why and whether forcing would change it.
+    Refused(Refusal),
+}
+
+/// Why a removal is refused. The `Display` text says why in plain words; the caller's
+/// interface adds how its users change it (its command names and flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// Another profile's sandbox: only that profile removes it, forced or not.
+    OtherProfile,
+    /// Made before sandboxes carried their profile, and not by this host's profile: only a
+    /// forced removal takes it.
+    UnknownOwner,
+    /// A live session on this host holds its writer role: only a forced removal takes it.
+    LiveWriter {
+        /// The holder's pid, when the scope note has it.
+        pid: Option<u32>,
+    },
+}
+
+impl Refusal {
+    /// Whether a forced removal ([`Force::Yes`]) would take the sandbox.
+    pub fn force_overrides(&self) -> bool {
+        !matches!(self, Refusal::OtherProfile)
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::OtherProfile => f.write_str("another profile owns it"),
+            Refusal::UnknownOwner => f.write_str(
+                "made before sandboxes carried their profile, and not by this host's profile",
+            ),
+            Refusal::LiveWriter { pid } => {
+                let holder = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                write!(
+                    f,
+                    "a live session on this host{holder} holds its writer role"
+                )
+            }
+        }
+    }
+}
+
+/// What killing a sandbox takes with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Loss {
+    /// A duplicate of its scope: sessions use `newest`; state written only here goes.
+    Duplicate {
+        /// The sandbox the scope's sessions use.
+        newest: String,
+    },
+    /// An ephemeral sandbox: its files and processes.
+    Ephemeral,
+    /// A persistent sandbox: its files and processes, including agent state not yet pulled
+    /// back (an on-demand pull first keeps `skills/` and `memories/`).
+    UnpulledState {
+        /// The scope note's last pull line, when this host recorded one.
+        last_pull: Option<String>,
+    },
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::Duplicate { newest } => write!(
+                f,
+                "its files and processes (a duplicate: sessions use {newest}; agent state written only here is lost)"
+            ),
+            Loss::Ephemeral => f.write_str("its files and processes"),
+            Loss::UnpulledState { last_pull } => {
+                let pulled = last_pull
+                    .as_ref()
+                    .map(|line| format!("last pull {line}"))
+                    .unwrap_or_else(|| "no pull recorded on this host".to_owned());
+                write!(
+                    f,
+                    "its files and processes, including agent state not yet pulled ({pulled})"
+                )
+            }
+        }
+    }
 }
 
 /// One sandbox of a removal plan.
@@ -208,7 +293,7 @@ pub enum RemovalOutcome {
     /// It was already gone (success).
     AlreadyGone,
     /// Not touched: the plan refused it.
-    Refused(String),
+    Refused(Refusal),
     /// The kill request failed.
     Failed(String),
 }
@@ -573,18 +658,8 @@ pub(crate) fn plan(
 
 fn verdict(entry: &SandboxEntry, force: Force) -> Verdict {
     match entry.owner {
-        Owner::OtherProfile => {
-            return Verdict::Refused(
-                "another profile owns it; remove it with that profile's `hermes e2b rm`".to_owned(),
-            );
-        }
-        Owner::Unknown if force == Force::No => {
-            return Verdict::Refused(
-                "made before sandboxes carried their profile, and not by this host's profile; \
-                 add --force if it is yours"
-                    .to_owned(),
-            );
-        }
+        Owner::OtherProfile => return Verdict::Refused(Refusal::OtherProfile),
+        Owner::Unknown if force == Force::No => return Verdict::Refused(Refusal::UnknownOwner),
         _ => {}
     }
     let held = entry
@@ -599,25 +674,16 @@ fn verdict(entry: &SandboxEntry, force: Force) -> Verdict {
     if let Some(pid) = held
         && force == Force::No
     {
-        let holder = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
-        return Verdict::Refused(format!(
-            "a live session on this host{holder} holds its writer role; end it first, or add --force"
-        ));
+        return Verdict::Refused(Refusal::LiveWriter { pid });
     }
-    let last_pull = entry
-        .host
-        .as_ref()
-        .and_then(|host| host.last_pull.clone())
-        .map(|line| format!("last pull {line}"))
-        .unwrap_or_else(|| "no pull recorded on this host".to_owned());
     let loses = match entry.duplicate_of.as_deref() {
-        Some(newest) => format!(
-            "its files and processes (a duplicate: sessions use {newest}; Hermes state written only here is lost)"
-        ),
-        None if entry.mode == Mode::Ephemeral => "its files and processes".to_owned(),
-        None => format!(
-            "its files and processes, including Hermes state not yet pulled ({last_pull}; `hermes e2b pull` first keeps skills and memories)"
-        ),
+        Some(newest) => Loss::Duplicate {
+            newest: newest.to_owned(),
+        },
+        None if entry.mode == Mode::Ephemeral => Loss::Ephemeral,
+        None => Loss::UnpulledState {
+            last_pull: entry.host.as_ref().and_then(|host| host.last_pull.clone()),
+        },
     };
     Verdict::Kill { loses }
 }
@@ -676,10 +742,23 @@ mod tests {
         );
         let plan_no = plan(&all, &ids, Force::No);
         let got = verdicts(&plan_no);
-        assert!(matches!(got[0].1, Verdict::Refused(r) if r.contains("another profile")));
-        assert!(matches!(got[1].1, Verdict::Refused(r) if r.contains("--force")));
-        assert!(matches!(got[2].1, Verdict::Refused(r) if r.contains("pid 4242")));
-        assert!(matches!(got[3].1, Verdict::Kill { loses } if loses.contains("hermes e2b pull")));
+        assert_eq!(got[0].1, &Verdict::Refused(Refusal::OtherProfile));
+        assert_eq!(got[1].1, &Verdict::Refused(Refusal::UnknownOwner));
+        assert_eq!(
+            got[2].1,
+            &Verdict::Refused(Refusal::LiveWriter { pid: Some(4242) })
+        );
+        assert!(got[2].1 != &Verdict::Refused(Refusal::LiveWriter { pid: None }));
+        assert!(
+            matches!(
+                got[3].1,
+                Verdict::Kill {
+                    loses: Loss::UnpulledState { .. }
+                }
+            ),
+            "{:?}",
+            got[3].1
+        );
         assert_eq!(got[4], ("gone", &Verdict::AlreadyGone));
 
         let forced = plan(&all, &ids, Force::Yes);

@@ -122,6 +122,7 @@ mod error;
 mod home;
 mod hooks;
 mod inventory;
+mod note;
 mod progress;
 mod report;
 mod sink;
@@ -145,8 +146,8 @@ pub use error::{Error, ErrorChain};
 pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{
-    EntryState, Force, HostScope, Inventory, Listing, LiveStep, Owner, PlannedRemoval,
-    RemovalOutcome, RemovalTarget, Removed, SandboxEntry, Verdict, WriterHolder,
+    EntryState, Force, HostScope, Inventory, Listing, LiveStep, Loss, Owner, PlannedRemoval,
+    Refusal, RemovalOutcome, RemovalTarget, Removed, SandboxEntry, Verdict, WriterHolder,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 pub use report::{

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_sandbox::{
-    ApiKeySource, Force, HostScope, Inventory, Listing, Progress, ProgressObserver, RemovalOutcome,
-    RemovalTarget, SandboxEntry, Services, Verdict, WriterHolder,
+    ApiKeySource, Force, HostScope, Inventory, Listing, Loss, Progress, ProgressObserver, Refusal,
+    RemovalOutcome, RemovalTarget, SandboxEntry, Services, Verdict, WriterHolder,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -174,9 +174,9 @@ impl PyInventory {
                 let dict = PyDict::new(py);
                 dict.set_item("sandbox_id", &item.sandbox_id)?;
                 let (action, detail) = match &item.verdict {
-                    Verdict::Kill { loses } => ("kill", Some(loses.clone())),
+                    Verdict::Kill { loses } => ("kill", Some(loss_text(loses))),
                     Verdict::AlreadyGone => ("already_gone", None),
-                    Verdict::Refused(reason) => ("refuse", Some(reason.clone())),
+                    Verdict::Refused(refusal) => ("refuse", Some(refusal_text(refusal))),
                     _ => ("refuse", None),
                 };
                 dict.set_item("action", action)?;
@@ -218,7 +218,7 @@ impl PyInventory {
                 let (outcome, detail) = match &item.outcome {
                     RemovalOutcome::Killed => ("killed", None),
                     RemovalOutcome::AlreadyGone => ("already_gone", None),
-                    RemovalOutcome::Refused(reason) => ("refused", Some(reason.clone())),
+                    RemovalOutcome::Refused(refusal) => ("refused", Some(refusal_text(refusal))),
                     RemovalOutcome::Failed(text) => ("failed", Some(without_time_words(text))),
                     _ => ("failed", None),
                 };
@@ -271,5 +271,88 @@ impl PyInventory {
                 Ok(dict)
             })
             .collect()
+    }
+}
+
+/// A refusal in the plugin's words: why (agent-sandbox's text), then what a `hermes e2b`
+/// user does about it.
+fn refusal_text(refusal: &Refusal) -> String {
+    match refusal {
+        Refusal::OtherProfile => {
+            format!("{refusal}; remove it with that profile's `hermes e2b rm`")
+        }
+        Refusal::UnknownOwner => format!("{refusal}; add --force if it is yours"),
+        Refusal::LiveWriter { .. } => format!("{refusal}; end it first, or add --force"),
+        _ => refusal.to_string(),
+    }
+}
+
+/// What a kill loses, in the plugin's words: the state is Hermes', and `hermes e2b pull`
+/// keeps it.
+fn loss_text(loss: &Loss) -> String {
+    match loss {
+        Loss::Duplicate { newest } => format!(
+            "its files and processes (a duplicate: sessions use {newest}; Hermes state written only here is lost)"
+        ),
+        Loss::UnpulledState { last_pull } => {
+            let pulled = last_pull
+                .as_ref()
+                .map(|line| format!("last pull {line}"))
+                .unwrap_or_else(|| "no pull recorded on this host".to_owned());
+            format!(
+                "its files and processes, including Hermes state not yet pulled ({pulled}; `hermes e2b pull` first keeps skills and memories)"
+            )
+        }
+        _ => loss.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_and_losses_carry_the_plugin_commands_and_the_core_says_none() {
+        // contract: I8 — the plugin's words; agent-sandbox's own text names no Hermes command.
+        let cases = [
+            (
+                refusal_text(&Refusal::OtherProfile),
+                Refusal::OtherProfile.to_string(),
+                "that profile's `hermes e2b rm`",
+            ),
+            (
+                refusal_text(&Refusal::UnknownOwner),
+                Refusal::UnknownOwner.to_string(),
+                "add --force if it is yours",
+            ),
+            (
+                refusal_text(&Refusal::LiveWriter { pid: Some(7) }),
+                Refusal::LiveWriter { pid: Some(7) }.to_string(),
+                "(pid 7) holds its writer role; end it first, or add --force",
+            ),
+            (
+                loss_text(&Loss::UnpulledState { last_pull: None }),
+                Loss::UnpulledState { last_pull: None }.to_string(),
+                "(no pull recorded on this host; `hermes e2b pull` first keeps skills and memories)",
+            ),
+            (
+                loss_text(&Loss::Duplicate {
+                    newest: "i2".to_owned(),
+                }),
+                Loss::Duplicate {
+                    newest: "i2".to_owned(),
+                }
+                .to_string(),
+                "sessions use i2; Hermes state written only here is lost",
+            ),
+        ];
+        for (ours, core, wanted) in cases {
+            assert!(ours.contains(wanted), "{ours}");
+            assert!(
+                !core.contains("hermes") && !core.contains("Hermes"),
+                "{core}"
+            );
+            assert!(!core.contains("--force"), "{core}");
+        }
     }
 }

@@ -1,22 +1,16 @@
 //! The on-demand pull (a person asked for it, e.g. `hermes e2b pull`): resume recovery from
 //! the scope's existing sandbox into the profile home, as the writer, without a push; and the
-//! scope note the backend keeps for people (task id, last writer, last pull and recovery).
+//! scope note the backend keeps for people (task id, last writer, last pull and recovery;
+//! its keys are [`crate::note`]'s).
 
 use std::path::PathBuf;
-use std::time::SystemTime;
 
 use writer_lease::{Role as LeaseRole, ScopeNote};
 
 use super::{Backend, Inner, Role};
 use crate::error::{Error, ErrorChain};
+use crate::note::{NOTE_RECOVERY, NOTE_TASK, NOTE_TEMPLATE, NOTE_WRITER_PID, stamped};
 use crate::report::RecoverySummary;
-
-/// Note entries (writer-lease's `ScopeNote` names).
-pub(crate) const NOTE_TASK: &str = "task";
-pub(crate) const NOTE_TEMPLATE: &str = "template";
-pub(crate) const NOTE_WRITER_PID: &str = "writer-pid";
-pub(crate) const NOTE_PULL: &str = "last-pull";
-pub(crate) const NOTE_RECOVERY: &str = "last-recovery";
 
 impl Backend {
     /// Recovers `skills/` and `memories/` from the scope's existing sandbox into the profile
@@ -226,18 +220,4 @@ impl Inner {
             note.set(NOTE_WRITER_PID, &std::process::id().to_string());
         });
     }
-}
-
-/// `text` prefixed with the current UTC time, for a note line.
-pub(crate) fn stamped(text: &str) -> String {
-    let now = time::OffsetDateTime::from(SystemTime::now());
-    let when = now
-        .replace_nanosecond(0)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default();
-    format!("{when} {text}")
 }

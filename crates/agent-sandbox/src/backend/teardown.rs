@@ -7,6 +7,7 @@ use e2b_client::KillOutcome;
 
 use super::{Attached, Backend, Inner, Phase, Role, bump};
 use crate::error::{Error, ErrorChain};
+use crate::note::{NOTE_PULL, stamped};
 use crate::report::{CleanupReport, KillOutcomeReport, PullOutcome};
 
 impl Backend {
@@ -158,7 +159,7 @@ impl Inner {
                     PullOutcome::Failed(text) => format!("failed from {id}: {text}"),
                     _ => format!("pulled from {id}"),
                 };
-                self.note(|note| note.set(super::pull::NOTE_PULL, &super::pull::stamped(&line)));
+                self.note(|note| note.set(NOTE_PULL, &stamped(&line)));
                 outcome
             }
             Role::PendingWriter(_) | Role::Reader | Role::Probe | Role::External => {

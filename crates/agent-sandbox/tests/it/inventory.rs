@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use agent_sandbox::{
-    EntryState, Force, Inventory, Listing, Owner, RemovalOutcome, RemovalTarget, SandboxMode,
-    Verdict, WriterHolder,
+    EntryState, Force, Inventory, Listing, Loss, Owner, Refusal, RemovalOutcome, RemovalTarget,
+    SandboxMode, Verdict, WriterHolder,
 };
 use e2b_client::{CreateOptions, OnTimeout, PauseMemory};
 use sandbox_identity::{
@@ -183,7 +183,7 @@ fn rm_duplicates_keeps_the_newest_and_refuses_a_live_writer() {
     assert_eq!(planned, [ids[1].as_str(), ids[0].as_str()]);
     assert!(
         plan.iter()
-            .all(|p| matches!(&p.verdict, Verdict::Kill { loses } if loses.contains(&ids[2])))
+            .all(|p| matches!(&p.verdict, Verdict::Kill { loses: Loss::Duplicate { newest } } if newest == &ids[2]))
     );
     let removed = inventory.remove(&plan).expect("remove");
     assert!(removed.iter().all(|r| r.outcome == RemovalOutcome::Killed));
@@ -203,7 +203,10 @@ fn rm_duplicates_keeps_the_newest_and_refuses_a_live_writer() {
         .plan_removal(&by_id, Force::No, server_now())
         .expect("plan");
     assert!(
-        matches!(&plan[0].verdict, Verdict::Refused(reason) if reason.contains(&format!("pid {}", std::process::id()))),
+        plan[0].verdict
+            == Verdict::Refused(Refusal::LiveWriter {
+                pid: Some(std::process::id())
+            }),
         "{plan:?}"
     );
     assert_eq!(

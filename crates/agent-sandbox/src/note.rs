@@ -1,0 +1,29 @@
+//! The scope note's keys and line format: what the backend writes for people (writer-lease's
+//! `ScopeNote`) and the inventory reads back, in one place.
+
+use std::time::SystemTime;
+
+/// Which task (scope) the note's scope is.
+pub(crate) const NOTE_TASK: &str = "task";
+/// The template the scope's sandbox uses.
+pub(crate) const NOTE_TEMPLATE: &str = "template";
+/// The pid of the last writer on this host.
+pub(crate) const NOTE_WRITER_PID: &str = "writer-pid";
+/// The last teardown pull: when, from which sandbox, and its outcome.
+pub(crate) const NOTE_PULL: &str = "last-pull";
+/// The last recovery: when, its counts or failure, and from which sandbox.
+pub(crate) const NOTE_RECOVERY: &str = "last-recovery";
+
+/// `text` prefixed with the current UTC time, for a note line.
+pub(crate) fn stamped(text: &str) -> String {
+    let now = time::OffsetDateTime::from(SystemTime::now());
+    let when = now
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default();
+    format!("{when} {text}")
+}
