@@ -152,7 +152,7 @@ pub use inventory::{
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 pub use report::{
     AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RecoverySummary, RoleKind,
-    Stats,
+    Stats, TeardownRecovery,
 };
 pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Mode, Security, SystemClock};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};

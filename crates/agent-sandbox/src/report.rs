@@ -85,6 +85,20 @@ pub enum PullOutcome {
     Failed(String),
 }
 
+/// What the backend's own recovery did at teardown, after the caller's pull hook: it brings
+/// back under `skills/` and `memories/` what that pull cannot map back (files it never
+/// pushed, a pull that found nothing pushed), conflicts quarantined (S6, L4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TeardownRecovery {
+    /// Not this role's job, or nothing was attached.
+    NotAttempted,
+    /// Recovery completed.
+    Recovered(RecoverySummary),
+    /// Recovery failed; logged with the sandbox id. A persistent sandbox keeps its files for
+    /// the next resume's recovery; an ephemeral one is killed all the same.
+    Failed(String),
+}
+
 /// What happened to the sandbox itself at cleanup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KillOutcomeReport {
@@ -108,6 +122,8 @@ pub struct CleanupReport {
     pub repeated: bool,
     /// The teardown pull.
     pub pull: PullOutcome,
+    /// The backend's own recovery after the pull.
+    pub recovery: TeardownRecovery,
     /// The sandbox's fate.
     pub sandbox: KillOutcomeReport,
 }

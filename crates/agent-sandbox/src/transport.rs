@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -71,6 +72,9 @@ struct Inner {
     /// What the uploads of this attachment put in the sandbox (recovery's push base), once
     /// the backend starts tracking at bring-up; `changed` says it needs storing.
     push_base: Mutex<Option<(recovery::PushBase, bool)>>,
+    /// Set by each transfer reconnect, taken by the teardown recovery: after the teardown
+    /// pull reconnected, the recovery that follows needs no connect of its own.
+    transfer_connected: AtomicBool,
 }
 
 /// What a fenced writer staged since the last commit.
@@ -130,6 +134,7 @@ impl StateTransport {
                 progress: parts.progress,
                 staging: Mutex::new(None),
                 push_base: Mutex::new(None),
+                transfer_connected: AtomicBool::new(false),
             }),
         }
     }
@@ -573,7 +578,23 @@ impl StateTransport {
             .sandbox(connected.sandbox.envd_access())
             .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
         self.replace_sandbox(sandbox);
+        self.inner.transfer_connected.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Forgets earlier transfer reconnects: the teardown starts counting from here.
+    pub(crate) fn forget_transfer_connection(&self) {
+        self.inner.transfer_connected.store(false, Ordering::SeqCst);
+    }
+
+    /// Before the teardown recovery: reconnects with a transfer-sized lease (resuming a
+    /// sandbox E2B paused meanwhile) unless the teardown pull just did, so a pull hook that
+    /// downloaded nothing still leaves a reachable sandbox and one that did costs no more.
+    pub(crate) fn prepare_teardown_transfer(&self) -> Result<(), Error> {
+        if self.inner.transfer_connected.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.reconnect_for_transfer()
     }
 
     /// Resume recovery: streams the sandbox's skills/ and memories/ into `recovery::recover`.

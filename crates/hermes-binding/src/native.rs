@@ -11,7 +11,7 @@ use std::time::Duration;
 use agent_sandbox::{
     ApiKey, ApiKeySource, Backend, CleanupReport, CommandResult, HookError, KillOutcomeReport,
     PullOutcome, PushKind, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell,
-    StateHooks, StateTransport, Termination, WriteSink,
+    StateHooks, StateTransport, TeardownRecovery, Termination, WriteSink,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
@@ -307,6 +307,22 @@ fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<
     };
     dict.set_item("pull", pull)?;
     dict.set_item("pull_error", pull_error)?;
+    let (recovery, recovery_error) = match &report.recovery {
+        TeardownRecovery::NotAttempted => ("not_attempted", None),
+        TeardownRecovery::Recovered(summary) => {
+            let counts = PyDict::new(py);
+            counts.set_item("restored", summary.restored)?;
+            counts.set_item("unchanged", summary.unchanged)?;
+            counts.set_item("superseded", summary.superseded)?;
+            counts.set_item("quarantined", summary.quarantined)?;
+            counts.set_item("skipped", summary.skipped)?;
+            dict.set_item("recovered", counts)?;
+            ("recovered", None)
+        }
+        TeardownRecovery::Failed(reason) => ("failed", Some(without_time_words(reason))),
+    };
+    dict.set_item("recovery", recovery)?;
+    dict.set_item("recovery_error", recovery_error)?;
     let (sandbox, kill_error) = match &report.sandbox {
         KillOutcomeReport::LeftRunning => ("left_running", None),
         KillOutcomeReport::Killed => ("killed", None),

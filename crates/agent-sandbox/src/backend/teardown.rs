@@ -8,7 +8,7 @@ use e2b_client::KillOutcome;
 use super::{Attached, Backend, Inner, Phase, Role, bump};
 use crate::error::{Error, ErrorChain};
 use crate::note::{NOTE_PULL, stamped};
-use crate::report::{CleanupReport, KillOutcomeReport, PullOutcome};
+use crate::report::{CleanupReport, KillOutcomeReport, PullOutcome, TeardownRecovery};
 
 impl Backend {
     /// Cleanup for session close, idle reaping and exit (L7, L8): waits for in-flight
@@ -28,6 +28,7 @@ impl Backend {
                         sandbox_id: None,
                         repeated: false,
                         pull: PullOutcome::NotAttempted,
+                        recovery: TeardownRecovery::NotAttempted,
                         sandbox: KillOutcomeReport::LeftRunning,
                     };
                 }
@@ -47,6 +48,7 @@ impl Backend {
                         sandbox_id,
                         repeated: true,
                         pull: PullOutcome::NotAttempted,
+                        recovery: TeardownRecovery::NotAttempted,
                         sandbox: KillOutcomeReport::LeftRunning,
                     };
                 }
@@ -72,6 +74,7 @@ impl Backend {
                 sandbox_id: Some(attached),
                 repeated: true,
                 pull: PullOutcome::NotAttempted,
+                recovery: TeardownRecovery::NotAttempted,
                 sandbox: KillOutcomeReport::LeftRunning,
             };
         };
@@ -145,8 +148,11 @@ impl Inner {
     fn teardown(&self, mut attached: Attached) -> CleanupReport {
         let id = attached.id.as_str().to_owned();
         self.fence_before_pull(&mut attached);
-        let pull = match &attached.role {
+        let (pull, recovery) = match &attached.role {
             Role::Writer(_) | Role::Owner { .. } => {
+                if let Ok(transport) = self.current_transport(&id) {
+                    transport.forget_transfer_connection();
+                }
                 let outcome = match self.run_hook("pull", &id, |t| self.hooks.pull(t)) {
                     Ok(()) => PullOutcome::Pulled,
                     Err(error) => {
@@ -160,10 +166,10 @@ impl Inner {
                     _ => format!("pulled from {id}"),
                 };
                 self.note(|note| note.set(NOTE_PULL, &stamped(&line)));
-                outcome
+                (outcome, self.recover_at_teardown(&id))
             }
             Role::PendingWriter(_) | Role::Reader | Role::Probe | Role::External => {
-                PullOutcome::NotAttempted
+                (PullOutcome::NotAttempted, TeardownRecovery::NotAttempted)
             }
         };
         self.fence_release(&attached);
@@ -193,7 +199,29 @@ impl Inner {
             sandbox_id: Some(id),
             repeated: false,
             pull,
+            recovery,
             sandbox,
+        }
+    }
+
+    /// After the caller's pull: the backend's own recovery of `skills/` and `memories/` from
+    /// the sandbox (L4, S5, S6). The pull hook is the caller's engine and may map back only
+    /// what it pushed (Hermes' never pushes `memories/`, and skips its pull entirely when it
+    /// pushed nothing), so what the agent created in the sandbox would otherwise die with
+    /// an ephemeral sandbox. Running after the pull, files the pull brought back compare as
+    /// unchanged; what it left out is restored, or quarantined where the host differs.
+    fn recover_at_teardown(&self, id: &str) -> TeardownRecovery {
+        let result = self
+            .current_transport(id)
+            .and_then(|transport| transport.prepare_teardown_transfer())
+            .and_then(|()| self.recover_into_home(id));
+        match result {
+            Ok(summary) => TeardownRecovery::Recovered(summary),
+            Err(error) => {
+                let text = ErrorChain(&error).to_string();
+                tracing::error!(sandbox_id = %id, "E2B teardown recovery: {text}");
+                TeardownRecovery::Failed(text)
+            }
         }
     }
 }

@@ -13,3 +13,4 @@ mod redaction;
 mod requests;
 mod state;
 mod support;
+mod teardown;

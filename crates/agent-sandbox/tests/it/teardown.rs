@@ -1,0 +1,197 @@
+//! The teardown's own recovery: what the caller's pull hook cannot map back under `skills/`
+//! and `memories/` reaches the host before an ephemeral sandbox is killed, and at every
+//! persistent teardown (L4, S5, S6).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_sandbox::{
+    Backend, KillOutcomeReport, NoStateHooks, PullOutcome, RecoverySummary, SandboxMode,
+    TeardownRecovery,
+};
+
+use crate::support::{RecordingHooks, World, ok};
+
+fn ephemeral() -> SandboxMode {
+    SandboxMode::Ephemeral {
+        lifetime: Duration::from_secs(300),
+    }
+}
+
+fn write(home: &Path, rel: &str, text: &str) {
+    let path = home.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn read(home: &Path, rel: &str) -> Option<String> {
+    std::fs::read_to_string(home.join(rel)).ok()
+}
+
+/// What an agent does in its sandbox's Hermes home: a new skill in a new directory, an
+/// appended memory line (the host's `MEMORY.md` is a prefix of the sandbox's), a new memory.
+fn agent_writes_state(backend: &Backend) {
+    ok(
+        backend,
+        "mkdir -p ~/.hermes/skills/made-here ~/.hermes/memories && cd ~/.hermes \
+         && printf 'made in the sandbox\\n' > skills/made-here/SKILL.md \
+         && printf 'host line\\nsandbox line\\n' > memories/MEMORY.md \
+         && printf 'new\\n' > memories/NEW.md",
+    );
+}
+
+fn recovered(report: &TeardownRecovery) -> RecoverySummary {
+    match report {
+        TeardownRecovery::Recovered(summary) => *summary,
+        other => panic!("the teardown recovery did not complete: {other:?}"),
+    }
+}
+
+/// The host after a teardown that recovered `agent_writes_state`'s files over a host whose
+/// `MEMORY.md` held only "host line".
+fn assert_state_reached_the_host(home: &Path, id: &str) {
+    assert_eq!(
+        read(home, "skills/made-here/SKILL.md").as_deref(),
+        Some("made in the sandbox\n")
+    );
+    assert_eq!(read(home, "memories/NEW.md").as_deref(), Some("new\n"));
+    // The host's MEMORY.md is a prefix of the sandbox's: a conflict, so the host copy stays
+    // and the sandbox's appended version is kept in quarantine (S6).
+    assert_eq!(
+        read(home, "memories/MEMORY.md").as_deref(),
+        Some("host line\n")
+    );
+    assert_eq!(
+        read(
+            home,
+            &format!("cache/e2b-recovered/{id}/memories/MEMORY.md")
+        )
+        .as_deref(),
+        Some("host line\nsandbox line\n")
+    );
+}
+
+#[test]
+fn an_ephemeral_cleanup_recovers_what_a_pull_that_pushed_nothing_cannot_map_back() {
+    // contract: L4, S5, S6 — a new user's profile: nothing pushed, a pull hook that maps
+    // nothing back (Hermes' sync_back skips with "no prior push state").
+    let world = World::new();
+    let home = world.home.path();
+    write(home, "memories/MEMORY.md", "host line\n");
+    let backend = world.backend(ephemeral(), "t1", Arc::new(NoStateHooks));
+    agent_writes_state(&backend);
+    let id = backend.info().unwrap().sandbox_id;
+
+    let report = backend.cleanup();
+    assert_eq!(report.pull, PullOutcome::Pulled);
+    let summary = recovered(&report.recovery);
+    assert_eq!((summary.restored, summary.quarantined), (2, 1), "{summary}");
+    assert_eq!(report.sandbox, KillOutcomeReport::Killed);
+    assert!(world.detail(&id).expect_err("killed").is_not_found());
+    assert_state_reached_the_host(home, &id);
+}
+
+#[test]
+fn an_ephemeral_cleanup_recovers_what_a_pull_of_pushed_files_only_leaves_out() {
+    // contract: L4, S5, S6 — a profile with skills: the hook pushes them and its pull maps
+    // nothing new back; a pushed skill the sandbox left alone compares unchanged.
+    let world = World::new();
+    let home = world.home.path();
+    write(home, "skills/mine/SKILL.md", "host skill\n");
+    write(home, "memories/MEMORY.md", "host line\n");
+    let hooks = RecordingHooks::new(home);
+    let backend = world.backend(ephemeral(), "t1", hooks.clone());
+    agent_writes_state(&backend);
+    let id = backend.info().unwrap().sandbox_id;
+
+    let report = backend.cleanup();
+    assert_eq!(hooks.calls().last().map(String::as_str), Some("pull"));
+    let summary = recovered(&report.recovery);
+    assert_eq!(
+        (summary.restored, summary.quarantined, summary.unchanged),
+        (2, 1, 1),
+        "{summary}"
+    );
+    assert_eq!(report.sandbox, KillOutcomeReport::Killed);
+    assert_state_reached_the_host(home, &id);
+    assert_eq!(
+        read(home, "skills/mine/SKILL.md").as_deref(),
+        Some("host skill\n")
+    );
+}
+
+#[test]
+fn a_persistent_teardown_recovers_too_and_reconnects_a_sandbox_paused_behind_it() {
+    // contract: L4, L3, S5 — the hook downloads nothing, so the recovery itself must
+    // resume the sandbox E2B paused; the backend never pauses or kills it.
+    let world = World::new();
+    let home = world.home.path();
+    write(home, "memories/MEMORY.md", "host line\n");
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    agent_writes_state(&backend);
+    let id = backend.info().unwrap().sandbox_id;
+    world.server().faults().pause_sandbox(&id).expect("pause");
+
+    let report = backend.cleanup();
+    let summary = recovered(&report.recovery);
+    assert_eq!((summary.restored, summary.quarantined), (2, 1), "{summary}");
+    assert_eq!(report.sandbox, KillOutcomeReport::LeftRunning);
+    assert_eq!(backend.stats().sandbox_kills, 0);
+    assert_state_reached_the_host(home, &id);
+}
+
+#[test]
+fn a_teardown_after_a_pull_that_reconnected_adds_one_start_and_no_connect() {
+    // contract: L4 — the recovery rides on the pull's transfer connect: its cost is the
+    // snapshot's one start request.
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let backend = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    agent_writes_state(&backend);
+    let before = world.server().requests();
+    let report = backend.cleanup();
+    recovered(&report.recovery);
+    let spent = world.server().requests().since(&before);
+    // The pull: one connect, one start (the archive), one download, one remove; the
+    // recovery: one start.
+    assert_eq!(
+        spent.get("connect"),
+        1,
+        "{:?}",
+        spent.routes().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        spent.get("Process/Start"),
+        2,
+        "{:?}",
+        spent.routes().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_failed_teardown_recovery_is_reported_and_the_ephemeral_sandbox_still_killed() {
+    // contract: L4, S8 — a redirected quarantine fails the recovery closed (nothing written
+    // outside the home); the report and the log say so; destruction still runs.
+    let world = World::new();
+    let home = world.home.path();
+    write(home, "memories/MEMORY.md", "host line\n");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.join("cache")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), home.join("cache/e2b-recovered")).unwrap();
+    let backend = world.backend(ephemeral(), "t1", Arc::new(NoStateHooks));
+    agent_writes_state(&backend);
+    let id = backend.info().unwrap().sandbox_id;
+
+    let report = backend.cleanup();
+    let TeardownRecovery::Failed(text) = &report.recovery else {
+        panic!("expected a failed recovery: {:?}", report.recovery);
+    };
+    assert!(text.contains(&id), "names the sandbox: {text}");
+    assert_eq!(report.sandbox, KillOutcomeReport::Killed);
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
+    assert_eq!(
+        read(home, "memories/MEMORY.md").as_deref(),
+        Some("host line\n")
+    );
+}
