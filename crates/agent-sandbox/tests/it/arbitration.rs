@@ -286,6 +286,21 @@ impl StateHooks for ChangedSkills {
         if !changed.is_empty() {
             transport.upload_many(changed)?;
         }
+        // Pushed files the host no longer has are deleted, as Hermes' sync does.
+        let gone: Vec<PathBuf> = pushed.keys().filter(|p| !p.exists()).cloned().collect();
+        if !gone.is_empty() {
+            let remote = gone
+                .iter()
+                .map(|path| {
+                    let name = path.file_name().expect("name").to_string_lossy();
+                    format!("/home/user/.hermes/skills/{name}")
+                })
+                .collect();
+            transport.delete_many(remote)?;
+            for path in gone {
+                pushed.remove(&path);
+            }
+        }
         Ok(())
     }
 
@@ -602,6 +617,79 @@ fn a_fenced_writer_warns_once_naming_the_holder_and_pulls_nothing_at_teardown() 
     admitted_within_takeover_wait(&d, &d_clock);
     assert_eq!(c.cleanup().pull, PullOutcome::NotAttempted);
     assert_eq!(d.cleanup().pull, PullOutcome::Pulled);
+    a.cleanup();
+}
+
+#[test]
+fn a_stale_writers_held_back_deletes_never_land() {
+    // contract: C10 — deletes wait in the staging until a commit under the writer's
+    // generation; a writer taken over meanwhile has them refused, and the new writer's
+    // commit discards them.
+    let world = World::new();
+    let (a_src, b_src) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let a = sandbox_backend(
+        &world,
+        Duration::from_secs(1),
+        Arc::new(ManualClock::new()),
+        a_src.path(),
+    );
+    let kept = a_src.path().join("skills").join("kept.md");
+    std::fs::write(&kept, "a1\n").expect("write");
+    std::fs::write(a_src.path().join("skills").join("gone.md"), "g1\n").expect("write");
+    ok(&a, "true");
+    let id = a.info().expect("attached").sandbox_id;
+    let remote = "/home/user/.hermes/skills/kept.md";
+    assert_eq!(
+        sandbox_file(&world, &id, remote).as_deref(),
+        Some(&b"a1\n"[..])
+    );
+
+    // While a still holds the role, its delete lands through its own commit.
+    std::fs::remove_file(a_src.path().join("skills").join("gone.md")).expect("remove");
+    ok(&a, "true");
+    assert_eq!(
+        sandbox_file(&world, &id, "/home/user/.hermes/skills/gone.md"),
+        None,
+        "a current writer's delete is committed"
+    );
+
+    let b_clock = Arc::new(ManualClock::new());
+    let b = sandbox_backend(
+        &world,
+        Duration::from_secs(60),
+        b_clock.clone(),
+        b_src.path(),
+    );
+    admitted_within_takeover_wait(&b, &b_clock);
+    assert_eq!(b.info().expect("attached").role, RoleKind::Writer);
+
+    // a, taken over without knowing it, deletes: the delete is held back and refused.
+    std::fs::remove_file(&kept).expect("remove");
+    let fenced = run(&a, "true").expect_err("fenced");
+    assert!(fenced.is_fenced(), "{fenced}");
+    assert_eq!(a.info().expect("attached").role, RoleKind::Reader);
+    assert_eq!(
+        sandbox_file(&world, &id, remote).as_deref(),
+        Some(&b"a1\n"[..]),
+        "the stale delete did not land"
+    );
+    // The new writer's next commit discards the stale staging; the file is still there.
+    ok(&b, "true");
+    assert!(
+        run(&a, "true")
+            .expect_err("b holds the role")
+            .is_not_ready()
+    );
+    assert_eq!(
+        sandbox_file(&world, &id, remote).as_deref(),
+        Some(&b"a1\n"[..]),
+        "nor after the new writer's commit"
+    );
+    assert_eq!(ok(&b, "ls ~/.hermes.writer/staging | wc -l").trim(), "0");
+    b.cleanup();
     a.cleanup();
 }
 

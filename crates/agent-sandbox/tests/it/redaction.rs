@@ -273,3 +273,124 @@ fn planted_secrets_reach_no_error_and_no_log_record() {
     }
     assert!(ran >= cases() as usize);
 }
+
+/// A server that answers every request with HTTP 500 and an error body quoting the API key
+/// the request carried, as a careless self-hosted deployment might.
+fn key_echoing_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0_u8; 8192];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..n]).into_owned();
+            let key = head
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("x-api-key")
+                        .then(|| value.trim().to_owned())
+                })
+                .unwrap_or_default();
+            let json = format!(r#"{{"code":500,"message":"key {key} is not valid here"}}"#);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{json}",
+                json.len()
+            );
+        }
+    });
+    url
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|w| w == needle)
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn keys_of_any_shape_reach_no_sandbox_error_log_or_host_file() {
+    // contract: X1 — self-hosted deployments accept any key, so nothing here looks like an
+    // E2B key, a bearer token or a URL credential: only the known-value redaction of the
+    // configured key can hide it (shape patterns, X4, would not).
+    let records = records();
+    let world = World::new();
+    let echo_url = key_echoing_server();
+    let keys = [
+        "sk-selfhosted-Zq8wPL2mXv",
+        "hunter2hunter2",
+        "3f0c1a9e-5b7d-4e21-9c3a-7d2b8e6f4a10",
+        "Ab9+/xYz0=",
+        "plain key with spaces",
+    ];
+    for (n, key) in keys.into_iter().enumerate() {
+        records.lock().unwrap().clear();
+        // A working session on e2b-local: the key is in no sandbox process's environment or
+        // command line, and in no file the backend wrote on the host.
+        let mut config = world.config(SandboxMode::Persistent);
+        config.api_key = ApiKeySource::Key(ApiKey::new(key.to_owned()));
+        let backend = Backend::new(
+            config,
+            world.scope(&format!("shape-{n}")),
+            world.services(),
+            Arc::new(NoStateHooks),
+        )
+        .expect("backend");
+        let inside = ok(
+            &backend,
+            "env; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do tr '\\0' ' ' < \"$f\" 2>/dev/null; echo; done",
+        );
+        assert!(inside.contains("PATH="), "the listing ran: {inside}");
+        assert!(
+            !inside.contains(key),
+            "{key:?} inside the sandbox: {inside}"
+        );
+        backend.cleanup();
+        backend.finalize();
+        let written = files_containing(world.home.path(), key.as_bytes());
+        assert!(written.is_empty(), "{key:?} in host files {written:?}");
+
+        // A server that quotes the key back in its error: the error and the log hide it.
+        let mut config = Config::new(ApiKeySource::Key(ApiKey::new(key.to_owned())));
+        config.endpoints = Endpoints::single(echo_url.clone());
+        config.mode = SandboxMode::Persistent;
+        let failing = Backend::new(
+            config,
+            world.scope(&format!("echo-{n}")),
+            world.services(),
+            Arc::new(NoStateHooks),
+        )
+        .expect("backend");
+        let error = failing.attach().expect_err("the server answers 500");
+        failing.finalize();
+        let chain = ErrorChain(&error).to_string();
+        for text in [error.to_string(), chain.clone(), format!("{error:?}")] {
+            assert!(!text.contains(key), "{key:?} in an error: {text}");
+        }
+        assert!(
+            chain.contains("is not valid here") && chain.contains(e2b_client::REDACTED),
+            "the echoed key never reached the error, so nothing was tested: {chain}"
+        );
+        let logged = std::mem::take(&mut *records.lock().unwrap());
+        assert!(!logged.is_empty(), "the failed attach logged nothing");
+        for record in &logged {
+            assert!(!record.contains(key), "{key:?} in a log record: {record}");
+        }
+    }
+}
