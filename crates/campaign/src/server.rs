@@ -1,8 +1,7 @@
 //! The e2b-local process: start, restart on the same port and state directory, and its
 //! admin routes (`/_e2b_local/...`) for faults and quiescence.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::channel;
@@ -21,6 +20,28 @@ pub(crate) struct LocalServer {
     port: u16,
     child: Child,
     _stdin: ChildStdin,
+    admin: Admin,
+}
+
+/// The admin routes' client: reqwest on a current-thread runtime of its own (the engine is
+/// synchronous). No connection is kept between requests: e2b-local is killed and restarted
+/// under it, and its injected connection drops should meet fresh connections, as before.
+struct Admin {
+    runtime: tokio::runtime::Runtime,
+    http: reqwest::Client,
+}
+
+impl Admin {
+    fn new() -> Result<Admin, Error> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(0)
+            .build()?;
+        Ok(Admin { runtime, http })
+    }
 }
 
 impl LocalServer {
@@ -87,6 +108,7 @@ impl LocalServer {
             port,
             child,
             _stdin: stdin,
+            admin: Admin::new()?,
         })
     }
 
@@ -106,21 +128,20 @@ impl LocalServer {
 
     /// One admin request (`/_e2b_local/...`); the status.
     fn admin(&self, path: &str, body: &str) -> Result<u16, Error> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "POST /_e2b_local/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {API_KEY}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer)?;
-        answer
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad admin answer {answer:?}").into())
+        let request = self
+            .admin
+            .http
+            .post(format!("{}/_e2b_local/{path}", self.url()))
+            .header("X-API-Key", API_KEY)
+            .header("Content-Type", "application/json")
+            .body(body.to_owned());
+        let status = self
+            .admin
+            .runtime
+            // Inside the runtime: sending starts reqwest's timer.
+            .block_on(async { request.send().await })?
+            .status();
+        Ok(status.as_u16())
     }
 
     /// Waits until no counted request is in flight and no process runs at e2b-local: a host
@@ -130,22 +151,19 @@ impl LocalServer {
     pub(crate) fn quiesce(&self, within: Duration) -> Result<(), Error> {
         let start = Instant::now();
         loop {
-            let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-            stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-            write!(
-                stream,
-                "GET /_e2b_local/requests HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {API_KEY}\r\n\
-                 Connection: close\r\n\r\n"
-            )?;
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer)?;
+            let request = self
+                .admin
+                .http
+                .get(format!("{}/_e2b_local/requests", self.url()))
+                .header("X-API-Key", API_KEY);
+            let answer: serde_json::Value = self.admin.runtime.block_on(async {
+                let body = request.send().await?.error_for_status()?.bytes().await?;
+                Ok::<_, Error>(serde_json::from_slice(&body)?)
+            })?;
             let field = |name: &str| {
-                answer
-                    .split(&format!("\"{name}\":"))
-                    .nth(1)
-                    .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-                    .and_then(|digits| digits.parse::<u64>().ok())
-                    .ok_or_else(|| format!("no {name} in e2b-local's answer {answer:?}"))
+                answer[name]
+                    .as_u64()
+                    .ok_or_else(|| format!("no {name} in e2b-local's answer {answer}"))
             };
             let (in_flight, running) = (field("inFlight")?, field("runningProcesses")?);
             if in_flight == 0 && running == 0 {
