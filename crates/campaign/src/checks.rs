@@ -89,15 +89,18 @@ impl Campaign {
                 contents(&remote.join("memories"), &mut found);
             }
         }
-        let lost: Vec<String> = self
+        let lost: Vec<Vec<u8>> = self
             .ledger
             .lost(&found)
             .into_iter()
-            .map(str::to_owned)
+            .map(<[u8]>::to_vec)
             .collect();
         for content in lost {
-            self.violations
-                .push(format!("lost: {}", content.trim_end()));
+            self.violations.push(format!(
+                "lost ({} bytes): {:?}",
+                content.len(),
+                String::from_utf8_lossy(&content)
+            ));
             self.ledger.reported(&content);
         }
         Ok(())
@@ -120,8 +123,8 @@ impl Campaign {
     }
 }
 
-/// Every file below `dir`, with its content (unreadable files are skipped).
-pub(crate) fn contents(dir: &Path, out: &mut HashSet<String>) {
+/// Every file below `dir`, with its full content (unreadable files are skipped).
+pub(crate) fn contents(dir: &Path, out: &mut HashSet<Vec<u8>>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -130,8 +133,8 @@ pub(crate) fn contents(dir: &Path, out: &mut HashSet<String>) {
         match entry.file_type() {
             Ok(t) if t.is_dir() => contents(&path, out),
             Ok(t) if t.is_file() => {
-                if let Ok(text) = std::fs::read_to_string(&path) {
-                    out.insert(text);
+                if let Ok(bytes) = std::fs::read(&path) {
+                    out.insert(bytes);
                 }
             }
             _ => {}

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
-use campaign::{GenerationWatch, Ledger, stateless_command};
+use campaign::{EditKind, GenerationWatch, Ledger, Side, stateless_command};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -38,8 +38,8 @@ pub(crate) struct Campaign {
     pub(crate) injected: BTreeMap<Fault, u64>,
     pub(crate) violations: Vec<String>,
     pub(crate) outside_baseline: BTreeSet<PathBuf>,
-    pub(crate) host_edits: u64,
-    pub(crate) sandbox_edits: u64,
+    /// Edits made, by side and the kind applied.
+    pub(crate) edits: BTreeMap<(Side, EditKind), u64>,
     pub(crate) commands_ok: u64,
     pub(crate) commands_failed: u64,
     /// What happened in the current cycle, printed with its violations.

@@ -3,14 +3,15 @@
 //!
 //! Randomized, seeded cycles of real `campaign-host` processes (each a persistent-mode
 //! `Backend`) on one scope against an `e2b-local serve --state-dir` process. Each cycle
-//! edits skills and memories on the host and in the sandbox, starts one or two host
+//! edits skills and memories on the host and in the sandbox (fresh rewrites, appends,
+//! truncations and last-byte changes, drawn from the seed), starts one or two host
 //! processes that attach, run commands and clean up, and injects faults drawn from the
 //! seed: SIGKILL of a host process (at a random moment, or as a push or pull starts),
 //! injected 5xx answers, dropped connections, streams cut mid-transfer, the sandbox
 //! vanishing or paused, its lease expiring (the server's clock jumps), and e2b-local
 //! killed and restarted on its state directory (refusing connections meanwhile). After
-//! every cycle it checks: no version of a skills/memories file the user wrote is lost (each
-//! is on the host, in a sandbox or in quarantine), nothing was written outside the Hermes
+//! every cycle it checks: no version of a skills/memories file the user wrote is lost (each,
+//! by its full bytes, is on the host, in a sandbox or in quarantine), nothing was written outside the Hermes
 //! home, two processes never pushed at once, and no command ran without this cycle's state.
 //! The seed fixes every draw (the schedule); the timing of real processes is not fixed, so
 //! a replay repeats the schedule, not every interleaving.
@@ -38,7 +39,7 @@ mod server;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use campaign::Ledger;
+use campaign::{EDIT_KINDS, Ledger, Side};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -140,8 +141,7 @@ fn run() -> Result<usize, Error> {
         injected: BTreeMap::new(),
         violations: Vec::new(),
         outside_baseline: BTreeSet::new(),
-        host_edits: 0,
-        sandbox_edits: 0,
+        edits: BTreeMap::new(),
         commands_ok: 0,
         commands_failed: 0,
         trace: Vec::new(),
@@ -198,11 +198,18 @@ fn run() -> Result<usize, Error> {
             campaign.injected.get(&fault).copied().unwrap_or(0)
         );
     }
+    for kind in EDIT_KINDS {
+        let made = |side| campaign.edits.get(&(side, kind)).copied().unwrap_or(0);
+        println!(
+            "  {:<55} {} host, {} sandbox",
+            kind.name(),
+            made(Side::Host),
+            made(Side::Sandbox)
+        );
+    }
     println!(
-        "  versions written: {} ({} host edits, {} sandbox edits); commands: {} completed, {} refused or failed",
+        "  versions written: {}; commands: {} completed, {} refused or failed",
         campaign.ledger.written(),
-        campaign.host_edits,
-        campaign.sandbox_edits,
         campaign.commands_ok,
         campaign.commands_failed
     );
