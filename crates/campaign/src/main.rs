@@ -11,8 +11,9 @@
 //! vanishing or paused, its lease expiring (the server's clock jumps), and e2b-local
 //! killed and restarted on its state directory (refusing connections meanwhile). After
 //! every cycle it checks: no version of a skills/memories file the user wrote is lost (each,
-//! by its full bytes, is on the host, in a sandbox or in quarantine), nothing was written outside the Hermes
-//! home, two processes never pushed at once, and no command ran without this cycle's state.
+//! by its full bytes, is on the host, in a sandbox or in quarantine), nothing was written
+//! outside the Hermes home, two processes never pushed at once, and no command ran without
+//! this cycle's state.
 //! The seed fixes every draw (the schedule); the timing of real processes is not fixed, so
 //! a replay repeats the schedule, not every interleaving.
 //!

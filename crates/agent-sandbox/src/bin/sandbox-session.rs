@@ -7,10 +7,11 @@
 //! Commands, one per line: `attach`, `run <shell command>`, `pause <ms>`, `cleanup`,
 //! `finalize`, `quit`. Each answers with one line: `attached <sandbox id> <role>`,
 //! `exit <code> <output bytes>`, `paused`, `cleanup <pull outcome>`, `finalized`, or
-//! `error <message>` (the driver is `agent_sandbox::line_driver`, shared with the campaign). The state hooks push
-//! `<profile home>/skills` and pull into `<profile home>/cache/session-pull.tar`. With
-//! `SANDBOX_SESSION_HANG_IN_PUSH=1` the first initial push uploads one file, prints `pushing`
-//! and then never returns (for tests that kill a writer mid-push).
+//! `error <message>` (the driver is `agent_sandbox::line_driver`, shared with the
+//! campaign). The state hooks push `<profile home>/skills` and pull into
+//! `<profile home>/cache/session-pull.tar`. With `SANDBOX_SESSION_HANG_IN_PUSH=1` the first
+//! initial push uploads one file, prints `pushing` and then never returns (for tests that
+//! kill a writer mid-push).
 //!
 //! Standing in for another machine (writer arbitration tests): `SANDBOX_SESSION_WRITER_TERM=<s>`
 //! turns on `writer_arbitration: sandbox` with that grant term, `SANDBOX_SESSION_COORDINATION_DIR`
