@@ -110,7 +110,8 @@
 //! - The prompt probe keeps its exact lease before every command, so once any time has
 //!   passed since the last extension each of its commands also sends a connect.
 //! - `sandbox-session` (a binary of this package) drives one backend from standard input for
-//!   multi-process tests.
+//!   multi-process tests, through the hidden `line_driver` module (the campaign's host
+//!   process shares it).
 
 #![deny(missing_docs)]
 
@@ -122,6 +123,8 @@ mod error;
 mod home;
 mod hooks;
 mod inventory;
+#[doc(hidden)]
+pub mod line_driver;
 mod note;
 mod progress;
 mod report;

@@ -1,93 +1,13 @@
 //! The crash/fault campaign's bookkeeping: which file versions the user wrote and which
 //! may legitimately be gone, and the push log that shows whether two writers ever
-//! overlapped. The engine is the `campaign` binary (`src/main.rs`); the host process it
-//! drives is `campaign-host`. These checks are pure, so they are unit-tested here.
+//! overlapped. The engine is the `campaign` binary (`src/main.rs` and its modules); the host
+//! process it drives is `campaign-host`. These checks are pure, so they are unit-tested here.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
-/// Where the user wrote a version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    /// On the host, under the Hermes home.
-    Host,
-    /// In the sandbox, under its Hermes home.
-    Sandbox,
-}
+mod ledger;
 
-/// What became of a version the user wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
-    /// It must be found on the host, in a sandbox or in quarantine.
-    Kept,
-    /// The user overwrote this very version: it may be gone.
-    Overwritten,
-    /// It lived only in a sandbox the campaign made vanish: it may be gone.
-    Vanished,
-    /// It was reported lost once already.
-    Reported,
-}
-
-/// Every skills/memories version the campaign wrote, by content (each content is unique).
-#[derive(Debug, Default)]
-pub struct Ledger {
-    versions: BTreeMap<String, Fate>,
-    next: u64,
-}
-
-impl Ledger {
-    /// The content of a new version of `rel`, recorded as one that must be kept.
-    pub fn write(&mut self, side: Side, cycle: u64, rel: &str) -> String {
-        self.next += 1;
-        let side = match side {
-            Side::Host => "host",
-            Side::Sandbox => "sandbox",
-        };
-        let content = format!(
-            "campaign version {} of {rel}, written on the {side} in cycle {cycle}\n",
-            self.next
-        );
-        self.versions.insert(content.clone(), Fate::Kept);
-        content
-    }
-
-    /// The user is about to overwrite a file holding `old`: that version may go.
-    pub fn overwrite(&mut self, old: &str) {
-        if let Some(fate) = self.versions.get_mut(old) {
-            *fate = Fate::Overwritten;
-        }
-    }
-
-    /// `content` was in a sandbox the campaign made vanish: it may go.
-    pub fn vanished(&mut self, content: &str) {
-        if let Some(fate) = self.versions.get_mut(content)
-            && *fate == Fate::Kept
-        {
-            *fate = Fate::Vanished;
-        }
-    }
-
-    /// Versions that must be kept and are not among `found` (the contents of every file on
-    /// the host, in every sandbox and in quarantine).
-    pub fn lost<'a>(&'a self, found: &HashSet<String>) -> Vec<&'a str> {
-        self.versions
-            .iter()
-            .filter(|(content, fate)| **fate == Fate::Kept && !found.contains(*content))
-            .map(|(content, _)| content.as_str())
-            .collect()
-    }
-
-    /// `content` was reported lost: it is not reported again.
-    pub fn reported(&mut self, content: &str) {
-        if let Some(fate) = self.versions.get_mut(content) {
-            *fate = Fate::Reported;
-        }
-    }
-
-    /// How many versions were written.
-    pub fn written(&self) -> u64 {
-        self.next
-    }
-}
+pub use ledger::{EDIT_KINDS, EditKind, Ledger, Side};
 
 /// Pushes that overlapped in one cycle's push log: lines `B <pid>` (push began), `E <pid>`
 /// (push ended) and `K <pid>` (the campaign killed the process and reaped it). A push that
@@ -227,34 +147,6 @@ impl GenerationWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_kept_version_must_be_found() {
-        let mut ledger = Ledger::default();
-        let a = ledger.write(Side::Host, 1, "skills/a/SKILL.md");
-        let b = ledger.write(Side::Sandbox, 1, "skills/a/SKILL.md");
-        let found: HashSet<String> = [a.clone()].into_iter().collect();
-        assert_eq!(ledger.lost(&found), vec![b.as_str()]);
-        assert!(a.contains("host") && b.contains("sandbox"));
-    }
-
-    #[test]
-    fn overwritten_and_vanished_versions_may_go() {
-        let mut ledger = Ledger::default();
-        let a = ledger.write(Side::Host, 1, "memories/MEMORY.md");
-        let b = ledger.write(Side::Sandbox, 2, "memories/MEMORY.md");
-        ledger.overwrite(&a);
-        ledger.vanished(&b);
-        assert!(ledger.lost(&HashSet::new()).is_empty());
-        // Overwriting text that is no version (a file from elsewhere) changes nothing.
-        let c = ledger.write(Side::Host, 3, "memories/USER.md");
-        ledger.overwrite("unrelated text");
-        assert_eq!(ledger.lost(&HashSet::new()), vec![c.as_str()]);
-        // A loss is reported once.
-        ledger.reported(&c);
-        assert!(ledger.lost(&HashSet::new()).is_empty());
-        assert_eq!(ledger.written(), 3);
-    }
 
     #[test]
     fn overlapping_pushes_of_live_processes_are_two_writers() {

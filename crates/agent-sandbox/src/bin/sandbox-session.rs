@@ -4,12 +4,14 @@
 //! sandbox-session <api url> <profile home> <task id>
 //! ```
 //!
-//! Commands, one per line: `attach`, `run <shell command>`, `cleanup`, `finalize`, `quit`.
-//! Each answers with one line: `attached <sandbox id> <role>`, `exit <code> <output bytes>`,
-//! `cleanup <pull outcome>`, `finalized`, or `error <message>`. The state hooks push
-//! `<profile home>/skills` and pull into `<profile home>/cache/session-pull.tar`. With
-//! `SANDBOX_SESSION_HANG_IN_PUSH=1` the first initial push uploads one file, prints `pushing`
-//! and then never returns (for tests that kill a writer mid-push).
+//! Commands, one per line: `attach`, `run <shell command>`, `pause <ms>`, `cleanup`,
+//! `finalize`, `quit`. Each answers with one line: `attached <sandbox id> <role>`,
+//! `exit <code> <output bytes>`, `paused`, `cleanup <pull outcome>`, `finalized`, or
+//! `error <message>` (the driver is `agent_sandbox::line_driver`, shared with the
+//! campaign). The state hooks push `<profile home>/skills` and pull into
+//! `<profile home>/cache/session-pull.tar`. With `SANDBOX_SESSION_HANG_IN_PUSH=1` the first
+//! initial push uploads one file, prints `pushing` and then never returns (for tests that
+//! kill a writer mid-push).
 //!
 //! Standing in for another machine (writer arbitration tests): `SANDBOX_SESSION_WRITER_TERM=<s>`
 //! turns on `writer_arbitration: sandbox` with that grant term, `SANDBOX_SESSION_COORDINATION_DIR`
@@ -17,18 +19,15 @@
 //! `SANDBOX_SESSION_PUSH_FROM` the directory whose `skills` the hooks push (default: the
 //! profile home).
 
-#![allow(clippy::print_stdout)]
-
-use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use agent_sandbox::line_driver::{LineDriver, RunOutput, emit};
 use agent_sandbox::{
-    ApiKeySource, Backend, Config, DiscardSink, Endpoints, ErrorChain, HookError, PushKind,
-    RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport, WriterArbitration,
-    host_state_files,
+    ApiKeySource, Backend, Config, Endpoints, HookError, PushKind, SandboxMode, Scope, Services,
+    StateHooks, StateTransport, WriterArbitration, host_state_files,
 };
 use e2b_client::ApiKey;
 
@@ -45,8 +44,7 @@ impl StateHooks for SessionHooks {
         if kind == PushKind::Initial && self.hang_in_push.swap(false, Ordering::SeqCst) {
             files.truncate(1);
             transport.upload_many(files)?;
-            println!("pushing");
-            std::io::stdout().flush()?;
+            emit("pushing")?;
             loop {
                 std::thread::park();
             }
@@ -99,35 +97,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Services::new(runtime.handle().clone()),
         hooks,
     )?;
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
-        let line = line?;
-        let (verb, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
-        let answer = match verb {
-            "attach" => match backend.attach() {
-                Ok(info) => format!("attached {} {:?}", info.sandbox_id, info.role),
-                Err(error) => format!("error {}", ErrorChain(&error)),
-            },
-            "run" => {
-                let options = RunOptions::new(Duration::from_secs(120));
-                match backend.run(rest, options, Box::new(DiscardSink)) {
-                    Ok(command) => match command.wait() {
-                        Ok(exit) => format!("exit {} {}", exit.exit_code, exit.forwarded_bytes),
-                        Err(error) => format!("error {}", ErrorChain(&error)),
-                    },
-                    Err(error) => format!("error {}", ErrorChain(&error)),
-                }
-            }
-            "cleanup" => format!("cleanup {:?}", backend.cleanup().pull),
-            "finalize" => {
-                backend.finalize();
-                "finalized".to_owned()
-            }
-            "quit" => break,
-            other => format!("error unknown command {other:?}"),
-        };
-        println!("{}", answer.replace('\n', " "));
-        std::io::stdout().flush()?;
-    }
+    let driver = LineDriver {
+        run_timeout: Duration::from_secs(120),
+        output: RunOutput::Count,
+    };
+    driver.serve(&backend, std::io::stdin().lock())?;
     Ok(())
 }

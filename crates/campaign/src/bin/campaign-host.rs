@@ -10,25 +10,25 @@
 //! `<term s>` seconds; each push then also uploads `skills/campaign/writer` naming the
 //! process and the push, so the campaign can tell whose write landed.
 //!
-//! Commands, one per line: `attach`, `run <shell command>`, `pause <ms>`, `cleanup`, `quit`.
-//! Each answers with one line: `attached <sandbox id> <role>`, `exit <code> <output,
-//! escaped>`, `paused`, `cleanup <pull outcome>` or `error <message>`. Events come on their own lines:
+//! Commands, one per line: `attach`, `run <shell command>`, `pause <ms>`, `cleanup`,
+//! `finalize`, `quit` (the driver is `agent_sandbox::line_driver`, shared with
+//! `sandbox-session`). Each answers with one line: `attached <sandbox id> <role>`, `exit <code>
+//! <output, escaped>`, `paused`, `cleanup <pull outcome>`, `finalized` or `error <message>`.
+//! Events come on their own lines:
 //! `phase push` and `phase pull` when a state transfer starts (the campaign may kill the
 //! process right then). The push hook uploads `skills/` and `memories/` the way Hermes'
 //! sync does, and appends `B <pid>` / `E <pid>` to the push log around each push, so the
 //! campaign can prove that two processes never pushed at once.
 
-#![allow(clippy::print_stdout)]
-
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use agent_sandbox::line_driver::{LineDriver, RunOutput, emit};
 use agent_sandbox::{
-    ApiKey, ApiKeySource, Backend, Config, Endpoints, ErrorChain, HookError, OutputSink,
-    OutputStream, PushKind, RunOptions, SandboxMode, Scope, Services, StateHooks, StateTransport,
-    WriterArbitration, host_state_files,
+    ApiKey, ApiKeySource, Backend, Config, Endpoints, HookError, PushKind, SandboxMode, Scope,
+    Services, StateHooks, StateTransport, WriterArbitration, host_state_files,
 };
 
 /// Largest command output kept for the answer line; the campaign's commands print a line.
@@ -45,12 +45,6 @@ struct Hooks {
 /// Where a push's marker lands in the sandbox (two-host mode).
 const MARKER: &str = "skills/campaign/writer";
 
-fn event(line: &str) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
-    out.flush()
-}
-
 fn log_push(log: &Path, mark: char) -> std::io::Result<()> {
     // One short O_APPEND write per line: lines of different processes never interleave.
     let mut file = std::fs::OpenOptions::new()
@@ -63,7 +57,7 @@ fn log_push(log: &Path, mark: char) -> std::io::Result<()> {
 impl StateHooks for Hooks {
     fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
         log_push(&self.push_log, 'B')?;
-        event("phase push")?;
+        emit("phase push")?;
         let mut files = host_state_files(
             &self.home,
             &["skills", "memories"],
@@ -95,31 +89,12 @@ impl StateHooks for Hooks {
     }
 
     fn pull(&self, transport: &StateTransport) -> Result<(), HookError> {
-        event("phase pull")?;
+        emit("phase pull")?;
         let path = self.home.join("cache").join("campaign-pull.tar");
         let mut file = std::fs::File::create(path)?;
         transport.download_state(&mut file)?;
         Ok(())
     }
-}
-
-/// Keeps the first [`OUTPUT_CAP`] bytes of stdout and stderr together.
-#[derive(Clone, Default)]
-struct Collect(Arc<Mutex<Vec<u8>>>);
-
-impl OutputSink for Collect {
-    fn chunk(&mut self, _stream: OutputStream, bytes: &[u8]) -> std::io::Result<()> {
-        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let room = OUTPUT_CAP.saturating_sub(kept.len());
-        kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        Ok(())
-    }
-}
-
-fn escape(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes)
-        .replace('\\', "\\\\")
-        .replace('\n', "\\n")
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -165,39 +140,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Services::new(runtime.handle().clone()),
         hooks,
     )?;
-    let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
-        let line = line?;
-        let (verb, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
-        let answer = match verb {
-            "attach" => match backend.attach() {
-                Ok(info) => format!("attached {} {:?}", info.sandbox_id, info.role),
-                Err(error) => format!("error {}", ErrorChain(&error)),
-            },
-            "run" => {
-                let sink = Collect::default();
-                let options = RunOptions::new(Duration::from_secs(30));
-                match backend.run(rest, options, Box::new(sink.clone())) {
-                    Ok(command) => match command.wait() {
-                        Ok(exit) => {
-                            let kept = sink.0.lock().unwrap_or_else(PoisonError::into_inner);
-                            format!("exit {} {}", exit.exit_code, escape(&kept))
-                        }
-                        Err(error) => format!("error {}", ErrorChain(&error)),
-                    },
-                    Err(error) => format!("error {}", ErrorChain(&error)),
-                }
-            }
-            "pause" => {
-                // The campaign spaces a host's commands so another host's grant can lapse.
-                std::thread::sleep(Duration::from_millis(rest.parse()?));
-                "paused".to_owned()
-            }
-            "cleanup" => format!("cleanup {:?}", backend.cleanup().pull),
-            "quit" => break,
-            other => format!("error unknown command {other:?}"),
-        };
-        event(&answer.replace('\n', " "))?;
-    }
+    let driver = LineDriver {
+        run_timeout: Duration::from_secs(30),
+        output: RunOutput::Capture(OUTPUT_CAP),
+    };
+    driver.serve(&backend, std::io::stdin().lock())?;
     Ok(())
 }

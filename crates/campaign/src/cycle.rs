@@ -1,0 +1,275 @@
+//! One cycle: edits, host processes with their scripts, the faults at their moments, and the
+//! checks after.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant};
+
+use campaign::{EditKind, GenerationWatch, Ledger, Side, stateless_command};
+use rand::Rng;
+use rand::rngs::StdRng;
+
+use crate::faults::{FAULTS, Fault, signal};
+use crate::hosts::{Host, Msg};
+use crate::server::LocalServer;
+use crate::{API_KEY, EPOCH_FILE, Error, TWO_HOST_TERM};
+
+/// Longest wait for one answer of a host process (every operation has its own deadline).
+const ANSWER_BOUND: Duration = Duration::from_secs(90);
+
+/// A fault scheduled in this cycle.
+struct Planned {
+    fault: Fault,
+    at: Instant,
+    armed: bool,
+}
+
+/// The campaign's state across cycles.
+pub(crate) struct Campaign {
+    pub(crate) rng: StdRng,
+    pub(crate) root: PathBuf,
+    pub(crate) home: PathBuf,
+    pub(crate) push_log: PathBuf,
+    pub(crate) host_bin: PathBuf,
+    pub(crate) server: LocalServer,
+    pub(crate) ledger: Ledger,
+    pub(crate) sandbox: Option<String>,
+    pub(crate) injected: BTreeMap<Fault, u64>,
+    pub(crate) violations: Vec<String>,
+    pub(crate) outside_baseline: BTreeSet<PathBuf>,
+    /// Edits made, by side and the kind applied.
+    pub(crate) edits: BTreeMap<(Side, EditKind), u64>,
+    pub(crate) commands_ok: u64,
+    pub(crate) commands_failed: u64,
+    /// What happened in the current cycle, printed with its violations.
+    pub(crate) trace: Vec<String>,
+    pub(crate) previous_trace: Vec<String>,
+    pub(crate) cycle_start: Instant,
+    /// 1, or 2 for the two-host mode.
+    pub(crate) hosts: usize,
+    /// Stopped processes (by index in the cycle) and when they get SIGCONT.
+    pub(crate) stopped: Vec<(Instant, usize)>,
+    /// Per sandbox: the writer record and the landed markers (two-host mode).
+    pub(crate) generations: BTreeMap<String, GenerationWatch>,
+    /// Commands refused because another host's grant fenced their writer (`Error::Fenced`).
+    pub(crate) fenced: u64,
+    /// This cycle's processes: pid and machine.
+    pub(crate) machine_pids: Vec<(String, usize)>,
+}
+
+impl Campaign {
+    pub(crate) fn note(&mut self, what: String) {
+        let ms = self.cycle_start.elapsed().as_millis();
+        self.trace.push(format!("{ms:>6} ms {what}"));
+    }
+
+    pub(crate) fn cycle(&mut self, cycle: u64) -> Result<(), Error> {
+        self.previous_trace = std::mem::take(&mut self.trace);
+        self.cycle_start = Instant::now();
+        self.edit(cycle)?;
+        let epoch = format!("epoch {cycle}");
+        let _ = std::fs::remove_file(&self.push_log);
+        let processes = if self.rng.random_bool(0.4) { 2 } else { 1 };
+        // The faults are drawn before the scripts in the two-host mode, so a cycle with a
+        // stopped writer gives the other host commands past the term.
+        let faults = match self.rng.random_range(0..10) {
+            0..=1 => 0,
+            2..=6 => 1,
+            _ => 2,
+        };
+        let mut drawn = Vec::new();
+        for _ in 0..faults {
+            let fault = if self.hosts == 2 && self.rng.random_bool(0.3) {
+                Fault::StopWriter
+            } else {
+                FAULTS[self.rng.random_range(0..FAULTS.len())]
+            };
+            drawn.push((fault, Duration::from_millis(self.rng.random_range(0..600))));
+        }
+        let stops = drawn.iter().any(|(f, _)| *f == Fault::StopWriter);
+        let processes = if stops { 2 } else { processes };
+        let (tx, rx): (Sender<Msg>, Receiver<Msg>) = channel();
+        let mut hosts = Vec::new();
+        self.machine_pids.clear();
+        for index in 0..processes {
+            let mut script = vec!["attach".to_owned()];
+            for _ in 0..self.rng.random_range(1..=3) {
+                let pause = self.rng.random_range(0..30);
+                script.push(format!(
+                    "run cat ~/.hermes/{EPOCH_FILE} 2>/dev/null || echo NOSTATE; sleep 0.{pause:02}"
+                ));
+            }
+            if stops {
+                // Commands spaced past the term: the host that is not stopped asks again.
+                let span = TWO_HOST_TERM.as_millis() as u64 + 2000;
+                for _ in 0..(span / 500) {
+                    script.push("pause 500".to_owned());
+                    script.push(format!(
+                        "run cat ~/.hermes/{EPOCH_FILE} 2>/dev/null || echo NOSTATE"
+                    ));
+                }
+            }
+            script.push("cleanup".to_owned());
+            script.push("quit".to_owned());
+            // Two processes in the two-host mode: one per machine when a stop is drawn,
+            // else either machine (the same one exercises its host lock).
+            let machine = match (self.hosts, stops) {
+                (1, _) => 0,
+                (_, true) => index,
+                (_, false) => self.rng.random_range(0..2),
+            };
+            let host = self.spawn_host(index, machine, script, tx.clone())?;
+            self.machine_pids.push((host.pid.to_string(), machine));
+            self.note(format!(
+                "host {index} is pid {} on machine {machine}",
+                host.pid
+            ));
+            hosts.push(host);
+        }
+        drop(tx);
+        let start = Instant::now();
+        let mut planned = Vec::new();
+        for (fault, delay) in drawn {
+            let armed = !matches!(fault, Fault::KillHostAtPush | Fault::KillHostAtPull);
+            planned.push(Planned {
+                fault,
+                at: start + delay,
+                armed,
+            });
+        }
+        for host in &mut hosts {
+            host.send_next();
+        }
+        let mut open = hosts.len();
+        while open > 0 {
+            let now = Instant::now();
+            self.resume_due(&hosts, now)?;
+            self.observe_generations();
+            // Due faults first.
+            let mut i = 0;
+            while i < planned.len() {
+                if planned[i].armed && planned[i].at <= now {
+                    let fault = planned.remove(i).fault;
+                    self.inject(fault, &mut hosts)?;
+                } else {
+                    i += 1;
+                }
+            }
+            for (index, host) in hosts.iter_mut().enumerate() {
+                if let Some(since) = host.waiting_since
+                    && since.elapsed() > ANSWER_BOUND
+                {
+                    self.violations.push(format!(
+                        "host process {index} gave no answer to {:?} within {ANSWER_BOUND:?}",
+                        host.script[host.next - 1]
+                    ));
+                    self.kill(host)?;
+                }
+            }
+            let wait = planned
+                .iter()
+                .filter(|p| p.armed)
+                .map(|p| p.at)
+                .chain(self.stopped.iter().map(|(at, _)| *at))
+                .map(|at| at.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::from_secs(1))
+                .max(Duration::from_millis(1));
+            match rx.recv_timeout(wait) {
+                Ok(Msg::Line(index, line)) => {
+                    self.note(format!("host {index} (pid {}): {line}", hosts[index].pid));
+                    if line.contains(API_KEY) {
+                        self.violations
+                            .push(format!("the API key appeared in a host answer: {line:?}"));
+                    }
+                    if let Some(phase) = line.strip_prefix("phase ") {
+                        let wanted = if phase == "push" {
+                            Fault::KillHostAtPush
+                        } else {
+                            Fault::KillHostAtPull
+                        };
+                        if let Some(at) = planned.iter().position(|p| p.fault == wanted && !p.armed)
+                        {
+                            // Kill the host that announced the transfer, a moment into it.
+                            planned.remove(at);
+                            std::thread::sleep(Duration::from_millis(self.rng.random_range(0..8)));
+                            if !hosts[index].killed && !hosts[index].done {
+                                self.kill(&mut hosts[index])?;
+                                self.count(wanted);
+                            }
+                        }
+                        continue;
+                    }
+                    self.answer(&line, &epoch);
+                    let host = &mut hosts[index];
+                    if !host.killed {
+                        host.send_next();
+                    }
+                }
+                Ok(Msg::Eof(index)) => {
+                    let host = &mut hosts[index];
+                    if !host.killed {
+                        let status = host.child.wait()?;
+                        if !status.success() || host.next < host.script.len() {
+                            let log = std::fs::read_to_string(
+                                self.root.join("logs").join(format!("host-{index}.err")),
+                            )
+                            .unwrap_or_default();
+                            self.violations.push(format!(
+                                "host process {index} exited on its own ({status}) after {:?}: {}",
+                                host.script.get(host.next.saturating_sub(1)),
+                                log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+                            ));
+                        }
+                    }
+                    host.done = true;
+                    host.waiting_since = None;
+                    open -= 1;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        // Phase kills that never met their phase are not counted.
+        self.stopped.clear();
+        self.server.admin_retrying("faults/clear", "{}")?;
+        self.check()?;
+        Ok(())
+    }
+
+    fn answer(&mut self, line: &str, epoch: &str) {
+        if let Some(rest) = line.strip_prefix("attached ") {
+            if let Some(id) = rest.split(' ').next() {
+                self.sandbox = Some(id.to_owned());
+            }
+        } else if let Some(rest) = line.strip_prefix("exit ") {
+            self.commands_ok += 1;
+            let output = rest
+                .split_once(' ')
+                .map_or("", |(_, out)| out)
+                .replace("\\n", "\n");
+            if let Some(problem) = stateless_command(&output, epoch) {
+                self.violations.push(problem);
+            }
+        } else if line.starts_with("error ") {
+            self.commands_failed += 1;
+            if line.contains("no longer the writer") {
+                self.fenced += 1;
+            }
+        }
+    }
+
+    /// SIGCONT to stopped processes whose time has come.
+    fn resume_due(&mut self, hosts: &[Host], now: Instant) -> Result<(), Error> {
+        let (due, later): (Vec<_>, Vec<_>) = self.stopped.drain(..).partition(|(at, _)| *at <= now);
+        self.stopped = later;
+        for (_, i) in due {
+            if !hosts[i].killed && !hosts[i].done {
+                signal(hosts[i].pid, "CONT")?;
+                self.note(format!("host {i} continued"));
+            }
+        }
+        Ok(())
+    }
+}
