@@ -15,7 +15,11 @@
 //! The endpoint comes from `E2B_API_URL` (e2b-local serves both planes on it) and the key
 //! from `E2B_API_KEY` (a throwaway key e2b-local accepts). Peak RSS is the kernel's VmHWM,
 //! reset at `go` through `/proc/self/clear_refs`, never an allocator estimate.
+//!
+//! `agent-sandbox-bench write-docs <report.md> <page.md>` measures nothing: it writes a full
+//! run's figures into the page's generated section (`scripts/bench --write-docs`; see `docs`).
 
+mod docs;
 mod memory;
 mod scenarios;
 
@@ -80,11 +84,29 @@ impl Protocol {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("write-docs") {
+        let [_, _, report, page] = &args[..] else {
+            eprintln!("usage: agent-sandbox-bench write-docs <report.md> <page.md>");
+            return ExitCode::from(2);
+        };
+        return match docs::write_docs(report.as_ref(), page.as_ref()) {
+            Ok(()) => {
+                eprintln!("wrote the figures of {report} into {page}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("agent-sandbox-bench write-docs: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let (scenario, params) = match &args[..] {
         [_, scenario] => (scenario.as_str(), "{}"),
         [_, scenario, params] => (scenario.as_str(), params.as_str()),
         _ => {
-            eprintln!("usage: agent-sandbox-bench <scenario> ['<params json>']");
+            eprintln!(
+                "usage: agent-sandbox-bench <scenario> ['<params json>'] | write-docs <report.md> <page.md>"
+            );
             return ExitCode::from(2);
         }
     };

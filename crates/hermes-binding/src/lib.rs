@@ -1,59 +1,4 @@
-//! The Hermes Agent plugin's native core: the PyO3 module `hermes_e2b._native`, a thin adapter
-//! over agent-sandbox, shipped in the `hermes-e2b` wheel beside the Python package
-//! `hermes_e2b` (the Hermes provider and environment classes).
-//!
-//! The Python layer hands raw values over; validation and every decision happen here or in
-//! agent-sandbox. The settings parser is plain Rust:
-//!
-//! ```
-//! use std::collections::BTreeMap;
-//! use _native::settings::{Settings, Value};
-//!
-//! let mut raw = BTreeMap::new();
-//! raw.insert("api_url".to_owned(), Value::Str("http://127.0.0.1:49999".to_owned()));
-//! raw.insert("sandbox_url".to_owned(), Value::Str("http://127.0.0.1:49999".to_owned()));
-//! raw.insert("allow_internet_access".to_owned(), Value::Bool(false));
-//! let settings = Settings::parse(&raw, Some(600)).unwrap();
-//! assert_eq!(settings.lease.as_secs(), 600, "terminal.lifetime_seconds is the lease fallback");
-//! assert_eq!(settings.endpoint_summary(), "http://127.0.0.1:49999 (api and sandbox)");
-//!
-//! raw.insert("secure".to_owned(), Value::Str("yes".to_owned()));
-//! let error = Settings::parse(&raw, None).unwrap_err();
-//! assert!(error.is_configuration());
-//! assert_eq!(error.to_string(), "E2B setting secure is invalid: must be true or false, not a string");
-//! ```
-//!
-//! # What it guarantees
-//!
-//! - **Only this crate knows Python.** agent-sandbox and everything below it are
-//!   framework-neutral; the Python package adapts Hermes' calls and holds no logic Rust can
-//!   hold.
-//! - **The GIL is released** around every call that can block or emit a log record
-//!   (attach, run, wait, cleanup, transport calls); waits wake every 100 ms so Ctrl-C reaches
-//!   Python.
-//! - **Logging:** `tracing` events of the core reach Python `logging` under the logger
-//!   `hermes_e2b`, through a layer that takes the GIL only to hand one record over. Each
-//!   warning is logged once, by the core; the Python package does not repeat it.
-//! - **One settings table:** keys, kinds, defaults and descriptions are agent-sandbox's
-//!   [`agent_sandbox::SETTINGS`]; [`settings`] validates against it and the module exposes
-//!   it as `SETTINGS` and `SETTING_KEYS`, so Python writes no default. The sandbox's home is
-//!   not a default but what the sandbox reports at attach (`attach()`'s `home`,
-//!   `remote_hermes_home`, `default_cwd`); `E2B_DEFAULT_HOME` is only a placeholder for
-//!   static hints before any sandbox exists.
-//! - **One tokio runtime** per process, built on first use (importing starts no threads).
-//! - **Errors** are a small hierarchy rooted at `E2BError` (`ConfigurationError`,
-//!   `NotReadyError`, `SandboxGoneError`, `StateSyncError`, `BackendClosedError`). A message is
-//!   the backend's error chain, each cause once (`Error::message`): it names the operation and
-//!   the sandbox, never the API key, and never contains the word "timeout" (rewritten here, the
-//!   one place Rust errors become Hermes-facing text).
-//! - **Redaction** (X4): every error message (`Error::message`), every record the logging
-//!   bridge hands to Python, and (through the exported `redact`) the Python layer's own log
-//!   records and doctor rows pass agent-sandbox's one redaction pass.
-//! - **No host pid:** a running command exposes `sandbox_pid`, never `pid`.
-//! - **`hermes e2b`:** the `Inventory` class hands agent-sandbox's inventory (list, planned
-//!   removal, on-demand pull, live check, host locking) to the Python CLI as plain dicts;
-//!   progress reports reach a Python callable only when the CLI passes one (on a terminal).
-
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 pub mod error;
@@ -67,11 +12,6 @@ pub mod settings;
 mod redaction_tests;
 
 pub use error::Error;
-
-/// The README's example, compiled and run as a doctest.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
 
 use agent_sandbox::{SettingDefault, SettingKind};
 use pyo3::prelude::*;

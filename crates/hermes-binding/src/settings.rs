@@ -107,7 +107,8 @@ pub enum EndpointSource {
     Default,
 }
 
-/// E2B's environment variables for where it is, in the order of [`ENDPOINT_KEYS`].
+/// E2B's environment variables for where it is, in the order of the settings `domain`,
+/// `api_url` and `sandbox_url`.
 pub const ENDPOINT_ENV_VARS: [&str; 3] = ["E2B_DOMAIN", "E2B_API_URL", "E2B_SANDBOX_URL"];
 
 /// The settings naming where E2B is.

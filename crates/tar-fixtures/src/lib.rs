@@ -1,18 +1,4 @@
-//! Test-only helpers shared by the capped-tar, state-sync and recovery test suites.
-//!
-//! All three read tar archives that a sandbox sent, so their tests need the same tools:
-//! archives built byte by byte (including members the `tar` crate itself refuses to build),
-//! hostile archives generated for property tests, readers that count, fail or never end, and
-//! a walk of a directory tree to show that nothing was written where it should not be. A
-//! dev-dependency on this crate keeps those fixtures one copy.
-//!
-//! ```
-//! let mut archive = tar_fixtures::TarMaker::new();
-//! archive.file("skills/a.md", b"hello");
-//! let bytes = archive.finish();
-//! assert_eq!(bytes.len() % 512, 0);
-//! ```
-
+#![doc = include_str!("../README.md")]
 #![allow(missing_docs, missing_debug_implementations)]
 
 use std::collections::BTreeMap;
