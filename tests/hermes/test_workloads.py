@@ -236,3 +236,28 @@ def test_a_reader_refused_at_session_start_gets_its_snapshot_once_admitted(confi
     assert out["get"]["output"] == "foo=1", out["get"]
     # The refusal happened (and was retried), it did not silently pass.
     assert "dirty" in log.lower(), log[-2000:]
+
+
+def test_a_gib_of_output_through_hermes_terminal_keeps_the_process_bounded(configured):  # noqa: F811
+    # contract: O1 — the plugin's execute path end to end: native stream, the pipe Hermes
+    # reads, Hermes' bounded collector. The driver's peak resident set (VmHWM, reset before
+    # the command) must grow by far less than the output.
+    home, _ = configured
+    result, _ = run(home, """
+        def peak():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        T("head -c 1048576 /dev/zero | tr '\\\\0' a; echo")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = peak()
+        r = T("head -c 1073741824 /dev/zero | tr '\\\\0' a; echo", timeout=600)
+        finish({"grown": peak() - before, "len": len(r["output"]),
+                "total": r.get("output_total_chars"), "rc": r["exit_code"]})
+    """, timeout=900)
+    print(f"1 GiB through Hermes' terminal: peak resident set grew by {result['grown'] // 1024} KiB")
+    assert result["rc"] == 0
+    assert result["total"] >= 1 << 30, result["total"]
+    assert result["len"] < 200_000
+    assert result["grown"] < 96 << 20, result["grown"]
