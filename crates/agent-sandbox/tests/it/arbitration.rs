@@ -15,7 +15,7 @@ use agent_sandbox::{
 };
 use e2b_client::SandboxId;
 
-use crate::support::{WarningLog, World, ok, run};
+use crate::support::{WarningLog, World, ok, run, sandbox_shell};
 
 /// A short grant, so takeovers happen within a test.
 const SHORT_TERM: u64 = 3;
@@ -779,24 +779,4 @@ fn a_commit_that_failed_is_retried_by_the_next_sync_before_dirty_clears() {
     );
     assert!(files.dirty().expect("read").is_none());
     backend.cleanup();
-}
-
-/// Runs `command` in the sandbox directly (no backend, no role); it must succeed.
-fn sandbox_shell(world: &World, id: &str, command: &str) {
-    let client = world.client();
-    let id = SandboxId::parse(id.to_owned()).expect("id");
-    let output = world.runtime.block_on(async {
-        let connected = client
-            .connect(&id, Duration::from_secs(300))
-            .await
-            .expect("connect");
-        let sandbox = client
-            .sandbox(connected.sandbox.envd_access())
-            .expect("sandbox");
-        sandbox
-            .run(e2b_client::StartOptions::shell(command.to_owned()), 4096)
-            .await
-            .expect("run")
-    });
-    assert_eq!(output.end.exit_code, 0, "{command}");
 }

@@ -1,11 +1,12 @@
 //! Attach, adoption, leases and cleanup against e2b-local.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Backend, ErrorChain, KillOutcomeReport, NoStateHooks, Origin, PROBE_TASK_ID,
-    PullOutcome, RoleKind, SandboxMode,
+    ApiKeySource, Backend, ErrorChain, HookError, KillOutcomeReport, NoStateHooks, Origin,
+    PROBE_TASK_ID, PullOutcome, PushKind, RoleKind, SandboxMode, StateHooks, StateTransport,
 };
 use e2b_client::{CreateOptions, OnTimeout, PauseMemory, SandboxState};
 use sandbox_identity::{IdentityMetadata, InternetAccess, Mode, ScopeIdentity, Security};
@@ -413,28 +414,78 @@ fn cleanup_is_idempotent_and_never_creates_after_the_sandbox_vanished() {
     assert_eq!(idle.stats(), agent_sandbox::Stats::default());
 }
 
+/// Hooks whose pull records whether the gated command's last output had arrived by then.
+struct PullSeesFinished(Arc<AtomicBool>, Arc<AtomicBool>);
+
+impl StateHooks for PullSeesFinished {
+    fn push(&self, _transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    fn pull(&self, _transport: &StateTransport) -> Result<(), HookError> {
+        self.1
+            .store(self.0.load(Ordering::SeqCst), Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 #[test]
 fn cleanup_waits_for_a_running_command() {
-    // contract: L8
+    // contract: L8 — no timing: the command blocks on a fifo that only this test opens, and
+    // only once cleanup has begun (new commands are refused as closed); the pull, which
+    // cleanup runs after its wait, records whether the command's output had all arrived.
     let world = World::new();
-    let backend = Arc::new(world.persistent());
+    let finished = Arc::new(AtomicBool::new(false));
+    let pulled_after_end = Arc::new(AtomicBool::new(false));
+    let backend = Arc::new(world.backend(
+        SandboxMode::Persistent,
+        "default",
+        Arc::new(PullSeesFinished(finished.clone(), pulled_after_end.clone())),
+    ));
+    ok(&backend, "rm -f /tmp/gate && mkfifo /tmp/gate");
+    let id = backend.info().unwrap().sandbox_id;
+    let seen = finished.clone();
     let handle = backend
         .run(
-            "sleep 1; echo finished",
-            agent_sandbox::RunOptions::new(Duration::from_secs(60)),
-            Box::new(agent_sandbox::DiscardSink),
+            "read line < /tmp/gate; echo finished",
+            agent_sandbox::RunOptions::new(Duration::from_secs(120)),
+            Box::new(agent_sandbox::FnSink(
+                move |_: agent_sandbox::OutputStream, bytes: &[u8]| {
+                    if bytes.windows(8).any(|w| w == b"finished") {
+                        seen.store(true, Ordering::SeqCst);
+                    }
+                    Ok(())
+                },
+            )),
         )
         .expect("run");
     let cleaner = {
         let backend = Arc::clone(&backend);
         std::thread::spawn(move || backend.cleanup())
     };
+    // Cleanup has begun once a new command is refused as closed (bounded: 30 s).
+    let start = std::time::Instant::now();
+    loop {
+        match run(&backend, "true") {
+            Err(error) if error.is_closed() => break,
+            Ok(_) if start.elapsed() < Duration::from_secs(30) => std::thread::yield_now(),
+            other => panic!("cleanup never began: {other:?}"),
+        }
+    }
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the command is still blocked on its gate"
+    );
+    support::sandbox_shell(&world, &id, "echo go > /tmp/gate");
     let report = cleaner.join().expect("cleanup thread");
-    // Had cleanup not waited, the one-second command would still be running here.
-    let finished = handle
+    assert!(
+        pulled_after_end.load(Ordering::SeqCst),
+        "the pull ran before the command it should have waited for had ended"
+    );
+    let exit = handle
         .poll()
         .expect("the command finished before cleanup returned");
-    assert_eq!(finished.expect("exit").exit_code, 0);
+    assert_eq!(exit.expect("exit").exit_code, 0);
     assert!(!report.repeated);
 }
 

@@ -181,6 +181,26 @@ pub fn run(
 }
 
 /// Runs a command that must succeed and returns its output.
+/// Runs `command` in the sandbox directly (no backend, no role); it must succeed.
+pub fn sandbox_shell(world: &World, id: &str, command: &str) {
+    let client = world.client();
+    let id = e2b_client::SandboxId::parse(id.to_owned()).expect("id");
+    let output = world.runtime.block_on(async {
+        let connected = client
+            .connect(&id, Duration::from_secs(300))
+            .await
+            .expect("connect");
+        let sandbox = client
+            .sandbox(connected.sandbox.envd_access())
+            .expect("sandbox");
+        sandbox
+            .run(e2b_client::StartOptions::shell(command.to_owned()), 4096)
+            .await
+            .expect("run")
+    });
+    assert_eq!(output.end.exit_code, 0, "{command}");
+}
+
 pub fn ok(backend: &Backend, command: &str) -> String {
     let (exit, output) = run(backend, command).expect("command runs");
     assert_eq!(exit.exit_code, 0, "{command}: {output}");
