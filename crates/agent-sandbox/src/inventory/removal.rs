@@ -1,0 +1,240 @@
+//! Removal, decided before anything is killed: what each named sandbox's fate is
+//! ([`Verdict`]), refused ([`Refusal`]) or with what it takes along ([`Loss`]).
+
+use std::fmt;
+
+use sandbox_identity::Mode;
+
+use super::{EntryState, Owner, SandboxEntry, WriterHolder};
+
+/// What `rm` acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemovalTarget {
+    /// These sandbox ids.
+    Ids(Vec<String>),
+    /// This profile's paused sandboxes.
+    Paused,
+    /// This profile's duplicates (the newest of each scope is kept).
+    Duplicates,
+}
+
+/// Whether refusals that protect a live session on this host are overridden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Force {
+    /// Refuse a sandbox whose writer role is held on this host, or whose owner is unknown.
+    No,
+    /// Kill it anyway.
+    Yes,
+}
+
+/// What a removal will do to one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Kill it; `loses` names what goes with it.
+    Kill {
+        /// What is lost, for the confirmation.
+        loses: Loss,
+    },
+    /// It is not listed any more: nothing to do, and that is success.
+    AlreadyGone,
+    /// Refused; the refusal says why and whether forcing would change it.
+    Refused(Refusal),
+}
+
+/// Why a removal is refused. The `Display` text says why in plain words; the caller's
+/// interface adds how its users change it (its command names and flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// Another profile's sandbox: only that profile removes it, forced or not.
+    OtherProfile,
+    /// Made before sandboxes carried their profile, and not by this host's profile: only a
+    /// forced removal takes it.
+    UnknownOwner,
+    /// A live session on this host holds its writer role: only a forced removal takes it.
+    LiveWriter {
+        /// The holder's pid, when the scope note has it.
+        pid: Option<u32>,
+    },
+}
+
+impl Refusal {
+    /// Whether a forced removal ([`Force::Yes`]) would take the sandbox.
+    pub fn force_overrides(&self) -> bool {
+        !matches!(self, Refusal::OtherProfile)
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::OtherProfile => f.write_str("another profile owns it"),
+            Refusal::UnknownOwner => f.write_str(
+                "made before sandboxes carried their profile, and not by this host's profile",
+            ),
+            Refusal::LiveWriter { pid } => {
+                let holder = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                write!(
+                    f,
+                    "a live session on this host{holder} holds its writer role"
+                )
+            }
+        }
+    }
+}
+
+/// What killing a sandbox takes with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Loss {
+    /// A duplicate of its scope: sessions use `newest`; state written only here goes.
+    Duplicate {
+        /// The sandbox the scope's sessions use.
+        newest: String,
+    },
+    /// An ephemeral sandbox: its files and processes.
+    Ephemeral,
+    /// A persistent sandbox: its files and processes, including agent state not yet pulled
+    /// back (an on-demand pull first keeps `skills/` and `memories/`).
+    UnpulledState {
+        /// The scope note's last pull line, when this host recorded one.
+        last_pull: Option<String>,
+    },
+}
+
+impl fmt::Display for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Loss::Duplicate { newest } => write!(
+                f,
+                "its files and processes (a duplicate: sessions use {newest}; agent state written only here is lost)"
+            ),
+            Loss::Ephemeral => f.write_str("its files and processes"),
+            Loss::UnpulledState { last_pull } => {
+                let pulled = last_pull
+                    .as_ref()
+                    .map(|line| format!("last pull {line}"))
+                    .unwrap_or_else(|| "no pull recorded on this host".to_owned());
+                write!(
+                    f,
+                    "its files and processes, including agent state not yet pulled ({pulled})"
+                )
+            }
+        }
+    }
+}
+
+/// One sandbox of a removal plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PlannedRemoval {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its listing, when E2B still lists it.
+    pub entry: Option<SandboxEntry>,
+    /// What will happen.
+    pub verdict: Verdict,
+}
+
+/// What a removal did to one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Removed {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Killed, already gone, refused (the plan's reason) or failed (the error chain).
+    pub outcome: RemovalOutcome,
+}
+
+/// The outcome of removing one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemovalOutcome {
+    /// Killed now.
+    Killed,
+    /// It was already gone (success).
+    AlreadyGone,
+    /// Not touched: the plan refused it.
+    Refused(Refusal),
+    /// The kill request failed.
+    Failed(String),
+}
+
+impl RemovalOutcome {
+    /// Killed or already gone.
+    pub fn is_success(&self) -> bool {
+        matches!(self, RemovalOutcome::Killed | RemovalOutcome::AlreadyGone)
+    }
+}
+
+/// The removal decision for every sandbox `target` names, against a listing of all
+/// profiles. Pure.
+pub(crate) fn plan(
+    all: &[SandboxEntry],
+    target: &RemovalTarget,
+    force: Force,
+) -> Vec<PlannedRemoval> {
+    let ours = |entry: &&SandboxEntry| entry.owner == Owner::ThisProfile;
+    let chosen: Vec<(String, Option<&SandboxEntry>)> = match target {
+        RemovalTarget::Ids(ids) => ids
+            .iter()
+            .map(|id| (id.clone(), all.iter().find(|e| &e.sandbox_id == id)))
+            .collect(),
+        RemovalTarget::Paused => all
+            .iter()
+            .filter(ours)
+            .filter(|e| e.state == EntryState::Paused)
+            .map(|e| (e.sandbox_id.clone(), Some(e)))
+            .collect(),
+        RemovalTarget::Duplicates => all
+            .iter()
+            .filter(ours)
+            .filter(|e| e.duplicate_of.is_some())
+            .map(|e| (e.sandbox_id.clone(), Some(e)))
+            .collect(),
+    };
+    chosen
+        .into_iter()
+        .map(|(sandbox_id, entry)| PlannedRemoval {
+            verdict: match entry {
+                None => Verdict::AlreadyGone,
+                Some(entry) => verdict(entry, force),
+            },
+            entry: entry.cloned(),
+            sandbox_id,
+        })
+        .collect()
+}
+
+fn verdict(entry: &SandboxEntry, force: Force) -> Verdict {
+    match entry.owner {
+        Owner::OtherProfile => return Verdict::Refused(Refusal::OtherProfile),
+        Owner::Unknown if force == Force::No => return Verdict::Refused(Refusal::UnknownOwner),
+        _ => {}
+    }
+    let held = entry
+        .host
+        .as_ref()
+        .and_then(|host| match &host.writer {
+            WriterHolder::Held { pid } => Some(*pid),
+            _ => None,
+        })
+        // A duplicate is not the sandbox the writer works in.
+        .filter(|_| entry.duplicate_of.is_none());
+    if let Some(pid) = held
+        && force == Force::No
+    {
+        return Verdict::Refused(Refusal::LiveWriter { pid });
+    }
+    let loses = match entry.duplicate_of.as_deref() {
+        Some(newest) => Loss::Duplicate {
+            newest: newest.to_owned(),
+        },
+        None if entry.mode == Mode::Ephemeral => Loss::Ephemeral,
+        None => Loss::UnpulledState {
+            last_pull: entry.host.as_ref().and_then(|host| host.last_pull.clone()),
+        },
+    };
+    Verdict::Kill { loses }
+}
