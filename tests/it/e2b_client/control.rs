@@ -1,0 +1,240 @@
+//! The control plane: create, connect, list and its pages, leases on the server's clock.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_operations_and_outcomes() {
+    let server = server().await;
+    let client = client(&server);
+
+    let mut options = CreateOptions::new("base".to_owned());
+    options.timeout = Some(Duration::from_secs(120));
+    options.on_timeout = OnTimeout::Pause(PauseMemory::Discard);
+    options.allow_internet_access = Some(false);
+    options.secure = Some(true);
+    options
+        .metadata
+        .insert("scope".to_owned(), "a b/c&d=e%f".to_owned());
+    options
+        .env_vars
+        .insert("FROM_CREATE".to_owned(), "yes".to_owned());
+    let info = client.create(options).await.expect("created");
+    assert!(info.envd_access_token.is_some(), "v2 sandboxes are secure");
+    let id = info.sandbox_id.clone();
+
+    let detail = client.get(&id).await.expect("get");
+    assert_eq!(detail.summary.state, SandboxState::Running);
+    assert_eq!(detail.summary.metadata["scope"], "a b/c&d=e%f");
+    assert_eq!(detail.allow_internet_access, Some(false));
+    let lifecycle = detail.lifecycle.as_ref().expect("lifecycle");
+    assert_eq!(lifecycle.on_timeout, "pause");
+    assert_eq!(
+        (detail.summary.end_at - detail.summary.started_at).whole_seconds(),
+        120
+    );
+
+    // Sandbox-wide env vars reach commands.
+    let sandbox = client.sandbox(info.envd_access()).expect("envd");
+    assert_eq!(sh(&sandbox, "echo $FROM_CREATE").await, "yes\n");
+
+    // The metadata filter (double-encoded on the wire) finds exactly this sandbox.
+    let (_, _other) = create(&client, OnTimeout::Kill, 120).await;
+    let mut query = ListQuery::all();
+    query
+        .metadata
+        .insert("scope".to_owned(), "a b/c&d=e%f".to_owned());
+    let found = list_all(&client, query.clone()).await;
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].sandbox_id, id);
+    assert_eq!(list_all(&client, ListQuery::all()).await.len(), 2);
+
+    // Pause, then a second pause is the typed 409 outcome.
+    assert_eq!(
+        client.pause(&id).await.expect("pause"),
+        PauseOutcome::Paused
+    );
+    assert_eq!(
+        client.pause(&id).await.expect("pause again"),
+        PauseOutcome::AlreadyPaused
+    );
+    query.state = StateFilter::Running;
+    assert!(list_all(&client, query.clone()).await.is_empty());
+    query.state = StateFilter::Paused;
+    assert_eq!(list_all(&client, query.clone()).await.len(), 1);
+    assert_eq!(
+        client.get(&id).await.expect("get paused").summary.state,
+        SandboxState::Paused
+    );
+
+    // set_timeout only applies to a running sandbox.
+    let error = client
+        .set_timeout(&id, Duration::from_secs(60))
+        .await
+        .expect_err("paused sandboxes have no lease");
+    assert!(error.is_not_found(), "{error:?}");
+
+    // Connect resumes (201) and then finds it running (200).
+    let resumed = client
+        .connect(&id, Duration::from_secs(60))
+        .await
+        .expect("connect");
+    assert_eq!(resumed.state, ConnectState::Resumed);
+    let again = client
+        .connect(&id, Duration::from_secs(60))
+        .await
+        .expect("connect");
+    assert_eq!(again.state, ConnectState::Running);
+
+    // Kill, then the typed 404 outcomes everywhere.
+    assert_eq!(client.kill(&id).await.expect("kill"), KillOutcome::Killed);
+    assert_eq!(
+        client.kill(&id).await.expect("kill again"),
+        KillOutcome::NotFound
+    );
+    let gone = client.get(&id).await.expect_err("killed");
+    assert!(gone.is_not_found() && gone.is_sandbox_gone() && !gone.is_conflict());
+    let gone = client
+        .connect(&id, Duration::from_secs(60))
+        .await
+        .expect_err("killed");
+    assert!(gone.is_sandbox_gone());
+    let gone = client
+        .sandbox(resumed.sandbox.envd_access())
+        .expect("handle")
+        .stat("/home/user")
+        .await
+        .expect_err("killed");
+    assert!(gone.is_sandbox_gone(), "{gone:?}");
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_follow_the_next_token() {
+    let server = server().await;
+    let client = client(&server);
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let mut options = CreateOptions::new("base".to_owned());
+        options
+            .metadata
+            .insert("batch".to_owned(), "paging".to_owned());
+        ids.push(client.create(options).await.expect("created").sandbox_id);
+    }
+    let mut query = ListQuery::all();
+    query
+        .metadata
+        .insert("batch".to_owned(), "paging".to_owned());
+    query.limit = Some(2);
+    let mut listed: Vec<SandboxId> = list_all(&client, query)
+        .await
+        .into_iter()
+        .map(|s| s.sandbox_id)
+        .collect();
+    assert_eq!(listed.len(), 5, "three pages of 2, 2 and 1");
+    listed.sort();
+    ids.sort();
+    assert_eq!(listed, ids);
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_is_extend_only_on_connect_and_settable_by_set_timeout() {
+    // contract: L5
+    let server = server().await;
+    let client = client(&server);
+    let (info, sandbox) = create(&client, OnTimeout::Pause(PauseMemory::Discard), 300).await;
+    let id = info.sandbox_id.clone();
+    assert_eq!(lease_secs(&client, &id).await, 300);
+
+    // Connect never shortens.
+    client
+        .connect(&id, Duration::from_secs(60))
+        .await
+        .expect("connect");
+    assert_eq!(lease_secs(&client, &id).await, 300);
+    // It extends from now.
+    server.clock().advance(Duration::from_secs(10));
+    let connected = client
+        .connect(&id, Duration::from_secs(600))
+        .await
+        .expect("connect");
+    assert_eq!(connected.state, ConnectState::Running);
+    assert_eq!(lease_secs(&client, &id).await, 610);
+    // set_timeout may shorten.
+    client
+        .set_timeout(&id, Duration::from_secs(30))
+        .await
+        .expect("set timeout");
+    assert_eq!(lease_secs(&client, &id).await, 40);
+
+    // State that must survive the pause, and a process that must not.
+    sandbox
+        .write_file("/home/user/kept.txt", Bytes::from_static(b"still here"))
+        .await
+        .expect("write");
+    let sleeper = sandbox
+        .start(StartOptions::shell("sleep 1000".to_owned()))
+        .await
+        .expect("start");
+    let sleeper_pid = sleeper.pid();
+
+    // Past the lease: E2B pauses it (filesystem only).
+    server.clock().advance(Duration::from_secs(31));
+    assert_eq!(
+        client.get(&id).await.expect("get").summary.state,
+        SandboxState::Paused
+    );
+    assert_eq!(sandbox.health().await.expect("health"), Health::NotRunning);
+    let error = sandbox
+        .stat("/home/user/kept.txt")
+        .await
+        .expect_err("paused");
+    assert!(error.is_sandbox_gone(), "{error:?}");
+    // The sleeper's stream ends one way or another; it never hangs.
+    let tail: Vec<Result<ProcessEvent, Error>> = sleeper.collect().await;
+    assert!(
+        !tail
+            .iter()
+            .any(|e| matches!(e, Ok(ProcessEvent::End(end)) if end.exit_code == 0)),
+        "{tail:?}"
+    );
+
+    // Connect resumes it with the files kept and the processes gone.
+    let resumed = client
+        .connect(&id, Duration::from_secs(300))
+        .await
+        .expect("resume");
+    assert_eq!(resumed.state, ConnectState::Resumed);
+    let sandbox = client.sandbox(resumed.sandbox.envd_access()).expect("envd");
+    assert_eq!(sandbox.health().await.expect("health"), Health::Running);
+    assert_eq!(
+        &sandbox
+            .read_file("/home/user/kept.txt", 1024)
+            .await
+            .expect("read")[..],
+        b"still here"
+    );
+    let processes = sandbox.list_processes().await.expect("list");
+    assert!(
+        processes.iter().all(|p| p.pid != sleeper_pid),
+        "{processes:?}"
+    );
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ephemeral_sandbox_is_killed_at_lease_end() {
+    // contract: L4
+    let server = server().await;
+    let client = client(&server);
+    let (info, _sandbox) = create(&client, OnTimeout::Kill, 60).await;
+    server.clock().advance(Duration::from_secs(61));
+    let error = client.get(&info.sandbox_id).await.expect_err("killed");
+    assert!(error.is_sandbox_gone());
+    assert!(list_all(&client, ListQuery::all()).await.is_empty());
+    assert_eq!(
+        client.kill(&info.sandbox_id).await.expect("kill"),
+        KillOutcome::NotFound
+    );
+    server.shutdown().await.expect("shutdown");
+}
