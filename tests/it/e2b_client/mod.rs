@@ -52,7 +52,11 @@ pub(super) fn client(server: &Server) -> Client {
     Client::new(config_for(server, "e2b_integration_key_0123456789")).expect("valid config")
 }
 
-pub(super) async fn create(client: &Client, on_timeout: OnTimeout, secs: u64) -> (SandboxInfo, Sandbox) {
+pub(super) async fn create(
+    client: &Client,
+    on_timeout: OnTimeout,
+    secs: u64,
+) -> (SandboxInfo, Sandbox) {
     let mut options = CreateOptions::new("base".to_owned());
     options.timeout = Some(Duration::from_secs(secs));
     options.on_timeout = on_timeout;

@@ -10,30 +10,30 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_sandbox::{
-    Backend, HookError, ManualClock, PullOutcome, PushKind, RoleKind, SandboxMode, StateHooks,
-    StateTransport, WriterArbitration, renewal_period,
+    Backend, HookError, ManualClock, PushKind, RoleKind, SandboxMode, StateHooks, StateTransport,
+    WriterArbitration, renewal_period,
 };
 use e2b_client::SandboxId;
 
-use crate::support::{WarningLog, World, ok, run, sandbox_shell};
+use crate::support::{World, ok, run};
 
 /// A short grant, so takeovers happen within a test.
-const SHORT_TERM: u64 = 3;
+pub(crate) const SHORT_TERM: u64 = 3;
 /// Longest wait for a takeover (the grant's term on the sandbox's clock, plus slack).
 const TAKEOVER_WAIT: Duration = Duration::from_secs(30);
 
 /// One "host": a sandbox-session process with its own coordination directory and state.
-struct Host {
+pub(crate) struct Host {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     /// Where this host's skills/ comes from.
-    src: PathBuf,
+    pub(crate) src: PathBuf,
     _dirs: tempfile::TempDir,
 }
 
 impl Host {
-    fn start(world: &World, term: u64) -> Host {
+    pub(crate) fn start(world: &World, term: u64) -> Host {
         let dirs = tempfile::tempdir().expect("host dirs");
         let src = dirs.path().join("src");
         std::fs::create_dir_all(src.join("skills")).expect("src");
@@ -59,28 +59,28 @@ impl Host {
         }
     }
 
-    fn write_skill(&self, name: &str, text: &str) {
+    pub(crate) fn write_skill(&self, name: &str, text: &str) {
         std::fs::write(self.src.join("skills").join(name), text).expect("write skill");
     }
 
-    fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         writeln!(self.stdin, "{line}").expect("send");
         self.stdin.flush().expect("flush");
     }
 
-    fn read(&mut self) -> String {
+    pub(crate) fn read(&mut self) -> String {
         let mut line = String::new();
         self.stdout.read_line(&mut line).expect("read");
         assert!(!line.is_empty(), "the host exited");
         line.trim_end().to_owned()
     }
 
-    fn ask(&mut self, line: &str) -> String {
+    pub(crate) fn ask(&mut self, line: &str) -> String {
         self.send(line);
         self.read()
     }
 
-    fn signal(&self, signal: &str) {
+    pub(crate) fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(self.child.id().to_string())
@@ -90,7 +90,7 @@ impl Host {
     }
 
     /// Runs `true` until this host is admitted as the writer, within [`TAKEOVER_WAIT`].
-    fn take_over(&mut self) {
+    pub(crate) fn take_over(&mut self) {
         let start = Instant::now();
         loop {
             let answer = self.ask("run true");
@@ -118,14 +118,14 @@ impl Drop for Host {
     }
 }
 
-fn sandbox_id(attached: &str) -> String {
+pub(crate) fn sandbox_id(attached: &str) -> String {
     let parts: Vec<&str> = attached.split(' ').collect();
     assert_eq!(parts[0], "attached", "{attached}");
     parts[1].to_owned()
 }
 
 /// A file in the sandbox, read directly (no backend, no role).
-fn sandbox_file(world: &World, id: &str, path: &str) -> Option<Vec<u8>> {
+pub(crate) fn sandbox_file(world: &World, id: &str, path: &str) -> Option<Vec<u8>> {
     let client = world.client();
     let id = SandboxId::parse(id.to_owned()).expect("id");
     world.runtime.block_on(async {
@@ -201,54 +201,6 @@ fn a_killed_writer_is_taken_over_after_its_term_with_recover_then_push() {
     }
 }
 
-#[test]
-fn a_paused_writer_is_fenced_by_generation_and_the_new_writers_state_survives() {
-    // contract: C10 — SIGSTOP past the term, another host takes over and pushes; after
-    // SIGCONT the first host's push is refused, it demotes, and nothing of it lands.
-    let world = World::new();
-    let mut a = Host::start(&world, SHORT_TERM);
-    a.write_skill("s.md", "a1\n");
-    let id = sandbox_id(&a.ask("attach"));
-    a.signal("STOP");
-
-    let mut b = Host::start(&world, 60);
-    let b_bytes = b"b1: the new writer's bytes\n\x00\xff";
-    std::fs::write(b.src.join("skills").join("s.md"), b_bytes).expect("write");
-    b.take_over();
-    let skill = "/home/user/.hermes/skills/s.md";
-    assert_eq!(
-        sandbox_file(&world, &id, skill).as_deref(),
-        Some(&b_bytes[..])
-    );
-
-    a.signal("CONT");
-    a.write_skill("s.md", "a2: a stale write\n");
-    let refused = a.ask("run true");
-    assert!(refused.starts_with("error"), "{refused}");
-    assert!(refused.contains("no longer the writer"), "{refused}");
-    assert!(a.ask("attach").ends_with("Reader"), "demoted");
-    assert_eq!(
-        sandbox_file(&world, &id, skill).as_deref(),
-        Some(&b_bytes[..]),
-        "byte for byte"
-    );
-    // a stays a reader (b holds the record), and b's next commit discards a's staging.
-    let again = a.ask("run true");
-    assert!(
-        again.contains("another host holds the writer role"),
-        "{again}"
-    );
-    assert!(b.ask("run true").starts_with("exit 0"));
-    assert!(
-        b.ask("run test ! -e /home/user/.hermes.writer/staging/1")
-            .starts_with("exit 0")
-    );
-    assert_eq!(
-        sandbox_file(&world, &id, skill).as_deref(),
-        Some(&b_bytes[..])
-    );
-}
-
 /// Pushes `<src>/skills`, and on a per-command sync only what changed (as Hermes'
 /// FileSyncManager does).
 struct ChangedSkills {
@@ -309,7 +261,12 @@ impl StateHooks for ChangedSkills {
     }
 }
 
-fn sandbox_backend(world: &World, term: Duration, clock: Arc<ManualClock>, src: &Path) -> Backend {
+pub(crate) fn sandbox_backend(
+    world: &World,
+    term: Duration,
+    clock: Arc<ManualClock>,
+    src: &Path,
+) -> Backend {
     let mut config = world.config(SandboxMode::Persistent);
     config.writer_arbitration = WriterArbitration::Sandbox { term };
     config.coordination_dir = Some(src.join("lock"));
@@ -541,7 +498,7 @@ fn a_writer_resumed_from_a_suspend_renews_before_its_next_command_and_is_fenced_
 
 /// Runs `true` on `backend` until it is admitted, within [`TAKEOVER_WAIT`]; `clock` is the
 /// backend's, moved on with each poll so its pause after a refusal passes.
-fn admitted_within_takeover_wait(backend: &Backend, clock: &ManualClock) {
+pub(crate) fn admitted_within_takeover_wait(backend: &Backend, clock: &ManualClock) {
     let start = Instant::now();
     loop {
         match run(backend, "true") {
@@ -554,143 +511,6 @@ fn admitted_within_takeover_wait(backend: &Backend, clock: &ManualClock) {
             other => panic!("no takeover: {other:?}"),
         }
     }
-}
-
-#[test]
-fn a_fenced_writer_warns_once_naming_the_holder_and_pulls_nothing_at_teardown() {
-    // contract: C10
-    let world = World::new();
-    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let clock = || Arc::new(ManualClock::new());
-    let a = sandbox_backend(&world, Duration::from_secs(1), clock(), dirs[0].path());
-    std::fs::write(dirs[0].path().join("skills").join("s.md"), "a1\n").expect("write");
-    ok(&a, "true");
-    let b_clock = clock();
-    let b = sandbox_backend(
-        &world,
-        Duration::from_secs(60),
-        b_clock.clone(),
-        dirs[1].path(),
-    );
-    admitted_within_takeover_wait(&b, &b_clock);
-    assert_eq!(b.info().expect("attached").role, RoleKind::Writer);
-    let b_host =
-        std::fs::read_to_string(dirs[1].path().join("lock").join("host-id")).expect("b's host id");
-
-    std::fs::write(dirs[0].path().join("skills").join("s.md"), "a2\n").expect("write");
-    let log = WarningLog::default();
-    let fenced = log.capture(|| run(&a, "true")).expect_err("fenced");
-    assert!(fenced.is_fenced(), "{fenced}");
-    assert!(fenced.to_string().contains(&b_host), "{fenced}");
-    let a_files = writer_lease::ScopeFiles::new(
-        dirs[0].path().join("lock"),
-        a.scope_digest().parse().expect("scope key"),
-    );
-    assert!(
-        a_files.dirty().expect("read").is_some(),
-        "the fenced host marked its scope dirty"
-    );
-    let refused = log
-        .capture(|| run(&a, "true"))
-        .expect_err("b holds the role");
-    assert!(refused.is_not_ready(), "{refused}");
-    assert_eq!(log.count(&b_host), 1, "{:?}", log.warnings());
-    assert_eq!(a.info().expect("attached").role, RoleKind::Reader);
-    assert_eq!(
-        ok(&b, "cat ~/.hermes/skills/s.md"),
-        "a1\n",
-        "what a committed while it held the role, never its fenced a2"
-    );
-
-    // A writer taken over while silent finds out at teardown: no pull, no release.
-    b.cleanup();
-    let c = sandbox_backend(&world, Duration::from_secs(1), clock(), dirs[2].path());
-    ok(&c, "true");
-    assert_eq!(c.info().expect("attached").role, RoleKind::Writer);
-    let d_clock = clock();
-    let d = sandbox_backend(
-        &world,
-        Duration::from_secs(60),
-        d_clock.clone(),
-        dirs[3].path(),
-    );
-    admitted_within_takeover_wait(&d, &d_clock);
-    assert_eq!(c.cleanup().pull, PullOutcome::NotAttempted);
-    assert_eq!(d.cleanup().pull, PullOutcome::Pulled);
-    a.cleanup();
-}
-
-#[test]
-fn a_stale_writers_held_back_deletes_never_land() {
-    // contract: C10 — deletes wait in the staging until a commit under the writer's
-    // generation; a writer taken over meanwhile has them refused, and the new writer's
-    // commit discards them.
-    let world = World::new();
-    let (a_src, b_src) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let a = sandbox_backend(
-        &world,
-        Duration::from_secs(1),
-        Arc::new(ManualClock::new()),
-        a_src.path(),
-    );
-    let kept = a_src.path().join("skills").join("kept.md");
-    std::fs::write(&kept, "a1\n").expect("write");
-    std::fs::write(a_src.path().join("skills").join("gone.md"), "g1\n").expect("write");
-    ok(&a, "true");
-    let id = a.info().expect("attached").sandbox_id;
-    let remote = "/home/user/.hermes/skills/kept.md";
-    assert_eq!(
-        sandbox_file(&world, &id, remote).as_deref(),
-        Some(&b"a1\n"[..])
-    );
-
-    // While a still holds the role, its delete lands through its own commit.
-    std::fs::remove_file(a_src.path().join("skills").join("gone.md")).expect("remove");
-    ok(&a, "true");
-    assert_eq!(
-        sandbox_file(&world, &id, "/home/user/.hermes/skills/gone.md"),
-        None,
-        "a current writer's delete is committed"
-    );
-
-    let b_clock = Arc::new(ManualClock::new());
-    let b = sandbox_backend(
-        &world,
-        Duration::from_secs(60),
-        b_clock.clone(),
-        b_src.path(),
-    );
-    admitted_within_takeover_wait(&b, &b_clock);
-    assert_eq!(b.info().expect("attached").role, RoleKind::Writer);
-
-    // a, taken over without knowing it, deletes: the delete is held back and refused.
-    std::fs::remove_file(&kept).expect("remove");
-    let fenced = run(&a, "true").expect_err("fenced");
-    assert!(fenced.is_fenced(), "{fenced}");
-    assert_eq!(a.info().expect("attached").role, RoleKind::Reader);
-    assert_eq!(
-        sandbox_file(&world, &id, remote).as_deref(),
-        Some(&b"a1\n"[..]),
-        "the stale delete did not land"
-    );
-    // The new writer's next commit discards the stale staging; the file is still there.
-    ok(&b, "true");
-    assert!(
-        run(&a, "true")
-            .expect_err("b holds the role")
-            .is_not_ready()
-    );
-    assert_eq!(
-        sandbox_file(&world, &id, remote).as_deref(),
-        Some(&b"a1\n"[..]),
-        "nor after the new writer's commit"
-    );
-    assert_eq!(ok(&b, "ls ~/.hermes.writer/staging | wc -l").trim(), "0");
-    b.cleanup();
-    a.cleanup();
 }
 
 #[test]
@@ -730,53 +550,4 @@ fn a_refused_host_asks_the_record_again_at_most_once_per_renewal_period() {
     assert_eq!(asked.get("Process/Start"), 1);
     a.cleanup();
     b.cleanup();
-}
-
-#[test]
-fn a_commit_that_failed_is_retried_by_the_next_sync_before_dirty_clears() {
-    // contract: C10 — a staged push whose commit failed stays pending: the scope stays dirty
-    // and the next sync commits it again.
-    let world = World::new();
-    let src = tempfile::tempdir().expect("src");
-    let skill = src.path().join("skills").join("s.md");
-    std::fs::create_dir_all(skill.parent().unwrap()).expect("skills");
-    std::fs::write(&skill, "v1\n").expect("write");
-    let backend = sandbox_backend(
-        &world,
-        Duration::from_secs(90),
-        world.clock.clone(),
-        src.path(),
-    );
-    assert_eq!(ok(&backend, "cat ~/.hermes/skills/s.md"), "v1\n");
-    let id = backend.info().expect("attached").sandbox_id;
-    let files = writer_lease::ScopeFiles::new(
-        src.path().join("lock"),
-        backend.scope_digest().parse().expect("scope key"),
-    );
-
-    // A file where the staged skills/ directory must land makes the commit fail.
-    sandbox_shell(
-        &world,
-        &id,
-        "rm -rf ~/.hermes/skills && echo blocker > ~/.hermes/skills",
-    );
-    std::fs::write(&skill, "v2\n").expect("write");
-    let failed = run(&backend, "true").expect_err("the commit fails");
-    assert!(
-        failed.to_string().contains("commit staged state"),
-        "{failed}"
-    );
-    assert!(
-        files.dirty().expect("read").is_some(),
-        "a failed commit leaves the scope dirty"
-    );
-
-    sandbox_shell(&world, &id, "rm -f ~/.hermes/skills");
-    assert_eq!(
-        ok(&backend, "cat ~/.hermes/skills/s.md"),
-        "v2\n",
-        "committed on the next sync"
-    );
-    assert!(files.dirty().expect("read").is_none());
-    backend.cleanup();
 }

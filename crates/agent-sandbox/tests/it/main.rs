@@ -4,13 +4,16 @@
 mod arbitration;
 mod campaign;
 mod commands;
+mod fencing;
 mod home;
 mod inventory;
 mod lifecycle;
 mod ownership;
 mod processes;
+mod push_base;
 mod redaction;
 mod requests;
 mod state;
+mod state_failures;
 mod support;
 mod teardown;

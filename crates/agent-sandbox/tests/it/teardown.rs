@@ -1,17 +1,20 @@
-//! The teardown's own recovery: what the caller's pull hook cannot map back under `skills/`
-//! and `memories/` reaches the host before an ephemeral sandbox is killed, and at every
-//! persistent teardown (L4, S5, S6).
+//! Cleanup and the finalizer (L3, L7, L8, L9), and the teardown's own recovery: what the
+//! caller's pull hook cannot map back under `skills/` and `memories/` reaches the host before
+//! an ephemeral sandbox is killed, and at every persistent teardown (L4, S5, S6).
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_sandbox::{
-    Backend, KillOutcomeReport, NoStateHooks, PullOutcome, RecoverySummary, SandboxMode,
-    TeardownRecovery,
+    Backend, HookError, KillOutcomeReport, NoStateHooks, PullOutcome, PushKind, RecoverySummary,
+    SandboxMode, StateHooks, StateTransport, TeardownRecovery,
 };
 
-use crate::support::{RecordingHooks, World, ok};
+use e2b_client::SandboxState;
+
+use crate::support::{self, RecordingHooks, World, ok, run};
 
 fn ephemeral() -> SandboxMode {
     SandboxMode::Ephemeral {
@@ -194,4 +197,196 @@ fn a_failed_teardown_recovery_is_reported_and_the_ephemeral_sandbox_still_killed
         read(home, "memories/MEMORY.md").as_deref(),
         Some("host line\n")
     );
+}
+
+#[test]
+fn cleanup_is_idempotent_and_never_creates_after_the_sandbox_vanished() {
+    // contract: L7
+    let world = World::new();
+    for mode in [SandboxMode::Persistent, ephemeral()] {
+        let hooks = RecordingHooks::new(world.home.path());
+        let backend = world.backend(mode.clone(), "vanish", hooks.clone());
+        ok(&backend, "true");
+        let id = backend.info().unwrap().sandbox_id;
+        world.server().faults().vanish_sandbox(&id).expect("vanish");
+        let before = world.list().len();
+        let report = backend.cleanup();
+        assert!(!report.repeated);
+        assert!(
+            matches!(report.pull, PullOutcome::Failed(_)),
+            "{mode:?}: {:?}",
+            report.pull
+        );
+        let expected = match mode {
+            SandboxMode::Persistent => KillOutcomeReport::LeftRunning,
+            _ => KillOutcomeReport::AlreadyGone,
+        };
+        assert_eq!(report.sandbox, expected);
+        assert_eq!(world.list().len(), before, "cleanup created nothing");
+        let again = backend.cleanup();
+        assert!(again.repeated);
+        assert!(again.sandbox_id.is_some());
+        assert_eq!(
+            again.sandbox_id, report.sandbox_id,
+            "a repeat still names it"
+        );
+        assert_eq!(again.pull, PullOutcome::NotAttempted);
+        assert_eq!(hooks.pulls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // A cleaned-up backend never attaches again.
+        let error = backend
+            .run(
+                "true",
+                agent_sandbox::RunOptions::new(Duration::from_secs(5)),
+                Box::new(agent_sandbox::DiscardSink),
+            )
+            .expect_err("closed");
+        assert!(error.is_closed(), "{error}");
+        assert_eq!(world.list().len(), before);
+    }
+    // Cleanup of a backend that never attached touches nothing.
+    let idle = world.persistent();
+    let report = idle.cleanup();
+    assert_eq!(report.sandbox_id, None);
+    assert_eq!(idle.stats(), agent_sandbox::Stats::default());
+}
+
+/// Hooks whose pull records whether the gated command's last output had arrived by then.
+struct PullSeesFinished(Arc<AtomicBool>, Arc<AtomicBool>);
+
+impl StateHooks for PullSeesFinished {
+    fn push(&self, _transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    fn pull(&self, _transport: &StateTransport) -> Result<(), HookError> {
+        self.1
+            .store(self.0.load(Ordering::SeqCst), Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn cleanup_waits_for_a_running_command() {
+    // contract: L8 — no timing: the command blocks on a fifo that only this test opens, and
+    // only once cleanup has begun (new commands are refused as closed); the pull, which
+    // cleanup runs after its wait, records whether the command's output had all arrived.
+    let world = World::new();
+    let finished = Arc::new(AtomicBool::new(false));
+    let pulled_after_end = Arc::new(AtomicBool::new(false));
+    let backend = Arc::new(world.backend(
+        SandboxMode::Persistent,
+        "default",
+        Arc::new(PullSeesFinished(finished.clone(), pulled_after_end.clone())),
+    ));
+    ok(&backend, "rm -f /tmp/gate && mkfifo /tmp/gate");
+    let id = backend.info().unwrap().sandbox_id;
+    let seen = finished.clone();
+    let handle = backend
+        .run(
+            "read line < /tmp/gate; echo finished",
+            agent_sandbox::RunOptions::new(Duration::from_secs(120)),
+            Box::new(agent_sandbox::FnSink(
+                move |_: agent_sandbox::OutputStream, bytes: &[u8]| {
+                    if bytes.windows(8).any(|w| w == b"finished") {
+                        seen.store(true, Ordering::SeqCst);
+                    }
+                    Ok(())
+                },
+            )),
+        )
+        .expect("run");
+    let cleaner = {
+        let backend = Arc::clone(&backend);
+        std::thread::spawn(move || backend.cleanup())
+    };
+    // Cleanup has begun once a new command is refused as closed (bounded: 30 s).
+    let start = std::time::Instant::now();
+    loop {
+        match run(&backend, "true") {
+            Err(error) if error.is_closed() => break,
+            Ok(_) if start.elapsed() < Duration::from_secs(30) => std::thread::yield_now(),
+            other => panic!("cleanup never began: {other:?}"),
+        }
+    }
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the command is still blocked on its gate"
+    );
+    support::sandbox_shell(&world, &id, "echo go > /tmp/gate");
+    let report = cleaner.join().expect("cleanup thread");
+    assert!(
+        pulled_after_end.load(Ordering::SeqCst),
+        "the pull ran before the command it should have waited for had ended"
+    );
+    let exit = handle
+        .poll()
+        .expect("the command finished before cleanup returned");
+    assert_eq!(exit.expect("exit").exit_code, 0);
+    assert!(!report.repeated);
+}
+
+#[test]
+fn the_finalizer_releases_locally_and_kills_only_ephemeral_sandboxes() {
+    // contract: L9
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let persistent = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    ok(&persistent, "true");
+    let id = persistent.info().unwrap().sandbox_id;
+    let files = world.scope_files(&persistent);
+    assert_eq!(
+        files.writer_status().unwrap(),
+        writer_lease::WriterStatus::Held
+    );
+    persistent.finalize();
+    assert_eq!(
+        files.writer_status().unwrap(),
+        writer_lease::WriterStatus::Free
+    );
+    assert_eq!(
+        world.detail(&id).unwrap().summary.state,
+        SandboxState::Running
+    );
+    assert_eq!(
+        hooks.pulls.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "never pulls"
+    );
+
+    let ephemeral_hooks = RecordingHooks::new(world.home.path());
+    let eph = world.backend(ephemeral(), "t2", ephemeral_hooks.clone());
+    ok(&eph, "true");
+    let eph_id = eph.info().unwrap().sandbox_id;
+    eph.finalize();
+    assert!(world.detail(&eph_id).expect_err("killed").is_not_found());
+    assert_eq!(
+        ephemeral_hooks
+            .pulls
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+#[test]
+fn the_teardown_pull_reconnects_a_sandbox_paused_behind_the_backend() {
+    // contract: L3, S12
+    let world = World::new();
+    let hooks = RecordingHooks::new(world.home.path());
+    let backend = world.backend(SandboxMode::Persistent, "default", hooks.clone());
+    ok(
+        &backend,
+        "mkdir -p /home/user/.hermes/memories && echo m > /home/user/.hermes/memories/MEMORY.md",
+    );
+    let id = backend.info().unwrap().sandbox_id;
+    world.server().faults().pause_sandbox(&id).expect("pause");
+    let report = backend.cleanup();
+    assert_eq!(report.pull, PullOutcome::Pulled);
+    let names = support::tar_names(&hooks.pulled.lock().unwrap());
+    assert!(
+        names.contains(&"home/user/.hermes/memories/MEMORY.md".to_owned()),
+        "{names:?}"
+    );
+    // The backend only reconnected (extend-only); it did not pause or kill.
+    assert_eq!(backend.stats().sandbox_kills, 0);
+    assert_eq!(world.list().len(), 1);
 }
