@@ -11,7 +11,8 @@
 //! killed and restarted on its state directory (refusing connections meanwhile). After
 //! every cycle it checks: no version of a skills/memories file the user wrote is lost (each
 //! is on the host, in a sandbox or in quarantine), nothing was written outside the Hermes
-//! home, two processes never pushed at once, and no command ran without this cycle's state.
+//! home, two processes never pushed at once, and no command ran without this cycle's state;
+//! and after each kill of e2b-local, that no process of the killed server outlived it.
 //! The seed fixes every draw (the schedule); the timing of real processes is not fixed, so
 //! a replay repeats the schedule, not every interleaving.
 //!
@@ -233,13 +234,30 @@ impl LocalServer {
     }
 
     /// SIGKILL, a gap during which connections are refused, then a start on the same port
-    /// and state directory.
-    fn restart(&mut self, gap: Duration) -> Result<(), Error> {
+    /// and state directory. Returns a violation when a process of the killed server (a
+    /// sandbox's namespace init, a command) outlived it.
+    fn restart(&mut self, gap: Duration) -> Result<Option<String>, Error> {
+        let before = descendants(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let deadline = Instant::now() + SURVIVOR_BOUND;
+        let mut left = before.clone();
+        while !left.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            left.retain(|&(pid, start)| ppid_and_start(pid).is_some_and(|(_, s)| s == start));
+        }
+        let violation = (!left.is_empty()).then(|| {
+            for &(pid, _) in &left {
+                // Leftovers would only pile up over the run.
+                let _ = signal(pid, "KILL");
+            }
+            format!(
+                "processes of the SIGKILLed e2b-local survived it for {SURVIVOR_BOUND:?}: {left:?}"
+            )
+        });
         std::thread::sleep(gap);
         *self = LocalServer::start(&self.bin, &self.state, &self.log, self.port)?;
-        Ok(())
+        Ok(violation)
     }
 
     /// One admin request (`/_e2b_local/...`); the status.
@@ -835,7 +853,10 @@ impl Campaign {
             }
             Fault::ServerRestart => {
                 let gap = Duration::from_millis(self.rng.random_range(0..300));
-                self.server.restart(gap)?;
+                if let Some(violation) = self.server.restart(gap)? {
+                    self.note(format!("violation: {violation}"));
+                    self.violations.push(violation);
+                }
             }
             Fault::StopWriter => {
                 let live: Vec<usize> = (0..hosts.len())
@@ -1165,6 +1186,43 @@ impl Campaign {
 }
 
 /// Sends `kill -<name>` to `pid` (SIGSTOP / SIGCONT of a host process the campaign started).
+/// How long the processes of a SIGKILLed e2b-local may take to die with it.
+const SURVIVOR_BOUND: Duration = Duration::from_secs(5);
+
+/// `(ppid, start time)` of a live process; `None` once it is gone or a zombie.
+fn ppid_and_start(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+/// Every live descendant of `root` as `(pid, start time)`, so a recycled pid is not taken
+/// for a survivor.
+fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let all: Vec<(u32, u32, u64)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| ppid_and_start(pid).map(|(ppid, start)| (pid, ppid, start)))
+        .collect();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for &(pid, ppid, start) in &all {
+            if ppid == parent {
+                found.push((pid, start));
+                parents.push(pid);
+            }
+        }
+    }
+    found
+}
+
 fn signal(pid: u32, name: &str) -> Result<(), Error> {
     let status = Command::new("kill")
         .arg(format!("-{name}"))
