@@ -133,7 +133,10 @@ impl Campaign {
             }
             Fault::ServerRestart => {
                 let gap = Duration::from_millis(self.rng.random_range(0..300));
-                self.server.restart(gap)?;
+                if let Some(violation) = self.server.restart(gap)? {
+                    self.note(format!("violation: {violation}"));
+                    self.violations.push(violation);
+                }
             }
             Fault::StopWriter => {
                 let live: Vec<usize> = (0..hosts.len())

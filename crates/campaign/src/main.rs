@@ -13,7 +13,8 @@
 //! every cycle it checks: no version of a skills/memories file the user wrote is lost (each,
 //! by its full bytes, is on the host, in a sandbox or in quarantine), nothing was written
 //! outside the Hermes home, two processes never pushed at once, and no command ran without
-//! this cycle's state.
+//! this cycle's state; and after each kill of e2b-local, that no process of the killed server
+//! outlived it.
 //! The seed fixes every draw (the schedule); the timing of real processes is not fixed, so
 //! a replay repeats the schedule, not every interleaving.
 //!

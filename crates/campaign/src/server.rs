@@ -7,6 +7,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
+use crate::faults::signal;
 use crate::{API_KEY, Error};
 
 /// Longest wait for e2b-local to announce its URL.
@@ -117,13 +118,31 @@ impl LocalServer {
     }
 
     /// SIGKILL, a gap during which connections are refused, then a start on the same port
-    /// and state directory.
-    pub(crate) fn restart(&mut self, gap: Duration) -> Result<(), Error> {
+    /// and state directory. Returns a violation when a process of the killed server (a
+    /// sandbox's namespace init, a command) outlived it.
+    pub(crate) fn restart(&mut self, gap: Duration) -> Result<Option<String>, Error> {
+        let before = descendants(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let deadline = Instant::now() + SURVIVOR_BOUND;
+        let mut left = before;
+        while !left.is_empty() && Instant::now() < deadline {
+            // A bounded poll: a parent-death signal is delivered asynchronously.
+            std::thread::sleep(Duration::from_millis(10));
+            left.retain(|&(pid, start)| ppid_and_start(pid).is_some_and(|(_, s)| s == start));
+        }
+        let violation = (!left.is_empty()).then(|| {
+            for &(pid, _) in &left {
+                // Leftovers would only pile up over the run.
+                let _ = signal(pid, "KILL");
+            }
+            format!(
+                "processes of the SIGKILLed e2b-local survived it for {SURVIVOR_BOUND:?}: {left:?}"
+            )
+        });
         std::thread::sleep(gap);
         *self = LocalServer::start(&self.bin, &self.state, &self.log, self.port)?;
-        Ok(())
+        Ok(violation)
     }
 
     /// One admin request (`/_e2b_local/...`); the status.
@@ -207,4 +226,41 @@ impl Drop for LocalServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// How long the processes of a SIGKILLed e2b-local may take to die with it.
+const SURVIVOR_BOUND: Duration = Duration::from_secs(5);
+
+/// `(ppid, start time)` of a live process; `None` once it is gone or a zombie.
+fn ppid_and_start(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+/// Every live descendant of `root` as `(pid, start time)`, so a recycled pid is not taken
+/// for a survivor.
+fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let all: Vec<(u32, u32, u64)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| ppid_and_start(pid).map(|(ppid, start)| (pid, ppid, start)))
+        .collect();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for &(pid, ppid, start) in &all {
+            if ppid == parent {
+                found.push((pid, start));
+                parents.push(pid);
+            }
+        }
+    }
+    found
 }

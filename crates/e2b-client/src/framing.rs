@@ -316,6 +316,32 @@ mod tests {
     }
 
     #[test]
+    fn lengths_near_4_gib_are_refused_under_the_default_cap() {
+        // contract: O1
+        // The cap a real client runs with, not a small test cap: a hostile length prefix must
+        // fail at the header, before anything is reserved for the payload.
+        let limit = crate::Limits::standard().max_frame_bytes;
+        for declared in [0xFFFF_FFF0_u32, u32::MAX] {
+            let mut decoder = EnvelopeDecoder::new(limit);
+            let mut header = vec![0];
+            header.extend_from_slice(&declared.to_be_bytes());
+            decoder.push(&header);
+            let error = decoder.next_frame().expect_err("refused at the header");
+            assert_eq!(error, FrameError::TooLarge { declared, limit });
+            assert_eq!(
+                error.to_string(),
+                format!("frame of {declared} bytes exceeds the 4194304-byte frame cap")
+            );
+            assert_eq!(decoder.buffered(), 5);
+            assert!(
+                decoder.buf.capacity() < 64 << 10,
+                "{} bytes reserved for a refused frame",
+                decoder.buf.capacity()
+            );
+        }
+    }
+
+    #[test]
     fn bad_flags_are_refused() {
         let mut decoder = EnvelopeDecoder::new(16);
         decoder.push(&frame(1, b"x"));

@@ -1,14 +1,9 @@
 //! Request accounting for tests: how many requests of each kind the server received.
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
-
-use axum::body::{Body, HttpBody};
-use bytes::Bytes;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use http::Method;
 use serde_json::{Value, json};
@@ -151,6 +146,16 @@ impl RequestCounter {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// A counted request arrived; [`RequestCounter::left`] follows once its answer is done.
+    pub(crate) fn arrived(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A counted request's answer is done (or its client went away).
+    pub(crate) fn left(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn reset(&self) {
         self.server_micros.store(0, Ordering::Relaxed);
         self.counts
@@ -158,71 +163,6 @@ impl RequestCounter {
             .unwrap_or_else(PoisonError::into_inner)
             .by_route
             .clear();
-    }
-}
-
-/// A counted request in flight, from the moment it arrives (before its handler ran: a
-/// `Start` spawns its process inside the handler) until its answer's body is dropped.
-pub(crate) struct InFlight(Arc<crate::app::App>);
-
-impl InFlight {
-    pub(crate) fn enter(app: Arc<crate::app::App>) -> InFlight {
-        app.requests.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(app)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.requests.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// An answer's body that adds the request's server time to the counter once it is dropped:
-/// after its last byte went out, or when the client went away. A streamed answer (a
-/// process's events) thus counts until its end, not only until its headers.
-pub(crate) struct TimedBody {
-    inner: Body,
-    started: Instant,
-    in_flight: InFlight,
-}
-
-impl TimedBody {
-    pub(crate) fn new(inner: Body, started: Instant, in_flight: InFlight) -> TimedBody {
-        TimedBody {
-            inner,
-            started,
-            in_flight,
-        }
-    }
-}
-
-impl HttpBody for TimedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for TimedBody {
-    fn drop(&mut self) {
-        self.in_flight
-            .0
-            .requests
-            .add_server_time(self.started.elapsed());
     }
 }
 

@@ -10,12 +10,19 @@
 //! output as before, while being members of the sandbox's namespaces. Killing the init
 //! makes the kernel kill every process left in its PID namespace: pause and kill reach
 //! even processes that left the command's process group and dropped its environment.
+//!
+//! The init must not outlive the server either, or a SIGKILLed server leaves its
+//! sandboxes' processes behind: it is started with a parent-death signal (SIGKILL). That
+//! signal fires when the *thread* that forked it ends, so the thread that creates a
+//! namespace stays, blocked, for as long as the namespace is held, and reaps the init
+//! once it is dropped.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
+use std::sync::mpsc;
 
 /// Which namespaces the host lets e2b-local create, found when the server starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,26 +59,58 @@ pub(crate) struct NsPlan {
 /// The namespaces of one sandbox, alive while its init is.
 #[derive(Debug)]
 pub(crate) struct SandboxNs {
-    init: Child,
+    /// The init's host pid. It stays ours until `_stop` is dropped: only the holder
+    /// thread reaps it, and only after that.
+    init_pid: u32,
     pid_ns: File,
     net_ns: Option<File>,
+    /// Dropping it lets the holder thread kill and reap the init, and end.
+    _stop: mpsc::Sender<()>,
 }
+
+/// What the holder thread hands back once the init runs.
+type Started = (u32, File, Option<File>);
 
 impl SandboxNs {
     /// Starts the init in a new PID namespace, plus a new network namespace with only
     /// loopback (brought up) when `offline`.
     pub(crate) fn create(offline: bool) -> io::Result<SandboxNs> {
-        std::thread::scope(|scope| {
-            scope
-                .spawn(move || SandboxNs::create_on_this_thread(offline))
-                .join()
-                .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))
+        let (started_tx, started_rx) = mpsc::channel::<io::Result<Started>>();
+        let (_stop, stopped) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("e2b-local-ns".to_owned())
+            .spawn(move || {
+                let mut init = match SandboxNs::start_init(offline) {
+                    Ok((init, pid_ns, net_ns)) => {
+                        let _ = started_tx.send(Ok((init.id(), pid_ns, net_ns)));
+                        init
+                    }
+                    Err(error) => {
+                        let _ = started_tx.send(Err(error));
+                        return;
+                    }
+                };
+                // Held here, alive, so the init's parent-death signal stays armed for
+                // the server's lifetime; nothing is ever sent, only the sender dropped.
+                let _ = stopped.recv();
+                // It exits only once every process of its namespace has been reaped;
+                // those are the server's children, reaped by its runtime.
+                let _ = init.kill();
+                let _ = init.wait();
+            })?;
+        let (init_pid, pid_ns, net_ns) = started_rx
+            .recv()
+            .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))?;
+        Ok(SandboxNs {
+            init_pid,
+            pid_ns,
+            net_ns,
+            _stop,
         })
     }
 
-    /// Runs on a thread of its own, which it leaves in the new namespaces; the thread
-    /// ends right after.
-    fn create_on_this_thread(offline: bool) -> io::Result<SandboxNs> {
+    /// Runs on the holder thread, which it leaves in the new namespaces.
+    fn start_init(offline: bool) -> io::Result<(Child, File, Option<File>)> {
         let mut flags = libc::CLONE_NEWPID;
         if offline {
             flags |= libc::CLONE_NEWNET;
@@ -89,9 +128,15 @@ impl SandboxNs {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: signal and setsid are async-signal-safe; nothing is allocated.
+        // SAFETY: prctl, signal and setsid are async-signal-safe; nothing is allocated.
         unsafe {
             command.pre_exec(|| {
+                // Dies with the holder thread, hence with the server, even a SIGKILLed
+                // one; its namespace's processes die with it.
+                check(libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                ))?;
                 if libc::signal(libc::SIGCHLD, libc::SIG_IGN) == libc::SIG_ERR {
                     return Err(io::Error::last_os_error());
                 }
@@ -109,11 +154,7 @@ impl SandboxNs {
             Ok((pid_ns, net_ns))
         })();
         match opened {
-            Ok((pid_ns, net_ns)) => Ok(SandboxNs {
-                init,
-                pid_ns,
-                net_ns,
-            }),
+            Ok((pid_ns, net_ns)) => Ok((init, pid_ns, net_ns)),
             Err(error) => {
                 let _ = init.kill();
                 let _ = init.wait();
@@ -153,16 +194,13 @@ impl SandboxNs {
 }
 
 impl Drop for SandboxNs {
-    /// The init is reaped on a thread of its own: it exits only once every process of
-    /// its namespace has been reaped, and those are the server's children, reaped by
-    /// the runtime this call may be blocking.
+    /// Kills the init right away, so its namespace is gone when this returns; the
+    /// holder thread reaps it once `_stop` is dropped, right after.
     fn drop(&mut self) {
-        let _ = self.init.kill();
-        if let Ok(pid) = i32::try_from(self.init.id()) {
-            std::thread::spawn(move || {
-                // SAFETY: waitpid on our own child; no memory is shared.
-                unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-            });
+        if let Ok(pid) = i32::try_from(self.init_pid) {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped
+            // child (see `init_pid`), so it names no other process.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 }

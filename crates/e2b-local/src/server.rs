@@ -1,16 +1,20 @@
 //! The [`Server`] handle (start, shutdown, accessors) and `dispatch`, where every
-//! request enters: admin, envd (by header or pre-signed URL) or REST.
+//! request enters: admin, envd (by header or pre-signed URL) or REST, and is counted in
+//! flight until its answer's body is done.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::response::Response;
+use bytes::Bytes;
 use http::HeaderValue;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -24,7 +28,7 @@ use crate::fault_state::FaultState;
 use crate::faults::{self, Faults, FaultyListener};
 use crate::isolation::{Isolation, SandboxUser};
 use crate::plane::Plane;
-use crate::requests::{InFlight, RequestCounter, RequestCounts, TimedBody};
+use crate::requests::{RequestCounter, RequestCounts};
 use crate::store::Store;
 use crate::{envd, rest};
 
@@ -350,4 +354,70 @@ async fn route(app: Arc<App>, request: Request) -> (Response, Option<String>) {
     })
     .await;
     (response, logged)
+}
+
+/// A counted request in flight, from the moment it arrives (before its handler ran: a
+/// `Start` spawns its process inside the handler) until its answer's body is dropped. It
+/// holds the app, so the app outlives every answer still being sent.
+struct InFlight(Arc<App>);
+
+impl InFlight {
+    fn enter(app: Arc<App>) -> InFlight {
+        app.requests.arrived();
+        InFlight(app)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.requests.left();
+    }
+}
+
+/// An answer's body that adds the request's server time to the counter once it is dropped:
+/// after its last byte went out, or when the client went away. A streamed answer (a
+/// process's events) thus counts until its end, not only until its headers.
+struct TimedBody {
+    inner: Body,
+    started: Instant,
+    in_flight: InFlight,
+}
+
+impl TimedBody {
+    fn new(inner: Body, started: Instant, in_flight: InFlight) -> TimedBody {
+        TimedBody {
+            inner,
+            started,
+            in_flight,
+        }
+    }
+}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TimedBody {
+    fn drop(&mut self) {
+        self.in_flight
+            .0
+            .requests
+            .add_server_time(self.started.elapsed());
+    }
 }

@@ -12,47 +12,97 @@ use crate::secret::AccessToken;
 
 /// A sandbox as create and connect return it.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(from = "InfoWire")]
 #[non_exhaustive]
 pub struct SandboxInfo {
     /// The id.
-    #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]
     pub sandbox_id: SandboxId,
     /// The template id.
+    pub template_id: String,
+    /// The template alias, when it has one.
+    pub alias: Option<String>,
+    /// E2B's client id (legacy).
+    pub client_id: String,
+    /// envd's version.
+    pub envd_version: String,
+    /// The token envd requires in `X-Access-Token`, if any.
+    pub envd_access_token: Option<AccessToken>,
+    /// The token for user-port traffic, if any.
+    pub traffic_access_token: Option<AccessToken>,
+    /// The sandbox's domain when it differs from the client's.
+    pub domain: Option<String>,
+}
+
+// The answers are read through private wire shapes that share their field sets, so each
+// wire name and its aliases are spelled once, however many answers carry the field.
+
+/// What create, connect, list and get all say about a sandbox.
+#[derive(Deserialize)]
+struct CommonWire {
+    #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]
+    sandbox_id: SandboxId,
     #[serde(
         rename = "templateID",
         alias = "templateId",
         alias = "template_id",
         default
     )]
-    pub template_id: String,
-    /// The template alias, when it has one.
+    template_id: String,
     #[serde(default)]
-    pub alias: Option<String>,
-    /// E2B's client id (legacy).
+    alias: Option<String>,
     #[serde(rename = "clientID", alias = "clientId", alias = "client_id", default)]
-    pub client_id: String,
-    /// envd's version.
+    client_id: String,
     #[serde(rename = "envdVersion", alias = "envd_version", default)]
-    pub envd_version: String,
-    /// The token envd requires in `X-Access-Token`, if any.
+    envd_version: String,
+}
+
+/// How to reach envd, as create, connect and get say it.
+#[derive(Deserialize)]
+struct AccessWire {
     #[serde(
         rename = "envdAccessToken",
         alias = "envd_access_token",
         default,
         deserialize_with = "json::opt_token"
     )]
-    pub envd_access_token: Option<AccessToken>,
-    /// The token for user-port traffic, if any.
+    envd_access_token: Option<AccessToken>,
+    #[serde(default)]
+    domain: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct InfoWire {
+    #[serde(flatten)]
+    common: CommonWire,
+    #[serde(flatten)]
+    access: AccessWire,
     #[serde(
         rename = "trafficAccessToken",
         alias = "traffic_access_token",
         default,
         deserialize_with = "json::opt_token"
     )]
-    pub traffic_access_token: Option<AccessToken>,
-    /// The sandbox's domain when it differs from the client's.
-    #[serde(default)]
-    pub domain: Option<String>,
+    traffic_access_token: Option<AccessToken>,
+}
+
+impl From<InfoWire> for SandboxInfo {
+    fn from(wire: InfoWire) -> SandboxInfo {
+        let InfoWire {
+            common,
+            access,
+            traffic_access_token,
+        } = wire;
+        SandboxInfo {
+            sandbox_id: common.sandbox_id,
+            template_id: common.template_id,
+            alias: common.alias,
+            client_id: common.client_id,
+            envd_version: common.envd_version,
+            envd_access_token: access.envd_access_token,
+            traffic_access_token,
+            domain: access.domain,
+        }
+    }
 }
 
 impl SandboxInfo {
@@ -91,97 +141,145 @@ impl<'de> Deserialize<'de> for SandboxState {
 
 /// A sandbox as list returns it.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(from = "ListedWire")]
 #[non_exhaustive]
 pub struct ListedSandbox {
     /// The id.
-    #[serde(rename = "sandboxID", alias = "sandboxId", alias = "sandbox_id")]
     pub sandbox_id: SandboxId,
     /// The template id.
-    #[serde(
-        rename = "templateID",
-        alias = "templateId",
-        alias = "template_id",
-        default
-    )]
     pub template_id: String,
     /// The template alias, when it has one.
-    #[serde(default)]
     pub alias: Option<String>,
     /// E2B's client id (legacy).
-    #[serde(rename = "clientID", alias = "clientId", alias = "client_id", default)]
     pub client_id: String,
     /// When it started.
+    pub started_at: time::OffsetDateTime,
+    /// When the lease ends (running) or when it paused (paused).
+    pub end_at: time::OffsetDateTime,
+    /// vCPUs.
+    pub cpu_count: u32,
+    /// Memory in MiB.
+    pub memory_mb: u64,
+    /// Disk in MiB.
+    pub disk_size_mb: u64,
+    /// Running or paused.
+    pub state: SandboxState,
+    /// envd's version.
+    pub envd_version: String,
+    /// The metadata given at creation.
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct ListedWire {
+    #[serde(flatten)]
+    common: CommonWire,
     #[serde(
         rename = "startedAt",
         alias = "started_at",
         deserialize_with = "json::rfc3339"
     )]
-    pub started_at: time::OffsetDateTime,
-    /// When the lease ends (running) or when it paused (paused).
+    started_at: time::OffsetDateTime,
     #[serde(rename = "endAt", alias = "end_at", deserialize_with = "json::rfc3339")]
-    pub end_at: time::OffsetDateTime,
-    /// vCPUs.
+    end_at: time::OffsetDateTime,
     #[serde(
         rename = "cpuCount",
         alias = "cpu_count",
         default,
         deserialize_with = "json::int"
     )]
-    pub cpu_count: u32,
-    /// Memory in MiB.
+    cpu_count: u32,
     #[serde(
         rename = "memoryMB",
         alias = "memory_mb",
         default,
         deserialize_with = "json::int"
     )]
-    pub memory_mb: u64,
-    /// Disk in MiB.
+    memory_mb: u64,
     #[serde(
         rename = "diskSizeMB",
         alias = "disk_size_mb",
         default,
         deserialize_with = "json::int"
     )]
-    pub disk_size_mb: u64,
-    /// Running or paused.
-    pub state: SandboxState,
-    /// envd's version.
-    #[serde(rename = "envdVersion", alias = "envd_version", default)]
-    pub envd_version: String,
-    /// The metadata given at creation.
+    disk_size_mb: u64,
+    state: SandboxState,
     #[serde(default, deserialize_with = "json::null_default")]
-    pub metadata: BTreeMap<String, String>,
+    metadata: BTreeMap<String, String>,
+}
+
+impl From<ListedWire> for ListedSandbox {
+    fn from(wire: ListedWire) -> ListedSandbox {
+        let ListedWire {
+            common,
+            started_at,
+            end_at,
+            cpu_count,
+            memory_mb,
+            disk_size_mb,
+            state,
+            metadata,
+        } = wire;
+        ListedSandbox {
+            sandbox_id: common.sandbox_id,
+            template_id: common.template_id,
+            alias: common.alias,
+            client_id: common.client_id,
+            started_at,
+            end_at,
+            cpu_count,
+            memory_mb,
+            disk_size_mb,
+            state,
+            envd_version: common.envd_version,
+            metadata,
+        }
+    }
 }
 
 /// One sandbox in detail, as get returns it.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(from = "DetailWire")]
 #[non_exhaustive]
 pub struct SandboxDetail {
     /// Everything list also reports.
-    #[serde(flatten)]
     pub summary: ListedSandbox,
     /// The token envd requires, if any.
-    #[serde(
-        rename = "envdAccessToken",
-        alias = "envd_access_token",
-        default,
-        deserialize_with = "json::opt_token"
-    )]
     pub envd_access_token: Option<AccessToken>,
     /// Whether outbound internet is allowed, when E2B says.
+    pub allow_internet_access: Option<bool>,
+    /// The sandbox's domain when it differs from the client's.
+    pub domain: Option<String>,
+    /// What happens at lease end, when E2B says.
+    pub lifecycle: Option<Lifecycle>,
+}
+
+#[derive(Deserialize)]
+struct DetailWire {
+    #[serde(flatten)]
+    summary: ListedSandbox,
+    #[serde(flatten)]
+    access: AccessWire,
     #[serde(
         rename = "allowInternetAccess",
         alias = "allow_internet_access",
         default
     )]
-    pub allow_internet_access: Option<bool>,
-    /// The sandbox's domain when it differs from the client's.
+    allow_internet_access: Option<bool>,
     #[serde(default)]
-    pub domain: Option<String>,
-    /// What happens at lease end, when E2B says.
-    #[serde(default)]
-    pub lifecycle: Option<Lifecycle>,
+    lifecycle: Option<Lifecycle>,
+}
+
+impl From<DetailWire> for SandboxDetail {
+    fn from(wire: DetailWire) -> SandboxDetail {
+        SandboxDetail {
+            summary: wire.summary,
+            envd_access_token: wire.access.envd_access_token,
+            allow_internet_access: wire.allow_internet_access,
+            domain: wire.access.domain,
+            lifecycle: wire.lifecycle,
+        }
+    }
 }
 
 impl SandboxDetail {

@@ -153,3 +153,85 @@ fn decodes_sandbox_shapes() {
     assert_eq!(listed[0].cpu_count, 4);
     assert!(listed[0].metadata.is_empty());
 }
+
+#[test]
+fn every_spelling_of_the_shared_fields_reaches_every_sandbox_answer() {
+    let times =
+        r#""startedAt":"2026-01-01T00:00:00Z","endAt":"2026-01-01T00:05:00Z","state":"running""#;
+    for (id, template, client, envd, token) in [
+        (
+            "sandboxID",
+            "templateID",
+            "clientID",
+            "envdVersion",
+            "envdAccessToken",
+        ),
+        (
+            "sandboxId",
+            "templateId",
+            "clientId",
+            "envdVersion",
+            "envdAccessToken",
+        ),
+        (
+            "sandbox_id",
+            "template_id",
+            "client_id",
+            "envd_version",
+            "envd_access_token",
+        ),
+    ] {
+        let shared = format!(
+            r#""{id}":"ikk8","{template}":"t","alias":"a","{client}":"c","{envd}":"0.6.13","{token}":"tok","domain":"d""#
+        );
+        let info: SandboxInfo =
+            serde_json::from_str(&format!("{{{shared}}}")).expect("create answer");
+        let listed: ListedSandbox =
+            serde_json::from_str(&format!("{{{shared},{times}}}")).expect("list answer");
+        let detail: SandboxDetail =
+            serde_json::from_str(&format!("{{{shared},{times}}}")).expect("get answer");
+        for (sandbox_id, template_id, alias, client_id, envd_version) in [
+            (
+                &info.sandbox_id,
+                &info.template_id,
+                &info.alias,
+                &info.client_id,
+                &info.envd_version,
+            ),
+            (
+                &listed.sandbox_id,
+                &listed.template_id,
+                &listed.alias,
+                &listed.client_id,
+                &listed.envd_version,
+            ),
+            (
+                &detail.summary.sandbox_id,
+                &detail.summary.template_id,
+                &detail.summary.alias,
+                &detail.summary.client_id,
+                &detail.summary.envd_version,
+            ),
+        ] {
+            assert_eq!(sandbox_id.as_str(), "ikk8", "{id}");
+            assert_eq!(
+                (template_id.as_str(), alias.as_deref()),
+                ("t", Some("a")),
+                "{template}"
+            );
+            assert_eq!(
+                (client_id.as_str(), envd_version.as_str()),
+                ("c", "0.6.13"),
+                "{client}"
+            );
+        }
+        for access in [info.envd_access(), detail.envd_access()] {
+            assert_eq!(
+                access.access_token.as_ref().map(AccessToken::expose),
+                Some("tok"),
+                "{token}"
+            );
+            assert_eq!(access.domain.as_deref(), Some("d"));
+        }
+    }
+}

@@ -295,6 +295,48 @@ async fn a_stream_cut_mid_frame_is_an_error() {
 }
 
 #[tokio::test]
+async fn a_frame_length_near_4_gib_is_refused_under_the_default_cap_without_waiting() {
+    // contract: O1
+    let server = TestServer::start(|_, _| {
+        let mut wire = frame(0, r#"{"event":{"start":{"pid":3}}}"#).to_vec();
+        // A header claiming almost 4 GiB and a few payload bytes; then the server stays
+        // silent with the connection open, so only the header can end the stream in time.
+        wire.push(0);
+        wire.extend_from_slice(&0xFFFF_FFF0_u32.to_be_bytes());
+        wire.extend_from_slice(b"xyz");
+        let body = futures::stream::iter([Ok::<Bytes, Infallible>(Bytes::from(wire))])
+            .chain(futures::stream::pending());
+        connect_stream(Body::from_stream(body))
+    })
+    .await;
+    // `client` keeps `Config::new`'s standard limits, as a real client has them.
+    let client = client(&server.url);
+    let mut events = sandbox(&client)
+        .start(StartOptions::shell("x".to_owned()))
+        .await
+        .expect("started");
+    assert!(matches!(
+        events.next().await,
+        Some(Ok(ProcessEvent::Start { pid: 3 }))
+    ));
+    // Far below the stream's allowed silence (100 s here): waiting for the payload would
+    // fail this bound instead of passing late.
+    let error = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("refused at the header, without waiting for the payload")
+        .expect("an item")
+        .expect_err("a protocol error");
+    assert!(matches!(error, Error::Protocol { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("frame of 4294967280 bytes exceeds the 4194304-byte frame cap"),
+        "{error}"
+    );
+    assert!(events.next().await.is_none());
+}
+
+#[tokio::test]
 async fn envd_outcomes_are_typed() {
     let server = TestServer::start(|request, _| {
         let q = request.path_and_query.as_str();

@@ -179,6 +179,150 @@ async fn pause_and_kill_reach_processes_that_left_the_group_and_the_tag() {
     server.shutdown().await.unwrap();
 }
 
+/// `(ppid, start time)` of a live host process; `None` once it is gone or a zombie
+/// (a zombie runs nothing; it waits for whoever adopted it to reap it).
+fn ppid_and_start(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+/// Every live descendant of `root` as `(pid, start time)`, so a recycled pid is not
+/// mistaken for a survivor.
+fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let all: Vec<(u32, u32, u64)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| ppid_and_start(pid).map(|(ppid, start)| (pid, ppid, start)))
+        .collect();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for &(pid, ppid, start) in &all {
+            if ppid == parent {
+                found.push((pid, start));
+                parents.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn cmdline(pid: u32) -> Vec<u8> {
+    std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn no_process_of_a_sigkilled_server_survives_it() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    // A state directory of the test's, or the killed server would leave its own behind.
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_e2b-local"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--api-key",
+            crate::support::KEY,
+        ])
+        .arg("--state-dir")
+        .arg(state.path())
+        .arg("--exit-on-stdin-eof")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    // Held to the end: if the test fails early, the pipe closes and the server exits
+    // instead of outliving the test.
+    let _stdin = child.stdin.take();
+    let server_pid = child.id();
+    let line = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .next()
+        .expect("URL line")
+        .expect("utf-8");
+    let api = Api {
+        url: line.strip_prefix("E2B_API_URL=").unwrap().to_owned(),
+        http: reqwest::Client::new(),
+    };
+    if !namespaces_expected(&api).await {
+        let _ = child.kill();
+        let _ = child.wait();
+        return;
+    }
+    // The first command starts the sandbox's init; this one leaves a process behind in
+    // its namespace that left the command's group and environment.
+    let sandbox = new_sandbox(&api).await;
+    let unique = format!("86398.{}", std::process::id());
+    let started = api
+        .run(
+            &sandbox,
+            &format!("env -i setsid sleep {unique} </dev/null >/dev/null 2>&1 &"),
+        )
+        .await;
+    assert_eq!(started.end["exited"], true, "{:?}", started.end);
+    let escaped = format!("sleep\0{unique}\0");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let before = loop {
+        let before = descendants(server_pid);
+        if before
+            .iter()
+            .any(|&(p, _)| cmdline(p) == escaped.as_bytes())
+        {
+            break before;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the escaped process never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        before
+            .iter()
+            .any(|&(p, _)| cmdline(p) == b"sleep\0infinity\0"),
+        "no namespace init among the server's processes"
+    );
+
+    // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
+    assert_eq!(unsafe { libc::kill(server_pid as i32, libc::SIGKILL) }, 0);
+    tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<u32> = before
+            .iter()
+            .filter(|&&(pid, start)| ppid_and_start(pid).is_some_and(|(_, s)| s == start))
+            .map(|&(pid, _)| pid)
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                // SAFETY: as above; these are the test's leftovers.
+                unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+            }
+            let named: Vec<String> = left
+                .iter()
+                .map(|&p| format!("{p} {:?}", String::from_utf8_lossy(&cmdline(p))))
+                .collect();
+            panic!("processes of the killed server survived: {named:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Interface names in a `/proc/net/dev` listing.
 fn interfaces(dev: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(dev)
