@@ -337,3 +337,6 @@ fn yaml_scalar(text: &str) -> String {
         text.to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests;
