@@ -127,7 +127,8 @@ pub struct Setting {
     pub default: SettingDefault,
     /// The environment variable read when none of the endpoint settings is set (E2B's own).
     pub env: Option<&'static str>,
-    /// One line for configuration screens.
+    /// The description's own text; screens show [`Setting::schema_description`], which adds
+    /// what the text cannot hold (a derived default's value, a mapping's text form).
     pub description: &'static str,
 }
 
@@ -158,8 +159,9 @@ impl Setting {
         }
     }
 
-    /// The description configuration screens show. A mapping's adds its text form, which
-    /// `settings.rs` parses when a screen hands the mapping over as text.
+    /// The description configuration screens show. A lifetime-derived default adds its
+    /// fallback (read from `Config::new`, so no number is written here); a mapping's adds its
+    /// text form, which `settings.rs` parses when a screen hands the mapping over as text.
     pub fn schema_description(&self) -> String {
         if let SettingDefault::Lifetime(read) = self.default {
             format!(
