@@ -1,8 +1,8 @@
 //! What a backend is built from: settings, the scope, and injected services.
 //!
-//! [`SETTINGS`] is the one table of user-facing settings (key, kind, default, description);
-//! framework bindings validate against it and render their configuration schema from it, so
-//! no default is written twice.
+//! [`Config::new`] is where every default is written. A framework binding names its own
+//! user-facing settings (keys, descriptions, where a value comes from) and reads the defaults
+//! it shows out of a fresh `Config`, so no default is written twice.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -41,150 +41,6 @@ pub const DEFAULT_INTERNET: InternetAccess = InternetAccess::Allowed;
 
 /// envd access-token protection when none is configured.
 pub const DEFAULT_SECURITY: Security = Security::Secure;
-
-/// The longest lease or grace a setting may ask for: one day (E2B's own maximum is
-/// account-specific; a larger value is almost certainly a unit mistake).
-pub const MAX_SETTING_SECONDS: u64 = 86_400;
-
-/// What kind of value a setting takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SettingKind {
-    /// Text: a name, a path, a URL or an id.
-    Text,
-    /// Whole seconds, from `min` up to [`MAX_SETTING_SECONDS`].
-    Seconds {
-        /// The smallest accepted value.
-        min: u64,
-    },
-    /// `true` or `false`.
-    Flag,
-    /// A mapping of names to text.
-    Mapping,
-}
-
-/// A setting's default value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SettingDefault {
-    /// No fixed default: unset, or derived (the description says from what).
-    Unset,
-    /// This text.
-    Text(&'static str),
-    /// This many seconds.
-    Seconds(u64),
-    /// This flag.
-    Flag(bool),
-}
-
-/// One user-facing setting of the backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Setting {
-    /// The key, as users write it.
-    pub key: &'static str,
-    /// What it takes.
-    pub kind: SettingKind,
-    /// Its default.
-    pub default: SettingDefault,
-    /// One line for configuration screens.
-    pub description: &'static str,
-}
-
-impl Setting {
-    /// The entry for `key`, if the backend has such a setting.
-    ///
-    /// ```
-    /// use agent_sandbox::{Setting, SettingDefault, SettingKind};
-    ///
-    /// let lease = Setting::find("lease_seconds").unwrap();
-    /// assert_eq!(lease.kind, SettingKind::Seconds { min: 1 });
-    /// assert_eq!(Setting::find("template").unwrap().default, SettingDefault::Text("base"));
-    /// assert!(Setting::find("image").is_none());
-    /// ```
-    pub fn find(key: &str) -> Option<&'static Setting> {
-        SETTINGS.iter().find(|setting| setting.key == key)
-    }
-}
-
-/// Every user-facing setting, in the order configuration screens show them. The defaults are
-/// the ones [`Config::new`] applies.
-pub const SETTINGS: [Setting; 12] = [
-    Setting {
-        key: "template",
-        kind: SettingKind::Text,
-        default: SettingDefault::Text(DEFAULT_TEMPLATE),
-        description: "E2B template name or id (part of the sandbox identity).",
-    },
-    Setting {
-        key: "cwd",
-        kind: SettingKind::Text,
-        // Derived: the sandbox user's real $HOME, learned at attach.
-        default: SettingDefault::Unset,
-        description: "Starting directory in the sandbox; defaults to the sandbox user's $HOME.",
-    },
-    Setting {
-        key: "lease_seconds",
-        kind: SettingKind::Seconds { min: 1 },
-        // Derived: the agent's idle lifetime when it has one (a test keeps the 300 true).
-        default: SettingDefault::Unset,
-        description: "Baseline sandbox lease; defaults to terminal.lifetime_seconds, else 300.",
-    },
-    Setting {
-        key: "command_grace_seconds",
-        kind: SettingKind::Seconds { min: 0 },
-        default: SettingDefault::Seconds(DEFAULT_COMMAND_GRACE.as_secs()),
-        description: "Lease headroom beyond a command's deadline.",
-    },
-    Setting {
-        key: "allow_internet_access",
-        kind: SettingKind::Flag,
-        default: SettingDefault::Flag(matches!(DEFAULT_INTERNET, InternetAccess::Allowed)),
-        description: "false puts the sandbox behind deny-all egress.",
-    },
-    Setting {
-        key: "secure",
-        kind: SettingKind::Flag,
-        default: SettingDefault::Flag(matches!(DEFAULT_SECURITY, Security::Secure)),
-        description: "Keep E2B's envd access-token protection on.",
-    },
-    Setting {
-        key: "metadata",
-        kind: SettingKind::Mapping,
-        default: SettingDefault::Unset,
-        description: "Extra metadata stamped on every sandbox (identity keys win).",
-    },
-    Setting {
-        key: "domain",
-        kind: SettingKind::Text,
-        default: SettingDefault::Unset,
-        description: "E2B domain (self-hosted E2B).",
-    },
-    Setting {
-        key: "api_url",
-        kind: SettingKind::Text,
-        default: SettingDefault::Unset,
-        description: "E2B control-plane URL override.",
-    },
-    Setting {
-        key: "sandbox_url",
-        kind: SettingKind::Text,
-        default: SettingDefault::Unset,
-        description: "E2B envd URL override.",
-    },
-    Setting {
-        key: "writer_arbitration",
-        kind: SettingKind::Text,
-        default: SettingDefault::Text("host"),
-        description: "Who picks the one writer: host (file lock, one machine) or sandbox (a fenced record in the sandbox, for several hosts).",
-    },
-    Setting {
-        key: "sandbox_id",
-        kind: SettingKind::Text,
-        default: SettingDefault::Unset,
-        description: "Attach to this externally owned sandbox instead.",
-    },
-];
 
 /// Settings of one backend. Build with [`Config::new`] and adjust the public fields; there is
 /// deliberately no `Default`.
@@ -430,61 +286,6 @@ impl Services {
             runtime,
             clock: Arc::new(SystemClock),
             progress: None,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_settings_table_states_the_defaults_config_applies() {
-        let config = Config::new(ApiKeySource::Resolver(Arc::new(|| None)));
-        let default = |key| Setting::find(key).unwrap().default;
-        let text = |key| match default(key) {
-            SettingDefault::Text(text) => text,
-            other => panic!("{key} has a {other:?} default"),
-        };
-        assert_eq!(text("template"), config.template);
-        assert_eq!(default("cwd"), SettingDefault::Unset);
-        assert_eq!(config.cwd, None, "the cwd follows the sandbox's home");
-        assert!(Setting::find("cwd").unwrap().description.contains("$HOME"));
-        assert_eq!(
-            default("command_grace_seconds"),
-            SettingDefault::Seconds(config.command_grace.as_secs())
-        );
-        assert_eq!(
-            default("allow_internet_access"),
-            SettingDefault::Flag(config.internet == InternetAccess::Allowed)
-        );
-        assert_eq!(
-            default("secure"),
-            SettingDefault::Flag(config.security == Security::Secure)
-        );
-        let lease = Setting::find("lease_seconds").unwrap();
-        assert!(
-            lease
-                .description
-                .ends_with(&format!("else {}.", config.lease.as_secs())),
-            "the derived lease default is stated in its description"
-        );
-        assert_eq!(
-            config.remote_hermes_home, None,
-            "the state root follows the home"
-        );
-    }
-
-    #[test]
-    fn keys_are_unique() {
-        for (index, setting) in SETTINGS.iter().enumerate() {
-            assert!(
-                SETTINGS[..index]
-                    .iter()
-                    .all(|other| other.key != setting.key),
-                "{} twice",
-                setting.key
-            );
         }
     }
 }

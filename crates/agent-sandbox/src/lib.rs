@@ -24,8 +24,7 @@ pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell,
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
     DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, E2B_DEFAULT_HOME,
-    Endpoints, KeyResolver, MAX_SETTING_SECONDS, PROBE_TASK_ID, SETTINGS, SandboxMode, Scope,
-    Services, Setting, SettingDefault, SettingKind, WriterArbitration,
+    Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode, Scope, Services, WriterArbitration,
 };
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
 pub use e2b_client::{ApiKey, SandboxId};

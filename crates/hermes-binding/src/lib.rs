@@ -13,9 +13,9 @@ mod redaction_tests;
 
 pub use error::Error;
 
-use agent_sandbox::{SettingDefault, SettingKind};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+use settings::table::Fixed;
 
 /// The module initialiser: classes, exceptions, `__version__`, and the logging bridge.
 #[pymodule]
@@ -23,9 +23,9 @@ use pyo3::types::{PyDict, PyTuple};
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // agent-sandbox's settings table is the one source: the keys the Python layer reads
-    // from Hermes' config, the provider's config schema, and the sandbox home.
-    let keys = agent_sandbox::SETTINGS.iter().map(|setting| setting.key);
+    // The settings table is the one source: the keys the Python layer reads from Hermes'
+    // config and the provider's config schema.
+    let keys = settings::table::SETTINGS.iter().map(|setting| setting.key);
     module.add("SETTING_KEYS", PyTuple::new(py, keys)?)?;
     module.add("SETTINGS", settings_schema(py)?)?;
     // Only a placeholder until a sandbox reports its real home (the provider's static
@@ -57,33 +57,17 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
 /// The settings table as Hermes' config-schema entries: one dict per setting with `key`,
 /// `type`, `description`, and `default` when the setting has a fixed one.
 fn settings_schema(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-    let entries = agent_sandbox::SETTINGS.iter().map(|setting| {
+    let entries = settings::table::SETTINGS.iter().map(|setting| {
         let entry = PyDict::new(py);
         entry.set_item("key", setting.key)?;
-        let kind = match setting.kind {
-            SettingKind::Seconds { .. } => "number",
-            SettingKind::Flag => "boolean",
-            // Hermes' schema has no mapping type; its config screens take such values as text.
-            SettingKind::Mapping => "text",
-            _ => "string",
-        };
-        entry.set_item("type", kind)?;
-        match setting.default {
-            SettingDefault::Text(text) => entry.set_item("default", text)?,
-            SettingDefault::Seconds(seconds) => entry.set_item("default", seconds)?,
-            SettingDefault::Flag(flag) => entry.set_item("default", flag)?,
-            _ => {}
+        entry.set_item("type", setting.kind.dashboard_type())?;
+        match setting.fixed_default() {
+            Some(Fixed::Text(text)) => entry.set_item("default", text)?,
+            Some(Fixed::Seconds(seconds)) => entry.set_item("default", seconds)?,
+            Some(Fixed::Flag(flag)) => entry.set_item("default", flag)?,
+            None => {}
         }
-        if setting.kind == SettingKind::Mapping {
-            // What settings.rs accepts when such a screen hands the mapping over as text.
-            let description = format!(
-                "{} As text: key=value pairs separated by commas or new lines, or a JSON object.",
-                setting.description
-            );
-            entry.set_item("description", description)?;
-        } else {
-            entry.set_item("description", setting.description)?;
-        }
+        entry.set_item("description", setting.schema_description())?;
         Ok(entry)
     });
     PyTuple::new(py, entries.collect::<PyResult<Vec<_>>>()?)

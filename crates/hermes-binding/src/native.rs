@@ -85,37 +85,37 @@ impl PySettings {
 
     #[getter]
     fn template(&self) -> &str {
-        &self.settings.template
+        &self.settings.config.template
     }
 
     #[getter]
     fn cwd(&self) -> Option<&str> {
-        self.settings.cwd.as_deref()
+        self.settings.config.cwd.as_deref()
     }
 
     #[getter]
     fn lease_seconds(&self) -> u64 {
-        self.settings.lease.as_secs()
+        self.settings.config.lease.as_secs()
     }
 
     #[getter]
     fn command_grace_seconds(&self) -> u64 {
-        self.settings.command_grace.as_secs()
+        self.settings.config.command_grace.as_secs()
     }
 
     #[getter]
     fn allow_internet_access(&self) -> bool {
-        self.settings.internet == agent_sandbox::InternetAccess::Allowed
+        self.settings.config.internet == agent_sandbox::InternetAccess::Allowed
     }
 
     #[getter]
     fn secure(&self) -> bool {
-        self.settings.security == agent_sandbox::Security::Secure
+        self.settings.config.security == agent_sandbox::Security::Secure
     }
 
     #[getter]
     fn metadata(&self) -> BTreeMap<String, String> {
-        self.settings.metadata.clone()
+        self.settings.config.metadata.clone()
     }
 
     #[getter]

@@ -1,18 +1,21 @@
 //! The plugin's settings (`plugins.entries.e2b.settings`): parsed and validated here, so the
-//! Python layer only hands the raw mapping over. Keys, kinds and defaults are agent-sandbox's
-//! settings table ([`agent_sandbox::SETTINGS`]).
+//! Python layer only hands the raw mapping over. Keys, kinds and defaults are the settings
+//! table ([`table::SETTINGS`]); parsing writes into an agent-sandbox [`Config`], so a key that
+//! is absent keeps the default [`Config::new`] applies and no default is written here.
+
+pub mod table;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET, DEFAULT_LEASE, DEFAULT_SECURITY,
-    DEFAULT_TEMPLATE, Endpoints, InternetAccess, MAX_SETTING_SECONDS, SandboxId, SandboxMode,
-    Security, Setting, SettingKind, WriterArbitration,
+    ApiKeySource, Config, Endpoints, InternetAccess, SandboxId, SandboxMode, Security,
+    WriterArbitration,
 };
 
 use crate::error::Error;
+use table::{MAX_SETTING_SECONDS, SETTINGS, Setting, SettingKind};
 
 /// A setting's raw value as it came out of `config.yaml`.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,49 +51,36 @@ impl Value {
 }
 
 /// Validated plugin settings. Build with [`Settings::parse`].
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 pub struct Settings {
-    /// E2B template name or id (default `base`).
-    pub template: String,
-    /// Starting directory in the sandbox; `None`: the sandbox user's real home, learned at
-    /// attach.
-    pub cwd: Option<String>,
-    /// Baseline lease (`lease_seconds`, else [`idle_lifetime`]).
-    pub lease: Duration,
-    /// Lease headroom beyond a command's deadline (default 30 s).
-    pub command_grace: Duration,
-    /// Egress policy (default allowed).
-    pub internet: InternetAccess,
-    /// envd access-token protection (default on).
-    pub security: Security,
-    /// Extra sandbox metadata.
-    pub metadata: BTreeMap<String, String>,
-    /// Where E2B is.
-    pub endpoints: Endpoints,
-    /// Who named [`Settings::endpoints`].
+    /// The backend configuration the settings give: [`Config::new`]'s defaults with every
+    /// given key applied. Its key source and mode are placeholders until
+    /// [`Settings::to_config`] (the key is resolved per environment, the mode is Hermes').
+    pub config: Config,
+    /// Who named the endpoints of [`Settings::config`].
     pub endpoints_from: EndpointSource,
     /// Attach mode: an externally owned sandbox.
     pub sandbox_id: Option<SandboxId>,
-    /// Who picks the one writer of a persistent scope (`writer_arbitration`, default `host`).
-    pub writer_arbitration: WriterArbitration,
     /// Keys present in the mapping that the plugin does not know (reported, not fatal).
     pub unknown_keys: Vec<String>,
 }
 
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = &self.config;
+        // Metadata values are the user's and may be sensitive: keys only.
         f.debug_struct("Settings")
-            .field("template", &self.template)
-            .field("cwd", &self.cwd)
-            .field("lease", &self.lease)
-            .field("command_grace", &self.command_grace)
-            .field("internet", &self.internet)
-            .field("security", &self.security)
-            .field("metadata_keys", &self.metadata.keys().collect::<Vec<_>>())
-            .field("endpoints", &self.endpoints)
+            .field("template", &config.template)
+            .field("cwd", &config.cwd)
+            .field("lease", &config.lease)
+            .field("command_grace", &config.command_grace)
+            .field("internet", &config.internet)
+            .field("security", &config.security)
+            .field("metadata_keys", &config.metadata.keys().collect::<Vec<_>>())
+            .field("endpoints", &config.endpoints)
             .field("endpoints_from", &self.endpoints_from)
             .field("sandbox_id", &self.sandbox_id)
-            .field("writer_arbitration", &self.writer_arbitration)
+            .field("writer_arbitration", &config.writer_arbitration)
             .finish()
     }
 }
@@ -107,12 +97,19 @@ pub enum EndpointSource {
     Default,
 }
 
-/// E2B's environment variables for where it is, in the order of the settings `domain`,
-/// `api_url` and `sandbox_url`.
-pub const ENDPOINT_ENV_VARS: [&str; 3] = ["E2B_DOMAIN", "E2B_API_URL", "E2B_SANDBOX_URL"];
-
-/// The settings naming where E2B is.
+/// The settings naming where E2B is; their environment variables are the table's.
 const ENDPOINT_KEYS: [&str; 3] = ["domain", "api_url", "sandbox_url"];
+
+/// E2B's environment variables for where it is, in the order of [`ENDPOINT_KEYS`].
+fn endpoint_env_vars() -> [&'static str; 3] {
+    // A key without a variable would read the setting's own name from the environment; a
+    // test keeps every endpoint key's variable in the table.
+    ENDPOINT_KEYS.map(|key| {
+        Setting::find(key)
+            .and_then(|setting| setting.env)
+            .unwrap_or(key)
+    })
+}
 
 /// Which sandbox lifecycle Hermes asked for (`container_persistent`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,7 +243,7 @@ fn metadata_text(text: &str) -> Result<BTreeMap<String, String>, Error> {
 pub fn idle_lifetime(lifetime_seconds: Option<u64>) -> Duration {
     lifetime_seconds
         .filter(|seconds| *seconds > 0)
-        .map_or(DEFAULT_LEASE, Duration::from_secs)
+        .map_or_else(|| table::core_defaults().lease, Duration::from_secs)
 }
 
 fn seconds(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<Duration>, Error> {
@@ -317,7 +314,7 @@ fn endpoints(raw: &BTreeMap<String, Value>, names: [&str; 3]) -> Result<Endpoint
 /// a typo (a third of the key's length, at least 2) rather than a different idea.
 pub fn nearest_setting(key: &str) -> Option<&'static str> {
     let limit = (key.chars().count() / 3).max(2);
-    agent_sandbox::SETTINGS
+    SETTINGS
         .iter()
         .map(|setting| (edit_distance(key, setting.key), setting.key))
         .filter(|(distance, _)| *distance <= limit)
@@ -353,8 +350,8 @@ impl Settings {
     /// raw.insert("template".to_owned(), Value::Str("my-template".to_owned()));
     /// raw.insert("lease_seconds".to_owned(), Value::Int(600));
     /// let settings = Settings::parse(&raw, None).unwrap();
-    /// assert_eq!(settings.template, "my-template");
-    /// assert_eq!(settings.lease.as_secs(), 600);
+    /// assert_eq!(settings.config.template, "my-template");
+    /// assert_eq!(settings.config.lease.as_secs(), 600);
     ///
     /// raw.insert("lease_seconds".to_owned(), Value::Str("soon".to_owned()));
     /// assert!(Settings::parse(&raw, None).is_err());
@@ -363,43 +360,60 @@ impl Settings {
         raw: &BTreeMap<String, Value>,
         lifetime_seconds: Option<u64>,
     ) -> Result<Settings, Error> {
-        let template = string(raw, "template")?.unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
-        if template.is_empty() {
-            return Err(invalid("template", "must not be empty"));
+        // An absent key leaves the core's default in place.
+        let mut config = table::core_defaults();
+        if let Some(template) = string(raw, "template")? {
+            if template.is_empty() {
+                return Err(invalid("template", "must not be empty"));
+            }
+            config.template = template;
         }
-        let cwd = string(raw, "cwd")?;
-        if cwd.as_deref().is_some_and(|cwd| !cwd.starts_with('/')) {
-            return Err(invalid("cwd", "must be an absolute path"));
+        if let Some(cwd) = string(raw, "cwd")? {
+            if !cwd.starts_with('/') {
+                return Err(invalid("cwd", "must be an absolute path"));
+            }
+            config.cwd = Some(cwd);
         }
-        let lease = seconds(raw, "lease_seconds")?.unwrap_or(idle_lifetime(lifetime_seconds));
-        let command_grace = seconds(raw, "command_grace_seconds")?.unwrap_or(DEFAULT_COMMAND_GRACE);
-        let internet = match boolean(raw, "allow_internet_access")? {
-            None => DEFAULT_INTERNET,
-            Some(true) => InternetAccess::Allowed,
-            Some(false) => InternetAccess::Denied,
+        config.lease = match seconds(raw, "lease_seconds")? {
+            Some(lease) => lease,
+            None => idle_lifetime(lifetime_seconds),
         };
-        let security = match boolean(raw, "secure")? {
-            None => DEFAULT_SECURITY,
-            Some(true) => Security::Secure,
-            Some(false) => Security::Insecure,
-        };
-        let metadata = match raw.get("metadata") {
-            None | Some(Value::Null) => BTreeMap::new(),
-            Some(Value::Map(entries)) => entries
-                .iter()
-                .map(|(key, value)| Ok((key.clone(), metadata_value(key, value)?)))
-                .collect::<Result<_, Error>>()?,
+        if let Some(grace) = seconds(raw, "command_grace_seconds")? {
+            config.command_grace = grace;
+        }
+        if let Some(allowed) = boolean(raw, "allow_internet_access")? {
+            config.internet = if allowed {
+                InternetAccess::Allowed
+            } else {
+                InternetAccess::Denied
+            };
+        }
+        if let Some(secure) = boolean(raw, "secure")? {
+            config.security = if secure {
+                Security::Secure
+            } else {
+                Security::Insecure
+            };
+        }
+        match raw.get("metadata") {
+            None | Some(Value::Null) => {}
+            Some(Value::Map(entries)) => {
+                config.metadata = entries
+                    .iter()
+                    .map(|(key, value)| Ok((key.clone(), metadata_value(key, value)?)))
+                    .collect::<Result<_, Error>>()?;
+            }
             // Hermes' config screens have no mapping field: they hand the value over as text.
-            Some(Value::Str(text)) => metadata_text(text)?,
+            Some(Value::Str(text)) => config.metadata = metadata_text(text)?,
             Some(other) => {
                 return Err(invalid(
                     "metadata",
                     format!("must be a mapping or text, not {}", other.kind()),
                 ));
             }
-        };
-        let endpoints = endpoints(raw, ENDPOINT_KEYS)?;
-        let endpoints_from = if endpoints == Endpoints::e2b_cloud() {
+        }
+        config.endpoints = endpoints(raw, ENDPOINT_KEYS)?;
+        let endpoints_from = if config.endpoints == Endpoints::e2b_cloud() {
             EndpointSource::Default
         } else {
             EndpointSource::Settings
@@ -413,28 +427,19 @@ impl Settings {
                 )
             })?),
         };
-        let writer_arbitration = match string(raw, "writer_arbitration")? {
-            None => WriterArbitration::Host,
-            Some(value) => WriterArbitration::parse(&value)
-                .ok_or_else(|| invalid("writer_arbitration", "must be host or sandbox"))?,
-        };
+        if let Some(value) = string(raw, "writer_arbitration")? {
+            config.writer_arbitration = WriterArbitration::parse(&value)
+                .ok_or_else(|| invalid("writer_arbitration", "must be host or sandbox"))?;
+        }
         let unknown_keys = raw
             .keys()
             .filter(|key| Setting::find(key).is_none())
             .cloned()
             .collect();
         Ok(Settings {
-            template,
-            cwd,
-            lease,
-            command_grace,
-            internet,
-            security,
-            metadata,
-            endpoints,
+            config,
             endpoints_from,
             sandbox_id,
-            writer_arbitration,
             unknown_keys,
         })
     }
@@ -450,7 +455,7 @@ impl Settings {
     ///
     /// let env = |name: &str| (name == "E2B_API_URL").then(|| "http://127.0.0.1:3000".to_owned());
     /// let settings = Settings::parse_with_env(&BTreeMap::new(), None, &env).unwrap();
-    /// assert_eq!(settings.endpoints.api_url.as_deref(), Some("http://127.0.0.1:3000"));
+    /// assert_eq!(settings.config.endpoints.api_url.as_deref(), Some("http://127.0.0.1:3000"));
     /// assert_eq!(settings.endpoints_from, EndpointSource::Environment);
     /// ```
     pub fn parse_with_env(
@@ -460,13 +465,14 @@ impl Settings {
     ) -> Result<Settings, Error> {
         let mut settings = Settings::parse(raw, lifetime_seconds)?;
         if settings.endpoints_from == EndpointSource::Default {
-            let vars = ENDPOINT_ENV_VARS
+            let names = endpoint_env_vars();
+            let vars = names
                 .iter()
                 .filter_map(|name| Some(((*name).to_owned(), Value::Str(env(name)?))))
                 .collect();
-            let endpoints = endpoints(&vars, ENDPOINT_ENV_VARS)?;
+            let endpoints = endpoints(&vars, names)?;
             if endpoints != Endpoints::e2b_cloud() {
-                settings.endpoints = endpoints;
+                settings.config.endpoints = endpoints;
                 settings.endpoints_from = EndpointSource::Environment;
             }
         }
@@ -525,13 +531,13 @@ impl Settings {
         Some(requested)
             .filter(known)
             .or(current.filter(known))
-            .or(self.cwd.as_deref())
+            .or(self.config.cwd.as_deref())
             .map(str::to_owned)
     }
 
     /// One line for doctor rows: who picks the one writer of a persistent scope.
     pub fn arbitration_summary(&self) -> String {
-        match self.writer_arbitration {
+        match self.config.writer_arbitration {
             WriterArbitration::Host => {
                 "host (a file lock: one writer per profile on this machine)".to_owned()
             }
@@ -549,7 +555,7 @@ impl Settings {
             domain,
             api_url,
             sandbox_url,
-        } = &self.endpoints;
+        } = &self.config.endpoints;
         let place = match (api_url, sandbox_url) {
             (Some(api), Some(sandbox)) if api == sandbox => format!("{api} (api and sandbox)"),
             (Some(api), Some(sandbox)) => format!("api {api}, sandbox {sandbox}"),
@@ -573,16 +579,8 @@ impl Settings {
         persistence: Persistence,
         lifetime: Duration,
     ) -> Config {
-        let mut config = Config::new(api_key);
-        config.template = self.template.clone();
-        config.cwd = self.cwd.clone();
-        config.lease = self.lease;
-        config.command_grace = self.command_grace;
-        config.internet = self.internet;
-        config.security = self.security;
-        config.metadata = self.metadata.clone();
-        config.endpoints = self.endpoints.clone();
-        config.writer_arbitration = self.writer_arbitration;
+        let mut config = self.config.clone();
+        config.api_key = api_key;
         config.mode = match (&self.sandbox_id, persistence) {
             (Some(sandbox_id), _) => SandboxMode::Attach {
                 sandbox_id: sandbox_id.clone(),

@@ -3,7 +3,7 @@
 from typing import Any, Callable, Mapping, Optional
 
 __version__: str
-#: agent-sandbox's settings table: the keys, and one config-schema dict per setting
+#: The settings table (settings/table.rs): the keys, and one config-schema dict per setting
 #: (``key``, ``type``, ``description``, ``default`` when fixed).
 SETTING_KEYS: tuple[str, ...]
 SETTINGS: tuple[dict[str, Any], ...]

@@ -1,6 +1,6 @@
 //! Unit tests of settings parsing, endpoint precedence and unknown-key suggestions.
 
-use agent_sandbox::{SETTINGS, SettingDefault};
+use table::SettingDefault;
 
 use super::*;
 
@@ -12,18 +12,16 @@ fn raw(entries: &[(&str, Value)]) -> BTreeMap<String, Value> {
 }
 
 #[test]
-fn defaults_match_the_configuration_table() {
+fn defaults_are_the_cores() {
     let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
-    assert_eq!(settings.template, "base");
-    assert_eq!(
-        settings.cwd, None,
-        "the cwd follows the sandbox's real home"
-    );
-    assert_eq!(settings.lease, Duration::from_secs(300));
-    assert_eq!(settings.command_grace, Duration::from_secs(30));
-    assert_eq!(settings.internet, InternetAccess::Allowed);
-    assert_eq!(settings.security, Security::Secure);
-    assert!(settings.metadata.is_empty());
+    let config = &settings.config;
+    assert_eq!(config.template, "base");
+    assert_eq!(config.cwd, None, "the cwd follows the sandbox's real home");
+    assert_eq!(config.lease, Duration::from_secs(300));
+    assert_eq!(config.command_grace, Duration::from_secs(30));
+    assert_eq!(config.internet, InternetAccess::Allowed);
+    assert_eq!(config.security, Security::Secure);
+    assert!(config.metadata.is_empty());
     assert_eq!(settings.sandbox_id, None);
     assert_eq!(settings.endpoint_summary(), "E2B cloud (e2b.app)");
 }
@@ -40,33 +38,79 @@ fn every_key_of_the_settings_table_is_read_with_its_default() {
         "{:?}",
         settings.unknown_keys
     );
-    let default = |key| Setting::find(key).unwrap().default;
-    assert!(matches!(default("template"), SettingDefault::Text(text) if text == settings.template));
-    assert_eq!(default("cwd"), SettingDefault::Unset);
-    assert_eq!(settings.cwd, None);
+    for setting in &SETTINGS {
+        if let SettingDefault::Config(read) | SettingDefault::Lifetime(read) = setting.default {
+            assert_eq!(
+                read(&settings.config),
+                read(&table::core_defaults()),
+                "{}",
+                setting.key
+            );
+        }
+    }
+}
+
+/// A value of `setting`'s kind other than `default`.
+fn other_value(key: &str, default: &table::Fixed) -> Value {
+    match default {
+        table::Fixed::Seconds(seconds) => Value::Int(i64::try_from(*seconds).unwrap() + 7),
+        table::Fixed::Flag(flag) => Value::Bool(!flag),
+        table::Fixed::Text(text) if key == "writer_arbitration" => {
+            Value::Str(if text == "host" { "sandbox" } else { "host" }.to_owned())
+        }
+        table::Fixed::Text(text) => Value::Str(format!("{text}-other")),
+    }
+}
+
+#[test]
+fn the_table_reads_the_field_its_key_sets() {
+    // A table entry's default is read out of `Config`; this proves it reads the field the
+    // parser writes for that key, so the default shown is the default applied.
+    for setting in &SETTINGS {
+        let (SettingDefault::Config(read) | SettingDefault::Lifetime(read)) = setting.default
+        else {
+            continue;
+        };
+        let default = read(&table::core_defaults());
+        let given = raw(&[(setting.key, other_value(setting.key, &default))]);
+        let changed = read(&Settings::parse(&given, Some(1)).unwrap().config);
+        assert_ne!(changed, default, "{} does not reach its field", setting.key);
+    }
+}
+
+#[test]
+fn setting_keys_are_unique_and_endpoint_keys_have_their_variables() {
+    for (index, setting) in SETTINGS.iter().enumerate() {
+        assert!(
+            SETTINGS[..index]
+                .iter()
+                .all(|other| other.key != setting.key),
+            "{} twice",
+            setting.key
+        );
+    }
     assert_eq!(
-        default("command_grace_seconds"),
-        SettingDefault::Seconds(settings.command_grace.as_secs())
+        endpoint_env_vars(),
+        ["E2B_DOMAIN", "E2B_API_URL", "E2B_SANDBOX_URL"]
     );
-    assert_eq!(
-        default("secure"),
-        SettingDefault::Flag(settings.security == Security::Secure)
-    );
-    assert!(
-        matches!(default("writer_arbitration"), SettingDefault::Text(text) if text == settings.writer_arbitration.as_str())
-    );
+    let with_env: Vec<_> = SETTINGS
+        .iter()
+        .filter(|setting| setting.env.is_some())
+        .map(|setting| setting.key)
+        .collect();
+    assert_eq!(with_env, ENDPOINT_KEYS);
 }
 
 #[test]
 fn writer_arbitration_is_host_or_sandbox_and_reaches_the_config() {
     // contract: C8
     let settings = Settings::parse(&BTreeMap::new(), None).unwrap();
-    assert_eq!(settings.writer_arbitration, WriterArbitration::Host);
+    assert_eq!(settings.config.writer_arbitration, WriterArbitration::Host);
     assert!(settings.arbitration_summary().starts_with("host"));
     let sandbox = raw(&[("writer_arbitration", Value::Str("sandbox".to_owned()))]);
     let settings = Settings::parse(&sandbox, None).unwrap();
     assert!(matches!(
-        settings.writer_arbitration,
+        settings.config.writer_arbitration,
         WriterArbitration::Sandbox { .. }
     ));
     assert!(settings.arbitration_summary().starts_with("sandbox"));
@@ -75,7 +119,10 @@ fn writer_arbitration_is_host_or_sandbox_and_reaches_the_config() {
         Persistence::Persistent,
         Duration::from_secs(300),
     );
-    assert_eq!(config.writer_arbitration, settings.writer_arbitration);
+    assert_eq!(
+        config.writer_arbitration,
+        settings.config.writer_arbitration
+    );
     let error = Settings::parse(
         &raw(&[("writer_arbitration", Value::Str("both".to_owned()))]),
         None,
@@ -87,9 +134,9 @@ fn writer_arbitration_is_host_or_sandbox_and_reaches_the_config() {
 #[test]
 fn lease_falls_back_to_hermes_lifetime_but_the_setting_wins() {
     let settings = Settings::parse(&BTreeMap::new(), Some(900)).unwrap();
-    assert_eq!(settings.lease, Duration::from_secs(900));
+    assert_eq!(settings.config.lease, Duration::from_secs(900));
     let settings = Settings::parse(&raw(&[("lease_seconds", Value::Int(60))]), Some(900)).unwrap();
-    assert_eq!(settings.lease, Duration::from_secs(60));
+    assert_eq!(settings.config.lease, Duration::from_secs(60));
 }
 
 #[test]
@@ -142,9 +189,12 @@ fn flags_metadata_endpoints_and_attach_mode() {
         None,
     )
     .unwrap();
-    assert_eq!(settings.internet, InternetAccess::Denied);
-    assert_eq!(settings.security, Security::Insecure);
-    assert_eq!(settings.metadata.get("tier").map(String::as_str), Some("2"));
+    assert_eq!(settings.config.internet, InternetAccess::Denied);
+    assert_eq!(settings.config.security, Security::Insecure);
+    assert_eq!(
+        settings.config.metadata.get("tier").map(String::as_str),
+        Some("2")
+    );
     assert_eq!(
         settings.endpoint_summary(),
         "http://127.0.0.1:3000 (api and sandbox)"
@@ -205,11 +255,11 @@ fn endpoints_from_the_environment_alone() {
     let settings = Settings::parse_with_env(&BTreeMap::new(), None, &env(LOCAL_ENV)).unwrap();
     assert_eq!(settings.endpoints_from, EndpointSource::Environment);
     assert_eq!(
-        settings.endpoints.api_url.as_deref(),
+        settings.config.endpoints.api_url.as_deref(),
         Some("http://127.0.0.1:3000")
     );
     assert_eq!(
-        settings.endpoints.sandbox_url.as_deref(),
+        settings.config.endpoints.sandbox_url.as_deref(),
         Some("http://127.0.0.1:3001")
     );
     assert_eq!(
@@ -220,8 +270,8 @@ fn endpoints_from_the_environment_alone() {
     let domain =
         Settings::parse_with_env(&BTreeMap::new(), None, &env(&[("E2B_DOMAIN", "e2b.corp")]))
             .unwrap();
-    assert_eq!(domain.endpoints.domain.as_deref(), Some("e2b.corp"));
-    assert_eq!(domain.endpoints.api_url, None);
+    assert_eq!(domain.config.endpoints.domain.as_deref(), Some("e2b.corp"));
+    assert_eq!(domain.config.endpoints.api_url, None);
 }
 
 #[test]
@@ -229,7 +279,10 @@ fn endpoints_from_the_settings_alone() {
     let raw = raw(&[("domain", Value::Str("e2b.corp".to_owned()))]);
     let settings = Settings::parse_with_env(&raw, None, &env(&[])).unwrap();
     assert_eq!(settings.endpoints_from, EndpointSource::Settings);
-    assert_eq!(settings.endpoints.domain.as_deref(), Some("e2b.corp"));
+    assert_eq!(
+        settings.config.endpoints.domain.as_deref(),
+        Some("e2b.corp")
+    );
     assert_eq!(settings.endpoint_summary(), "E2B at e2b.corp");
 }
 
@@ -239,7 +292,7 @@ fn endpoint_settings_win_over_the_environment_as_a_whole() {
     let settings = Settings::parse_with_env(&raw, None, &env(LOCAL_ENV)).unwrap();
     assert_eq!(settings.endpoints_from, EndpointSource::Settings);
     assert_eq!(
-        settings.endpoints,
+        settings.config.endpoints,
         Endpoints {
             domain: Some("e2b.corp".to_owned()),
             api_url: None,
@@ -253,7 +306,7 @@ fn neither_settings_nor_environment_means_e2b_cloud() {
     let empty = &env(&[("E2B_API_URL", ""), ("E2B_DOMAIN", "")]);
     let settings = Settings::parse_with_env(&BTreeMap::new(), None, empty).unwrap();
     assert_eq!(settings.endpoints_from, EndpointSource::Default);
-    assert_eq!(settings.endpoints, Endpoints::e2b_cloud());
+    assert_eq!(settings.config.endpoints, Endpoints::e2b_cloud());
     assert_eq!(settings.endpoint_summary(), "E2B cloud (e2b.app)");
 }
 
@@ -300,6 +353,7 @@ fn metadata_text_forms_equal_the_mapping() {
     mapping.insert("url".to_owned(), Value::Str("a=b".to_owned()));
     let expected = Settings::parse(&raw(&[("metadata", Value::Map(mapping))]), None)
         .unwrap()
+        .config
         .metadata;
     assert_eq!(expected.len(), 3);
     for text in [
@@ -310,12 +364,12 @@ fn metadata_text_forms_equal_the_mapping() {
     ] {
         let settings =
             Settings::parse(&raw(&[("metadata", Value::Str(text.to_owned()))]), None).unwrap();
-        assert_eq!(settings.metadata, expected, "{text:?}");
+        assert_eq!(settings.config.metadata, expected, "{text:?}");
     }
     for blank in ["", "  ", " , \n"] {
         let settings =
             Settings::parse(&raw(&[("metadata", Value::Str(blank.to_owned()))]), None).unwrap();
-        assert!(settings.metadata.is_empty(), "{blank:?}");
+        assert!(settings.config.metadata.is_empty(), "{blank:?}");
     }
     let error = Settings::parse(&raw(&[("metadata", Value::Str("team".to_owned()))]), None)
         .unwrap_err()

@@ -1,0 +1,344 @@
+//! The one table of the plugin's settings: key, kind, default, environment variable and
+//! description. The `_native.SETTINGS` schema, the shim's `plugin.yaml` `config_schema` and the
+//! README's table are rendered from or checked against it.
+//!
+//! Defaults are not written here: a fixed default is read out of a fresh
+//! [`agent_sandbox::Config::new`], the one place the core writes it, so the table cannot
+//! drift from what the backend applies.
+
+use agent_sandbox::{ApiKeySource, Config, InternetAccess, Security};
+use std::sync::Arc;
+
+/// The longest lease or grace a setting may ask for: one day (E2B's own maximum is
+/// account-specific; a larger value is almost certainly a unit mistake).
+pub const MAX_SETTING_SECONDS: u64 = 86_400;
+
+/// What kind of value a setting takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingKind {
+    /// Text: a name, a path, a URL or an id.
+    Text,
+    /// Whole seconds, from `min` up to [`MAX_SETTING_SECONDS`].
+    Seconds {
+        /// The smallest accepted value.
+        min: u64,
+    },
+    /// `true` or `false`.
+    Flag,
+    /// A mapping of names to text (or its text form).
+    Mapping,
+}
+
+impl SettingKind {
+    /// The type in Hermes' dashboard schema (`get_config_schema`), which has no mapping type:
+    /// its config screens hand such values over as text.
+    pub fn dashboard_type(self) -> &'static str {
+        match self {
+            SettingKind::Text => "string",
+            SettingKind::Seconds { .. } => "number",
+            SettingKind::Flag => "boolean",
+            SettingKind::Mapping => "text",
+        }
+    }
+
+    /// The type in the manifest's `config_schema` (what Hermes' loader checks values against).
+    pub fn manifest_type(self) -> &'static str {
+        match self {
+            SettingKind::Text => "string",
+            SettingKind::Seconds { .. } => "integer",
+            SettingKind::Flag => "boolean",
+            SettingKind::Mapping => "object",
+        }
+    }
+
+    /// The type as the README's table writes it.
+    pub fn readme_type(self) -> String {
+        match self {
+            SettingKind::Text => "text".to_owned(),
+            SettingKind::Seconds { min } => format!("seconds ({min}..{MAX_SETTING_SECONDS})"),
+            SettingKind::Flag => "true/false".to_owned(),
+            SettingKind::Mapping => "mapping".to_owned(),
+        }
+    }
+}
+
+/// A fixed default, as read out of a [`Config`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fixed {
+    /// This text.
+    Text(String),
+    /// This many seconds.
+    Seconds(u64),
+    /// This flag.
+    Flag(bool),
+}
+
+impl Fixed {
+    /// As YAML and the README write it.
+    pub fn render(&self) -> String {
+        match self {
+            Fixed::Text(text) => text.clone(),
+            Fixed::Seconds(seconds) => seconds.to_string(),
+            Fixed::Flag(flag) => flag.to_string(),
+        }
+    }
+}
+
+impl Fixed {
+    /// As the README's table writes it: text as code, numbers and flags plain.
+    pub fn readme(&self) -> String {
+        match self {
+            Fixed::Text(text) => format!("`{text}`"),
+            Fixed::Seconds(_) | Fixed::Flag(_) => self.render(),
+        }
+    }
+}
+
+/// Where a setting's default comes from.
+#[derive(Clone, Copy)]
+pub enum SettingDefault {
+    /// The value [`Config::new`] applies, read out of it.
+    Config(fn(&Config) -> Fixed),
+    /// Hermes' `terminal.lifetime_seconds`, else the value [`Config::new`] applies. No schema
+    /// states it: a stated default would be filled in by Hermes and win over the lifetime.
+    Lifetime(fn(&Config) -> Fixed),
+    /// Unset; what applies instead, as the README says it.
+    Unset(&'static str),
+}
+
+impl std::fmt::Debug for SettingDefault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SettingDefault::Config(read) => write!(f, "Config({:?})", read(&core_defaults())),
+            SettingDefault::Lifetime(read) => write!(f, "Lifetime({:?})", read(&core_defaults())),
+            SettingDefault::Unset(instead) => write!(f, "Unset({instead:?})"),
+        }
+    }
+}
+
+/// One setting under `plugins.entries.e2b.settings`.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The key, as users write it.
+    pub key: &'static str,
+    /// What it takes.
+    pub kind: SettingKind,
+    /// Its default.
+    pub default: SettingDefault,
+    /// The environment variable read when none of the endpoint settings is set (E2B's own).
+    pub env: Option<&'static str>,
+    /// The description's own text; screens show [`Setting::schema_description`], which adds
+    /// what the text cannot hold (a derived default's value, a mapping's text form).
+    pub description: &'static str,
+}
+
+/// A `Config` with the core's defaults, to read them from. The key source is never consulted.
+pub(crate) fn core_defaults() -> Config {
+    Config::new(ApiKeySource::Resolver(Arc::new(|| None)))
+}
+
+impl Setting {
+    /// The entry for `key`, if the plugin has such a setting.
+    ///
+    /// ```
+    /// use _native::settings::table::{Fixed, Setting, SettingKind};
+    ///
+    /// assert_eq!(Setting::find("lease_seconds").unwrap().kind, SettingKind::Seconds { min: 1 });
+    /// assert_eq!(Setting::find("template").unwrap().fixed_default(), Some(Fixed::Text("base".into())));
+    /// assert!(Setting::find("image").is_none());
+    /// ```
+    pub fn find(key: &str) -> Option<&'static Setting> {
+        SETTINGS.iter().find(|setting| setting.key == key)
+    }
+
+    /// The default a schema states: only a fixed one.
+    pub fn fixed_default(&self) -> Option<Fixed> {
+        match self.default {
+            SettingDefault::Config(read) => Some(read(&core_defaults())),
+            SettingDefault::Lifetime(_) | SettingDefault::Unset(_) => None,
+        }
+    }
+
+    /// The description configuration screens show. A lifetime-derived default adds its
+    /// fallback (read from `Config::new`, so no number is written here); a mapping's adds its
+    /// text form, which `settings.rs` parses when a screen hands the mapping over as text.
+    pub fn schema_description(&self) -> String {
+        if let SettingDefault::Lifetime(read) = self.default {
+            format!(
+                "{}, else {}.",
+                self.description,
+                read(&core_defaults()).render()
+            )
+        } else if self.kind == SettingKind::Mapping {
+            format!(
+                "{} As text: key=value pairs separated by commas or new lines, or a JSON object.",
+                self.description
+            )
+        } else {
+            self.description.to_owned()
+        }
+    }
+
+    /// The README table's default column.
+    pub fn readme_default(&self) -> String {
+        let core = core_defaults();
+        let unset = match self.default {
+            SettingDefault::Config(read) => return read(&core).readme(),
+            SettingDefault::Lifetime(read) => {
+                return format!("`terminal.lifetime_seconds`, else {}", read(&core).readme());
+            }
+            SettingDefault::Unset(instead) => instead,
+        };
+        match self.env {
+            Some(var) => format!("`{var}`, else {unset}"),
+            None => unset.to_owned(),
+        }
+    }
+}
+
+fn seconds(duration: std::time::Duration) -> Fixed {
+    Fixed::Seconds(duration.as_secs())
+}
+
+/// Every setting, in the order configuration screens show them.
+pub const SETTINGS: [Setting; 12] = [
+    Setting {
+        key: "template",
+        kind: SettingKind::Text,
+        default: SettingDefault::Config(|config| Fixed::Text(config.template.clone())),
+        env: None,
+        description: "E2B template name or id (part of the sandbox identity).",
+    },
+    Setting {
+        key: "cwd",
+        kind: SettingKind::Text,
+        // Learned at attach: no path is assumed (contract L13).
+        default: SettingDefault::Unset("the sandbox user's `$HOME`"),
+        env: None,
+        description: "Starting directory in the sandbox; defaults to the sandbox user's $HOME.",
+    },
+    Setting {
+        key: "lease_seconds",
+        kind: SettingKind::Seconds { min: 1 },
+        default: SettingDefault::Lifetime(|config| seconds(config.lease)),
+        env: None,
+        // `schema_description` appends the fallback, read from `Config::new`.
+        description: "Baseline sandbox lease; defaults to terminal.lifetime_seconds",
+    },
+    Setting {
+        key: "command_grace_seconds",
+        kind: SettingKind::Seconds { min: 0 },
+        default: SettingDefault::Config(|config| seconds(config.command_grace)),
+        env: None,
+        description: "Lease headroom beyond a command's deadline.",
+    },
+    Setting {
+        key: "allow_internet_access",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Config(|config| {
+            Fixed::Flag(config.internet == InternetAccess::Allowed)
+        }),
+        env: None,
+        description: "false puts the sandbox behind deny-all egress.",
+    },
+    Setting {
+        key: "secure",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Config(|config| Fixed::Flag(config.security == Security::Secure)),
+        env: None,
+        description: "Keep E2B's envd access-token protection on.",
+    },
+    Setting {
+        key: "metadata",
+        kind: SettingKind::Mapping,
+        default: SettingDefault::Unset("`{}`"),
+        env: None,
+        description: "Extra metadata stamped on every sandbox (identity keys win).",
+    },
+    Setting {
+        key: "domain",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset("E2B cloud"),
+        env: Some("E2B_DOMAIN"),
+        description: "E2B domain (self-hosted E2B).",
+    },
+    Setting {
+        key: "api_url",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset("derived from `domain`"),
+        env: Some("E2B_API_URL"),
+        description: "E2B control-plane URL override.",
+    },
+    Setting {
+        key: "sandbox_url",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset("derived from `domain`"),
+        env: Some("E2B_SANDBOX_URL"),
+        description: "E2B envd URL override.",
+    },
+    Setting {
+        key: "writer_arbitration",
+        kind: SettingKind::Text,
+        default: SettingDefault::Config(|config| {
+            Fixed::Text(config.writer_arbitration.as_str().to_owned())
+        }),
+        env: None,
+        description: "Who picks the one writer: host (file lock, one machine) or sandbox (a fenced record in the sandbox, for several hosts).",
+    },
+    Setting {
+        key: "sandbox_id",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset("none"),
+        env: None,
+        description: "Attach to this externally owned sandbox instead.",
+    },
+];
+
+/// The `config_schema:` section of the shim's `plugin/plugin.yaml`, to the end of the file.
+/// The committed file must equal it (a test checks); Hermes reads it at load, before any
+/// native code runs, so it cannot be produced at run time.
+pub fn plugin_yaml_config_schema() -> String {
+    let mut out = String::from("config_schema:\n");
+    for setting in &SETTINGS {
+        out.push_str(&format!("  {}:\n", setting.key));
+        out.push_str(&format!("    type: {}\n", setting.kind.manifest_type()));
+        if let Some(default) = setting.fixed_default() {
+            // Numbers and flags stay plain so YAML reads them as such.
+            let default = match default {
+                Fixed::Text(text) => yaml_scalar(&text),
+                Fixed::Seconds(_) | Fixed::Flag(_) => default.render(),
+            };
+            out.push_str(&format!("    default: {default}\n"));
+        }
+        out.push_str(&format!(
+            "    description: {}\n",
+            yaml_scalar(&setting.schema_description())
+        ));
+    }
+    out
+}
+
+/// `text` as a YAML scalar that reads back as the same string: plain where YAML allows it,
+/// else double-quoted.
+fn yaml_scalar(text: &str) -> String {
+    let indicator = text.starts_with(|c: char| "-?:,[]{}#&*!|>'\"%@`".contains(c));
+    let reserved = matches!(
+        text,
+        "" | "true" | "false" | "null" | "~" | "yes" | "no" | "on" | "off"
+    );
+    let numeric = text.parse::<f64>().is_ok() && !text.chars().all(|c| c.is_ascii_alphabetic());
+    let ambiguous = text.contains(": ")
+        || text.contains(" #")
+        || text.ends_with(':')
+        || text.trim() != text
+        || text.contains(['\n', '\t']);
+    if indicator || reserved || numeric || ambiguous {
+        let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+        format!("\"{escaped}\"")
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests;
