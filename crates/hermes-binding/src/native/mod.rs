@@ -1,7 +1,6 @@
 //! The Python-facing classes: settings, the backend, a running command, the state transport.
 //! Each is a thin conversion layer over agent-sandbox; every blocking call releases the GIL.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -9,16 +8,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKey, ApiKeySource, Backend, CleanupReport, CommandResult, HookError, KillOutcomeReport,
-    PullOutcome, PushKind, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell,
-    StateHooks, StateTransport, TeardownRecovery, Termination, WriteSink,
+    ApiKey, ApiKeySource, Backend, CleanupReport, CommandResult, KillOutcomeReport, PullOutcome,
+    RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, TeardownRecovery, Termination,
+    WriteSink,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::error::{Error, without_time_words};
 use crate::runtime;
-use crate::settings::{Persistence, Settings, Value, idle_lifetime};
+use crate::settings::{Persistence, idle_lifetime};
+
+mod hooks;
+mod settings;
+
+pub(crate) use hooks::PyTransport;
+pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
+pub(crate) use settings::PySettings;
 
 /// How often a blocking wait wakes up to let Python deliver Ctrl-C.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
@@ -26,265 +32,6 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 /// How far a command's sandbox deadline trails Hermes' own timeout, so that Hermes' timeout
 /// path (exit 124, "timed out") is the one that reports it.
 const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
-
-fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
-    // bool before int: Python's bool is an int subclass.
-    if object.is_none() {
-        Ok(Value::Null)
-    } else if object.is_instance_of::<PyBool>() {
-        Ok(Value::Bool(object.extract()?))
-    } else if object.is_instance_of::<PyInt>() {
-        Ok(object
-            .extract::<i64>()
-            .map(Value::Int)
-            .unwrap_or_else(|_| Value::Other("an integer out of range".to_owned())))
-    } else if object.is_instance_of::<PyFloat>() {
-        Ok(Value::Float(object.extract()?))
-    } else if object.is_instance_of::<PyString>() {
-        Ok(Value::Str(object.extract()?))
-    } else if let Ok(mapping) = object.cast::<PyDict>() {
-        let mut entries = BTreeMap::new();
-        for (key, value) in mapping.iter() {
-            entries.insert(key.str()?.to_string(), to_value(&value)?);
-        }
-        Ok(Value::Map(entries))
-    } else {
-        Ok(Value::Other(format!("a {}", object.get_type().name()?)))
-    }
-}
-
-/// Validated plugin settings (`plugins.entries.e2b.settings`).
-#[pyclass(name = "Settings", module = "hermes_e2b._native", frozen)]
-#[derive(Debug)]
-pub struct PySettings {
-    pub(crate) settings: Settings,
-}
-
-#[pymethods]
-impl PySettings {
-    /// Validates the raw mapping; raises ConfigurationError naming the bad key.
-    #[new]
-    #[pyo3(signature = (raw, *, lifetime_seconds = None))]
-    fn new(raw: &Bound<'_, PyAny>, lifetime_seconds: Option<u64>) -> PyResult<PySettings> {
-        let raw = match to_value(raw)? {
-            Value::Map(entries) => entries,
-            Value::Null => BTreeMap::new(),
-            other => {
-                return Err(Error::InvalidSetting {
-                    key: "settings".to_owned(),
-                    reason: format!("must be a mapping, not {other:?}"),
-                }
-                .into());
-            }
-        };
-        let env = |name: &str| std::env::var(name).ok();
-        let settings = Settings::parse_with_env(&raw, lifetime_seconds, &env)?;
-        settings.warn_unknown_keys_once();
-        Ok(PySettings { settings })
-    }
-
-    #[getter]
-    fn template(&self) -> &str {
-        &self.settings.config.template
-    }
-
-    #[getter]
-    fn cwd(&self) -> Option<&str> {
-        self.settings.config.cwd.as_deref()
-    }
-
-    #[getter]
-    fn lease_seconds(&self) -> u64 {
-        self.settings.config.lease.as_secs()
-    }
-
-    #[getter]
-    fn command_grace_seconds(&self) -> u64 {
-        self.settings.config.command_grace.as_secs()
-    }
-
-    #[getter]
-    fn allow_internet_access(&self) -> bool {
-        self.settings.config.internet == agent_sandbox::InternetAccess::Allowed
-    }
-
-    #[getter]
-    fn secure(&self) -> bool {
-        self.settings.config.security == agent_sandbox::Security::Secure
-    }
-
-    #[getter]
-    fn metadata(&self) -> BTreeMap<String, String> {
-        self.settings.config.metadata.clone()
-    }
-
-    #[getter]
-    fn sandbox_id(&self) -> Option<&str> {
-        self.settings.sandbox_id.as_ref().map(|id| id.as_str())
-    }
-
-    #[getter]
-    fn unknown_keys(&self) -> Vec<String> {
-        self.settings.unknown_keys.clone()
-    }
-
-    /// One line per unknown setting key, with the nearest known key (for doctor rows).
-    fn unknown_key_notes(&self) -> Vec<String> {
-        self.settings.unknown_key_notes()
-    }
-
-    /// One line naming where requests go (for doctor rows); never contains the key.
-    fn endpoint_summary(&self) -> String {
-        self.settings.endpoint_summary()
-    }
-
-    /// One line naming who picks the one writer (for doctor rows).
-    fn arbitration_summary(&self) -> String {
-        self.settings.arbitration_summary()
-    }
-
-    /// The directory a cwd Hermes hands over means (see `Settings::session_cwd`).
-    #[pyo3(signature = (requested, current = None))]
-    fn session_cwd(&self, requested: &str, current: Option<&str>) -> Option<String> {
-        self.settings.session_cwd(requested, current)
-    }
-
-    fn __repr__(&self) -> String {
-        format!("{:?}", self.settings)
-    }
-}
-
-/// The state transport of the attached sandbox, handed to the Python sync hooks.
-#[pyclass(name = "Transport", module = "hermes_e2b._native", frozen)]
-#[derive(Debug)]
-pub struct PyTransport {
-    transport: StateTransport,
-}
-
-#[pymethods]
-impl PyTransport {
-    #[getter]
-    fn sandbox_id(&self) -> &str {
-        self.transport.sandbox_id()
-    }
-
-    #[getter]
-    fn remote_hermes_home(&self) -> &str {
-        self.transport.remote_hermes_home()
-    }
-
-    /// Uploads `(host_path, remote_path)` pairs in one request, creating parents.
-    fn upload_many(&self, py: Python<'_>, files: Vec<(PathBuf, String)>) -> PyResult<usize> {
-        let transport = self.transport.clone();
-        py.detach(move || transport.upload_many(files))
-            .map_err(|source| Error::from(source).into())
-    }
-
-    /// Deletes remote paths; already-gone paths are fine.
-    fn delete_many(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<()> {
-        let transport = self.transport.clone();
-        py.detach(move || transport.delete_many(paths))
-            .map_err(|source| Error::from(source).into())
-    }
-
-    /// Streams the sandbox's Hermes home as a capped tar into `dest`; returns the file count.
-    fn download_state(&self, py: Python<'_>, dest: PathBuf) -> PyResult<u64> {
-        let transport = self.transport.clone();
-        py.detach(move || {
-            let mut file = File::create(&dest).map_err(|source| Error::Io {
-                operation: "create state archive",
-                path: dest.clone(),
-                source,
-            })?;
-            let summary = transport.download_state(&mut file).map_err(Error::from)?;
-            for name in &summary.rejected {
-                tracing::warn!(
-                    sandbox_id = transport.sandbox_id(),
-                    "teardown pull skipped an unsafe archive member: {}",
-                    // The sandbox chose the name (X4).
-                    agent_sandbox::redact(name)
-                );
-            }
-            Ok::<u64, Error>(summary.files)
-        })
-        .map_err(PyErr::from)
-    }
-}
-
-/// Forwards the backend's push/pull requests to a Python object with `push(transport, kind)`
-/// and `pull(transport)` methods (the environment's FileSyncManager glue).
-struct PyHooks {
-    target: Py<PyAny>,
-    /// A KeyboardInterrupt / SystemExit (anything not an `Exception`) raised inside a hook:
-    /// the backend finishes its mandatory work first, then the binding re-raises it.
-    deferred: Deferred,
-}
-
-/// Process-control exceptions caught inside hooks, re-raised once the native call returns.
-type Deferred = Arc<std::sync::Mutex<Option<PyErr>>>;
-
-fn take_deferred(deferred: &Deferred) -> Option<PyErr> {
-    deferred
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .take()
-}
-
-impl PyHooks {
-    fn call(
-        &self,
-        method: &str,
-        transport: &StateTransport,
-        kind: Option<&str>,
-    ) -> Result<(), HookError> {
-        let outcome = Python::try_attach(|py| -> PyResult<()> {
-            let handle = Py::new(
-                py,
-                PyTransport {
-                    transport: transport.clone(),
-                },
-            )?;
-            match kind {
-                Some(kind) => self.target.call_method1(py, method, (handle, kind))?,
-                None => self.target.call_method1(py, method, (handle,))?,
-            };
-            Ok(())
-        });
-        match outcome {
-            Some(Ok(())) => Ok(()),
-            Some(Err(error)) => {
-                let message = error.to_string();
-                let control = Python::try_attach(|py| {
-                    !error.is_instance_of::<pyo3::exceptions::PyException>(py)
-                })
-                .unwrap_or(false);
-                if control {
-                    let mut slot = self
-                        .deferred
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    slot.get_or_insert(error);
-                }
-                Err(message.into())
-            }
-            None => Err("the Python interpreter is shutting down".into()),
-        }
-    }
-}
-
-impl StateHooks for PyHooks {
-    fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
-        let kind = match kind {
-            PushKind::Initial => "initial",
-            PushKind::Incremental => "incremental",
-        };
-        self.call("push", transport, Some(kind))
-    }
-
-    fn pull(&self, transport: &StateTransport) -> Result<(), HookError> {
-        self.call("pull", transport, None)
-    }
-}
 
 fn role_name(role: RoleKind) -> &'static str {
     match role {

@@ -1,0 +1,143 @@
+//! The state hooks bridge: the backend's push and pull requests, forwarded to the Python
+//! environment's FileSyncManager glue, over a `_native.Transport`.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_sandbox::{HookError, PushKind, StateHooks, StateTransport};
+use pyo3::prelude::*;
+
+use crate::error::Error;
+
+/// The state transport of the attached sandbox, handed to the Python sync hooks.
+#[pyclass(name = "Transport", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PyTransport {
+    transport: StateTransport,
+}
+
+#[pymethods]
+impl PyTransport {
+    #[getter]
+    fn sandbox_id(&self) -> &str {
+        self.transport.sandbox_id()
+    }
+
+    #[getter]
+    fn remote_hermes_home(&self) -> &str {
+        self.transport.remote_hermes_home()
+    }
+
+    /// Uploads `(host_path, remote_path)` pairs in one request, creating parents.
+    fn upload_many(&self, py: Python<'_>, files: Vec<(PathBuf, String)>) -> PyResult<usize> {
+        let transport = self.transport.clone();
+        py.detach(move || transport.upload_many(files))
+            .map_err(|source| Error::from(source).into())
+    }
+
+    /// Deletes remote paths; already-gone paths are fine.
+    fn delete_many(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<()> {
+        let transport = self.transport.clone();
+        py.detach(move || transport.delete_many(paths))
+            .map_err(|source| Error::from(source).into())
+    }
+
+    /// Streams the sandbox's Hermes home as a capped tar into `dest`; returns the file count.
+    fn download_state(&self, py: Python<'_>, dest: PathBuf) -> PyResult<u64> {
+        let transport = self.transport.clone();
+        py.detach(move || {
+            let mut file = File::create(&dest).map_err(|source| Error::Io {
+                operation: "create state archive",
+                path: dest.clone(),
+                source,
+            })?;
+            let summary = transport.download_state(&mut file).map_err(Error::from)?;
+            for name in &summary.rejected {
+                tracing::warn!(
+                    sandbox_id = transport.sandbox_id(),
+                    "teardown pull skipped an unsafe archive member: {}",
+                    // The sandbox chose the name (X4).
+                    agent_sandbox::redact(name)
+                );
+            }
+            Ok::<u64, Error>(summary.files)
+        })
+        .map_err(PyErr::from)
+    }
+}
+
+/// Forwards the backend's push/pull requests to a Python object with `push(transport, kind)`
+/// and `pull(transport)` methods (the environment's FileSyncManager glue).
+pub(crate) struct PyHooks {
+    pub(super) target: Py<PyAny>,
+    /// A KeyboardInterrupt / SystemExit (anything not an `Exception`) raised inside a hook:
+    /// the backend finishes its mandatory work first, then the binding re-raises it.
+    pub(super) deferred: Deferred,
+}
+
+/// Process-control exceptions caught inside hooks, re-raised once the native call returns.
+pub(crate) type Deferred = Arc<std::sync::Mutex<Option<PyErr>>>;
+
+pub(crate) fn take_deferred(deferred: &Deferred) -> Option<PyErr> {
+    deferred
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+}
+
+impl PyHooks {
+    fn call(
+        &self,
+        method: &str,
+        transport: &StateTransport,
+        kind: Option<&str>,
+    ) -> Result<(), HookError> {
+        let outcome = Python::try_attach(|py| -> PyResult<()> {
+            let handle = Py::new(
+                py,
+                PyTransport {
+                    transport: transport.clone(),
+                },
+            )?;
+            match kind {
+                Some(kind) => self.target.call_method1(py, method, (handle, kind))?,
+                None => self.target.call_method1(py, method, (handle,))?,
+            };
+            Ok(())
+        });
+        match outcome {
+            Some(Ok(())) => Ok(()),
+            Some(Err(error)) => {
+                let message = error.to_string();
+                let control = Python::try_attach(|py| {
+                    !error.is_instance_of::<pyo3::exceptions::PyException>(py)
+                })
+                .unwrap_or(false);
+                if control {
+                    let mut slot = self
+                        .deferred
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    slot.get_or_insert(error);
+                }
+                Err(message.into())
+            }
+            None => Err("the Python interpreter is shutting down".into()),
+        }
+    }
+}
+
+impl StateHooks for PyHooks {
+    fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
+        let kind = match kind {
+            PushKind::Initial => "initial",
+            PushKind::Incremental => "incremental",
+        };
+        self.call("push", transport, Some(kind))
+    }
+
+    fn pull(&self, transport: &StateTransport) -> Result<(), HookError> {
+        self.call("pull", transport, None)
+    }
+}

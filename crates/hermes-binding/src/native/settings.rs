@@ -1,0 +1,137 @@
+//! `_native.Settings`: the plugin settings, validated by the one settings table, as Python
+//! sees them.
+
+use std::collections::BTreeMap;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+
+use crate::error::Error;
+use crate::settings::{Settings, Value};
+
+fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
+    // bool before int: Python's bool is an int subclass.
+    if object.is_none() {
+        Ok(Value::Null)
+    } else if object.is_instance_of::<PyBool>() {
+        Ok(Value::Bool(object.extract()?))
+    } else if object.is_instance_of::<PyInt>() {
+        Ok(object
+            .extract::<i64>()
+            .map(Value::Int)
+            .unwrap_or_else(|_| Value::Other("an integer out of range".to_owned())))
+    } else if object.is_instance_of::<PyFloat>() {
+        Ok(Value::Float(object.extract()?))
+    } else if object.is_instance_of::<PyString>() {
+        Ok(Value::Str(object.extract()?))
+    } else if let Ok(mapping) = object.cast::<PyDict>() {
+        let mut entries = BTreeMap::new();
+        for (key, value) in mapping.iter() {
+            entries.insert(key.str()?.to_string(), to_value(&value)?);
+        }
+        Ok(Value::Map(entries))
+    } else {
+        Ok(Value::Other(format!("a {}", object.get_type().name()?)))
+    }
+}
+
+/// Validated plugin settings (`plugins.entries.e2b.settings`).
+#[pyclass(name = "Settings", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PySettings {
+    pub(crate) settings: Settings,
+}
+
+#[pymethods]
+impl PySettings {
+    /// Validates the raw mapping; raises ConfigurationError naming the bad key.
+    #[new]
+    #[pyo3(signature = (raw, *, lifetime_seconds = None))]
+    fn new(raw: &Bound<'_, PyAny>, lifetime_seconds: Option<u64>) -> PyResult<PySettings> {
+        let raw = match to_value(raw)? {
+            Value::Map(entries) => entries,
+            Value::Null => BTreeMap::new(),
+            other => {
+                return Err(Error::InvalidSetting {
+                    key: "settings".to_owned(),
+                    reason: format!("must be a mapping, not {other:?}"),
+                }
+                .into());
+            }
+        };
+        let env = |name: &str| std::env::var(name).ok();
+        let settings = Settings::parse_with_env(&raw, lifetime_seconds, &env)?;
+        settings.warn_unknown_keys_once();
+        Ok(PySettings { settings })
+    }
+
+    #[getter]
+    fn template(&self) -> &str {
+        &self.settings.config.template
+    }
+
+    #[getter]
+    fn cwd(&self) -> Option<&str> {
+        self.settings.config.cwd.as_deref()
+    }
+
+    #[getter]
+    fn lease_seconds(&self) -> u64 {
+        self.settings.config.lease.as_secs()
+    }
+
+    #[getter]
+    fn command_grace_seconds(&self) -> u64 {
+        self.settings.config.command_grace.as_secs()
+    }
+
+    #[getter]
+    fn allow_internet_access(&self) -> bool {
+        self.settings.config.internet == agent_sandbox::InternetAccess::Allowed
+    }
+
+    #[getter]
+    fn secure(&self) -> bool {
+        self.settings.config.security == agent_sandbox::Security::Secure
+    }
+
+    #[getter]
+    fn metadata(&self) -> BTreeMap<String, String> {
+        self.settings.config.metadata.clone()
+    }
+
+    #[getter]
+    fn sandbox_id(&self) -> Option<&str> {
+        self.settings.sandbox_id.as_ref().map(|id| id.as_str())
+    }
+
+    #[getter]
+    fn unknown_keys(&self) -> Vec<String> {
+        self.settings.unknown_keys.clone()
+    }
+
+    /// One line per unknown setting key, with the nearest known key (for doctor rows).
+    fn unknown_key_notes(&self) -> Vec<String> {
+        self.settings.unknown_key_notes()
+    }
+
+    /// One line naming where requests go (for doctor rows); never contains the key.
+    fn endpoint_summary(&self) -> String {
+        self.settings.endpoint_summary()
+    }
+
+    /// One line naming who picks the one writer (for doctor rows).
+    fn arbitration_summary(&self) -> String {
+        self.settings.arbitration_summary()
+    }
+
+    /// The directory a cwd Hermes hands over means (see `Settings::session_cwd`).
+    #[pyo3(signature = (requested, current = None))]
+    fn session_cwd(&self, requested: &str, current: Option<&str>) -> Option<String> {
+        self.settings.session_cwd(requested, current)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.settings)
+    }
+}
