@@ -2,6 +2,7 @@
 
 mod cli;
 mod envd;
+mod envd_files;
 mod faults;
 mod fidelity;
 mod fuzz_corpus;
