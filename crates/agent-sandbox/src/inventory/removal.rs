@@ -59,13 +59,6 @@ pub enum Refusal {
     },
 }
 
-impl Refusal {
-    /// Whether a forced removal ([`Force::Yes`]) would take the sandbox.
-    pub fn force_overrides(&self) -> bool {
-        !matches!(self, Refusal::OtherProfile)
-    }
-}
-
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -102,3 +102,45 @@ fn paused_and_duplicates_select_only_this_profiles() {
     assert_eq!(ids(RemovalTarget::Duplicates), ["dup"]);
     assert_eq!(ids(RemovalTarget::Paused), ["paused"]);
 }
+
+#[test]
+fn refusals_and_losses_say_why_in_plain_words() {
+    // contract: I8 — the framework adds its command names; these are the reasons themselves.
+    let cases = [
+        (Refusal::OtherProfile.to_string(), "another profile owns it"),
+        (
+            Refusal::UnknownOwner.to_string(),
+            "made before sandboxes carried their profile, and not by this host's profile",
+        ),
+        (
+            Refusal::LiveWriter { pid: Some(42) }.to_string(),
+            "a live session on this host (pid 42) holds its writer role",
+        ),
+        (
+            Refusal::LiveWriter { pid: None }.to_string(),
+            "a live session on this host holds its writer role",
+        ),
+        (Loss::Ephemeral.to_string(), "its files and processes"),
+        (
+            Loss::Duplicate {
+                newest: "i2".to_owned(),
+            }
+            .to_string(),
+            "its files and processes (a duplicate: sessions use i2; agent state written only here is lost)",
+        ),
+        (
+            Loss::UnpulledState {
+                last_pull: Some("2026-12-01T00:00:00Z pulled from i1".to_owned()),
+            }
+            .to_string(),
+            "its files and processes, including agent state not yet pulled (last pull 2026-12-01T00:00:00Z pulled from i1)",
+        ),
+        (
+            Loss::UnpulledState { last_pull: None }.to_string(),
+            "its files and processes, including agent state not yet pulled (no pull recorded on this host)",
+        ),
+    ];
+    for (text, wanted) in cases {
+        assert_eq!(text, wanted);
+    }
+}
