@@ -2,6 +2,7 @@
 //! checks after.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
@@ -56,6 +57,19 @@ pub(crate) struct Campaign {
     pub(crate) fenced: u64,
     /// This cycle's processes: pid and machine.
     pub(crate) machine_pids: Vec<(String, usize)>,
+    /// `--hermes-python`: some processes are then Hermes hosts.
+    pub(crate) hermes_python: Option<PathBuf>,
+    /// The share of processes that are Hermes hosts.
+    pub(crate) hermes_share: f64,
+    /// Host processes started, and how many of them were Hermes hosts.
+    pub(crate) processes: u64,
+    pub(crate) hermes_processes: u64,
+    /// The Hermes hosts' commands (`run`), completed and refused or failed.
+    pub(crate) hermes_commands_ok: u64,
+    pub(crate) hermes_commands_failed: u64,
+    /// What Hermes itself keeps in its home besides skills/, memories/ and cache/ (its
+    /// start-up skeleton, the campaign's config.yaml and .env); see `bootstrap_hermes`.
+    pub(crate) hermes_home_entries: BTreeSet<OsString>,
 }
 
 impl Campaign {
@@ -119,11 +133,16 @@ impl Campaign {
                 (_, true) => index,
                 (_, false) => self.rng.random_range(0..2),
             };
-            let host = self.spawn_host(index, machine, script, tx.clone())?;
+            // Drawn only when Hermes hosts are on, so a seed's schedule without them is as before.
+            let hermes = self.hermes_python.is_some() && self.rng.random_bool(self.hermes_share);
+            let host = self.spawn_host(index, machine, hermes, script, tx.clone())?;
+            self.processes += 1;
+            self.hermes_processes += u64::from(hermes);
             self.machine_pids.push((host.pid.to_string(), machine));
             self.note(format!(
-                "host {index} is pid {} on machine {machine}",
-                host.pid
+                "host {index} is pid {} on machine {machine}{}",
+                host.pid,
+                if hermes { " (Hermes)" } else { "" }
             ));
             hosts.push(host);
         }
@@ -201,7 +220,7 @@ impl Campaign {
                         }
                         continue;
                     }
-                    self.answer(&line, &epoch);
+                    self.answer(&line, &epoch, hosts[index].hermes);
                     let host = &mut hosts[index];
                     if !host.killed {
                         host.send_next();
@@ -238,13 +257,14 @@ impl Campaign {
         Ok(())
     }
 
-    fn answer(&mut self, line: &str, epoch: &str) {
+    fn answer(&mut self, line: &str, epoch: &str, hermes: bool) {
         if let Some(rest) = line.strip_prefix("attached ") {
             if let Some(id) = rest.split(' ').next() {
                 self.sandbox = Some(id.to_owned());
             }
         } else if let Some(rest) = line.strip_prefix("exit ") {
             self.commands_ok += 1;
+            self.hermes_commands_ok += u64::from(hermes);
             let output = rest
                 .split_once(' ')
                 .map_or("", |(_, out)| out)
@@ -254,6 +274,7 @@ impl Campaign {
             }
         } else if line.starts_with("error ") {
             self.commands_failed += 1;
+            self.hermes_commands_failed += u64::from(hermes);
             if line.contains("no longer the writer") {
                 self.fenced += 1;
             }
