@@ -9,17 +9,19 @@ The campaign writes `config.yaml` and `.env` in the Hermes home and starts this 
 HERMES_HOME set to it. Commands, one per line: `attach`, `run <shell command>`, `pause <ms>`,
 `cleanup`, `finalize`, `quit`; the answers are campaign-host's (`attached <sandbox id>
 <role>`, `exit <code> <output, escaped>`, `paused`, `cleanup <pull outcome>`, `finalized`,
-`error <message>`), and so are the events `phase push` / `phase pull`. `--bootstrap` starts
-Hermes as a host does and exits before any terminal use: the campaign runs it once first, to
-fail early without Hermes or the wheel and to learn what Hermes itself puts in its home.
+`error <message>`), and so are the events `phase push` / `phase pull`; before anything else
+it says `ready` once Hermes has started. `--bootstrap` starts Hermes as a host does and exits
+before any terminal use: the campaign runs it once first, to fail early without Hermes or the
+wheel and to learn what Hermes itself puts in its home.
 
 `run` is Hermes' `terminal_tool` (admission, the plugin's push through Hermes'
 `iter_sync_files`, the command); `cleanup` is Hermes' `cleanup_vm` (the plugin's teardown:
 Hermes' own `sync_back`, then the backend's recovery). `attach` is the first use of the
 terminal tool, the way Hermes brings an environment up: a no-op command. The plugin's state
-hooks are wrapped only to observe them: the `phase` events and the push log's `B`/`E` lines
-around each push, which the campaign needs for its kills at a transfer and its "never two
-pushers" check; the push and the pull themselves are Hermes'.
+hooks and the uploads of Hermes' manager are wrapped only to observe them: the `phase` events
+(`phase push` as an upload starts) and the push log's `B`/`E` lines around each push, which
+the campaign needs for its kills at a transfer and its "never two pushers" check; the push and
+the pull themselves are Hermes'.
 """
 
 from __future__ import annotations
@@ -99,11 +101,18 @@ def main() -> int:
     def push(self, transport, kind):
         log_push(push_log, "B")
         try:
-            emit("phase push")
             original_push(self, transport, kind)
         finally:
             # A failed push has ended too: the role may pass to another process next.
             log_push(push_log, "E")
+
+    # Most pushes find nothing changed (Hermes diffs by mtime); `phase push` marks the ones
+    # that transfer: Hermes' manager calls `_push` only with files to upload or delete.
+    original_transfer = environment._SyncManager._push
+
+    def transfer(self, to_upload, to_delete):
+        emit("phase push")
+        original_transfer(self, to_upload, to_delete)
 
     def pull(self, transport):
         emit("phase pull")
@@ -112,6 +121,9 @@ def main() -> int:
         pulls[-1] = "ran"
 
     hooks.push, hooks.pull = push, pull
+    environment._SyncManager._push = transfer
+    # Hermes is up: the campaign starts the cycle's fault clock on this line.
+    emit("ready")
 
     def terminal(command: str) -> dict:
         return json.loads(tt.terminal_tool(command, task_id=task, timeout=RUN_TIMEOUT))

@@ -147,6 +147,17 @@ impl Campaign {
             hosts.push(host);
         }
         drop(tx);
+        // The faults' moments count from when every host can act: a Hermes host first spends
+        // seconds starting Hermes, and faults drawn for its first 600 ms would all land before
+        // it did anything.
+        for host in &mut hosts {
+            if let Some(ready) = host.ready.take() {
+                let _ = ready.recv_timeout(ANSWER_BOUND);
+            }
+        }
+        if hosts.iter().any(|h| h.hermes) {
+            self.note("Hermes hosts started".to_owned());
+        }
         let start = Instant::now();
         let mut planned = Vec::new();
         for (fault, delay) in drawn {

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 
 use crate::cycle::Campaign;
@@ -29,6 +29,8 @@ pub(crate) struct Host {
     pub(crate) done: bool,
     /// A Hermes host (`hermes_host.py` under the Hermes venv's Python), not `campaign-host`.
     pub(crate) hermes: bool,
+    /// A Hermes host's `ready` (or its end) until the cycle has waited for it.
+    pub(crate) ready: Option<Receiver<()>>,
 }
 
 impl Host {
@@ -80,8 +82,20 @@ impl Campaign {
             .stderr(stderr)
             .spawn()?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (ready_tx, ready) = channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
+            let mut lines = BufReader::new(stdout).lines().peekable();
+            // A Hermes host says `ready` once Hermes has started (seconds of imports); any other
+            // first line, or none, is left to the cycle.
+            if hermes
+                && lines
+                    .next_if(|l| l.as_deref().is_ok_and(|l| l == "ready"))
+                    .is_some()
+            {
+                let _ = ready_tx.send(());
+            }
+            drop(ready_tx);
+            for line in lines {
                 let Ok(line) = line else { break };
                 if tx.send(Msg::Line(index, line)).is_err() {
                     return;
@@ -99,6 +113,7 @@ impl Campaign {
             killed: false,
             done: false,
             hermes,
+            ready: hermes.then_some(ready),
         })
     }
 
