@@ -44,7 +44,9 @@ pub(crate) fn parse_args() -> Result<Args, Error> {
                     return Err("--hosts takes 1 or 2".into());
                 }
             }
-            "--hermes-python" => args.hermes_python = Some(PathBuf::from(value()?)),
+            // Absolute, since the hosts run elsewhere; not canonical, since a venv's python
+            // is a symlink whose target is not the venv.
+            "--hermes-python" => args.hermes_python = Some(std::path::absolute(value()?)?),
             "--hermes-share" => {
                 args.hermes_share = value()?.parse()?;
                 if !(0.0..=1.0).contains(&args.hermes_share) {
