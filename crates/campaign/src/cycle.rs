@@ -108,6 +108,9 @@ impl Campaign {
         self.machine_pids.clear();
         for index in 0..processes {
             let mut script = vec!["attach".to_owned()];
+            // The epoch lives under skills/, which Hermes pushes too (`iter_sync_files`), so
+            // "no command without this cycle's state" holds unchanged for Hermes hosts. Hermes
+            // never pushes memories/ (the sandbox may lack the host's): no command reads them.
             for _ in 0..self.rng.random_range(1..=3) {
                 let pause = self.rng.random_range(0..30);
                 script.push(format!(

@@ -1,5 +1,6 @@
-//! `campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2]`: the crash/fault campaign
-//! (run it through `scripts/campaign`, which builds the binaries first).
+//! `campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2] [--hermes-python PATH
+//! [--hermes-share F]]`: the crash/fault campaign (run it through `scripts/campaign`, which
+//! builds the binaries first).
 //!
 //! Randomized, seeded cycles of real `campaign-host` processes (each a persistent-mode
 //! `Backend`) on one scope against an `e2b-local serve --state-dir` process. Each cycle
@@ -24,6 +25,15 @@
 //! processes of one host never push at once, the sandbox's writer record never goes back a
 //! generation, and no write of an older generation lands after a newer one's (each push
 //! uploads a marker naming its process; see `campaign::GenerationWatch`).
+//!
+//! With `--hermes-python` (a venv's Python holding Hermes and the hermes-e2b wheel) a share of
+//! the host processes (`--hermes-share`, a third by default) are Hermes hosts instead:
+//! `hermes_host.py`, a real Hermes whose terminal tool and `cleanup_vm` drive the plugin (its
+//! push through Hermes' FileSyncManager, Hermes' own `sync_back` at teardown), speaking
+//! `campaign-host`'s protocol, on the same scope (Hermes' task `default`). The checks hold
+//! unchanged; the Hermes home may also hold what Hermes itself creates there, and the
+//! temporary directory Hermes' own sync staging. One host only: the plugin has no setting for
+//! a coordination directory of its own, so it cannot stand in for a second machine.
 //!
 //! Exits 1 with the seed on any violation.
 
