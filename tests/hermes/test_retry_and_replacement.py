@@ -97,3 +97,25 @@ def test_a_replaced_sandbox_marks_the_environment_recreated_once(configured, e2b
     assert result["first_after"]["output"] == "after-the-vanish"
     assert result["first_after"].get("environment_recreated"), result["first_after"]
     assert "environment_recreated" not in result["next"], "the notice is given once"
+
+
+def test_a_replaced_sandbox_gets_the_hosts_state_again(configured, e2b_local):
+    # contract: S2 (a bring-up pushes the state in full). Hermes' FileSyncManager diffs by mtime
+    # against what it pushed before; without forgetting that, the replacement got nothing.
+    # Found by the campaign: `scripts/campaign --seed 2 --cycles 30 --hermes-python ... --hermes-share 1`.
+    home, _ = configured
+    skill = home.path / "skills" / "demo" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("host v1\n")
+    result = run(home, ADMIN + textwrap.dedent("""
+        r = {"before": T("cat ~/.hermes/skills/demo/SKILL.md")}
+        env = tt._active_environments["default"]
+        first = env.sandbox_id
+        admin(f"sandboxes/{first}/vanish", {})
+        r["after"] = T("cat ~/.hermes/skills/demo/SKILL.md || echo NOSTATE")
+        r["replaced"] = env.sandbox_id != first
+        finish(r)
+    """), extra_env={"E2B_LOCAL_API_URL": e2b_local.api_url})
+    assert result["before"]["output"] == "host v1"
+    assert result["replaced"] is True
+    assert result["after"]["output"] == "host v1", result["after"]

@@ -4,13 +4,21 @@ use std::path::PathBuf;
 
 use crate::Error;
 
-/// `--cycles N --seed S --dir D --hosts 1|2`.
+/// `--cycles N --seed S --dir D --hosts 1|2 --hermes-python PATH --hermes-share F`.
 pub(crate) struct Args {
     pub(crate) cycles: u64,
     pub(crate) seed: u64,
     pub(crate) dir: Option<PathBuf>,
     pub(crate) hosts: usize,
+    /// The Python of a venv holding Hermes and the hermes-e2b wheel: some host processes are
+    /// then Hermes hosts (`hermes_host.py`).
+    pub(crate) hermes_python: Option<PathBuf>,
+    /// The share of host processes that are Hermes hosts.
+    pub(crate) hermes_share: f64,
 }
+
+const USAGE: &str = "usage: campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2] \
+                     [--hermes-python PATH [--hermes-share F]]";
 
 pub(crate) fn parse_args() -> Result<Args, Error> {
     let mut args = Args {
@@ -20,6 +28,8 @@ pub(crate) fn parse_args() -> Result<Args, Error> {
             .as_nanos() as u64,
         dir: None,
         hosts: 1,
+        hermes_python: None,
+        hermes_share: 1.0 / 3.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -34,14 +44,22 @@ pub(crate) fn parse_args() -> Result<Args, Error> {
                     return Err("--hosts takes 1 or 2".into());
                 }
             }
-            other => {
-                return Err(format!(
-                    "unknown argument {other:?}; usage: campaign [--cycles N] [--seed S] [--dir D] \
-                     [--hosts 1|2]"
-                )
-                .into());
+            // Absolute, since the hosts run elsewhere; not canonical, since a venv's python
+            // is a symlink whose target is not the venv.
+            "--hermes-python" => args.hermes_python = Some(std::path::absolute(value()?)?),
+            "--hermes-share" => {
+                args.hermes_share = value()?.parse()?;
+                if !(0.0..=1.0).contains(&args.hermes_share) {
+                    return Err("--hermes-share takes a fraction from 0 to 1".into());
+                }
             }
+            other => return Err(format!("unknown argument {other:?}; {USAGE}").into()),
         }
+    }
+    // The plugin has no setting for a coordination directory of its own, so a Hermes host
+    // cannot stand in for a second machine; nor does it upload the writer marker.
+    if args.hermes_python.is_some() && args.hosts == 2 {
+        return Err("--hermes-python runs with --hosts 1 only".into());
     }
     Ok(args)
 }

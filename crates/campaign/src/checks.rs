@@ -8,6 +8,9 @@ use campaign::overlapping_pushes;
 use crate::cycle::Campaign;
 use crate::{Error, MARKER};
 
+/// Hermes' FileSyncManager's temporary entries (`tempfile` prefixes in `file_sync.py`).
+const HERMES_TEMP_PREFIXES: [&str; 2] = ["hermes-sync-push-", "hermes-sync-back-"];
+
 impl Campaign {
     /// Two-host mode: reads the current sandbox's writer record and committed marker.
     pub(crate) fn observe_generations(&mut self) {
@@ -60,17 +63,34 @@ impl Campaign {
             self.violations.extend(overlapping_pushes(&log));
         }
         let outside = self.outside_home();
+        let host_tmp = self.root.join("host-tmp");
         for path in outside.difference(&self.outside_baseline) {
-            self.violations.push(format!(
-                "written outside the Hermes home: {}",
-                path.display()
-            ));
+            // Hermes' FileSyncManager stages its pushes and pulls in the temporary directory
+            // (a SIGKILL leaves them; Hermes reclaims a dead process's on its next pull): Hermes'
+            // own files, not the plugin's.
+            let hermes_temp = self.hermes_python.is_some()
+                && path
+                    .strip_prefix(&host_tmp)
+                    .ok()
+                    .and_then(|rel| rel.components().next())
+                    .is_some_and(|first| {
+                        let name = first.as_os_str().to_string_lossy();
+                        HERMES_TEMP_PREFIXES.iter().any(|p| name.starts_with(p))
+                    });
+            if !hermes_temp {
+                self.violations.push(format!(
+                    "written outside the Hermes home: {}",
+                    path.display()
+                ));
+            }
         }
         self.outside_baseline = outside;
         if let Ok(entries) = std::fs::read_dir(&self.home) {
             for entry in entries.flatten() {
                 let name = entry.file_name();
-                if !["skills", "memories", "cache"].iter().any(|n| name == *n) {
+                if !["skills", "memories", "cache"].iter().any(|n| name == *n)
+                    && !self.hermes_home_entries.contains(&name)
+                {
                     self.violations.push(format!(
                         "unexpected entry in the Hermes home: {}",
                         name.to_string_lossy()

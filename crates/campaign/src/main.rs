@@ -1,5 +1,6 @@
-//! `campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2]`: the crash/fault campaign
-//! (run it through `scripts/campaign`, which builds the binaries first).
+//! `campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2] [--hermes-python PATH
+//! [--hermes-share F]]`: the crash/fault campaign (run it through `scripts/campaign`, which
+//! builds the binaries first).
 //!
 //! Randomized, seeded cycles of real `campaign-host` processes (each a persistent-mode
 //! `Backend`) on one scope against an `e2b-local serve --state-dir` process. Each cycle
@@ -25,6 +26,15 @@
 //! processes of one host never push at once, the sandbox's writer record never goes back a
 //! generation, and no write of an older generation lands after a newer one's (each push
 //! uploads a marker naming its process; see `campaign::GenerationWatch`).
+//!
+//! With `--hermes-python` (a venv's Python holding Hermes and the hermes-e2b wheel) a share of
+//! the host processes (`--hermes-share`, a third by default) are Hermes hosts instead:
+//! `hermes_host.py`, a real Hermes whose terminal tool and `cleanup_vm` drive the plugin (its
+//! push through Hermes' FileSyncManager, Hermes' own `sync_back` at teardown), speaking
+//! `campaign-host`'s protocol, on the same scope (Hermes' task `default`). The checks hold
+//! unchanged; the Hermes home may also hold what Hermes itself creates there, and the
+//! temporary directory Hermes' own sync staging. One host only: the plugin has no setting for
+//! a coordination directory of its own, so it cannot stand in for a second machine.
 //!
 //! Exits 1 with the seed on any violation.
 
@@ -71,6 +81,11 @@ const QUIESCE_WAIT: Duration = Duration::from_secs(10);
 const MARKER: &str = "skills/campaign/writer";
 /// The file whose content names the cycle; every command prints it.
 const EPOCH_FILE: &str = "skills/campaign/epoch";
+/// The scope's task: Hermes' CLI keys its one persistent environment `default`, so every host
+/// process uses that task and all of them share one scope, Rust and Hermes hosts alike.
+const TASK: &str = "default";
+/// The Hermes host program, run by `--hermes-python`.
+const HERMES_HOST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/hermes_host.py");
 
 type Error = Box<dyn std::error::Error>;
 
@@ -132,6 +147,15 @@ fn run() -> Result<usize, Error> {
         server.url(),
         root.display()
     );
+    if let Some(python) = &args.hermes_python {
+        println!(
+            "campaign: Hermes hosts ({:.0}% of processes) run {HERMES_HOST} under {}",
+            args.hermes_share * 100.0,
+            python.display()
+        );
+        // The e2b-local URL is fixed for the run (restarts reuse the port).
+        write_hermes_config(&home, &server.url())?;
+    }
     let mut campaign = Campaign {
         rng: StdRng::seed_from_u64(args.seed),
         push_log: root.join("logs").join("push.log"),
@@ -155,7 +179,17 @@ fn run() -> Result<usize, Error> {
         generations: BTreeMap::new(),
         fenced: 0,
         machine_pids: Vec::new(),
+        hermes_python: args.hermes_python.clone(),
+        hermes_share: args.hermes_share,
+        hermes_processes: 0,
+        processes: 0,
+        hermes_commands_ok: 0,
+        hermes_commands_failed: 0,
+        hermes_home_entries: BTreeSet::new(),
     };
+    if let Some(python) = &args.hermes_python {
+        campaign.hermes_home_entries = campaign.bootstrap_hermes(python)?;
+    }
     campaign.outside_baseline = campaign.outside_home();
     let started = Instant::now();
     for cycle in 1..=args.cycles {
@@ -215,6 +249,16 @@ fn run() -> Result<usize, Error> {
         campaign.commands_ok,
         campaign.commands_failed
     );
+    if args.hermes_python.is_some() {
+        println!(
+            "  Hermes hosts: {} of {} host processes; their commands: {} completed, {} refused \
+             or failed",
+            campaign.hermes_processes,
+            campaign.processes,
+            campaign.hermes_commands_ok,
+            campaign.hermes_commands_failed
+        );
+    }
     if args.hosts == 2 {
         let watches = campaign.generations.values();
         let (takeovers, unattributed) =
@@ -243,12 +287,49 @@ fn run() -> Result<usize, Error> {
     if violations > 0 {
         println!(
             "campaign: FAILED; replay the schedule with: scripts/campaign --seed {} --cycles {} \
-             --hosts {}",
-            args.seed, args.cycles, args.hosts
+             --hosts {}{}",
+            args.seed,
+            args.cycles,
+            args.hosts,
+            args.hermes_python
+                .as_ref()
+                .map(|python| format!(
+                    " --hermes-python {} --hermes-share {}",
+                    python.display(),
+                    args.hermes_share
+                ))
+                .unwrap_or_default()
         );
     } else if args.dir.is_none() {
         drop(campaign);
         let _ = std::fs::remove_dir_all(&root);
     }
     Ok(violations)
+}
+
+/// The Hermes home's `.env` (the API key, where a Hermes user keeps it) and `config.yaml`
+/// (JSON is YAML): the e2b backend, persistent, against e2b-local, with campaign-host's
+/// settings (its `Config::new` lease, a 30 s command deadline).
+fn write_hermes_config(home: &std::path::Path, url: &str) -> Result<(), Error> {
+    std::fs::write(home.join(".env"), format!("E2B_API_KEY={API_KEY}\n"))?;
+    let config = serde_json::json!({
+        "terminal": {
+            "backend": "e2b",
+            "container_persistent": true,
+            "timeout": 30,
+        },
+        "plugins": {
+            "enabled": ["e2b"],
+            "entries": {"e2b": {"settings": {
+                "api_url": url,
+                "sandbox_url": url,
+                "lease_seconds": agent_sandbox::DEFAULT_LEASE.as_secs(),
+            }}},
+        },
+    });
+    std::fs::write(
+        home.join("config.yaml"),
+        serde_json::to_string_pretty(&config)?,
+    )?;
+    Ok(())
 }

@@ -97,6 +97,14 @@ class _SyncManager(FileSyncManager):
         else:
             self._hooks.request_push(force=force)
 
+    def forget_pushed(self) -> None:
+        """Forgets what earlier pushes uploaded: an initial push is a bring-up (a first
+        attach, or a sandbox that was gone and got replaced), and the sandbox may hold none
+        of it, so the manager's mtime diff would otherwise upload nothing (contract S2)."""
+        with self._transaction_lock:
+            self._synced_files = {}
+            self._pushed_hashes = {}
+
 
 class _StateHooks:
     """The backend's push/pull requests, served by Hermes' FileSyncManager over the native
@@ -144,8 +152,11 @@ class _StateHooks:
                 self._transport = None
 
     def push(self, transport: Any, kind: str) -> None:
-        force = kind == "initial" or self._forced
+        initial = kind == "initial"
+        force = initial or self._forced
         self._forced = False
+        if initial:
+            self.manager.forget_pushed()
         self._serve(transport, lambda: self.manager.sync(force=force))
 
     def pull(self, transport: Any) -> None:
