@@ -144,3 +144,39 @@ fn refusals_and_losses_say_why_in_plain_words() {
         assert_eq!(text, wanted);
     }
 }
+
+#[test]
+fn a_kill_names_what_each_kind_of_sandbox_loses() {
+    // contract: I8 — an ephemeral sandbox holds no state a pull would keep; a persistent one
+    // names its last pull; a duplicate names the sandbox sessions use.
+    let mut ephemeral = entry("eph", Owner::ThisProfile, EntryState::Running, 1);
+    ephemeral.mode = Mode::Ephemeral;
+    let mut dup = entry("dup", Owner::ThisProfile, EntryState::Running, 2);
+    dup.duplicate_of = Some("new".to_owned());
+    let all = [
+        ephemeral,
+        entry("kept", Owner::ThisProfile, EntryState::Paused, 3),
+        dup,
+    ];
+    let ids = RemovalTarget::Ids(["eph", "kept", "dup"].map(str::to_owned).to_vec());
+    let losses: Vec<Verdict> = plan(&all, &ids, Force::No)
+        .into_iter()
+        .map(|p| p.verdict)
+        .collect();
+    assert_eq!(
+        losses,
+        [
+            Verdict::Kill {
+                loses: Loss::Ephemeral
+            },
+            Verdict::Kill {
+                loses: Loss::UnpulledState { last_pull: None }
+            },
+            Verdict::Kill {
+                loses: Loss::Duplicate {
+                    newest: "new".to_owned()
+                }
+            },
+        ]
+    );
+}

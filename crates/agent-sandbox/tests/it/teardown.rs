@@ -145,6 +145,31 @@ fn a_persistent_teardown_recovers_too_and_reconnects_a_sandbox_paused_behind_it(
 }
 
 #[test]
+fn a_transfer_connect_earlier_in_the_session_does_not_excuse_the_teardown_from_its_own() {
+    // contract: L4, L3 — a download mid-session reconnected long before; the sandbox is
+    // paused behind the backend since, and the teardown's pull hook downloads nothing: the
+    // recovery still resumes it rather than trusting the old connect.
+    let world = World::new();
+    let home = world.home.path();
+    write(home, "memories/MEMORY.md", "host line\n");
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    agent_writes_state(&backend);
+    let id = backend.info().unwrap().sandbox_id;
+    let mut archive = Vec::new();
+    backend
+        .transport()
+        .expect("transport")
+        .download_state(&mut archive)
+        .expect("a mid-session download");
+    world.server().faults().pause_sandbox(&id).expect("pause");
+
+    let report = backend.cleanup();
+    let summary = recovered(&report.recovery);
+    assert_eq!((summary.restored, summary.quarantined), (2, 1), "{summary}");
+    assert_state_reached_the_host(home, &id);
+}
+
+#[test]
 fn a_teardown_after_a_pull_that_reconnected_adds_one_start_and_no_connect() {
     // contract: L4 — the recovery rides on the pull's transfer connect: its cost is the
     // snapshot's one start request.
