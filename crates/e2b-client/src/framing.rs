@@ -342,6 +342,31 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_split_over_chunks_reserves_its_size_once() {
+        // contract: O1 — room for exactly the frame, reserved when its header is seen: enough
+        // that the rest of it is never copied again while it grows, and no more than the frame.
+        let payload = vec![7_u8; 1 << 20];
+        let whole = frame(0, &payload);
+        for first in [HEADER_LEN + 1000, HEADER_LEN + (512 << 10)] {
+            let mut decoder = EnvelopeDecoder::new(4 << 20);
+            decoder.push(&whole[..first]);
+            assert_eq!(decoder.next_frame(), Ok(None));
+            let capacity = decoder.buf.capacity();
+            assert!(capacity >= whole.len(), "{capacity} < {}", whole.len());
+            assert!(capacity < whole.len() + (64 << 10), "{capacity} reserved");
+            let before = decoder.buf.as_ptr();
+            decoder.push(&whole[first..]);
+            assert_eq!(
+                decoder.buf.as_ptr(),
+                before,
+                "the buffer moved as the frame grew"
+            );
+            let got = decoder.next_frame().expect("frame").expect("complete");
+            assert_eq!(got.payload.len(), payload.len());
+        }
+    }
+
+    #[test]
     fn bad_flags_are_refused() {
         let mut decoder = EnvelopeDecoder::new(16);
         decoder.push(&frame(1, b"x"));
