@@ -235,3 +235,14 @@ fn every_spelling_of_the_shared_fields_reaches_every_sandbox_answer() {
         }
     }
 }
+
+#[test]
+fn sandbox_states_decode_by_name_and_keep_unknown_ones() {
+    let state = |raw: &str| serde_json::from_value::<SandboxState>(serde_json::json!(raw));
+    assert_eq!(state("running").unwrap(), SandboxState::Running);
+    assert_eq!(state("paused").unwrap(), SandboxState::Paused);
+    assert_eq!(
+        state("snapshotting").unwrap(),
+        SandboxState::Other("snapshotting".to_owned())
+    );
+}
