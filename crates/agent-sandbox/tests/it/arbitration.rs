@@ -13,9 +13,8 @@ use agent_sandbox::{
     Backend, HookError, ManualClock, PushKind, RoleKind, SandboxMode, StateHooks, StateTransport,
     WriterArbitration, renewal_period,
 };
-use e2b_client::SandboxId;
 
-use crate::support::{World, ok, run};
+use crate::support::{World, ok, run, sandbox_file};
 
 /// A short grant, so takeovers happen within a test.
 pub(crate) const SHORT_TERM: u64 = 3;
@@ -122,26 +121,6 @@ pub(crate) fn sandbox_id(attached: &str) -> String {
     let parts: Vec<&str> = attached.split(' ').collect();
     assert_eq!(parts[0], "attached", "{attached}");
     parts[1].to_owned()
-}
-
-/// A file in the sandbox, read directly (no backend, no role).
-pub(crate) fn sandbox_file(world: &World, id: &str, path: &str) -> Option<Vec<u8>> {
-    let client = world.client();
-    let id = SandboxId::parse(id.to_owned()).expect("id");
-    world.runtime.block_on(async {
-        let connected = client
-            .connect(&id, Duration::from_secs(300))
-            .await
-            .expect("connect");
-        let sandbox = client
-            .sandbox(connected.sandbox.envd_access())
-            .expect("sandbox");
-        sandbox
-            .read_file(path, 1 << 20)
-            .await
-            .ok()
-            .map(|bytes| bytes.to_vec())
-    })
 }
 
 #[test]

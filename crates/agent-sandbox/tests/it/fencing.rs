@@ -8,9 +8,9 @@ use std::time::Duration;
 use agent_sandbox::{ManualClock, PullOutcome, RoleKind};
 
 use crate::arbitration::{
-    Host, SHORT_TERM, admitted_within_takeover_wait, sandbox_backend, sandbox_file, sandbox_id,
+    Host, SHORT_TERM, admitted_within_takeover_wait, sandbox_backend, sandbox_id,
 };
-use crate::support::{WarningLog, World, ok, run, sandbox_shell};
+use crate::support::{WarningLog, World, ok, run, sandbox_file, sandbox_shell};
 
 #[test]
 fn a_paused_writer_is_fenced_by_generation_and_the_new_writers_state_survives() {

@@ -183,22 +183,38 @@ pub fn run(
 /// Runs a command that must succeed and returns its output.
 /// Runs `command` in the sandbox directly (no backend, no role); it must succeed.
 pub fn sandbox_shell(world: &World, id: &str, command: &str) {
+    let sandbox = direct_sandbox(world, id);
+    let output = world
+        .runtime
+        .block_on(sandbox.run(e2b_client::StartOptions::shell(command.to_owned()), 4096))
+        .expect("run");
+    assert_eq!(output.end.exit_code, 0, "{command}");
+}
+
+/// A file in the sandbox, read directly (no backend, no role); `None` when it cannot be read.
+pub fn sandbox_file(world: &World, id: &str, path: &str) -> Option<Vec<u8>> {
+    let sandbox = direct_sandbox(world, id);
+    world
+        .runtime
+        .block_on(sandbox.read_file(path, 1 << 20))
+        .ok()
+        .map(|bytes| bytes.to_vec())
+}
+
+/// The sandbox `id` reached directly through the client (an extend-only connect, which also
+/// resumes it), bypassing any backend.
+fn direct_sandbox(world: &World, id: &str) -> e2b_client::Sandbox {
     let client = world.client();
     let id = e2b_client::SandboxId::parse(id.to_owned()).expect("id");
-    let output = world.runtime.block_on(async {
+    world.runtime.block_on(async {
         let connected = client
             .connect(&id, Duration::from_secs(300))
             .await
             .expect("connect");
-        let sandbox = client
+        client
             .sandbox(connected.sandbox.envd_access())
-            .expect("sandbox");
-        sandbox
-            .run(e2b_client::StartOptions::shell(command.to_owned()), 4096)
-            .await
-            .expect("run")
-    });
-    assert_eq!(output.end.exit_code, 0, "{command}");
+            .expect("sandbox")
+    })
 }
 
 pub fn ok(backend: &Backend, command: &str) -> String {
