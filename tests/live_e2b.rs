@@ -1,9 +1,13 @@
 //! Live tests against the real E2B service: billable, so compiled only with the `live`
-//! feature, which `scripts/test` turns on only when `E2B_API_KEY` is set:
+//! feature, which `scripts/test` turns on only when `E2B_API_KEY` and the explicit opt-in
+//! `HERMES_E2B_LIVE=1` are both set:
 //!
 //! ```text
+//! E2B_API_KEY=e2b_... HERMES_E2B_LIVE=1 scripts/test
 //! E2B_API_KEY=e2b_... cargo test -p agent-sandbox-examples --features live --test live_e2b
 //! ```
+//!
+//! They create two sandboxes of the `base` template, one per test.
 //!
 //! A test binary of its own, outside `tests/it/`, so that `--test live_e2b` runs exactly the
 //! billable tests and nothing else.
@@ -26,6 +30,13 @@ use agent_sandbox_examples::e2b_client::{
 use bytes::Bytes;
 
 fn key() -> ApiKey {
+    // The feature is an opt-in already; the variable makes a stray `--all-features` build
+    // fail loudly instead of spending money.
+    assert_eq!(
+        std::env::var("HERMES_E2B_LIVE").as_deref(),
+        Ok("1"),
+        "live tests create billable sandboxes: set HERMES_E2B_LIVE=1 beside E2B_API_KEY"
+    );
     ApiKey::from_env().expect("the live feature needs E2B_API_KEY")
 }
 

@@ -93,6 +93,23 @@ class HermesHome:
         raise AssertionError(f"driver printed no result (rc {proc.returncode})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
 
 
+def install_command(python: Optional[str] = None) -> str:
+    """The shim's INSTALL_COMMAND (read from its source, as the shim may not import here), with
+    `--python PYTHON`, or without that flag (the README's form, which finds Hermes itself)."""
+    import ast
+
+    tree = ast.parse((SHIM_DIR / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["INSTALL_COMMAND"]:
+            command = ast.literal_eval(node.value)
+            break
+    else:
+        raise AssertionError("the shim defines no INSTALL_COMMAND")
+    if python is None:
+        return command.replace(" --python {python}", "")
+    return command.format(python=python)
+
+
 def load_yaml(path: Path) -> Any:
     """Reads YAML with ruamel (Hermes' own dependency)."""
     from ruamel.yaml import YAML

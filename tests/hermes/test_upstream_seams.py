@@ -10,7 +10,7 @@ import sys
 import textwrap
 import uuid
 
-from conftest import SHIM_DIR, assert_no_key, load_yaml
+from conftest import SHIM_DIR, assert_no_key, install_command, load_yaml
 
 #: Hides the wheel's entry point, so the directory shim is the only `e2b` source.
 HIDE_ENTRY_POINT = """
@@ -308,7 +308,7 @@ def test_shim_without_the_wheel_tells_hermes_doctor_which_interpreter(home):
     )
     assert "E2B plugin" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"not installed in the interpreter that runs Hermes ({sys.executable})" in proc.stdout
-    assert f"{sys.executable} -m pip install hermes-e2b==" in proc.stdout
+    assert install_command(sys.executable) in proc.stdout
     assert "Unknown terminal backend" not in proc.stdout
 
 

@@ -13,6 +13,11 @@ import sys
 #: The wheel this shim expects (kept equal to plugin.yaml's version).
 WHEEL_VERSION = "0.1.0"
 
+#: How to install the wheel while it is not published (the README's install command; a test
+#: keeps the two equal). ``{python}`` is the interpreter that runs Hermes.
+INSTALL_COMMAND = ("git clone https://github.com/hermes-e2b/hermes-e2b && "
+                   "hermes-e2b/scripts/install-plugin --python {python}")
+
 try:
     from hermes_e2b import __version__, register
 except ImportError as _error:
@@ -20,7 +25,8 @@ except ImportError as _error:
     _REASON = str(_error)
 
     def _install_hint() -> str:
-        return f"{sys.executable} -m pip install hermes-e2b=={WHEEL_VERSION}"
+        # Not `pip install hermes-e2b`: the name is not on PyPI yet, so anyone could claim it.
+        return INSTALL_COMMAND.format(python=sys.executable)
 
     def register(ctx):
         logging.getLogger("hermes_e2b").warning(
@@ -62,4 +68,4 @@ except ImportError as _error:
 
         registrar(MissingWheelProvider())
 
-__all__ = ["register", "__version__", "WHEEL_VERSION"]
+__all__ = ["register", "__version__", "WHEEL_VERSION", "INSTALL_COMMAND"]

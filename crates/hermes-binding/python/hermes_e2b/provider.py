@@ -178,7 +178,8 @@ class E2BProvider(TerminalEnvironmentProvider):
                              f"(hermes config set plugins.enabled '[\"e2b\", ...]')"))
             elif pin != __version__:
                 rows.append((False, "E2B plugin", f"the plugin directory {path} pins hermes-e2b=={pin}, but "
-                             f"{__version__} is installed: pip install hermes-e2b=={pin}, or update that directory"))
+                             f"{__version__} is installed: install hermes-e2b {pin} (scripts/install-plugin --python "
+                             f"{sys.executable} in a checkout of that version), or update that directory"))
         return rows
 
     # --- setup ----------------------------------------------------------------------------
