@@ -313,7 +313,11 @@ def test_shim_without_the_wheel_tells_hermes_doctor_which_interpreter(home):
 
 
 def test_readme_shows_every_setting(home):
-    # The binding README's YAML example and its table name every key of the settings table.
+    # The binding README's YAML example and its table name every key of the settings table,
+    # in its order; the example's commented-out keys count, and the example pasted as is is
+    # accepted by the native core (no fake host, no fake sandbox id is active).
+    import re
+
     keys = home.driver(
         """
         import json
@@ -323,10 +327,22 @@ def test_readme_shows_every_setting(home):
     )
     readme = (SHIM_DIR.parent / "README.md").read_text()
     block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
-    from ruamel.yaml import YAML
-
-    example = YAML(typ="safe").load(block)
-    assert list(example["plugins"]["entries"]["e2b"]["settings"]) == keys
+    settings_part = block.split("      settings:\n", 1)[1]
+    shown = re.findall(r"^ {8}(?:# )?([a-z_]+):", settings_part, re.MULTILINE)
+    assert shown == keys
+    (home.path / "config.yaml").write_text(block)
+    home.write_key()
+    accepted = home.driver(
+        """
+        import json
+        from hermes_e2b import _native
+        from hermes_cli.config import load_config
+        settings = load_config()["plugins"]["entries"]["e2b"]["settings"]
+        _native.Settings(settings, lifetime_seconds=300)
+        print("RESULT:" + json.dumps(sorted(settings)))
+        """
+    )
+    assert "sandbox_id" not in accepted and "api_url" not in accepted and "domain" not in accepted
     table_keys = [line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")]
     assert table_keys == keys
 
