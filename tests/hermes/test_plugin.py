@@ -378,3 +378,20 @@ def test_shim_without_the_wheel_imports_and_explains(home):
     assert len(result["records"]) == 1
     assert install_command(sys.executable) in result["records"][0]
     assert result["version"] == load_yaml(SHIM_DIR / "plugin.yaml")["version"]
+
+
+def test_debug_log_switch_writes_the_cores_records_to_the_profiles_e2b_log(home, e2b_local):
+    # HERMES_E2B_LOG=debug is the documented switch: the Rust core's DEBUG records (one per
+    # E2B request) land in logs/e2b.log of the profile, redacted; without it there is no file.
+    home.write_config(settings=e2b_local.settings())
+    home.write_key()
+    log = home.path / "logs" / "e2b.log"
+    quiet = home.hermes("e2b", "doctor", "--live")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert not log.exists()
+    loud = home.hermes("e2b", "doctor", "--live", extra_env={"HERMES_E2B_LOG": "debug"})
+    assert loud.returncode == 0, loud.stdout + loud.stderr
+    text = log.read_text()
+    assert " DEBUG hermes_e2b: E2B request answered" in text, text[-2000:]
+    assert "operation=create sandbox status=201" in text, text[-2000:]
+    assert_no_key(text, loud.stdout, loud.stderr)

@@ -313,6 +313,7 @@ impl Http {
         };
         let mut original = Some(request);
         let mut retries_done = 0;
+        let started = Instant::now();
         loop {
             let (attempt, replayable) = match original.as_ref().and_then(|r| r.try_clone()) {
                 Some(copy) => (copy, true),
@@ -324,7 +325,18 @@ impl Http {
             let (outcome, failure) =
                 match tokio::time::timeout_at(deadline, client.execute(attempt)).await {
                     Err(_) => return Err(ctx.deadline(self.deadline)),
-                    Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                    Ok(Ok(response)) if response.status().is_success() => {
+                        // The debug trail of every request (HERMES_E2B_LOG=debug in the
+                        // plugin): what was asked, what came back, how long it took.
+                        tracing::debug!(
+                            operation = %ctx.operation,
+                            status = response.status().as_u16(),
+                            retries = retries_done,
+                            elapsed_ms = started.elapsed().as_millis(),
+                            "E2B request answered"
+                        );
+                        return Ok(response);
+                    }
                     Ok(Ok(response)) => {
                         let status = response.status().as_u16();
                         let headers = response.headers().clone();

@@ -78,14 +78,55 @@ def redact(text: str) -> str:
 if not any(isinstance(f, RedactingFilter) for f in logger.filters):
     logger.addFilter(RedactingFilter())
 
+#: The one switch for debug output: ``HERMES_E2B_LOG=debug`` (or ``info``) in the environment
+#: that runs Hermes sends this plugin's records, the Rust core's included, at that level to
+#: ``logs/e2b.log`` in the profile's Hermes home. Hermes' own files keep their level.
+LOG_ENV = "HERMES_E2B_LOG"
+LOG_FILE = "e2b.log"
+
+
+def _debug_log_from_env() -> None:
+    import os
+
+    wanted = os.environ.get(LOG_ENV, "").strip().upper()
+    if not wanted:
+        return
+    level = logging.getLevelName(wanted)
+    if not isinstance(level, int):
+        logger.warning("hermes-e2b: %s=%s is not a logging level (debug, info, warning); ignored", LOG_ENV, wanted)
+        return
+    if any(getattr(h, "_hermes_e2b_log", False) for h in logger.handlers):
+        return
+    try:
+        from hermes_constants import get_hermes_home
+
+        directory = get_hermes_home() / "logs"
+        directory.mkdir(parents=True, exist_ok=True)
+        from logging.handlers import RotatingFileHandler
+
+        handler = RotatingFileHandler(directory / LOG_FILE, maxBytes=10 * 1024 * 1024, backupCount=2,
+                                      encoding="utf-8")
+    except Exception as error:  # noqa: BLE001 - a log file must never fail the plugin load
+        logger.warning("hermes-e2b: %s is set but %s cannot be opened: %s", LOG_ENV, LOG_FILE, error)
+        return
+    handler._hermes_e2b_log = True  # type: ignore[attr-defined]
+    handler.setLevel(level)
+    handler.addFilter(RedactingFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > level:
+        logger.setLevel(level)
+
 
 def register(ctx: Any) -> None:
     """Hermes' plugin hook: registers the ``e2b`` terminal backend provider.
 
     Does no I/O beyond imports. On a Hermes without pluggable terminal backends it logs one
     line and returns instead of failing the plugin load. Where the host lets plugins add CLI
-    subcommands (``ctx.register_cli_command``), it also registers ``hermes e2b``.
+    subcommands (``ctx.register_cli_command``), it also registers ``hermes e2b``. With
+    ``HERMES_E2B_LOG`` set it opens ``logs/e2b.log`` (see :data:`LOG_ENV`).
     """
+    _debug_log_from_env()
     cli_registrar = getattr(ctx, "register_cli_command", None)
     if cli_registrar is not None:
         try:
