@@ -395,3 +395,12 @@ def test_debug_log_switch_writes_the_cores_records_to_the_profiles_e2b_log(home,
     assert " DEBUG hermes_e2b: E2B request answered" in text, text[-2000:]
     assert "operation=create sandbox status=201" in text, text[-2000:]
     assert_no_key(text, loud.stdout, loud.stderr)
+
+
+def test_the_readmes_and_the_hints_give_one_install_command():
+    # The README's install line is the shim's INSTALL_COMMAND (the hint a missing wheel shows),
+    # less `--python`, which the installer works out from the `hermes` launcher.
+    from conftest import REPO
+
+    for readme in (REPO / "README.md", SHIM_DIR.parent / "README.md"):
+        assert f"\n{install_command()}\n" in readme.read_text(), readme

@@ -38,6 +38,8 @@ pub use inventory::{
     Refusal, RemovalOutcome, RemovalTarget, Removed, SandboxEntry, Verdict, WriterHolder,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
+/// The directories of the Hermes home that come back from a sandbox (`skills`, `memories`).
+pub use recovery::RECOVERABLE_ROOTS;
 pub use report::{
     AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RecoverySummary, RoleKind,
     Stats, TeardownRecovery,

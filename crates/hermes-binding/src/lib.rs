@@ -5,6 +5,7 @@ pub mod error;
 mod inventory;
 pub mod logging;
 mod native;
+pub mod privacy;
 mod runtime;
 pub mod settings;
 

@@ -145,7 +145,9 @@ class _StateHooks:
         self.sync_state()
 
     def _files(self) -> list[tuple[str, str]]:
-        return iter_sync_files(self._transport.remote_hermes_home)
+        # Hermes' list, less what the plugin's privacy table keeps on the host (contract X7).
+        return [(str(host), remote) for host, remote in
+                self._transport.uploadable(iter_sync_files(self._transport.remote_hermes_home))]
 
     def _serve(self, transport: Any, action: Callable[[], None]) -> None:
         with self._lock:

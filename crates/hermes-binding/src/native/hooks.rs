@@ -2,19 +2,22 @@
 //! environment's FileSyncManager glue, over a `_native.Transport`.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_sandbox::{HookError, PushKind, StateHooks, StateTransport};
 use pyo3::prelude::*;
 
 use crate::error::Error;
+use crate::privacy;
 
 /// The state transport of the attached sandbox, handed to the Python sync hooks.
 #[pyclass(name = "Transport", module = "hermes_e2b._native", frozen)]
 #[derive(Debug)]
 pub struct PyTransport {
     transport: StateTransport,
+    /// The profile's Hermes home on this host, for the never-uploaded table (X7).
+    host_home: PathBuf,
 }
 
 #[pymethods]
@@ -29,11 +32,26 @@ impl PyTransport {
         self.transport.remote_hermes_home()
     }
 
-    /// Uploads `(host_path, remote_path)` pairs in one request, creating parents.
+    /// The `(host_path, remote_path)` pairs the privacy table lets into the sandbox, in order;
+    /// each one left out is named in a warning (contract X7). Hermes' sync list goes through
+    /// this before Hermes stages copies whose host paths no longer say what they are.
+    fn uploadable(&self, files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
+        keep_uploadable(&self.transport, &self.host_home, files)
+    }
+
+    /// Uploads `(host_path, remote_path)` pairs in one request, creating parents; files the
+    /// privacy table keeps on the host are left out, each with a warning (contract X7).
     fn upload_many(&self, py: Python<'_>, files: Vec<(PathBuf, String)>) -> PyResult<usize> {
         let transport = self.transport.clone();
-        py.detach(move || transport.upload_many(files))
-            .map_err(|source| Error::from(source).into())
+        let host_home = self.host_home.clone();
+        py.detach(move || {
+            let files = keep_uploadable(&transport, &host_home, files);
+            if files.is_empty() {
+                return Ok(0);
+            }
+            transport.upload_many(files)
+        })
+        .map_err(|source| Error::from(source).into())
     }
 
     /// Deletes remote paths; already-gone paths are fine.
@@ -67,10 +85,40 @@ impl PyTransport {
     }
 }
 
+/// `files` without those the privacy table keeps on the host, judged by the host path and by
+/// where the file would land in the sandbox; each one left out is named in a warning.
+fn keep_uploadable(
+    transport: &StateTransport,
+    host_home: &Path,
+    files: Vec<(PathBuf, String)>,
+) -> Vec<(PathBuf, String)> {
+    let remote_home = transport.remote_hermes_home();
+    files
+        .into_iter()
+        .filter(|(host, remote)| {
+            let kept = privacy::never_uploaded(host_home, host)
+                .or_else(|| privacy::never_uploaded_remote(remote_home, remote));
+            let Some(entry) = kept else {
+                return true;
+            };
+            tracing::warn!(
+                sandbox_id = transport.sandbox_id(),
+                "not uploading {} (to {remote}): {} ({}) never leaves this host",
+                host.display(),
+                entry.path,
+                entry.holds
+            );
+            false
+        })
+        .collect()
+}
+
 /// Forwards the backend's push/pull requests to a Python object with `push(transport, kind)`
 /// and `pull(transport)` methods (the environment's FileSyncManager glue).
 pub(crate) struct PyHooks {
     pub(super) target: Py<PyAny>,
+    /// The profile's Hermes home, handed to each transport (X7).
+    pub(super) host_home: PathBuf,
     /// A KeyboardInterrupt / SystemExit (anything not an `Exception`) raised inside a hook:
     /// the backend finishes its mandatory work first, then the binding re-raises it.
     pub(super) deferred: Deferred,
@@ -98,6 +146,7 @@ impl PyHooks {
                 py,
                 PyTransport {
                     transport: transport.clone(),
+                    host_home: self.host_home.clone(),
                 },
             )?;
             match kind {

@@ -146,15 +146,16 @@ impl PyBackend {
         );
         config.host_only = host_only;
         let services = Services::new(runtime::handle()?);
+        let deferred = Deferred::default();
+        let hooks = Arc::new(PyHooks {
+            target: hooks,
+            host_home: profile_home.clone(),
+            deferred: Arc::clone(&deferred),
+        });
         let scope = Scope {
             profile_home,
             task_id,
         };
-        let deferred = Deferred::default();
-        let hooks = Arc::new(PyHooks {
-            target: hooks,
-            deferred: Arc::clone(&deferred),
-        });
         let backend = Backend::new(config, scope, services, hooks).map_err(Error::from)?;
         Ok(PyBackend {
             backend: Arc::new(backend),

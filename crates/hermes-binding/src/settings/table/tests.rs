@@ -159,6 +159,8 @@ fn readme_yaml_example_names_every_setting_and_shows_fixed_defaults() {
         .skip(1)
         .filter_map(|line| {
             let entry = line.strip_prefix("        ")?;
+            // A key the example shows commented out (it needs the user's own value).
+            let entry = entry.strip_prefix("# ").unwrap_or(entry);
             if entry.starts_with(' ') {
                 return None; // a nested value (metadata's mapping)
             }
