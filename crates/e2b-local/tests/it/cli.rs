@@ -97,3 +97,40 @@ async fn serve_stops_cleanly_on_sigterm() {
         .unwrap();
     assert!(status.success(), "{status}");
 }
+
+#[test]
+fn the_readme_flag_table_is_one_table_naming_every_serve_flag() {
+    // The flags `serve --help` prints, each in the README's table, which is one table (no
+    // paragraph breaking it in two) in the order the help gives them.
+    let help = Command::new(env!("CARGO_BIN_EXE_e2b-local"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("e2b-local serve --help");
+    let help = String::from_utf8(help.stdout).expect("utf-8 help");
+    let flags: Vec<&str> = help
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--"))
+        .map(|rest| rest.split([' ', '<']).next().unwrap_or(rest))
+        .filter(|flag| *flag != "help")
+        .collect();
+    assert!(flags.len() >= 10, "parsed the help: {flags:?}");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("the crate README");
+    let start = readme
+        .find("| flag | meaning |")
+        .expect("the flag table's header");
+    let table: Vec<&str> = readme[start..]
+        .lines()
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    let listed: Vec<&str> = table
+        .iter()
+        .skip(2)
+        .flat_map(|row| row.split('`').nth(1).unwrap_or("").split_whitespace())
+        .filter_map(|word| word.strip_prefix("--"))
+        .collect();
+    assert_eq!(
+        listed, flags,
+        "the README's flag table against `serve --help`"
+    );
+}

@@ -1,0 +1,165 @@
+"""The README's sample sessions are real: each `<!-- transcript: NAME -->` block is the output
+of the scenario of that name below, run here through the real `hermes` CLI against
+e2b-local, compared line by line after the parts that differ between runs (sandbox ids,
+pids, ports, times, durations, the interpreter's path) are normalised.
+
+    HERMES_E2B_WRITE_README=1 scripts/hermes-tests tests/hermes/test_readme.py
+
+rewrites the blocks from a fresh run instead of comparing (review the diff)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import pytest
+
+from conftest import REPO, VENV_BIN, HermesHome, assert_no_key
+from test_cli import Session, rest, tagged
+
+#: The port the README shows for e2b-local.
+README_PORT = "49999"
+WRITE = os.environ.get("HERMES_E2B_WRITE_README") == "1"
+
+Step = Union[str, Callable[[], None]]
+
+
+class Transcript:
+    """Runs `$ command` lines in a shell with the profile's environment and records what a
+    user would see: the command, its output, and `[exit N]` when it is not 0."""
+
+    def __init__(self, home: HermesHome, env: dict, server) -> None:
+        self.home = home
+        self.env = env
+        self.server = server
+        self.lines: list[str] = []
+
+    def run(self, shown: str) -> None:
+        # A trailing `# comment` is for the reader; the shell would ignore it anyway.
+        command = shown.replace(f"127.0.0.1:{README_PORT}", self.server.api_url.split("//", 1)[1])
+        self.lines.append(f"$ {shown}")
+        if command.startswith("export "):
+            for assignment in shlex.split(command)[1:]:
+                key, _, value = assignment.partition("=")
+                self.env[key] = value
+            return
+        # Both streams, interleaved as a terminal shows them.
+        proc = subprocess.run(["bash", "-c", command], env=self.env, cwd=self.home.path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert_no_key(proc.stdout)
+        self.lines.extend(proc.stdout.rstrip("\n").splitlines() if proc.stdout.strip() else [])
+        if proc.returncode != 0:
+            self.lines.append(f"[exit {proc.returncode}]")
+
+    def note(self, text: str) -> None:
+        self.lines.append(text)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def normalise(text: str) -> str:
+    """The parts of a transcript that differ between runs, replaced by stable names; a
+    sandbox id keeps its identity (the same id twice is the same name twice)."""
+    ids: dict[str, str] = {}
+
+    def sandbox(match: re.Match) -> str:
+        return ids.setdefault(match.group(0), f"<sandbox {len(ids) + 1}>")
+
+    text = re.sub(r"http://127\.0\.0\.1:\d+", f"http://127.0.0.1:{README_PORT}", text)
+    text = re.sub(r"\(/[^()\s]*python[0-9.]*\)", "(<python>)", text)
+    text = re.sub(r"\b\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\dZ?", "<time>", text)
+    text = re.sub(r"\bpid \d+", "pid <pid>", text)
+    text = re.sub(r"\b\d+m\d+s\b", "<duration>", text)
+    text = re.sub(r"\b\d+ ms\b", "<n> ms", text)
+    text = re.sub(r"\b(?=[a-z0-9]*\d)[a-z0-9]{18,25}\b", sandbox, text)
+    return text
+
+
+def readme_block(readme: str, name: str) -> tuple[int, int]:
+    """Start and end offsets of the fenced block's body after `<!-- transcript: NAME -->`."""
+    marker = f"<!-- transcript: {name} "
+    at = readme.index(marker)
+    start = readme.index("```text\n", at) + len("```text\n")
+    end = readme.index("```\n", start)
+    return start, end
+
+
+def check(readme_path: Path, name: str, produced: str) -> None:
+    readme = readme_path.read_text()
+    start, end = readme_block(readme, name)
+    if WRITE:
+        # What a reader should see in place of this machine's port and interpreter.
+        shown = re.sub(r"http://127\.0\.0\.1:\d+", f"http://127.0.0.1:{README_PORT}", produced)
+        shown = re.sub(r"\(/[^()\s]*python[0-9.]*\)", "(/home/me/.hermes/venv/bin/python3)", shown)
+        readme_path.write_text(readme[:start] + shown + readme[end:])
+        return
+    assert normalise(readme[start:end]) == normalise(produced), (
+        f"the README's `{name}` transcript no longer matches a real run; rerun with "
+        f"HERMES_E2B_WRITE_README=1 and review the diff. A real run:\n{produced}")
+
+
+def user_env(home: HermesHome) -> dict:
+    """A user's shell: `hermes` on PATH, HOME above the Hermes home, no E2B variables."""
+    env = home.env()
+    env["HOME"] = str(home.path.parent)
+    return env
+
+
+@pytest.fixture
+def user_home(tmp_path) -> HermesHome:
+    # ~/.hermes of a user whose home is tmp_path/user.
+    return HermesHome(tmp_path / "user" / ".hermes")
+
+
+def test_the_no_account_walkthrough_is_what_a_new_user_sees(user_home, e2b_local):
+    # After install (scripts/hermes-tests installs with scripts/install-plugin), a brand new
+    # profile follows the README: enable without the package manager, pick the backend, then
+    # the e2b-local walkthrough as shown.
+    env = user_env(user_home)
+    for command in ("""hermes config set plugins.enabled '["e2b"]'""", "hermes config set terminal.backend e2b"):
+        proc = subprocess.run(["bash", "-c", command], env=env, cwd=user_home.path, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert command in (REPO / "README.md").read_text(), command
+    transcript = Transcript(user_home, env, e2b_local)
+    transcript.run(f"export E2B_API_URL=http://127.0.0.1:{README_PORT} E2B_SANDBOX_URL=http://127.0.0.1:{README_PORT}")
+    transcript.run("echo 'E2B_API_KEY=e2b_local_trial' >> ~/.hermes/.env")
+    transcript.run("hermes e2b doctor --live")
+    check(REPO / "README.md", "walkthrough", transcript.text())
+
+
+def test_the_managing_sandboxes_session_is_real(home, e2b_local):
+    tag = uuid.uuid4().hex
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag}), terminal={"timeout": 60})
+    home.write_key()
+    env = home.env()
+    transcript = Transcript(home, env, e2b_local)
+    session = Session(home, "mkdir -p ~/.hermes/skills/notes && echo 'remember the port' > ~/.hermes/skills/notes/SKILL.md")
+    try:
+        transcript.run("hermes e2b status")
+        transcript.note("")
+        transcript.run(f"hermes e2b rm {session.sandbox_id} --yes")
+    finally:
+        session.crash()
+    transcript.note("")
+    transcript.note("# the session crashed before its teardown pull; recover skills/ and memories/ now:")
+    transcript.run("hermes e2b pull            # --task ID for another scope; a progress bar on a terminal")
+    # A second sandbox of the same scope, as two hosts racing without the creation lock make.
+    (first,) = tagged(e2b_local, tag)
+    rest(e2b_local, "POST", "/sandboxes", {"templateID": "base", "metadata": first["metadata"], "timeout": 600})
+    transcript.note("")
+    transcript.run("hermes e2b list            # --all adds other profiles' sandboxes, marked")
+    transcript.note("")
+    transcript.run("hermes e2b rm --duplicates # or: rm ID..., rm --paused")
+    transcript.run("hermes e2b rm --duplicates --yes")
+    transcript.note("")
+    transcript.run("hermes e2b doctor --live   # works inside containers, where `hermes doctor` skips plugin rows")
+    check(REPO / "README.md", "managing", transcript.text())
+    assert len(tagged(e2b_local, tag)) == 1
