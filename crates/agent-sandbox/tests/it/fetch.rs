@@ -178,3 +178,50 @@ fn realpath_has_readlink_f_semantics() {
         "{error}"
     );
 }
+
+#[test]
+fn a_transfer_cut_or_capped_midway_leaves_nothing_behind() {
+    // contract: X7 — without a Content-Length (a cut body is sent chunked) the cap is checked
+    // while the bytes arrive, and a failure after the temp file was written removes it.
+    let world = World::new();
+    let backend = world.persistent();
+    let len = 2 << 20;
+    let data = content(len);
+    backend
+        .write_file("/home/user/out/big.bin", data.clone())
+        .expect("write");
+    let host = tempfile::tempdir().expect("host dir");
+    let destination = host.path().join("big.bin");
+    let files_only = |after_bytes: u64| {
+        let mut rule = e2b_local::DropRule::new(1, after_bytes);
+        rule.path_prefix = Some("/files".to_owned());
+        rule
+    };
+    let faults = world.server().faults();
+
+    // Cut after 1 MiB: a transfer error, the half-written temp file is gone.
+    faults.drop_streams(files_only(1 << 20));
+    let error = backend
+        .fetch_file("/home/user/out/big.bin", &destination, 4 << 20)
+        .expect_err("cut");
+    assert!(!error.is_file_refused(), "{error}");
+    assert!(error.to_string().contains("fetch file"), "{error}");
+    assert!(names(host.path()).is_empty(), "{:?}", names(host.path()));
+
+    // Whole but unsized: one byte short of the cap fails at the first byte past it.
+    faults.drop_streams(files_only(u64::MAX));
+    let error = backend
+        .fetch_file("/home/user/out/big.bin", &destination, len as u64 - 1)
+        .expect_err("over the cap");
+    assert!(error.is_over_fetch_cap(), "{error}");
+    assert!(names(host.path()).is_empty(), "{:?}", names(host.path()));
+
+    // Whole, unsized, within the cap: byte-exact.
+    faults.drop_streams(files_only(u64::MAX));
+    let written = backend
+        .fetch_file("/home/user/out/big.bin", &destination, len as u64)
+        .expect("unsized but whole");
+    assert_eq!(written, len as u64);
+    assert!(fs::read(&destination).unwrap() == data, "byte-exact");
+    assert_eq!(names(host.path()), ["big.bin"]);
+}
