@@ -418,6 +418,7 @@ mod tests {
 
     #[test]
     fn a_dropped_temp_file_is_removed_and_a_renamed_one_is_kept() {
+        // contract: X7
         let dir = tempfile::tempdir().unwrap();
         let destination = dir.path().join("out.bin");
         let temp = TempFile::beside(&destination).unwrap();
