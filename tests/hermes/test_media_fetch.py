@@ -69,6 +69,9 @@ def test_a_media_file_made_in_the_sandbox_reaches_the_user_byte_exact(configured
         r["missing"] = deliver("MEDIA:/home/user/out/none.pdf")
         r["dir"] = deliver("MEDIA:/home/user/out/dir.pdf")
         r["realpath_missing_dir"] = env.fetch_realpath("/home/user/nowhere/x")
+        # Relative to the environment's cwd, as Hermes' own command-based fetch would take it.
+        r["cwd"] = env.cwd
+        r["realpath_relative"] = env.fetch_realpath("out/link.pdf")
         # Over Hermes' cap: refused while downloading, nothing left in the document cache.
         media_fetch._FETCH_MAX_BYTES = 3000016
         r["over_cap"] = deliver("MEDIA:/home/user/out/report.pdf")
@@ -92,6 +95,8 @@ def test_a_media_file_made_in_the_sandbox_reaches_the_user_byte_exact(configured
     assert result["got"] == [result["want"]]
     assert result["secret"] == [] and result["missing"] == [] and result["dir"] == []
     assert result["realpath_missing_dir"] is None
+    assert result["cwd"] == "/home/user"
+    assert result["realpath_relative"] == "/home/user/out/report.pdf"
     assert result["over_cap"] == []
     assert len(result["at_cap"]) == 1
     # Only the two delivered copies: no failure left a file or a temp file behind.
