@@ -132,7 +132,7 @@ pub enum Error {
     FileRefused {
         /// The step (`fetch file`, `resolve sandbox path`).
         operation: &'static str,
-        /// The sandbox, once one is known (a path refused before any request names none).
+        /// The sandbox, once one is attached (a path refused before the first attach names none).
         sandbox_id: Option<String>,
         /// The sandbox path asked for.
         path: String,

@@ -46,7 +46,7 @@ impl Backend {
     /// larger). Admitted like a command (attach, lease, gates, sync); the transfer itself runs
     /// outside the backend's lock, counted as in flight so a cleanup waits for it (L8).
     pub fn fetch_file(&self, path: &str, destination: &Path, max_bytes: u64) -> Result<u64, Error> {
-        check_sandbox_path(FETCH, path)?;
+        check_sandbox_path(FETCH, path, self.info().map(|info| info.sandbox_id))?;
         let (download, sandbox_id, _in_flight) =
             self.file_operation(FETCH, TRANSFER_WINDOW, |inner, sandbox| {
                 let id = sandbox.id().as_str().to_owned();
@@ -89,7 +89,7 @@ impl Backend {
     /// loop). One start request, admitted like a command. The answer is untrusted: it must be
     /// an absolute, normalised UTF-8 path without control characters, at most 4096 bytes.
     pub fn realpath(&self, path: &str) -> Result<Option<String>, Error> {
-        check_sandbox_path(REALPATH, path)?;
+        check_sandbox_path(REALPATH, path, self.info().map(|info| info.sandbox_id))?;
         self.file_operation(REALPATH, TRANSFER_WINDOW, |inner, sandbox| {
             let id = sandbox.id().as_str().to_owned();
             let output = inner.block_on(helper(REALPATH, sandbox, READLINK, path, &id))?;
@@ -102,8 +102,13 @@ impl Backend {
     }
 }
 
-/// Refuses what is no absolute sandbox path before anything is contacted.
-fn check_sandbox_path(operation: &'static str, path: &str) -> Result<(), Error> {
+/// Refuses what is no absolute sandbox path before anything is contacted (naming the
+/// attached sandbox, if any).
+fn check_sandbox_path(
+    operation: &'static str,
+    path: &str,
+    sandbox_id: Option<String>,
+) -> Result<(), Error> {
     let problem = if !path.starts_with('/') {
         Some("the path is not absolute")
     } else if path.contains('\0') {
@@ -114,7 +119,7 @@ fn check_sandbox_path(operation: &'static str, path: &str) -> Result<(), Error> 
     match problem {
         Some(reason) => Err(Error::FileRefused {
             operation,
-            sandbox_id: None,
+            sandbox_id,
             path: path.to_owned(),
             reason: FileRefusal::InvalidPath(reason),
         }),

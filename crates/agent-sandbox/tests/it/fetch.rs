@@ -134,6 +134,7 @@ fn what_is_no_regular_file_is_refused_and_a_link_to_one_is_followed() {
         .expect_err("relative");
     assert!(error.is_file_refused(), "{error}");
     assert!(error.to_string().contains("not absolute"), "{error}");
+    assert_eq!(error.sandbox_id(), Some(sandbox_id(&backend).as_str()));
 }
 
 #[test]
