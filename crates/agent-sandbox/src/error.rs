@@ -121,6 +121,25 @@ pub enum Error {
         reason: String,
     },
 
+    /// A sandbox file was not delivered to the host ([`crate::Backend::fetch_file`]): it is
+    /// missing or not a regular file, or it is larger than the caller's cap. Nothing was left
+    /// at the destination.
+    #[error(
+        "E2B {operation} of {} refused{}: {reason}",
+        Redacted(.path),
+        ForSandbox(.sandbox_id.as_deref())
+    )]
+    FileRefused {
+        /// The step (`fetch file`, `resolve sandbox path`).
+        operation: &'static str,
+        /// The sandbox, once one is attached (a path refused before the first attach names none).
+        sandbox_id: Option<String>,
+        /// The sandbox path asked for.
+        path: String,
+        /// Why.
+        reason: FileRefusal,
+    },
+
     /// A command's output stream ended without an exit status.
     #[error(
         "E2B command output stream failed for sandbox {sandbox_id}: command {sandbox_pid} ended without an exit status"
@@ -203,6 +222,7 @@ impl Error {
             Error::E2b { sandbox_id, .. }
             | Error::NotReady { sandbox_id, .. }
             | Error::Coordination { sandbox_id, .. }
+            | Error::FileRefused { sandbox_id, .. }
             | Error::Closed { sandbox_id, .. } => sandbox_id.as_deref(),
             Error::Recovery { sandbox_id, .. }
             | Error::StateSync { sandbox_id, .. }
@@ -230,6 +250,23 @@ impl Error {
     /// The sandbox sent an answer the backend refused to use.
     pub fn is_untrusted_answer(&self) -> bool {
         matches!(self, Error::UntrustedAnswer { .. })
+    }
+
+    /// A sandbox file was refused for delivery: missing, not a regular file, over the cap, or
+    /// asked for by a path that is no absolute sandbox path.
+    pub fn is_file_refused(&self) -> bool {
+        matches!(self, Error::FileRefused { .. })
+    }
+
+    /// A sandbox file was refused for delivery because it is larger than the caller's cap.
+    pub fn is_over_fetch_cap(&self) -> bool {
+        matches!(
+            self,
+            Error::FileRefused {
+                reason: FileRefusal::OverCap { .. },
+                ..
+            }
+        )
     }
 
     /// A reader's command refused by the state gates: fail closed, retry later.
@@ -296,6 +333,33 @@ impl Error {
             operation,
             sandbox_id: sandbox_id.map(str::to_owned),
             source,
+        }
+    }
+}
+
+/// Why [`crate::Backend::fetch_file`] refused a sandbox file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FileRefusal {
+    /// Missing, or not a regular file once links are followed (a directory, a device, a fifo).
+    NotRegularFile,
+    /// The path asked for is no absolute sandbox path; nothing was contacted.
+    InvalidPath(&'static str),
+    /// More than `max_bytes` bytes: refused at the first byte past the cap.
+    OverCap {
+        /// The cap.
+        max_bytes: u64,
+    },
+}
+
+impl fmt::Display for FileRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileRefusal::NotRegularFile => f.write_str("missing or not a regular file"),
+            FileRefusal::InvalidPath(reason) => f.write_str(reason),
+            FileRefusal::OverCap { max_bytes } => {
+                write!(f, "larger than the cap of {max_bytes} bytes")
+            }
         }
     }
 }

@@ -30,7 +30,7 @@ pub use config::{
 pub use e2b_client::{ApiKey, SandboxId};
 // The one redaction pass (X4), for bindings that log or show text of their own.
 pub use e2b_client::{REDACTED, redact};
-pub use error::{Error, ErrorChain};
+pub use error::{Error, ErrorChain, FileRefusal};
 pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{

@@ -7,6 +7,7 @@
 
 mod attach;
 mod fence;
+mod fetch;
 mod gates;
 mod lease;
 pub(crate) mod pull;
@@ -407,7 +408,7 @@ impl Backend {
     /// Reads a sandbox file, refusing it the moment it passes `max_bytes` (checked while
     /// downloading). Admitted like a command: attach, lease, gates, sync (C2, C7).
     pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, Error> {
-        self.file_operation("read file", |inner, sandbox| {
+        self.file_operation("read file", FILE_OPERATION_WINDOW, |inner, sandbox| {
             let id = sandbox.id().as_str().to_owned();
             inner
                 .block_on(sandbox.read_file(path, max_bytes))
@@ -418,7 +419,7 @@ impl Backend {
 
     /// Writes a sandbox file (parents created, replaced if present). Admitted like a command.
     pub fn write_file(&self, path: &str, data: Vec<u8>) -> Result<(), Error> {
-        self.file_operation("write file", |inner, sandbox| {
+        self.file_operation("write file", FILE_OPERATION_WINDOW, |inner, sandbox| {
             let id = sandbox.id().as_str().to_owned();
             let file = e2b_client::UploadFile::bytes(path.to_owned(), data.clone().into());
             inner
@@ -435,27 +436,29 @@ impl Backend {
     /// wrote on the host is visible in the sandbox). A reader pushes nothing; a refused reader
     /// gets [`Error::NotReady`].
     pub fn sync_state(&self) -> Result<(), Error> {
-        self.file_operation("sync state", |_, _| Ok(()))
+        self.file_operation("sync state", FILE_OPERATION_WINDOW, |_, _| Ok(()))
     }
 
     fn file_operation<T>(
         &self,
         operation: &'static str,
+        window: Duration,
         op: impl Fn(&Inner, &Sandbox) -> Result<T, Error>,
     ) -> Result<T, Error> {
         let inner = &*self.inner;
         let mut state = inner.lock_state();
         let attached = inner.ensure_attached(&mut state, operation)?;
-        let result = inner
-            .prepare(attached, FILE_OPERATION_WINDOW)
-            .and_then(|()| match op(inner, &attached.sandbox) {
-                Err(error) if error.is_sandbox_gone() => {
-                    attached.lease.forget();
-                    inner.top_up_lease(attached, FILE_OPERATION_WINDOW)?;
-                    op(inner, &attached.sandbox)
-                }
-                other => other,
-            });
+        let result =
+            inner
+                .prepare(attached, window)
+                .and_then(|()| match op(inner, &attached.sandbox) {
+                    Err(error) if error.is_sandbox_gone() => {
+                        attached.lease.forget();
+                        inner.top_up_lease(attached, window)?;
+                        op(inner, &attached.sandbox)
+                    }
+                    other => other,
+                });
         if let Err(error) = &result
             && (error.is_sandbox_gone() || attached.stale)
         {

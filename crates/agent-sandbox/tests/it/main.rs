@@ -5,6 +5,7 @@ mod arbitration;
 mod campaign;
 mod commands;
 mod fencing;
+mod fetch;
 mod home;
 mod inventory;
 mod lifecycle;

@@ -1,5 +1,6 @@
 """Stubs for the compiled core ``hermes_e2b._native`` (hand-written)."""
 
+import os
 from typing import Any, Callable, Mapping, Optional
 
 __version__: str
@@ -110,6 +111,15 @@ class Backend:
         stdin: Optional[bytes] = None,
     ) -> Command: ...
     def sync_state(self) -> None: ...
+    def fetch_file(
+        self,
+        remote_path: str,
+        local_dest: str | os.PathLike[str],
+        *,
+        max_bytes: Optional[int] = None,
+        cwd: Optional[str] = None,
+    ) -> int: ...
+    def fetch_realpath(self, remote_path: str, *, cwd: Optional[str] = None) -> Optional[str]: ...
     def cleanup(self) -> dict[str, Any]: ...
     def finalize(self) -> None: ...
 

@@ -31,6 +31,22 @@ try:  # iot and newer; absent in 0.19.0
 except ImportError:  # pragma: no cover - old hosts
     _ConnectionError = None
 
+try:  # iot and newer (the #466 media seam); absent in 0.19.0
+    from tools.environments.base import FileFetchError as _HermesFileFetchError
+except ImportError:  # pragma: no cover - old hosts
+    _HermesFileFetchError = None
+
+if _HermesFileFetchError is not None:
+
+    class FileFetchError(_HermesFileFetchError, _native.E2BError):
+        """A sandbox file was not delivered: Hermes' ``FileFetchError`` (its gateway logs it as
+        a skipped delivery) and an ``E2BError`` (the message names the operation and sandbox)."""
+
+else:  # pragma: no cover - old hosts
+
+    class FileFetchError(_native.E2BError):  # type: ignore[no-redef]
+        """A sandbox file was not delivered (a Hermes without ``FileFetchError``)."""
+
 
 class _PipeHandle:
     """Hermes' ProcessHandle over a native command whose output streams into ``stdout``.
@@ -288,6 +304,31 @@ class E2BEnvironment(BaseEnvironment):
             # sandbox has happened; Hermes folds the flag into this or the next result.
             self._report_replacement()
         return _PipeHandle(command, os.fdopen(read_fd, "r", encoding="utf-8", errors="replace"))
+
+    # --- Files to the host (Hermes' #466 seam: the gateway's MEDIA: delivery) ---
+    # Hermes' default sends the file base64 through a command's output and decodes it in
+    # memory; the native core streams envd's download into a temp file beside ``local_dest``.
+
+    def fetch_file(self, remote_path: str, local_dest: Any, *, max_bytes: Optional[int] = None) -> None:
+        """Copies the regular sandbox file ``remote_path`` to ``local_dest``, failing at the
+        first byte past ``max_bytes`` (None: the native default, Hermes' 50 MB delivery
+        limit; some Hermes versions pass no cap). Raises :class:`FileFetchError`."""
+        try:
+            self._native.fetch_file(str(remote_path), os.fspath(local_dest), max_bytes=max_bytes, cwd=self.cwd)
+        except _native.E2BError as error:
+            raise FileFetchError(str(error)) from None
+        finally:
+            self._report_replacement()
+
+    def fetch_realpath(self, remote_path: str) -> Optional[str]:
+        """``readlink -f`` in the sandbox, or None when the path cannot be resolved. Raises
+        :class:`FileFetchError` when the sandbox cannot be asked or answers nonsense."""
+        try:
+            return self._native.fetch_realpath(str(remote_path), cwd=self.cwd)
+        except _native.E2BError as error:
+            raise FileFetchError(str(error)) from None
+        finally:
+            self._report_replacement()
 
     def _report_replacement(self) -> None:
         if self._native.take_replaced() is None:

@@ -98,6 +98,12 @@ fn no_backend_error_reaches_python_with_the_word() {
             path: PathBuf::from("/x/timeout"),
             source: std::io::Error::other("timeout"),
         },
+        agent_sandbox::Error::FileRefused {
+            operation: "fetch file",
+            sandbox_id: Some("isb1".to_owned()),
+            path: "/home/user/timeout.pdf".to_owned(),
+            reason: agent_sandbox::FileRefusal::NotRegularFile,
+        },
     ];
     for error in errors {
         let text = Error::from(error).message();

@@ -26,6 +26,21 @@ pub(crate) use hooks::PyTransport;
 pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
 pub(crate) use settings::PySettings;
 
+/// The cap of a fetch whose caller names none (a Hermes whose gateway leaves the cap to the
+/// backend): Hermes' own delivery limit, the 50 MB a Telegram bot may upload.
+pub(crate) const DEFAULT_FETCH_CAP: u64 = 50 * 1024 * 1024;
+
+/// A sandbox path as Hermes means it: absolute as given; relative to the environment's
+/// working directory otherwise (its own fetch runs in a command started there).
+fn sandbox_path(path: String, cwd: Option<&str>) -> String {
+    match cwd {
+        Some(cwd) if !path.starts_with('/') && cwd.starts_with('/') => {
+            format!("{}/{path}", cwd.trim_end_matches('/'))
+        }
+        _ => path,
+    }
+}
+
 /// How often a blocking wait wakes up to let Python deliver Ctrl-C.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
@@ -219,6 +234,53 @@ impl PyBackend {
         synced.map_err(|error| Error::from(error).into())
     }
 
+    /// Hermes' `fetch_file`: copies the regular sandbox file `remote_path` (links followed;
+    /// relative to `cwd`) to `local_dest` on the host, streamed, failing at the first byte
+    /// past `max_bytes` (None: [`DEFAULT_FETCH_CAP`]). The file appears at `local_dest` only
+    /// whole; a failure leaves nothing there. Returns the size. Attaches if needed.
+    #[pyo3(signature = (remote_path, local_dest, *, max_bytes = None, cwd = None))]
+    fn fetch_file(
+        &self,
+        py: Python<'_>,
+        remote_path: String,
+        local_dest: PathBuf,
+        max_bytes: Option<i64>,
+        cwd: Option<String>,
+    ) -> PyResult<u64> {
+        let max_bytes = match max_bytes {
+            None => DEFAULT_FETCH_CAP,
+            Some(cap) => u64::try_from(cap).map_err(|_| Error::InvalidArgument {
+                operation: "fetch file",
+                reason: format!("the cap must not be negative, got {cap}"),
+            })?,
+        };
+        let path = sandbox_path(remote_path, cwd.as_deref());
+        let backend = Arc::clone(&self.backend);
+        let fetched = py.detach(move || backend.fetch_file(&path, &local_dest, max_bytes));
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            return Err(interrupt);
+        }
+        fetched.map_err(|error| Error::from(error).into())
+    }
+
+    /// Hermes' `fetch_realpath`: `readlink -f remote_path` in the sandbox (relative to `cwd`),
+    /// or None when it cannot be resolved. Attaches if needed.
+    #[pyo3(signature = (remote_path, *, cwd = None))]
+    fn fetch_realpath(
+        &self,
+        py: Python<'_>,
+        remote_path: String,
+        cwd: Option<String>,
+    ) -> PyResult<Option<String>> {
+        let path = sandbox_path(remote_path, cwd.as_deref());
+        let backend = Arc::clone(&self.backend);
+        let resolved = py.detach(move || backend.realpath(&path));
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            return Err(interrupt);
+        }
+        resolved.map_err(|error| Error::from(error).into())
+    }
+
     /// The attached sandbox id, if any.
     #[getter]
     fn sandbox_id(&self) -> Option<String> {
@@ -380,5 +442,23 @@ impl PyCommand {
             }),
             Err(_) => Some("lost"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sandbox_path;
+
+    #[test]
+    fn relative_sandbox_paths_are_taken_from_the_working_directory() {
+        let cwd = Some("/home/user/work/");
+        assert_eq!(sandbox_path("/tmp/a".to_owned(), cwd), "/tmp/a");
+        assert_eq!(
+            sandbox_path("out/a".to_owned(), cwd),
+            "/home/user/work/out/a"
+        );
+        assert_eq!(sandbox_path("out/a".to_owned(), None), "out/a");
+        // A cwd Hermes has not resolved yet is no base: the backend refuses the relative path.
+        assert_eq!(sandbox_path("out/a".to_owned(), Some("~")), "out/a");
     }
 }
