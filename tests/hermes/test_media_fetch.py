@@ -2,7 +2,7 @@
 through the environment's ``fetch_realpath`` and ``fetch_file`` (Hermes' #466 seam,
 ``gateway.media_fetch``). Every test goes through the gateway's own entry points
 (``BasePlatformAdapter.extract_media`` and ``filter_media_delivery_paths``, what the gateway
-runs on a response) with the plugin's native fetch underneath (contract X7). The gateway only
+runs on a response) with the plugin's native fetch underneath (contract X8). The gateway only
 extracts tags whose extension it delivers, hence `.pdf` and `.zip`."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def run(home, body, **kwargs):
 
 
 def test_a_media_file_made_in_the_sandbox_reaches_the_user_byte_exact(configured):  # noqa: F811
-    # contract: X7
+    # contract: X8
     home, _ = configured
     result, log = run(home, """
         r = {}
@@ -112,7 +112,7 @@ def test_a_media_file_made_in_the_sandbox_reaches_the_user_byte_exact(configured
 
 
 def test_a_50_mb_media_file_keeps_host_memory_flat(configured):  # noqa: F811
-    # contract: X7 — Hermes' cap is 50 MiB; a file of exactly that size arrives through the
+    # contract: X8 — Hermes' cap is 50 MiB; a file of exactly that size arrives through the
     # gateway's path byte-exact while the driver's peak resident set (VmHWM, reset before)
     # grows by less than 8 MiB. Hermes' own default (base64 through a command's output, the
     # same environment's BaseEnvironment.fetch_file) is measured beside it for the figures.

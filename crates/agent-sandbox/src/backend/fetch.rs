@@ -379,7 +379,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_cap_stops_the_stream_at_the_first_byte_past_it() {
-        // contract: X7
+        // contract: X8
         let mut out = Vec::new();
         let written = write_capped(chunks(&[40, 60]), &mut out, 100).await;
         assert_eq!(written.expect("exactly the cap passes"), 100);
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn resolved_paths_are_checked_like_any_sandbox_answer() {
-        // contract: X7
+        // contract: X8
         assert_eq!(
             parse_resolved(b"/home/user/a b\n", "s").unwrap(),
             "/home/user/a b"
@@ -423,7 +423,7 @@ mod tests {
 
     #[test]
     fn a_dropped_temp_file_is_removed_and_a_renamed_one_is_kept() {
-        // contract: X7
+        // contract: X8
         let dir = tempfile::tempdir().unwrap();
         let destination = dir.path().join("out.bin");
         let temp = TempFile::beside(&destination).unwrap();

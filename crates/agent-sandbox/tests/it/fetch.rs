@@ -31,7 +31,7 @@ fn sandbox_id(backend: &Backend) -> String {
 
 #[test]
 fn a_file_arrives_byte_exact_and_one_byte_over_the_cap_leaves_nothing_behind() {
-    // contract: X7
+    // contract: X8
     let world = World::new();
     let backend = world.persistent();
     let len = (3 << 20) + 7;
@@ -84,7 +84,7 @@ fn a_file_arrives_byte_exact_and_one_byte_over_the_cap_leaves_nothing_behind() {
 
 #[test]
 fn what_is_no_regular_file_is_refused_and_a_link_to_one_is_followed() {
-    // contract: X7
+    // contract: X8
     let world = World::new();
     let backend = world.persistent();
     ok(
@@ -139,7 +139,7 @@ fn what_is_no_regular_file_is_refused_and_a_link_to_one_is_followed() {
 
 #[test]
 fn realpath_has_readlink_f_semantics() {
-    // contract: X7
+    // contract: X8
     let world = World::new();
     let backend = world.persistent();
     ok(
@@ -182,7 +182,7 @@ fn realpath_has_readlink_f_semantics() {
 
 #[test]
 fn a_transfer_cut_or_capped_midway_leaves_nothing_behind() {
-    // contract: X7 — without a Content-Length (a cut body is sent chunked) the cap is checked
+    // contract: X8 — without a Content-Length (a cut body is sent chunked) the cap is checked
     // while the bytes arrive, and a failure after the temp file was written removes it.
     let world = World::new();
     let backend = world.persistent();
