@@ -233,11 +233,11 @@ pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
         Some((start, length)) => (StatusCode::PARTIAL_CONTENT, start, length),
         None => (StatusCode::OK, 0, size),
     };
-    if start > 0 {
-        if let Err(e) = tokio::io::AsyncSeekExt::seek(&mut file, io::SeekFrom::Start(start)).await {
-            return ApiError::internal(format!("error reading '{}': {e}", resolved.virt))
-                .into_response();
-        }
+    if start > 0
+        && let Err(e) = tokio::io::AsyncSeekExt::seek(&mut file, io::SeekFrom::Start(start)).await
+    {
+        return ApiError::internal(format!("error reading '{}': {e}", resolved.virt))
+            .into_response();
     }
     let name = resolved
         .virt
