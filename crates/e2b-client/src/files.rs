@@ -245,6 +245,17 @@ pub(crate) fn multipart(files: Vec<UploadFile>) -> Multipart {
     }
 }
 
+/// A range of a file ([`crate::Sandbox::read_file_range`]): its bytes as a [`Download`], and
+/// the file's size when the server opened it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FileRange {
+    /// The bytes of the range, refused past the length the server announced.
+    pub download: Download,
+    /// The file's size when the server answered (a file still being written grows past it).
+    pub file_size: u64,
+}
+
 /// A file's bytes as they arrive, refused the moment they exceed the cap.
 ///
 /// A `Content-Length` above the cap fails before any byte is read; otherwise bytes are

@@ -27,7 +27,7 @@ pub use crate::control::{
 };
 pub use crate::error::{Error, Operation, TransportStage};
 pub use crate::files::{
-    Download, EntryInfo, FileType, MakeDirOutcome, UploadData, UploadFile, WrittenFile,
+    Download, EntryInfo, FileRange, FileType, MakeDirOutcome, UploadData, UploadFile, WrittenFile,
 };
 pub use crate::ids::SandboxId;
 pub use crate::process::{

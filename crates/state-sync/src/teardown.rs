@@ -22,32 +22,33 @@ pub fn teardown_command(remote_root: &str) -> Result<String, Error> {
 pub const TEARDOWN_ARCHIVE_PREFIX: &str = "/tmp/hermes-e2b-pull.";
 
 /// The command that makes the sandbox write the archive of [`teardown_command`] to a fresh
-/// private file ([`TEARDOWN_ARCHIVE_PREFIX`], mode 0600) and print its path, for a download
-/// of `/files`. Prints nothing when `remote_root` is not a directory (verifiably nothing to
-/// pull). A failing `tar` removes its partial file and exits non-zero; the caller removes the
-/// file once it has it open. Archives an hour old are removed first: a pull that lost its
-/// connection between the command and the download cannot leave one behind for good. Read
-/// the path with [`teardown_archive_path`].
+/// private file ([`TEARDOWN_ARCHIVE_PREFIX`], mode 0600) while the caller downloads it as it
+/// grows (ranges of `/files`). Its output is two lines: the file's path as soon as it exists
+/// (read it with [`teardown_archive_path`]), then, once `tar` has succeeded, the archive's
+/// size in bytes (read it with [`teardown_archive_size`]), which is where the download ends.
+/// Prints nothing when `remote_root` is not a directory (verifiably nothing to pull). A
+/// failing `tar` removes its partial file and exits non-zero; the caller removes the file
+/// once it has it all (or gives up). Archives an hour old are removed first: a pull that lost
+/// its connection cannot leave one behind for good.
 pub fn teardown_file_command(remote_root: &str) -> Result<String, Error> {
     let tar = teardown_command(remote_root)?;
     Ok(format!(
         "umask 077; \
          find /tmp -maxdepth 1 -name '{stale}*' -type f -mmin +60 -exec rm -f {{}} + 2>/dev/null; \
          [ -d {root} ] || exit 0; f=$(mktemp {TEARDOWN_ARCHIVE_PREFIX}XXXXXX) || exit 1; \
-         trap 'rm -f \"$f\"' HUP INT TERM; \
-         if {tar} > \"$f\"; then printf '%s\\n' \"$f\"; else rm -f \"$f\"; exit 1; fi",
+         trap 'rm -f \"$f\"' HUP INT TERM; printf '%s\\n' \"$f\"; \
+         if {tar} > \"$f\"; then wc -c < \"$f\"; else rm -f \"$f\"; exit 1; fi",
         root = shell_quote(remote_root),
         stale = TEARDOWN_ARCHIVE_PREFIX.trim_start_matches("/tmp/"),
     ))
 }
 
-/// The archive path [`teardown_file_command`] printed (`None`: nothing to pull). The output
-/// comes from the sandbox: anything but one path of the documented shape is refused, so the
-/// download and the removal that follow can only touch that file.
-pub fn teardown_archive_path(stdout: &[u8]) -> Result<Option<String>, Error> {
-    if stdout.is_empty() {
-        return Ok(None);
-    }
+/// The archive path [`teardown_file_command`] printed: its first line, newline included
+/// (the command prints nothing when there is nothing to pull). The output comes from the
+/// sandbox: anything but one path of the documented shape is refused, so the download and
+/// the removal that follow can only touch that file.
+pub fn teardown_archive_path(line: &[u8]) -> Result<String, Error> {
+    let stdout = line;
     let refuse = |reason| Error::InvalidRemotePath {
         operation: "teardown pull",
         path: String::from_utf8_lossy(stdout).chars().take(200).collect(),
@@ -63,7 +64,18 @@ pub fn teardown_archive_path(stdout: &[u8]) -> Result<Option<String>, Error> {
         return Err(refuse("not a name mktemp makes"));
     }
     // All ASCII, checked above.
-    Ok(Some(String::from_utf8_lossy(line).into_owned()))
+    Ok(String::from_utf8_lossy(line).into_owned())
+}
+
+/// The archive size [`teardown_file_command`] printed after its path, once `tar` succeeded:
+/// the rest of its output, one decimal number (`wc -c` may pad it with blanks). `None` for
+/// anything else: the sandbox's word is not taken for more.
+pub fn teardown_archive_size(rest: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(rest.strip_suffix(b"\n")?).ok()?.trim();
+    if text.is_empty() || text.len() > 20 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// Reads the sandbox's archive of `remote_root` (members relative to it, as

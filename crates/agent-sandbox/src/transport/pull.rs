@@ -4,30 +4,43 @@
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use e2b_client::StartOptions;
+use bytes::Bytes;
+use e2b_client::{ProcessEvent, ProcessStream, Sandbox, StartOptions};
+use futures::{FutureExt, StreamExt};
 use state_sync::{ArchiveSummary, ReadConfig, UnsafeMembers};
+use tokio::sync::mpsc;
 
-use super::stream::{ChannelReader, stderr_text};
+use super::stream::{self, ChannelReader, Forwarded, stderr_text};
 use super::{PullSummary, StateTransport, Transfer};
 use crate::error::{Error, ErrorChain};
 use crate::progress::{MeteredRead, ProgressUnit};
 
-/// Output kept from the command that makes the teardown archive: its path, and `tar`'s
-/// complaints when it fails.
-const ARCHIVE_COMMAND_OUTPUT: u64 = 1 << 20;
+/// Standard output kept from the command that makes the teardown archive: its path and
+/// the archive's size, two short lines.
+const ARCHIVE_COMMAND_OUTPUT: usize = 4096;
+/// Standard error kept from it, for the error when `tar` fails.
+const ARCHIVE_COMMAND_STDERR: usize = 2048;
 /// A tar archive with no member: its end marker, two zero blocks.
 const EMPTY_TAR: [u8; 1024] = [0; 1024];
+/// A range that brought less than this while `tar` still writes means the download has
+/// caught up with it: the next range waits for [`CATCH_UP_WAIT`] (or `tar`'s end).
+const CAUGHT_UP_BYTES: u64 = 1 << 20;
+/// How long the download waits for `tar` to write more once it has caught up: one such
+/// range per interval at most (envd cannot say when a file grows).
+const CATCH_UP_WAIT: Duration = Duration::from_millis(20);
 
 impl StateTransport {
     /// The teardown pull: reconnects first with a transfer-sized lease (extend-only, so it
     /// also resumes a sandbox E2B paused), has the sandbox write its Hermes home as a tar to a
-    /// private temp file outside the synced state, then streams that file from `/files` into
-    /// `dest` as the tar Hermes extracts (members named by absolute remote path without the
-    /// leading `/`). The temp file is removed as soon as the download has it open, and after
-    /// a failed download all the same. The cap is enforced while downloading: the first byte
-    /// past it fails the pull and stops the transfer (contract S12). On error `dest` holds an
-    /// unfinished archive.
+    /// private temp file outside the synced state and, while `tar` still writes it, downloads
+    /// it by ranges of `/files` into `dest` as the tar Hermes extracts (members named by
+    /// absolute remote path without the leading `/`): the archive is made and downloaded at
+    /// once. The temp file is removed once the last range has it open, and after a failure
+    /// all the same (and `tar` stopped). The cap is enforced while downloading: no range asks
+    /// for a byte past the first one over the cap, and that byte fails the pull (contract
+    /// S12). On error `dest` holds an unfinished archive.
     pub fn download_state(&self, dest: &mut dyn Write) -> Result<PullSummary, Error> {
         let result = self.download_inner(dest);
         self.record(Transfer::Pull, result)
@@ -43,74 +56,47 @@ impl StateTransport {
         let command =
             state_sync::teardown_file_command(&self.inner.remote_home).map_err(state_error)?;
         let sandbox = self.sandbox();
-        let made = self
+        let archiver = self
             .inner
             .runtime
-            .block_on(sandbox.run(StartOptions::shell(command), ARCHIVE_COMMAND_OUTPUT))
+            .block_on(sandbox.start(StartOptions::shell(command)))
             .map_err(|source| Error::e2b("teardown pull", Some(&self.id()), source))?;
-        if made.end.exit_code != 0 {
-            return Err(Error::SandboxCommand {
-                operation: "teardown pull",
+        let pid = archiver.pid();
+        let (tx, reader) = stream::channel();
+        let download = self.inner.runtime.spawn(
+            GrowingArchive {
+                sandbox,
                 sandbox_id: self.id(),
-                exit_code: made.end.exit_code,
-                stderr: stderr_text(&made.stderr),
-            });
-        }
+                archiver: Archiver::new(archiver),
+                // The first byte past the cap is fetched (and fails the reader), no more.
+                last_byte: self.inner.cap,
+                tx,
+            }
+            .download(),
+        );
         let config = ReadConfig {
             max_bytes: self.inner.cap,
             unsafe_members: UnsafeMembers::Skip,
         };
         let mut meter = self.meter("teardown pull", ProgressUnit::Bytes, None);
-        let Some(path) = state_sync::teardown_archive_path(&made.stdout).map_err(state_error)?
-        else {
-            // No Hermes home verifiably means nothing to pull: an empty archive, not a failure.
-            let mut source = MeteredRead {
-                inner: io::Cursor::new(EMPTY_TAR),
-                meter: &mut meter,
-            };
-            let (summary, _) =
-                state_sync::pull_teardown(&mut source, &config, &self.inner.remote_home, dest)
-                    .map_err(state_error)?;
-            meter.finish();
-            return Ok(pull_summary(summary));
+        let mut source = MeteredRead {
+            inner: reader,
+            meter: &mut meter,
         };
-        // The cap is the capped reader's (the first byte past it fails the pull with the
-        // reader's over-cap error); the download itself is not capped a second time.
-        let download = self
-            .inner
-            .runtime
-            .block_on(sandbox.read_file_stream(&path, u64::MAX));
-        // The server opened the file before it answered, so it can go now, while the body
-        // streams; after a failed request it goes all the same.
-        let removal = {
-            let sandbox = sandbox.clone();
-            let path = path.clone();
-            self.inner
-                .runtime
-                .spawn(async move { sandbox.remove(&path).await })
+        let pulled = state_sync::pull_teardown(&mut source, &config, &self.inner.remote_home, dest)
+            .map_err(state_error);
+        // The reader goes first: a download still sending learns it stopped.
+        drop(source);
+        let downloaded = match self.inner.runtime.block_on(download) {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_) => Err(Error::CommandLost {
+                sandbox_id: self.id(),
+                sandbox_pid: pid,
+            }),
         };
-        let pulled = download
-            .map_err(|source| Error::e2b("teardown pull", Some(&self.id()), source))
-            .and_then(|download| {
-                let mut source = MeteredRead {
-                    inner: self.stream_reader(download),
-                    meter: &mut meter,
-                };
-                state_sync::pull_teardown(&mut source, &config, &self.inner.remote_home, dest)
-                    .map_err(state_error)
-            });
-        match self.inner.runtime.block_on(removal) {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(
-                sandbox_id = %self.inner.sandbox_id,
-                "E2B teardown pull: the sandbox's temporary archive was not removed: {}",
-                ErrorChain(&Error::e2b("remove file", Some(&self.id()), error))
-            ),
-            Err(error) => tracing::warn!(
-                sandbox_id = %self.inner.sandbox_id,
-                "E2B teardown pull: removing the sandbox's temporary archive did not finish: {error}"
-            ),
-        }
+        // The download's failure is the cause of the reader's, when both failed.
+        downloaded?;
         let (summary, _) = pulled?;
         meter.finish();
         Ok(pull_summary(summary))
@@ -240,5 +226,258 @@ fn pull_summary(summary: ArchiveSummary) -> PullSummary {
         files: summary.files,
         file_bytes: summary.file_bytes,
         rejected: summary.rejected.into_iter().map(|r| r.name).collect(),
+    }
+}
+
+/// The teardown archive's download while the sandbox's `tar` writes it: ranges of the
+/// growing file, each from where the last ended, until the size `tar` reports at its end.
+struct GrowingArchive {
+    sandbox: Sandbox,
+    sandbox_id: String,
+    archiver: Archiver,
+    /// The last byte offset ever asked for: the cap's (the first byte past it fails the
+    /// reader, so none further is downloaded).
+    last_byte: u64,
+    tx: mpsc::Sender<io::Result<Bytes>>,
+}
+
+impl GrowingArchive {
+    /// Runs the download to its end, then cleans up in the sandbox whatever happened: stops
+    /// `tar` if it still runs and removes the archive. `Ok` when the reader got the whole
+    /// archive or stopped reading (its own error says why).
+    async fn download(mut self) -> Result<(), Error> {
+        let path = match self.archive_path().await {
+            Ok(Some(path)) => path,
+            Ok(None) => {
+                // No Hermes home verifiably means nothing to pull: an empty archive.
+                let _ = self.tx.send(Ok(Bytes::from_static(&EMPTY_TAR))).await;
+                return Ok(());
+            }
+            Err(error) => {
+                self.stop_archiver().await;
+                return Err(error);
+            }
+        };
+        let mut removal = None;
+        let result = self.transfer(&path, &mut removal).await;
+        self.stop_archiver().await;
+        let failed = |error| {
+            ErrorChain(&Error::e2b("remove file", Some(&self.sandbox_id), error)).to_string()
+        };
+        let removed = match removal {
+            Some(removal) => match removal.await {
+                Ok(removed) => removed.map_err(failed),
+                Err(error) => Err(format!("the removal did not finish: {error}")),
+            },
+            None => self.sandbox.remove(&path).await.map_err(failed),
+        };
+        if let Err(error) = removed {
+            tracing::warn!(
+                sandbox_id = %self.sandbox_id,
+                "E2B teardown pull: the sandbox's temporary archive was not removed: {error}"
+            );
+        }
+        // The reader has all it gets; the command's stream is read to its end so its
+        // connection serves the next request.
+        let GrowingArchive { archiver, tx, .. } = self;
+        drop(tx);
+        if archiver.exit_code.is_some() {
+            archiver.stream.drain(e2b_client::END_DRAIN_LIMIT).await;
+        }
+        result
+    }
+
+    /// The archive's path, the command's first line (`None`: nothing to pull).
+    async fn archive_path(&mut self) -> Result<Option<String>, Error> {
+        loop {
+            if let Some(end) = self.archiver.stdout.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.archiver.stdout.drain(..=end).collect();
+                return state_sync::teardown_archive_path(&line)
+                    .map(Some)
+                    .map_err(|source| Error::StateSync {
+                        operation: "teardown pull",
+                        sandbox_id: self.sandbox_id.clone(),
+                        source,
+                    });
+            }
+            if let Some(exit_code) = self.archiver.exit_code {
+                if exit_code == 0 && self.archiver.stdout.is_empty() {
+                    return Ok(None);
+                }
+                self.archiver.succeeded(&self.sandbox_id)?;
+                return Err(self.untrusted("the archive command printed no path"));
+            }
+            self.archiver.next(&self.sandbox_id).await?;
+        }
+    }
+
+    /// Downloads the growing archive at `path` into the channel. `removal` receives the
+    /// archive's removal once the last range has it open.
+    async fn transfer(
+        &mut self,
+        path: &str,
+        removal: &mut Option<tokio::task::JoinHandle<Result<(), e2b_client::Error>>>,
+    ) -> Result<(), Error> {
+        // A small archive is usually done by now: one range then fetches all of it.
+        self.archiver.wait(CATCH_UP_WAIT, &self.sandbox_id).await?;
+        let mut offset = 0u64;
+        loop {
+            self.archiver.poll_ready(&self.sandbox_id)?;
+            let size = match self.archiver.exit_code {
+                Some(_) => {
+                    self.archiver.succeeded(&self.sandbox_id)?;
+                    let size = state_sync::teardown_archive_size(&self.archiver.stdout)
+                        .ok_or_else(|| self.untrusted("the archive command printed no size"))?;
+                    Some(size)
+                }
+                None => None,
+            };
+            if size.is_some_and(|size| offset >= size) || offset > self.last_byte {
+                // All of it, or the first byte past the cap (the reader fails on it).
+                return Ok(());
+            }
+            let last = size.map_or(self.last_byte, |size| (size - 1).min(self.last_byte));
+            let range = self
+                .sandbox
+                .read_file_range(path, offset, last)
+                .await
+                .map_err(|source| Error::e2b("teardown pull", Some(&self.sandbox_id), source))?;
+            let Some(range) = range else {
+                if size.is_some() {
+                    return Err(self.untrusted("the archive is shorter than its size"));
+                }
+                self.archiver.wait(CATCH_UP_WAIT, &self.sandbox_id).await?;
+                continue;
+            };
+            if removal.is_none() && size.is_some_and(|size| range.file_size == size) {
+                // The server has the complete file open: it can go while the body streams.
+                let sandbox = self.sandbox.clone();
+                let path = path.to_owned();
+                *removal = Some(tokio::spawn(async move { sandbox.remove(&path).await }));
+            }
+            let got = match stream::forward(range.download, &self.tx).await {
+                Forwarded::All(got) => got,
+                Forwarded::ReaderGone => return Ok(()),
+                Forwarded::Failed(source) => {
+                    return Err(Error::e2b("teardown pull", Some(&self.sandbox_id), source));
+                }
+            };
+            offset += got;
+            if size.is_none() && got < CAUGHT_UP_BYTES {
+                self.archiver.wait(CATCH_UP_WAIT, &self.sandbox_id).await?;
+            }
+        }
+    }
+
+    /// Kills `tar` (its command) unless it has ended.
+    async fn stop_archiver(&mut self) {
+        if self.archiver.exit_code.is_none() {
+            let _ = self.sandbox.kill_process(self.archiver.stream.pid()).await;
+        }
+    }
+
+    fn untrusted(&self, reason: &str) -> Error {
+        Error::UntrustedAnswer {
+            operation: "teardown pull",
+            sandbox_id: self.sandbox_id.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+/// The command writing the teardown archive, as far as its events have arrived.
+struct Archiver {
+    stream: ProcessStream,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit_code: Option<i32>,
+}
+
+impl Archiver {
+    fn new(stream: ProcessStream) -> Archiver {
+        Archiver {
+            stream,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            exit_code: None,
+        }
+    }
+
+    /// Waits for the command's next event and records it.
+    async fn next(&mut self, sandbox_id: &str) -> Result<(), Error> {
+        let event = self.stream.next().await;
+        self.record(event, sandbox_id)
+    }
+
+    /// Records the events already received, without waiting.
+    fn poll_ready(&mut self, sandbox_id: &str) -> Result<(), Error> {
+        while self.exit_code.is_none() {
+            match self.stream.next().now_or_never() {
+                Some(event) => self.record(event, sandbox_id)?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the command's next event, at most `limit`.
+    async fn wait(&mut self, limit: Duration, sandbox_id: &str) -> Result<(), Error> {
+        if self.exit_code.is_some() {
+            return Ok(());
+        }
+        match tokio::time::timeout(limit, self.stream.next()).await {
+            Ok(event) => self.record(event, sandbox_id),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn record(
+        &mut self,
+        event: Option<Result<ProcessEvent, e2b_client::Error>>,
+        sandbox_id: &str,
+    ) -> Result<(), Error> {
+        match event {
+            Some(Ok(ProcessEvent::Stdout(bytes))) => {
+                if self.stdout.len() + bytes.len() > ARCHIVE_COMMAND_OUTPUT {
+                    return Err(Error::UntrustedAnswer {
+                        operation: "teardown pull",
+                        sandbox_id: sandbox_id.to_owned(),
+                        reason: "the archive command printed more than its path and size"
+                            .to_owned(),
+                    });
+                }
+                self.stdout.extend_from_slice(&bytes);
+            }
+            Some(Ok(ProcessEvent::Stderr(bytes))) => {
+                let room = ARCHIVE_COMMAND_STDERR.saturating_sub(self.stderr.len());
+                self.stderr
+                    .extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            Some(Ok(ProcessEvent::End(end))) => self.exit_code = Some(end.exit_code),
+            Some(Ok(_)) => {}
+            Some(Err(source)) => {
+                return Err(Error::e2b("teardown pull", Some(sandbox_id), source));
+            }
+            None => {
+                return Err(Error::CommandLost {
+                    sandbox_id: sandbox_id.to_owned(),
+                    sandbox_pid: self.stream.pid(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The command's failure, once it has ended non-zero.
+    fn succeeded(&self, sandbox_id: &str) -> Result<(), Error> {
+        match self.exit_code {
+            Some(exit_code) if exit_code != 0 => Err(Error::SandboxCommand {
+                operation: "teardown pull",
+                sandbox_id: sandbox_id.to_owned(),
+                exit_code,
+                stderr: stderr_text(&self.stderr),
+            }),
+            _ => Ok(()),
+        }
     }
 }

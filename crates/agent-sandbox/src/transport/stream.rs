@@ -1,4 +1,4 @@
-//! Blocking readers over what a task receives: a command's standard output, a download.
+//! Blocking readers over what a task receives: a command's standard output, downloads.
 
 use std::io::{self, Read};
 
@@ -20,45 +20,6 @@ const STREAM_BUFFER_CHUNKS: usize = 8;
 const COALESCED_BYTES: usize = 1 << 20;
 
 impl StateTransport {
-    /// A blocking reader over a download: a task moves its chunks through a small channel.
-    /// Dropping the reader early (over the cap, a bad archive) drops the download, which
-    /// closes the connection.
-    pub(super) fn stream_reader(&self, mut download: e2b_client::Download) -> ChannelReader {
-        let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(STREAM_BUFFER_CHUNKS);
-        self.inner.runtime.spawn(async move {
-            while let Some(first) = download.next().await {
-                // Chunks already received go together (up to COALESCED_BYTES): one hand-over
-                // to the reading thread per batch, not per network read, so a busy machine's
-                // scheduling delays do not stall the connection chunk by chunk.
-                let mut item = first.map(BytesMut::from);
-                let mut ended = false;
-                while let Ok(batch) = &mut item {
-                    if batch.len() >= COALESCED_BYTES {
-                        break;
-                    }
-                    match download.next().now_or_never() {
-                        Some(Some(Ok(more))) => batch.extend_from_slice(&more),
-                        Some(Some(Err(error))) => item = Err(error),
-                        Some(None) => {
-                            ended = true;
-                            break;
-                        }
-                        None => break,
-                    }
-                }
-                let item = item.map(BytesMut::freeze).map_err(io::Error::other);
-                let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed || ended {
-                    return;
-                }
-            }
-        });
-        ChannelReader {
-            rx,
-            current: Bytes::new(),
-        }
-    }
-
     /// Starts `command` and returns a blocking reader over its standard output. The reader
     /// fails if the command exits non-zero; dropping it early kills the command by pid.
     pub(super) fn command_reader(
@@ -115,6 +76,72 @@ impl StateTransport {
             current: Bytes::new(),
         })
     }
+}
+
+/// A small channel whose receiving end is a blocking reader: what a task receives (a
+/// download's chunks) moves through it to the thread that reads.
+pub(super) fn channel() -> (mpsc::Sender<io::Result<Bytes>>, ChannelReader) {
+    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(STREAM_BUFFER_CHUNKS);
+    (
+        tx,
+        ChannelReader {
+            rx,
+            current: Bytes::new(),
+        },
+    )
+}
+
+/// How forwarding a download into a [`channel`] ended.
+pub(super) enum Forwarded {
+    /// Every byte went through: this many.
+    All(u64),
+    /// The reader is gone (it stopped early: over the cap, a bad archive).
+    ReaderGone,
+    /// The download failed.
+    Failed(e2b_client::Error),
+}
+
+/// Moves a download's chunks into `tx`. Chunks already received go together (up to
+/// [`COALESCED_BYTES`]): one hand-over to the reading thread per batch, not per network read,
+/// so a busy machine's scheduling delays do not stall the connection chunk by chunk.
+pub(super) async fn forward(
+    mut download: e2b_client::Download,
+    tx: &mpsc::Sender<io::Result<Bytes>>,
+) -> Forwarded {
+    let mut total = 0u64;
+    while let Some(first) = download.next().await {
+        let mut batch = match first {
+            Ok(chunk) => BytesMut::from(chunk),
+            Err(error) => return Forwarded::Failed(error),
+        };
+        let mut failed = None;
+        let mut ended = false;
+        while batch.len() < COALESCED_BYTES {
+            match download.next().now_or_never() {
+                Some(Some(Ok(more))) => batch.extend_from_slice(&more),
+                Some(Some(Err(error))) => {
+                    failed = Some(error);
+                    break;
+                }
+                Some(None) => {
+                    ended = true;
+                    break;
+                }
+                None => break,
+            }
+        }
+        total += u64::try_from(batch.len()).unwrap_or(u64::MAX);
+        if tx.send(Ok(batch.freeze())).await.is_err() {
+            return Forwarded::ReaderGone;
+        }
+        if let Some(error) = failed {
+            return Forwarded::Failed(error);
+        }
+        if ended {
+            break;
+        }
+    }
+    Forwarded::All(total)
 }
 
 /// A blocking reader over chunks a task sends (a command's standard output, a download).

@@ -181,7 +181,7 @@ fn a_teardown_after_a_pull_that_reconnected_adds_one_start_and_no_connect() {
     let report = backend.cleanup();
     recovered(&report.recovery);
     let spent = world.server().requests().since(&before);
-    // The pull: one connect, one start (the archive), one download, one remove; the
+    // The pull: one connect, one start (the archive), its ranged downloads, one remove; the
     // recovery: one start.
     assert_eq!(
         spent.get("connect"),

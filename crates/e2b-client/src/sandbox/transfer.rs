@@ -6,11 +6,13 @@ use bytes::Bytes;
 use futures::Stream;
 use percent_encoding::utf8_percent_encode;
 use reqwest::Method;
-use reqwest::header::{ACCEPT_ENCODING, CONTENT_TYPE};
+use reqwest::header::{ACCEPT_ENCODING, CONTENT_RANGE, CONTENT_TYPE, RANGE};
 
 use super::Sandbox;
 use crate::error::{Error, Operation};
-use crate::files::{Download, UploadFile, WrittenFile, multipart, multipart_filename_problem};
+use crate::files::{
+    Download, FileRange, UploadFile, WrittenFile, multipart, multipart_filename_problem,
+};
 use crate::http::{Ctx, Pool, UNRESERVED};
 use crate::retry::Idempotency;
 
@@ -134,6 +136,82 @@ impl Sandbox {
         ))
     }
 
+    /// Downloads bytes `start..=end` of a file (`GET /files` with `Range: bytes=start-end`),
+    /// the end clamped to the file's size when envd opens it: of a file still being written,
+    /// what it holds by then, and its size then. `Ok(None)` when the file does not reach
+    /// `start` yet (envd's `416`). The body is refused past the length the answer announced.
+    /// A missing file is an error with [`Error::is_not_found`].
+    pub async fn read_file_range(
+        &self,
+        path: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<FileRange>, Error> {
+        let ctx = self.ctx(Operation::Download);
+        if end < start {
+            return Err(ctx.invalid_input(format!("the range {start}-{end} is empty")));
+        }
+        let http = &self.http;
+        let query = self.user_query(Some(path));
+        let builder = self
+            .request(&ctx, Pool::Http1, Method::GET, &format!("/files{query}"))?
+            .header(ACCEPT_ENCODING, "identity")
+            .header(RANGE, format!("bytes={start}-{end}"));
+        let request = Self::build(&ctx, builder)?;
+        let deadline = http.deadline_from_now();
+        let sent = http
+            .send(
+                &ctx,
+                Pool::Http1,
+                request,
+                Idempotency::Idempotent,
+                deadline,
+            )
+            .await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(error) if error.status() == Some(416) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        if response.status().as_u16() != 206 {
+            return Err(ctx.protocol(format!(
+                "asked for bytes {start}-{end}, the server answered {} without a range",
+                response.status().as_u16()
+            )));
+        }
+        let announced = response
+            .headers()
+            .get(CONTENT_RANGE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(parse_content_range);
+        let Some((first, last, file_size)) = announced else {
+            return Err(ctx.protocol("a partial answer without a valid Content-Range"));
+        };
+        if first != start || last > end || last >= file_size {
+            return Err(ctx.protocol(format!(
+                "asked for bytes {start}-{end}, the server sent {first}-{last} of {file_size}"
+            )));
+        }
+        let length = last - first + 1;
+        if response.content_length().is_some_and(|len| len != length) {
+            return Err(ctx.protocol(format!(
+                "the range {first}-{last} announced a body of {:?} bytes",
+                response.content_length()
+            )));
+        }
+        Ok(Some(FileRange {
+            download: Download::new(
+                ctx,
+                path.to_owned(),
+                response.bytes_stream(),
+                Some(length),
+                length,
+                http.deadline,
+            ),
+            file_size,
+        }))
+    }
+
     /// Downloads a whole file into memory, capped at `limit` bytes.
     pub async fn read_file(&self, path: &str, limit: u64) -> Result<Bytes, Error> {
         self.read_file_stream(path, limit).await?.bytes().await
@@ -155,6 +233,42 @@ impl Sandbox {
             String::new()
         } else {
             format!("?{}", parts.join("&"))
+        }
+    }
+}
+
+/// `bytes <first>-<last>/<size>` (a satisfied range; no `*` for an unknown size).
+fn parse_content_range(value: &str) -> Option<(u64, u64, u64)> {
+    let (range, size) = value.strip_prefix("bytes ")?.split_once('/')?;
+    let (first, last) = range.split_once('-')?;
+    let number = |text: &str| {
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        text.parse::<u64>().ok()
+    };
+    let (first, last, size) = (number(first)?, number(last)?, number(size)?);
+    (first <= last).then_some((first, last, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_content_range;
+
+    #[test]
+    fn content_ranges_are_read_strictly() {
+        assert_eq!(parse_content_range("bytes 0-9/10"), Some((0, 9, 10)));
+        assert_eq!(parse_content_range("bytes 4-4/100"), Some((4, 4, 100)));
+        for bad in [
+            "bytes */10",
+            "bytes 0-9/*",
+            "bytes 5-4/10",
+            "bytes 0-9",
+            "items 0-9/10",
+            "bytes +1-9/10",
+            "bytes 0-9/10 ",
+        ] {
+            assert_eq!(parse_content_range(bad), None, "{bad}");
         }
     }
 }

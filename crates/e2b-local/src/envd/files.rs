@@ -165,7 +165,12 @@ fn content_type_for(name: &str) -> &'static str {
     }
 }
 
-/// `GET /files?path=`: the file's bytes, streamed from disk.
+/// `GET /files?path=`: the file's bytes, streamed from disk, as envd's `http.ServeContent`
+/// serves them: the length is the file's size when the request opens it (a file still
+/// growing is served up to that size, exactly), and one `Range: bytes=…` is answered with
+/// `206` and `Content-Range`, or `416` with `Content-Range: bytes */<size>` when it starts at
+/// or past the end. (envd answers several ranges as `multipart/byteranges`; here they are
+/// ignored and the whole file served, which RFC 9110 also allows.)
 pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
     let query = parse_query(request.uri().query());
     if !authorized(&ctx, request.headers(), &query, "read") {
@@ -202,29 +207,142 @@ pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
         return ApiError::bad_request(format!("path '{}' is a directory", resolved.virt))
             .into_response();
     }
-    let file = match open_read(&resolved.host).await {
+    let mut file = match open_read(&resolved.host).await {
         Ok(file) => file,
         Err(e) => {
             return ApiError::internal(format!("error opening '{}': {e}", resolved.virt))
                 .into_response();
         }
     };
+    // The size of the file as opened (envd seeks to its end): what a growing file has now.
+    let size = match file.metadata().await {
+        Ok(meta) => meta.len(),
+        Err(e) => {
+            return ApiError::internal(format!("error reading '{}': {e}", resolved.virt))
+                .into_response();
+        }
+    };
+    let range = match request.headers().get(http::header::RANGE) {
+        None => None,
+        Some(value) => match byte_range(value.to_str().unwrap_or_default(), size) {
+            Ok(range) => range,
+            Err(refused) => return range_not_satisfiable(&refused, size),
+        },
+    };
+    let (status, start, length) = match range {
+        Some((start, length)) => (StatusCode::PARTIAL_CONTENT, start, length),
+        None => (StatusCode::OK, 0, size),
+    };
+    if start > 0
+        && let Err(e) = tokio::io::AsyncSeekExt::seek(&mut file, io::SeekFrom::Start(start)).await
+    {
+        return ApiError::internal(format!("error reading '{}': {e}", resolved.virt))
+            .into_response();
+    }
     let name = resolved
         .virt
         .rsplit('/')
         .next()
         .unwrap_or_default()
         .to_owned();
-    let stream = tokio_util::io::ReaderStream::with_capacity(file, READ_CHUNK);
+    // Exactly `length` bytes, whatever the file grows to meanwhile (envd's `io.CopyN`).
+    let body = tokio::io::AsyncReadExt::take(file, length);
+    let stream = tokio_util::io::ReaderStream::with_capacity(body, READ_CHUNK);
     let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(meta.len()));
+    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(
+        http::header::ACCEPT_RANGES,
+        HeaderValue::from_static("bytes"),
+    );
+    if status == StatusCode::PARTIAL_CONTENT {
+        let last = start + length - 1;
+        if let Ok(value) = HeaderValue::from_str(&format!("bytes {start}-{last}/{size}")) {
+            headers.insert(http::header::CONTENT_RANGE, value);
+        }
+    }
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(content_type_for(&name)),
     );
     if let Ok(value) = HeaderValue::from_str(&content_disposition(&name)) {
         headers.insert(http::header::CONTENT_DISPOSITION, value);
+    }
+    response
+}
+
+/// Why a `Range` header cannot be served (Go's `http.ServeContent` words).
+#[derive(Debug, PartialEq, Eq)]
+enum RangeRefused {
+    /// Not a range envd parses.
+    Invalid,
+    /// It starts at or past the end of the file.
+    NoOverlap,
+}
+
+/// The one range of a `Range: bytes=…` header as (start, length) within a file of `size`
+/// bytes, as Go's `parseRange` reads it: `a-b` (the end clamped to the file), `a-`, `-n` (the
+/// last n bytes). `None`: serve the whole file (several ranges, or none left after
+/// clamping). A start at or past the end, or bad syntax, is refused (`416`).
+fn byte_range(header: &str, size: u64) -> Result<Option<(u64, u64)>, RangeRefused> {
+    let Some(spec) = header.strip_prefix("bytes=") else {
+        return Err(RangeRefused::Invalid);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let Some((first, last)) = spec.trim().split_once('-') else {
+        return Err(RangeRefused::Invalid);
+    };
+    let (first, last) = (first.trim(), last.trim());
+    let number = |text: &str| {
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(RangeRefused::Invalid);
+        }
+        text.parse::<u64>().map_err(|_| RangeRefused::Invalid)
+    };
+    if first.is_empty() {
+        let suffix = number(last)?.min(size);
+        if suffix == 0 {
+            return Err(RangeRefused::NoOverlap);
+        }
+        return Ok(Some((size - suffix, suffix)));
+    }
+    let start = number(first)?;
+    if start >= size {
+        return Err(RangeRefused::NoOverlap);
+    }
+    let end = if last.is_empty() {
+        size - 1
+    } else {
+        let end = number(last)?;
+        if end < start {
+            return Err(RangeRefused::Invalid);
+        }
+        end.min(size - 1)
+    };
+    Ok(Some((start, end - start + 1)))
+}
+
+/// `416 Range Not Satisfiable` as envd answers it: with the file's current size when the
+/// range starts past its end.
+fn range_not_satisfiable(refused: &RangeRefused, size: u64) -> Response {
+    let reason = match refused {
+        RangeRefused::Invalid => "invalid range",
+        RangeRefused::NoOverlap => "invalid range: failed to overlap",
+    };
+    let mut response = Response::new(Body::from(format!("{reason}\n")));
+    *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if *refused == RangeRefused::NoOverlap
+        && let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}"))
+    {
+        headers.insert(http::header::CONTENT_RANGE, value);
     }
     response
 }
@@ -533,6 +651,32 @@ mod tests {
             content_disposition("résumé 1.txt"),
             "inline; filename=\"r_sum_ 1.txt\"; filename*=UTF-8''r%C3%A9sum%C3%A9%201.txt"
         );
+    }
+
+    #[test]
+    fn byte_ranges_read_as_go_parse_range_reads_them() {
+        assert_eq!(byte_range("bytes=0-", 10), Ok(Some((0, 10))));
+        assert_eq!(byte_range("bytes=4-", 10), Ok(Some((4, 6))));
+        assert_eq!(byte_range("bytes=2-5", 10), Ok(Some((2, 4))));
+        // The end is clamped to the file; a suffix longer than the file is the whole file.
+        assert_eq!(byte_range("bytes=8-100", 10), Ok(Some((8, 2))));
+        assert_eq!(byte_range("bytes=-3", 10), Ok(Some((7, 3))));
+        assert_eq!(byte_range("bytes=-30", 10), Ok(Some((0, 10))));
+        assert_eq!(byte_range("bytes= 1 - 2 ", 10), Ok(Some((1, 2))));
+        // At or past the end: no overlap (a growing file has not reached it yet).
+        assert_eq!(byte_range("bytes=10-", 10), Err(RangeRefused::NoOverlap));
+        assert_eq!(byte_range("bytes=0-", 0), Err(RangeRefused::NoOverlap));
+        for bad in [
+            "items=0-1",
+            "bytes=5-2",
+            "bytes=a-",
+            "bytes=-",
+            "bytes=1",
+            "bytes=--1",
+        ] {
+            assert_eq!(byte_range(bad, 10), Err(RangeRefused::Invalid), "{bad}");
+        }
+        assert_eq!(byte_range("bytes=0-1,4-5", 10), Ok(None));
     }
 
     #[test]

@@ -224,6 +224,67 @@ async fn files_upload_download() {
 }
 
 #[tokio::test]
+async fn a_file_is_served_by_ranges_and_a_range_at_its_end_names_its_size() {
+    // As envd's `http.ServeContent`: one range is a 206 with Content-Range, a range at the
+    // end is a 416 naming the file's size, and a later request sees what the file has then
+    // (the teardown pull reads its growing archive so).
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let s = new_sandbox(&api).await;
+    assert_eq!(api.upload(&s, "grow.bin", b"0123456789").await.status, 200);
+    let ranged = |range: &str| {
+        api.envd(&s, reqwest::Method::GET, "/files")
+            .query(&[("path", "grow.bin")])
+            .header("range", range)
+            .send()
+    };
+    let header = |response: &reqwest::Response, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let part = ranged("bytes=4-").await.unwrap();
+    assert_eq!(part.status().as_u16(), 206);
+    assert_eq!(
+        header(&part, "content-range").as_deref(),
+        Some("bytes 4-9/10")
+    );
+    assert_eq!(header(&part, "accept-ranges").as_deref(), Some("bytes"));
+    assert_eq!(&part.bytes().await.unwrap()[..], b"456789");
+    let part = ranged("bytes=2-3").await.unwrap();
+    assert_eq!(
+        header(&part, "content-range").as_deref(),
+        Some("bytes 2-3/10")
+    );
+    assert_eq!(&part.bytes().await.unwrap()[..], b"23");
+
+    let past = ranged("bytes=10-").await.unwrap();
+    assert_eq!(past.status().as_u16(), 416);
+    assert_eq!(
+        header(&past, "content-range").as_deref(),
+        Some("bytes */10")
+    );
+    let invalid = ranged("bytes=5-2").await.unwrap();
+    assert_eq!(invalid.status().as_u16(), 416);
+    assert_eq!(header(&invalid, "content-range"), None);
+
+    // Once the file has grown, the same range finds what was added.
+    assert_eq!(
+        api.upload(&s, "grow.bin", b"0123456789abcdef").await.status,
+        200
+    );
+    let more = ranged("bytes=10-").await.unwrap();
+    assert_eq!(more.status().as_u16(), 206);
+    assert_eq!(
+        header(&more, "content-range").as_deref(),
+        Some("bytes 10-15/16")
+    );
+    assert_eq!(&more.bytes().await.unwrap()[..], b"abcdef");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn access_token_is_enforced_when_set() {
     // contract: X6 (secure = true keeps envd's access token on)
     let server = manual_server().await;

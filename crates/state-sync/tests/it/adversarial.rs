@@ -407,10 +407,18 @@ fn the_teardown_file_command_makes_a_private_archive_and_names_only_it() {
     assert!(!stale.exists(), "the stale archive was removed");
     assert!(fresh.exists(), "a fresh archive is left alone");
     std::fs::remove_file(&fresh).expect("cleanup");
-    let path = state_sync::teardown_archive_path(&made.stdout)
-        .expect("the documented shape")
-        .expect("a path");
+    // Two lines: the path, then the archive's size once tar is done.
+    let split = made
+        .stdout
+        .iter()
+        .position(|b| *b == b'\n')
+        .expect("a first line")
+        + 1;
+    let path =
+        state_sync::teardown_archive_path(&made.stdout[..split]).expect("the documented shape");
+    let size = state_sync::teardown_archive_size(&made.stdout[split..]).expect("a size");
     let meta = std::fs::metadata(&path).expect("the archive exists");
+    assert_eq!(meta.len(), size, "the size printed is the archive's");
     std::fs::remove_file(&path).expect("cleanup");
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(
@@ -426,12 +434,9 @@ fn the_teardown_file_command_makes_a_private_archive_and_names_only_it() {
     // No Hermes home: nothing is made and nothing is printed.
     let none = run(&dir.path().join("missing"));
     assert!(none.status.success(), "{none:?}");
-    assert_eq!(
-        state_sync::teardown_archive_path(&none.stdout).expect("ok"),
-        None
-    );
+    assert!(none.stdout.is_empty(), "{none:?}");
     // A tar that fails half-way (a stand-in first on PATH) fails the command, which
-    // prints no path and leaves no partial archive behind.
+    // prints no size and leaves no partial archive behind.
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).expect("mkdir");
     let fake = bin.join("tar");
@@ -452,7 +457,11 @@ fn the_teardown_file_command_makes_a_private_archive_and_names_only_it() {
         .output()
         .expect("sh runs");
     assert!(!failed.status.success(), "{failed:?}");
-    assert!(failed.stdout.is_empty(), "{failed:?}");
+    assert_eq!(
+        failed.stdout.iter().filter(|b| **b == b'\n').count(),
+        1,
+        "the path only: {failed:?}"
+    );
     assert_eq!(leftovers(), before, "no partial archive left in /tmp");
 
     fn leftovers() -> Vec<std::path::PathBuf> {
@@ -474,10 +483,10 @@ fn the_teardown_file_command_makes_a_private_archive_and_names_only_it() {
 fn the_teardown_archive_path_accepts_only_what_the_command_prints() {
     assert_eq!(
         state_sync::teardown_archive_path(b"/tmp/hermes-e2b-pull.Ab3xYz\n").expect("ok"),
-        Some("/tmp/hermes-e2b-pull.Ab3xYz".to_owned())
+        "/tmp/hermes-e2b-pull.Ab3xYz"
     );
-    assert_eq!(state_sync::teardown_archive_path(b"").expect("ok"), None);
     for hostile in [
+        &b""[..],
         &b"/tmp/hermes-e2b-pull.Ab3xYz"[..],
         b"/tmp/hermes-e2b-pull.Ab3xYz\n/home/user/.hermes/.env\n",
         b"/home/user/.hermes/.env\n",
@@ -489,5 +498,29 @@ fn the_teardown_archive_path_accepts_only_what_the_command_prints() {
     ] {
         let error = state_sync::teardown_archive_path(hostile).expect_err("refused");
         assert!(error.is_invalid_plan(), "{error}");
+    }
+}
+
+#[test]
+fn the_teardown_archive_size_accepts_one_number_only() {
+    assert_eq!(state_sync::teardown_archive_size(b"10240\n"), Some(10240));
+    assert_eq!(
+        state_sync::teardown_archive_size(b"   10240\n"),
+        Some(10240)
+    );
+    for hostile in [
+        &b""[..],
+        b"10240",
+        b"\n",
+        b"-1\n",
+        b"10240\n20480\n",
+        b"1e9\n",
+        b"99999999999999999999999\n",
+    ] {
+        assert_eq!(
+            state_sync::teardown_archive_size(hostile),
+            None,
+            "{hostile:?}"
+        );
     }
 }
