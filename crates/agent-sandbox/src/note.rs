@@ -11,6 +11,9 @@ pub(crate) const NOTE_TEMPLATE: &str = "template";
 pub(crate) const NOTE_WRITER_PID: &str = "writer-pid";
 /// The last teardown pull: when, from which sandbox, and its outcome.
 pub(crate) const NOTE_PULL: &str = "last-pull";
+/// The sandbox this scope last attached on this host: a hint that lets a resume send its
+/// connect together with its list (the list still decides which sandbox is adopted).
+pub(crate) const NOTE_SANDBOX: &str = "sandbox";
 /// The last recovery: when, its counts or failure, and from which sandbox.
 pub(crate) const NOTE_RECOVERY: &str = "last-recovery";
 

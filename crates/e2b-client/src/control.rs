@@ -322,7 +322,7 @@ impl Client {
         let mut builder = self
             .inner
             .http
-            .request(Pool::Default, method, url)
+            .request(Pool::Default, method, url)?
             .header("X-API-Key", self.inner.api_key_header.clone());
         if let Some(body) = body {
             let bytes = serde_json::to_vec(body)

@@ -2,6 +2,7 @@
 
 use std::error::Error as _;
 use std::fmt;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -237,7 +238,11 @@ pub(crate) enum Pool {
 #[derive(Debug)]
 pub(crate) struct Http {
     default: reqwest::Client,
-    http1: reqwest::Client,
+    /// Built on first use: only downloads take it, and building a pool loads and parses the
+    /// trust roots (the platform's store and the bundled ones), tens of milliseconds that a
+    /// cold start would otherwise pay twice before its first request.
+    http1: OnceLock<reqwest::Client>,
+    connect_timeout: Duration,
     retry: RetryPolicy,
     /// Kept to scrub it from every error text, envd's included.
     api_key: ApiKey,
@@ -248,30 +253,32 @@ pub(crate) struct Http {
 }
 
 impl Http {
-    /// Builds both pools from the configuration.
+    /// Builds the default pool from the configuration (the HTTP/1.1 pool on first use).
     pub(crate) fn new(config: &Config) -> Result<Http, Error> {
-        let build = |pool: Pool| {
-            let builder = reqwest::Client::builder()
-                .user_agent(concat!("e2b-client-rust/", env!("CARGO_PKG_VERSION")))
-                // A redirect could carry X-API-Key to another host; E2B never redirects.
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(config.request_deadline.min(Duration::from_secs(10)));
-            let builder = match pool {
-                Pool::Default => builder,
-                Pool::Http1 => builder.http1_only(),
-            };
-            builder.build().map_err(|error| Error::InvalidConfig {
-                reason: clean_text(&error.without_url().to_string(), &[]),
-            })
-        };
+        let connect_timeout = config.request_deadline.min(Duration::from_secs(10));
         Ok(Http {
-            default: build(Pool::Default)?,
-            http1: build(Pool::Http1)?,
+            default: build_pool(Pool::Default, connect_timeout)?,
+            http1: OnceLock::new(),
+            connect_timeout,
             retry: config.retry.clone(),
             api_key: config.api_key.clone(),
             deadline: config.request_deadline,
             limits: config.limits.clone(),
         })
+    }
+
+    /// The chosen pool, built now if it is the HTTP/1.1 one's first use.
+    fn pool(&self, pool: Pool) -> Result<&reqwest::Client, Error> {
+        match pool {
+            Pool::Default => Ok(&self.default),
+            Pool::Http1 => {
+                if let Some(client) = self.http1.get() {
+                    return Ok(client);
+                }
+                let built = build_pool(Pool::Http1, self.connect_timeout)?;
+                Ok(self.http1.get_or_init(|| built))
+            }
+        }
     }
 
     /// The client's API key.
@@ -285,11 +292,8 @@ impl Http {
         pool: Pool,
         method: reqwest::Method,
         url: reqwest::Url,
-    ) -> reqwest::RequestBuilder {
-        match pool {
-            Pool::Default => self.default.request(method, url),
-            Pool::Http1 => self.http1.request(method, url),
-        }
+    ) -> Result<reqwest::RequestBuilder, Error> {
+        Ok(self.pool(pool)?.request(method, url))
     }
 
     /// The deadline for a request starting now.
@@ -307,10 +311,7 @@ impl Http {
         idempotency: Idempotency,
         deadline: Instant,
     ) -> Result<reqwest::Response, Error> {
-        let client = match pool {
-            Pool::Default => &self.default,
-            Pool::Http1 => &self.http1,
-        };
+        let client = self.pool(pool)?;
         let mut original = Some(request);
         let mut retries_done = 0;
         let started = Instant::now();
@@ -448,6 +449,22 @@ async fn read_error_body(response: reqwest::Response, deadline: Instant) -> Vec<
         }
     }
     out
+}
+
+/// One connection pool: no redirects (a redirect could carry X-API-Key to another host; E2B
+/// never redirects), the connect timeout, HTTP/1.1 only for downloads.
+fn build_pool(pool: Pool, connect_timeout: Duration) -> Result<reqwest::Client, Error> {
+    let builder = reqwest::Client::builder()
+        .user_agent(concat!("e2b-client-rust/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(connect_timeout);
+    let builder = match pool {
+        Pool::Default => builder,
+        Pool::Http1 => builder.http1_only(),
+    };
+    builder.build().map_err(|error| Error::InvalidConfig {
+        reason: clean_text(&error.without_url().to_string(), &[]),
+    })
 }
 
 #[cfg(test)]

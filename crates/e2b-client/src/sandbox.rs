@@ -139,7 +139,7 @@ impl Sandbox {
             .map_err(|error| ctx.invalid_input(format!("bad URL: {error}")))?;
         let mut builder = self
             .http
-            .request(pool, method, url)
+            .request(pool, method, url)?
             .header("E2b-Sandbox-Id", self.id.as_str())
             .header("E2b-Sandbox-Port", ENVD_PORT.to_string());
         if let Some(token) = &self.token_header {

@@ -12,12 +12,13 @@ use e2b_client::{
 };
 use futures::TryStreamExt;
 use sandbox_identity::{Adoption, Candidate, LeasePlan, LeaseTracker, SCOPE_KEY};
-use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles};
+use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles, WriterLease};
 
 use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
 use crate::config::{CREATION_LOCK_WAIT, SandboxMode};
 use crate::error::Error;
 use crate::home::{HomeCache, SandboxHome};
+use crate::note::NOTE_SANDBOX;
 use crate::progress::{Meter, ProgressUnit};
 use crate::report::{AttachInfo, Origin};
 use crate::transport::{StateTransport, TransportParts};
@@ -79,35 +80,26 @@ impl Inner {
                 source,
             })?;
         let mut degradation = None;
-        let role = match role {
-            LeaseRole::Writer(mut lease) => {
+        let mut role = match role {
+            LeaseRole::Writer(lease) => {
                 if let Some(found) = lease.degradation() {
                     degradation = Some(found.to_string());
                     self.warn_degraded(found);
                 }
-                // The transition begins with the role, not after the lookup: while this
-                // writer lists and connects, the previous session's stamp must admit no
-                // reader, since the host's state may have changed since (C3).
-                lease
-                    .begin_transition()
-                    .map_err(|source| Error::Coordination {
-                        operation: "begin writer transition",
-                        sandbox_id: None,
-                        source,
-                    })?;
                 Role::PendingWriter(lease)
             }
             LeaseRole::Reader => Role::Reader,
         };
-        let (sandbox, lease, origin, resumed) = if matches!(role, Role::PendingWriter(_)) {
-            self.find_or_create_under_lock(&client, files)?
+        let (sandbox, lease, origin, resumed) = if let Role::PendingWriter(writer) = &mut role {
+            self.find_or_create_under_lock(&client, files, writer)?
         } else {
-            self.find_existing(&client)?.ok_or_else(|| Error::NotReady {
+            self.find_existing(&client, || Ok(()))?
+                .ok_or_else(|| Error::NotReady {
                 // Only the writer creates (I6); a reader waits for it.
                 sandbox_id: None,
-                reason: "no sandbox exists for this scope yet and another session holds the writer role".to_owned(),
-                retry_hint: RETRY_HINT.to_owned(),
-            })?
+                    reason: "no sandbox exists for this scope yet and another session holds the writer role".to_owned(),
+                    retry_hint: RETRY_HINT.to_owned(),
+                })?
         };
         self.attached(client, sandbox, lease, role, origin, resumed, degradation)
     }
@@ -121,18 +113,53 @@ impl Inner {
     }
 
     /// Lists the scope's sandboxes and adopts the newest match, resuming it if paused.
+    ///
+    /// When this host remembers the scope's last sandbox, its connect is sent together with
+    /// the list instead of after it. The list alone still decides (I3, I5): the early connect
+    /// is used only when the list chose that very sandbox, and nothing is sent to a sandbox's
+    /// envd before the list chose it. A connect only extends and resumes, so a wrong guess
+    /// (a newer duplicate made elsewhere) costs that sandbox one lease of running time, and
+    /// the chosen one is connected after the list as before.
+    ///
+    /// `during` runs on this thread while those requests are in flight (the writer's host-side
+    /// transition); its failure is returned once they have answered.
     #[allow(clippy::type_complexity)]
     pub(super) fn find_existing(
         &self,
         client: &Client,
+        during: impl FnOnce() -> Result<(), Error>,
     ) -> Result<Option<(Sandbox, LeaseTracker, Origin, bool)>, Error> {
         let mut query = ListQuery::all();
         query.metadata = BTreeMap::from([(SCOPE_KEY.to_owned(), self.identity.digest().to_hex())]);
         query.state = StateFilter::Any;
         bump(&self.stats.lists);
-        let listed: Vec<ListedSandbox> = self
-            .block_on(client.list(query).try_collect())
-            .map_err(|source| Error::e2b("list sandboxes", None, source))?;
+        let list = client.list(query).try_collect::<Vec<ListedSandbox>>();
+        let hint = self.last_sandbox_hint();
+        let connect = hint.as_ref().map(|hint| self.connect_async(client, hint));
+        let lookup = self.services.runtime.spawn(async move {
+            match connect {
+                Some(connect) => {
+                    let (listed, connected) = futures::future::join(list, connect).await;
+                    (listed, Some(connected))
+                }
+                None => (list.await, None),
+            }
+        });
+        let done = during();
+        let (listed, connected) = match self.block_on(lookup) {
+            Ok(answers) => answers,
+            Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+            Err(_) => {
+                return Err(Error::Io {
+                    operation: "list sandboxes",
+                    path: std::path::PathBuf::new(),
+                    source: std::io::Error::other("the async runtime is shutting down"),
+                });
+            }
+        };
+        done?;
+        let early = hint.zip(connected);
+        let listed = listed.map_err(|source| Error::e2b("list sandboxes", None, source))?;
         let candidates: Vec<Candidate> = listed.iter().map(candidate).collect();
         match sandbox_identity::choose(&self.identity, &candidates) {
             Adoption::Adopt {
@@ -158,7 +185,10 @@ impl Inner {
                         reason: "E2B listed a sandbox id that is not valid".to_owned(),
                     }
                 })?;
-                let (sandbox, lease, resumed) = self.connect(client, &id)?;
+                let (sandbox, lease, resumed) = match early {
+                    Some((hint, Ok(connected))) if hint == id => connected,
+                    _ => self.connect(client, &id)?,
+                };
                 Ok(Some((
                     sandbox,
                     lease,
@@ -170,13 +200,27 @@ impl Inner {
         }
     }
 
+    /// The sandbox this scope last attached on this host (the scope note's hint), if any.
+    /// A hint only: an unreadable or foreign value costs at most one connect the list then
+    /// ignores.
+    fn last_sandbox_hint(&self) -> Option<SandboxId> {
+        let note = self.files.as_ref()?.note().ok().flatten()?;
+        SandboxId::parse(note.get(NOTE_SANDBOX)?.to_owned())
+    }
+
     /// The writer's lookup: the creation lock first, then one list, then a create if the list
     /// found nothing (I4, I6). Taking the lock before the list (not between two lists) costs
     /// no request: whoever held it before has finished creating, so one list sees its sandbox.
+    ///
+    /// The writer's transition (dirty marker, new generation, stamp removed) is written while
+    /// the list is in flight: the gate lock, held since the role was taken, admits no reader
+    /// until the transition began, and nothing is read from or written to any sandbox before
+    /// the lookup has answered and the transition is complete (C3).
     fn find_or_create_under_lock(
         &self,
         client: &Client,
         files: &ScopeFiles,
+        writer: &mut WriterLease,
     ) -> Result<(Sandbox, LeaseTracker, Origin, bool), Error> {
         let access = files
             .creation_lock_within(CREATION_LOCK_WAIT)
@@ -199,7 +243,17 @@ impl Inner {
                 });
             }
         };
-        if let Some(found) = self.find_existing(client)? {
+        let transition = || {
+            writer
+                .begin_transition()
+                .map(drop)
+                .map_err(|source| Error::Coordination {
+                    operation: "begin writer transition",
+                    sandbox_id: None,
+                    source,
+                })
+        };
+        if let Some(found) = self.find_existing(client, transition)? {
             return Ok(found);
         }
         let (sandbox, lease) = self.create(client, OnTimeout::Pause(PauseMemory::Discard))?;
@@ -257,6 +311,16 @@ impl Inner {
         client: &Client,
         id: &SandboxId,
     ) -> Result<(Sandbox, LeaseTracker, bool), Error> {
+        self.block_on(self.connect_async(client, id))
+    }
+
+    /// [`connect`](Self::connect) as a future, to overlap with other requests.
+    fn connect_async(
+        &self,
+        client: &Client,
+        id: &SandboxId,
+    ) -> impl std::future::Future<Output = Result<(Sandbox, LeaseTracker, bool), Error>> + use<>
+    {
         let mut lease = LeaseTracker::new();
         let asked = self.with_headroom(self.policy.baseline());
         let request = match lease.plan(&*self.services.clock, asked) {
@@ -264,14 +328,19 @@ impl Inner {
             LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
         };
         bump(&self.stats.connects);
-        let connected = self
-            .block_on(client.connect(id, request.timeout()))
-            .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
-        lease.confirm(&request);
-        let sandbox = client
-            .sandbox(connected.sandbox.envd_access())
-            .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
-        Ok((sandbox, lease, connected.state == ConnectState::Resumed))
+        let client = client.clone();
+        let id = id.clone();
+        async move {
+            let connected = client
+                .connect(&id, request.timeout())
+                .await
+                .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+            lease.confirm(&request);
+            let sandbox = client
+                .sandbox(connected.sandbox.envd_access())
+                .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+            Ok((sandbox, lease, connected.state == ConnectState::Resumed))
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -73,45 +73,54 @@ impl Inner {
     ) -> Result<(), Error> {
         let id = attached.id.as_str().to_owned();
         let fresh = std::mem::take(&mut attached.fresh);
-        let result = (|| {
-            // A writer from attach began its transition when it took the role.
-            if writer.phase() != WriterPhase::InTransition {
+        // The scope note (for people, and the next attach's hint) is written on a thread of
+        // its own beside the bring-up's requests and joined before the bring-up returns.
+        let result = std::thread::scope(|scope| {
+            let recovery = fresh.then(|| super::pull::nothing_to_recover(&id));
+            let noted = scope.spawn(|| self.note_writer(&id, recovery));
+            let result = (|| {
+                // A writer from attach began its transition when it took the role.
+                if writer.phase() != WriterPhase::InTransition {
+                    writer
+                        .begin_transition()
+                        .map_err(|source| Error::Coordination {
+                            operation: "begin writer transition",
+                            sandbox_id: Some(id.clone()),
+                            source,
+                        })?;
+                }
+                // Sandbox arbitration: the record's grant before anything is read or written
+                // (riding on the snapshot's Start when there is one to recover).
+                if fresh {
+                    self.fence_acquire(attached)?;
+                    self.track_empty_push_base(&id);
+                } else {
+                    self.acquire_and_recover(attached)?;
+                }
+                self.run_hook("initial push", &id, |t| {
+                    self.hooks.push(t, PushKind::Initial)
+                })?;
+                self.fence_commit(
+                    &attached.sandbox,
+                    &mut attached.grant,
+                    &id,
+                    CommitWhen::Always,
+                )?;
+                self.store_push_base(&id);
                 writer
-                    .begin_transition()
+                    .complete_push(&id)
                     .map_err(|source| Error::Coordination {
-                        operation: "begin writer transition",
+                        operation: "stamp prepared",
                         sandbox_id: Some(id.clone()),
                         source,
                     })?;
+                Ok(())
+            })();
+            if let Err(panicked) = noted.join() {
+                std::panic::resume_unwind(panicked);
             }
-            self.note_writer();
-            // Sandbox arbitration: the record's grant before anything is read or written
-            // (riding on the snapshot's Start when there is one to recover).
-            if fresh {
-                self.fence_acquire(attached)?;
-                self.note_nothing_to_recover(&id);
-            } else {
-                self.acquire_and_recover(attached)?;
-            }
-            self.run_hook("initial push", &id, |t| {
-                self.hooks.push(t, PushKind::Initial)
-            })?;
-            self.fence_commit(
-                &attached.sandbox,
-                &mut attached.grant,
-                &id,
-                CommitWhen::Always,
-            )?;
-            self.store_push_base(&id);
-            writer
-                .complete_push(&id)
-                .map_err(|source| Error::Coordination {
-                    operation: "stamp prepared",
-                    sandbox_id: Some(id.clone()),
-                    source,
-                })?;
-            Ok(())
-        })();
+            result
+        });
         match result {
             Ok(()) => {
                 attached.role = Role::Writer(writer);

@@ -90,6 +90,9 @@ impl fmt::Debug for Backend {
 ///    without the state lock (the transport, its failure record, the replaced sandbox), and
 ///    sandbox arbitration's host-side memory (this host's holder id, the other host's
 ///    grant).
+/// 4. `note_serial`: a leaf lock held across one read-modify-write of the scope note's file
+///    (host file I/O only, never network I/O or another lock), so the note the bring-up
+///    writes beside its requests and the recovery's note never lose each other's lines.
 struct Inner {
     // What the backend was given and derived once: immutable.
     config: Config,
@@ -107,6 +110,8 @@ struct Inner {
     handoff: Handoff,
     /// Leaf locks: `writer_arbitration: sandbox`'s memory on this host.
     arbitration: ArbitrationMemory,
+    /// Leaf lock: one scope-note update at a time.
+    note_serial: Mutex<()>,
     stats: Counters,
 }
 
@@ -296,6 +301,7 @@ impl Backend {
                 inflight: Arc::new(Inflight::default()),
                 handoff: Handoff::default(),
                 arbitration: ArbitrationMemory::default(),
+                note_serial: Mutex::new(()),
                 stats: Counters::default(),
             }),
         })

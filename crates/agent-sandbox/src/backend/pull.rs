@@ -9,7 +9,9 @@ use writer_lease::{Role as LeaseRole, ScopeNote};
 
 use super::{Backend, Inner, Role};
 use crate::error::{Error, ErrorChain};
-use crate::note::{NOTE_RECOVERY, NOTE_TASK, NOTE_TEMPLATE, NOTE_WRITER_PID, stamped};
+use crate::note::{
+    NOTE_RECOVERY, NOTE_SANDBOX, NOTE_TASK, NOTE_TEMPLATE, NOTE_WRITER_PID, stamped,
+};
 use crate::report::RecoverySummary;
 
 impl Backend {
@@ -55,7 +57,8 @@ impl Backend {
             }
         };
         let client = inner.client()?;
-        let Some((sandbox, lease, origin, resumed)) = inner.find_existing(&client)? else {
+        let Some((sandbox, lease, origin, resumed)) = inner.find_existing(&client, || Ok(()))?
+        else {
             writer.release();
             return Err(Error::NoSandbox { operation: "pull" });
         };
@@ -143,19 +146,9 @@ impl Inner {
         Ok(summary)
     }
 
-    /// The note line for a bring-up that skipped recovery: the sandbox is this session's
-    /// own, just created, so there was nothing in it to recover.
-    pub(super) fn note_nothing_to_recover(&self, id: &str) {
-        let summary = RecoverySummary {
-            restored: 0,
-            unchanged: 0,
-            quarantined: 0,
-            skipped: 0,
-            superseded: 0,
-        };
-        let text = format!("{summary} from {id} (created by this session: nothing to recover)");
-        self.note(|note| note.set(NOTE_RECOVERY, &stamped(&text)));
-        // An empty sandbox: the base starts empty and follows the initial push (S15).
+    /// A bring-up that skipped recovery (the sandbox is this session's own, just created):
+    /// the push base starts empty and follows the initial push (S15).
+    pub(super) fn track_empty_push_base(&self, id: &str) {
         if self.push_base_path().is_some()
             && let Ok(transport) = self.current_transport(id)
         {
@@ -204,20 +197,45 @@ impl Inner {
     /// loses a status line, never a command.
     pub(super) fn note(&self, change: impl FnOnce(&mut ScopeNote)) {
         let Some(files) = &self.files else { return };
+        // One read-modify-write at a time: the bring-up writes its note beside its requests.
+        let _serial = self
+            .note_serial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(error) = files.update_note(change) {
             tracing::debug!("E2B scope note not updated: {}", ErrorChain(&error));
         }
     }
 
-    /// The note a writer leaves when it takes the role: which task this scope is, and who
-    /// holds it now.
-    pub(super) fn note_writer(&self) {
+    /// The note a writer leaves when it takes the role: which task this scope is, who
+    /// holds it now, and in which sandbox (the next attach's hint); plus `recovery`, the
+    /// recovery line when it is known up front (see [`nothing_to_recover`]).
+    pub(super) fn note_writer(&self, id: &str, recovery: Option<String>) {
         let task = self.scope.task_id.clone();
         let template = self.config.template.clone();
         self.note(|note| {
             note.set(NOTE_TASK, &task);
             note.set(NOTE_TEMPLATE, &template);
             note.set(NOTE_WRITER_PID, &std::process::id().to_string());
+            note.set(NOTE_SANDBOX, id);
+            if let Some(line) = recovery {
+                note.set(NOTE_RECOVERY, &line);
+            }
         });
     }
+}
+
+/// The recovery note line of a bring-up that skipped recovery: the sandbox is this
+/// session's own, just created, so there was nothing in it to recover.
+pub(super) fn nothing_to_recover(id: &str) -> String {
+    let nothing = RecoverySummary {
+        restored: 0,
+        unchanged: 0,
+        quarantined: 0,
+        skipped: 0,
+        superseded: 0,
+    };
+    stamped(&format!(
+        "{nothing} from {id} (created by this session: nothing to recover)"
+    ))
 }

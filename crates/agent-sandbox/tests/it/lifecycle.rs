@@ -144,6 +144,63 @@ fn duplicates_adopt_the_newest_and_report_the_count() {
 }
 
 #[test]
+fn the_remembered_sandbox_never_overrides_the_lists_choice() {
+    // contract: I5, I4 — this host remembers the sandbox its scope last attached and connects
+    // it together with the list; when the list finds a newer duplicate, the newer one is
+    // adopted all the same, and a remembered sandbox that is gone costs nothing but its
+    // refused connect (the list finds none and the writer creates).
+    let world = World::new();
+    let first = world.persistent();
+    ok(&first, "true");
+    let remembered = first.info().expect("attached").sandbox_id;
+    first.cleanup();
+    world.advance(Duration::from_secs(3600));
+
+    let mut options = CreateOptions::new("base".to_owned());
+    options.metadata = world
+        .list()
+        .iter()
+        .find(|listed| listed.sandbox_id.as_str() == remembered)
+        .map(|listed| support::metadata_of(listed).clone())
+        .expect("the first sandbox is listed");
+    options.on_timeout = OnTimeout::Pause(PauseMemory::Discard);
+    options.timeout = Some(Duration::from_secs(3600));
+    let newer = world
+        .runtime
+        .block_on(world.client().create(options))
+        .expect("create")
+        .sandbox_id;
+    let second = world.persistent();
+    let info = second.attach().expect("attach");
+    assert_eq!(
+        info.sandbox_id,
+        newer.as_str(),
+        "the list's newest, not the hint"
+    );
+    assert_eq!(info.origin, Origin::Adopted { duplicates: 1 });
+    assert_eq!(
+        second.stats().connects,
+        2,
+        "the remembered one early, the chosen one after the list"
+    );
+    second.cleanup();
+
+    // The scope's sandboxes are gone: the remembered one's connect is refused, and the list,
+    // finding none, lets the writer create.
+    for listed in world.list() {
+        world
+            .runtime
+            .block_on(world.client().kill(&listed.sandbox_id))
+            .expect("kill");
+    }
+    let third = world.persistent();
+    let info = third.attach().expect("attach");
+    assert_eq!(info.origin, Origin::Created);
+    assert_eq!(third.stats().creates, 1);
+    third.cleanup();
+}
+
+#[test]
 fn another_template_or_posture_is_never_adopted() {
     // contract: I3
     let world = World::new();

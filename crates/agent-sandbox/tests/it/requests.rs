@@ -111,8 +111,9 @@ fn steady_state_commands_cost_one_request_each_without_state_hooks() {
 fn the_cold_paths_cost_only_the_requests_their_guarantees_need() {
     // contract: L13, I4, I6, S5 — create + first command: one list under the creation lock
     // (I4, I6), the create, the home probe (L13), the command; no recovery snapshot of a
-    // sandbox this process just created. Resume + first command: the list (I5), the connect,
-    // the recovery snapshot (S5), the command; the home comes from this host's cache.
+    // sandbox this process just created. Resume + first command: the list (I5) with the
+    // connect of the sandbox this host remembers beside it, the recovery snapshot (S5), the
+    // command; the home comes from this host's cache.
     let world = World::new();
     let first = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
     assert_eq!(run(&first, "echo first", SHORT_DEADLINE), "first\n");
@@ -143,6 +144,46 @@ fn the_cold_paths_cost_only_the_requests_their_guarantees_need() {
         "the home is cached per sandbox"
     );
     assert_no_destructive_requests(&world);
+    second.cleanup();
+}
+
+#[test]
+fn a_resume_sends_its_connect_together_with_its_list() {
+    // contract: I5 — the connect of the sandbox this host last attached does not wait for
+    // the list: with the list refused, the connect was sent all the same, and the attach
+    // fails on the list (the list alone decides what is adopted).
+    let world = World::new();
+    let first = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    assert_eq!(run(&first, "echo first", SHORT_DEADLINE), "first\n");
+    first.cleanup();
+    world.advance(Duration::from_secs(3600));
+
+    // Both control-plane requests of the lookup are refused (400: not retried), whichever
+    // arrives first.
+    let mut rule = e2b_local::FailRule::new(2, 400);
+    rule.scope = e2b_local::FaultScope::Rest;
+    rule.path_prefix = Some("/v2/sandboxes".to_owned());
+    rule.should_retry = Some(false);
+    world.server().faults().fail_next(rule);
+    let second = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    let before = world.server().requests();
+    let error = second.attach().expect_err("the list was refused");
+    assert!(error.to_string().contains("list sandboxes"), "{error}");
+    assert_eq!(
+        routes(&world.server().requests().since(&before)),
+        vec![("connect", 1), ("list", 1)],
+        "the connect went out with the list, not after its answer"
+    );
+    world.server().faults().clear();
+
+    // Without the refusal the same resume costs one list and one connect.
+    let before = world.server().requests();
+    assert_eq!(run(&second, "echo again", SHORT_DEADLINE), "again\n");
+    assert_eq!(
+        routes(&world.server().requests().since(&before)),
+        vec![("Process/Start", 2), ("connect", 1), ("list", 1)]
+    );
+    assert!(second.info().expect("attached").resumed);
     second.cleanup();
 }
 
