@@ -5,6 +5,7 @@ mod arbitration;
 mod campaign;
 mod commands;
 mod fencing;
+mod first_contact;
 mod home;
 mod inventory;
 mod lifecycle;
