@@ -384,7 +384,7 @@ impl Error {
 /// so chains that mix both habits still read once. The E2B client's error below a backend
 /// step shows only what the step did not say: its reason, with the request's own operation
 /// when that differs from the step's name, and its sandbox when the step had none (contract
-/// O7: each operation once).
+/// O5: each operation once).
 ///
 /// ```
 /// use agent_sandbox::ErrorChain;

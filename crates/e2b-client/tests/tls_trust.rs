@@ -128,7 +128,7 @@ fn parent() -> ExitCode {
             "the refusal does not say it is the certificate: {untrusted_text}"
         ));
     } else if !untrusted_text.starts_with("error tls ") {
-        // contract: O8 — a TLS failure is told apart from an unreachable host.
+        // contract: O6 — a TLS failure is told apart from an unreachable host.
         failures.push(format!(
             "the refusal is not classified as a TLS failure: {untrusted_text}"
         ));

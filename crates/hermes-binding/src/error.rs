@@ -4,6 +4,7 @@ use agent_sandbox::ErrorChain;
 use pyo3::PyErr;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
 
 create_exception!(
     _native,
@@ -141,19 +142,28 @@ impl Error {
     /// errors become Hermes-facing text.
     ///
     /// An E2B failure a person can act on ends with one hint in the plugin's words
-    /// ([`hint`], contract O7).
+    /// ([`hint`], contract O5): `<reason>. Hint: <hint>`.
     pub fn message(&self) -> String {
+        match self.reason_and_hint() {
+            (reason, Some(hint)) => format!("{}. Hint: {hint}", reason.trim_end_matches('.')),
+            (reason, None) => reason,
+        }
+    }
+
+    /// [`Error::message`] in its two parts, for a host that shows a hint apart (Hermes'
+    /// degraded result has `reason` and `retry_hint`).
+    pub fn reason_and_hint(&self) -> (String, Option<String>) {
         // The backend's own error heads the chain, so its step and the client's error below
         // it are read together (each operation named once).
         let chain = match self.backend_source() {
             Some(backend) => ErrorChain(backend).to_string(),
             None => ErrorChain(self).to_string(),
         };
-        let text = match self.backend_source().and_then(hint) {
-            Some(hint) => format!("{}. Hint: {hint}", chain.trim_end_matches('.')),
-            None => chain,
-        };
-        without_time_words(&text)
+        let hint = self.backend_source().and_then(hint);
+        (
+            without_time_words(&chain),
+            hint.as_deref().map(without_time_words),
+        )
     }
 }
 
@@ -255,9 +265,12 @@ pub fn without_time_words(text: &str) -> String {
 }
 
 impl From<Error> for PyErr {
+    /// The exception carries the whole message; when there is a hint, also `reason` and
+    /// `hint` attributes, so the Python layer can hand them to Hermes apart.
     fn from(error: Error) -> PyErr {
         let message = error.message();
-        if error.is_configuration() {
+        let (reason, hint) = error.reason_and_hint();
+        let exception = if error.is_configuration() {
             ConfigurationError::new_err(message)
         } else if error.is_not_ready() {
             NotReadyError::new_err(message)
@@ -268,10 +281,20 @@ impl From<Error> for PyErr {
         } else if error.is_closed() {
             BackendClosedError::new_err(message)
         } else if let Error::InvalidArgument { .. } = error {
-            pyo3::exceptions::PyValueError::new_err(message)
+            return pyo3::exceptions::PyValueError::new_err(message);
         } else {
             E2BError::new_err(message)
+        };
+        if let Some(hint) = hint {
+            Python::attach(|py| {
+                let value = exception.value(py);
+                // Setting an attribute on a fresh exception instance cannot fail in practice;
+                // if it did, the message still carries both parts.
+                let _ = value.setattr("reason", reason);
+                let _ = value.setattr("hint", hint);
+            });
         }
+        exception
     }
 }
 

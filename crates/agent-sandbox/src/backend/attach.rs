@@ -246,7 +246,7 @@ impl Inner {
             Ok(info) => info,
             Err(source) if source.is_rate_limited() => {
                 // One bounded count so the person knows how many hold the limit; its own
-                // failure only leaves the count out (O7).
+                // failure only leaves the count out (O5).
                 let running = self
                     .block_on(async {
                         tokio::time::timeout(COUNT_RUNNING_DEADLINE, client.count_running()).await

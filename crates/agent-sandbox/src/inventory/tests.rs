@@ -183,7 +183,7 @@ fn a_kill_names_what_each_kind_of_sandbox_loses() {
 
 #[test]
 fn the_template_check_names_each_missing_thing() {
-    // contract: O8
+    // contract: O6
     assert_eq!(template_gaps(""), Ok(()));
     assert_eq!(template_gaps("unrelated output\n"), Ok(()));
     let gaps = template_gaps("missing:flock\nmissing:setsid\nmissing:writable home /home/user\n")
@@ -202,7 +202,7 @@ fn the_template_check_names_each_missing_thing() {
 
 #[test]
 fn the_template_check_script_reports_what_this_machine_lacks() {
-    // contract: O8 — the script itself, run by the same sh the sandbox uses, with a PATH
+    // contract: O6 — the script itself, run by the same sh the sandbox uses, with a PATH
     // that has no tools and a home that cannot be written.
     let empty = tempfile::tempdir().expect("dir");
     let output = std::process::Command::new("/bin/sh")

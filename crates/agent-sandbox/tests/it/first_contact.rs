@@ -1,6 +1,6 @@
 //! What a person meets first, against e2b-local's fault injection: the error of each refusal
-//! names its step once and carries the class a binding words its hint from (contract O7);
-//! the access check tells the classes apart without creating anything (contract O8).
+//! names its step once and carries the class a binding words its hint from (contract O5);
+//! the access check tells the classes apart without creating anything (contract O6).
 
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ fn inventory(world: &World) -> Inventory {
 
 #[test]
 fn a_refused_key_names_the_step_once_and_is_classified() {
-    // contract: O7
+    // contract: O5
     let world = World::new();
     rest_fault(&world, 401, "Invalid API key");
     let error = world.persistent().attach().expect_err("refused");
@@ -42,7 +42,7 @@ fn a_refused_key_names_the_step_once_and_is_classified() {
 
 #[test]
 fn the_concurrency_limit_says_how_many_run() {
-    // contract: O7
+    // contract: O5
     let world = World::new();
     // Two run already (other sessions').
     world.persistent_task("one").attach().expect("one");
@@ -73,7 +73,7 @@ fn the_concurrency_limit_says_how_many_run() {
 
 #[test]
 fn a_missing_template_is_classified() {
-    // contract: O7
+    // contract: O5
     let world = World::new();
     let backend = world.backend(
         SandboxMode::Ephemeral {
@@ -92,7 +92,7 @@ fn a_missing_template_is_classified() {
 
 #[test]
 fn the_access_check_creates_nothing_and_counts_the_running() {
-    // contract: O8
+    // contract: O6
     let world = World::new();
     world.persistent_task("one").attach().expect("one");
     let before = world.list().len();
@@ -104,7 +104,7 @@ fn the_access_check_creates_nothing_and_counts_the_running() {
 
 #[test]
 fn the_access_check_tells_a_refused_key_from_an_unreachable_endpoint() {
-    // contract: O8
+    // contract: O6
     let world = World::new();
     for status in [401, 403] {
         rest_fault(&world, status, "Invalid API key");
@@ -134,7 +134,7 @@ fn the_access_check_tells_a_refused_key_from_an_unreachable_endpoint() {
 
 #[test]
 fn a_slow_endpoint_fails_the_access_check_at_its_deadline() {
-    // contract: O8
+    // contract: O6
     let world = World::new();
     world
         .server()

@@ -24,7 +24,7 @@ fn create_options() -> CreateOptions {
 
 #[tokio::test]
 async fn refusals_are_classified_and_name_the_operation_once() {
-    // contract: O7
+    // contract: O5
     let cases: [(u16, &str, fn(&Error) -> bool); 4] = [
         (401, "Invalid API key", Error::is_unauthorized),
         (
@@ -80,7 +80,7 @@ async fn a_404_elsewhere_is_not_a_missing_template() {
 
 #[tokio::test]
 async fn an_unreachable_endpoint_is_named_and_is_not_tls() {
-    // contract: O7, O8
+    // contract: O5, O6
     // A port nothing listens on: bound, then released.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -114,7 +114,7 @@ async fn the_endpoint_never_carries_credentials_or_a_path() {
 
 #[tokio::test]
 async fn count_running_asks_one_running_item_and_reads_the_total() {
-    // contract: O8
+    // contract: O6
     let server = TestServer::start(|_, _| {
         with_header(json(200, &serde_json::json!([])), "x-total-running", "7")
     })

@@ -7,6 +7,7 @@ fails on a Hermes without pluggable backends; :func:`hermes_e2b.register` handle
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -29,6 +30,10 @@ from ._hermes import (
 )
 
 logger = logging.getLogger("hermes_e2b")
+
+#: Set (non-empty) to keep the doctor rows offline: no request to E2B (air-gapped hosts, and
+#: tests that must never reach the real E2B).
+OFFLINE_DOCTOR_VARIABLE = "HERMES_E2B_DOCTOR_OFFLINE"
 
 
 def _native_module() -> Any:
@@ -156,7 +161,8 @@ class E2BProvider(TerminalEnvironmentProvider):
         else:
             endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
         rows = [native_row, self._interpreter_row(), key_row, endpoint_row]
-        if settings is not None and status is KeyStatus.CONFIGURED and NATIVE_IMPORT_ERROR is None:
+        if (settings is not None and status is KeyStatus.CONFIGURED and NATIVE_IMPORT_ERROR is None
+                and not os.environ.get(OFFLINE_DOCTOR_VARIABLE)):
             rows.append(self._access_row(settings))
         if settings is not None:
             rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))

@@ -208,7 +208,7 @@ fn assert_one_hint(error: agent_sandbox::Error, operation: &str, wanted: &str) -
 
 #[test]
 fn each_failure_a_user_can_act_on_carries_one_hint() {
-    // contract: O7
+    // contract: O5
     for status in [401, 403] {
         assert_one_hint(
             client_error(status, "Invalid API key"),
@@ -256,7 +256,7 @@ fn each_failure_a_user_can_act_on_carries_one_hint() {
 
 #[test]
 fn a_failure_without_a_next_step_has_no_hint() {
-    // contract: O7
+    // contract: O5
     let text = Error::from(client_error(400, "Invalid sandbox ID")).message();
     assert!(!text.contains("Hint"), "{text}");
 }
