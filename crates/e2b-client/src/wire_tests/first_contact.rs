@@ -18,6 +18,9 @@ async fn answering(status: u16, message: &'static str) -> TestServer {
     .await
 }
 
+/// One of the error's classifying predicates.
+type Predicate = fn(&Error) -> bool;
+
 fn create_options() -> CreateOptions {
     CreateOptions::new("no-such-template".to_owned())
 }
@@ -25,7 +28,7 @@ fn create_options() -> CreateOptions {
 #[tokio::test]
 async fn refusals_are_classified_and_name_the_operation_once() {
     // contract: O5
-    let cases: [(u16, &str, fn(&Error) -> bool); 4] = [
+    let cases: [(u16, &str, Predicate); 4] = [
         (401, "Invalid API key", Error::is_unauthorized),
         (
             403,
