@@ -71,6 +71,9 @@ class HermesHome:
     def env(self, extra: Optional[dict] = None) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "TERMINAL_", "HERMES_"))}
         env["HERMES_HOME"] = str(self.path)
+        # The doctor rows' live access check stays off unless a test asks for it (with an
+        # e2b-local endpoint): no test may ever reach the real E2B.
+        env["HERMES_E2B_DOCTOR_OFFLINE"] = "1"
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         env.update(extra or {})
         return env

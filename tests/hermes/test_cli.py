@@ -201,7 +201,7 @@ def test_doctor_rows_inside_a_simulated_container(profile, e2b_local):
     assert by_check["E2B host locking"]["ok"] is True
     live = e2b(home, "doctor", "--live", extra_env=container)
     assert live.returncode == 0, live.stdout + live.stderr
-    for step in ("create", "run true", "kill"):
+    for step in ("create", "check template", "kill"):
         assert f"ok    E2B live: {step}: " in live.stdout
     assert tagged(e2b_local, tag) == [], "the probe sandbox is gone"
 

@@ -147,10 +147,32 @@ impl Config {
 impl Config {
     /// An E2B client for these settings; the key is resolved now (first use, L1).
     pub(crate) fn client(&self) -> Result<e2b_client::Client, crate::error::Error> {
-        use crate::error::Error;
-        let key = self.api_key.resolve().ok_or_else(|| Error::InvalidConfig {
-            reason: "no E2B API key is configured for this profile".to_owned(),
-        })?;
+        build_client(self.client_config()?)
+    }
+
+    /// [`Config::client`] whose every request must end within `deadline` (a check that must
+    /// answer quickly).
+    pub(crate) fn client_with_deadline(
+        &self,
+        deadline: Duration,
+    ) -> Result<e2b_client::Client, crate::error::Error> {
+        let mut config = self.client_config()?;
+        config.request_deadline = deadline;
+        build_client(config)
+    }
+
+    /// The control-plane URL these settings reach (credentials in it redacted).
+    pub(crate) fn api_url(&self) -> Result<String, crate::error::Error> {
+        Ok(e2b_client::redact(&self.client_config()?.api_base_url()))
+    }
+
+    fn client_config(&self) -> Result<e2b_client::Config, crate::error::Error> {
+        let key = self
+            .api_key
+            .resolve()
+            .ok_or_else(|| crate::error::Error::InvalidConfig {
+                reason: "no E2B API key is configured for this profile".to_owned(),
+            })?;
         let mut config = e2b_client::Config::new(key);
         let endpoints = &self.endpoints;
         if let Some(domain) = &endpoints.domain {
@@ -158,9 +180,13 @@ impl Config {
         }
         config.api_url = endpoints.api_url.clone();
         config.sandbox_url = endpoints.sandbox_url.clone();
-        e2b_client::Client::new(config)
-            .map_err(|source| Error::e2b("configure client", None, source))
+        Ok(config)
     }
+}
+
+fn build_client(config: e2b_client::Config) -> Result<e2b_client::Client, crate::error::Error> {
+    e2b_client::Client::new(config)
+        .map_err(|source| crate::error::Error::e2b("configure client", None, source))
 }
 
 /// The sandbox lifecycle a backend manages.

@@ -31,6 +31,23 @@ pub enum Error {
         source: e2b_client::Error,
     },
 
+    /// Creating a sandbox was refused for the account's limit of concurrently running
+    /// sandboxes (E2B's HTTP 429 on create). `running` is how many run now, when one bounded
+    /// list request at the time of the error could tell.
+    #[error(
+        "E2B {operation} failed: the account's limit of concurrently running sandboxes is reached{}",
+        Running(*.running)
+    )]
+    ConcurrencyLimit {
+        /// The backend step (`create`).
+        operation: &'static str,
+        /// Sandboxes running on the account, if known.
+        running: Option<u64>,
+        /// The client's error (HTTP 429).
+        #[source]
+        source: e2b_client::Error,
+    },
+
     /// A reader's command was refused by the state gates; it must fail closed. Retrying
     /// later may succeed ([`Error::retry_hint`]).
     #[error(
@@ -233,6 +250,7 @@ impl Error {
             | Error::Arbitration { sandbox_id, .. }
             | Error::Fenced { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
+            | Error::ConcurrencyLimit { .. }
             | Error::Io { .. }
             | Error::NotAttached { .. }
             | Error::NoSandbox { .. } => None,
@@ -281,7 +299,63 @@ impl Error {
 
     /// The sandbox is gone (killed, or unknown to E2B).
     pub fn is_sandbox_gone(&self) -> bool {
-        matches!(self, Error::E2b { source, .. } if source.is_sandbox_gone())
+        self.e2b_source()
+            .is_some_and(e2b_client::Error::is_sandbox_gone)
+    }
+
+    /// The E2B client's error this one carries, if an E2B request failed.
+    fn e2b_source(&self) -> Option<&e2b_client::Error> {
+        match self {
+            Error::E2b { source, .. } | Error::ConcurrencyLimit { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// E2B refused the API key (HTTP 401), or the key lacks access to what was asked (403).
+    pub fn is_key_refused(&self) -> bool {
+        self.e2b_source()
+            .is_some_and(|e| e.is_unauthorized() || e.is_forbidden())
+    }
+
+    /// E2B refused a create for the account's limit of concurrently running sandboxes.
+    pub fn is_concurrency_limit(&self) -> bool {
+        matches!(self, Error::ConcurrencyLimit { .. })
+    }
+
+    /// How many sandboxes were running when the concurrency limit refused a create, if known.
+    pub fn running_sandboxes(&self) -> Option<u64> {
+        match self {
+            Error::ConcurrencyLimit { running, .. } => *running,
+            _ => None,
+        }
+    }
+
+    /// The configured template does not exist (a create answered 404).
+    pub fn is_template_missing(&self) -> bool {
+        self.e2b_source()
+            .is_some_and(e2b_client::Error::is_template_missing)
+    }
+
+    /// The endpoint could not be reached: the connection was never established, for a
+    /// network reason (not TLS). [`Error::endpoint`] names it.
+    pub fn is_unreachable(&self) -> bool {
+        self.e2b_source()
+            .is_some_and(|e| e.is_connect() && !e.is_tls())
+    }
+
+    /// The TLS handshake with the endpoint failed (an untrusted certificate, most often).
+    pub fn is_tls(&self) -> bool {
+        self.e2b_source().is_some_and(e2b_client::Error::is_tls)
+    }
+
+    /// The endpoint (`scheme://host:port`) a connection failure concerned.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.e2b_source().and_then(e2b_client::Error::endpoint)
+    }
+
+    /// The request deadline that passed, when one did.
+    pub fn deadline(&self) -> Option<std::time::Duration> {
+        self.e2b_source().and_then(e2b_client::Error::deadline)
     }
 
     /// The scope has no sandbox to act on (nothing was created).
@@ -318,7 +392,9 @@ impl Error {
     /// A failure that may pass: retrying the same call later can succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::E2b { source, .. } => source.is_transient(),
+            Error::E2b { source, .. } | Error::ConcurrencyLimit { source, .. } => {
+                source.is_transient()
+            }
             Error::NotReady { .. } | Error::Fenced { .. } => true,
             _ => false,
         }
@@ -369,7 +445,10 @@ impl fmt::Display for FileRefusal {
 ///
 /// A cause whose text its parent already printed (the parent's message is that text or ends
 /// with `": "` and that text, the habit of errors that print their source) is not repeated,
-/// so chains that mix both habits still read once.
+/// so chains that mix both habits still read once. The E2B client's error below a backend
+/// step shows only what the step did not say: its reason, with the request's own operation
+/// when that differs from the step's name, and its sandbox when the step had none (contract
+/// O5: each operation once).
 ///
 /// ```
 /// use agent_sandbox::ErrorChain;
@@ -384,15 +463,22 @@ impl fmt::Display for FileRefusal {
 /// assert_eq!(ErrorChain(&error).to_string(), "E2B write marker failed for /tmp/x: disk full");
 /// ```
 #[derive(Clone, Copy)]
-pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'a));
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for ErrorChain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut shown = self.0.to_string();
         let mut chain = shown.clone();
+        let mut parent: &(dyn std::error::Error + 'static) = self.0;
         let mut next = self.0.source();
         while let Some(error) = next {
-            let text = error.to_string();
+            let text = match (
+                parent.downcast_ref::<Error>(),
+                error.downcast_ref::<e2b_client::Error>(),
+            ) {
+                (Some(step), Some(client)) => below_step(step, client),
+                _ => error.to_string(),
+            };
             let printed = shown == text
                 || shown
                     .strip_suffix(text.as_str())
@@ -402,11 +488,39 @@ impl fmt::Display for ErrorChain<'_> {
                 chain.push_str(&text);
             }
             shown = text;
+            parent = error;
             next = error.source();
         }
         // Causes from lower crates (recovery's file names, hook errors) carry text the sandbox
         // or a hook chose; the whole story passes the redaction pass once, here (X4).
         f.write_str(&e2b_client::redact(&chain))
+    }
+}
+
+/// The client's error as the backend step above it leaves it to say (see [`ErrorChain`]).
+fn below_step(step: &Error, client: &e2b_client::Error) -> String {
+    let (Error::E2b { operation, .. } | Error::ConcurrencyLimit { operation, .. }) = step else {
+        return client.to_string();
+    };
+    let Some(request) = client.operation() else {
+        return client.to_string();
+    };
+    let request = request.to_string();
+    let mut head = String::new();
+    // "connect" above "connect sandbox", "list sandboxes" above "list sandboxes": one name.
+    if !request.starts_with(operation) {
+        head.push_str(&request);
+    }
+    if let (None, Some(id)) = (step.sandbox_id(), client.sandbox_id()) {
+        if !head.is_empty() {
+            head.push(' ');
+        }
+        head.push_str(&format!("for sandbox {id}"));
+    }
+    if head.is_empty() {
+        client.reason()
+    } else {
+        format!("{head}: {}", client.reason())
     }
 }
 
@@ -432,6 +546,18 @@ impl fmt::Display for ForSandbox<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Some(id) => write!(f, " for sandbox {id}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Renders " (<n> running now)" or nothing.
+struct Running(Option<u64>);
+
+impl fmt::Display for Running {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(count) => write!(f, " ({count} running now)"),
             None => Ok(()),
         }
     }

@@ -34,8 +34,9 @@ pub use error::{Error, ErrorChain, FileRefusal};
 pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{
-    EntryState, Force, HostScope, Inventory, Listing, LiveStep, Loss, Owner, PlannedRemoval,
-    Refusal, RemovalOutcome, RemovalTarget, Removed, SandboxEntry, Verdict, WriterHolder,
+    ACCESS_CHECK_DEADLINE, Access, EntryState, Force, HostScope, Inventory, Listing, LiveStep,
+    Loss, Owner, PlannedRemoval, Refusal, RemovalOutcome, RemovalTarget, Removed, SandboxEntry,
+    TEMPLATE_TOOLS, Verdict, WriterHolder,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 /// The directories of the Hermes home that come back from a sandbox (`skills`, `memories`).

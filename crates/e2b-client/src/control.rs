@@ -186,6 +186,31 @@ impl Client {
         Ok((items, next))
     }
 
+    /// How many sandboxes are running on the account (`GET /v2/sandboxes?state=running&limit=1`,
+    /// E2B's `X-Total-Running` header): one cheap authenticated request that creates nothing,
+    /// so it also tells whether the key and the endpoint work. `None` when the server did not
+    /// send the header.
+    pub async fn count_running(&self) -> Result<Option<u64>, Error> {
+        let ctx = self.ctx(Operation::List, None);
+        let (response, deadline) = self
+            .send_json::<()>(
+                &ctx,
+                Method::GET,
+                "/v2/sandboxes?state=running&limit=1",
+                None,
+                Idempotency::Idempotent,
+            )
+            .await?;
+        let running = response
+            .headers()
+            .get("x-total-running")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse().ok());
+        // The one-item page itself is not needed; reading it keeps the connection reusable.
+        let _: Vec<serde_json::Value> = self.inner.http.read_json(&ctx, response, deadline).await?;
+        Ok(running)
+    }
+
     /// Reads one sandbox (`GET /sandboxes/{id}`). A 404 is an error with
     /// [`Error::is_not_found`] and [`Error::is_sandbox_gone`].
     pub async fn get(&self, sandbox_id: &SandboxId) -> Result<SandboxDetail, Error> {

@@ -115,6 +115,17 @@ impl fmt::Display for TransportStage {
     }
 }
 
+/// What a transport failure was, as far as the client can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportCause {
+    /// The TLS handshake failed: most often a certificate no trusted CA signed (a
+    /// TLS-intercepting proxy), so the fix is a CA bundle, not the network.
+    Tls,
+    /// Anything else: name resolution, a refused or reset connection, an unreachable network.
+    Network,
+}
+
 /// Every failure of this crate.
 ///
 /// All text fields were cleaned when the error was built: credentials removed (the client's own
@@ -203,7 +214,11 @@ pub enum Error {
     },
 
     /// The connection failed.
-    #[error("E2B {operation} failed{}: {stage}: {detail}", ForSandbox(.sandbox_id.as_ref()))]
+    #[error(
+        "E2B {operation} failed{}: {stage}{}: {detail}",
+        ForSandbox(.sandbox_id.as_ref()),
+        Endpoint(.endpoint.as_deref())
+    )]
     #[non_exhaustive]
     Transport {
         /// The operation.
@@ -212,6 +227,11 @@ pub enum Error {
         sandbox_id: Option<SandboxId>,
         /// Where it failed; [`TransportStage::Connect`] means the request was never sent.
         stage: TransportStage,
+        /// What it was ([`Error::is_tls`]).
+        cause: TransportCause,
+        /// The endpoint asked, `scheme://host:port` only (no credentials, no path), so a person
+        /// sees which host could not be reached.
+        endpoint: Option<String>,
         /// The underlying cause (cleaned, URL stripped).
         detail: String,
     },
@@ -391,6 +411,87 @@ impl Error {
         }
     }
 
+    /// The credentials are valid but not allowed this (HTTP 403 or Connect `permission_denied`):
+    /// E2B answers it for a key without access to a template or sandbox.
+    pub fn is_forbidden(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => *status == 403,
+            Error::Envd { status, code, .. } => {
+                *status == Some(403) || code.as_deref() == Some("permission_denied")
+            }
+            _ => false,
+        }
+    }
+
+    /// E2B refused for a limit: HTTP 429 (on create: the account's concurrently running
+    /// sandboxes) or Connect `resource_exhausted`.
+    pub fn is_rate_limited(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => *status == 429,
+            Error::Envd { status, code, .. } => {
+                *status == Some(429) || code.as_deref() == Some("resource_exhausted")
+            }
+            _ => false,
+        }
+    }
+
+    /// Creating a sandbox failed because its template does not exist (HTTP 404 on create;
+    /// E2B's message names the template).
+    pub fn is_template_missing(&self) -> bool {
+        matches!(
+            self,
+            Error::Api {
+                operation: Operation::Create,
+                status: 404,
+                ..
+            }
+        )
+    }
+
+    /// The TLS handshake failed (for example an untrusted certificate).
+    pub fn is_tls(&self) -> bool {
+        matches!(
+            self,
+            Error::Transport {
+                cause: TransportCause::Tls,
+                ..
+            }
+        )
+    }
+
+    /// The endpoint a transport failure concerned (`scheme://host:port`), if known.
+    pub fn endpoint(&self) -> Option<&str> {
+        match self {
+            Error::Transport { endpoint, .. } => endpoint.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The deadline that passed, for [`Error::DeadlineExceeded`].
+    pub fn deadline(&self) -> Option<Duration> {
+        match self {
+            Error::DeadlineExceeded { deadline, .. } => Some(*deadline),
+            _ => None,
+        }
+    }
+
+    /// This error's text without its leading `E2B <operation> failed[ for sandbox <id>]: `,
+    /// for a caller that names the operation and the sandbox itself (so a person reads each
+    /// once).
+    pub fn reason(&self) -> String {
+        let full = self.to_string();
+        let Some(operation) = self.operation() else {
+            return full;
+        };
+        let sandbox = ForSandbox(self.sandbox_id()).to_string();
+        for verb in ["failed", "refused the request"] {
+            if let Some(rest) = full.strip_prefix(&format!("E2B {operation} {verb}{sandbox}: ")) {
+                return rest.to_owned();
+            }
+        }
+        full
+    }
+
     /// The connection could not be established, so the request certainly never reached the
     /// server.
     pub fn is_connect(&self) -> bool {
@@ -416,6 +517,18 @@ impl fmt::Display for ForSandbox<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             Some(id) => write!(f, " for sandbox {id}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Renders " (<endpoint>)" or nothing.
+struct Endpoint<'a>(Option<&'a str>);
+
+impl fmt::Display for Endpoint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(endpoint) => write!(f, " ({endpoint})"),
             None => Ok(()),
         }
     }

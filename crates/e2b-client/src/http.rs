@@ -13,11 +13,38 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::config::{Config, Limits, RetryPolicy};
-use crate::error::{Error, Operation, TransportStage};
+use crate::error::{Error, Operation, TransportCause, TransportStage};
 use crate::ids::SandboxId;
 use crate::redact::clean_text;
 use crate::retry::{self, Decision, Idempotency, Outcome};
 use crate::secret::{AccessToken, ApiKey};
+
+/// `scheme://host:port` of a request URL: what a person needs to tell which host failed,
+/// without the path or any credentials in it.
+fn endpoint_of(url: &reqwest::Url) -> Option<String> {
+    let host = url.host_str()?;
+    let port = url.port_or_known_default()?;
+    Some(format!("{}://{host}:{port}", url.scheme()))
+}
+
+/// Whether an error in a transport failure's cause chain is the TLS layer's. rustls reports
+/// through `io::Error`s (nested: hyper's wraps tokio-rustls'), whose `source()` skips the
+/// wrapped error, so each is looked into.
+fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = error;
+    loop {
+        if current.is::<rustls::Error>() {
+            return true;
+        }
+        match current
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => current = inner,
+            None => return false,
+        }
+    }
+}
 
 /// Error bodies are read only this far; the rest is not needed to explain the failure.
 const MAX_ERROR_BODY: usize = 64 << 10;
@@ -127,20 +154,29 @@ impl Ctx {
         }
     }
 
-    /// A connection failure; the URL is stripped and the cause chain flattened and cleaned.
+    /// A connection failure; the URL is reduced to its endpoint (`scheme://host:port`, no
+    /// credentials or path), the cause chain flattened and cleaned, and a TLS failure told
+    /// apart from a network one.
     pub(crate) fn transport(&self, stage: TransportStage, error: reqwest::Error) -> Error {
+        let endpoint = error.url().and_then(endpoint_of);
         let error = error.without_url();
         let mut detail = error.to_string();
+        let mut cause = TransportCause::Network;
         let mut source = error.source();
-        while let Some(cause) = source {
+        while let Some(next) = source {
+            if is_tls_failure(next) {
+                cause = TransportCause::Tls;
+            }
             detail.push_str(": ");
-            detail.push_str(&cause.to_string());
-            source = cause.source();
+            detail.push_str(&next.to_string());
+            source = next.source();
         }
         Error::Transport {
             operation: self.operation,
             sandbox_id: self.sandbox_id(),
             stage,
+            cause,
+            endpoint: endpoint.map(|endpoint| self.clean(&endpoint)),
             detail: self.clean(&detail),
         }
     }

@@ -25,7 +25,7 @@ pub use crate::control::{
     ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxState,
     StateFilter,
 };
-pub use crate::error::{Error, Operation, TransportStage};
+pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{
     Download, EntryInfo, FileRange, FileType, MakeDirOutcome, UploadData, UploadFile, WrittenFile,
 };

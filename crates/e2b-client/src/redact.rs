@@ -62,11 +62,30 @@ static PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
 pub fn redact(text: &str) -> String {
     let mut out = Cow::Borrowed(text);
     for (regex, replacement) in PATTERNS.iter() {
-        if let Cow::Owned(replaced) = regex.replace_all(&out, *replacement) {
+        let replaced = regex.replace_all(&out, |found: &regex::Captures<'_>| {
+            let whole = &found[0];
+            if is_variable_name(whole) {
+                return whole.to_owned();
+            }
+            let mut expanded = String::new();
+            found.expand(replacement, &mut expanded);
+            expanded
+        });
+        if let Cow::Owned(replaced) = replaced {
             out = Cow::Owned(replaced);
         }
     }
     out.into_owned()
+}
+
+/// The names of E2B's environment variables (`E2B_API_KEY`, `E2B_DOMAIN`, ...) are shaped like
+/// a key to the `e2b_` pattern, but they are the words that tell a person what to fix. They
+/// are uppercase letters and underscores only; an E2B key is `e2b_` and lowercase hex, so no
+/// key reads as one.
+fn is_variable_name(text: &str) -> bool {
+    text.strip_prefix("E2B_").is_some_and(|rest| {
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+    })
 }
 
 /// Removes every occurrence of each known secret, then applies [`redact`].
@@ -103,6 +122,21 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn keeps_e2b_variable_names_and_removes_keys_in_any_case() {
+        // contract: X4, O5 — a hint may name E2B_API_KEY; a key never survives.
+        let text = "set E2B_API_KEY, E2B_DOMAIN or E2B_API_URL";
+        assert_eq!(redact(text), text);
+        for key in [
+            "e2b_53ae1fed82754c17ad8077fbc8bcdd90",
+            "E2B_53AE1FED82754C17AD8077FBC8BCDD90",
+            "E2B_ABCDEF1",
+        ] {
+            let clean = redact(&format!("key {key} used"));
+            assert_eq!(clean, "key [REDACTED] used", "{key}");
+        }
+    }
 
     #[test]
     fn removes_each_shape() {

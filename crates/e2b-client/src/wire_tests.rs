@@ -3,6 +3,7 @@
 
 mod control;
 mod files;
+mod first_contact;
 mod processes;
 mod support;
 mod transport;

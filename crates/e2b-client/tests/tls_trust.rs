@@ -127,6 +127,15 @@ fn parent() -> ExitCode {
         failures.push(format!(
             "the refusal does not say it is the certificate: {untrusted_text}"
         ));
+    } else if !untrusted_text.starts_with("error tls ") {
+        // contract: O6 — a TLS failure is told apart from an unreachable host.
+        failures.push(format!(
+            "the refusal is not classified as a TLS failure: {untrusted_text}"
+        ));
+    } else if !untrusted_text.contains(&format!("({url})")) {
+        failures.push(format!(
+            "the refusal does not name the endpoint {url}: {untrusted_text}"
+        ));
     }
     for text in [&trusted_text, &untrusted_text] {
         if text.contains(KEY) {
@@ -172,7 +181,8 @@ fn child(url: &str) -> ExitCode {
                 text.push_str(&cause.to_string());
                 source = cause.source();
             }
-            println!("error {text}");
+            let kind = if error.is_tls() { "tls" } else { "other" };
+            println!("error {kind} {text}");
             ExitCode::FAILURE
         }
     }

@@ -40,6 +40,7 @@ struct FailBody {
     path_prefix: Option<String>,
     retry_after: Option<u64>,
     should_retry: Option<bool>,
+    message: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +130,7 @@ pub(crate) fn route(
                 path_prefix: req.path_prefix,
                 retry_after_secs: req.retry_after,
                 should_retry: req.should_retry,
+                message: req.message,
             });
             no_content()
         }

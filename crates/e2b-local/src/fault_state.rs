@@ -59,6 +59,10 @@ pub struct FailRule {
     pub retry_after_secs: Option<u64>,
     /// A `Should-Retry: true|false` header to add, when set.
     pub should_retry: Option<bool>,
+    /// The error body's `message`, when set (E2B's own wording, so a client shows what a user
+    /// would see: `Invalid API key`, a template `not found`, the concurrency limit); else
+    /// `injected fault`.
+    pub message: Option<String>,
 }
 
 impl FailRule {
@@ -71,6 +75,7 @@ impl FailRule {
             path_prefix: None,
             retry_after_secs: None,
             should_retry: None,
+            message: None,
         }
     }
 

@@ -43,7 +43,10 @@ impl Faults {
     }
 
     /// Queues a rule failing the next matching requests with an E2B-style error body
-    /// `{"code":status,"message":"injected fault"}`. Rules are consulted in order.
+    /// `{"code":status,"message":...}` (the rule's message, else `injected fault`): 5xx and
+    /// 429 for reliability tests; 401, 403, 404 and 429 with E2B's messages for what a user
+    /// sees on a refused key, a missing template or the concurrency limit. Rules are
+    /// consulted in order.
     pub fn fail_next(&self, rule: FailRule) {
         if rule.count > 0 {
             self.app.faults.push_fail(rule);
@@ -118,7 +121,8 @@ pub(crate) async fn apply(
 
 fn injected_failure(rule: &FailRule) -> Response {
     let status = StatusCode::from_u16(rule.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    let body = serde_json::json!({"code": status.as_u16(), "message": "injected fault"});
+    let message = rule.message.as_deref().unwrap_or("injected fault");
+    let body = serde_json::json!({"code": status.as_u16(), "message": message});
     let mut response = Response::new(Body::from(body.to_string()));
     *response.status_mut() = status;
     let headers = response.headers_mut();

@@ -4,6 +4,7 @@ use agent_sandbox::ErrorChain;
 use pyo3::PyErr;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
 
 create_exception!(
     _native,
@@ -139,9 +140,80 @@ impl Error {
     /// ([`ErrorChain`], which also redacts credentials, contract X4), with the words Hermes
     /// reads as a command time-out rewritten ([`without_time_words`]). The one place Rust
     /// errors become Hermes-facing text.
+    ///
+    /// An E2B failure a person can act on ends with one hint in the plugin's words
+    /// ([`hint`], contract O5): `<reason>. Hint: <hint>`.
     pub fn message(&self) -> String {
-        without_time_words(&ErrorChain(self).to_string())
+        match self.reason_and_hint() {
+            (reason, Some(hint)) => format!("{}. Hint: {hint}", reason.trim_end_matches('.')),
+            (reason, None) => reason,
+        }
     }
+
+    /// [`Error::message`] in its two parts, for a host that shows a hint apart (Hermes'
+    /// degraded result has `reason` and `retry_hint`).
+    pub fn reason_and_hint(&self) -> (String, Option<String>) {
+        // The backend's own error heads the chain, so its step and the client's error below
+        // it are read together (each operation named once).
+        let chain = match self.backend_source() {
+            Some(backend) => ErrorChain(backend).to_string(),
+            None => ErrorChain(self).to_string(),
+        };
+        let hint = self.backend_source().and_then(hint);
+        (
+            without_time_words(&chain),
+            hint.as_deref().map(without_time_words),
+        )
+    }
+}
+
+/// What a Hermes user does about an E2B failure, in the plugin's words (the Rust core's
+/// errors only classify: `is_key_refused`, `is_concurrency_limit`, ...). `None` when there
+/// is nothing better to do than read the error.
+pub fn hint(error: &agent_sandbox::Error) -> Option<String> {
+    if error.is_concurrency_limit() {
+        return Some(
+            "E2B limits how many sandboxes run at once per account, and paused sandboxes do \
+             not count; `hermes e2b list` shows this profile's, `hermes e2b rm` removes unused \
+             ones (or wait until one pauses)"
+                .to_owned(),
+        );
+    }
+    if error.is_template_missing() {
+        return Some(
+            "the `template` setting (plugins.entries.e2b.settings.template) names a template \
+             this key's team does not have; fix or remove it (`base` is the default), then \
+             run `hermes e2b doctor --live`"
+                .to_owned(),
+        );
+    }
+    if error.is_key_refused() {
+        return Some(
+            "E2B refused the API key: check E2B_API_KEY in this profile's .env (or the \
+             environment Hermes runs in), then run `hermes doctor`"
+                .to_owned(),
+        );
+    }
+    let endpoint = error.endpoint().unwrap_or("the E2B endpoint");
+    if error.is_tls() {
+        return Some(format!(
+            "the TLS certificate of {endpoint} is not trusted; behind a TLS-inspecting proxy, \
+             set SSL_CERT_FILE to its CA bundle, then run `hermes doctor`"
+        ));
+    }
+    if error.is_unreachable() {
+        return Some(format!(
+            "{endpoint} could not be reached; check the network and the endpoint settings \
+             (domain, api_url, or E2B_DOMAIN / E2B_API_URL), then run `hermes doctor`"
+        ));
+    }
+    if let Some(deadline) = error.deadline() {
+        return Some(format!(
+            "E2B did not answer within the {} s request deadline; retry, or run `hermes doctor`",
+            deadline.as_secs_f64()
+        ));
+    }
+    None
 }
 
 impl From<agent_sandbox::Error> for Error {
@@ -193,9 +265,12 @@ pub fn without_time_words(text: &str) -> String {
 }
 
 impl From<Error> for PyErr {
+    /// The exception carries the whole message; when there is a hint, also `reason` and
+    /// `hint` attributes, so the Python layer can hand them to Hermes apart.
     fn from(error: Error) -> PyErr {
         let message = error.message();
-        if error.is_configuration() {
+        let (reason, hint) = error.reason_and_hint();
+        let exception = if error.is_configuration() {
             ConfigurationError::new_err(message)
         } else if error.is_not_ready() {
             NotReadyError::new_err(message)
@@ -206,10 +281,20 @@ impl From<Error> for PyErr {
         } else if error.is_closed() {
             BackendClosedError::new_err(message)
         } else if let Error::InvalidArgument { .. } = error {
-            pyo3::exceptions::PyValueError::new_err(message)
+            return pyo3::exceptions::PyValueError::new_err(message);
         } else {
             E2BError::new_err(message)
+        };
+        if let Some(hint) = hint {
+            Python::attach(|py| {
+                let value = exception.value(py);
+                // Setting an attribute on a fresh exception instance cannot fail in practice;
+                // if it did, the message still carries both parts.
+                let _ = value.setattr("reason", reason);
+                let _ = value.setattr("hint", hint);
+            });
         }
+        exception
     }
 }
 

@@ -252,8 +252,50 @@ impl PyInventory {
             .map(|text| agent_sandbox::redact(&text))
     }
 
-    /// The live round trip (create a probe sandbox, run `true`, kill it): one dict per step
-    /// with step, seconds, ok, error.
+    /// One cheap authenticated request that creates nothing, bounded by a short deadline
+    /// (`agent_sandbox::ACCESS_CHECK_DEADLINE`): a dict with ok, kind ("ok", "key_refused",
+    /// "unreachable", "tls", "deadline", "configuration" or "other"), api_url, running
+    /// (None when unknown), seconds, and error (the message with its hint; never the key).
+    fn check_access<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inventory = self.inventory.clone();
+        let result = py.detach(move || inventory.check_access());
+        let dict = PyDict::new(py);
+        match result {
+            Ok(access) => {
+                dict.set_item("ok", true)?;
+                dict.set_item("kind", "ok")?;
+                dict.set_item("api_url", access.api_url)?;
+                dict.set_item("running", access.running)?;
+                dict.set_item("seconds", access.elapsed.as_secs_f64())?;
+                dict.set_item("error", py.None())?;
+            }
+            Err(error) => {
+                let kind = if error.is_key_refused() {
+                    "key_refused"
+                } else if error.is_tls() {
+                    "tls"
+                } else if error.is_unreachable() {
+                    "unreachable"
+                } else if error.deadline().is_some() {
+                    "deadline"
+                } else if matches!(error, agent_sandbox::Error::InvalidConfig { .. }) {
+                    "configuration"
+                } else {
+                    "other"
+                };
+                dict.set_item("ok", false)?;
+                dict.set_item("kind", kind)?;
+                dict.set_item("api_url", error.endpoint().map(str::to_owned))?;
+                dict.set_item("running", py.None())?;
+                dict.set_item("seconds", py.None())?;
+                dict.set_item("error", Error::from(error).message())?;
+            }
+        }
+        Ok(dict)
+    }
+
+    /// The live round trip (create a probe sandbox, check its template has what the backend
+    /// needs, kill it): one dict per step with step, seconds, ok, error.
     fn live_check<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let inventory = self.inventory.clone();
         let steps = py.detach(move || inventory.live_check());

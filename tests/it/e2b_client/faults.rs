@@ -15,6 +15,7 @@ async fn injected_503_is_retried_and_should_retry_false_is_not() {
         path_prefix: None,
         retry_after_secs: None,
         should_retry,
+        message: None,
     };
 
     // Two 503s, then success: retried.
@@ -102,6 +103,7 @@ async fn dropped_connections_are_retried_but_start_never_runs_twice() {
         path_prefix: Some("/process.Process/Start".to_owned()),
         retry_after_secs: None,
         should_retry: Some(true),
+        message: None,
     });
     let error = sandbox
         .start(StartOptions::shell(marker.to_owned()))

@@ -24,6 +24,10 @@ use crate::report::{AttachInfo, Origin};
 use crate::transport::{StateTransport, TransportParts};
 use crate::warn_once;
 
+/// How long the count of running sandboxes may take when a create hit the concurrency limit:
+/// the count only adds to a message, so it must never delay the error much.
+const COUNT_RUNNING_DEADLINE: Duration = Duration::from_secs(5);
+
 impl Inner {
     pub(super) fn attach_new(&self) -> Result<Attached, Error> {
         let client = self.client()?;
@@ -292,9 +296,26 @@ impl Inner {
             ProgressUnit::Steps,
             Some(1),
         );
-        let info = self
-            .block_on(client.create(options))
-            .map_err(|source| Error::e2b("create", None, source))?;
+        let info = match self.block_on(client.create(options)) {
+            Ok(info) => info,
+            Err(source) if source.is_rate_limited() => {
+                // One bounded count so the person knows how many hold the limit; its own
+                // failure only leaves the count out (O5).
+                let running = self
+                    .block_on(async {
+                        tokio::time::timeout(COUNT_RUNNING_DEADLINE, client.count_running()).await
+                    })
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten();
+                return Err(Error::ConcurrencyLimit {
+                    operation: "create",
+                    running,
+                    source,
+                });
+            }
+            Err(source) => return Err(Error::e2b("create", None, source)),
+        };
         let mut meter = meter;
         meter.advance(1);
         meter.finish();

@@ -24,7 +24,7 @@ use crate::error::{Error, ErrorChain};
 use crate::hooks::NoStateHooks;
 use crate::note::{NOTE_PULL, NOTE_RECOVERY, NOTE_TASK, NOTE_WRITER_PID};
 use crate::report::{KillOutcomeReport, RecoverySummary};
-use crate::sink::DiscardSink;
+use crate::sink::{FnSink, OutputStream};
 
 mod removal;
 
@@ -150,11 +150,31 @@ pub struct SandboxEntry {
     pub host: Option<HostScope>,
 }
 
+/// How long [`Inventory::check_access`] may take: long enough for a slow network, short
+/// enough for a doctor row.
+pub const ACCESS_CHECK_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The tools the backend runs in every sandbox (the state protocol, the writer record,
+/// command wrapping); a custom template must have them, and a writable home.
+pub const TEMPLATE_TOOLS: [&str; 5] = ["bash", "tar", "flock", "setsid", "date"];
+
+/// What [`Inventory::check_access`] found: the key and the endpoint work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Access {
+    /// Sandboxes running on the account, when E2B said.
+    pub running: Option<u64>,
+    /// How long the request took.
+    pub elapsed: Duration,
+    /// The control-plane URL asked.
+    pub api_url: String,
+}
+
 /// One step of [`Inventory::live_check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LiveStep {
-    /// `create`, `run true` or `kill`.
+    /// `create`, `check template` or `kill`.
     pub step: &'static str,
     /// How long it took.
     pub elapsed: Duration,
@@ -315,8 +335,29 @@ impl Inventory {
         }
     }
 
+    /// One cheap authenticated request that creates nothing (the count of running
+    /// sandboxes), bounded by [`ACCESS_CHECK_DEADLINE`]: whether the key is accepted and the
+    /// endpoint reachable. The error tells a refused key, an unreachable endpoint, a TLS
+    /// failure and a passed deadline apart by its predicates.
+    pub fn check_access(&self) -> Result<Access, Error> {
+        let client = self.config.client_with_deadline(ACCESS_CHECK_DEADLINE)?;
+        let api_url = self.config.api_url()?;
+        let started = Instant::now();
+        let running = self
+            .services
+            .runtime
+            .block_on(client.count_running())
+            .map_err(|source| Error::e2b("list sandboxes", None, source))?;
+        Ok(Access {
+            running,
+            elapsed: started.elapsed(),
+            api_url,
+        })
+    }
+
     /// A short round trip, each step timed: create a probe sandbox (killed at lease end
-    /// whatever happens), run `true`, kill it. Stops at the first failed step.
+    /// whatever happens), check that its template has what the backend needs
+    /// ([`TEMPLATE_TOOLS`], a writable home), kill it. Stops at the first failed step.
     pub fn live_check(&self) -> Vec<LiveStep> {
         let mut steps = Vec::new();
         // A probe scope creates its own sandbox even when the settings attach to one.
@@ -347,20 +388,34 @@ impl Inventory {
         steps.push(step("create", started, created));
         if ok {
             let started = Instant::now();
+            let output = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let sink_output = Arc::clone(&output);
+            let sink = FnSink(move |_stream: OutputStream, bytes: &[u8]| {
+                sink_output
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend_from_slice(bytes);
+                Ok(())
+            });
             let ran = match backend.run(
-                "true",
+                &template_check_script(),
                 RunOptions::new(Duration::from_secs(30)),
-                Box::new(DiscardSink),
+                Box::new(sink),
             ) {
                 Err(error) => Err(ErrorChain(&error).to_string()),
                 Ok(command) => match command.wait() {
                     Err(error) => Err(ErrorChain(&*error).to_string()),
-                    Ok(exit) if exit.exit_code == 0 => Ok(()),
-                    Ok(exit) => Err(format!("`true` exited {}", exit.exit_code)),
+                    Ok(exit) if exit.exit_code == 0 => {
+                        let output = output
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        template_gaps(&String::from_utf8_lossy(&output))
+                    }
+                    Ok(exit) => Err(format!("the template check exited {}", exit.exit_code)),
                 },
             };
             steps.push(LiveStep {
-                step: "run true",
+                step: "check template",
                 elapsed: started.elapsed(),
                 result: ran,
             });
@@ -382,6 +437,35 @@ impl Inventory {
             });
         }
         steps
+    }
+}
+
+/// A POSIX `sh` script printing one line `missing:<what>` per tool of [`TEMPLATE_TOOLS`] the
+/// sandbox lacks and `missing:writable home <path>` when the home cannot be written.
+fn template_check_script() -> String {
+    let tools = TEMPLATE_TOOLS.join(" ");
+    format!(
+        "for tool in {tools}; do command -v \"$tool\" >/dev/null 2>&1 || echo \"missing:$tool\"; done; \
+         probe=\"$HOME/.e2b-doctor-probe.$$\"; \
+         if ( : > \"$probe\" ) 2>/dev/null; then rm -f \"$probe\"; else echo \"missing:writable home $HOME\"; fi"
+    )
+}
+
+/// Reads [`template_check_script`]'s output: `Ok` when nothing is missing, else the
+/// sentence naming each missing thing.
+pub(crate) fn template_gaps(output: &str) -> Result<(), String> {
+    let missing: Vec<&str> = output
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("missing:"))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the template lacks {} (the backend needs {} and a writable home)",
+            missing.join(", "),
+            TEMPLATE_TOOLS.join(", ")
+        ))
     }
 }
 

@@ -180,3 +180,42 @@ fn a_kill_names_what_each_kind_of_sandbox_loses() {
         ]
     );
 }
+
+#[test]
+fn the_template_check_names_each_missing_thing() {
+    // contract: O6
+    assert_eq!(template_gaps(""), Ok(()));
+    assert_eq!(template_gaps("unrelated output\n"), Ok(()));
+    let gaps = template_gaps("missing:flock\nmissing:setsid\nmissing:writable home /home/user\n")
+        .expect_err("gaps");
+    assert!(
+        gaps.starts_with("the template lacks flock, setsid, writable home /home/user"),
+        "{gaps}"
+    );
+    // The script asks for every tool the backend needs, and the home.
+    let script = template_check_script();
+    for tool in TEMPLATE_TOOLS {
+        assert!(script.contains(tool), "{script}");
+    }
+    assert!(script.contains("$HOME"), "{script}");
+}
+
+#[test]
+fn the_template_check_script_reports_what_this_machine_lacks() {
+    // contract: O6 — the script itself, run by the same sh the sandbox uses, with a PATH
+    // that has no tools and a home that cannot be written.
+    let empty = tempfile::tempdir().expect("dir");
+    let output = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(template_check_script())
+        .env("PATH", empty.path())
+        .env("HOME", "/nonexistent/home")
+        .output()
+        .expect("sh runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let gaps = template_gaps(&text).expect_err("nothing is there");
+    for tool in TEMPLATE_TOOLS {
+        assert!(gaps.contains(tool), "{gaps}");
+    }
+    assert!(gaps.contains("writable home /nonexistent/home"), "{gaps}");
+}

@@ -259,10 +259,11 @@ fn pull_recovers_into_the_home_and_waits_for_a_live_writer() {
 
 #[test]
 fn the_live_check_creates_runs_and_kills_a_probe() {
+    // contract: O6 — e2b-local's sandboxes have every tool and a writable home.
     let world = World::new();
     let steps = inventory(&world).live_check();
     let names: Vec<&str> = steps.iter().map(|s| s.step).collect();
-    assert_eq!(names, ["create", "run true", "kill"]);
+    assert_eq!(names, ["create", "check template", "kill"]);
     assert!(steps.iter().all(|s| s.result.is_ok()), "{steps:?}");
     assert!(world.list().is_empty(), "the probe is gone");
 }

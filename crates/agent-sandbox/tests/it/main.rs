@@ -6,6 +6,7 @@ mod campaign;
 mod commands;
 mod fencing;
 mod fetch;
+mod first_contact;
 mod home;
 mod inventory;
 mod lifecycle;

@@ -77,6 +77,44 @@ async fn fail_next_answers_with_status_headers_and_scope() {
 }
 
 #[tokio::test]
+async fn refusals_a_user_meets_answer_with_e2b_s_own_message() {
+    // contract: O5 — what the Hermes tests inject: a refused key, a key without access, a
+    // missing template, the concurrency limit, each with E2B's wording, from code and over
+    // the admin route.
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let cases = [
+        (
+            401,
+            "Invalid API key, please visit https://e2b.dev/docs/api-key",
+        ),
+        (403, "Team does not have access to the template 'x'"),
+        (404, "template 'x' not found"),
+        (
+            429,
+            "You have reached the maximum number of concurrent E2B sandboxes (20)",
+        ),
+    ];
+    for (status, message) in cases {
+        let mut rule = FailRule::new(1, status);
+        rule.scope = FaultScope::Rest;
+        rule.message = Some(message.to_owned());
+        server.faults().fail_next(rule);
+        let reply = api.get("/v2/sandboxes").await;
+        assert_eq!(reply.status, status);
+        assert_eq!(reply.json, json!({"code": status, "message": message}));
+
+        let body = json!({"status": status, "scope": "rest", "message": message}).to_string();
+        assert_eq!(api.post("/_e2b_local/faults/fail", &body).await.status, 204);
+        let reply = api.get("/v2/sandboxes").await;
+        assert_eq!(reply.status, status);
+        assert_eq!(reply.json, json!({"code": status, "message": message}));
+        assert_eq!(api.get("/v2/sandboxes").await.status, 200, "rule used up");
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn dropped_connections_then_recovery() {
     let server = manual_server().await;
     server.faults().drop_next_connections(2);

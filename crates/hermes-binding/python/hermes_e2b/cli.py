@@ -43,7 +43,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
     pull.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
     pull.add_argument("--json", action="store_true", help="print JSON")
     doctor = sub.add_parser("doctor", help="the E2B backend's checks (works inside containers too)")
-    doctor.add_argument("--live", action="store_true", help="also create a probe sandbox, run `true`, kill it")
+    doctor.add_argument("--live", action="store_true", help="also create a probe sandbox (billed for its seconds), check its template has bash, tar, flock, setsid, date and a writable home, kill it")
     doctor.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(e2b_parser=parser)
 

@@ -239,7 +239,10 @@ class E2BEnvironment(BaseEnvironment):
         except _native.E2BError as error:
             if _ConnectionError is not None:
                 # Hermes renders creation-time connection errors as a retryable "degraded".
-                raise _ConnectionError(str(error), retry_hint="Check `hermes doctor`, then retry.") from None
+                # The core's hint (what to do about this failure) becomes Hermes' retry hint,
+                # so the user reads it once.
+                raise _ConnectionError(getattr(error, "reason", str(error)),
+                                       retry_hint=getattr(error, "hint", None) or "Check `hermes doctor`, then retry.") from None
             raise
         # The sandbox's real home, as it reported it (Hermes' image tool maps its cache under
         # `<_remote_home>/.hermes`; the provider's hints follow the latest answer).

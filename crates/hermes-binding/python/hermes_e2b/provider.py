@@ -7,6 +7,7 @@ fails on a Hermes without pluggable backends; :func:`hermes_e2b.register` handle
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -22,11 +23,17 @@ from ._hermes import (
     e2b_plugin_directories,
     key_status,
     lifetime_seconds,
+    profile_home,
     read_settings,
+    resolve_api_key,
     sandbox_home,
 )
 
 logger = logging.getLogger("hermes_e2b")
+
+#: Set (non-empty) to keep the doctor rows offline: no request to E2B (air-gapped hosts, and
+#: tests that must never reach the real E2B).
+OFFLINE_DOCTOR_VARIABLE = "HERMES_E2B_DOCTOR_OFFLINE"
 
 
 def _native_module() -> Any:
@@ -154,6 +161,9 @@ class E2BProvider(TerminalEnvironmentProvider):
         else:
             endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
         rows = [native_row, self._interpreter_row(), key_row, endpoint_row]
+        if (settings is not None and status is KeyStatus.CONFIGURED and NATIVE_IMPORT_ERROR is None
+                and not os.environ.get(OFFLINE_DOCTOR_VARIABLE)):
+            rows.append(self._access_row(settings))
         if settings is not None:
             rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))
         rows += self._other_plugin_rows()
@@ -161,6 +171,23 @@ class E2BProvider(TerminalEnvironmentProvider):
         rows += [(False, "E2B setting", note) for note in (settings.unknown_key_notes() if settings else [])]
         # Rows quote settings and errors, which may carry credentials (X4).
         return [(ok, redact(name), redact(detail)) for ok, name, detail in rows]
+
+    @staticmethod
+    def _access_row(settings: Any) -> tuple[bool, str, str]:
+        """One cheap authenticated request (creates nothing, short deadline): whether this
+        setup will work. The wording, hint included, is the native core's."""
+        try:
+            native = _native_module()
+            home = profile_home()
+            access = native.Inventory(settings, profile_home=str(home), lifetime_seconds=lifetime_seconds(),
+                                      key_resolver=resolve_api_key, host_only=[]).check_access()
+        except Exception as error:  # noqa: BLE001 - a doctor row never raises
+            return (False, "E2B API access", f"the check could not run: {error}")
+        if not access["ok"]:
+            return (False, "E2B API access", access["error"])
+        running = "" if access["running"] is None else f", {access['running']} sandboxes running"
+        return (True, "E2B API access",
+                f"the key is accepted by {access['api_url']} ({access['seconds'] * 1000:.0f} ms{running})")
 
     @staticmethod
     def _interpreter_row() -> tuple[bool, str, str]:

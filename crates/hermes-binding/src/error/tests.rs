@@ -160,6 +160,16 @@ fn json_string(text: &str) -> String {
 /// The client's error, as the backend carries it, for attaching by id to a server that answers
 /// `status` and `message` (the binding sees e2b-client only through agent-sandbox).
 fn client_error(status: u16, message: &str) -> agent_sandbox::Error {
+    backend_error(
+        answering_server(status, message),
+        agent_sandbox::SandboxMode::Attach {
+            sandbox_id: agent_sandbox::SandboxId::parse("isbgone1".to_owned()).expect("id"),
+        },
+    )
+}
+
+/// The backend's error attaching in `mode` to the E2B at `url`.
+fn backend_error(url: String, mode: agent_sandbox::SandboxMode) -> agent_sandbox::Error {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -168,10 +178,8 @@ fn client_error(status: u16, message: &str) -> agent_sandbox::Error {
     let mut config = agent_sandbox::Config::new(agent_sandbox::ApiKeySource::Key(
         agent_sandbox::ApiKey::new("e2b_binding_test_key_0123456789".to_owned()),
     ));
-    config.endpoints = agent_sandbox::Endpoints::single(answering_server(status, message));
-    config.mode = agent_sandbox::SandboxMode::Attach {
-        sandbox_id: agent_sandbox::SandboxId::parse("isbgone1".to_owned()).expect("id"),
-    };
+    config.endpoints = agent_sandbox::Endpoints::single(url);
+    config.mode = mode;
     let home = tempfile::tempdir().expect("home");
     let backend = agent_sandbox::Backend::new(
         config,
@@ -183,12 +191,80 @@ fn client_error(status: u16, message: &str) -> agent_sandbox::Error {
         std::sync::Arc::new(agent_sandbox::NoStateHooks),
     )
     .expect("backend");
-    let error = backend.attach().expect_err("the server refuses");
-    assert!(
-        matches!(error, agent_sandbox::Error::E2b { .. }),
-        "{error:?}"
+    backend.attach().expect_err("the server refuses")
+}
+
+fn ephemeral() -> agent_sandbox::SandboxMode {
+    agent_sandbox::SandboxMode::Ephemeral {
+        lifetime: std::time::Duration::from_secs(300),
+    }
+}
+
+/// The message as Python sees it: one operation, one hint with `wanted`, never the key.
+fn assert_one_hint(error: agent_sandbox::Error, operation: &str, wanted: &str) -> String {
+    let text = Error::from(error).message();
+    assert_eq!(text.matches(operation).count(), 1, "{text}");
+    assert_eq!(text.matches("Hint: ").count(), 1, "{text}");
+    let hint = text.split("Hint: ").nth(1).unwrap_or_default();
+    assert!(hint.contains(wanted), "{text}");
+    assert!(!text.contains("e2b_binding_test_key"), "{text}");
+    assert!(!has_time_words(&text), "{text}");
+    text
+}
+
+#[test]
+fn each_failure_a_user_can_act_on_carries_one_hint() {
+    // contract: O5
+    for status in [401, 403] {
+        assert_one_hint(
+            client_error(status, "Invalid API key"),
+            "connect",
+            "check E2B_API_KEY in this profile's .env",
+        );
+    }
+    let text = assert_one_hint(
+        backend_error(
+            answering_server(
+                429,
+                "You have reached the maximum number of concurrent E2B sandboxes",
+            ),
+            ephemeral(),
+        ),
+        "E2B create failed",
+        "paused sandboxes do not count; `hermes e2b list`",
     );
-    error
+    assert!(text.contains("HTTP 429"), "{text}");
+    assert_one_hint(
+        backend_error(
+            answering_server(404, "template 'nope' not found"),
+            ephemeral(),
+        ),
+        "E2B create failed",
+        "the `template` setting",
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!(
+        "http://127.0.0.1:{}",
+        listener.local_addr().expect("addr").port()
+    );
+    drop(listener);
+    let text = assert_one_hint(
+        backend_error(url.clone(), ephemeral()),
+        "E2B create failed",
+        &format!("{url} could not be reached"),
+    );
+    assert_eq!(
+        text.matches(&url).count(),
+        2,
+        "the error and its hint: {text}"
+    );
+}
+
+#[test]
+fn a_failure_without_a_next_step_has_no_hint() {
+    // contract: O5
+    let text = Error::from(client_error(400, "Invalid sandbox ID")).message();
+    assert!(!text.contains("Hint"), "{text}");
 }
 
 #[test]
