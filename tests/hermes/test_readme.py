@@ -109,6 +109,8 @@ def user_env(home: HermesHome) -> dict:
     """A user's shell: `hermes` on PATH, HOME above the Hermes home, no E2B variables."""
     env = home.env()
     env["HOME"] = str(home.path.parent)
+    # A user's doctor makes its access check (here against e2b-local on loopback).
+    env["HERMES_E2B_DOCTOR_OFFLINE"] = ""
     return env
 
 
@@ -139,7 +141,7 @@ def test_the_managing_sandboxes_session_is_real(home, e2b_local):
     tag = uuid.uuid4().hex
     home.write_config(settings=e2b_local.settings(metadata={"test": tag}), terminal={"timeout": 60})
     home.write_key()
-    env = home.env()
+    env = home.env({"HERMES_E2B_DOCTOR_OFFLINE": ""})
     transcript = Transcript(home, env, e2b_local)
     session = Session(home, "mkdir -p ~/.hermes/skills/notes && echo 'remember the port' > ~/.hermes/skills/notes/SKILL.md")
     try:
