@@ -1,7 +1,7 @@
 """The README's sample sessions are real: each `<!-- transcript: NAME -->` block is the output
 of the scenario of that name below, run here through the real `hermes` CLI against
 e2b-local, compared line by line after the parts that differ between runs (sandbox ids,
-pids, ports, times, durations, the interpreter's path) are normalised.
+pids, ports, times, durations, counts of running sandboxes, the interpreter's path) are normalised.
 
     HERMES_E2B_WRITE_README=1 scripts/hermes-tests tests/hermes/test_readme.py
 
@@ -78,6 +78,8 @@ def normalise(text: str) -> str:
     text = re.sub(r"\bpid \d+", "pid <pid>", text)
     text = re.sub(r"\b\d+m\d+s\b", "<duration>", text)
     text = re.sub(r"\b\d+ ms\b", "<n> ms", text)
+    # The suite's e2b-local is shared by every test of the session.
+    text = re.sub(r"\b\d+ sandboxes running\b", "<n> sandboxes running", text)
     text = re.sub(r"\b(?=[a-z0-9]*\d)[a-z0-9]{18,25}\b", sandbox, text)
     return text
 
