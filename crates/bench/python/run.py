@@ -436,11 +436,14 @@ def build_rows(results, latencies, with_hermes):
         for step in ("create", "resume"):
             ours = get(results, "cold", f"ours {step}", latency)
             sdk = get(results, "cold", f"sdk {step}", latency)
+            # The count is each request's guarantee (pinned by requests.rs); the target is the
+            # wall at a real latency, where requests that overlap cost one round trip.
             row(rows, "cold", latency, "requests", f"{step} + first command", ours and ours["requests"],
-                f"SDK {step} + run", sdk and sdk["requests"], "≤ 1.0× SDK",
-                lambda v, r: r is not None and r <= 1.0)
+                f"SDK {step} + run", sdk and sdk["requests"])
+            wall_target = (("≤ 1.0× SDK", lambda v, r: r is not None and r <= 1.0)
+                           if latency >= 20 else (None, None))
             row(rows, "cold", latency, "wall", f"{step} + first command", ms_per_op(ours, "wall_s"),
-                f"SDK {step} + run", ms_per_op(sdk, "wall_s"), unit="ms")
+                f"SDK {step} + run", ms_per_op(sdk, "wall_s"), *wall_target, unit="ms")
         ours = get(results, "upload", "ours", latency)
         row(rows, "upload", latency, "requests", "upload_many", ours and ours["requests"], None, None, "= 1",
             lambda v, r: v == 1)
