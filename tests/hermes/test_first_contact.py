@@ -59,19 +59,7 @@ def closed_port_url() -> str:
 def hermes_doctor(home, extra_env=None) -> str:
     """The E2B rows of the real `hermes doctor` (as in test_plugin: Hermes skips plugin
     backends when it thinks it runs in a container, so that check is pretended away)."""
-    proc = home.python(
-        """
-        import sys, hermes_constants
-        hermes_constants.is_container = lambda: False
-        from hermes_cli.main import main
-        sys.argv = ["hermes", "doctor"]
-        try:
-            main()
-        except SystemExit:
-            pass
-        """,
-        extra_env={**LIVE, **(extra_env or {})},
-    )
+    proc = home.doctor({**LIVE, **(extra_env or {})})
     assert_no_key(proc.stdout, proc.stderr)
     rows = "\n".join(line for line in proc.stdout.splitlines() if "E2B" in line)
     assert "E2B native core" in rows, proc.stdout[-3000:] + proc.stderr[-3000:]

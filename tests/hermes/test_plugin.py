@@ -212,20 +212,7 @@ def test_status_reports_a_missing_key_and_a_bad_setting(home):
 def test_hermes_doctor_rows(home):
     home.write_config(settings={"api_url": "http://127.0.0.1:9", "sandbox_url": "http://127.0.0.1:9"})
     home.write_key()
-    # Hermes' doctor skips plugin backends when it detects a container (this test host may
-    # be one); pretend it is not, then run the real `hermes doctor` entry point.
-    proc = home.python(
-        """
-        import sys, hermes_constants
-        hermes_constants.is_container = lambda: False
-        from hermes_cli.main import main
-        sys.argv = ["hermes", "doctor"]
-        try:
-            main()
-        except SystemExit:
-            pass
-        """
-    )
+    proc = home.doctor()
     out = proc.stdout
     assert "E2B native core" in out, out[-3000:] + proc.stderr[-3000:]
     assert "E2B API key" in out and "set for this profile" in out

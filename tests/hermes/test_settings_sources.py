@@ -69,19 +69,7 @@ def test_an_unknown_setting_is_warned_once_with_the_nearest_key(home):
 def test_hermes_doctor_names_the_unknown_key_and_the_suggestion(home):
     home.write_config(settings={"lease_secs": 60})
     home.write_key()
-    # As in test_plugin: Hermes' doctor skips plugin backends inside a container.
-    proc = home.python(
-        """
-        import sys, hermes_constants
-        hermes_constants.is_container = lambda: False
-        from hermes_cli.main import main
-        sys.argv = ["hermes", "doctor"]
-        try:
-            main()
-        except SystemExit:
-            pass
-        """
-    )
+    proc = home.doctor()
     out = proc.stdout
     line = next((l for l in out.splitlines() if "E2B setting" in l), None)
     assert line is not None, out[-3000:] + proc.stderr[-3000:]

@@ -267,18 +267,7 @@ def test_doctor_flags_a_shim_pinning_another_wheel_version(home):
 def test_doctor_says_which_interpreter_runs_hermes(home):
     home.write_config()
     home.write_key()
-    proc = home.python(
-        """
-        import sys, hermes_constants
-        hermes_constants.is_container = lambda: False
-        from hermes_cli.main import main
-        sys.argv = ["hermes", "doctor"]
-        try:
-            main()
-        except SystemExit:
-            pass
-        """
-    )
+    proc = home.doctor()
     assert f"in the interpreter that runs Hermes ({sys.executable})" in proc.stdout, proc.stdout[-3000:]
     assert "another plugin also provides e2b" not in proc.stdout
     assert_no_key(proc.stdout, proc.stderr)

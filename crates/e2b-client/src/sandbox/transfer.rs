@@ -107,21 +107,7 @@ impl Sandbox {
     pub async fn read_file_stream(&self, path: &str, limit: u64) -> Result<Download, Error> {
         let ctx = self.ctx(Operation::Download);
         let http = &self.http;
-        let query = self.user_query(Some(path));
-        let builder = self
-            .request(&ctx, Pool::Http1, Method::GET, &format!("/files{query}"))?
-            .header(ACCEPT_ENCODING, "identity");
-        let request = Self::build(&ctx, builder)?;
-        let deadline = http.deadline_from_now();
-        let response = http
-            .send(
-                &ctx,
-                Pool::Http1,
-                request,
-                Idempotency::Idempotent,
-                deadline,
-            )
-            .await?;
+        let response = self.send_download(&ctx, path, None).await?;
         let content_length = response.content_length();
         if content_length.is_some_and(|len| len > limit) {
             return Err(ctx.limit(Some(path), limit));
@@ -134,6 +120,28 @@ impl Sandbox {
             limit,
             http.deadline,
         ))
+    }
+
+    /// Sends `GET /files` for `path` (uncompressed, on the HTTP/1.1 pool), for bytes
+    /// `start..=end` when a range is given.
+    async fn send_download(
+        &self,
+        ctx: &Ctx,
+        path: &str,
+        range: Option<(u64, u64)>,
+    ) -> Result<reqwest::Response, Error> {
+        let query = self.user_query(Some(path));
+        let mut builder = self
+            .request(ctx, Pool::Http1, Method::GET, &format!("/files{query}"))?
+            .header(ACCEPT_ENCODING, "identity");
+        if let Some((start, end)) = range {
+            builder = builder.header(RANGE, format!("bytes={start}-{end}"));
+        }
+        let request = Self::build(ctx, builder)?;
+        let deadline = self.http.deadline_from_now();
+        self.http
+            .send(ctx, Pool::Http1, request, Idempotency::Idempotent, deadline)
+            .await
     }
 
     /// Downloads bytes `start..=end` of a file (`GET /files` with `Range: bytes=start-end`),
@@ -152,22 +160,7 @@ impl Sandbox {
             return Err(ctx.invalid_input(format!("the range {start}-{end} is empty")));
         }
         let http = &self.http;
-        let query = self.user_query(Some(path));
-        let builder = self
-            .request(&ctx, Pool::Http1, Method::GET, &format!("/files{query}"))?
-            .header(ACCEPT_ENCODING, "identity")
-            .header(RANGE, format!("bytes={start}-{end}"));
-        let request = Self::build(&ctx, builder)?;
-        let deadline = http.deadline_from_now();
-        let sent = http
-            .send(
-                &ctx,
-                Pool::Http1,
-                request,
-                Idempotency::Idempotent,
-                deadline,
-            )
-            .await;
+        let sent = self.send_download(&ctx, path, Some((start, end))).await;
         let response = match sent {
             Ok(response) => response,
             Err(error) if error.status() == Some(416) => return Ok(None),
