@@ -391,3 +391,19 @@ def test_the_readmes_and_the_hints_give_one_install_command():
 
     for readme in (REPO / "README.md", SHIM_DIR.parent / "README.md"):
         assert f"\n{install_command()}\n" in readme.read_text(), readme
+
+
+def test_the_readme_shows_what_the_installer_prints_at_its_end():
+    # The README's "It ends with:" block is the installer's closing text, version and
+    # interpreter filled in.
+    import re
+
+    from conftest import REPO
+
+    script = (REPO / "scripts" / "install-plugin").read_text()
+    closing = script.split("cat <<EOF\n", 1)[1].split("\nEOF", 1)[0]
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split("It ends with:\n\n```text\n", 1)[1].split("```", 1)[0].rstrip("\n")
+    version = load_yaml(SHIM_DIR / "plugin.yaml")["version"]
+    expected = closing.replace("$version", version)
+    assert re.fullmatch(re.escape(expected).replace(re.escape("($python)"), r"\(/\S+\)"), shown), (shown, expected)
