@@ -148,6 +148,13 @@ def test_a_template_that_does_not_exist(profile, e2b_local):
     result = terminal(profile)
     reason = assert_actionable(result, "E2B create failed", "the `template` setting")
     assert "HTTP 404: template 'no-such-template' not found" in reason, reason
+    # `hermes e2b doctor --live` stops at its create step, which carries the same one hint.
+    live = profile.hermes("e2b", "doctor", "--live")
+    assert live.returncode == 1, live.stdout + live.stderr
+    (create,) = [line for line in live.stdout.splitlines() if line.startswith("FAIL  E2B live: create")]
+    assert "HTTP 404: template 'no-such-template' not found" in create, create
+    assert create.count("Hint: ") == 1 and "the `template` setting" in create, create
+    assert_no_key(live.stdout, live.stderr)
 
 
 def test_an_unreachable_endpoint_is_named(home):

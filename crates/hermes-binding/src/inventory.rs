@@ -306,10 +306,18 @@ impl PyInventory {
                 dict.set_item("step", step.step)?;
                 dict.set_item("seconds", step.elapsed.as_secs_f64())?;
                 dict.set_item("ok", step.result.is_ok())?;
-                dict.set_item(
-                    "error",
-                    step.result.as_ref().err().map(|e| without_time_words(e)),
-                )?;
+                // A step an E2B failure stopped ends with the same hint as everywhere (O5).
+                let error = step.result.as_ref().err().map(|text| {
+                    match step.error.as_deref().and_then(crate::error::hint) {
+                        Some(hint) => format!(
+                            "{}. Hint: {}",
+                            without_time_words(text).trim_end_matches('.'),
+                            without_time_words(&hint)
+                        ),
+                        None => without_time_words(text),
+                    }
+                });
+                dict.set_item("error", error)?;
                 Ok(dict)
             })
             .collect()

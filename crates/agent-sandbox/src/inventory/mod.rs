@@ -171,7 +171,7 @@ pub struct Access {
 }
 
 /// One step of [`Inventory::live_check`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct LiveStep {
     /// `create`, `check template` or `kill`.
@@ -180,6 +180,9 @@ pub struct LiveStep {
     pub elapsed: Duration,
     /// `Err` with the error chain when it failed.
     pub result: Result<(), String>,
+    /// The backend's error behind a failed step, when one caused it, so a caller can add
+    /// its own hint (a refused key, a missing template, ...).
+    pub error: Option<Arc<Error>>,
 }
 
 /// A profile's sandboxes and the actions on them. Built from the same [`Config`] as a
@@ -374,11 +377,7 @@ impl Inventory {
         ) {
             Ok(backend) => backend,
             Err(error) => {
-                steps.push(LiveStep {
-                    step: "create",
-                    elapsed: Duration::ZERO,
-                    result: Err(ErrorChain(&error).to_string()),
-                });
+                steps.push(step("create", Instant::now(), Err(error)));
                 return steps;
             }
         };
@@ -397,12 +396,17 @@ impl Inventory {
                     .extend_from_slice(bytes);
                 Ok(())
             });
+            let mut failure = None;
             let ran = match backend.run(
                 &template_check_script(),
                 RunOptions::new(Duration::from_secs(30)),
                 Box::new(sink),
             ) {
-                Err(error) => Err(ErrorChain(&error).to_string()),
+                Err(error) => {
+                    let text = ErrorChain(&error).to_string();
+                    failure = Some(Arc::new(error));
+                    Err(text)
+                }
                 Ok(command) => match command.wait() {
                     Err(error) => Err(ErrorChain(&*error).to_string()),
                     Ok(exit) if exit.exit_code == 0 => {
@@ -418,6 +422,7 @@ impl Inventory {
                 step: "check template",
                 elapsed: started.elapsed(),
                 result: ran,
+                error: failure,
             });
         }
         let started = Instant::now();
@@ -434,6 +439,7 @@ impl Inventory {
                 step: "kill",
                 elapsed: started.elapsed(),
                 result,
+                error: None,
             });
         }
         steps
@@ -470,10 +476,15 @@ pub(crate) fn template_gaps(output: &str) -> Result<(), String> {
 }
 
 fn step(name: &'static str, started: Instant, result: Result<(), Error>) -> LiveStep {
+    let (result, error) = match result {
+        Ok(()) => (Ok(()), None),
+        Err(error) => (Err(ErrorChain(&error).to_string()), Some(Arc::new(error))),
+    };
     LiveStep {
         step: name,
         elapsed: started.elapsed(),
-        result: result.map_err(|error| ErrorChain(&error).to_string()),
+        result,
+        error,
     }
 }
 
