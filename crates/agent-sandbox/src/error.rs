@@ -392,11 +392,10 @@ impl Error {
     /// A failure that may pass: retrying the same call later can succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::E2b { source, .. } | Error::ConcurrencyLimit { source, .. } => {
-                source.is_transient()
-            }
             Error::NotReady { .. } | Error::Fenced { .. } => true,
-            _ => false,
+            _ => self
+                .e2b_source()
+                .is_some_and(e2b_client::Error::is_transient),
         }
     }
 

@@ -103,12 +103,7 @@ impl SandboxHome {
         if !home.starts_with('/') {
             return Err(format!("the sandbox reported a relative home {home:?}"));
         }
-        let normalised = home == "/"
-            || !home.ends_with('/')
-                && home[1..]
-                    .split('/')
-                    .all(|part| !part.is_empty() && part != "." && part != "..");
-        if !normalised {
+        if !is_normalised_absolute(home) {
             return Err(format!(
                 "the sandbox reported a home that is not normalised: {home:?}"
             ));
@@ -128,6 +123,17 @@ impl SandboxHome {
         }
         Ok(())
     }
+}
+
+/// Whether `path` is absolute and normalised: `/`, or `/`-separated names with no empty,
+/// `.` or `..` part and no trailing `/`. What any path a sandbox reports must be.
+pub(crate) fn is_normalised_absolute(path: &str) -> bool {
+    path == "/"
+        || path.starts_with('/')
+            && !path.ends_with('/')
+            && path[1..]
+                .split('/')
+                .all(|part| !part.is_empty() && part != "." && part != "..")
 }
 
 /// Asks the sandbox for its home: one start request, output bounded.

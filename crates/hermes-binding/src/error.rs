@@ -145,7 +145,7 @@ impl Error {
     /// ([`hint`], contract O5): `<reason>. Hint: <hint>`.
     pub fn message(&self) -> String {
         match self.reason_and_hint() {
-            (reason, Some(hint)) => format!("{}. Hint: {hint}", reason.trim_end_matches('.')),
+            (reason, Some(hint)) => with_hint(&reason, &hint),
             (reason, None) => reason,
         }
     }
@@ -165,6 +165,11 @@ impl Error {
             hint.as_deref().map(without_time_words),
         )
     }
+}
+
+/// `<reason>. Hint: <hint>`: how every message with a hint reads.
+pub(crate) fn with_hint(reason: &str, hint: &str) -> String {
+    format!("{}. Hint: {hint}", reason.trim_end_matches('.'))
 }
 
 /// What a Hermes user does about an E2B failure, in the plugin's words (the Rust core's

@@ -11,7 +11,7 @@ use agent_sandbox::{
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::error::{Error, without_time_words};
+use crate::error::{Error, with_hint, without_time_words};
 use crate::native::{PySettings, python_key_resolver};
 use crate::runtime;
 use crate::settings::{Persistence, idle_lifetime};
@@ -308,13 +308,10 @@ impl PyInventory {
                 dict.set_item("ok", step.result.is_ok())?;
                 // A step an E2B failure stopped ends with the same hint as everywhere (O5).
                 let error = step.result.as_ref().err().map(|text| {
+                    let reason = without_time_words(text);
                     match step.error.as_deref().and_then(crate::error::hint) {
-                        Some(hint) => format!(
-                            "{}. Hint: {}",
-                            without_time_words(text).trim_end_matches('.'),
-                            without_time_words(&hint)
-                        ),
-                        None => without_time_words(text),
+                        Some(hint) => with_hint(&reason, &without_time_words(&hint)),
+                        None => reason,
                     }
                 });
                 dict.set_item("error", error)?;

@@ -232,13 +232,7 @@ fn parse_resolved(stdout: &[u8], sandbox_id: &str) -> Result<String, Error> {
     if path.chars().any(char::is_control) {
         return Err(refuse("a path with control characters"));
     }
-    let normalised = path == "/"
-        || path.starts_with('/')
-            && !path.ends_with('/')
-            && path[1..]
-                .split('/')
-                .all(|part| !part.is_empty() && part != "." && part != "..");
-    if !normalised {
+    if !crate::home::is_normalised_absolute(path) {
         return Err(refuse("a path that is not absolute and normalised"));
     }
     Ok(path.to_owned())

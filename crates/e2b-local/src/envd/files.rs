@@ -283,8 +283,8 @@ enum RangeRefused {
 
 /// The one range of a `Range: bytes=…` header as (start, length) within a file of `size`
 /// bytes, as Go's `parseRange` reads it: `a-b` (the end clamped to the file), `a-`, `-n` (the
-/// last n bytes). `None`: serve the whole file (several ranges, or none left after
-/// clamping). A start at or past the end, or bad syntax, is refused (`416`).
+/// last n bytes). `None`: serve the whole file (several ranges). A start at or past the end,
+/// an empty suffix, or bad syntax is refused (`416`).
 fn byte_range(header: &str, size: u64) -> Result<Option<(u64, u64)>, RangeRefused> {
     let Some(spec) = header.strip_prefix("bytes=") else {
         return Err(RangeRefused::Invalid);

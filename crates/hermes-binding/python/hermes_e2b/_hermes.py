@@ -10,7 +10,7 @@ import enum
 import logging
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 logger = logging.getLogger("hermes_e2b")
 
@@ -154,6 +154,22 @@ def host_only_paths(home: Path) -> list[str]:
     except Exception as error:  # noqa: BLE001 - fewer exclusions is logged, not fatal
         logger.warning("hermes-e2b: cannot read Hermes' credential file mounts: %s", type(error).__name__)
     return paths
+
+
+def inventory(settings: Any, progress: Optional[Callable[..., None]] = None) -> Any:
+    """The native ``Inventory`` of this profile's sandboxes, for ``hermes e2b`` and the
+    doctor's access check."""
+    from . import _native
+
+    home = profile_home()
+    return _native.Inventory(
+        settings,
+        profile_home=home,
+        lifetime_seconds=lifetime_seconds(),
+        key_resolver=resolve_api_key,
+        host_only=host_only_paths(home),
+        progress=progress,
+    )
 
 
 #: The directory shim's pin line (``plugin/__init__.py``), which also marks a directory as ours.

@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from . import NATIVE_IMPORT_ERROR, redact
-from ._hermes import host_only_paths, lifetime_seconds, profile_home, read_settings, resolve_api_key
+from ._hermes import inventory, lifetime_seconds, read_settings
 
 #: The exit code of a command that did not do everything asked (a refusal, a failure).
 EXIT_INCOMPLETE = 1
@@ -70,16 +70,7 @@ def _inventory(ctx: Any, progress: Optional[Callable[..., None]] = None) -> Any:
         raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
     from . import _native
 
-    settings = _native.Settings(read_settings(ctx), lifetime_seconds=lifetime_seconds())
-    home = profile_home()
-    return _native.Inventory(
-        settings,
-        profile_home=home,
-        lifetime_seconds=lifetime_seconds(),
-        key_resolver=resolve_api_key,
-        host_only=host_only_paths(home),
-        progress=progress,
-    )
+    return inventory(_native.Settings(read_settings(ctx), lifetime_seconds=lifetime_seconds()), progress)
 
 
 class _Bars:

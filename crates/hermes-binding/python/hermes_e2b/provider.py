@@ -22,10 +22,9 @@ from ._hermes import (
     KeyStatus,
     e2b_plugin_directories,
     key_status,
+    inventory,
     lifetime_seconds,
-    profile_home,
     read_settings,
-    resolve_api_key,
     sandbox_home,
 )
 
@@ -177,10 +176,7 @@ class E2BProvider(TerminalEnvironmentProvider):
         """One cheap authenticated request (creates nothing, short deadline): whether this
         setup will work. The wording, hint included, is the native core's."""
         try:
-            native = _native_module()
-            home = profile_home()
-            access = native.Inventory(settings, profile_home=str(home), lifetime_seconds=lifetime_seconds(),
-                                      key_resolver=resolve_api_key, host_only=[]).check_access()
+            access = inventory(settings).check_access()
         except Exception as error:  # noqa: BLE001 - a doctor row never raises
             return (False, "E2B API access", f"the check could not run: {error}")
         if not access["ok"]:

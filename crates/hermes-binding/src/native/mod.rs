@@ -135,6 +135,23 @@ pub struct PyBackend {
     replacement_reported: std::sync::Mutex<Option<String>>,
 }
 
+impl PyBackend {
+    /// Runs `call` on the backend with the GIL released. A Ctrl-C (or SystemExit) a hook held
+    /// back during it is raised first; then the backend's error, in the plugin's words.
+    fn detached<T: Send>(
+        &self,
+        py: Python<'_>,
+        call: impl FnOnce(&Backend) -> Result<T, agent_sandbox::Error> + Send,
+    ) -> PyResult<T> {
+        let backend = Arc::clone(&self.backend);
+        let result = py.detach(move || call(&backend));
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            return Err(interrupt);
+        }
+        result.map_err(|error| Error::from(error).into())
+    }
+}
+
 #[pymethods]
 impl PyBackend {
     /// Builds the backend; contacts nothing (the first `run` attaches). `key_resolver()` is
@@ -186,12 +203,7 @@ impl PyBackend {
 
     /// Attaches now if not yet attached; returns what was found.
     fn attach<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let backend = Arc::clone(&self.backend);
-        let attached = py.detach(move || backend.attach());
-        if let Some(interrupt) = take_deferred(&self.deferred) {
-            return Err(interrupt);
-        }
-        let info = attached.map_err(Error::from)?;
+        let info = self.detached(py, Backend::attach)?;
         let dict = PyDict::new(py);
         dict.set_item("sandbox_id", info.sandbox_id)?;
         dict.set_item("resumed", info.resumed)?;
@@ -226,12 +238,7 @@ impl PyBackend {
     /// admission and push, exactly as before a command; attaches if needed. A reader pushes
     /// nothing. A Ctrl-C raised inside the push is re-raised after the backend finished.
     fn sync_state(&self, py: Python<'_>) -> PyResult<()> {
-        let backend = Arc::clone(&self.backend);
-        let synced = py.detach(move || backend.sync_state());
-        if let Some(interrupt) = take_deferred(&self.deferred) {
-            return Err(interrupt);
-        }
-        synced.map_err(|error| Error::from(error).into())
+        self.detached(py, Backend::sync_state)
     }
 
     /// Hermes' `fetch_file`: copies the regular sandbox file `remote_path` (links followed;
@@ -255,12 +262,9 @@ impl PyBackend {
             })?,
         };
         let path = sandbox_path(remote_path, cwd.as_deref());
-        let backend = Arc::clone(&self.backend);
-        let fetched = py.detach(move || backend.fetch_file(&path, &local_dest, max_bytes));
-        if let Some(interrupt) = take_deferred(&self.deferred) {
-            return Err(interrupt);
-        }
-        fetched.map_err(|error| Error::from(error).into())
+        self.detached(py, move |backend| {
+            backend.fetch_file(&path, &local_dest, max_bytes)
+        })
     }
 
     /// Hermes' `fetch_realpath`: `readlink -f remote_path` in the sandbox (relative to `cwd`),
@@ -273,12 +277,7 @@ impl PyBackend {
         cwd: Option<String>,
     ) -> PyResult<Option<String>> {
         let path = sandbox_path(remote_path, cwd.as_deref());
-        let backend = Arc::clone(&self.backend);
-        let resolved = py.detach(move || backend.realpath(&path));
-        if let Some(interrupt) = take_deferred(&self.deferred) {
-            return Err(interrupt);
-        }
-        resolved.map_err(|error| Error::from(error).into())
+        self.detached(py, move |backend| backend.realpath(&path))
     }
 
     /// The attached sandbox id, if any.
