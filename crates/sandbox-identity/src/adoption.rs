@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
+use crate::checkpoint::{BRANCH_KEY, CheckpointName, RESTORED_FROM_KEY, SUPERSEDES_KEY, alias_of};
 use crate::metadata::IdentityMetadata;
 use crate::scope::{Mode, ScopeIdentity};
 
@@ -80,7 +81,8 @@ fn check_against(
         return Err(Mismatch::OtherMode);
     }
     let template_matches = candidate.template_id == identity.template
-        || candidate.template_alias.as_deref() == Some(identity.template.as_str());
+        || candidate.template_alias.as_deref() == Some(identity.template.as_str())
+        || restored_from_own_checkpoint(wanted, candidate);
     if !template_matches {
         return Err(Mismatch::OtherTemplate);
     }
@@ -88,6 +90,20 @@ fn check_against(
         SandboxState::Running | SandboxState::Paused => Ok(()),
         SandboxState::Other => Err(Mismatch::NotResumable),
     }
+}
+
+/// Whether `candidate` was created from one of the scope's own checkpoints and reports
+/// that checkpoint as its template (R4): the sandbox a rollback or an adoption made.
+fn restored_from_own_checkpoint(wanted: &IdentityMetadata, candidate: &Candidate) -> bool {
+    let Some(snapshot) = candidate.metadata.get(RESTORED_FROM_KEY) else {
+        return false;
+    };
+    if CheckpointName::parse_for(snapshot, &wanted.digest).is_none() {
+        return false;
+    }
+    let alias = alias_of(snapshot);
+    alias_of(&candidate.template_id) == alias
+        || candidate.template_alias.as_deref().map(alias_of) == Some(alias)
 }
 
 /// The adoption decision for one scope.
@@ -124,10 +140,19 @@ pub fn choose<'a>(identity: &ScopeIdentity, candidates: &'a [Candidate]) -> Adop
         return Adoption::NeverAdopt;
     }
     let wanted = IdentityMetadata::for_scope(identity);
+    let matches: Vec<&'a Candidate> = candidates
+        .iter()
+        .filter(|candidate| check_against(identity, &wanted, candidate).is_ok())
+        .collect();
+    let retired = retired_among(&matches);
+    // A branch is the scope's only when nothing else is (R6).
+    let unbranched = matches
+        .iter()
+        .any(|candidate| !retired.contains(candidate) && !is_branch(candidate));
     let mut newest: Option<&'a Candidate> = None;
     let mut matching = 0usize;
-    for candidate in candidates {
-        if check_against(identity, &wanted, candidate).is_err() {
+    for candidate in matches {
+        if retired.contains(&candidate) || (unbranched && is_branch(candidate)) {
             continue;
         }
         matching += 1;
@@ -147,6 +172,35 @@ pub fn choose<'a>(identity: &ScopeIdentity, candidates: &'a [Candidate]) -> Adop
         },
         None => Adoption::Create { rejected },
     }
+}
+
+/// The scope's sandboxes that another of its sandboxes replaces ([`SUPERSEDES_KEY`]): left
+/// over by a rollback or an adoption interrupted between its create and its kill. Never
+/// adopted; the writer's bring-up kills them (R5).
+pub fn superseded<'a>(identity: &ScopeIdentity, candidates: &'a [Candidate]) -> Vec<&'a Candidate> {
+    let wanted = IdentityMetadata::for_scope(identity);
+    let matches: Vec<&'a Candidate> = candidates
+        .iter()
+        .filter(|candidate| check_against(identity, &wanted, candidate).is_ok())
+        .collect();
+    retired_among(&matches)
+}
+
+fn retired_among<'a>(matches: &[&'a Candidate]) -> Vec<&'a Candidate> {
+    matches
+        .iter()
+        .copied()
+        .filter(|old| {
+            matches.iter().any(|new| {
+                new.sandbox_id != old.sandbox_id
+                    && new.metadata.get(SUPERSEDES_KEY) == Some(&old.sandbox_id)
+            })
+        })
+        .collect()
+}
+
+fn is_branch(candidate: &Candidate) -> bool {
+    candidate.metadata.contains_key(BRANCH_KEY)
 }
 
 #[cfg(test)]
@@ -301,5 +355,128 @@ mod tests {
                 if candidate.sandbox_id == "lost-response"
         ));
         assert_eq!(choose(&scope, &[]), Adoption::Create { rejected: 0 });
+    }
+
+    fn restored(id: &str, scope: &ScopeIdentity, started_secs: u64, snapshot: &str) -> Candidate {
+        let mut c = candidate(id, scope, started_secs);
+        c.template_id = crate::checkpoint::alias_of(snapshot).to_owned();
+        c.template_alias = Some(crate::checkpoint::alias_of(snapshot).to_owned());
+        c.metadata
+            .insert(RESTORED_FROM_KEY.to_owned(), snapshot.to_owned());
+        c
+    }
+
+    fn checkpoint_of(scope: &ScopeIdentity) -> String {
+        crate::checkpoint::CheckpointName {
+            scope: CheckpointName::scope_tag(&scope.digest()),
+            taken_at: SystemTime::UNIX_EPOCH + Duration::from_secs(5),
+            reason: crate::checkpoint::CheckpointReason::Manual,
+            source: "old".to_owned(),
+            label: None,
+        }
+        .encode()
+    }
+
+    // contract: R4
+    #[test]
+    fn a_sandbox_made_from_the_scopes_checkpoint_is_adopted_another_scopes_is_not() {
+        let scope = identity(Mode::Persistent);
+        let mut other = identity(Mode::Persistent);
+        other.task_id = "other".to_owned();
+        let own = restored(
+            "new",
+            &scope,
+            30,
+            &format!("team/{}:default", checkpoint_of(&scope)),
+        );
+        let foreign = restored(
+            "bad",
+            &scope,
+            40,
+            &format!("{}:default", checkpoint_of(&other)),
+        );
+        let list = [candidate("old", &scope, 10), own, foreign];
+        match choose(&scope, &list) {
+            Adoption::Adopt {
+                candidate,
+                duplicates,
+                rejected,
+            } => {
+                assert_eq!(candidate.sandbox_id, "new");
+                assert_eq!((duplicates, rejected), (1, 1));
+            }
+            other => panic!("expected adoption, got {other:?}"),
+        }
+        // Metadata naming the checkpoint on a sandbox of another template is refused.
+        let mut forged = restored("forged", &scope, 50, &checkpoint_of(&scope));
+        forged.template_id = "sometemplate".to_owned();
+        forged.template_alias = None;
+        assert_eq!(check(&scope, &forged), Err(Mismatch::OtherTemplate));
+    }
+
+    // contract: R5
+    #[test]
+    fn a_superseded_sandbox_is_never_adopted_whatever_its_age() {
+        let scope = identity(Mode::Persistent);
+        let mut new = candidate("new", &scope, 10);
+        new.metadata
+            .insert(SUPERSEDES_KEY.to_owned(), "old".to_owned());
+        let list = [candidate("old", &scope, 99), new];
+        match choose(&scope, &list) {
+            Adoption::Adopt {
+                candidate,
+                duplicates,
+                ..
+            } => {
+                assert_eq!(candidate.sandbox_id, "new");
+                assert_eq!(duplicates, 0);
+            }
+            other => panic!("expected adoption, got {other:?}"),
+        }
+        let retired: Vec<&str> = superseded(&scope, &list)
+            .iter()
+            .map(|c| c.sandbox_id.as_str())
+            .collect();
+        assert_eq!(retired, ["old"]);
+        // A foreign sandbox's claim retires nothing of this scope.
+        let mut other = identity(Mode::Persistent);
+        other.task_id = "other".to_owned();
+        let mut claim = candidate("claim", &other, 10);
+        claim
+            .metadata
+            .insert(SUPERSEDES_KEY.to_owned(), "old".to_owned());
+        assert!(superseded(&scope, &[candidate("old", &scope, 99), claim]).is_empty());
+    }
+
+    // contract: R6
+    #[test]
+    fn a_branch_is_adopted_only_when_nothing_else_is_left() {
+        let scope = identity(Mode::Persistent);
+        let branch = |id: &str, secs| {
+            let mut c = candidate(id, &scope, secs);
+            c.metadata.insert(BRANCH_KEY.to_owned(), "f1".to_owned());
+            c
+        };
+        let list = [
+            candidate("main", &scope, 10),
+            branch("b1", 20),
+            branch("b2", 30),
+        ];
+        match choose(&scope, &list) {
+            Adoption::Adopt {
+                candidate,
+                duplicates,
+                ..
+            } => {
+                assert_eq!(candidate.sandbox_id, "main");
+                assert_eq!(duplicates, 0);
+            }
+            other => panic!("expected adoption, got {other:?}"),
+        }
+        let alone = [branch("b1", 20)];
+        assert!(matches!(
+            choose(&scope, &alone),
+            Adoption::Adopt { candidate, .. } if candidate.sandbox_id == "b1"
+        ));
     }
 }

@@ -2,13 +2,18 @@
 #![deny(missing_docs)]
 
 mod adoption;
+mod checkpoint;
 mod error;
 mod labels;
 mod lease;
 mod metadata;
 mod scope;
 
-pub use adoption::{Adoption, Candidate, Mismatch, SandboxState, check, choose};
+pub use adoption::{Adoption, Candidate, Mismatch, SandboxState, check, choose, superseded};
+pub use checkpoint::{
+    BRANCH_KEY, CheckpointName, CheckpointReason, MAX_LABEL_LEN, RESTORED_FROM_KEY, SUPERSEDES_KEY,
+    alias_of,
+};
 pub use error::Error;
 pub use labels::{Labels, POSTURE_KEY, PROFILE_KEY, Posture, ProfileDigest, stamp_scope};
 pub use lease::{
