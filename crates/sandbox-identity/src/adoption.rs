@@ -145,14 +145,15 @@ pub fn choose<'a>(identity: &ScopeIdentity, candidates: &'a [Candidate]) -> Adop
         .filter(|candidate| check_against(identity, &wanted, candidate).is_ok())
         .collect();
     let retired = retired_among(&matches);
-    // A branch is the scope's only when nothing else is (R6).
-    let unbranched = matches
-        .iter()
-        .any(|candidate| !retired.contains(candidate) && !is_branch(candidate));
+    let live: Vec<&'a Candidate> = matches
+        .into_iter()
+        .filter(|candidate| !retired.contains(candidate))
+        .collect();
+    let waiting = waiting_branches(&live);
     let mut newest: Option<&'a Candidate> = None;
     let mut matching = 0usize;
-    for candidate in matches {
-        if retired.contains(&candidate) || (unbranched && is_branch(candidate)) {
+    for candidate in live {
+        if waiting.contains(&candidate) {
             continue;
         }
         matching += 1;
@@ -199,8 +200,20 @@ fn retired_among<'a>(matches: &[&'a Candidate]) -> Vec<&'a Candidate> {
         .collect()
 }
 
-fn is_branch(candidate: &Candidate) -> bool {
-    candidate.metadata.contains_key(BRANCH_KEY)
+/// The branches that are not (yet) the scope's: their parent still exists, or the scope has
+/// a sandbox that is no branch (R6).
+fn waiting_branches<'a>(live: &[&'a Candidate]) -> Vec<&'a Candidate> {
+    let unbranched = live
+        .iter()
+        .any(|candidate| !candidate.metadata.contains_key(BRANCH_KEY));
+    live.iter()
+        .copied()
+        .filter(|branch| {
+            branch.metadata.get(BRANCH_KEY).is_some_and(|parent| {
+                unbranched || live.iter().any(|other| &other.sandbox_id == parent)
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -450,33 +463,42 @@ mod tests {
 
     // contract: R6
     #[test]
-    fn a_branch_is_adopted_only_when_nothing_else_is_left() {
+    fn a_branch_is_adopted_only_when_its_parent_and_every_unbranched_sandbox_are_gone() {
         let scope = identity(Mode::Persistent);
-        let branch = |id: &str, secs| {
+        let branch = |id: &str, parent: &str, secs| {
             let mut c = candidate(id, &scope, secs);
-            c.metadata.insert(BRANCH_KEY.to_owned(), "f1".to_owned());
+            c.metadata.insert(BRANCH_KEY.to_owned(), parent.to_owned());
             c
         };
-        let list = [
-            candidate("main", &scope, 10),
-            branch("b1", 20),
-            branch("b2", 30),
-        ];
-        match choose(&scope, &list) {
+        let adopted = |list: &[Candidate]| match choose(&scope, list) {
             Adoption::Adopt {
                 candidate,
                 duplicates,
                 ..
-            } => {
-                assert_eq!(candidate.sandbox_id, "main");
-                assert_eq!(duplicates, 0);
-            }
+            } => (candidate.sandbox_id.clone(), duplicates),
             other => panic!("expected adoption, got {other:?}"),
-        }
-        let alone = [branch("b1", 20)];
-        assert!(matches!(
-            choose(&scope, &alone),
-            Adoption::Adopt { candidate, .. } if candidate.sandbox_id == "b1"
-        ));
+        };
+        let forked = [
+            candidate("main", &scope, 10),
+            branch("b1", "main", 20),
+            branch("b2", "main", 30),
+        ];
+        assert_eq!(adopted(&forked), ("main".to_owned(), 0));
+        // The other branch retired, the parent still there: still the parent.
+        assert_eq!(adopted(&forked[..2]), ("main".to_owned(), 0));
+        // The parent retired: the branch is what is left.
+        assert_eq!(adopted(&[branch("b1", "main", 20)]), ("b1".to_owned(), 0));
+        // An adopted branch forks again: its own branches wait while it exists.
+        let again = [branch("b1", "main", 20), branch("c1", "b1", 40)];
+        assert_eq!(adopted(&again), ("b1".to_owned(), 0));
+        // A rollback made an unbranched sandbox: branches of a dead parent wait too.
+        let mut restored = candidate("r", &scope, 15);
+        restored
+            .metadata
+            .insert(SUPERSEDES_KEY.to_owned(), "main".to_owned());
+        assert_eq!(
+            adopted(&[restored, branch("b1", "main", 20)]),
+            ("r".to_owned(), 0)
+        );
     }
 }

@@ -41,9 +41,10 @@ pub const RESTORED_FROM_KEY: &str = "hermes.restored_from";
 /// (a rollback or adoption interrupted between its create and its kill), the replaced one
 /// is never adopted, and the next writer bring-up kills it.
 pub const SUPERSEDES_KEY: &str = "hermes.supersedes";
-/// Metadata key of a fork branch: the fork's id. A branch is adopted only when the scope
-/// has no sandbox that is not a branch, which is what `adopt` brings about by retiring the
-/// scope's sandbox and the other branches.
+/// Metadata key of a fork branch: the id of the sandbox it was forked from (its parent). A
+/// branch is never adopted while its parent exists or while the scope has a sandbox that is
+/// no branch; `adopt` retires the other branches, then the parent, so the chosen branch is
+/// what is left (R6).
 pub const BRANCH_KEY: &str = "hermes.branch";
 
 /// Prefix of every checkpoint name; the rest is `_`-separated fields.

@@ -24,6 +24,12 @@ pub trait Clock: fmt::Debug + Send + Sync {
     /// suspended. [`Instant`] stops during a suspend on Linux, so anything that must notice
     /// time spent asleep (a writer grant on another machine's clock lapsing) paces by this.
     fn since_boot(&self) -> Duration;
+
+    /// The wall clock, for what people read (a checkpoint's time). Never used for lease
+    /// arithmetic, which follows [`Clock::now`].
+    fn wall(&self) -> std::time::SystemTime {
+        std::time::SystemTime::now()
+    }
 }
 
 /// The process's monotonic clock; [`Clock::since_boot`] reads `CLOCK_BOOTTIME` on Linux
