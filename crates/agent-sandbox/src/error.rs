@@ -230,6 +230,17 @@ pub enum Error {
         /// The refused step.
         operation: &'static str,
     },
+
+    /// A checkpoint, rollback, fork or adoption was refused before it changed anything.
+    #[error("E2B {operation} refused{}: {reason}", ForSandbox(.sandbox_id.as_deref()))]
+    CheckpointRefused {
+        /// The refused step (`checkpoint`, `rollback`, `fork`, `adopt`).
+        operation: &'static str,
+        /// The scope's sandbox, once one is known.
+        sandbox_id: Option<String>,
+        /// Why.
+        reason: CheckpointRefusal,
+    },
 }
 
 impl Error {
@@ -240,6 +251,7 @@ impl Error {
             | Error::NotReady { sandbox_id, .. }
             | Error::Coordination { sandbox_id, .. }
             | Error::FileRefused { sandbox_id, .. }
+            | Error::CheckpointRefused { sandbox_id, .. }
             | Error::Closed { sandbox_id, .. } => sandbox_id.as_deref(),
             Error::Recovery { sandbox_id, .. }
             | Error::StateSync { sandbox_id, .. }
@@ -285,6 +297,28 @@ impl Error {
                 ..
             }
         )
+    }
+
+    /// A checkpoint, rollback, fork or adoption was refused before it changed anything.
+    pub fn is_checkpoint_refused(&self) -> bool {
+        matches!(self, Error::CheckpointRefused { .. })
+    }
+
+    /// Refused because commands of the scope were still running after the wait (a snapshot
+    /// pauses the sandbox and would cut them); [`Error::running_commands`] says which.
+    pub fn is_busy(&self) -> bool {
+        !self.running_commands().is_empty()
+    }
+
+    /// The commands a busy refusal waited for (`pid N: text`).
+    pub fn running_commands(&self) -> &[String] {
+        match self {
+            Error::CheckpointRefused {
+                reason: CheckpointRefusal::CommandsRunning { commands, .. },
+                ..
+            } => commands,
+            _ => &[],
+        }
     }
 
     /// A reader's command refused by the state gates: fail closed, retry later.
@@ -434,6 +468,63 @@ impl fmt::Display for FileRefusal {
             FileRefusal::InvalidPath(reason) => f.write_str(reason),
             FileRefusal::OverCap { max_bytes } => {
                 write!(f, "larger than the cap of {max_bytes} bytes")
+            }
+        }
+    }
+}
+
+/// Why a checkpoint, rollback, fork or adoption was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CheckpointRefusal {
+    /// This session does not hold the scope's writer role (R1).
+    NotWriter,
+    /// The backend has no scope of its own to change (attach mode, the probe scope).
+    NoScope(&'static str),
+    /// Commands of the scope still ran after the wait (R2).
+    CommandsRunning {
+        /// Each one as `pid N: text`.
+        commands: Vec<String>,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
+    /// No checkpoint of the scope matches.
+    NoCheckpoint {
+        /// What was asked for.
+        target: String,
+    },
+    /// The branch is not one of the fork's started branches.
+    NotABranch {
+        /// The sandbox asked for.
+        sandbox_id: String,
+    },
+}
+
+impl fmt::Display for CheckpointRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckpointRefusal::NotWriter => f.write_str(
+                "this session is not the scope's writer; only the session holding the writer role may do this",
+            ),
+            CheckpointRefusal::NoScope(what) => write!(f, "{what} has no scope of its own to change"),
+            CheckpointRefusal::CommandsRunning { commands, waited } => {
+                let n = commands.len();
+                write!(
+                    f,
+                    "{n} command{} still running after waiting {} s ({}); E2B pauses the sandbox to snapshot it, which would cut {}: let {} finish or stop {} first",
+                    if n == 1 { " is" } else { "s are" },
+                    waited.as_secs(),
+                    commands.join("; "),
+                    if n == 1 { "it" } else { "them" },
+                    if n == 1 { "it" } else { "them" },
+                    if n == 1 { "it" } else { "them" },
+                )
+            }
+            CheckpointRefusal::NoCheckpoint { target } => {
+                write!(f, "no checkpoint of this scope matches {target}")
+            }
+            CheckpointRefusal::NotABranch { sandbox_id } => {
+                write!(f, "sandbox {sandbox_id} is not a started branch of this fork")
             }
         }
     }

@@ -3,6 +3,7 @@
 
 mod arbitration;
 mod backend;
+mod checkpoint;
 mod command;
 mod config;
 mod error;
@@ -19,18 +20,23 @@ mod transport;
 pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
-pub use backend::{Backend, LEASE_HEADROOM, RETRY_HINT, TRANSFER_WINDOW};
+pub use backend::{Backend, LEASE_HEADROOM, MAX_BRANCHES, RETRY_HINT, TRANSFER_WINDOW};
+pub use checkpoint::{
+    Branch, Checkpoint, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT, Discarded,
+    Fork, RollbackReport, utc,
+};
 pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
     DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, E2B_DEFAULT_HOME,
     Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode, Scope, Services, WriterArbitration,
 };
+pub use sandbox_identity::CheckpointReason;
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
 pub use e2b_client::{ApiKey, SandboxId};
 // The one redaction pass (X4), for bindings that log or show text of their own.
 pub use e2b_client::{REDACTED, redact};
-pub use error::{Error, ErrorChain, FileRefusal};
+pub use error::{CheckpointRefusal, Error, ErrorChain, FileRefusal};
 pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{

@@ -12,6 +12,8 @@ pub enum Origin {
     },
     /// Attach mode: connected to the sandbox id it was given (L12).
     Connected,
+    /// A rollback or an adoption made it the scope's (R4, R6).
+    Restored,
 }
 
 /// The backend's part in its scope's state protocol.
@@ -72,6 +74,12 @@ pub struct Stats {
     pub sandbox_kills: u64,
     /// Start requests that asked a sandbox for its home (once per sandbox per host).
     pub home_probes: u64,
+    /// Snapshot requests (checkpoints, undo points, fork points).
+    pub snapshots: u64,
+    /// Snapshot list requests (paged lists count once).
+    pub snapshot_lists: u64,
+    /// Snapshot deletions.
+    pub snapshot_deletes: u64,
 }
 
 /// What a teardown pull did.

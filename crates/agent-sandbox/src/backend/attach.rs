@@ -97,7 +97,7 @@ impl Inner {
         let (sandbox, lease, origin, resumed) = if let Role::PendingWriter(writer) = &mut role {
             self.find_or_create_under_lock(&client, files, writer)?
         } else {
-            self.find_existing(&client, || Ok(()))?
+            self.find_existing(&client, Retire::Nothing, || Ok(()))?
                 .ok_or_else(|| Error::NotReady {
                 // Only the writer creates (I6); a reader waits for it.
                 sandbox_id: None,
@@ -131,6 +131,7 @@ impl Inner {
     pub(super) fn find_existing(
         &self,
         client: &Client,
+        retire: Retire,
         during: impl FnOnce() -> Result<(), Error>,
     ) -> Result<Option<(Sandbox, LeaseTracker, Origin, bool)>, Error> {
         let mut query = ListQuery::all();
@@ -165,6 +166,9 @@ impl Inner {
         let early = hint.zip(connected);
         let listed = listed.map_err(|source| Error::e2b("list sandboxes", None, source))?;
         let candidates: Vec<Candidate> = listed.iter().map(candidate).collect();
+        if retire == Retire::Superseded {
+            self.retire_superseded(client, &candidates);
+        }
         match sandbox_identity::choose(&self.identity, &candidates) {
             Adoption::Adopt {
                 candidate,
@@ -201,6 +205,27 @@ impl Inner {
                 )))
             }
             Adoption::Create { .. } | Adoption::NeverAdopt => Ok(None),
+        }
+    }
+
+    /// Kills the scope's sandboxes that another of its sandboxes replaces: what a rollback or
+    /// an adoption interrupted between its create and its kill left (R5). Adoption already
+    /// never chooses them; this only stops their cost. A failed kill is warned about and
+    /// tried again at the next bring-up.
+    fn retire_superseded(&self, client: &Client, candidates: &[Candidate]) {
+        let retired: Vec<SandboxId> = sandbox_identity::superseded(&self.identity, candidates)
+            .into_iter()
+            .filter_map(|candidate| SandboxId::parse(candidate.sandbox_id.clone()))
+            .collect();
+        if retired.is_empty() {
+            return;
+        }
+        let (killed, failed) = self.kill_all(client, &retired);
+        for id in killed {
+            tracing::warn!(sandbox_id = %id, "E2B sandbox {id} was replaced by an interrupted rollback or adoption; killed it (the checkpoint taken before the replacement keeps its state)");
+        }
+        for (id, why) in failed {
+            tracing::warn!(sandbox_id = %id, "E2B sandbox {id} was replaced by an interrupted rollback or adoption; its kill failed ({why}); it is never adopted and the next bring-up tries again");
         }
     }
 
@@ -257,7 +282,7 @@ impl Inner {
                     source,
                 })
         };
-        if let Some(found) = self.find_existing(client, transition)? {
+        if let Some(found) = self.find_existing(client, Retire::Superseded, transition)? {
             return Ok(found);
         }
         let (sandbox, lease) = self.create(client, OnTimeout::Pause(PauseMemory::Discard))?;
@@ -460,4 +485,12 @@ fn candidate(listed: &ListedSandbox) -> Candidate {
             _ => sandbox_identity::SandboxState::Other,
         },
     }
+}
+
+/// Whether a lookup kills the scope's superseded sandboxes (the writer's, under the creation
+/// lock) or leaves them (a reader's).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retire {
+    Superseded,
+    Nothing,
 }

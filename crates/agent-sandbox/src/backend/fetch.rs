@@ -56,7 +56,7 @@ impl Backend {
                     regular_file(sandbox, path, &id),
                     open_download(sandbox, path, max_bytes, &id),
                 ))?;
-                Ok((download, id, InFlight::enter(&inner.inflight)))
+                Ok((download, id, InFlight::enter(&inner.inflight, path)))
             })?;
         let refused = |reason| Error::FileRefused {
             operation: FETCH,
@@ -342,18 +342,18 @@ impl Drop for TempFile {
 }
 
 /// One transfer counted as in flight, so a cleanup waits for it (L8); left when dropped.
-struct InFlight(Arc<Inflight>);
+struct InFlight(Arc<Inflight>, u64);
 
 impl InFlight {
-    fn enter(inflight: &Arc<Inflight>) -> InFlight {
-        inflight.enter();
-        InFlight(Arc::clone(inflight))
+    fn enter(inflight: &Arc<Inflight>, path: &str) -> InFlight {
+        let token = inflight.enter(format!("file delivery of {}", e2b_client::redact(path)));
+        InFlight(Arc::clone(inflight), token)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.leave();
+        self.0.leave(self.1);
     }
 }
 

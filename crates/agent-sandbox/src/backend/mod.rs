@@ -5,7 +5,9 @@
 //! (top-up before a command), `start` (starting a command) and `teardown` (cleanup,
 //! finalize, detach).
 
-mod attach;
+pub(super) mod attach;
+mod checkpoint;
+pub use checkpoint::MAX_BRANCHES;
 mod fence;
 mod fetch;
 mod gates;
@@ -112,6 +114,8 @@ struct Inner {
     arbitration: ArbitrationMemory,
     /// Leaf lock: one scope-note update at a time.
     note_serial: Mutex<()>,
+    /// The last checkpoint time this process named (Unix milliseconds): names never repeat.
+    last_checkpoint_ms: AtomicU64,
     stats: Counters,
 }
 
@@ -147,38 +151,79 @@ struct Counters {
     commands: AtomicU64,
     sandbox_kills: AtomicU64,
     home_probes: AtomicU64,
+    snapshots: AtomicU64,
+    snapshot_lists: AtomicU64,
+    snapshot_deletes: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The scope's running commands (and fetches): counted, and described for a checkpoint that
+/// must say which ones it waited for.
 #[derive(Default)]
 struct Inflight {
-    count: Mutex<usize>,
+    running: Mutex<Running>,
     idle: Condvar,
 }
 
+#[derive(Default)]
+struct Running {
+    next: u64,
+    what: std::collections::BTreeMap<u64, String>,
+}
+
 impl Inflight {
-    fn enter(&self) {
-        *self.count.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    /// Counts one more; `what` describes it (already redacted) and `leave` takes the token.
+    fn enter(&self, what: String) -> u64 {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.next += 1;
+        let token = running.next;
+        running.what.insert(token, what);
+        token
     }
 
-    fn leave(&self) {
-        let mut count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count = count.saturating_sub(1);
-        if *count == 0 {
+    fn leave(&self, token: u64) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        running.what.remove(&token);
+        if running.what.is_empty() {
             self.idle.notify_all();
         }
     }
 
     fn wait_idle(&self) {
-        let count = self.count.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let _idle = self
             .idle
-            .wait_while(count, |count| *count > 0)
+            .wait_while(running, |running| !running.what.is_empty())
             .unwrap_or_else(PoisonError::into_inner);
     }
+
+    /// Waits up to `wait` for nothing to run; what still runs then, if anything.
+    fn wait_idle_for(&self, wait: Duration) -> Result<(), Vec<String>> {
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let (running, _timeout) = self
+            .idle
+            .wait_timeout_while(running, wait, |running| !running.what.is_empty())
+            .unwrap_or_else(PoisonError::into_inner);
+        if running.what.is_empty() {
+            Ok(())
+        } else {
+            Err(running.what.values().cloned().collect())
+        }
+    }
+}
+
+/// How a running command reads in a refusal: its sandbox pid and the start of its text.
+fn describe_command(pid: u32, command: &str) -> String {
+    const SHOWN: usize = 60;
+    let text: String = command.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown: String = text.chars().take(SHOWN).collect();
+    if text.chars().count() > SHOWN {
+        shown.push('…');
+    }
+    format!("pid {pid}: {}", e2b_client::redact(&shown))
 }
 
 enum Phase {
@@ -302,6 +347,7 @@ impl Backend {
                 handoff: Handoff::default(),
                 arbitration: ArbitrationMemory::default(),
                 note_serial: Mutex::new(()),
+                last_checkpoint_ms: AtomicU64::new(0),
                 stats: Counters::default(),
             }),
         })
@@ -338,6 +384,9 @@ impl Backend {
             commands: load(&c.commands),
             sandbox_kills: load(&c.sandbox_kills),
             home_probes: load(&c.home_probes),
+            snapshots: load(&c.snapshots),
+            snapshot_lists: load(&c.snapshot_lists),
+            snapshot_deletes: load(&c.snapshot_deletes),
         }
     }
 
@@ -394,7 +443,7 @@ impl Backend {
             unreachable!("attached above and not detached on success")
         };
         bump(&inner.stats.commands);
-        inner.inflight.enter();
+        let token = inner.inflight.enter(describe_command(pid, command));
         let inflight = Arc::clone(&inner.inflight);
         let launched = command::spawn(Launch {
             runtime: inner.services.runtime.clone(),
@@ -403,10 +452,10 @@ impl Backend {
             sandbox_pid: pid,
             deadline: options.deadline,
             sink,
-            on_done: Box::new(move || inflight.leave()),
+            on_done: Box::new(move || inflight.leave(token)),
         });
         if launched.is_err() {
-            inner.inflight.leave();
+            inner.inflight.leave(token);
         }
         launched
     }

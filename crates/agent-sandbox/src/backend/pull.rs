@@ -57,7 +57,8 @@ impl Backend {
             }
         };
         let client = inner.client()?;
-        let Some((sandbox, lease, origin, resumed)) = inner.find_existing(&client, || Ok(()))?
+        let Some((sandbox, lease, origin, resumed)) =
+            inner.find_existing(&client, super::attach::Retire::Nothing, || Ok(()))?
         else {
             writer.release();
             return Err(Error::NoSandbox { operation: "pull" });

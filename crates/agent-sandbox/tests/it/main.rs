@@ -3,6 +3,7 @@
 
 mod arbitration;
 mod campaign;
+mod checkpoints;
 mod commands;
 mod fencing;
 mod fetch;
