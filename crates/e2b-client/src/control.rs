@@ -1,4 +1,5 @@
-//! The control plane: create, list, get, connect, set the lease, pause, kill.
+//! The control plane: create, list, get, connect, set the lease, pause, kill; snapshots and
+//! forks in [`snapshots`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,6 +11,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::Method;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::config::Config;
@@ -22,12 +24,14 @@ use crate::sandbox::{EnvdAccess, Sandbox};
 
 mod answers;
 mod options;
+mod snapshots;
 
 pub use self::answers::{
     ConnectState, Connected, KillOutcome, Lifecycle, ListedSandbox, PauseOutcome, SandboxDetail,
     SandboxInfo, SandboxState,
 };
 pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
+pub use self::snapshots::{DeleteOutcome, ForkOptions, SnapshotInfo, SnapshotQuery};
 
 /// Python's `quote(s)` keeps letters, digits, `_.-~` and `/`.
 const PY_QUOTE: &AsciiSet = &NON_ALPHANUMERIC
@@ -125,8 +129,19 @@ impl Client {
         &self,
         query: ListQuery,
     ) -> impl Stream<Item = Result<ListedSandbox, Error>> + Send + 'static {
+        self.paged(Operation::List, "/v2/sandboxes", list_query_string(&query))
+    }
+
+    /// Items of a paged GET, one page at a time: the next page (`nextToken` from the previous
+    /// answer's `X-Next-Token`) is fetched only when the previous one is consumed, and a server
+    /// that repeats a token is a protocol error rather than an endless loop.
+    pub(crate) fn paged<T: DeserializeOwned + Send + 'static>(
+        &self,
+        operation: Operation,
+        path: &'static str,
+        base_query: String,
+    ) -> impl Stream<Item = Result<T, Error>> + Send + 'static {
         let client = self.clone();
-        let base_query = list_query_string(&query);
         let pages = stream::try_unfold(PageState::First, move |state| {
             let client = client.clone();
             let base_query = base_query.clone();
@@ -136,10 +151,12 @@ impl Client {
                     PageState::First => None,
                     PageState::Next(token) => Some(token),
                 };
-                let (items, next) = client.list_page(&base_query, token.as_deref()).await?;
+                let (items, next) = client
+                    .get_page::<T>(operation, path, &base_query, token.as_deref())
+                    .await?;
                 let next_state = match next {
                     Some(next) if Some(&next) == token.as_ref() => {
-                        let ctx = client.ctx(Operation::List, None);
+                        let ctx = client.ctx(operation, None);
                         return Err(ctx.protocol("the server repeated the same page token"));
                     }
                     Some(next) => PageState::Next(next),
@@ -153,12 +170,14 @@ impl Client {
             .try_flatten()
     }
 
-    async fn list_page(
+    async fn get_page<T: DeserializeOwned>(
         &self,
+        operation: Operation,
+        path: &str,
         base_query: &str,
         token: Option<&str>,
-    ) -> Result<(Vec<ListedSandbox>, Option<String>), Error> {
-        let ctx = self.ctx(Operation::List, None);
+    ) -> Result<(Vec<T>, Option<String>), Error> {
+        let ctx = self.ctx(operation, None);
         let mut query = base_query.to_owned();
         if let Some(token) = token {
             if !query.is_empty() {
@@ -168,9 +187,9 @@ impl Client {
             query.extend(utf8_percent_encode(token, UNRESERVED));
         }
         let path = if query.is_empty() {
-            "/v2/sandboxes".to_owned()
+            path.to_owned()
         } else {
-            format!("/v2/sandboxes?{query}")
+            format!("{path}?{query}")
         };
         let (response, deadline) = self
             .send_json::<()>(&ctx, Method::GET, &path, None, Idempotency::Idempotent)
@@ -182,7 +201,7 @@ impl Client {
             .map(str::trim)
             .filter(|token| !token.is_empty())
             .map(str::to_owned);
-        let items: Vec<ListedSandbox> = self.inner.http.read_json(&ctx, response, deadline).await?;
+        let items: Vec<T> = self.inner.http.read_json(&ctx, response, deadline).await?;
         Ok((items, next))
     }
 

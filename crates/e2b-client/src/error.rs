@@ -23,6 +23,17 @@ pub enum Operation {
     Pause,
     /// `DELETE /sandboxes/{id}`.
     Kill,
+    /// `POST /sandboxes/{id}/snapshots`.
+    CreateSnapshot,
+    /// `GET /snapshots`.
+    ListSnapshots,
+    /// `DELETE /templates/{id}` of a snapshot.
+    DeleteSnapshot,
+    /// `POST /sandboxes/{id}/fork`, the request as a whole.
+    Fork,
+    /// One fork of a `POST /sandboxes/{id}/fork` that failed to start (the entry's error); the
+    /// sandbox named is the source.
+    StartFork,
     /// envd `GET /health`.
     Health,
     /// envd `process.Process/Start`.
@@ -60,6 +71,8 @@ impl Operation {
                 | Operation::SetTimeout
                 | Operation::Pause
                 | Operation::Kill
+                | Operation::CreateSnapshot
+                | Operation::Fork
         )
     }
 }
@@ -76,6 +89,11 @@ impl fmt::Display for Operation {
             Operation::SetTimeout => "set sandbox lease",
             Operation::Pause => "pause sandbox",
             Operation::Kill => "kill sandbox",
+            Operation::CreateSnapshot => "create snapshot",
+            Operation::ListSnapshots => "list snapshots",
+            Operation::DeleteSnapshot => "delete snapshot",
+            Operation::Fork => "fork sandbox",
+            Operation::StartFork => "start forked sandbox",
             Operation::Health => "envd health",
             Operation::StartProcess => "start process",
             Operation::ConnectProcess => "connect to process",

@@ -21,9 +21,9 @@ pub use crate::config::{
     Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
 };
 pub use crate::control::{
-    Client, ConnectState, Connected, CreateOptions, KillOutcome, Lifecycle, ListQuery,
-    ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxState,
-    StateFilter,
+    Client, ConnectState, Connected, CreateOptions, DeleteOutcome, ForkOptions, KillOutcome,
+    Lifecycle, ListQuery, ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail,
+    SandboxInfo, SandboxState, SnapshotInfo, SnapshotQuery, StateFilter,
 };
 pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{

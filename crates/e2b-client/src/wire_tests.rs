@@ -5,5 +5,6 @@ mod control;
 mod files;
 mod first_contact;
 mod processes;
+mod snapshots;
 mod support;
 mod transport;

@@ -6,7 +6,8 @@ use std::time::Duration;
 /// What to create. Start from [`CreateOptions::new`]; there is no `Default`.
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
-    /// Template name or id (`base`).
+    /// Template name or id (`base`). A snapshot's id or name is a template too: a sandbox
+    /// created from it starts with the snapshot's files.
     pub template: String,
     /// The first lease; `None` leaves it to E2B (300 s on the v2 route).
     pub timeout: Option<Duration>,
