@@ -164,15 +164,20 @@ fn broken_after_checkpoint(
     let id = backend.attach().expect("attach").sandbox_id;
     ok(
         &backend,
-        &format!("mkdir -p {WORK} && printf good > {WORK}/app.txt"),
+        &format!(
+            "mkdir -p {WORK} /home/user/.hermes/memories && printf good > {WORK}/app.txt && \
+             printf stale > /home/user/.hermes/memories/FORGOTTEN.md"
+        ),
     );
     let checkpoint = backend
         .checkpoint(request(Some("good")))
         .expect("checkpoint");
+    // After the checkpoint the agent breaks the workspace, drops one memory and learns
+    // another.
     ok(
         &backend,
         &format!(
-            "rm -rf {WORK} && mkdir -p /home/user/.hermes/memories && \
+            "rm -rf {WORK} /home/user/.hermes/memories/FORGOTTEN.md && \
              printf 'learned after the checkpoint' > /home/user/.hermes/memories/MEMORY.md"
         ),
     );
@@ -209,6 +214,13 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
         std::fs::read_to_string(home.join("memories/MEMORY.md")).unwrap(),
         "learned after the checkpoint"
     );
+    // The checkpoint's older Hermes state is gone from the new sandbox: a memory the agent
+    // dropped after the checkpoint does not come back (a later recovery would take it for
+    // new work).
+    assert!(!home.join("memories/FORGOTTEN.md").exists());
+    let (exit, _) =
+        support::run(&backend, "test -e /home/user/.hermes/memories/FORGOTTEN.md").unwrap();
+    assert_ne!(exit.exit_code, 0, "the checkpoint's memories/ were emptied");
     // skills/ in the new sandbox are the host's newest, not the checkpoint's.
     assert_eq!(
         ok(&backend, "cat /home/user/.hermes/skills/host/SKILL.md"),
@@ -266,8 +278,6 @@ fn a_rollback_interrupted_after_its_create_resolves_to_the_new_sandbox_and_retir
         .expect("create")
         .sandbox_id;
     backend.finalize();
-    // Newer than the replacement, the old one would win by age alone.
-    support::sandbox_shell(&world, &old, "true");
     let log = support::WarningLog::default();
     let next = world.persistent();
     let info = log.capture(|| next.attach().expect("bring-up"));
