@@ -193,9 +193,26 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
     let home = world.home.path();
     let (backend, checkpoint, old) = broken_after_checkpoint(&world, RecordingHooks::new(home));
     let digest = backend.scope_digest();
+    let before = world.server().requests();
     let report = backend
         .rollback(CheckpointTarget::Named("good".to_owned()), Duration::ZERO)
         .expect("rollback");
+    // Its cost: the list (a label was asked for), the recovery's start, the undo snapshot,
+    // the create, the kill, the start that empties the new sandbox's state roots and the push.
+    let spent = world.server().requests().since(&before);
+    let routes: Vec<(&str, u64)> = spent.routes().collect();
+    assert_eq!(
+        routes,
+        [
+            ("Process/Start", 2),
+            ("create", 1),
+            ("files POST", 1),
+            ("kill", 1),
+            ("list snapshots", 1),
+            ("snapshot", 1)
+        ],
+        "{spent:?}"
+    );
     assert_eq!(report.restored.snapshot_id, checkpoint.snapshot_id);
     assert_eq!(report.retired_sandbox, old);
     assert_ne!(report.sandbox_id, old);
