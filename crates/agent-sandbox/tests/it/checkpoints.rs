@@ -259,7 +259,8 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
         report.sandbox_id
     );
     drop(later);
-    // And the rollback can be undone.
+    // And the rollback can be undone, by the undo point's id (which needs no list).
+    let before = world.server().requests();
     let undone = backend
         .rollback(
             CheckpointTarget::Named(report.undo.snapshot_id.clone()),
@@ -267,6 +268,8 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
         )
         .expect("undo");
     assert_eq!(undone.retired_sandbox, report.sandbox_id);
+    let spent = world.server().requests().since(&before);
+    assert_eq!(spent.get("list snapshots"), 0, "{spent:?}");
     let (exit, _) = support::run(&backend, &format!("test -e {WORK}/app.txt")).unwrap();
     assert_ne!(exit.exit_code, 0, "the undo restored the broken workspace");
     assert_eq!(scope_sandboxes(&world, &digest).len(), 1);
