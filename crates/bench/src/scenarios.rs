@@ -531,7 +531,9 @@ fn snapshot(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
     let per_dir = files.div_ceil(dirs);
     let file_bytes = bytes / (dirs * per_dir);
     let runtime = runtime()?;
-    let config = e2b_client::Config::from_env(ApiKey::new(env("E2B_API_KEY")?));
+    let mut config = e2b_client::Config::from_env(ApiKey::new(env("E2B_API_KEY")?));
+    // Copying 1 GiB on a loaded machine can outlast the default per-request deadline.
+    config.request_deadline = BULK_DEADLINE;
     let client = e2b_client::Client::new(config)?;
     let mut options = e2b_client::CreateOptions::new("base".to_owned());
     options.timeout = Some(Duration::from_secs(3600));
