@@ -445,8 +445,7 @@ impl Inner {
     /// report with it. A refused or failed probe fails the caller; it then lets the attachment
     /// go (`forget_attachment`), as an attach whose probe fails attaches nothing.
     pub(super) fn settle_home(&self, attached: &mut Attached) -> Result<(), Error> {
-        // An empty home is never accepted, so it marks a report not filled yet.
-        if !attached.info.home.home.is_empty() {
+        if attached.home_settled() {
             return Ok(());
         }
         let home = Arc::clone(&attached.home);

@@ -211,6 +211,14 @@ struct Attached {
     home: Arc<crate::home::HomeSlot>,
 }
 
+impl Attached {
+    /// Whether the attach report holds the home yet (an empty home is never accepted, so
+    /// it marks a report `settle_home` has not completed).
+    fn home_settled(&self) -> bool {
+        !self.info.home.home.is_empty()
+    }
+}
+
 /// By when an attach's home probe must have answered.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum HomeNeeded {
@@ -392,8 +400,9 @@ impl Backend {
         let mut state = inner.lock_state();
         let attached =
             inner.ensure_attached_for(&mut state, "start command", HomeNeeded::AfterStart)?;
+        // Kept only while the home is still being asked (to stop the command if it is refused).
+        let pending = (!attached.home_settled()).then(|| attached.sandbox.clone());
         let started = inner.prepare_and_start(attached, command, &options);
-        let sandbox = attached.sandbox.clone();
         // The home probe of an attach made by this call has travelled with the start.
         let settled = inner.settle_or_forget(&mut state);
         let (stream, pid) = match (started, settled) {
@@ -403,7 +412,9 @@ impl Backend {
                 // home or could not learn it (with a home the sandbox's own check refuses,
                 // the command did not run: `start::START_IN_HOME`): stop it, best effort.
                 drop(stream);
-                if let Err(source) = inner.block_on(sandbox.kill_process(pid)) {
+                if let Some(sandbox) = pending
+                    && let Err(source) = inner.block_on(sandbox.kill_process(pid))
+                {
                     tracing::debug!(
                         sandbox_id = %sandbox.id(),
                         "stopping a command whose sandbox home was refused failed: {}",

@@ -31,10 +31,10 @@ impl Inner {
         // Until the attach's home probe has answered, a command that names no directory (and
         // has none configured) starts in `$HOME` by itself: the probe and the start then
         // travel together (L13).
-        let default_cwd = if attached.info.home.home.is_empty() {
-            self.config.cwd.clone()
-        } else {
+        let default_cwd = if attached.home_settled() {
             Some(attached.info.default_cwd.clone())
+        } else {
+            self.config.cwd.clone()
         };
         let start = match &staged {
             Some(path) => self.start_options(&redirect_stdin(path, command), options, default_cwd),
