@@ -13,6 +13,7 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use e2b_client::{ProcessEvent, Sandbox, StartOptions};
@@ -182,6 +183,173 @@ pub(crate) async fn probe(sandbox: &Sandbox) -> Result<SandboxHome, Error> {
         sandbox_id: id,
         reason: "the home probe ended without an exit status".to_owned(),
     })
+}
+
+/// One attachment's home: known (from this host's cache), or being asked by a probe that was
+/// sent at attach and is waited for only by the first step that needs the answer (a push or
+/// pull path, the attach's report, a command's start directory once it has been named), so
+/// the probe's round trip overlaps whatever the bring-up sends meanwhile. Shared by the
+/// backend's attachment and its transport.
+pub(crate) struct HomeSlot {
+    sandbox_id: String,
+    runtime: tokio::runtime::Handle,
+    cache: Option<HomeCache>,
+    known: OnceLock<SandboxHome>,
+    asking: Mutex<Asking>,
+}
+
+enum Asking {
+    Probe(tokio::task::JoinHandle<Result<SandboxHome, Error>>),
+    /// The probe failed: its text for every later asker, its error for the backend's settle.
+    Failed(String, Option<Error>),
+    Answered,
+}
+
+impl HomeSlot {
+    /// A home this host already knows for the sandbox.
+    pub(crate) fn known(
+        sandbox_id: &str,
+        runtime: tokio::runtime::Handle,
+        home: SandboxHome,
+    ) -> Arc<HomeSlot> {
+        let slot = HomeSlot {
+            sandbox_id: sandbox_id.to_owned(),
+            runtime,
+            cache: None,
+            known: OnceLock::new(),
+            asking: Mutex::new(Asking::Answered),
+        };
+        let _ = slot.known.set(home);
+        Arc::new(slot)
+    }
+
+    /// Sends the probe now (one start request, on the runtime) and returns at once; the
+    /// answer is cached in `cache` when it arrives valid.
+    pub(crate) fn ask(
+        sandbox: &Sandbox,
+        runtime: tokio::runtime::Handle,
+        cache: Option<HomeCache>,
+    ) -> Arc<HomeSlot> {
+        let task = {
+            let sandbox = sandbox.clone();
+            runtime.spawn(async move { probe(&sandbox).await })
+        };
+        Arc::new(HomeSlot {
+            sandbox_id: sandbox.id().as_str().to_owned(),
+            runtime,
+            cache,
+            known: OnceLock::new(),
+            asking: Mutex::new(Asking::Probe(task)),
+        })
+    }
+
+    /// The home, if it has been learned (without waiting).
+    pub(crate) fn peek(&self) -> Option<&SandboxHome> {
+        self.known.get()
+    }
+
+    /// The home, waiting for the probe if it is still out. Blocks the calling thread, which
+    /// must not be driving async tasks. A failed probe fails every call, naming its cause.
+    pub(crate) fn wait(&self) -> Result<&SandboxHome, Error> {
+        self.answer().map_err(|text| self.refused(text))
+    }
+
+    /// As [`wait`](Self::wait), but a failed probe gives its own error (to the first such
+    /// call; later ones get its text), so the caller that lets the attachment go reports the
+    /// real cause whoever waited first.
+    pub(crate) fn wait_for_cause(&self) -> Result<&SandboxHome, Error> {
+        self.answer().map_err(|text| {
+            let mut asking = self.asking.lock().unwrap_or_else(PoisonError::into_inner);
+            match &mut *asking {
+                Asking::Failed(_, cause) => cause.take(),
+                _ => None,
+            }
+            .unwrap_or_else(|| self.refused(text))
+        })
+    }
+
+    fn answer(&self) -> Result<&SandboxHome, String> {
+        if let Some(home) = self.known.get() {
+            return Ok(home);
+        }
+        let mut asking = self.asking.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(home) = self.known.get() {
+            return Ok(home);
+        }
+        let answer = match std::mem::replace(&mut *asking, Asking::Answered) {
+            Asking::Probe(task) => match self.runtime.block_on(task) {
+                Ok(answer) => answer,
+                Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+                Err(_) => Err(self.refused("the async runtime is shutting down".to_owned())),
+            },
+            Asking::Failed(text, cause) => {
+                *asking = Asking::Failed(text.clone(), cause);
+                return Err(text);
+            }
+            Asking::Answered => unreachable!("an answered slot holds its home"),
+        };
+        match answer {
+            Ok(home) => {
+                if let Some(cache) = &self.cache {
+                    cache.put(&self.sandbox_id, &home);
+                }
+                Ok(self.known.get_or_init(|| home))
+            }
+            Err(error) => {
+                let text = format!(
+                    "the home probe failed: {}",
+                    crate::error::ErrorChain(&error)
+                );
+                *asking = Asking::Failed(text.clone(), Some(error));
+                Err(text)
+            }
+        }
+    }
+
+    fn refused(&self, reason: String) -> Error {
+        Error::UntrustedAnswer {
+            operation: OPERATION,
+            sandbox_id: self.sandbox_id.clone(),
+            reason,
+        }
+    }
+}
+
+/// Where Hermes' state lives in one attached sandbox: the configured root, else
+/// `<home>/.hermes` once the home is known (waiting for it the first time).
+pub(crate) struct RemoteHome {
+    configured: Option<String>,
+    slot: Arc<HomeSlot>,
+    derived: OnceLock<String>,
+}
+
+impl RemoteHome {
+    pub(crate) fn new(configured: Option<String>, slot: Arc<HomeSlot>) -> RemoteHome {
+        RemoteHome {
+            configured,
+            slot,
+            derived: OnceLock::new(),
+        }
+    }
+
+    /// The state root, waiting for the home probe if it is needed and still out.
+    pub(crate) fn get(&self) -> Result<&str, Error> {
+        if let Some(root) = &self.configured {
+            return Ok(root);
+        }
+        if let Some(root) = self.derived.get() {
+            return Ok(root);
+        }
+        let home = self.slot.wait()?;
+        Ok(self.derived.get_or_init(|| home.hermes_home()))
+    }
+
+    /// The state root if it is known without waiting (for debug output).
+    pub(crate) fn peek(&self) -> Option<String> {
+        self.configured
+            .clone()
+            .or_else(|| self.slot.peek().map(SandboxHome::hermes_home))
+    }
 }
 
 /// Homes learned before, per sandbox id, in one small file of the scope's host directory

@@ -208,6 +208,7 @@ class Bench:
         self.peer = [args.python, os.path.join(HERE, "peer.py")]
         self.hermes = None if args.hermes_python is None else [args.hermes_python, os.path.join(HERE, "hermes_row.py")]
         self.only = None if args.only is None else {name.strip() for name in args.only.split(",")}
+        self.pull_peers = [name.strip() for name in args.pull_peers.split(",") if name.strip()]
 
     def want(self, scenario):
         return self.only is None or scenario in self.only
@@ -259,7 +260,7 @@ class Bench:
                      {"bytes": s["stream_bytes"], "pattern": pattern})
         pull = {"bytes": s["pull_bytes"], "fill": fill_command(s["pull_bytes"])}
         self.run(server, latency, "pull", "ours", self.ours + ["pull"], pull)
-        for pattern in ("bytes", "stream", "curl"):
+        for pattern in self.pull_peers:
             self.run(server, latency, "pull", f"sdk {pattern}", self.peer + ["pull"], dict(pull, pattern=pattern))
         recovery = {"files": s["recovery_files"]}
         self.run(server, latency, "recovery", "ours", self.ours + ["recovery"], recovery)
@@ -675,6 +676,8 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the harness runs")
     parser.add_argument("--hermes-python", help="python of a venv with Hermes and the wheel (the Hermes rows)")
     parser.add_argument("--only", help="comma-separated scenarios to run (default: all)")
+    parser.add_argument("--pull-peers", default="bytes,stream,curl",
+                        help="the pull's peers to run (default: bytes,stream,curl; `curl` alone for quick repeats)")
     args = parser.parse_args()
     sys.exit(Bench(args).main())
 

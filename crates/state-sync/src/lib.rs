@@ -18,8 +18,8 @@ pub use error::Error;
 pub use extract::DirExtractor;
 pub use plan::{DeletePlan, MAX_COMMAND_BYTES, UploadPart, UploadPlan, shell_quote};
 pub use teardown::{
-    TEARDOWN_ARCHIVE_PREFIX, TeardownArchive, pull_teardown, teardown_archive_path,
-    teardown_archive_size, teardown_command, teardown_file_command,
+    TEARDOWN_ARCHIVE_PREFIX, TEARDOWN_BLOCKING_FACTOR, TeardownArchive, pull_teardown,
+    teardown_archive_path, teardown_archive_size, teardown_command, teardown_file_command,
 };
 
 #[cfg(test)]

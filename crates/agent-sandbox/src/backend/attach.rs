@@ -17,7 +17,7 @@ use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles, W
 use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
 use crate::config::{CREATION_LOCK_WAIT, SandboxMode};
 use crate::error::Error;
-use crate::home::{HomeCache, SandboxHome};
+use crate::home::{HomeCache, HomeSlot, RemoteHome, SandboxHome};
 use crate::note::NOTE_SANDBOX;
 use crate::progress::{Meter, ProgressUnit};
 use crate::report::{AttachInfo, Origin};
@@ -401,18 +401,12 @@ impl Inner {
         degradation: Option<String>,
     ) -> Result<Attached, Error> {
         let id = sandbox.id().clone();
-        let home = self.sandbox_home(&sandbox)?;
-        let remote_hermes_home = self
-            .config
-            .remote_hermes_home
-            .clone()
-            .unwrap_or_else(|| home.hermes_home());
-        let default_cwd = self.config.cwd.clone().unwrap_or_else(|| home.home.clone());
+        let home = self.sandbox_home(&sandbox);
         let transport = StateTransport::new(TransportParts {
             runtime: self.services.runtime.clone(),
             client: client.clone(),
             sandbox: sandbox.clone(),
-            remote_home: remote_hermes_home.clone(),
+            remote_home: RemoteHome::new(self.config.remote_hermes_home.clone(), Arc::clone(&home)),
             cap: self.config.state_cap,
             transfer_lease: self.policy.transfer_lease(TRANSFER_WINDOW),
             failures: Arc::clone(&self.handoff.failures),
@@ -423,7 +417,7 @@ impl Inner {
             .transport
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(transport);
-        let info = AttachInfo {
+        let mut info = AttachInfo {
             sandbox_id: id.as_str().to_owned(),
             origin,
             resumed,
@@ -435,10 +429,17 @@ impl Inner {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
-            home,
-            remote_hermes_home,
-            default_cwd,
+            // Filled from the home once it is known (`settle_home`), before any caller sees it.
+            home: SandboxHome {
+                home: String::new(),
+                user: String::new(),
+            },
+            remote_hermes_home: String::new(),
+            default_cwd: String::new(),
         };
+        if let Some(known) = home.peek() {
+            self.fill_home(&mut info, known);
+        }
         Ok(Attached {
             client,
             sandbox,
@@ -449,26 +450,49 @@ impl Inner {
             stale: false,
             fresh: matches!(origin, Origin::Created),
             grant: None,
+            home,
         })
     }
 
+    /// What the attach report derives from the home: the state root and the default start
+    /// directory (a configured one wins over the home, L13).
+    pub(super) fn fill_home(&self, info: &mut AttachInfo, home: &SandboxHome) {
+        info.remote_hermes_home = self
+            .config
+            .remote_hermes_home
+            .clone()
+            .unwrap_or_else(|| home.hermes_home());
+        info.default_cwd = self.config.cwd.clone().unwrap_or_else(|| home.home.clone());
+        info.home = home.clone();
+    }
+
+    /// Waits for the attachment's home if it is still being asked, and completes the attach
+    /// report with it. A refused or failed probe fails the caller; it then lets the attachment
+    /// go (`forget_attachment`), as an attach whose probe fails attaches nothing.
+    pub(super) fn settle_home(&self, attached: &mut Attached) -> Result<(), Error> {
+        if attached.home_settled() {
+            return Ok(());
+        }
+        let home = Arc::clone(&attached.home);
+        let known = home.wait_for_cause()?;
+        self.fill_home(&mut attached.info, known);
+        Ok(())
+    }
+
     /// The sandbox's real home: from this host's cache of earlier answers for this sandbox
-    /// id, else asked once (one start request) and cached. Only persistent scopes keep the
-    /// cache, beside their coordination files: the probe scope and ephemeral sandboxes are
-    /// never seen again, and attach mode touches no scope file (L12), so those ask each
-    /// time they attach.
-    fn sandbox_home(&self, sandbox: &Sandbox) -> Result<SandboxHome, Error> {
+    /// id, else asked once (one start request, sent now and waited for by the first step that
+    /// needs the answer) and cached. Only persistent scopes keep the cache, beside their
+    /// coordination files: the probe scope and ephemeral sandboxes are never seen again, and
+    /// attach mode touches no scope file (L12), so those ask each time they attach.
+    fn sandbox_home(&self, sandbox: &Sandbox) -> Arc<HomeSlot> {
         let id = sandbox.id().as_str();
+        let runtime = self.services.runtime.clone();
         let cache = self.files.as_ref().map(|files| HomeCache::new(files.dir()));
         if let Some(home) = cache.as_ref().and_then(|cache| cache.get(id)) {
-            return Ok(home);
+            return HomeSlot::known(id, runtime, home);
         }
         bump(&self.stats.home_probes);
-        let home = self.block_on(crate::home::probe(sandbox))?;
-        if let Some(cache) = &cache {
-            cache.put(id, &home);
-        }
-        Ok(home)
+        HomeSlot::ask(sandbox, runtime, cache)
     }
 }
 

@@ -538,6 +538,8 @@ impl Inner {
         let mut attached =
             self.attached(client, sandbox, lease, role, Origin::Restored, false, None)?;
         attached.fresh = true;
+        // The state roots are under the home: known before anything is removed.
+        self.settle_home(&mut attached)?;
         self.clear_state_roots(&attached, operation)?;
         *state = Phase::Attached(Box::new(attached));
         let Phase::Attached(attached) = state else {
@@ -584,6 +586,13 @@ impl Inner {
     /// place, a later recovery would take them for the agent's new work (R8).
     fn clear_state_roots(&self, attached: &Attached, operation: &'static str) -> Result<(), Error> {
         let home = attached.info.remote_hermes_home.trim_end_matches('/');
+        if home.is_empty() || !crate::home::is_normalised_absolute(home) {
+            return Err(Error::UntrustedAnswer {
+                operation,
+                sandbox_id: attached.id.as_str().to_owned(),
+                reason: "the state root to empty is not an absolute, normalised path".to_owned(),
+            });
+        }
         let mut args = vec!["-rf".to_owned(), "--".to_owned()];
         args.extend(
             recovery::RECOVERABLE_ROOTS

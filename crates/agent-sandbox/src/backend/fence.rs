@@ -119,13 +119,11 @@ impl Inner {
         let Some(term) = self.sandbox_term() else {
             return Ok(());
         };
-        let (verdict, sandbox_now) = self.ask(
-            &attached.sandbox,
-            &attached.info.remote_hermes_home,
-            term,
-            &Ask::Acquire,
-        )?;
-        self.take_acquired(attached, term, verdict, sandbox_now)
+        // The record sits beside the Hermes home: this waits for the home probe if it is out.
+        let remote_home = self.bring_up_home(attached)?;
+        let (verdict, sandbox_now) =
+            self.ask(&attached.sandbox, &remote_home, term, &Ask::Acquire)?;
+        self.take_acquired(attached, &remote_home, term, verdict, sandbox_now)
     }
 
     /// The bring-up's acquire and recovery of a sandbox it did not just create: under
@@ -139,17 +137,25 @@ impl Inner {
         };
         let holder = self.holder()?;
         let operation = Ask::Acquire.operation();
-        let remote_home = attached.info.remote_hermes_home.clone();
+        let remote_home = self.bring_up_home(attached)?;
         let (line, snapshot) =
             self.current_transport(&id)?
                 .gated_snapshot(operation, ANSWER_LIMIT, |snapshot| {
                     acquire_then(&remote_home, &holder, term, snapshot)
                 })?;
         let (verdict, sandbox_now) = parse_answer(operation, &id, &line)?;
-        self.take_acquired(attached, term, verdict, sandbox_now)?;
+        self.take_acquired(attached, &remote_home, term, verdict, sandbox_now)?;
         let config = self.recovery_config(&id);
         let report = snapshot.recover(&config);
         self.settle_recovery(&id, config, report).map(drop)
+    }
+
+    /// The Hermes home during a bring-up, from the transport (waiting for the attach's home
+    /// probe if it is still out; its cause is left for the attach to report).
+    fn bring_up_home(&self, attached: &Attached) -> Result<String, Error> {
+        self.current_transport(attached.id.as_str())?
+            .remote_hermes_home()
+            .map(str::to_owned)
     }
 
     /// Granted, this writer stages its pushes from now on; held by another host, it stays a
@@ -157,6 +163,7 @@ impl Inner {
     fn take_acquired(
         &self,
         attached: &mut Attached,
+        remote_home: &str,
         term: Duration,
         verdict: Verdict,
         sandbox_now: u64,
@@ -173,10 +180,8 @@ impl Inner {
                     generation: record.generation,
                     renewed: self.services.clock.since_boot(),
                 });
-                self.current_transport(&id)?.stage_into(Some(staging_dir(
-                    &attached.info.remote_hermes_home,
-                    record.generation,
-                )));
+                self.current_transport(&id)?
+                    .stage_into(Some(staging_dir(remote_home, record.generation)));
                 Ok(())
             }
             Verdict::Held(record) => {
@@ -239,7 +244,9 @@ impl Inner {
         } else {
             return Ok(());
         };
-        let answer = self.ask(sandbox, transport.remote_hermes_home(), term, &ask);
+        let answer = transport
+            .remote_hermes_home()
+            .and_then(|home| self.ask(sandbox, home, term, &ask));
         if answer.is_err()
             && let Ask::Commit { deletes, .. } = ask.clone()
         {

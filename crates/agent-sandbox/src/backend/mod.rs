@@ -27,7 +27,7 @@ use writer_lease::{Holder, ScopeFiles, ScopeKey, WriterLease};
 
 use crate::command::{self, Launch, RunOptions, RunningCommand};
 use crate::config::{Config, SandboxMode, Scope, Services};
-use crate::error::Error;
+use crate::error::{Error, ErrorChain};
 use crate::hooks::StateHooks;
 use crate::report::{AttachInfo, RoleKind, Stats};
 use crate::sink::OutputSink;
@@ -251,6 +251,27 @@ struct Attached {
     fresh: bool,
     /// The writer's grant in the sandbox's record (`writer_arbitration: sandbox`).
     grant: Option<fence::Grant>,
+    /// The sandbox's home: known, or asked at attach and waited for by the first step that
+    /// needs it (`settle_home` completes `info` with it).
+    home: Arc<crate::home::HomeSlot>,
+}
+
+impl Attached {
+    /// Whether the attach report holds the home yet (an empty home is never accepted, so
+    /// it marks a report `settle_home` has not completed).
+    fn home_settled(&self) -> bool {
+        !self.info.home.home.is_empty()
+    }
+}
+
+/// By when an attach's home probe must have answered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HomeNeeded {
+    /// Before the call returns (its caller reads the attach report or a state path).
+    Now,
+    /// Once the command's start request has gone out: a command that names no directory
+    /// starts in `$HOME` itself (L13), so the probe and the start travel together.
+    AfterStart,
 }
 
 enum Role {
@@ -426,10 +447,36 @@ impl Backend {
     ) -> Result<RunningCommand, Error> {
         let inner = &self.inner;
         let mut state = inner.lock_state();
-        let attached = inner.ensure_attached(&mut state, "start command")?;
-        let (stream, pid) = match inner.prepare_and_start(attached, command, &options) {
-            Ok(started) => started,
-            Err(error) => {
+        let attached =
+            inner.ensure_attached_for(&mut state, "start command", HomeNeeded::AfterStart)?;
+        // Kept only while the home is still being asked (to stop the command if it is refused).
+        let pending = (!attached.home_settled()).then(|| attached.sandbox.clone());
+        let started = inner.prepare_and_start(attached, command, &options);
+        // The home probe of an attach made by this call has travelled with the start.
+        let settled = inner.settle_or_forget(&mut state);
+        let (stream, pid) = match (started, settled) {
+            (Ok(started), Ok(())) => started,
+            (Ok((stream, pid)), Err(error)) => {
+                // The command started while the probe was out and the host then refused the
+                // home or could not learn it (with a home the sandbox's own check refuses,
+                // the command did not run: `start::START_IN_HOME`): stop it, best effort.
+                drop(stream);
+                if let Some(sandbox) = pending
+                    && let Err(source) = inner.block_on(sandbox.kill_process(pid))
+                {
+                    tracing::debug!(
+                        sandbox_id = %sandbox.id(),
+                        "stopping a command whose sandbox home was refused failed: {}",
+                        ErrorChain(&source)
+                    );
+                }
+                return Err(error);
+            }
+            (Err(error), Err(_)) => return Err(error),
+            (Err(error), Ok(())) => {
+                let Phase::Attached(attached) = &mut *state else {
+                    unreachable!("attached above and settled")
+                };
                 // A sandbox that is gone, or a reader attached to a sandbox the writer no
                 // longer prepares, is let go here; the next use attaches afresh (and, as the
                 // writer, recreates it with a full bring-up). Nothing is replaced now.
@@ -541,6 +588,15 @@ impl Inner {
         state: &'a mut Phase,
         operation: &'static str,
     ) -> Result<&'a mut Attached, Error> {
+        self.ensure_attached_for(state, operation, HomeNeeded::Now)
+    }
+
+    fn ensure_attached_for<'a>(
+        &self,
+        state: &'a mut Phase,
+        operation: &'static str,
+        needed: HomeNeeded,
+    ) -> Result<&'a mut Attached, Error> {
         match state {
             Phase::Closing(attached) => {
                 return Err(Error::Closed {
@@ -563,8 +619,31 @@ impl Inner {
         let Phase::Attached(attached) = state else {
             unreachable!("the state was attached just above")
         };
-        self.establish(attached)?;
+        let established = self.establish(attached);
+        // A bring-up that failed may have failed for want of the home: its cause goes first.
+        if needed == HomeNeeded::Now || established.is_err() {
+            self.settle_or_forget(state)?;
+        }
+        established?;
+        let Phase::Attached(attached) = state else {
+            unreachable!("settled above without letting go")
+        };
         Ok(attached)
+    }
+
+    /// Completes the attach report with the home (waiting for the probe if it is out); a
+    /// refused or failed probe lets the attachment go, as an attach whose probe fails
+    /// attaches nothing (L13), and its error is returned.
+    fn settle_or_forget(&self, state: &mut Phase) -> Result<(), Error> {
+        let Phase::Attached(attached) = state else {
+            return Ok(());
+        };
+        if let Err(error) = self.settle_home(attached) {
+            *state = Phase::Detached;
+            self.clear_transport();
+            return Err(error);
+        }
+        Ok(())
     }
 
     /// Completes what attaching leaves pending: the writer's bring-up, the ephemeral initial

@@ -28,13 +28,17 @@ impl Inner {
             }
             _ => None,
         };
+        // Until the attach's home probe has answered, a command that names no directory (and
+        // has none configured) starts in `$HOME` by itself: the probe and the start then
+        // travel together (L13).
+        let default_cwd = if attached.home_settled() {
+            Some(attached.info.default_cwd.clone())
+        } else {
+            self.config.cwd.clone()
+        };
         let start = match &staged {
-            Some(path) => self.start_options(
-                &redirect_stdin(path, command),
-                options,
-                &attached.info.default_cwd,
-            ),
-            None => self.start_options(command, options, &attached.info.default_cwd),
+            Some(path) => self.start_options(&redirect_stdin(path, command), options, default_cwd),
+            None => self.start_options(command, options, default_cwd),
         };
         let started = match self.start(&attached.sandbox, start.clone()) {
             Err(error) if error.is_sandbox_gone() => {
@@ -69,31 +73,36 @@ impl Inner {
             })
     }
 
+    /// `default_cwd`: where a command that names no directory starts; `None` while the home
+    /// is still being asked, when the launcher moves to `$HOME` itself.
     fn start_options(
         &self,
         command: &str,
         options: &RunOptions,
-        default_cwd: &str,
+        default_cwd: Option<String>,
     ) -> StartOptions {
         let shell = match options.shell {
             Shell::Login => "/bin/bash -l -c",
             Shell::Plain => "/bin/bash -c",
         };
+        let (cwd, launcher) = match options.cwd.clone().or(default_cwd) {
+            Some(cwd) => (cwd, group_launcher(shell)),
+            // `/` always exists; envd's own default (the template's workdir) need not be home.
+            None => (
+                "/".to_owned(),
+                format!("{START_IN_HOME}{}", group_launcher(shell)),
+            ),
+        };
         let mut start = StartOptions::exec(
             "/bin/bash".to_owned(),
             vec![
                 "-c".to_owned(),
-                group_launcher(shell),
+                launcher,
                 "agent-sandbox".to_owned(),
                 command.to_owned(),
             ],
         );
-        start.cwd = Some(
-            options
-                .cwd
-                .clone()
-                .unwrap_or_else(|| default_cwd.to_owned()),
-        );
+        start.cwd = Some(cwd);
         start.envs = options.env.clone();
         start
     }
@@ -131,6 +140,14 @@ impl Inner {
             .map_err(|source| Error::e2b("start command", Some(sandbox.id().as_str()), source))
     }
 }
+
+/// Put before the launcher of a command started while the home probe is out: moves to
+/// `$HOME`, which is what the probe reports (both read envd's environment of the sandbox
+/// user), unless it is a home the host's check refuses (relative, not normalised, control
+/// characters, over [`MAX_HOME_BYTES`](crate::home::MAX_HOME_BYTES) bytes), so the command does not run in a home the
+/// attach then refuses; the host's check of the probe's answer stays the authority.
+const START_IN_HOME: &str = "case $HOME in /) ;; */|*//*|*/./*|*/../*|*/.|*/..|*[[:cntrl:]]*) exit 126 ;; /*) ;; *) exit 126 ;; esac; \
+     [ ${#HOME} -le 1024 ] && cd -- \"$HOME\" || exit 126; ";
 
 /// The launcher every command starts under: it makes the command lead a process group of its
 /// own (so a kill reaches what it started, contract L6), then execs the real shell with the
@@ -213,6 +230,51 @@ mod tests {
                 "{shell}: pid {} leads group {}",
                 fields[0], fields[1]
             );
+        }
+    }
+
+    /// The sandbox-side check before a command started while the home probe is out, run by
+    /// the host's bash: it starts in `$HOME` exactly when the host accepts that home (homes
+    /// that exist here, so only the check can refuse them), and refuses the rest.
+    #[test]
+    fn the_start_in_home_check_agrees_with_the_hosts_check_of_the_probe() {
+        assert!(START_IN_HOME.contains(&format!("-le {}", crate::home::MAX_HOME_BYTES)));
+        let long = format!("/{}", "a".repeat(crate::home::MAX_HOME_BYTES));
+        for home in [
+            "/",
+            "/tmp",
+            "/tmp/",
+            "/tmp//",
+            "/tmp/.",
+            "/tmp/..",
+            "/tmp/../tmp",
+            "/./tmp",
+            "tmp",
+            "./tmp",
+            "",
+            "/tm\x01p",
+            long.as_str(),
+        ] {
+            let accepted =
+                crate::home::SandboxHome::parse(format!("{home}\nuser\n").as_bytes(), "sbx")
+                    .is_ok();
+            let output = std::process::Command::new("/bin/bash")
+                .args(["-c", &format!("{START_IN_HOME}pwd -P"), "agent-sandbox"])
+                .env("HOME", home)
+                .current_dir("/")
+                .output()
+                .expect("bash runs");
+            if accepted {
+                assert!(output.status.success(), "{home:?}: {output:?}");
+                let canonical = std::fs::canonicalize(home).expect("exists");
+                assert_eq!(
+                    String::from_utf8_lossy(&output.stdout).trim_end(),
+                    canonical.to_string_lossy(),
+                    "{home:?}"
+                );
+            } else {
+                assert_eq!(output.status.code(), Some(126), "{home:?}: {output:?}");
+            }
         }
     }
 

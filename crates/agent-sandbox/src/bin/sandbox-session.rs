@@ -39,8 +39,11 @@ struct SessionHooks {
 
 impl StateHooks for SessionHooks {
     fn push(&self, transport: &StateTransport, kind: PushKind) -> Result<(), HookError> {
-        let mut files =
-            host_state_files(&self.push_from, &["skills"], transport.remote_hermes_home());
+        let mut files = host_state_files(
+            &self.push_from,
+            &["skills"],
+            transport.remote_hermes_home()?,
+        );
         if kind == PushKind::Initial && self.hang_in_push.swap(false, Ordering::SeqCst) {
             files.truncate(1);
             transport.upload_many(files)?;

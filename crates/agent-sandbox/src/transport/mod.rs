@@ -18,6 +18,7 @@ use std::time::Duration;
 use e2b_client::{Client, Sandbox, SandboxId};
 
 use crate::error::{Error, ErrorChain};
+use crate::home::RemoteHome;
 use crate::progress::{Meter, ProgressObserver, ProgressUnit};
 
 pub use host_files::host_state_files;
@@ -51,7 +52,9 @@ struct Inner {
     client: Client,
     sandbox: Mutex<Sandbox>,
     sandbox_id: SandboxId,
-    remote_home: String,
+    /// Known at once when configured or cached, else once the attach's home probe answers
+    /// (the first transfer that needs it waits for it).
+    remote_home: RemoteHome,
     cap: u64,
     transfer_lease: Duration,
     failures: FailureLog,
@@ -72,7 +75,7 @@ impl fmt::Debug for StateTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StateTransport")
             .field("sandbox_id", &self.inner.sandbox_id)
-            .field("remote_home", &self.inner.remote_home)
+            .field("remote_home", &self.inner.remote_home.peek())
             .field("cap", &self.inner.cap)
             .finish_non_exhaustive()
     }
@@ -94,7 +97,7 @@ pub(crate) struct TransportParts {
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) client: Client,
     pub(crate) sandbox: Sandbox,
-    pub(crate) remote_home: String,
+    pub(crate) remote_home: RemoteHome,
     pub(crate) cap: u64,
     pub(crate) transfer_lease: Duration,
     pub(crate) failures: FailureLog,
@@ -127,9 +130,10 @@ impl StateTransport {
         self.inner.sandbox_id.as_str()
     }
 
-    /// Where Hermes' state lives in the sandbox.
-    pub fn remote_hermes_home(&self) -> &str {
-        &self.inner.remote_home
+    /// Where Hermes' state lives in the sandbox. The first call may wait for the attach's
+    /// home probe (contract L13), and fails as it does when the sandbox's answer is refused.
+    pub fn remote_hermes_home(&self) -> Result<&str, Error> {
+        self.inner.remote_home.get()
     }
 
     pub(crate) fn replace_sandbox(&self, sandbox: Sandbox) {

@@ -53,8 +53,8 @@ impl StateTransport {
             sandbox_id: self.id(),
             source,
         };
-        let command =
-            state_sync::teardown_file_command(&self.inner.remote_home).map_err(state_error)?;
+        let remote_home = self.remote_hermes_home()?;
+        let command = state_sync::teardown_file_command(remote_home).map_err(state_error)?;
         let sandbox = self.sandbox();
         let archiver = self
             .inner
@@ -83,8 +83,8 @@ impl StateTransport {
             inner: reader,
             meter: &mut meter,
         };
-        let pulled = state_sync::pull_teardown(&mut source, &config, &self.inner.remote_home, dest)
-            .map_err(state_error);
+        let pulled =
+            state_sync::pull_teardown(&mut source, &config, remote_home, dest).map_err(state_error);
         // The reader goes first: a download still sending learns it stopped.
         drop(source);
         let downloaded = match self.inner.runtime.block_on(download) {
@@ -139,7 +139,7 @@ impl StateTransport {
         &self,
         config: &recovery::RecoveryConfig,
     ) -> Result<recovery::RecoveryReport, Error> {
-        let command = recovery::snapshot_command(&self.inner.remote_home).map_err(|source| {
+        let command = recovery::snapshot_command(self.remote_hermes_home()?).map_err(|source| {
             Error::Recovery {
                 sandbox_id: self.id(),
                 source,
@@ -169,7 +169,7 @@ impl StateTransport {
         line_limit: u64,
         script: impl FnOnce(&str) -> String,
     ) -> Result<(Vec<u8>, GatedSnapshot), Error> {
-        let command = recovery::snapshot_command(&self.inner.remote_home).map_err(|source| {
+        let command = recovery::snapshot_command(self.remote_hermes_home()?).map_err(|source| {
             Error::Recovery {
                 sandbox_id: self.id(),
                 source,

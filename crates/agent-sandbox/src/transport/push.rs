@@ -78,7 +78,8 @@ impl StateTransport {
     }
 
     fn upload_inner(&self, files: Vec<(PathBuf, String)>) -> Result<usize, Error> {
-        let files = self.staged_paths(files);
+        let home = self.remote_hermes_home()?;
+        let files = self.staged_paths(home, files);
         let plan = UploadPlan::new(files).map_err(|source| Error::StateSync {
             operation: "plan upload",
             sandbox_id: self.id(),
@@ -106,10 +107,10 @@ impl StateTransport {
                 let mut file = file;
                 file.read_to_end(&mut data).map_err(io_error)?;
                 let data = Bytes::from(data);
-                sent.push((self.unstaged(&part.remote_path), Some(data.clone())));
+                sent.push((self.unstaged(home, &part.remote_path), Some(data.clone())));
                 UploadFile::bytes(part.remote_path.clone(), data)
             } else {
-                sent.push((self.unstaged(&part.remote_path), None));
+                sent.push((self.unstaged(home, &part.remote_path), None));
                 UploadFile::stream(part.remote_path.clone(), file_stream(file))
             };
             uploads.push(upload);
@@ -119,7 +120,7 @@ impl StateTransport {
         // One request carries every file, so progress moves from none to all of them.
         let meter = self.meter("upload files", ProgressUnit::Files, Some(count as u64));
         // A failed request may still have written some files: no base for any of them.
-        self.update_push_base(|base| {
+        self.update_push_base(home, |base| {
             for (remote, _) in &sent {
                 base.forget(remote);
             }
@@ -128,7 +129,7 @@ impl StateTransport {
             .runtime
             .block_on(sandbox.write_files(uploads))
             .map_err(|source| Error::e2b("upload files", Some(&self.id()), source))?;
-        self.update_push_base(|base| {
+        self.update_push_base(home, |base| {
             for (remote, content) in &sent {
                 if let Some(content) = content {
                     base.record(remote, content);
@@ -143,7 +144,7 @@ impl StateTransport {
 
     /// The path a staged upload lands at once committed (the inverse of [`Self::staged_paths`]);
     /// any other path as is.
-    fn unstaged(&self, remote: &str) -> String {
+    fn unstaged(&self, home: &str, remote: &str) -> String {
         let staging = self
             .inner
             .staging
@@ -154,14 +155,14 @@ impl StateTransport {
             .and_then(|staging| remote.strip_prefix(staging.dir.as_str()))
         {
             Some(rest) if rest.starts_with('/') => {
-                format!("{}{rest}", self.inner.remote_home.trim_end_matches('/'))
+                format!("{}{rest}", home.trim_end_matches('/'))
             }
             _ => remote.to_owned(),
         }
     }
 
     /// Redirects uploads under the Hermes home into the staging directory, if staging.
-    fn staged_paths(&self, files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
+    fn staged_paths(&self, home: &str, files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
         let mut staging = self
             .inner
             .staging
@@ -170,7 +171,7 @@ impl StateTransport {
         let Some(staging) = &mut *staging else {
             return files;
         };
-        let home = self.inner.remote_home.trim_end_matches('/');
+        let home = home.trim_end_matches('/');
         files
             .into_iter()
             .map(|(host, remote)| match remote.strip_prefix(home) {
@@ -191,12 +192,13 @@ impl StateTransport {
     }
 
     fn delete_inner(&self, paths: Vec<String>) -> Result<(), Error> {
+        let home = self.remote_hermes_home()?;
         let plan = DeletePlan::new(paths).map_err(|source| Error::StateSync {
             operation: "plan delete",
             sandbox_id: self.id(),
             source,
         })?;
-        self.update_push_base(|base| {
+        self.update_push_base(home, |base| {
             for path in plan.paths() {
                 base.forget(path);
             }
@@ -256,17 +258,14 @@ impl StateTransport {
     }
 
     /// Applies `change` to the tracked push base, if any, with remote paths as members.
-    fn update_push_base(&self, change: impl FnOnce(&mut RemoteBase<'_>)) {
+    fn update_push_base(&self, home: &str, change: impl FnOnce(&mut RemoteBase<'_>)) {
         let mut tracked = self
             .inner
             .push_base
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some((base, changed)) = &mut *tracked {
-            change(&mut RemoteBase {
-                base,
-                prefix: &self.inner.remote_home,
-            });
+            change(&mut RemoteBase { base, prefix: home });
             *changed = true;
         }
     }

@@ -105,7 +105,11 @@ fn an_explicit_cwd_and_state_root_still_win_over_the_home() {
     assert_eq!(info.default_cwd, "/tmp");
     assert_eq!(info.remote_hermes_home, "/home/agent/state");
     assert_eq!(
-        backend.transport().expect("transport").remote_hermes_home(),
+        backend
+            .transport()
+            .expect("transport")
+            .remote_hermes_home()
+            .expect("known"),
         "/home/agent/state"
     );
     assert_eq!(ok(&backend, "pwd"), "/tmp\n");
@@ -141,4 +145,61 @@ fn a_home_the_sandbox_reports_wrongly_is_refused_naming_the_operation_and_sandbo
         "{text}"
     );
     assert_eq!(error.sandbox_id(), Some(id.as_str()));
+}
+
+#[test]
+fn a_first_command_sent_with_the_probe_starts_in_the_home_and_only_in_an_accepted_one() {
+    // contract: L13 — the first command of a new sandbox goes out with the home probe and
+    // starts in the home all the same; where the sandbox's home is one the host refuses,
+    // that command does not run and the run fails naming the operation and the sandbox.
+    let world = World::new();
+    let backend = other_home_backend(&world, SandboxMode::Persistent, Arc::new(NoStateHooks));
+    assert_eq!(ok(&backend, "pwd"), "/home/agent\n");
+    assert_eq!(backend.stats().home_probes, 1);
+    let info = backend.info().expect("attached");
+    assert_eq!(info.home.home, OTHER_HOME);
+    assert_eq!(info.remote_hermes_home, "/home/agent/.hermes");
+    assert_eq!(info.default_cwd, OTHER_HOME);
+    backend.cleanup();
+
+    let mut options = CreateOptions::new("base".to_owned());
+    options.env_vars = BTreeMap::from([("HOME".to_owned(), "/tmp/../etc".to_owned())]);
+    let client = world.client();
+    let created = world
+        .runtime
+        .block_on(client.create(options))
+        .expect("create");
+    let id = created.sandbox_id.clone();
+    let backend = world.backend(
+        SandboxMode::Attach {
+            sandbox_id: id.clone(),
+        },
+        "attached",
+        Arc::new(NoStateHooks),
+    );
+    let error = backend
+        .run(
+            "touch /tmp/ran-in-a-refused-home",
+            agent_sandbox::RunOptions::new(std::time::Duration::from_secs(60)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .expect_err("a home that is not normalised is refused");
+    assert!(error.is_untrusted_answer(), "{error}");
+    assert!(
+        error.to_string().contains("learn the sandbox home")
+            && error.to_string().contains(id.as_str()),
+        "{error}"
+    );
+    assert!(backend.info().is_none(), "nothing stays attached");
+    let sandbox = client.sandbox(created.envd_access()).expect("sandbox");
+    let output = world
+        .runtime
+        .block_on(sandbox.run(
+            e2b_client::StartOptions::shell(
+                "test -e /tmp/ran-in-a-refused-home && echo ran || echo absent".to_owned(),
+            ),
+            1024,
+        ))
+        .expect("check");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "absent\n");
 }

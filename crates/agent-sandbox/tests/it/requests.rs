@@ -187,6 +187,47 @@ fn a_resume_sends_its_connect_together_with_its_list() {
     second.cleanup();
 }
 
+#[test]
+fn a_create_sends_its_home_probe_together_with_its_first_command() {
+    // contract: L13 — the home probe of a sandbox this process just created does not hold up
+    // the first command that names no directory: with both start requests refused, both were
+    // sent (the command did not wait for the probe's answer), the run fails on its own start,
+    // and nothing stays attached with an unknown home.
+    let world = World::new();
+    let mut rule = e2b_local::FailRule::new(2, 400);
+    rule.scope = e2b_local::FaultScope::Envd;
+    rule.path_prefix = Some("/process.Process/Start".to_owned());
+    rule.should_retry = Some(false);
+    world.server().faults().fail_next(rule);
+    let backend = world.backend(SandboxMode::Persistent, "default", Arc::new(NoStateHooks));
+    let error = backend
+        .run(
+            "echo first",
+            RunOptions::new(SHORT_DEADLINE),
+            Box::new(ChannelSink::unbounded(mpsc::channel().0)),
+        )
+        .expect_err("both starts were refused");
+    assert!(error.to_string().contains("start command"), "{error}");
+    assert_eq!(
+        routes(&world.server().requests()),
+        vec![("Process/Start", 2), ("create", 1), ("list", 1)],
+        "the probe and the command went out together"
+    );
+    assert!(
+        backend.info().is_none(),
+        "no attachment with an unknown home"
+    );
+    world.server().faults().clear();
+
+    // The next use attaches again (the list finds the sandbox) and learns the home then.
+    assert_eq!(run(&backend, "echo again", SHORT_DEADLINE), "again\n");
+    let info = backend.info().expect("attached");
+    assert_eq!(info.home.home, "/home/user");
+    assert_eq!(info.default_cwd, "/home/user");
+    assert_eq!(backend.stats().home_probes, 2);
+    backend.cleanup();
+}
+
 /// Pushes the host's skills/ tree, and on a per-command sync only what changed since the
 /// last push: when nothing changed it sends nothing (as Hermes' FileSyncManager does).
 struct ChangedSkillsHooks {

@@ -61,7 +61,7 @@ impl StateHooks for Hooks {
         let mut files = host_state_files(
             &self.home,
             &["skills", "memories"],
-            transport.remote_hermes_home(),
+            transport.remote_hermes_home()?,
         );
         if self.marker {
             let mut pushes = self.pushes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -76,7 +76,7 @@ impl StateHooks for Hooks {
                 &local,
                 format!("pid {} push {}\n", std::process::id(), *pushes),
             )?;
-            let remote = format!("{}/{MARKER}", transport.remote_hermes_home());
+            let remote = format!("{}/{MARKER}", transport.remote_hermes_home()?);
             // A recovery may have brought an earlier marker into the home.
             files.retain(|(_, to)| *to != remote);
             files.push((local, remote));

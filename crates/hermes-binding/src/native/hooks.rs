@@ -27,16 +27,28 @@ impl PyTransport {
         self.transport.sandbox_id()
     }
 
+    /// The first call may wait for the attach's home probe: without the GIL, since the
+    /// runtime's tasks log through Python (`logging.rs`).
     #[getter]
-    fn remote_hermes_home(&self) -> &str {
-        self.transport.remote_hermes_home()
+    fn remote_hermes_home(&self, py: Python<'_>) -> PyResult<String> {
+        let transport = self.transport.clone();
+        py.detach(move || transport.remote_hermes_home().map(str::to_owned))
+            .map_err(|source| Error::from(source).into())
     }
 
     /// The `(host_path, remote_path)` pairs the privacy table lets into the sandbox, in order;
     /// each one left out is named in a warning (contract X7). Hermes' sync list goes through
-    /// this before Hermes stages copies whose host paths no longer say what they are.
-    fn uploadable(&self, files: Vec<(PathBuf, String)>) -> Vec<(PathBuf, String)> {
-        keep_uploadable(&self.transport, &self.host_home, files)
+    /// this before Hermes stages copies whose host paths no longer say what they are. Without
+    /// the GIL: judging by remote path may wait for the home, as above.
+    fn uploadable(
+        &self,
+        py: Python<'_>,
+        files: Vec<(PathBuf, String)>,
+    ) -> PyResult<Vec<(PathBuf, String)>> {
+        let transport = self.transport.clone();
+        let host_home = self.host_home.clone();
+        py.detach(move || keep_uploadable(&transport, &host_home, files))
+            .map_err(|source| Error::from(source).into())
     }
 
     /// Uploads `(host_path, remote_path)` pairs in one request, creating parents; files the
@@ -45,7 +57,7 @@ impl PyTransport {
         let transport = self.transport.clone();
         let host_home = self.host_home.clone();
         py.detach(move || {
-            let files = keep_uploadable(&transport, &host_home, files);
+            let files = keep_uploadable(&transport, &host_home, files)?;
             if files.is_empty() {
                 return Ok(0);
             }
@@ -91,9 +103,9 @@ fn keep_uploadable(
     transport: &StateTransport,
     host_home: &Path,
     files: Vec<(PathBuf, String)>,
-) -> Vec<(PathBuf, String)> {
-    let remote_home = transport.remote_hermes_home();
-    files
+) -> Result<Vec<(PathBuf, String)>, agent_sandbox::Error> {
+    let remote_home = transport.remote_hermes_home()?;
+    Ok(files
         .into_iter()
         .filter(|(host, remote)| {
             let kept = privacy::never_uploaded(host_home, host)
@@ -110,7 +122,7 @@ fn keep_uploadable(
             );
             false
         })
-        .collect()
+        .collect())
 }
 
 /// Forwards the backend's push/pull requests to a Python object with `push(transport, kind)`

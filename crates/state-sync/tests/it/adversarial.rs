@@ -524,3 +524,67 @@ fn the_teardown_archive_size_accepts_one_number_only() {
         );
     }
 }
+
+#[test]
+fn the_teardown_archive_is_written_in_large_records_only_where_tar_takes_the_option() {
+    // The archive's size tells the record size: `tar` pads its last record with zeros.
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("home");
+    std::fs::create_dir_all(root.join("skills/x")).expect("mkdir");
+    std::fs::write(root.join("skills/x/SKILL.md"), b"skill").expect("write");
+    let record = u64::from(state_sync::TEARDOWN_BLOCKING_FACTOR) * 512;
+    let archive_size = |path_env: Option<String>| {
+        let mut command = std::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(state_sync::teardown_file_command(root.to_str().expect("utf-8")).expect("valid"));
+        if let Some(path) = path_env {
+            command.env("PATH", path);
+        }
+        let made = command.output().expect("sh runs");
+        assert!(made.status.success(), "{made:?}");
+        let split = made
+            .stdout
+            .iter()
+            .position(|b| *b == b'\n')
+            .expect("a line")
+            + 1;
+        let path = state_sync::teardown_archive_path(&made.stdout[..split]).expect("path");
+        let size = state_sync::teardown_archive_size(&made.stdout[split..]).expect("size");
+        std::fs::remove_file(&path).expect("cleanup");
+        size
+    };
+    // This host's GNU tar takes the blocking factor.
+    let gnu = archive_size(None);
+    assert_eq!(gnu % record, 0, "{gnu} bytes: records of {record}");
+    // A tar without the option (as busybox's): the command still makes the archive, in
+    // that tar's own records.
+    let real_tar = String::from_utf8(
+        std::process::Command::new("sh")
+            .args(["-c", "command -v tar"])
+            .output()
+            .expect("sh runs")
+            .stdout,
+    )
+    .expect("utf-8");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let shim = bin.join("tar");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in --version) echo 'tar (BusyBox)' >&2; exit 1 ;; -b) echo 'tar: unrecognized option: b' >&2; exit 1 ;; esac\nexec {} \"$@\"\n",
+            real_tar.trim()
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let plain = archive_size(Some(format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )));
+    assert_eq!(plain % 10240, 0, "{plain} bytes: tar's default records");
+    assert_ne!(plain % record, 0, "{plain} bytes: not the large records");
+}

@@ -299,7 +299,7 @@ impl StateHooks for RecordingHooks {
             return Ok(());
         }
         if kind == PushKind::Initial {
-            let files = self.host_files(transport.remote_hermes_home());
+            let files = self.host_files(transport.remote_hermes_home()?);
             *self.seen_at_push.lock().unwrap() =
                 files.iter().map(|(_, remote)| remote.clone()).collect();
             transport.upload_many(files)?;
