@@ -339,6 +339,7 @@ fn origin(origin: Origin) -> &'static str {
         Origin::Created => "created",
         Origin::Adopted { .. } => "found by metadata",
         Origin::Connected => "connected to",
+        Origin::Restored => "restored from a checkpoint into",
     }
 }
 

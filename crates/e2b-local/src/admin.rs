@@ -52,6 +52,14 @@ struct CountBody {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
+struct ForkStartBody {
+    #[serde(default = "one")]
+    count: u32,
+    status: u16,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct DropBody {
     #[serde(default = "one")]
     count: u32,
@@ -147,6 +155,19 @@ pub(crate) fn route(
                 scope: scope(req.scope.as_deref(), FaultScope::Envd)?,
                 path_prefix: req.path_prefix,
             });
+            no_content()
+        }
+        (Method::POST, ["faults", "fork-start"]) => {
+            let req: ForkStartBody = parse_body(body)?;
+            if !(100..=599).contains(&req.status) {
+                return Err(ApiError::bad_request("status must be an HTTP status code"));
+            }
+            faults.fail_fork_starts(req.count, req.status);
+            no_content()
+        }
+        (Method::POST, ["faults", "fork-vanish-source"]) => {
+            let req: CountBody = parse_body(body)?;
+            faults.vanish_next_fork_sources(req.count);
             no_content()
         }
         (Method::GET, ["isolation"]) => Ok(json_response(StatusCode::OK, &isolation_json(app))),

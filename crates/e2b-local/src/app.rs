@@ -7,12 +7,14 @@ use crate::config::ApiKeyPolicy;
 use crate::fault_state::FaultState;
 use crate::isolation::Isolation;
 use crate::requests::RequestCounter;
+use crate::snapshots::Snapshots;
 use crate::store::Store;
 
 /// Everything a request handler needs.
 #[derive(Debug)]
 pub(crate) struct App {
     pub(crate) store: Store,
+    pub(crate) snapshots: Snapshots,
     pub(crate) clock: Clock,
     pub(crate) faults: FaultState,
     pub(crate) api_key: ApiKeyPolicy,

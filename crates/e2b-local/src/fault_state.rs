@@ -130,6 +130,10 @@ pub(crate) struct FaultState {
     drop_connections: AtomicU32,
     fail: Mutex<VecDeque<FailRule>>,
     drop_streams: Mutex<VecDeque<DropRule>>,
+    /// Forks (single entries of a fork request) still to fail, and with what status.
+    fork_start_failures: Mutex<Option<(u32, u16)>>,
+    /// Fork requests whose source is still to vanish after its capture.
+    fork_source_vanishes: AtomicU32,
 }
 
 impl FaultState {
@@ -168,10 +172,41 @@ impl FaultState {
             .push_back(rule);
     }
 
+    pub(crate) fn set_fork_start_failures(&self, count: u32, status: u16) {
+        *self
+            .fork_start_failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = (count > 0).then_some((count, status));
+    }
+
+    /// Takes one queued fork-start failure: the status that fork answers.
+    pub(crate) fn take_fork_start_failure(&self) -> Option<u16> {
+        let mut slot = self
+            .fork_start_failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (left, status) = (*slot)?;
+        *slot = (left > 1).then(|| (left - 1, status));
+        Some(status)
+    }
+
+    pub(crate) fn add_fork_source_vanishes(&self, count: u32) {
+        self.fork_source_vanishes.fetch_add(count, Ordering::SeqCst);
+    }
+
+    /// True when this fork's source must vanish after its capture.
+    pub(crate) fn take_fork_source_vanish(&self) -> bool {
+        self.fork_source_vanishes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
     /// Forgets every rule and the latency.
     pub(crate) fn clear(&self) {
         self.latency_ms.store(0, Ordering::Relaxed);
         self.drop_connections.store(0, Ordering::SeqCst);
+        self.fork_source_vanishes.store(0, Ordering::SeqCst);
+        self.set_fork_start_failures(0, 0);
         self.fail
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

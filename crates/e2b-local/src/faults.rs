@@ -65,6 +65,20 @@ impl Faults {
         }
     }
 
+    /// Makes the next `count` forks (entries of `POST /sandboxes/{id}/fork`, across requests)
+    /// fail to start with `status`, each reported in its own entry while the others start:
+    /// E2B's independent per-fork results. `count` 0 turns it off.
+    pub fn fail_fork_starts(&self, count: u32, status: u16) {
+        self.app.faults.set_fork_start_failures(count, status);
+    }
+
+    /// Makes the source of each of the next `count` fork requests vanish (as
+    /// [`Faults::vanish_sandbox`]) right after its files were captured and before the forks
+    /// start: the forks still start from the capture.
+    pub fn vanish_next_fork_sources(&self, count: u32) {
+        self.app.faults.add_fork_source_vanishes(count);
+    }
+
     /// Removes every queued rule and the latency; already running sandboxes are untouched.
     pub fn clear(&self) {
         self.app.faults.clear();

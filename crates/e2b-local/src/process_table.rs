@@ -226,6 +226,26 @@ impl ProcessTable {
         kill_tagged(&self.sandbox_id);
     }
 
+    /// Stops every running command of the sandbox (SIGSTOP to its process group) until the
+    /// returned guard is dropped (SIGCONT): a snapshot copies files that nothing writes
+    /// meanwhile, as E2B's brief pause gives, and no process is killed.
+    pub(crate) fn hold_still(&self) -> HeldStill {
+        let groups: Vec<i32> = self
+            .lock()
+            .running
+            .values()
+            .filter_map(|p| i32::try_from(p.host_pid).ok())
+            .filter(|pid| *pid > 0)
+            .collect();
+        for pid in &groups {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-pid, libc::SIGSTOP);
+            }
+        }
+        HeldStill { groups }
+    }
+
     /// The process named by `pid`, else by `tag` (envd's `ProcessSelector`), running
     /// or among the retained finished ones.
     pub(crate) fn find(&self, pid: Option<u32>, tag: Option<&str>) -> Option<Arc<Proc>> {
@@ -426,5 +446,22 @@ pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Continues the process groups [`ProcessTable::hold_still`] stopped, when dropped.
+#[derive(Debug)]
+pub(crate) struct HeldStill {
+    groups: Vec<i32>,
+}
+
+impl Drop for HeldStill {
+    fn drop(&mut self) {
+        for pid in &self.groups {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe {
+                libc::kill(-pid, libc::SIGCONT);
+            }
+        }
     }
 }

@@ -22,6 +22,7 @@ use crate::plane::Plane;
 /// | label | request |
 /// |---|---|
 /// | `create`, `list`, `get`, `connect`, `resume`, `timeout`, `refreshes`, `pause`, `kill` | the control-plane operation (v1 and v2 alike) |
+/// | `snapshot`, `fork`, `list snapshots`, `delete template` | `POST /sandboxes/{id}/snapshots`, `POST /sandboxes/{id}/fork`, `GET /snapshots`, `DELETE /templates/{id}` |
 /// | `health` | control-plane `GET /health` |
 /// | `Process/<Rpc>`, `Filesystem/<Rpc>` | envd RPCs, e.g. `Process/Start`, `Process/SendSignal`, `Filesystem/Stat` |
 /// | `files GET`, `files POST` | envd `/files` download and upload (pre-signed ones too) |
@@ -233,6 +234,10 @@ fn rest_route(method: &Method, path: &str) -> &'static str {
         (&Method::POST, ["sandboxes", _, "timeout"]) => "timeout",
         (&Method::POST, ["sandboxes", _, "refreshes"]) => "refreshes",
         (&Method::POST, ["sandboxes", _, "pause"]) => "pause",
+        (&Method::POST, ["sandboxes", _, "snapshots"]) => "snapshot",
+        (&Method::POST, ["sandboxes", _, "fork"]) => "fork",
+        (&Method::GET, ["snapshots"]) => "list snapshots",
+        (&Method::DELETE, ["templates", _]) => "delete template",
         _ => "rest other",
     }
 }
@@ -265,6 +270,10 @@ mod tests {
             (false, Method::POST, "/sandboxes/abc/timeout"),
             (false, Method::POST, "/sandboxes/abc/refreshes"),
             (false, Method::POST, "/sandboxes/abc/pause"),
+            (false, Method::POST, "/sandboxes/abc/snapshots"),
+            (false, Method::POST, "/sandboxes/abc/fork"),
+            (false, Method::GET, "/snapshots"),
+            (false, Method::DELETE, "/templates/local%2Fsnap%3Adefault"),
             (false, Method::GET, "/health"),
             (false, Method::PUT, "/sandboxes/abc"),
             (false, Method::GET, "/nowhere"),
@@ -280,13 +289,17 @@ mod tests {
             ("timeout", 1),
             ("refreshes", 1),
             ("pause", 1),
+            ("snapshot", 1),
+            ("fork", 1),
+            ("list snapshots", 1),
+            ("delete template", 1),
             ("health", 1),
             ("rest other", 2),
         ] {
             assert_eq!(counts.get(route), expected, "{route}");
         }
-        assert_eq!(counts.total(), 15);
-        assert_eq!(counts.rest(), 15);
+        assert_eq!(counts.total(), 19);
+        assert_eq!(counts.rest(), 19);
         assert_eq!(counts.envd(), 0);
     }
 

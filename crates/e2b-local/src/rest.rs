@@ -15,9 +15,12 @@ use crate::app::App;
 use crate::clock::rfc3339;
 use crate::parse::{parse_body, query_pairs, query_unescape};
 use crate::reply::{ApiError, json_response};
+use crate::snapshots::Reference;
 use crate::store::{
     CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, parse_sandbox_id,
 };
+
+mod snapshots;
 
 /// The envd version reported: the current real one, so the SDK enables every feature.
 pub(crate) const ENVD_VERSION: &str = "0.6.13";
@@ -55,13 +58,37 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
             return ApiError::bad_request(format!("reading request body: {e}")).into_response();
         }
     };
-    if let Some(route) = unsupported_route(&segments) {
+    if let Some(route) = unsupported_route(&method, &segments) {
         return ApiError::not_supported(&format!("{method} {route}")).into_response();
     }
-    match route(&app, &method, &segments, &query, &body) {
+    let result = if copies_files(&method, &segments) {
+        // Snapshots, forks and creates from a snapshot copy whole sandboxes: off the
+        // async workers, so other requests keep being served meanwhile.
+        let worker = tokio::task::spawn_blocking(move || {
+            let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+            route(&app, &method, &segments, &query, &body)
+        });
+        match worker.await {
+            Ok(result) => result,
+            Err(error) => Err(ApiError::internal(format!("request task failed: {error}"))),
+        }
+    } else {
+        route(&app, &method, &segments, &query, &body)
+    };
+    match result {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
+}
+
+/// Whether a request may copy a sandbox's files (and so may take a while).
+fn copies_files(method: &Method, segments: &[&str]) -> bool {
+    matches!(
+        (method, segments),
+        (&Method::POST, ["sandboxes"] | ["v2", "sandboxes"])
+            | (&Method::POST, ["sandboxes", _, "snapshots" | "fork"])
+            | (&Method::DELETE, ["templates", _])
+    )
 }
 
 fn route(
@@ -116,7 +143,12 @@ fn route(
             app.store.pause(&id)?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
+        (Method::POST, ["sandboxes", id, "snapshots"]) => snapshots::create(app, id, body),
+        (Method::POST, ["sandboxes", id, "fork"]) => snapshots::fork(app, id, body),
+        (Method::GET, ["snapshots"]) => snapshots::list(app, query),
+        (Method::DELETE, ["templates", id]) => snapshots::delete(app, id),
         (_, ["_e2b_local", rest @ ..]) => crate::admin::route(app, method, rest, body),
+        (_, ["snapshots"]) => Ok(method_not_allowed("GET")),
         (_, ["sandboxes"] | ["v2", "sandboxes"]) => Ok(method_not_allowed("GET, POST")),
         (_, ["sandboxes", _]) => Ok(method_not_allowed("GET, DELETE")),
         (
@@ -124,7 +156,7 @@ fn route(
             [
                 "sandboxes",
                 _,
-                "connect" | "resume" | "timeout" | "refreshes" | "pause",
+                "connect" | "resume" | "timeout" | "refreshes" | "pause" | "snapshots" | "fork",
             ],
         )
         | (_, ["v2", "sandboxes", _, "connect"]) => Ok(method_not_allowed("POST")),
@@ -140,15 +172,14 @@ fn method_not_allowed(allow: &'static str) -> Response {
 
 /// Routes of E2B's published API (`spec/openapi.yml`) that e2b-local does not
 /// implement, named as the spec names them; `None` for every other path.
-fn unsupported_route(segments: &[&str]) -> Option<String> {
+fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
     let sandbox_route = |tail: &str| Some(format!("/sandboxes/{{sandboxID}}/{tail}"));
     match segments {
+        // Served: the snapshot list and the template delete the SDK's delete_snapshot uses.
+        ["snapshots"] => None,
+        ["templates", _] if method == Method::DELETE => None,
         ["sandboxes", "metrics"] => Some("/sandboxes/metrics".to_owned()),
-        [
-            "sandboxes",
-            _,
-            tail @ ("logs" | "metrics" | "network" | "snapshots" | "fork"),
-        ] => sandbox_route(tail),
+        ["sandboxes", _, tail @ ("logs" | "metrics" | "network")] => sandbox_route(tail),
         ["v2", "sandboxes", _, "logs"] => Some("/v2/sandboxes/{sandboxID}/logs".to_owned()),
         [
             first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"
@@ -222,10 +253,20 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
         .template_id
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("templateID is required"))?;
-    // "name:tag" and "namespace/name" select the same local template.
+    // A built-in template is named bare or as "namespace/name:tag"; anything else may be
+    // a snapshot (by id, name, name:tag or local/name:tag). A bare built-in name wins over
+    // a snapshot of the same name, which stays reachable as local/name.
+    let reference = Reference::parse(template);
     let name = template.rsplit('/').next().unwrap_or(template);
     let name = name.split(':').next().unwrap_or(name);
-    if !app.templates.iter().any(|t| t == name) && name != crate::paths::OTHER_HOME_TEMPLATE {
+    let builtin = !reference.in_team_namespace()
+        && (app.templates.iter().any(|t| t == name) || name == crate::paths::OTHER_HOME_TEMPLATE);
+    let snapshot = if builtin {
+        None
+    } else {
+        app.snapshots.resolve(&reference)
+    };
+    if !builtin && snapshot.is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("template '{template}' not found"),
@@ -258,8 +299,12 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
             "allowPublicTraffic=false requires a secure sandbox",
         ));
     }
+    let (template_id, origin, files_from) = match snapshot {
+        Some(found) => (found.template_id, Some(found.origin), Some(found.files)),
+        None => (name.to_owned(), None, None),
+    };
     let record = app.store.create(CreateParams {
-        template: name.to_owned(),
+        template: template_id,
         timeout_secs: timeout,
         metadata: req.metadata.unwrap_or_default(),
         env_vars: req.env_vars.unwrap_or_default(),
@@ -269,6 +314,8 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
         allow_internet_access: req.allow_internet_access,
         secure,
         with_token: secure,
+        origin,
+        files_from,
     })?;
     tracing::info!(sandbox_id = %record.id, template = %record.template, "sandbox created");
     Ok(json_response(StatusCode::CREATED, &sandbox_json(&record)))
@@ -278,7 +325,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
 fn sandbox_json(record: &Record) -> Value {
     let mut value = json!({
         "templateID": record.template,
-        "alias": record.template,
+        "alias": record.alias(),
         "sandboxID": record.id,
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
@@ -295,7 +342,7 @@ fn sandbox_json(record: &Record) -> Value {
 fn listed_json(record: &Record) -> Value {
     json!({
         "templateID": record.template,
-        "alias": record.template,
+        "alias": record.alias(),
         "sandboxID": record.id,
         "clientID": CLIENT_ID,
         "startedAt": rfc3339(record.started_at),

@@ -29,6 +29,7 @@ use crate::faults::{self, Faults, FaultyListener};
 use crate::isolation::{Isolation, SandboxUser};
 use crate::plane::Plane;
 use crate::requests::{RequestCounter, RequestCounts};
+use crate::snapshots::Snapshots;
 use crate::store::Store;
 use crate::{envd, rest};
 
@@ -126,8 +127,16 @@ impl Server {
             path: state_dir.join("sandboxes"),
             source,
         })?;
+        let snapshots = Snapshots::open(&state_dir, config.clock.clone()).map_err(|source| {
+            Error::StateDir {
+                operation: "open snapshots",
+                path: state_dir.join("snapshots"),
+                source,
+            }
+        })?;
         let app = Arc::new(App {
             store,
+            snapshots,
             clock: config.clock.clone(),
             faults: FaultState::new(config.latency),
             api_key: config.api_key.clone(),

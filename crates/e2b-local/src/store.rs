@@ -67,6 +67,36 @@ pub(crate) struct Record {
     pub(crate) allow_internet_access: Option<bool>,
     pub(crate) secure: bool,
     pub(crate) token: Option<String>,
+    /// Set when the sandbox was created from a snapshot (or forked from such a sandbox).
+    #[serde(default)]
+    pub(crate) origin: Option<SnapshotOrigin>,
+}
+
+/// Where a sandbox made from a snapshot comes from, for what E2B reports about it and for
+/// the home its user has.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SnapshotOrigin {
+    /// The snapshot's alias, reported as the sandbox's `alias` (`None`: unnamed).
+    pub(crate) alias: Option<String>,
+    /// The built-in template the snapshotted files started from (decides the home).
+    pub(crate) base_template: String,
+}
+
+impl Record {
+    /// The `alias` E2B reports: the template's name, or the snapshot's when made from one.
+    pub(crate) fn alias(&self) -> Option<&str> {
+        match &self.origin {
+            None => Some(&self.template),
+            Some(origin) => origin.alias.as_deref(),
+        }
+    }
+
+    /// The built-in template whose user and home the sandbox has.
+    pub(crate) fn base_template(&self) -> &str {
+        self.origin
+            .as_ref()
+            .map_or(&self.template, |origin| &origin.base_template)
+    }
 }
 
 /// What a create request asks for, already validated.
@@ -82,6 +112,10 @@ pub(crate) struct CreateParams {
     pub(crate) allow_internet_access: Option<bool>,
     pub(crate) secure: bool,
     pub(crate) with_token: bool,
+    /// Set when the sandbox starts from a snapshot.
+    pub(crate) origin: Option<SnapshotOrigin>,
+    /// A directory holding `home/` and `tmp/` to start from (a snapshot's), copied in.
+    pub(crate) files_from: Option<PathBuf>,
 }
 
 /// A list query, already parsed.
@@ -137,6 +171,15 @@ pub(crate) struct RunningSandbox {
     /// What the sandbox calls that home (its template's, [`crate::paths::home_for_template`]).
     pub(crate) virt_home: &'static str,
     pub(crate) tmp: PathBuf,
+    pub(crate) procs: Arc<ProcessTable>,
+}
+
+/// A sandbox as a snapshot sees it (see [`Store::snapshot_source`]).
+#[derive(Debug)]
+pub(crate) struct SnapshotSource {
+    pub(crate) record: Record,
+    /// Holds `home/` and `tmp/`.
+    pub(crate) dir: PathBuf,
     pub(crate) procs: Arc<ProcessTable>,
 }
 
@@ -328,8 +371,19 @@ impl Store {
         let id = new_sandbox_id();
         let home = self.home_dir(&id);
         let tmp = self.tmp_dir(&id);
-        self.make_dirs(&home, &tmp)
-            .map_err(|e| ApiError::internal(format!("creating sandbox {id} files failed: {e}")))?;
+        let made = match &params.files_from {
+            None => self.make_dirs(&home, &tmp),
+            Some(files) => fs::create_dir_all(self.sandbox_dir(&id))
+                .and_then(|()| crate::tree_copy::copy_tree(&files.join("home"), &home))
+                .and_then(|_| crate::tree_copy::copy_tree(&files.join("tmp"), &tmp))
+                .map(|_| ()),
+        };
+        if let Err(e) = made {
+            self.delete_files(&id);
+            return Err(ApiError::internal(format!(
+                "creating sandbox {id} files failed: {e}"
+            )));
+        }
         let mut inner = self.lock();
         let seq = inner.next_seq;
         inner.next_seq += 1;
@@ -348,6 +402,7 @@ impl Store {
             allow_internet_access: params.allow_internet_access,
             secure: params.secure,
             token: params.with_token.then(new_token),
+            origin: params.origin,
         };
         self.persist(&record);
         inner.entries.insert(
@@ -531,7 +586,7 @@ impl Store {
             token: entry.record.token.clone(),
             env_vars: entry.record.env_vars.clone(),
             home: self.home_dir(id),
-            virt_home: crate::paths::home_for_template(&entry.record.template),
+            virt_home: crate::paths::home_for_template(entry.record.base_template()),
             tmp: self.tmp_dir(id),
             procs: Arc::clone(&entry.procs),
         })
@@ -546,6 +601,23 @@ impl Store {
             .filter(|e| e.record.state == SbState::Running)
             .map(|e| e.record.id.clone())
             .collect()
+    }
+
+    /// What a snapshot of a running sandbox needs: its record, its file areas and its
+    /// processes (to hold them still during the copy). A missing sandbox is a 404; the
+    /// caller decides what a paused one answers.
+    pub(crate) fn snapshot_source(&self, id: &str) -> Result<SnapshotSource, ApiError> {
+        self.sweep();
+        let inner = self.lock();
+        let entry = inner
+            .entries
+            .get(id)
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        Ok(SnapshotSource {
+            record: entry.record.clone(),
+            dir: self.sandbox_dir(id),
+            procs: Arc::clone(&entry.procs),
+        })
     }
 
     /// Fault knob: removes a sandbox as if it had been killed.

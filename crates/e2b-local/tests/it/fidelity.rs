@@ -318,16 +318,6 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
             "/sandboxes/{sandboxID}/network",
         ),
         (
-            reqwest::Method::POST,
-            format!("/sandboxes/{id}/snapshots"),
-            "/sandboxes/{sandboxID}/snapshots",
-        ),
-        (
-            reqwest::Method::POST,
-            format!("/sandboxes/{id}/fork"),
-            "/sandboxes/{sandboxID}/fork",
-        ),
-        (
             reqwest::Method::GET,
             format!("/sandboxes/{id}/logs"),
             "/sandboxes/{sandboxID}/logs",
@@ -342,8 +332,12 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
             "/sandboxes/metrics?sandbox_ids=a".to_owned(),
             "/sandboxes/metrics",
         ),
-        (reqwest::Method::GET, "/snapshots".to_owned(), "/snapshots"),
         (reqwest::Method::GET, "/templates".to_owned(), "/templates"),
+        (
+            reqwest::Method::GET,
+            "/templates/base".to_owned(),
+            "/templates",
+        ),
         (
             reqwest::Method::POST,
             "/v3/templates".to_owned(),

@@ -10,4 +10,5 @@ mod lifecycle;
 mod namespaces;
 mod requests;
 mod rest_props;
+mod snapshots;
 mod support;

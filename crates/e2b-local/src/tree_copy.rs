@@ -1,0 +1,170 @@
+//! Copies a sandbox's file tree for snapshots: copy-on-write (a reflink through `FICLONE`)
+//! where the filesystem shares extents (btrfs, xfs, bcachefs), an in-kernel copy
+//! (`copy_file_range`, through `std::io::copy`) otherwise. Modes, owners and modification
+//! times are kept, as `cp -a` keeps them; symlinks are copied as links, never followed.
+
+use std::fs::{self, File, FileTimes, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// What one copy did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CopyStats {
+    /// Regular files copied.
+    pub(crate) files: u64,
+    /// Their bytes.
+    pub(crate) bytes: u64,
+    /// Of those files, how many were reflinked (copy-on-write) rather than copied.
+    pub(crate) reflinked: u64,
+    /// Sockets, fifos and devices, which a snapshot does not keep.
+    pub(crate) skipped: u64,
+}
+
+/// Whether files under `dir` can be reflinked (copy-on-write), tried on a scratch file.
+pub(crate) fn reflink_works(dir: &Path) -> io::Result<bool> {
+    let scratch = tempfile::tempdir_in(dir)?;
+    let from = scratch.path().join("from");
+    fs::write(&from, b"probe")?;
+    let source = File::open(&from)?;
+    let target = File::create(scratch.path().join("to"))?;
+    // SAFETY: both descriptors are open for the duration of the call.
+    let cloned = unsafe { libc::ioctl(target.as_raw_fd(), libc::FICLONE, source.as_raw_fd()) };
+    Ok(cloned == 0)
+}
+
+/// Copies the tree at `src` to `dst`, which must not exist yet.
+pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
+    let mut stats = CopyStats::default();
+    // Directories get their real mode and times only after their content is in, so a
+    // read-only directory can still be filled and its mtime is not changed by the filling.
+    let mut dirs: Vec<(PathBuf, fs::Metadata)> = Vec::new();
+    let mut stack = vec![(src.to_path_buf(), dst.to_path_buf())];
+    while let Some((from, to)) = stack.pop() {
+        let meta = fs::symlink_metadata(&from)?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            fs::DirBuilder::new().mode(0o700).create(&to)?;
+            for entry in fs::read_dir(&from)? {
+                let entry = entry?;
+                stack.push((entry.path(), to.join(entry.file_name())));
+            }
+            dirs.push((to, meta));
+        } else if kind.is_file() {
+            let reflinked = copy_file(&from, &to, &meta)?;
+            stats.files += 1;
+            stats.bytes += meta.len();
+            stats.reflinked += u64::from(reflinked);
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
+            keep_owner(&to, &meta)?;
+        } else {
+            tracing::debug!(path = %from.display(), "snapshot skips a socket, fifo or device");
+            stats.skipped += 1;
+        }
+    }
+    for (dir, meta) in dirs.iter().rev() {
+        keep_owner(dir, meta)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        File::open(dir)?.set_times(times_of(meta)?)?;
+    }
+    Ok(stats)
+}
+
+/// Copies one regular file; true when it was reflinked.
+fn copy_file(from: &Path, to: &Path, meta: &fs::Metadata) -> io::Result<bool> {
+    let mut source = File::open(from)?;
+    let mut target = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)?;
+    // SAFETY: both descriptors are open for the duration of the call; FICLONE takes the
+    // source descriptor as its argument and touches no memory of ours.
+    let cloned = unsafe { libc::ioctl(target.as_raw_fd(), libc::FICLONE, source.as_raw_fd()) } == 0;
+    if !cloned {
+        io::copy(&mut source, &mut target)?;
+    }
+    keep_owner(to, meta)?;
+    target.set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    target.set_times(times_of(meta)?)?;
+    Ok(cloned)
+}
+
+fn times_of(meta: &fs::Metadata) -> io::Result<FileTimes> {
+    Ok(FileTimes::new()
+        .set_accessed(meta.accessed()?)
+        .set_modified(meta.modified()?))
+}
+
+/// Gives the copy the original's owner when it differs (a server running as root serves
+/// homes owned by the sandbox user); a server that may not change owners keeps its own.
+fn keep_owner(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    let now = fs::symlink_metadata(path)?;
+    if now.uid() == meta.uid() && now.gid() == meta.gid() {
+        return Ok(());
+    }
+    match std::os::unix::fs::lchown(path, Some(meta.uid()), Some(meta.gid())) {
+        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => Ok(()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    #[test]
+    fn a_copy_keeps_content_modes_links_and_times_and_is_independent() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        fs::create_dir_all(src.join("a/b")).unwrap();
+        fs::write(src.join("a/b/f.txt"), b"hello").unwrap();
+        fs::write(src.join("run.sh"), b"#!/bin/sh\n").unwrap();
+        fs::set_permissions(src.join("run.sh"), fs::Permissions::from_mode(0o751)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", src.join("link")).unwrap();
+        let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        File::options()
+            .write(true)
+            .open(src.join("a/b/f.txt"))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        fs::set_permissions(src.join("a"), fs::Permissions::from_mode(0o555)).unwrap();
+
+        let dst = dir.path().join("dst");
+        let stats = copy_tree(&src, &dst).unwrap();
+        assert_eq!((stats.files, stats.bytes), (2, 15));
+        assert_eq!(fs::read(dst.join("a/b/f.txt")).unwrap(), b"hello");
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        assert_eq!(mode(&dst.join("run.sh")), 0o751);
+        assert_eq!(mode(&dst.join("a")), 0o555);
+        assert_eq!(
+            fs::read_link(dst.join("link")).unwrap(),
+            Path::new("/etc/passwd")
+        );
+        assert_eq!(
+            fs::metadata(dst.join("a/b/f.txt"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+            old
+        );
+        // Writing the copy leaves the original alone (a reflink is copy-on-write too).
+        fs::write(dst.join("a/b/f.txt"), b"changed").unwrap();
+        assert_eq!(fs::read(src.join("a/b/f.txt")).unwrap(), b"hello");
+        fs::set_permissions(src.join("a"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(dst.join("a"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn copying_onto_an_existing_target_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("src")).unwrap();
+        fs::create_dir(dir.path().join("dst")).unwrap();
+        assert!(copy_tree(&dir.path().join("src"), &dir.path().join("dst")).is_err());
+    }
+}
