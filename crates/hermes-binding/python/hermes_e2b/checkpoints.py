@@ -130,9 +130,14 @@ def scope_backend(settings: Any, task_id: str) -> Iterator[Any]:
 
 
 def describe(checkpoint: dict) -> str:
-    """One line per checkpoint."""
-    return (f"{checkpoint['name']}  [{checkpoint['reason']}] {checkpoint['taken_at_utc']} UTC, "
-            f"from {checkpoint['source_sandbox']} ({checkpoint['snapshot_id']})")
+    """One line per checkpoint: its label (an unnamed one is known by its id), reason, time
+    and source sandbox."""
+    name = checkpoint["label"] or "(unnamed)"
+    return f"{name}  [{checkpoint['reason']}] {checkpoint['taken_at_utc']} UTC, from {checkpoint['source_sandbox']}"
+
+
+def describe_with_id(checkpoint: dict) -> str:
+    return f"{describe(checkpoint)}\n    id {checkpoint['snapshot_id']}"
 
 
 def describe_turn(turn: dict) -> str:
@@ -145,8 +150,8 @@ def rollback_lines(report: dict) -> list[str]:
     lines = [
         f"Rolled back to {describe(report['restored'])}.",
         f"Sandbox {report['retired_sandbox']} was replaced by {report['sandbox_id']}; "
-        f"skills/ and memories/ are the newest ({report['recovered']['restored']} restored from the old sandbox).",
-        f"Undo: hermes e2b rollback {undo['snapshot_id']}  (or /{SLASH_ROLLBACK} {undo['snapshot_id']})",
+        f"skills/ and memories/ are the newest ({report['recovered']['restored']} files recovered from the old one).",
+        f"Undo: hermes e2b rollback {undo['snapshot_id']}",
     ]
     return lines + [f"Warning: {w}" for w in report["warnings"]]
 
@@ -200,7 +205,7 @@ def slash_checkpoints(raw_args: str = "") -> str:
         turns = env.turn_checkpoints() if env.turns_enabled else []
     except Exception as error:  # noqa: BLE001
         return f"/{SLASH_CHECKPOINTS}: {_message(error)}"
-    lines = [describe(c) for c in checkpoints] or ["No checkpoints of this scope."]
+    lines = [describe_with_id(c) for c in checkpoints] or ["No checkpoints of this scope."]
     if turns:
         lines += ["Turn checkpoints (in the sandbox):"] + [f"  {describe_turn(t)}" for t in turns]
     return "\n".join(lines)

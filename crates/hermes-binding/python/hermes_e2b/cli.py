@@ -210,7 +210,8 @@ def _status(ctx: Any, args: argparse.Namespace) -> int:
             print(f"  last pull: {host['last_pull'] or 'none recorded'}")
             print(f"  last recovery: {host['last_recovery'] or 'none recorded'}")
         newest = entry.get("newest_checkpoint")
-        print(f"  newest checkpoint: {describe(newest) if newest else 'none (hermes e2b checkpoint NAME takes one)'}")
+        if newest:
+            print(f"  newest checkpoint: {describe(newest)}")
         if entry["duplicate_of"]:
             print(f"  DUPLICATE: sessions use {entry['duplicate_of']}; `hermes e2b rm --duplicates` removes it")
     return 0
@@ -316,7 +317,7 @@ def _checkpoint(ctx: Any, args: argparse.Namespace) -> int:
 
 
 def _checkpoints(ctx: Any, args: argparse.Namespace) -> int:
-    from .checkpoints import describe_turn, scope_backend
+    from .checkpoints import describe_turn, describe_with_id, scope_backend
 
     with scope_backend(_settings(ctx), args.task) as backend:
         listed = backend.checkpoints()
@@ -327,7 +328,7 @@ def _checkpoints(ctx: Any, args: argparse.Namespace) -> int:
     if not listed:
         print(f"No checkpoints of task {args.task}.")
     for checkpoint in listed:
-        print(describe(checkpoint))
+        print(describe_with_id(checkpoint))
     if turns is not None:
         print("Turn checkpoints (in the sandbox):" if turns else "No turn checkpoints in the sandbox.")
         for turn in turns:
@@ -364,7 +365,7 @@ def _rollback(ctx: Any, args: argparse.Namespace) -> int:
                 print(f"hermes e2b rollback: no turn checkpoint {args.turn} in the sandbox "
                       f"(hermes e2b checkpoints --turns lists them)", file=sys.stderr)
                 return EXIT_INCOMPLETE
-            if not args.json or not args.yes:
+            if not args.yes:
                 print(f"This puts {target['directory']} back as it was at {describe_turn(target)}.")
                 print("Its current state is kept first as a new turn checkpoint (the undo point).")
             refused = _confirm("Restore it?", args.yes)
@@ -386,7 +387,7 @@ def _rollback(ctx: Any, args: argparse.Namespace) -> int:
             print(f"hermes e2b rollback: no checkpoint of task {args.task} matches "
                   f"{'--last' if args.last else args.name} (hermes e2b checkpoints lists them)", file=sys.stderr)
             return EXIT_INCOMPLETE
-        if not args.json or not args.yes:
+        if not args.yes:
             print(f"This restores {describe(target)}:")
             print("  the workspace and installed packages become the checkpoint's; skills/ and memories/ stay the newest.")
             print("  The current sandbox is checkpointed first (the undo point), then replaced.")
