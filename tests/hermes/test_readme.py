@@ -80,6 +80,8 @@ def normalise(text: str) -> str:
     text = re.sub(r"\b\d+ ms\b", "<n> ms", text)
     # The suite's e2b-local is shared by every test of the session.
     text = re.sub(r"\b\d+ sandboxes running\b", "<n> sandboxes running", text)
+    # A checkpoint's snapshot name carries the scope digest, a time and its source sandbox.
+    text = re.sub(r"(?:local/)?hermes_[0-9a-f]{8,}_\d{10,}_[a-z]+_[a-z0-9]*_[a-z0-9-]*(?::default)?", "<snapshot>", text)
     text = re.sub(r"\b(?=[a-z0-9]*\d)[a-z0-9]{18,25}\b", sandbox, text)
     return text
 
@@ -167,3 +169,27 @@ def test_the_managing_sandboxes_session_is_real(home, e2b_local):
     transcript.run("hermes e2b doctor --live   # works inside containers, where `hermes doctor` skips plugin rows")
     check(REPO / "README.md", "managing", transcript.text())
     assert len(tagged(e2b_local, tag)) == 1
+
+
+# contract: R12
+def test_the_checkpoints_session_is_real(home, e2b_local):
+    from test_checkpoints import in_sandbox
+
+    tag = uuid.uuid4().hex
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag}), terminal={"timeout": 60})
+    home.write_key()
+    transcript = Transcript(home, home.env(), e2b_local)
+    in_sandbox(home, "mkdir -p ~/app && echo 'version = 1' > ~/app/config.toml")
+    transcript.run("hermes e2b checkpoint before-upgrade")
+    in_sandbox(home, "rm -rf ~/app && mkdir -p ~/.hermes/memories && echo 'the upgrade needs libfoo 2' > ~/.hermes/memories/MEMORY.md")
+    transcript.note("")
+    transcript.note("# ... the agent ran `rm -rf ~/app` and noted a memory; the session ended.")
+    transcript.run("hermes e2b checkpoints")
+    transcript.note("")
+    transcript.run("hermes e2b rollback before-upgrade     # asks first on a terminal")
+    transcript.run("hermes e2b rollback before-upgrade --yes")
+    transcript.note("")
+    transcript.run("hermes e2b status")
+    check(REPO / "crates" / "hermes-binding" / "README.md", "checkpoints", transcript.text())
+    assert in_sandbox(home, "cat ~/app/config.toml").strip() == "version = 1"
+    assert (home.path / "memories" / "MEMORY.md").read_text() == "the upgrade needs libfoo 2\n"

@@ -20,7 +20,10 @@ mod transport;
 pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
-pub use backend::{Backend, LEASE_HEADROOM, MAX_BRANCHES, RETRY_HINT, TRANSFER_WINDOW};
+pub use backend::{
+    Backend, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, TRANSFER_WINDOW, TURN_STORE,
+    TurnCheckpoint, TurnRequest, TurnRestore,
+};
 pub use checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT, Discarded,
     Fork, RollbackReport, utc,

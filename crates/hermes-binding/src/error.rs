@@ -176,6 +176,9 @@ pub(crate) fn with_hint(reason: &str, hint: &str) -> String {
 /// errors only classify: `is_key_refused`, `is_concurrency_limit`, ...). `None` when there
 /// is nothing better to do than read the error.
 pub fn hint(error: &agent_sandbox::Error) -> Option<String> {
+    if let agent_sandbox::Error::CheckpointRefused { reason, .. } = error {
+        return checkpoint_hint(reason);
+    }
     if error.is_concurrency_limit() {
         return Some(
             "E2B limits how many sandboxes run at once per account, and paused sandboxes do \
@@ -219,6 +222,28 @@ pub fn hint(error: &agent_sandbox::Error) -> Option<String> {
         ));
     }
     None
+}
+
+/// What to do about a refused checkpoint, rollback or turn restore (R1, R2).
+fn checkpoint_hint(reason: &agent_sandbox::CheckpointRefusal) -> Option<String> {
+    use agent_sandbox::CheckpointRefusal as Why;
+    match reason {
+        Why::NotWriter => Some(
+            "a Hermes session holds the writer role for this scope; run this in that session \
+             (/sandbox-checkpoint, /sandbox-checkpoints, /sandbox-rollback) or end it first"
+                .to_owned(),
+        ),
+        Why::CommandsRunning { commands, .. } => Some(format!(
+            "let {} finish, or stop {} (Ctrl-C in the session, or /stop), then retry",
+            commands.join("; "),
+            if commands.len() == 1 { "it" } else { "them" }
+        )),
+        Why::NoCheckpoint { .. } => Some(
+            "`hermes e2b checkpoints` (or /sandbox-checkpoints) lists this scope's checkpoints"
+                .to_owned(),
+        ),
+        _ => None,
+    }
 }
 
 impl From<agent_sandbox::Error> for Error {

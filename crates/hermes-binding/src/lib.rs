@@ -64,7 +64,9 @@ fn settings_schema(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
         entry.set_item("type", setting.kind.dashboard_type())?;
         match setting.fixed_default() {
             Some(Fixed::Text(text)) => entry.set_item("default", text)?,
-            Some(Fixed::Seconds(seconds)) => entry.set_item("default", seconds)?,
+            Some(Fixed::Seconds(seconds) | Fixed::Count(seconds)) => {
+                entry.set_item("default", seconds)?
+            }
             Some(Fixed::Flag(flag)) => entry.set_item("default", flag)?,
             None => {}
         }

@@ -63,6 +63,33 @@ pub struct Settings {
     pub sandbox_id: Option<SandboxId>,
     /// Keys present in the mapping that the plugin does not know (reported, not fatal).
     pub unknown_keys: Vec<String>,
+    /// What the Hermes adapter does about checkpoints.
+    pub checkpoints: CheckpointSettings,
+}
+
+/// The checkpoint settings: what the Hermes adapter does on its own (all off by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointSettings {
+    /// A checkpoint when a session first uses its sandbox (`checkpoint_at_start`).
+    pub at_session_start: bool,
+    /// Automatic checkpoints kept per scope (`checkpoint_keep`).
+    pub keep: usize,
+    /// The agent's `sandbox_checkpoint` tool (`checkpoint_tool`).
+    pub agent_tool: bool,
+    /// Turn checkpoints kept in the sandbox; 0 is off (`turn_checkpoints`).
+    pub turns: usize,
+}
+
+impl CheckpointSettings {
+    /// The defaults the settings table states.
+    pub fn defaults() -> CheckpointSettings {
+        CheckpointSettings {
+            at_session_start: false,
+            keep: 5,
+            agent_tool: false,
+            turns: 0,
+        }
+    }
 }
 
 impl fmt::Debug for Settings {
@@ -81,6 +108,7 @@ impl fmt::Debug for Settings {
             .field("endpoints_from", &self.endpoints_from)
             .field("sandbox_id", &self.sandbox_id)
             .field("writer_arbitration", &config.writer_arbitration)
+            .field("checkpoints", &self.checkpoints)
             .finish()
     }
 }
@@ -273,6 +301,31 @@ fn seconds(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<Duration>,
     }
 }
 
+fn count(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<usize>, Error> {
+    let (min, max) = match Setting::find(key).map(|setting| setting.kind) {
+        Some(SettingKind::Count { min, max }) => (min, max),
+        _ => (0, u64::MAX),
+    };
+    let value = match raw.get(key) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Int(value)) => *value,
+        Some(Value::Float(value)) if value.fract() == 0.0 && value.is_finite() => *value as i64,
+        Some(other) => {
+            return Err(invalid(
+                key,
+                format!("must be a whole number, not {}", other.kind()),
+            ));
+        }
+    };
+    match u64::try_from(value) {
+        Ok(n) if (min..=max).contains(&n) => Ok(Some(n as usize)),
+        _ => Err(invalid(
+            key,
+            format!("must be between {min} and {max}, not {value}"),
+        )),
+    }
+}
+
 fn url(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<String>, Error> {
     let Some(value) = string(raw, key)? else {
         return Ok(None);
@@ -436,11 +489,25 @@ impl Settings {
             .filter(|key| Setting::find(key).is_none())
             .cloned()
             .collect();
+        let mut checkpoints = CheckpointSettings::defaults();
+        if let Some(at_start) = boolean(raw, "checkpoint_at_start")? {
+            checkpoints.at_session_start = at_start;
+        }
+        if let Some(keep) = count(raw, "checkpoint_keep")? {
+            checkpoints.keep = keep;
+        }
+        if let Some(tool) = boolean(raw, "checkpoint_tool")? {
+            checkpoints.agent_tool = tool;
+        }
+        if let Some(turns) = count(raw, "turn_checkpoints")? {
+            checkpoints.turns = turns;
+        }
         Ok(Settings {
             config,
             endpoints_from,
             sandbox_id,
             unknown_keys,
+            checkpoints,
         })
     }
 

@@ -260,7 +260,11 @@ enum Replacement {
 
 impl Inner {
     /// Only the scope's writer (or an ephemeral sandbox's owner) changes the scope (R1).
-    fn may_change_scope(&self, attached: &Attached, operation: &'static str) -> Result<(), Error> {
+    pub(super) fn may_change_scope(
+        &self,
+        attached: &Attached,
+        operation: &'static str,
+    ) -> Result<(), Error> {
         let refusal = match attached.role {
             Role::Writer(_) | Role::Owner { .. } => return Ok(()),
             Role::External => CheckpointRefusal::NoScope("a backend attached to a given sandbox"),
@@ -276,7 +280,7 @@ impl Inner {
 
     /// Waits up to `wait` for the scope's commands to end (R2). The state lock is held, so
     /// none starts meanwhile; commands end on their pump without it.
-    fn quiesce(
+    pub(super) fn quiesce(
         &self,
         attached: &Attached,
         operation: &'static str,

@@ -7,7 +7,9 @@
 
 pub(super) mod attach;
 mod checkpoint;
+mod turns;
 pub use checkpoint::MAX_BRANCHES;
+pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore};
 mod fence;
 mod fetch;
 mod gates;

@@ -20,3 +20,4 @@ mod state;
 mod state_failures;
 mod support;
 mod teardown;
+mod turns;

@@ -135,6 +135,12 @@ def register(ctx: Any) -> None:
             cli_registrar(name="e2b", help=cli.HELP, setup_fn=cli.setup, handler_fn=cli.make_handler(ctx))
         except Exception as error:  # noqa: BLE001 - a CLI the host refuses must not fail the load
             logger.warning("hermes-e2b: `hermes e2b` is not registered: %s", error)
+    try:
+        from . import checkpoints
+
+        checkpoints.register(ctx)
+    except Exception as error:  # noqa: BLE001 - checkpoints are extras; the backend must load
+        logger.warning("hermes-e2b: checkpoint commands are not registered: %s", error)
     registrar = getattr(ctx, "register_terminal_environment_provider", None)
     try:
         from .provider import E2BProvider

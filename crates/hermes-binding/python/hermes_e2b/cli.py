@@ -1,4 +1,5 @@
-"""`hermes e2b`: this profile's sandboxes from the Hermes CLI (status, list, rm, pull, doctor).
+"""`hermes e2b`: this profile's sandboxes from the Hermes CLI (status, list, rm, pull, doctor,
+checkpoint, checkpoints, rollback).
 
 Registered through Hermes' ``ctx.register_cli_command`` when the host has it. An adapter
 only: argparse in, text or JSON out. What a sandbox is, who owns it, what a removal may
@@ -15,13 +16,14 @@ from typing import Any, Callable, Optional
 
 from . import NATIVE_IMPORT_ERROR, redact
 from ._hermes import inventory, lifetime_seconds, read_settings
+from .checkpoints import describe
 
 #: The exit code of a command that did not do everything asked (a refusal, a failure).
 EXIT_INCOMPLETE = 1
 #: The exit code when `rm` needs a confirmation it cannot ask for (no TTY, no --yes).
 EXIT_UNCONFIRMED = 2
 
-HELP = "Manage this profile's E2B sandboxes (status, list, rm, pull, doctor)"
+HELP = "Manage this profile's E2B sandboxes (status, list, rm, pull, doctor, checkpoint, checkpoints, rollback)"
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +47,21 @@ def setup(parser: argparse.ArgumentParser) -> None:
     doctor = sub.add_parser("doctor", help="the E2B backend's checks (works inside containers too)")
     doctor.add_argument("--live", action="store_true", help="also create a probe sandbox (billed for its seconds), check its template has bash, tar, flock, setsid, date and a writable home, kill it")
     doctor.add_argument("--json", action="store_true", help="print JSON")
+    checkpoint = sub.add_parser("checkpoint", help="checkpoint a scope's sandbox (an E2B snapshot; named ones are never pruned)")
+    checkpoint.add_argument("name", nargs="?", help="a name (lowercase letters, digits, '-')")
+    checkpoint.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
+    checkpoint.add_argument("--json", action="store_true", help="print JSON")
+    checkpoints = sub.add_parser("checkpoints", help="a scope's checkpoints, newest first")
+    checkpoints.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
+    checkpoints.add_argument("--turns", action="store_true", help="also the turn checkpoints kept in the sandbox (attaches to it)")
+    checkpoints.add_argument("--json", action="store_true", help="print JSON")
+    rollback = sub.add_parser("rollback", help="roll a scope's sandbox back to a checkpoint (asks first; --yes to skip)")
+    rollback.add_argument("name", nargs="?", help="a checkpoint's name or snapshot id")
+    rollback.add_argument("--last", action="store_true", help="the newest checkpoint not taken by a rollback")
+    rollback.add_argument("--turn", type=int, metavar="N", help="a turn checkpoint (in the sandbox) instead")
+    rollback.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
+    rollback.add_argument("--yes", action="store_true", help="do not ask")
+    rollback.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(e2b_parser=parser)
 
 
@@ -131,8 +148,35 @@ def _scope_name(entry: dict) -> str:
     return host.get("task_id") or f"scope {entry['scope'][:12]}"
 
 
+def _settings(ctx: Any) -> Any:
+    if NATIVE_IMPORT_ERROR is not None:
+        raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
+    from . import _native
+
+    return _native.Settings(read_settings(ctx), lifetime_seconds=lifetime_seconds())
+
+
+def _newest_checkpoints(ctx: Any, entries: list) -> None:
+    """Adds ``newest_checkpoint`` (a dict or None) to each entry: one snapshot list per task."""
+    from .checkpoints import scope_backend
+
+    settings = _settings(ctx)
+    by_task: dict[str, Any] = {}
+    for entry in entries:
+        task = (entry.get("host") or {}).get("task_id")
+        if task is None:
+            entry["newest_checkpoint"] = None
+            continue
+        if task not in by_task:
+            with scope_backend(settings, task) as backend:
+                listed = backend.checkpoints()
+            by_task[task] = listed[0] if listed else None
+        entry["newest_checkpoint"] = by_task[task]
+
+
 def _status(ctx: Any, args: argparse.Namespace) -> int:
     entries = _inventory(ctx).list("profile")
+    _newest_checkpoints(ctx, entries)
     if args.json:
         _print_json(entries)
         return 0
@@ -165,6 +209,9 @@ def _status(ctx: Any, args: argparse.Namespace) -> int:
             print(f"  writer {writer}; {dirty}; {prepared}")
             print(f"  last pull: {host['last_pull'] or 'none recorded'}")
             print(f"  last recovery: {host['last_recovery'] or 'none recorded'}")
+        newest = entry.get("newest_checkpoint")
+        if newest:
+            print(f"  newest checkpoint: {describe(newest)}")
         if entry["duplicate_of"]:
             print(f"  DUPLICATE: sessions use {entry['duplicate_of']}; `hermes e2b rm --duplicates` removes it")
     return 0
@@ -256,10 +303,112 @@ def _doctor(ctx: Any, args: argparse.Namespace) -> int:
     return 0 if all(row["ok"] for row in rows) else EXIT_INCOMPLETE
 
 
+def _checkpoint(ctx: Any, args: argparse.Namespace) -> int:
+    from .checkpoints import scope_backend
+
+    with scope_backend(_settings(ctx), args.task) as backend:
+        taken = backend.checkpoint(args.name, reason="manual")
+    if args.json:
+        _print_json({"task": args.task, "checkpoint": taken})
+    else:
+        print(f"Checkpoint taken: {describe(taken)}")
+        print(f"Roll back to it: hermes e2b rollback {taken['label'] or taken['snapshot_id']}")
+    return 0
+
+
+def _checkpoints(ctx: Any, args: argparse.Namespace) -> int:
+    from .checkpoints import describe_turn, describe_with_id, scope_backend
+
+    with scope_backend(_settings(ctx), args.task) as backend:
+        listed = backend.checkpoints()
+        turns = backend.turn_checkpoints() if args.turns else None
+    if args.json:
+        _print_json({"task": args.task, "checkpoints": listed, **({"turns": turns} if turns is not None else {})})
+        return 0
+    if not listed:
+        print(f"No checkpoints of task {args.task}.")
+    for checkpoint in listed:
+        print(describe_with_id(checkpoint))
+    if turns is not None:
+        print("Turn checkpoints (in the sandbox):" if turns else "No turn checkpoints in the sandbox.")
+        for turn in turns:
+            print(f"  {describe_turn(turn)}")
+    return 0
+
+
+def _confirm(question: str, yes: bool) -> Optional[int]:
+    """None to go on; else the exit code (not confirmed)."""
+    if yes:
+        return None
+    if not sys.stdin.isatty():
+        print("hermes e2b rollback: not confirmed; run again with --yes", file=sys.stderr)
+        return EXIT_UNCONFIRMED
+    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+        print("Nothing rolled back.")
+        return EXIT_UNCONFIRMED
+    return None
+
+
+def _rollback(ctx: Any, args: argparse.Namespace) -> int:
+    from .checkpoints import describe_turn, rollback_lines, scope_backend, turn_restore_lines
+
+    chosen = [args.name is not None, args.last, args.turn is not None]
+    if sum(chosen) != 1:
+        print("hermes e2b rollback: name a checkpoint, or --last, or --turn N (one of them)", file=sys.stderr)
+        return EXIT_UNCONFIRMED
+    settings = _settings(ctx)
+    with scope_backend(settings, args.task) as backend:
+        if args.turn is not None:
+            turns = {t["number"]: t for t in backend.turn_checkpoints()}
+            target = turns.get(args.turn)
+            if target is None:
+                print(f"hermes e2b rollback: no turn checkpoint {args.turn} in the sandbox "
+                      f"(hermes e2b checkpoints --turns lists them)", file=sys.stderr)
+                return EXIT_INCOMPLETE
+            if not args.yes:
+                print(f"This puts {target['directory']} back as it was at {describe_turn(target)}.")
+                print("Its current state is kept first as a new turn checkpoint (the undo point).")
+            refused = _confirm("Restore it?", args.yes)
+            if refused is not None:
+                return refused
+            report = backend.restore_turn(args.turn, keep=max(1, settings.turn_checkpoints))
+            if args.json:
+                _print_json({"task": args.task, **report})
+            else:
+                print("\n".join(turn_restore_lines(report)))
+            return 0
+        listed = backend.checkpoints()
+        if args.last:
+            target = next((c for c in listed if c["reason"] not in ("rollback", "adopt")), None)
+        else:
+            wanted = {args.name, args.name.strip().lower().replace(" ", "-")}
+            target = next((c for c in listed if wanted & {c["snapshot_id"], c["label"], c["name"]}), None)
+        if target is None:
+            print(f"hermes e2b rollback: no checkpoint of task {args.task} matches "
+                  f"{'--last' if args.last else args.name} (hermes e2b checkpoints lists them)", file=sys.stderr)
+            return EXIT_INCOMPLETE
+        if not args.yes:
+            print(f"This restores {describe(target)}:")
+            print("  the workspace and installed packages become the checkpoint's; skills/ and memories/ stay the newest.")
+            print("  The current sandbox is checkpointed first (the undo point), then replaced.")
+        refused = _confirm("Roll back?", args.yes)
+        if refused is not None:
+            return refused
+        report = backend.rollback(target["snapshot_id"])
+    if args.json:
+        _print_json({"task": args.task, **report})
+    else:
+        print("\n".join(rollback_lines(report)))
+    return 0 if not report["warnings"] else EXIT_INCOMPLETE
+
+
 _COMMANDS: dict[str, Callable[[Any, argparse.Namespace], int]] = {
     "status": _status,
     "list": _list,
     "rm": _rm,
     "pull": _pull,
     "doctor": _doctor,
+    "checkpoint": _checkpoint,
+    "checkpoints": _checkpoints,
+    "rollback": _rollback,
 }

@@ -8,6 +8,7 @@ the meaning of Hermes' cwd placeholders, deadlines and every warning are the nat
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import threading
@@ -17,7 +18,7 @@ from typing import IO, Any, Callable, Optional
 from tools.environments.base import BaseEnvironment
 from tools.environments.file_sync import FileSyncManager, iter_sync_files
 
-from . import _native
+from . import _native, checkpoints
 from ._hermes import (
     host_only_paths,
     lifetime_seconds,
@@ -25,6 +26,8 @@ from ._hermes import (
     record_sandbox_home,
     resolve_api_key,
 )
+
+logger = logging.getLogger("hermes_e2b")
 
 try:  # iot and newer; absent in 0.19.0
     from tools.environments.base import EnvironmentConnectionError as _ConnectionError
@@ -251,6 +254,54 @@ class E2BEnvironment(BaseEnvironment):
         if not requested_cwd:
             self.cwd = attached["default_cwd"]
         self.init_session()
+        checkpoints.register_environment(task_id, self)
+        if settings.checkpoint_at_start:
+            self._session_start_checkpoint(attached["role"])
+
+    # --- checkpoints (contract R1-R11; the steps are the native core's) ---------------------
+
+    def _session_start_checkpoint(self, role: str) -> None:
+        """``checkpoint_at_start``: one checkpoint, then retention (R7). A failure is logged,
+        never raised: the session works without it."""
+        if role not in ("writer", "owner"):
+            logger.info("hermes-e2b: no session-start checkpoint: this session is a %s", role)
+            return
+        try:
+            taken = self._native.checkpoint(reason="start")
+            self._native.prune_checkpoints(self._settings.checkpoint_keep)
+            logger.info("hermes-e2b: session-start checkpoint %s", taken["snapshot_id"])
+        except _native.E2BError as error:
+            logger.warning("hermes-e2b: the session-start checkpoint failed: %s", error)
+
+    @property
+    def turns_enabled(self) -> bool:
+        return self._settings.turn_checkpoints > 0
+
+    def checkpoint(self, label: Optional[str] = None, reason: str = "manual") -> dict:
+        return self._native.checkpoint(label, reason=reason)
+
+    def checkpoints(self) -> list:
+        return self._native.checkpoints()
+
+    def rollback(self, name: Optional[str] = None) -> dict:
+        return self._native.rollback(name)
+
+    def turn_checkpoints(self) -> list:
+        return self._native.turn_checkpoints()
+
+    def restore_turn(self, number: int) -> dict:
+        return self._native.restore_turn(number, keep=max(1, self._settings.turn_checkpoints))
+
+    def _turn_checkpoint(self) -> None:
+        """The first file-changing tool call of a turn (marked by the pre_tool_call hook):
+        one command capturing the working directory (R9). Never fails the tool's command."""
+        label = checkpoints.take_pending_turn(self._task_id)
+        if label is None or not self.turns_enabled:
+            return
+        try:
+            self._native.turn_checkpoint(self.cwd, label=label, keep=self._settings.turn_checkpoints)
+        except _native.E2BError as error:
+            logger.warning("hermes-e2b: the turn checkpoint was not taken: %s", error)
 
     @property
     def sandbox_id(self) -> Optional[str]:
@@ -277,6 +328,7 @@ class E2BEnvironment(BaseEnvironment):
         if getattr(self, "_snapshot_pending", False):
             self._snapshot_pending = False
             super().init_session()
+        self._turn_checkpoint()
 
     def _wrap_command(self, command: str, cwd: str) -> str:
         # Hermes sends "/root" for container backends when its own cwd is unknown or looked
@@ -348,6 +400,7 @@ class E2BEnvironment(BaseEnvironment):
         native = getattr(self, "_native", None)
         if native is None:
             return
+        self._closed = True
         native.cleanup()
 
     def __del__(self) -> None:

@@ -323,3 +323,38 @@ fn the_python_exception_carries_the_message() {
     });
     assert_eq!(shown, expected);
 }
+
+// contract: R13
+#[test]
+fn checkpoint_refusals_say_what_a_hermes_user_does() {
+    let refused = |reason| {
+        Error::from(agent_sandbox::Error::CheckpointRefused {
+            operation: "checkpoint",
+            sandbox_id: Some("sbx-1".to_owned()),
+            reason,
+        })
+        .message()
+    };
+    let reader = refused(agent_sandbox::CheckpointRefusal::NotWriter);
+    assert!(reader.starts_with("E2B checkpoint refused"), "{reader}");
+    assert!(reader.contains("sbx-1"), "{reader}");
+    assert!(
+        reader.ends_with(
+            ". Hint: a Hermes session holds the writer role for this scope; run this in that session \
+             (/sandbox-checkpoint, /sandbox-checkpoints, /sandbox-rollback) or end it first"
+        ),
+        "{reader}"
+    );
+    let busy = refused(agent_sandbox::CheckpointRefusal::CommandsRunning {
+        commands: vec!["pid 7: make test".to_owned()],
+        waited: std::time::Duration::from_secs(30),
+    });
+    assert!(
+        busy.ends_with("Hint: let pid 7: make test finish, or stop it (Ctrl-C in the session, or /stop), then retry"),
+        "{busy}"
+    );
+    let missing = refused(agent_sandbox::CheckpointRefusal::NoCheckpoint {
+        target: "checkpoint `x`".to_owned(),
+    });
+    assert!(missing.contains("`hermes e2b checkpoints`"), "{missing}");
+}

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKey, ApiKeySource, Backend, CleanupReport, CommandResult, KillOutcomeReport, PullOutcome,
-    RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, TeardownRecovery, Termination,
-    WriteSink,
+    ApiKey, ApiKeySource, Backend, Checkpoint, CheckpointReason, CheckpointRequest,
+    CheckpointTarget, CleanupReport, CommandResult, DEFAULT_CHECKPOINT_WAIT, KillOutcomeReport,
+    PullOutcome, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, TeardownRecovery,
+    Termination, TurnCheckpoint, TurnRequest, WriteSink,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -94,6 +95,49 @@ fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<
     dict.set_item("sandbox", sandbox)?;
     dict.set_item("kill_error", kill_error)?;
     Ok(dict)
+}
+
+fn epoch_seconds(time: std::time::SystemTime) -> f64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// One checkpoint as `hermes e2b checkpoints --json` shows it.
+pub(crate) fn checkpoint_dict<'py>(
+    py: Python<'py>,
+    checkpoint: &Checkpoint,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("snapshot_id", &checkpoint.snapshot_id)?;
+    dict.set_item("name", checkpoint.display_name())?;
+    dict.set_item("label", checkpoint.label.clone())?;
+    dict.set_item("reason", checkpoint.reason.as_str())?;
+    dict.set_item("automatic", checkpoint.is_automatic())?;
+    dict.set_item("taken_at", epoch_seconds(checkpoint.taken_at))?;
+    dict.set_item("taken_at_utc", agent_sandbox::utc(checkpoint.taken_at))?;
+    dict.set_item("source_sandbox", &checkpoint.source_sandbox)?;
+    Ok(dict)
+}
+
+fn turn_dict<'py>(py: Python<'py>, turn: &TurnCheckpoint) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("number", turn.number)?;
+    dict.set_item("label", &turn.label)?;
+    dict.set_item("directory", &turn.directory)?;
+    dict.set_item("entries", turn.entries)?;
+    dict.set_item("bytes", turn.bytes)?;
+    dict.set_item("taken_at", epoch_seconds(turn.taken_at))?;
+    dict.set_item("taken_at_utc", agent_sandbox::utc(turn.taken_at))?;
+    Ok(dict)
+}
+
+/// How long a checkpoint step waits for running commands: the caller's seconds, else the
+/// core's default.
+fn checkpoint_wait(wait_seconds: Option<f64>) -> Duration {
+    wait_seconds
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(DEFAULT_CHECKPOINT_WAIT, Duration::from_secs_f64)
 }
 
 /// The API key source for a Python `key_resolver()` (the profile's secret lookup), asked on
@@ -350,6 +394,135 @@ impl PyBackend {
             return Err(interrupt);
         }
         cleanup_dict(py, &report)
+    }
+
+    /// Takes a checkpoint (an E2B snapshot) of the scope's sandbox; attaches if needed. Only
+    /// the scope's writer may (R1); waits up to `wait_seconds` for running commands (R2).
+    /// `reason` is "manual", "start" or "agent". Returns the checkpoint's dict.
+    #[pyo3(signature = (label = None, *, reason = "manual", wait_seconds = None))]
+    fn checkpoint<'py>(
+        &self,
+        py: Python<'py>,
+        label: Option<String>,
+        reason: &str,
+        wait_seconds: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let reason = match CheckpointReason::parse(reason) {
+            Some(
+                reason @ (CheckpointReason::Manual
+                | CheckpointReason::SessionStart
+                | CheckpointReason::Agent),
+            ) => reason,
+            _ => {
+                return Err(Error::InvalidArgument {
+                    operation: "checkpoint",
+                    reason: format!("reason must be manual, start or agent, not {reason:?}"),
+                }
+                .into());
+            }
+        };
+        let request = CheckpointRequest {
+            label,
+            reason,
+            wait: checkpoint_wait(wait_seconds),
+        };
+        let checkpoint = self.detached(py, move |backend| backend.checkpoint(request))?;
+        checkpoint_dict(py, &checkpoint)
+    }
+
+    /// The scope's checkpoints, newest first, from E2B's snapshot list (attaches nothing).
+    fn checkpoints<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let all = self.detached(py, Backend::checkpoints)?;
+        all.iter().map(|c| checkpoint_dict(py, c)).collect()
+    }
+
+    /// Deletes the scope's automatic checkpoints beyond the newest `keep` (R7); returns them.
+    fn prune_checkpoints<'py>(
+        &self,
+        py: Python<'py>,
+        keep: usize,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let deleted = self.detached(py, move |backend| backend.prune_checkpoints(keep))?;
+        deleted.iter().map(|c| checkpoint_dict(py, c)).collect()
+    }
+
+    /// Rolls the scope back to checkpoint `name` (a label or snapshot id; None: the latest
+    /// one not taken by a rollback) (R4, R5, R8). Returns restored, undo, retired_sandbox,
+    /// sandbox_id, recovered (counts) and warnings.
+    #[pyo3(signature = (name = None, *, wait_seconds = None))]
+    fn rollback<'py>(
+        &self,
+        py: Python<'py>,
+        name: Option<String>,
+        wait_seconds: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let target = match name {
+            Some(name) => CheckpointTarget::Named(name),
+            None => CheckpointTarget::Latest,
+        };
+        let wait = checkpoint_wait(wait_seconds);
+        let report = self.detached(py, move |backend| backend.rollback(target, wait))?;
+        let dict = PyDict::new(py);
+        dict.set_item("restored", checkpoint_dict(py, &report.restored)?)?;
+        dict.set_item("undo", checkpoint_dict(py, &report.undo)?)?;
+        dict.set_item("retired_sandbox", &report.retired_sandbox)?;
+        dict.set_item("sandbox_id", &report.sandbox_id)?;
+        let counts = PyDict::new(py);
+        counts.set_item("restored", report.recovery.restored)?;
+        counts.set_item("unchanged", report.recovery.unchanged)?;
+        counts.set_item("superseded", report.recovery.superseded)?;
+        counts.set_item("quarantined", report.recovery.quarantined)?;
+        counts.set_item("skipped", report.recovery.skipped)?;
+        dict.set_item("recovered", counts)?;
+        let warnings: Vec<String> = report
+            .warnings
+            .iter()
+            .map(|w| without_time_words(w))
+            .collect();
+        dict.set_item("warnings", warnings)?;
+        Ok(dict)
+    }
+
+    /// A turn-level file checkpoint of `directory` inside the sandbox (R9): one command, the
+    /// store keeps the newest `keep`. Returns its dict.
+    #[pyo3(signature = (directory, *, label, keep))]
+    fn turn_checkpoint<'py>(
+        &self,
+        py: Python<'py>,
+        directory: String,
+        label: String,
+        keep: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let request = TurnRequest {
+            directory,
+            label,
+            keep,
+        };
+        let turn = self.detached(py, move |backend| backend.turn_checkpoint(request))?;
+        turn_dict(py, &turn)
+    }
+
+    /// The sandbox's turn checkpoints, newest first (one command; attaches if needed).
+    fn turn_checkpoints<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let turns = self.detached(py, Backend::turn_checkpoints)?;
+        turns.iter().map(|t| turn_dict(py, t)).collect()
+    }
+
+    /// Restores turn checkpoint `number` (R10); returns restored and undo.
+    #[pyo3(signature = (number, *, keep, wait_seconds = None))]
+    fn restore_turn<'py>(
+        &self,
+        py: Python<'py>,
+        number: u64,
+        keep: usize,
+        wait_seconds: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let wait = checkpoint_wait(wait_seconds);
+        let report = self.detached(py, move |backend| backend.restore_turn(number, keep, wait))?;
+        let dict = PyDict::new(py);
+        dict.set_item("restored", turn_dict(py, &report.restored)?)?;
+        dict.set_item("undo", turn_dict(py, &report.undo)?)?;
+        Ok(dict)
     }
 
     /// The finalizer path: releases locally, never pulls state.

@@ -105,6 +105,30 @@ impl PySettings {
         self.settings.sandbox_id.as_ref().map(|id| id.as_str())
     }
 
+    /// `checkpoint_at_start`.
+    #[getter]
+    fn checkpoint_at_start(&self) -> bool {
+        self.settings.checkpoints.at_session_start
+    }
+
+    /// `checkpoint_keep`.
+    #[getter]
+    fn checkpoint_keep(&self) -> usize {
+        self.settings.checkpoints.keep
+    }
+
+    /// `checkpoint_tool`.
+    #[getter]
+    fn checkpoint_tool(&self) -> bool {
+        self.settings.checkpoints.agent_tool
+    }
+
+    /// `turn_checkpoints` (0: off).
+    #[getter]
+    fn turn_checkpoints(&self) -> usize {
+        self.settings.checkpoints.turns
+    }
+
     #[getter]
     fn unknown_keys(&self) -> Vec<String> {
         self.settings.unknown_keys.clone()

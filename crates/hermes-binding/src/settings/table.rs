@@ -6,7 +6,9 @@
 //! [`agent_sandbox::Config::new`], the one place the core writes it, so the table cannot
 //! drift from what the backend applies.
 
-use agent_sandbox::{ApiKeySource, Config, InternetAccess, Security};
+use agent_sandbox::{ApiKeySource, Config, InternetAccess, MAX_TURN_KEEP, Security};
+
+use super::CheckpointSettings;
 use std::sync::Arc;
 
 /// The longest lease or grace a setting may ask for: one day (E2B's own maximum is
@@ -27,6 +29,13 @@ pub enum SettingKind {
     Flag,
     /// A mapping of names to text (or its text form).
     Mapping,
+    /// A whole number from `min` to `max`.
+    Count {
+        /// The smallest accepted value.
+        min: u64,
+        /// The largest accepted value.
+        max: u64,
+    },
 }
 
 impl SettingKind {
@@ -38,6 +47,7 @@ impl SettingKind {
             SettingKind::Seconds { .. } => "number",
             SettingKind::Flag => "boolean",
             SettingKind::Mapping => "text",
+            SettingKind::Count { .. } => "number",
         }
     }
 
@@ -48,6 +58,7 @@ impl SettingKind {
             SettingKind::Seconds { .. } => "integer",
             SettingKind::Flag => "boolean",
             SettingKind::Mapping => "object",
+            SettingKind::Count { .. } => "integer",
         }
     }
 
@@ -58,6 +69,7 @@ impl SettingKind {
             SettingKind::Seconds { min } => format!("seconds ({min}..{MAX_SETTING_SECONDS})"),
             SettingKind::Flag => "true/false".to_owned(),
             SettingKind::Mapping => "mapping".to_owned(),
+            SettingKind::Count { min, max } => format!("count ({min}..{max})"),
         }
     }
 }
@@ -71,6 +83,8 @@ pub enum Fixed {
     Seconds(u64),
     /// This flag.
     Flag(bool),
+    /// This count.
+    Count(u64),
 }
 
 impl Fixed {
@@ -80,6 +94,7 @@ impl Fixed {
             Fixed::Text(text) => text.clone(),
             Fixed::Seconds(seconds) => seconds.to_string(),
             Fixed::Flag(flag) => flag.to_string(),
+            Fixed::Count(count) => count.to_string(),
         }
     }
 }
@@ -89,7 +104,7 @@ impl Fixed {
     pub fn readme(&self) -> String {
         match self {
             Fixed::Text(text) => format!("`{text}`"),
-            Fixed::Seconds(_) | Fixed::Flag(_) => self.render(),
+            Fixed::Seconds(_) | Fixed::Flag(_) | Fixed::Count(_) => self.render(),
         }
     }
 }
@@ -102,6 +117,9 @@ pub enum SettingDefault {
     /// Hermes' `terminal.lifetime_seconds`, else the value [`Config::new`] applies. No schema
     /// states it: a stated default would be filled in by Hermes and win over the lifetime.
     Lifetime(fn(&Config) -> Fixed),
+    /// The plugin's own value ([`CheckpointSettings::defaults`]): settings of the Hermes
+    /// adapter, not of the backend.
+    Plugin(fn(&CheckpointSettings) -> Fixed),
     /// Unset; what applies instead, as the README says it.
     Unset(&'static str),
 }
@@ -111,6 +129,9 @@ impl std::fmt::Debug for SettingDefault {
         match self {
             SettingDefault::Config(read) => write!(f, "Config({:?})", read(&core_defaults())),
             SettingDefault::Lifetime(read) => write!(f, "Lifetime({:?})", read(&core_defaults())),
+            SettingDefault::Plugin(read) => {
+                write!(f, "Plugin({:?})", read(&CheckpointSettings::defaults()))
+            }
             SettingDefault::Unset(instead) => write!(f, "Unset({instead:?})"),
         }
     }
@@ -155,6 +176,7 @@ impl Setting {
     pub fn fixed_default(&self) -> Option<Fixed> {
         match self.default {
             SettingDefault::Config(read) => Some(read(&core_defaults())),
+            SettingDefault::Plugin(read) => Some(read(&CheckpointSettings::defaults())),
             SettingDefault::Lifetime(_) | SettingDefault::Unset(_) => None,
         }
     }
@@ -184,6 +206,7 @@ impl Setting {
         let core = core_defaults();
         let unset = match self.default {
             SettingDefault::Config(read) => return read(&core).readme(),
+            SettingDefault::Plugin(read) => return read(&CheckpointSettings::defaults()).readme(),
             SettingDefault::Lifetime(read) => {
                 return format!("`terminal.lifetime_seconds`, else {}", read(&core).readme());
             }
@@ -201,7 +224,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 12] = [
+pub const SETTINGS: [Setting; 16] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -292,7 +315,44 @@ pub const SETTINGS: [Setting; 12] = [
         env: None,
         description: "Attach to this externally owned sandbox instead.",
     },
+    Setting {
+        key: "checkpoint_at_start",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Plugin(|c| Fixed::Flag(c.at_session_start)),
+        env: None,
+        description: "Take a checkpoint (an E2B snapshot) when a session first uses its sandbox; older automatic ones beyond checkpoint_keep are deleted.",
+    },
+    Setting {
+        key: "checkpoint_keep",
+        kind: SettingKind::Count {
+            min: 1,
+            max: MAX_KEEP,
+        },
+        default: SettingDefault::Plugin(|c| Fixed::Count(c.keep as u64)),
+        env: None,
+        description: "Automatic checkpoints kept per scope; named ones are never deleted.",
+    },
+    Setting {
+        key: "checkpoint_tool",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Plugin(|c| Fixed::Flag(c.agent_tool)),
+        env: None,
+        description: "Give the agent the sandbox_checkpoint tool (checkpoint before a risky step, list, restore after a failure).",
+    },
+    Setting {
+        key: "turn_checkpoints",
+        kind: SettingKind::Count {
+            min: 0,
+            max: MAX_TURN_KEEP as u64,
+        },
+        default: SettingDefault::Plugin(|c| Fixed::Count(c.turns as u64)),
+        env: None,
+        description: "Turn-level file checkpoints kept inside the sandbox (a tar of the working directory before each turn's first file change); 0 turns them off.",
+    },
 ];
+
+/// The most automatic checkpoints `checkpoint_keep` may keep.
+pub const MAX_KEEP: u64 = 100;
 
 /// The `config_schema:` section of the shim's `plugin/plugin.yaml`, to the end of the file.
 /// The committed file must equal it (a test checks); Hermes reads it at load, before any
@@ -306,7 +366,7 @@ pub fn plugin_yaml_config_schema() -> String {
             // Numbers and flags stay plain so YAML reads them as such.
             let default = match default {
                 Fixed::Text(text) => yaml_scalar(&text),
-                Fixed::Seconds(_) | Fixed::Flag(_) => default.render(),
+                Fixed::Seconds(_) | Fixed::Flag(_) | Fixed::Count(_) => default.render(),
             };
             out.push_str(&format!("    default: {default}\n"));
         }

@@ -55,6 +55,7 @@ fn other_value(key: &str, default: &table::Fixed) -> Value {
     match default {
         table::Fixed::Seconds(seconds) => Value::Int(i64::try_from(*seconds).unwrap() + 7),
         table::Fixed::Flag(flag) => Value::Bool(!flag),
+        table::Fixed::Count(count) => Value::Int(i64::try_from(*count).unwrap() + 1),
         table::Fixed::Text(text) if key == "writer_arbitration" => {
             Value::Str(if text == "host" { "sandbox" } else { "host" }.to_owned())
         }
@@ -75,6 +76,33 @@ fn the_table_reads_the_field_its_key_sets() {
         let given = raw(&[(setting.key, other_value(setting.key, &default))]);
         let changed = read(&Settings::parse(&given, Some(1)).unwrap().config);
         assert_ne!(changed, default, "{} does not reach its field", setting.key);
+    }
+}
+
+#[test]
+fn the_checkpoint_settings_are_off_by_default_and_reach_their_fields() {
+    // contract: R11
+    let defaults = Settings::parse(&BTreeMap::new(), None).unwrap().checkpoints;
+    assert_eq!(defaults, CheckpointSettings::defaults());
+    assert!(!defaults.at_session_start && !defaults.agent_tool && defaults.turns == 0);
+    for setting in &SETTINGS {
+        let SettingDefault::Plugin(read) = setting.default else {
+            continue;
+        };
+        let default = read(&CheckpointSettings::defaults());
+        let given = raw(&[(setting.key, other_value(setting.key, &default))]);
+        let changed = read(&Settings::parse(&given, None).unwrap().checkpoints);
+        assert_ne!(changed, default, "{} does not reach its field", setting.key);
+    }
+    for (key, value) in [
+        ("checkpoint_keep", Value::Int(0)),
+        ("checkpoint_keep", Value::Int(101)),
+        ("turn_checkpoints", Value::Int(-1)),
+        ("turn_checkpoints", Value::Str("many".to_owned())),
+        ("checkpoint_tool", Value::Str("yes".to_owned())),
+    ] {
+        let error = Settings::parse(&raw(&[(key, value)]), None).unwrap_err();
+        assert!(error.to_string().contains(key), "{error}");
     }
 }
 

@@ -1,0 +1,323 @@
+"""Checkpoints, rollback and turn checkpoints for Hermes users: the slash commands, the
+agent's tool, the ``pre_tool_call`` hook and the scope backend ``hermes e2b`` uses.
+
+An adapter only: what a checkpoint is, who may take one, what a rollback keeps and how a turn
+checkpoint is stored are the native core's (agent-sandbox, contract R1-R10).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import weakref
+from typing import Any, Callable, Iterator, Optional
+
+logger = logging.getLogger("hermes_e2b")
+
+#: The slash commands (Hermes' own ``/rollback``, ``/snapshot`` and ``/undo`` are left alone).
+SLASH_CHECKPOINT = "sandbox-checkpoint"
+SLASH_CHECKPOINTS = "sandbox-checkpoints"
+SLASH_ROLLBACK = "sandbox-rollback"
+#: The agent's tool (``checkpoint_tool: true``).
+TOOL_NAME = "sandbox_checkpoint"
+TOOLSET = "e2b"
+#: Tools that change files: the first call of one in a turn takes a turn checkpoint. A
+#: terminal command counts when Hermes' own heuristic calls it destructive.
+FILE_TOOLS = frozenset({"write_file", "patch"})
+
+# --- live environments, by task ---------------------------------------------------------
+
+_live: "dict[str, weakref.ref[Any]]" = {}
+_live_lock = threading.Lock()
+#: Per task: the (session, turn) whose checkpoint is taken or pending, and the pending label.
+_turn_seen: dict[str, tuple[str, str]] = {}
+_turn_pending: dict[str, str] = {}
+_warned: set[str] = set()
+
+
+def register_environment(task_id: str, env: Any) -> None:
+    """Called by each E2BEnvironment once attached: the slash commands and the tool find the
+    session's sandbox through it."""
+    with _live_lock:
+        _live[task_id] = weakref.ref(env)
+
+
+def live_environments() -> dict[str, Any]:
+    with _live_lock:
+        found = {task: ref() for task, ref in _live.items()}
+    return {task: env for task, env in found.items() if env is not None and not getattr(env, "_closed", False)}
+
+
+def take_pending_turn(task_id: str) -> Optional[str]:
+    """The label of a turn checkpoint the hook asked for, once."""
+    return _turn_pending.pop(task_id, None)
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message, *args)
+
+
+# --- the pre_tool_call hook (turn checkpoints) ------------------------------------------
+
+
+def _destructive(command: Any) -> bool:
+    try:  # Hermes' own heuristic (the one its /rollback uses on the local backend)
+        from agent.tool_dispatch_helpers import _is_destructive_command
+    except ImportError:
+        return False
+    try:
+        return bool(_is_destructive_command(str(command or "")))
+    except Exception:  # noqa: BLE001 - a heuristic that fails is no reason to fail a tool
+        return False
+
+
+def on_pre_tool_call(tool_name: str = "", args: Any = None, task_id: str = "", session_id: str = "",
+                     turn_id: str = "", **_: Any) -> None:
+    """Marks the first file-changing tool call of a turn: the environment of ``task_id`` takes
+    one turn checkpoint before its next command (R9). Costs nothing here."""
+    args = args if isinstance(args, dict) else {}
+    changes_files = tool_name in FILE_TOOLS or (tool_name == "terminal" and _destructive(args.get("command")))
+    if not changes_files:
+        return None
+    if not turn_id:
+        _warn_once("turn_id", "hermes-e2b: this Hermes passes no turn_id to pre_tool_call; "
+                   "turn checkpoints are not taken (E2B checkpoints still work)")
+        return None
+    task = task_id or "default"
+    if _turn_seen.get(task) == (session_id, turn_id):
+        return None
+    _turn_seen[task] = (session_id, turn_id)
+    _turn_pending[task] = f"turn {turn_id[-12:]}: before {tool_name}"
+    return None
+
+
+# --- a backend for a scope outside any session (hermes e2b) -----------------------------
+
+
+@contextlib.contextmanager
+def scope_backend(settings: Any, task_id: str) -> Iterator[Any]:
+    """The scope's native Backend as a session would hold it (persistent, Hermes' state
+    transport), cleaned up at the end: the writer's pull and release."""
+    from . import _native
+    from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_api_key
+    from .environment import _StateHooks
+
+    home = profile_home()
+    hooks = _StateHooks()
+    backend = _native.Backend(
+        settings,
+        profile_home=str(home),
+        task_id=task_id,
+        mode="persistent",
+        lifetime_seconds=lifetime_seconds(),
+        key_resolver=resolve_api_key,
+        hooks=hooks,
+        host_only=host_only_paths(home),
+    )
+    hooks.sync_state = backend.sync_state
+    try:
+        yield backend
+    finally:
+        if backend.sandbox_id is not None:
+            backend.cleanup()
+
+
+# --- words --------------------------------------------------------------------------------
+
+
+def describe(checkpoint: dict) -> str:
+    """One line per checkpoint: its label (an unnamed one is known by its id), reason, time
+    and source sandbox."""
+    name = checkpoint["label"] or "(unnamed)"
+    return f"{name}  [{checkpoint['reason']}] {checkpoint['taken_at_utc']} UTC, from {checkpoint['source_sandbox']}"
+
+
+def describe_with_id(checkpoint: dict) -> str:
+    return f"{describe(checkpoint)}\n    id {checkpoint['snapshot_id']}"
+
+
+def describe_turn(turn: dict) -> str:
+    return (f"turn #{turn['number']}  {turn['label']}  {turn['taken_at_utc']} UTC, "
+            f"{turn['directory']} ({turn['entries']} entries, {turn['bytes'] // 1024} KiB)")
+
+
+def rollback_lines(report: dict) -> list[str]:
+    undo = report["undo"]
+    lines = [
+        f"Rolled back to {describe(report['restored'])}.",
+        f"Sandbox {report['retired_sandbox']} was replaced by {report['sandbox_id']}; "
+        f"skills/ and memories/ are the newest ({report['recovered']['restored']} files recovered from the old one).",
+        f"Undo: hermes e2b rollback {undo['snapshot_id']}",
+    ]
+    return lines + [f"Warning: {w}" for w in report["warnings"]]
+
+
+def turn_restore_lines(report: dict) -> list[str]:
+    return [
+        f"Restored {describe_turn(report['restored'])}.",
+        f"Undo: /{SLASH_ROLLBACK} --turn {report['undo']['number']}  "
+        f"(or hermes e2b rollback --turn {report['undo']['number']})",
+    ]
+
+
+def _message(error: Exception) -> str:
+    from . import redact
+
+    return redact(str(error))
+
+
+# --- the slash commands -------------------------------------------------------------------
+
+
+def _session_env() -> tuple[Optional[Any], Optional[str]]:
+    envs = live_environments()
+    if len(envs) == 1:
+        return next(iter(envs.values())), None
+    if not envs:
+        return None, ("no E2B sandbox is attached in this session yet (run a command first), "
+                      "or use `hermes e2b checkpoint` outside a session")
+    return None, (f"{len(envs)} E2B sandboxes are live in this process ({', '.join(sorted(envs))}); "
+                  "use `hermes e2b checkpoint --task ID` instead")
+
+
+def slash_checkpoint(raw_args: str = "") -> str:
+    env, why = _session_env()
+    if env is None:
+        return f"/{SLASH_CHECKPOINT}: {why}"
+    label = raw_args.strip() or None
+    try:
+        checkpoint = env.checkpoint(label=label, reason="manual")
+    except Exception as error:  # noqa: BLE001 - the error is the answer
+        return f"/{SLASH_CHECKPOINT}: {_message(error)}"
+    return f"Checkpoint taken: {describe(checkpoint)}"
+
+
+def slash_checkpoints(raw_args: str = "") -> str:
+    env, why = _session_env()
+    if env is None:
+        return f"/{SLASH_CHECKPOINTS}: {why}"
+    try:
+        checkpoints = env.checkpoints()
+        turns = env.turn_checkpoints() if env.turns_enabled else []
+    except Exception as error:  # noqa: BLE001
+        return f"/{SLASH_CHECKPOINTS}: {_message(error)}"
+    lines = [describe_with_id(c) for c in checkpoints] or ["No checkpoints of this scope."]
+    if turns:
+        lines += ["Turn checkpoints (in the sandbox):"] + [f"  {describe_turn(t)}" for t in turns]
+    return "\n".join(lines)
+
+
+def slash_rollback(raw_args: str = "") -> str:
+    env, why = _session_env()
+    if env is None:
+        return f"/{SLASH_ROLLBACK}: {why}"
+    words = raw_args.split()
+    try:
+        if words[:1] == ["--turn"] and len(words) == 2 and words[1].isdigit():
+            return "\n".join(turn_restore_lines(env.restore_turn(int(words[1]))))
+        if len(words) > 1 or (words and words[0].startswith("-") and words[0] != "--last"):
+            return f"usage: /{SLASH_ROLLBACK} NAME | --last | --turn N"
+        name = None if not words or words[0] == "--last" else words[0]
+        return "\n".join(rollback_lines(env.rollback(name)))
+    except Exception as error:  # noqa: BLE001
+        return f"/{SLASH_ROLLBACK}: {_message(error)}"
+
+
+# --- the agent's tool ---------------------------------------------------------------------
+
+TOOL_SCHEMA = {
+    "name": TOOL_NAME,
+    "description": (
+        "Checkpoints of this E2B sandbox (files, installed packages). Call action=create with a "
+        "short name before a risky step (a migration, an upgrade, a large deletion); call "
+        "action=restore with that name after it failed, to put the sandbox back. Your memories "
+        "and skills are kept across a restore. action=list shows the checkpoints."
+    ),
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["create", "list", "restore"]},
+            "name": {"type": "string", "description": "create: a short name; restore: the name or id (omit for the latest)"},
+        },
+        "required": ["action"],
+    },
+}
+
+
+def tool_handler(args: dict, task_id: Optional[str] = None, **_: Any) -> str:
+    """The tool's handler: JSON in Hermes' tool-result shape."""
+    action = (args or {}).get("action")
+    name = (args or {}).get("name") or None
+    env = live_environments().get(task_id or "default")
+    if env is None:
+        env, why = _session_env()
+        if env is None:
+            return json.dumps({"error": why})
+    try:
+        if action == "create":
+            return json.dumps({"checkpoint": env.checkpoint(label=name, reason="agent")})
+        if action == "list":
+            return json.dumps({"checkpoints": env.checkpoints()})
+        if action == "restore":
+            report = env.rollback(name)
+            return json.dumps({"restored": report["restored"], "undo": report["undo"],
+                               "sandbox_id": report["sandbox_id"], "warnings": report["warnings"]})
+    except Exception as error:  # noqa: BLE001 - the agent reads the error
+        return json.dumps({"error": _message(error)})
+    return json.dumps({"error": "action must be create, list or restore"})
+
+
+def tool_available(ctx: Any) -> Callable[[], bool]:
+    """The tool's check_fn: offered only with ``checkpoint_tool: true`` and the e2b backend."""
+
+    def check() -> bool:
+        get_config = getattr(ctx, "get_config", None)
+        try:
+            enabled = bool(get_config("checkpoint_tool", False)) if get_config else False
+        except Exception:  # noqa: BLE001
+            return False
+        if not enabled:
+            return False
+        try:
+            from tools.terminal_scope import terminal_env
+
+            backend = str(terminal_env("TERMINAL_ENV") or "").lower()
+        except Exception:  # noqa: BLE001 - no way to tell: the setting decides
+            return True
+        # Unset (the config is not bridged into this process yet): the setting decides.
+        return backend in ("", "e2b")
+
+    return check
+
+
+def register(ctx: Any) -> None:
+    """Registers what the host supports (each feature-detected): the slash commands, the
+    agent's tool and the turn hook."""
+    command = getattr(ctx, "register_command", None)
+    if command is not None:
+        for name, handler, description, hint in (
+            (SLASH_CHECKPOINT, slash_checkpoint, "Checkpoint this E2B sandbox (an E2B snapshot)", "[name]"),
+            (SLASH_CHECKPOINTS, slash_checkpoints, "List this E2B sandbox's checkpoints", ""),
+            (SLASH_ROLLBACK, slash_rollback, "Roll this E2B sandbox back to a checkpoint", "NAME|--last|--turn N"),
+        ):
+            try:
+                command(name, handler, description=description, args_hint=hint)
+            except Exception as error:  # noqa: BLE001 - a refused command must not fail the load
+                logger.warning("hermes-e2b: /%s is not registered: %s", name, error)
+    tool = getattr(ctx, "register_tool", None)
+    if tool is not None:
+        try:
+            tool(name=TOOL_NAME, toolset=TOOLSET, schema=TOOL_SCHEMA, handler=tool_handler,
+                 check_fn=tool_available(ctx), description=TOOL_SCHEMA["description"])
+        except Exception as error:  # noqa: BLE001
+            logger.warning("hermes-e2b: the %s tool is not registered: %s", TOOL_NAME, error)
+    hook = getattr(ctx, "register_hook", None)
+    if hook is not None:
+        try:
+            hook("pre_tool_call", on_pre_tool_call)
+        except Exception as error:  # noqa: BLE001
+            logger.warning("hermes-e2b: turn checkpoints are off (pre_tool_call refused: %s)", error)
