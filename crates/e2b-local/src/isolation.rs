@@ -2,7 +2,7 @@
 //! plain path mapping (fallback).
 //!
 //! Mount namespace (server runs as root or with CAP_SYS_ADMIN): every command is forked
-//! into its own session and mount namespace, where a tmpfs covers `/home`, the sandbox
+//! into its own mount namespace, where a tmpfs covers `/home`, the sandbox
 //! root is bound onto its user's home (`/home/user`; `/home/agent` on the `agent-home`
 //! template), its private tmp onto `/tmp`, and generated
 //! `/etc/passwd` and `/etc/group` that define `user` (uid/gid 1000) are bound over the
@@ -287,7 +287,10 @@ impl Isolation {
         }
     }
 
-    /// Builds the command for `spec`; every command gets its own session (process group).
+    /// Builds the command for `spec`. Like envd's, a command stays in the server's session
+    /// and process group (only a terminal gets a session of its own, which it must lead):
+    /// a command that wants a group of its own, such as agent-sandbox's `setsid` launcher,
+    /// makes one itself.
     pub(crate) fn command(&self, spec: &CommandSpec<'_>) -> io::Result<tokio::process::Command> {
         Ok(tokio::process::Command::from(self.std_command(spec)?))
     }
@@ -327,15 +330,6 @@ impl Isolation {
         match self {
             Isolation::PathMapping => {
                 command.current_dir(spec.cwd_host);
-                // SAFETY: only async-signal-safe libc calls run between fork and exec.
-                unsafe {
-                    command.pre_exec(|| {
-                        if libc::setsid() < 0 {
-                            return Err(io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
             }
             Isolation::Namespace { passwd, group, .. } => {
                 let plan = MountPlan {
@@ -382,13 +376,12 @@ fn check(result: libc::c_int) -> io::Result<()> {
 }
 
 impl MountPlan {
-    /// Runs in the forked child: new session, new mount namespace, binds, user switch.
+    /// Runs in the forked child: new mount namespace, binds, user switch.
     fn enter(&self) -> io::Result<()> {
         let none = std::ptr::null::<libc::c_char>();
         // SAFETY: all pointers are valid NUL-terminated strings owned by `self` or
         // static literals; these calls are async-signal-safe.
         unsafe {
-            check(libc::setsid())?;
             check(libc::unshare(libc::CLONE_NEWNS))?;
             // Nothing below may propagate back to the host's mount table.
             check(libc::mount(

@@ -11,3 +11,4 @@ mod namespaces;
 mod requests;
 mod rest_props;
 mod support;
+mod terminal;
