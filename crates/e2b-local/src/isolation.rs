@@ -98,9 +98,19 @@ pub(crate) struct CommandSpec<'a> {
     pub(crate) cwd_host: &'a Path,
     pub(crate) sandbox_envs: &'a BTreeMap<String, String>,
     pub(crate) request_envs: &'a BTreeMap<String, String>,
-    pub(crate) stdin: bool,
+    pub(crate) stdio: CommandStdio<'a>,
     /// The command joins the sandbox's own PID namespace, so it mounts a fresh /proc.
     pub(crate) own_pid_namespace: bool,
+}
+
+/// What a command's stdin, stdout and stderr are.
+#[derive(Debug)]
+pub(crate) enum CommandStdio<'a> {
+    /// Pipes for stdout and stderr, and for stdin when asked (else `/dev/null`).
+    Pipes { stdin: bool },
+    /// All three on this terminal slave, which the command takes as its controlling
+    /// terminal in a session of its own (as envd's PTY processes do).
+    Terminal(&'a std::os::fd::OwnedFd),
 }
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -248,7 +258,7 @@ impl Isolation {
             cwd_host: &home,
             sandbox_envs: &envs,
             request_envs: &envs,
-            stdin: false,
+            stdio: CommandStdio::Pipes { stdin: false },
             own_pid_namespace: ns.is_some(),
         };
         let mut command = self.std_command(&spec)?;
@@ -319,17 +329,35 @@ impl Isolation {
         }
         command.envs(spec.sandbox_envs);
         command.envs(spec.request_envs);
-        command
-            .stdin(if spec.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let terminal = match &spec.stdio {
+            CommandStdio::Pipes { stdin } => {
+                command
+                    .stdin(if *stdin {
+                        Stdio::piped()
+                    } else {
+                        Stdio::null()
+                    })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                false
+            }
+            CommandStdio::Terminal(slave) => {
+                command
+                    .stdin(Stdio::from(slave.try_clone()?))
+                    .stdout(Stdio::from(slave.try_clone()?))
+                    .stderr(Stdio::from(slave.try_clone()?));
+                true
+            }
+        };
         match self {
             Isolation::PathMapping => {
                 command.current_dir(spec.cwd_host);
+                if terminal {
+                    // SAFETY: only async-signal-safe calls between fork and exec.
+                    unsafe {
+                        command.pre_exec(|| crate::pty::take_as_controlling_terminal());
+                    }
+                }
             }
             Isolation::Namespace { passwd, group, .. } => {
                 let plan = MountPlan {
@@ -341,6 +369,7 @@ impl Isolation {
                     cwd: CString::new(spec.cwd_virtual).map_err(io::Error::other)?,
                     drop_to: (spec.user == SandboxUser::User).then_some(USER_ID),
                     fresh_proc: spec.own_pid_namespace,
+                    terminal,
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -365,6 +394,8 @@ struct MountPlan {
     drop_to: Option<u32>,
     /// Mount a /proc of the command's own PID namespace over the host's.
     fresh_proc: bool,
+    /// Take stdin (a terminal slave) as controlling terminal in a new session.
+    terminal: bool,
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {
@@ -382,6 +413,9 @@ impl MountPlan {
         // SAFETY: all pointers are valid NUL-terminated strings owned by `self` or
         // static literals; these calls are async-signal-safe.
         unsafe {
+            if self.terminal {
+                crate::pty::take_as_controlling_terminal()?;
+            }
             check(libc::unshare(libc::CLONE_NEWNS))?;
             // Nothing below may propagate back to the host's mount table.
             check(libc::mount(

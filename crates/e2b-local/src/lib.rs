@@ -15,6 +15,7 @@ mod parse;
 mod paths;
 mod plane;
 mod process_table;
+mod pty;
 mod reply;
 mod requests;
 mod rest;

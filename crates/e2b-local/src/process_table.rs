@@ -16,10 +16,14 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::pty::PtyMaster;
 use crate::sandbox_ns::{self, NsPlan, SandboxNs};
 
 /// Largest chunk of output in one `data` event (envd reads 32 KiB at a time).
 pub(crate) const CHUNK: usize = 32 * 1024;
+
+/// Largest chunk of terminal output in one `data` event (envd reads 16 KiB at a time).
+const PTY_CHUNK: usize = 16 * 1024;
 
 /// Finished processes kept per sandbox for late `Connect` calls.
 const RETAINED: usize = 256;
@@ -90,6 +94,8 @@ fn signal_name(signal: i32) -> String {
 pub(crate) enum Event {
     Stdout(Bytes),
     Stderr(Bytes),
+    /// Output of a process on a terminal (stdout and stderr are one stream there).
+    Pty(Bytes),
     End(EndInfo),
 }
 
@@ -115,6 +121,8 @@ pub(crate) struct Proc {
     /// The stdin pipe while open (`None` without `stdin: true`, after CloseStdin, or
     /// after the end).
     pub(crate) stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    /// The terminal's master side, for a process started with a `pty`.
+    pub(crate) tty: Option<Arc<PtyMaster>>,
 }
 
 #[derive(Debug, Default)]
@@ -273,6 +281,7 @@ impl ProcessTable {
         mut command: tokio::process::Command,
         config: ProcConfig,
         tag: Option<String>,
+        tty: Option<PtyMaster>,
         deadline: Option<Instant>,
     ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), SpawnError> {
         let mut inner = self.lock();
@@ -307,6 +316,7 @@ impl ProcessTable {
                 end: None,
             }),
             stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            tty: tty.map(Arc::new),
         });
         inner.running.insert(pid, Arc::clone(&proc));
         drop(inner);
@@ -363,12 +373,14 @@ async fn supervise(
 ) {
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
+    let mut tty = proc.tty.clone();
     let mut out_buf = vec![0u8; CHUNK];
     let mut err_buf = vec![0u8; CHUNK];
+    let mut tty_buf = vec![0u8; if tty.is_some() { PTY_CHUNK } else { 0 }];
     let mut status = None;
     let mut deadline_fired = false;
     loop {
-        if status.is_some() && stdout.is_none() && stderr.is_none() {
+        if status.is_some() && stdout.is_none() && stderr.is_none() && tty.is_none() {
             break;
         }
         tokio::select! {
@@ -382,6 +394,10 @@ async fn supervise(
             read = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => match read {
                 Some(n) => proc.broadcast(Event::Stderr(Bytes::copy_from_slice(&err_buf[..n]))).await,
                 None => stderr = None,
+            },
+            read = read_tty(tty.as_deref(), &mut tty_buf), if tty.is_some() => match read {
+                Some(n) => proc.broadcast(Event::Pty(Bytes::copy_from_slice(&tty_buf[..n]))).await,
+                None => tty = None,
             },
             () = sleep_until_opt(deadline), if !deadline_fired && status.is_none() => {
                 deadline_fired = true;
@@ -416,6 +432,13 @@ async fn read_some<R: tokio::io::AsyncRead + Unpin>(
 ) -> Option<usize> {
     let reader = reader.as_mut()?;
     match reader.read(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+async fn read_tty(tty: Option<&PtyMaster>, buf: &mut [u8]) -> Option<usize> {
+    match tty?.read(buf).await {
         Ok(0) | Err(_) => None,
         Ok(n) => Some(n),
     }
