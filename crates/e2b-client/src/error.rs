@@ -47,6 +47,10 @@ pub enum Operation {
     Upload,
     /// envd `GET /files`.
     Download,
+    /// envd `process.Process/SendInput`.
+    SendInput,
+    /// envd `process.Process/Update` (a terminal's size).
+    ResizePty,
 }
 
 impl Operation {
@@ -88,6 +92,8 @@ impl fmt::Display for Operation {
             Operation::Move => "move",
             Operation::Upload => "upload files",
             Operation::Download => "download file",
+            Operation::SendInput => "send process input",
+            Operation::ResizePty => "resize terminal",
         })
     }
 }

@@ -10,6 +10,7 @@ mod http;
 mod ids;
 mod json;
 mod process;
+mod pty;
 mod redact;
 mod retry;
 mod sandbox;
@@ -34,6 +35,7 @@ pub use crate::process::{
     CommandOutput, END_DRAIN_LIMIT, ProcessConfig, ProcessEnd, ProcessEvent, ProcessInfo,
     ProcessStream, Signal, SignalOutcome, StartOptions,
 };
+pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, Health, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey};

@@ -23,6 +23,7 @@ use crate::secret::AccessToken;
 // One file per envd service; each adds its methods to `Sandbox` and keeps its messages.
 mod filesystem;
 mod processes;
+mod terminal;
 mod transfer;
 
 /// What reaching one sandbox's envd takes.

@@ -6,4 +6,5 @@ mod files;
 mod first_contact;
 mod processes;
 mod support;
+mod terminal;
 mod transport;

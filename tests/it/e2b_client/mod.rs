@@ -7,6 +7,7 @@ mod faults;
 mod files;
 mod processes;
 mod readme;
+mod terminal;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
