@@ -22,6 +22,7 @@ mod rest;
 mod sandbox_ns;
 mod server;
 mod store;
+mod watch;
 
 pub use clock::Clock;
 pub use config::{ApiKeyPolicy, ServerConfig};

@@ -204,6 +204,11 @@ impl ProcessTable {
         self.plan.pid
     }
 
+    /// True once the sandbox paused or died (its processes were killed).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     fn lock(&self) -> MutexGuard<'_, TableInner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -215,7 +215,7 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
 }
 
 /// Reads the transport hints envd honours from the request headers.
-fn stream_timing(headers: &http::HeaderMap) -> (Option<Instant>, Duration) {
+pub(super) fn stream_timing(headers: &http::HeaderMap) -> (Option<Instant>, Duration) {
     let header_u64 = |name: &str| {
         headers
             .get(name)

@@ -12,3 +12,4 @@ mod requests;
 mod rest_props;
 mod support;
 mod terminal;
+mod watch;
