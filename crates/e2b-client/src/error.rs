@@ -51,6 +51,14 @@ pub enum Operation {
     SendInput,
     /// envd `process.Process/Update` (a terminal's size).
     ResizePty,
+    /// envd `filesystem.Filesystem/WatchDir`.
+    WatchDir,
+    /// envd `filesystem.Filesystem/CreateWatcher`.
+    CreateWatcher,
+    /// envd `filesystem.Filesystem/GetWatcherEvents`.
+    GetWatcherEvents,
+    /// envd `filesystem.Filesystem/RemoveWatcher`.
+    RemoveWatcher,
 }
 
 impl Operation {
@@ -94,6 +102,10 @@ impl fmt::Display for Operation {
             Operation::Download => "download file",
             Operation::SendInput => "send process input",
             Operation::ResizePty => "resize terminal",
+            Operation::WatchDir => "watch directory",
+            Operation::CreateWatcher => "create watcher",
+            Operation::GetWatcherEvents => "get watcher events",
+            Operation::RemoveWatcher => "remove watcher",
         })
     }
 }

@@ -15,6 +15,7 @@ mod redact;
 mod retry;
 mod sandbox;
 mod secret;
+mod watch;
 #[cfg(test)]
 mod wire_tests;
 
@@ -39,6 +40,7 @@ pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, Health, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey};
+pub use crate::watch::{FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId};
 
 /// Entry points for the fuzz targets in `fuzz/`; not part of the API.
 #[doc(hidden)]

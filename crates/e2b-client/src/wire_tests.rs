@@ -8,3 +8,4 @@ mod processes;
 mod support;
 mod terminal;
 mod transport;
+mod watch;

@@ -8,6 +8,7 @@ mod files;
 mod processes;
 mod readme;
 mod terminal;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
