@@ -11,6 +11,7 @@ mod error;
 mod fault_state;
 mod faults;
 mod isolation;
+mod metrics;
 mod parse;
 mod paths;
 mod plane;

@@ -337,36 +337,36 @@ impl ProcessTable {
 
 /// Kills every process whose environment names this sandbox.
 fn kill_tagged(sandbox_id: &str) {
-    let needle = format!("E2B_SANDBOX_ID={sandbox_id}");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    let me = std::process::id();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|b| *b == 0)
-            .any(|var| var == needle.as_bytes())
-            && let Ok(pid) = i32::try_from(pid)
-        {
+    for pid in sandbox_pids(sandbox_id) {
+        if let Ok(pid) = i32::try_from(pid) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
             }
         }
     }
+}
+
+/// The host pids of every process whose environment names this sandbox (`E2B_SANDBOX_ID`,
+/// set for every command and inherited by what it starts), the server itself excepted.
+pub(crate) fn sandbox_pids(sandbox_id: &str) -> Vec<u32> {
+    let needle = format!("E2B_SANDBOX_ID={sandbox_id}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            (pid != me
+                && environ
+                    .split(|b| *b == 0)
+                    .any(|var| var == needle.as_bytes()))
+            .then_some(pid)
+        })
+        .collect()
 }
 
 /// Pumps a process's output to its subscribers until it ends, then reports the end.

@@ -55,6 +55,9 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
             return ApiError::bad_request(format!("reading request body: {e}")).into_response();
         }
     };
+    if let Some(response) = crate::metrics::route(&app, &method, &segments, &query).await {
+        return response;
+    }
     if let Some(route) = unsupported_route(&segments) {
         return ApiError::not_supported(&format!("{method} {route}")).into_response();
     }
@@ -143,11 +146,10 @@ fn method_not_allowed(allow: &'static str) -> Response {
 fn unsupported_route(segments: &[&str]) -> Option<String> {
     let sandbox_route = |tail: &str| Some(format!("/sandboxes/{{sandboxID}}/{tail}"));
     match segments {
-        ["sandboxes", "metrics"] => Some("/sandboxes/metrics".to_owned()),
         [
             "sandboxes",
             _,
-            tail @ ("logs" | "metrics" | "network" | "snapshots" | "fork"),
+            tail @ ("logs" | "network" | "snapshots" | "fork"),
         ] => sandbox_route(tail),
         ["v2", "sandboxes", _, "logs"] => Some("/v2/sandboxes/{sandboxID}/logs".to_owned()),
         [

@@ -7,6 +7,7 @@ mod faults;
 mod fidelity;
 mod fuzz_corpus;
 mod lifecycle;
+mod metrics;
 mod namespaces;
 mod requests;
 mod rest_props;

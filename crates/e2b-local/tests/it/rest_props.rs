@@ -57,13 +57,11 @@ fn target() -> impl Strategy<Value = Target> {
             .prop_map(Target::Action),
         Just(Target::V2Connect),
         prop::sample::select(vec![
-            "/sandboxes/{id}/metrics",
             "/sandboxes/{id}/network",
             "/sandboxes/{id}/snapshots",
             "/sandboxes/{id}/fork",
             "/sandboxes/{id}/logs",
             "/v2/sandboxes/{id}/logs",
-            "/sandboxes/metrics",
             "/snapshots",
             "/templates",
             "/v3/templates",
