@@ -21,12 +21,14 @@ use crate::retry::Idempotency;
 use crate::sandbox::{EnvdAccess, Sandbox};
 
 mod answers;
+mod metrics;
 mod options;
 
 pub use self::answers::{
     ConnectState, Connected, KillOutcome, Lifecycle, ListedSandbox, PauseOutcome, SandboxDetail,
     SandboxInfo, SandboxState,
 };
+pub use self::metrics::SandboxMetric;
 pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
 
 /// Python's `quote(s)` keeps letters, digits, `_.-~` and `/`.

@@ -59,6 +59,8 @@ pub enum Operation {
     GetWatcherEvents,
     /// envd `filesystem.Filesystem/RemoveWatcher`.
     RemoveWatcher,
+    /// `GET /sandboxes/{id}/metrics`.
+    Metrics,
 }
 
 impl Operation {
@@ -72,6 +74,7 @@ impl Operation {
                 | Operation::SetTimeout
                 | Operation::Pause
                 | Operation::Kill
+                | Operation::Metrics
         )
     }
 }
@@ -106,6 +109,7 @@ impl fmt::Display for Operation {
             Operation::CreateWatcher => "create watcher",
             Operation::GetWatcherEvents => "get watcher events",
             Operation::RemoveWatcher => "remove watcher",
+            Operation::Metrics => "get sandbox metrics",
         })
     }
 }

@@ -24,8 +24,8 @@ pub use crate::config::{
 };
 pub use crate::control::{
     Client, ConnectState, Connected, CreateOptions, KillOutcome, Lifecycle, ListQuery,
-    ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxState,
-    StateFilter,
+    ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxMetric,
+    SandboxState, StateFilter,
 };
 pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{

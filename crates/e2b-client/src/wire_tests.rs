@@ -4,6 +4,7 @@
 mod control;
 mod files;
 mod first_contact;
+mod metrics;
 mod processes;
 mod support;
 mod terminal;

@@ -5,6 +5,7 @@
 mod control;
 mod faults;
 mod files;
+mod metrics;
 mod processes;
 mod readme;
 mod terminal;
