@@ -23,6 +23,7 @@ use crate::retry::Idempotency;
 use crate::sandbox::{EnvdAccess, Sandbox};
 
 mod answers;
+mod metrics;
 mod options;
 mod snapshots;
 
@@ -30,6 +31,7 @@ pub use self::answers::{
     ConnectState, Connected, KillOutcome, Lifecycle, ListedSandbox, PauseOutcome, SandboxDetail,
     SandboxInfo, SandboxState,
 };
+pub use self::metrics::SandboxMetric;
 pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
 pub use self::snapshots::{DeleteOutcome, ForkOptions, SnapshotInfo, SnapshotQuery};
 

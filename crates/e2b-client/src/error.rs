@@ -58,6 +58,20 @@ pub enum Operation {
     Upload,
     /// envd `GET /files`.
     Download,
+    /// envd `process.Process/SendInput`.
+    SendInput,
+    /// envd `process.Process/Update` (a terminal's size).
+    ResizePty,
+    /// envd `filesystem.Filesystem/WatchDir`.
+    WatchDir,
+    /// envd `filesystem.Filesystem/CreateWatcher`.
+    CreateWatcher,
+    /// envd `filesystem.Filesystem/GetWatcherEvents`.
+    GetWatcherEvents,
+    /// envd `filesystem.Filesystem/RemoveWatcher`.
+    RemoveWatcher,
+    /// `GET /sandboxes/{id}/metrics`.
+    Metrics,
 }
 
 impl Operation {
@@ -73,6 +87,7 @@ impl Operation {
                 | Operation::Kill
                 | Operation::CreateSnapshot
                 | Operation::Fork
+                | Operation::Metrics
         )
     }
 }
@@ -106,6 +121,13 @@ impl fmt::Display for Operation {
             Operation::Move => "move",
             Operation::Upload => "upload files",
             Operation::Download => "download file",
+            Operation::SendInput => "send process input",
+            Operation::ResizePty => "resize terminal",
+            Operation::WatchDir => "watch directory",
+            Operation::CreateWatcher => "create watcher",
+            Operation::GetWatcherEvents => "get watcher events",
+            Operation::RemoveWatcher => "remove watcher",
+            Operation::Metrics => "get sandbox metrics",
         })
     }
 }

@@ -10,10 +10,12 @@ mod http;
 mod ids;
 mod json;
 mod process;
+mod pty;
 mod redact;
 mod retry;
 mod sandbox;
 mod secret;
+mod watch;
 #[cfg(test)]
 mod wire_tests;
 
@@ -23,7 +25,7 @@ pub use crate::config::{
 pub use crate::control::{
     Client, ConnectState, Connected, CreateOptions, DeleteOutcome, ForkOptions, KillOutcome,
     Lifecycle, ListQuery, ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail,
-    SandboxInfo, SandboxState, SnapshotInfo, SnapshotQuery, StateFilter,
+    SandboxInfo, SandboxMetric, SandboxState, SnapshotInfo, SnapshotQuery, StateFilter,
 };
 pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{
@@ -34,9 +36,11 @@ pub use crate::process::{
     CommandOutput, END_DRAIN_LIMIT, ProcessConfig, ProcessEnd, ProcessEvent, ProcessInfo,
     ProcessStream, Signal, SignalOutcome, StartOptions,
 };
+pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, Health, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey};
+pub use crate::watch::{FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId};
 
 /// Entry points for the fuzz targets in `fuzz/`; not part of the API.
 #[doc(hidden)]

@@ -81,7 +81,8 @@ pub enum ProcessEvent {
     Stdout(Bytes),
     /// A chunk of standard error.
     Stderr(Bytes),
-    /// A chunk of terminal output (only for processes started with a PTY by someone else).
+    /// A chunk of terminal output, for a process started on a PTY ([`crate::Sandbox::start_pty`];
+    /// at most 16 KiB from envd).
     Pty(Bytes),
     /// envd is alive; the process has been silent.
     Keepalive,

@@ -23,7 +23,9 @@ use crate::secret::AccessToken;
 // One file per envd service; each adds its methods to `Sandbox` and keeps its messages.
 mod filesystem;
 mod processes;
+mod terminal;
 mod transfer;
+mod watching;
 
 /// What reaching one sandbox's envd takes.
 #[derive(Clone, Debug)]
@@ -208,6 +210,37 @@ impl Sandbox {
         process_deadline: Option<Duration>,
         keepalive: Duration,
     ) -> Result<ProcessStream, Error> {
+        let (ctx, response, idle) = self
+            .open_stream(
+                operation,
+                method,
+                message,
+                user,
+                process_deadline,
+                keepalive,
+            )
+            .await?;
+        ProcessStream::open(
+            ctx,
+            response.bytes_stream(),
+            self.http.limits.max_frame_bytes,
+            idle,
+        )
+        .await
+    }
+
+    /// Sends a server-streaming Connect request and checks the answer is a stream; returns it
+    /// with the silence it may keep (two keepalive intervals, or the request deadline if
+    /// longer).
+    async fn open_stream<Req: Serialize>(
+        &self,
+        operation: Operation,
+        method: &str,
+        message: &Req,
+        user: Option<&str>,
+        process_deadline: Option<Duration>,
+        keepalive: Duration,
+    ) -> Result<(Ctx, reqwest::Response, Duration), Error> {
         let ctx = self.ctx(operation);
         let http = &self.http;
         let payload = serde_json::to_vec(message)
@@ -232,7 +265,7 @@ impl Sandbox {
         let request = Self::build(&ctx, builder)?;
         let deadline = http.deadline_from_now();
         // Start is not idempotent: a retry after the request may have arrived could run the
-        // command twice. Connect to a pid is harmless to repeat.
+        // command twice. Connect to a pid, or a watch, is harmless to repeat.
         let idempotency = match operation {
             Operation::StartProcess => Idempotency::NotIdempotent,
             _ => Idempotency::Idempotent,
@@ -252,13 +285,7 @@ impl Sandbox {
         }
         // Silence is allowed for two keepalive intervals (or the request deadline if longer).
         let idle = http.deadline.max(keepalive.saturating_mul(2));
-        ProcessStream::open(
-            ctx,
-            response.bytes_stream(),
-            http.limits.max_frame_bytes,
-            idle,
-        )
-        .await
+        Ok((ctx, response, idle))
     }
 
     /// Checks envd (`GET /health`): [`Health::NotRunning`] when the proxy says the sandbox is

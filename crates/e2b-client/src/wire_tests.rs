@@ -4,7 +4,10 @@
 mod control;
 mod files;
 mod first_contact;
+mod metrics;
 mod processes;
 mod snapshots;
 mod support;
+mod terminal;
 mod transport;
+mod watch;

@@ -2,7 +2,7 @@
 //! plain path mapping (fallback).
 //!
 //! Mount namespace (server runs as root or with CAP_SYS_ADMIN): every command is forked
-//! into its own session and mount namespace, where a tmpfs covers `/home`, the sandbox
+//! into its own mount namespace, where a tmpfs covers `/home`, the sandbox
 //! root is bound onto its user's home (`/home/user`; `/home/agent` on the `agent-home`
 //! template), its private tmp onto `/tmp`, and generated
 //! `/etc/passwd` and `/etc/group` that define `user` (uid/gid 1000) are bound over the
@@ -98,9 +98,19 @@ pub(crate) struct CommandSpec<'a> {
     pub(crate) cwd_host: &'a Path,
     pub(crate) sandbox_envs: &'a BTreeMap<String, String>,
     pub(crate) request_envs: &'a BTreeMap<String, String>,
-    pub(crate) stdin: bool,
+    pub(crate) stdio: CommandStdio<'a>,
     /// The command joins the sandbox's own PID namespace, so it mounts a fresh /proc.
     pub(crate) own_pid_namespace: bool,
+}
+
+/// What a command's stdin, stdout and stderr are.
+#[derive(Debug)]
+pub(crate) enum CommandStdio<'a> {
+    /// Pipes for stdout and stderr, and for stdin when asked (else `/dev/null`).
+    Pipes { stdin: bool },
+    /// All three on this terminal slave, which the command takes as its controlling
+    /// terminal in a session of its own (as envd's PTY processes do).
+    Terminal(&'a std::os::fd::OwnedFd),
 }
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -248,7 +258,7 @@ impl Isolation {
             cwd_host: &home,
             sandbox_envs: &envs,
             request_envs: &envs,
-            stdin: false,
+            stdio: CommandStdio::Pipes { stdin: false },
             own_pid_namespace: ns.is_some(),
         };
         let mut command = self.std_command(&spec)?;
@@ -287,7 +297,10 @@ impl Isolation {
         }
     }
 
-    /// Builds the command for `spec`; every command gets its own session (process group).
+    /// Builds the command for `spec`. Like envd's, a command stays in the server's session
+    /// and process group (only a terminal gets a session of its own, which it must lead):
+    /// a command that wants a group of its own, such as agent-sandbox's `setsid` launcher,
+    /// makes one itself.
     pub(crate) fn command(&self, spec: &CommandSpec<'_>) -> io::Result<tokio::process::Command> {
         Ok(tokio::process::Command::from(self.std_command(spec)?))
     }
@@ -316,25 +329,34 @@ impl Isolation {
         }
         command.envs(spec.sandbox_envs);
         command.envs(spec.request_envs);
-        command
-            .stdin(if spec.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let terminal = match &spec.stdio {
+            CommandStdio::Pipes { stdin } => {
+                command
+                    .stdin(if *stdin {
+                        Stdio::piped()
+                    } else {
+                        Stdio::null()
+                    })
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                false
+            }
+            CommandStdio::Terminal(slave) => {
+                command
+                    .stdin(Stdio::from(slave.try_clone()?))
+                    .stdout(Stdio::from(slave.try_clone()?))
+                    .stderr(Stdio::from(slave.try_clone()?));
+                true
+            }
+        };
         match self {
             Isolation::PathMapping => {
                 command.current_dir(spec.cwd_host);
-                // SAFETY: only async-signal-safe libc calls run between fork and exec.
-                unsafe {
-                    command.pre_exec(|| {
-                        if libc::setsid() < 0 {
-                            return Err(io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
+                if terminal {
+                    // SAFETY: only async-signal-safe calls between fork and exec.
+                    unsafe {
+                        command.pre_exec(|| crate::pty::take_as_controlling_terminal());
+                    }
                 }
             }
             Isolation::Namespace { passwd, group, .. } => {
@@ -347,6 +369,7 @@ impl Isolation {
                     cwd: CString::new(spec.cwd_virtual).map_err(io::Error::other)?,
                     drop_to: (spec.user == SandboxUser::User).then_some(USER_ID),
                     fresh_proc: spec.own_pid_namespace,
+                    terminal,
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -371,6 +394,8 @@ struct MountPlan {
     drop_to: Option<u32>,
     /// Mount a /proc of the command's own PID namespace over the host's.
     fresh_proc: bool,
+    /// Take stdin (a terminal slave) as controlling terminal in a new session.
+    terminal: bool,
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {
@@ -382,13 +407,15 @@ fn check(result: libc::c_int) -> io::Result<()> {
 }
 
 impl MountPlan {
-    /// Runs in the forked child: new session, new mount namespace, binds, user switch.
+    /// Runs in the forked child: new mount namespace, binds, user switch.
     fn enter(&self) -> io::Result<()> {
         let none = std::ptr::null::<libc::c_char>();
         // SAFETY: all pointers are valid NUL-terminated strings owned by `self` or
         // static literals; these calls are async-signal-safe.
         unsafe {
-            check(libc::setsid())?;
+            if self.terminal {
+                crate::pty::take_as_controlling_terminal()?;
+            }
             check(libc::unshare(libc::CLONE_NEWNS))?;
             // Nothing below may propagate back to the host's mount table.
             check(libc::mount(

@@ -16,10 +16,14 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::pty::PtyMaster;
 use crate::sandbox_ns::{self, NsPlan, SandboxNs};
 
 /// Largest chunk of output in one `data` event (envd reads 32 KiB at a time).
 pub(crate) const CHUNK: usize = 32 * 1024;
+
+/// Largest chunk of terminal output in one `data` event (envd reads 16 KiB at a time).
+const PTY_CHUNK: usize = 16 * 1024;
 
 /// Finished processes kept per sandbox for late `Connect` calls.
 const RETAINED: usize = 256;
@@ -90,6 +94,8 @@ fn signal_name(signal: i32) -> String {
 pub(crate) enum Event {
     Stdout(Bytes),
     Stderr(Bytes),
+    /// Output of a process on a terminal (stdout and stderr are one stream there).
+    Pty(Bytes),
     End(EndInfo),
 }
 
@@ -115,6 +121,8 @@ pub(crate) struct Proc {
     /// The stdin pipe while open (`None` without `stdin: true`, after CloseStdin, or
     /// after the end).
     pub(crate) stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    /// The terminal's master side, for a process started with a `pty`.
+    pub(crate) tty: Option<Arc<PtyMaster>>,
 }
 
 #[derive(Debug, Default)]
@@ -194,6 +202,11 @@ impl ProcessTable {
     /// mount a /proc of their own to see it).
     pub(crate) fn own_pid_namespace(&self) -> bool {
         self.plan.pid
+    }
+
+    /// True once the sandbox paused or died (its processes were killed).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
     }
 
     fn lock(&self) -> MutexGuard<'_, TableInner> {
@@ -293,6 +306,7 @@ impl ProcessTable {
         mut command: tokio::process::Command,
         config: ProcConfig,
         tag: Option<String>,
+        tty: Option<PtyMaster>,
         deadline: Option<Instant>,
     ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), SpawnError> {
         let mut inner = self.lock();
@@ -327,6 +341,7 @@ impl ProcessTable {
                 end: None,
             }),
             stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            tty: tty.map(Arc::new),
         });
         inner.running.insert(pid, Arc::clone(&proc));
         drop(inner);
@@ -342,36 +357,36 @@ impl ProcessTable {
 
 /// Kills every process whose environment names this sandbox.
 fn kill_tagged(sandbox_id: &str) {
-    let needle = format!("E2B_SANDBOX_ID={sandbox_id}");
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    let me = std::process::id();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if environ
-            .split(|b| *b == 0)
-            .any(|var| var == needle.as_bytes())
-            && let Ok(pid) = i32::try_from(pid)
-        {
+    for pid in sandbox_pids(sandbox_id) {
+        if let Ok(pid) = i32::try_from(pid) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
             }
         }
     }
+}
+
+/// The host pids of every process whose environment names this sandbox (`E2B_SANDBOX_ID`,
+/// set for every command and inherited by what it starts), the server itself excepted.
+pub(crate) fn sandbox_pids(sandbox_id: &str) -> Vec<u32> {
+    let needle = format!("E2B_SANDBOX_ID={sandbox_id}");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let environ = std::fs::read(entry.path().join("environ")).ok()?;
+            (pid != me
+                && environ
+                    .split(|b| *b == 0)
+                    .any(|var| var == needle.as_bytes()))
+            .then_some(pid)
+        })
+        .collect()
 }
 
 /// Pumps a process's output to its subscribers until it ends, then reports the end.
@@ -383,12 +398,14 @@ async fn supervise(
 ) {
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
+    let mut tty = proc.tty.clone();
     let mut out_buf = vec![0u8; CHUNK];
     let mut err_buf = vec![0u8; CHUNK];
+    let mut tty_buf = vec![0u8; if tty.is_some() { PTY_CHUNK } else { 0 }];
     let mut status = None;
     let mut deadline_fired = false;
     loop {
-        if status.is_some() && stdout.is_none() && stderr.is_none() {
+        if status.is_some() && stdout.is_none() && stderr.is_none() && tty.is_none() {
             break;
         }
         tokio::select! {
@@ -402,6 +419,10 @@ async fn supervise(
             read = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => match read {
                 Some(n) => proc.broadcast(Event::Stderr(Bytes::copy_from_slice(&err_buf[..n]))).await,
                 None => stderr = None,
+            },
+            read = read_tty(tty.as_deref(), &mut tty_buf), if tty.is_some() => match read {
+                Some(n) => proc.broadcast(Event::Pty(Bytes::copy_from_slice(&tty_buf[..n]))).await,
+                None => tty = None,
             },
             () = sleep_until_opt(deadline), if !deadline_fired && status.is_none() => {
                 deadline_fired = true;
@@ -436,6 +457,13 @@ async fn read_some<R: tokio::io::AsyncRead + Unpin>(
 ) -> Option<usize> {
     let reader = reader.as_mut()?;
     match reader.read(buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(n),
+    }
+}
+
+async fn read_tty(tty: Option<&PtyMaster>, buf: &mut [u8]) -> Option<usize> {
+    match tty?.read(buf).await {
         Ok(0) | Err(_) => None,
         Ok(n) => Some(n),
     }

@@ -58,6 +58,9 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
             return ApiError::bad_request(format!("reading request body: {e}")).into_response();
         }
     };
+    if let Some(response) = crate::metrics::route(&app, &method, &segments, &query).await {
+        return response;
+    }
     if let Some(route) = unsupported_route(&method, &segments) {
         return ApiError::not_supported(&format!("{method} {route}")).into_response();
     }
@@ -178,8 +181,7 @@ fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
         // Served: the snapshot list and the template delete the SDK's delete_snapshot uses.
         ["snapshots"] => None,
         ["templates", _] if method == Method::DELETE => None,
-        ["sandboxes", "metrics"] => Some("/sandboxes/metrics".to_owned()),
-        ["sandboxes", _, tail @ ("logs" | "metrics" | "network")] => sandbox_route(tail),
+        ["sandboxes", _, tail @ ("logs" | "network")] => sandbox_route(tail),
         ["v2", "sandboxes", _, "logs"] => Some("/v2/sandboxes/{sandboxID}/logs".to_owned()),
         [
             first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"

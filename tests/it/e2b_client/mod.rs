@@ -5,9 +5,12 @@
 mod control;
 mod faults;
 mod files;
+mod metrics;
 mod processes;
 mod readme;
 mod snapshots;
+mod terminal;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

@@ -152,9 +152,9 @@ const START_IN_HOME: &str = "case $HOME in /) ;; */|*//*|*/./*|*/../*|*/.|*/..|*
 /// The launcher every command starts under: it makes the command lead a process group of its
 /// own (so a kill reaches what it started, contract L6), then execs the real shell with the
 /// command as one argument (`$1`). envd starts commands inside its own group; `setsid` (which
-/// execs in place when the caller does not lead a group) fixes that. Where the command leads
-/// its group already (e2b-local gives each command a session) or `setsid` is missing, the
-/// shell is exec'd as it is, and a kill falls back to the pid.
+/// execs in place when the caller does not lead a group) fixes that; e2b-local starts commands
+/// the same way. Where the command leads its group already or `setsid` is missing, the shell
+/// is exec'd as it is, and a kill falls back to the pid.
 fn group_launcher(shell: &str) -> String {
     format!(
         "read -r _ _ _ _ group _ < /proc/$$/stat 2>/dev/null; \

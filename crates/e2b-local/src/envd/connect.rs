@@ -24,9 +24,9 @@ pub(crate) enum Code {
     NotFound,
     AlreadyExists,
     PermissionDenied,
-    FailedPrecondition,
     Unauthenticated,
     Unimplemented,
+    Unknown,
     Internal,
     Unavailable,
     DeadlineExceeded,
@@ -39,9 +39,9 @@ impl Code {
             Code::NotFound => "not_found",
             Code::AlreadyExists => "already_exists",
             Code::PermissionDenied => "permission_denied",
-            Code::FailedPrecondition => "failed_precondition",
             Code::Unauthenticated => "unauthenticated",
             Code::Unimplemented => "unimplemented",
+            Code::Unknown => "unknown",
             Code::Internal => "internal",
             Code::Unavailable => "unavailable",
             Code::DeadlineExceeded => "deadline_exceeded",
@@ -50,13 +50,13 @@ impl Code {
 
     fn http_status(self) -> StatusCode {
         match self {
-            Code::InvalidArgument | Code::FailedPrecondition => StatusCode::BAD_REQUEST,
+            Code::InvalidArgument => StatusCode::BAD_REQUEST,
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::AlreadyExists => StatusCode::CONFLICT,
             Code::PermissionDenied => StatusCode::FORBIDDEN,
             Code::Unauthenticated => StatusCode::UNAUTHORIZED,
             Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
-            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Code::Internal | Code::Unknown => StatusCode::INTERNAL_SERVER_ERROR,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         }

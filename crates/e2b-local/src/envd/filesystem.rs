@@ -80,17 +80,10 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             }
             Err(response) => return response,
         },
-        "WatchDir" => {
-            return ConnectError::new(
-                Code::Unimplemented,
-                "filesystem.Filesystem/WatchDir is not implemented by e2b-local",
-            )
-            .stream();
+        "WatchDir" => return super::watch::watch_dir(ctx, request).await,
+        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
+            return super::watch::handle_polling(ctx, method, request).await;
         }
-        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => Err(ConnectError::new(
-            Code::Unimplemented,
-            format!("filesystem.Filesystem/{method} is not implemented by e2b-local"),
-        )),
         _ => Err(ConnectError::new(
             Code::NotFound,
             format!("unknown method filesystem.Filesystem/{method}"),

@@ -6,6 +6,7 @@ mod ctx;
 pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod process;
+mod watch;
 
 use std::sync::Arc;
 

@@ -18,11 +18,12 @@ use tokio::time::Instant;
 
 use super::connect::{self, Code, ConnectError, de_opt_u32};
 use super::ctx::Ctx;
-use crate::isolation::CommandSpec;
+use crate::isolation::{CommandSpec, CommandStdio};
 use crate::paths::{Last, SandboxFs};
 use crate::process_table::{
     EndInfo, Event, Proc, ProcConfig, ProcessTable, SpawnError, sleep_until_opt,
 };
+use crate::pty::{self, TermSize};
 
 /// The proto3 JSON of the `end` event (defaults omitted).
 fn end_json(end: &EndInfo) -> serde_json::Value {
@@ -45,6 +46,7 @@ fn event_json(event: &Event) -> serde_json::Value {
     match event {
         Event::Stdout(b) => json!({"event": {"data": {"stdout": STANDARD.encode(b)}}}),
         Event::Stderr(b) => json!({"event": {"data": {"stderr": STANDARD.encode(b)}}}),
+        Event::Pty(b) => json!({"event": {"data": {"pty": STANDARD.encode(b)}}}),
         Event::End(end) => end_json(end),
     }
 }
@@ -70,7 +72,42 @@ struct StartRequest {
     #[serde(default)]
     stdin: Option<bool>,
     #[serde(default)]
-    pty: Option<serde_json::Value>,
+    pty: Option<PtyMsg>,
+}
+
+/// `PTY`: a terminal of `size` (a missing size, or a missing field, is 0 as in proto3).
+#[derive(Debug, Default, Deserialize)]
+struct PtyMsg {
+    #[serde(default)]
+    size: Option<PtySizeMsg>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PtySizeMsg {
+    #[serde(default, deserialize_with = "de_opt_u32")]
+    cols: Option<u32>,
+    #[serde(default, deserialize_with = "de_opt_u32")]
+    rows: Option<u32>,
+}
+
+impl PtyMsg {
+    /// The size as the kernel stores it (envd truncates to 16 bits the same way).
+    fn size(&self) -> TermSize {
+        let size = self.size.as_ref();
+        let cell = |v: Option<u32>| u16::try_from(v.unwrap_or(0) & 0xffff).unwrap_or(u16::MAX);
+        TermSize {
+            cols: cell(size.and_then(|s| s.cols)),
+            rows: cell(size.and_then(|s| s.rows)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct UpdateRequest {
+    #[serde(default)]
+    process: Selector,
+    #[serde(default)]
+    pty: Option<PtyMsg>,
 }
 
 /// `ProcessSelector`: a pid or a tag.
@@ -153,7 +190,11 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             Ok(req) => close_stdin(&ctx, &req.process).await,
             Err(response) => response,
         },
-        "StreamInput" | "Update" => {
+        "Update" => match connect::read_unary::<UpdateRequest>(request).await {
+            Ok(req) => update(&ctx, &req),
+            Err(response) => response,
+        },
+        "StreamInput" => {
             let error = ConnectError::new(
                 Code::Unimplemented,
                 format!("process.Process/{method} is not implemented by e2b-local"),
@@ -174,7 +215,7 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
 }
 
 /// Reads the transport hints envd honours from the request headers.
-fn stream_timing(headers: &http::HeaderMap) -> (Option<Instant>, Duration) {
+pub(super) fn stream_timing(headers: &http::HeaderMap) -> (Option<Instant>, Duration) {
     let header_u64 = |name: &str| {
         headers
             .get(name)
@@ -201,10 +242,21 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         Ok(user) => user,
         Err(error) => return error.stream(),
     };
-    if req.pty.is_some() {
-        return ConnectError::new(Code::Unimplemented, "pty is not supported by e2b-local")
+    let terminal = match req
+        .pty
+        .as_ref()
+        .map(|pty| pty::open(pty.size()))
+        .transpose()
+    {
+        Ok(terminal) => terminal,
+        Err(e) => {
+            return ConnectError::new(
+                Code::InvalidArgument,
+                format!("error starting pty with command '{}': {e}", req.process.cmd),
+            )
             .stream();
-    }
+        }
+    };
     let sandbox = &ctx.sandbox;
     let fs = SandboxFs {
         home: &sandbox.home,
@@ -228,7 +280,12 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         cwd_host: &cwd_host,
         sandbox_envs: &sandbox.env_vars,
         request_envs: &req.process.envs,
-        stdin: req.stdin.unwrap_or(false),
+        stdio: match &terminal {
+            Some((_, slave)) => CommandStdio::Terminal(slave),
+            None => CommandStdio::Pipes {
+                stdin: req.stdin.unwrap_or(false),
+            },
+        },
         own_pid_namespace: sandbox.procs.own_pid_namespace(),
     };
     let command = match ctx.app.isolation.command(&spec) {
@@ -244,26 +301,30 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         envs: req.process.envs.clone(),
         cwd: req.process.cwd.clone(),
     };
-    let (proc, events) = match sandbox
-        .procs
-        .spawn(command, config, req.tag.clone(), deadline)
-    {
-        Ok(pair) => pair,
-        Err(SpawnError::Closed) => {
-            return ConnectError::new(
-                Code::Unavailable,
-                format!("sandbox {} is not running", sandbox.id),
-            )
-            .stream();
-        }
-        Err(SpawnError::Io(e)) => {
-            return ConnectError::new(
-                Code::Internal,
-                format!("error starting process '{}': {e}", req.process.cmd),
-            )
-            .stream();
-        }
-    };
+    // The slave stays open here until the command has been spawned (and dropped with it):
+    // from then on only the process holds it, so the master reads EOF when it is gone.
+    let (master, _slave) = terminal.unzip();
+    let (proc, events) =
+        match sandbox
+            .procs
+            .spawn(command, config, req.tag.clone(), master, deadline)
+        {
+            Ok(pair) => pair,
+            Err(SpawnError::Closed) => {
+                return ConnectError::new(
+                    Code::Unavailable,
+                    format!("sandbox {} is not running", sandbox.id),
+                )
+                .stream();
+            }
+            Err(SpawnError::Io(e)) => {
+                return ConnectError::new(
+                    Code::Internal,
+                    format!("error starting process '{}': {e}", req.process.cmd),
+                )
+                .stream();
+            }
+        };
     tracing::debug!(sandbox_id = %sandbox.id, pid = proc.pid, "process started");
     stream_events(proc.pid, Ok(events), deadline, keepalive)
 }
@@ -421,8 +482,15 @@ async fn send_input(ctx: &Ctx, req: SendInputRequest) -> Response {
     let Some(proc) = req.process.find_running(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).unary();
     };
-    if req.input.pty.is_some() {
-        return ConnectError::new(Code::FailedPrecondition, "process has no pty").unary();
+    if let Some(input) = &req.input.pty {
+        return write_tty(&proc, input).await;
+    }
+    if proc.tty.is_some() {
+        return ConnectError::new(
+            Code::Internal,
+            "error writing to stdin: tty assigned to process — input should be written to the pty, not the stdin",
+        )
+        .unary();
     }
     let data = match STANDARD.decode(req.input.stdin.unwrap_or_default()) {
         Ok(data) => data,
@@ -441,10 +509,64 @@ async fn send_input(ctx: &Ctx, req: SendInputRequest) -> Response {
     connect::unary_ok(&json!({}))
 }
 
+/// Types `input` (base64) on the process's terminal.
+async fn write_tty(proc: &Proc, input: &str) -> Response {
+    let Some(tty) = &proc.tty else {
+        return ConnectError::new(
+            Code::Internal,
+            "error writing to tty: tty not assigned to process — input should be written to the stdin, not the tty",
+        )
+        .unary();
+    };
+    let data = match STANDARD.decode(input) {
+        Ok(data) => data,
+        Err(e) => {
+            return ConnectError::new(Code::InvalidArgument, format!("invalid pty bytes: {e}"))
+                .unary();
+        }
+    };
+    match tty.write_all(&data).await {
+        Ok(()) => connect::unary_ok(&json!({})),
+        Err(e) => ConnectError::new(
+            Code::Internal,
+            format!(
+                "error writing to tty: error writing to tty of process '{}': {e}",
+                proc.pid
+            ),
+        )
+        .unary(),
+    }
+}
+
+/// `Update`: resizes the process's terminal (nothing else can be updated).
+fn update(ctx: &Ctx, req: &UpdateRequest) -> Response {
+    let Some(proc) = req.process.find_running(&ctx.sandbox.procs) else {
+        return ConnectError::new(Code::NotFound, req.process.describe()).unary();
+    };
+    let Some(pty) = &req.pty else {
+        return connect::unary_ok(&json!({}));
+    };
+    let resized = match &proc.tty {
+        Some(tty) => tty.resize(pty.size()).map_err(|e| e.to_string()),
+        None => Err("tty not assigned to process".to_owned()),
+    };
+    match resized {
+        Ok(()) => connect::unary_ok(&json!({})),
+        Err(e) => ConnectError::new(Code::Internal, format!("error resizing tty: {e}")).unary(),
+    }
+}
+
 async fn close_stdin(ctx: &Ctx, selector: &Selector) -> Response {
     let Some(proc) = selector.find(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, selector.describe()).unary();
     };
+    if proc.tty.is_some() {
+        return ConnectError::new(
+            Code::Unknown,
+            "error closing stdin: cannot close stdin for PTY process — send Ctrl+D (0x04) instead",
+        )
+        .unary();
+    }
     proc.stdin.lock().await.take();
     connect::unary_ok(&json!({}))
 }

@@ -308,11 +308,6 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
     let id = &sandbox.id;
     let cases = [
         (
-            reqwest::Method::GET,
-            format!("/sandboxes/{id}/metrics"),
-            "/sandboxes/{sandboxID}/metrics",
-        ),
-        (
             reqwest::Method::PUT,
             format!("/sandboxes/{id}/network"),
             "/sandboxes/{sandboxID}/network",
@@ -326,11 +321,6 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
             reqwest::Method::GET,
             format!("/v2/sandboxes/{id}/logs"),
             "/v2/sandboxes/{sandboxID}/logs",
-        ),
-        (
-            reqwest::Method::GET,
-            "/sandboxes/metrics?sandbox_ids=a".to_owned(),
-            "/sandboxes/metrics",
         ),
         (reqwest::Method::GET, "/templates".to_owned(), "/templates"),
         (

@@ -69,11 +69,9 @@ fn target() -> impl Strategy<Value = Target> {
         Just(Target::SnapshotList),
         Just(Target::Template),
         prop::sample::select(vec![
-            "/sandboxes/{id}/metrics",
             "/sandboxes/{id}/network",
             "/sandboxes/{id}/logs",
             "/v2/sandboxes/{id}/logs",
-            "/sandboxes/metrics",
             "/templates",
             "/v3/templates",
             "/teams",

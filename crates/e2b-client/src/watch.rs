@@ -1,0 +1,275 @@
+//! Directory watches: what envd reports, and the stream that delivers it.
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt, stream};
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::framing::{EndStream, EnvelopeDecoder};
+use crate::http::Ctx;
+
+/// How deep a watch reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchDepth {
+    /// The directory's own entries.
+    Direct,
+    /// Every directory below it too, including ones created later.
+    Recursive,
+}
+
+/// How to watch a directory ([`crate::Sandbox::watch_dir`]). Start from [`WatchOptions::new`];
+/// there is no `Default`.
+#[derive(Clone, Debug)]
+pub struct WatchOptions {
+    /// How deep the watch reaches.
+    pub depth: WatchDepth,
+    /// How long the watch may last (`Connect-Timeout-Ms`); `None` for as long as the stream is
+    /// read.
+    pub timeout: Option<Duration>,
+    /// How long envd may stay silent before a keepalive (`Keepalive-Ping-Interval`).
+    pub keepalive: Duration,
+}
+
+impl WatchOptions {
+    /// A watch of `depth` with no time limit and the official SDK's 50 s keepalive.
+    pub fn new(depth: WatchDepth) -> WatchOptions {
+        WatchOptions {
+            depth,
+            timeout: None,
+            keepalive: Duration::from_secs(50),
+        }
+    }
+}
+
+/// What happened to an entry (envd's `EventType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FsEventKind {
+    /// Created, or moved here.
+    Create,
+    /// Written to.
+    Write,
+    /// Removed.
+    Remove,
+    /// Moved away (renamed).
+    Rename,
+    /// Its permissions or other attributes changed.
+    Chmod,
+    /// A kind this client does not know, as envd named it.
+    Other,
+}
+
+impl FsEventKind {
+    fn from_wire(name: &str) -> FsEventKind {
+        match name.trim_start_matches("EVENT_TYPE_") {
+            "CREATE" | "1" => FsEventKind::Create,
+            "WRITE" | "2" => FsEventKind::Write,
+            "REMOVE" | "3" => FsEventKind::Remove,
+            "RENAME" | "4" => FsEventKind::Rename,
+            "CHMOD" | "5" => FsEventKind::Chmod,
+            _ => FsEventKind::Other,
+        }
+    }
+}
+
+/// One filesystem event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FsEvent {
+    /// The entry's path relative to the watched directory (`.` for the directory itself).
+    pub name: String,
+    /// What happened.
+    pub kind: FsEventKind,
+}
+
+/// A polling watcher's id ([`crate::Sandbox::create_watcher`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WatcherId(pub(crate) String);
+
+impl WatcherId {
+    /// The id as envd gave it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct RawFsEvent {
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "type")]
+    kind: serde_json::Value,
+}
+
+impl RawFsEvent {
+    pub(crate) fn into_event(self) -> FsEvent {
+        let kind = match &self.kind {
+            serde_json::Value::String(name) => FsEventKind::from_wire(name),
+            serde_json::Value::Number(n) => FsEventKind::from_wire(&n.to_string()),
+            _ => FsEventKind::Other,
+        };
+        FsEvent {
+            name: self.name,
+            kind,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct WatchMessage {
+    #[serde(default)]
+    start: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    filesystem: Option<RawFsEvent>,
+}
+
+/// The events of a directory watch, delivered as they arrive ([`crate::Sandbox::watch_dir`]).
+///
+/// Returned once envd confirmed the watch (so a missing path or a file fails that call). Frames
+/// are decoded one at a time as the consumer asks, so at most one frame (capped by
+/// [`crate::Limits::max_frame_bytes`]) plus one network chunk is held however long the watch
+/// lasts; a consumer that stops reading makes the server wait, and envd ends the watch with an
+/// error rather than buffer without bound. Keepalives are consumed silently. Dropping the
+/// stream ends the watch. It ends with `None` when envd closes it cleanly, and yields an error
+/// (then ends) for a failure in the end frame (`deadline_exceeded` when the timeout passed),
+/// a broken connection, a protocol violation or too long a silence.
+pub struct WatchStream {
+    inner: Pin<Box<dyn Stream<Item = Result<FsEvent, Error>> + Send>>,
+}
+
+impl fmt::Debug for WatchStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchStream").finish_non_exhaustive()
+    }
+}
+
+struct Decode {
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    decoder: EnvelopeDecoder,
+    ctx: Ctx,
+    idle: Duration,
+    finished: bool,
+}
+
+/// What one step of decoding produced.
+enum Step {
+    Start,
+    Event(FsEvent),
+}
+
+impl Decode {
+    async fn next(&mut self) -> Option<Result<Step, Error>> {
+        if self.finished {
+            return None;
+        }
+        let result = self.step().await;
+        if !matches!(result, Some(Ok(_))) {
+            self.finished = true;
+        }
+        result
+    }
+
+    async fn step(&mut self) -> Option<Result<Step, Error>> {
+        loop {
+            match self.decoder.next_frame() {
+                Err(error) => return Some(Err(self.ctx.protocol(error))),
+                Ok(Some(frame)) if frame.is_end_stream() => {
+                    return match serde_json::from_slice::<EndStream>(&frame.payload) {
+                        Err(error) => Some(Err(self
+                            .ctx
+                            .protocol(format!("invalid end-of-stream message: {error}")))),
+                        Ok(EndStream {
+                            error: Some(error), ..
+                        }) => Some(Err(self.ctx.stream_error(error.code, error.message))),
+                        Ok(_) => None,
+                    };
+                }
+                Ok(Some(frame)) => {
+                    let message: WatchMessage = match serde_json::from_slice(&frame.payload) {
+                        Ok(message) => message,
+                        Err(error) => {
+                            return Some(Err(self
+                                .ctx
+                                .protocol(format!("invalid watch event: {error}"))));
+                        }
+                    };
+                    if message.start.is_some() {
+                        return Some(Ok(Step::Start));
+                    }
+                    if let Some(event) = message.filesystem {
+                        return Some(Ok(Step::Event(event.into_event())));
+                    }
+                    // A keepalive, or a kind this client does not know.
+                    continue;
+                }
+                Ok(None) => {}
+            }
+            match tokio::time::timeout(self.idle, self.body.next()).await {
+                Err(_) => return Some(Err(self.ctx.deadline(self.idle))),
+                Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
+                Ok(Some(Err(error))) => {
+                    return Some(Err(self
+                        .ctx
+                        .transport(crate::error::TransportStage::Body, error)));
+                }
+                Ok(None) => {
+                    return Some(Err(self
+                        .ctx
+                        .protocol("watch stream ended without an end-of-stream message")));
+                }
+            }
+        }
+    }
+}
+
+impl WatchStream {
+    /// Reads the response up to the `start` event.
+    pub(crate) async fn open(
+        ctx: Ctx,
+        body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+        max_frame: usize,
+        idle: Duration,
+    ) -> Result<WatchStream, Error> {
+        let mut state = Decode {
+            body: Box::pin(body),
+            decoder: EnvelopeDecoder::new(max_frame),
+            ctx: ctx.clone(),
+            idle,
+            finished: false,
+        };
+        match state.next().await {
+            Some(Ok(Step::Start)) => {}
+            Some(Err(error)) => return Err(error),
+            Some(Ok(Step::Event(_))) | None => {
+                return Err(ctx.protocol("watch stream did not begin with a start event"));
+            }
+        }
+        let inner = stream::unfold(state, |mut state| async move {
+            let item = match state.next().await? {
+                Ok(Step::Event(event)) => Ok(event),
+                Ok(Step::Start) => {
+                    state.finished = true;
+                    Err(state.ctx.protocol("second start event"))
+                }
+                Err(error) => Err(error),
+            };
+            Some((item, state))
+        });
+        Ok(WatchStream {
+            inner: Box::pin(inner),
+        })
+    }
+}
+
+impl Stream for WatchStream {
+    type Item = Result<FsEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}

@@ -1,0 +1,88 @@
+//! `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics`: E2B's `SandboxMetric`,
+//! measured on the sandbox's own processes and files.
+
+use serde_json::json;
+
+use crate::support::{Api, manual_server, new_sandbox, t0};
+
+#[tokio::test]
+async fn metrics_measure_the_sandboxs_processes_and_files() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let other = new_sandbox(&api).await;
+
+    // Nothing runs yet and the home is nearly empty.
+    let idle = api.get(&format!("/sandboxes/{}/metrics", sandbox.id)).await;
+    assert_eq!(idle.status, 200, "{}", idle.text);
+    let idle = &idle.json[0];
+    let now = t0()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(idle["timestampUnix"], now);
+    assert_eq!(idle["cpuCount"], 2);
+    assert_eq!(idle["cpuUsedPct"], 0.0);
+    assert_eq!(idle["memUsed"], 0);
+    assert_eq!(idle["memTotal"], 512 * 1024 * 1024);
+    assert_eq!(idle["diskTotal"], 1024 * 1024 * 1024);
+    assert!(idle["diskUsed"].as_u64().unwrap() < 1024 * 1024, "{idle}");
+
+    // A busy loop and 8 MiB written: the sandbox's own use shows, the other's stays idle.
+    let written = api
+        .run(&sandbox, "head -c 8388608 /dev/urandom > ~/blob")
+        .await;
+    assert_eq!(written.end["exited"], true);
+    let mut busy = api.start(&sandbox, "while :; do :; done", &[]).await;
+    busy.next().await.unwrap();
+    let loaded = api.get(&format!("/sandboxes/{}/metrics", sandbox.id)).await;
+    let loaded = &loaded.json[0];
+    assert!(loaded["cpuUsedPct"].as_f64().unwrap() > 5.0, "{loaded}");
+    assert!(loaded["memUsed"].as_u64().unwrap() > 0, "{loaded}");
+    assert!(
+        loaded["diskUsed"].as_u64().unwrap() >= 8 * 1024 * 1024,
+        "{loaded}"
+    );
+    let quiet = api.get(&format!("/sandboxes/{}/metrics", other.id)).await;
+    assert_eq!(quiet.json[0]["cpuUsedPct"], 0.0, "{}", quiet.text);
+
+    // Several at once: only running sandboxes, keyed by id.
+    let many = api
+        .get(&format!(
+            "/sandboxes/metrics?sandbox_ids={},{},iunknown00000000000000",
+            sandbox.id, other.id
+        ))
+        .await;
+    assert_eq!(many.status, 200, "{}", many.text);
+    let keys: Vec<&String> = many.json["sandboxes"].as_object().unwrap().keys().collect();
+    let mut expected = vec![&sandbox.id, &other.id];
+    expected.sort();
+    assert_eq!(keys, expected);
+    assert_eq!(api.get("/sandboxes/metrics").await.status, 400);
+
+    // A window that excludes now, a paused sandbox, an unknown one.
+    let past = api
+        .get(&format!(
+            "/sandboxes/{}/metrics?end={}",
+            sandbox.id,
+            now - 10
+        ))
+        .await;
+    assert_eq!((past.status, past.json), (200, json!([])));
+    let bad = api
+        .get(&format!("/sandboxes/{}/metrics?start=soon", sandbox.id))
+        .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        api.post(&format!("/sandboxes/{}/pause", other.id), "{}")
+            .await
+            .status,
+        204
+    );
+    let paused = api.get(&format!("/sandboxes/{}/metrics", other.id)).await;
+    assert_eq!((paused.status, paused.json), (200, json!([])));
+    let unknown = api.get("/sandboxes/iunknown00000000000000/metrics").await;
+    assert_eq!(unknown.status, 404);
+    drop(busy);
+    server.shutdown().await.unwrap();
+}

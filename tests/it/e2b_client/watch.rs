@@ -1,0 +1,67 @@
+//! Directory watches: a stream and a polled watcher report real events from e2b-local.
+
+use agent_sandbox_examples::e2b_client::{FsEvent, FsEventKind, WatchDepth, WatchOptions};
+
+use super::*;
+
+fn event(name: &str, kind: FsEventKind) -> (String, FsEventKind) {
+    (name.to_owned(), kind)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_stream_and_poll_real_events() {
+    let server = server().await;
+    let client = client(&server);
+    let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;
+    sh(&sandbox, "mkdir -p ~/w/sub").await;
+
+    let mut stream = sandbox
+        .watch_dir("/home/user/w", WatchOptions::new(WatchDepth::Recursive))
+        .await
+        .expect("watching");
+    sh(&sandbox, "cd ~/w && echo a > sub/f && mv sub/f g && rm g").await;
+    let mut seen = Vec::new();
+    while seen.len() < 5 {
+        let FsEvent { name, kind, .. } = stream.next().await.expect("open").expect("event");
+        seen.push((name, kind));
+    }
+    assert_eq!(
+        seen,
+        [
+            event("sub/f", FsEventKind::Create),
+            event("sub/f", FsEventKind::Write),
+            event("sub/f", FsEventKind::Rename),
+            event("g", FsEventKind::Create),
+            event("g", FsEventKind::Remove),
+        ]
+    );
+    drop(stream);
+
+    let watcher = sandbox
+        .create_watcher("/home/user/w", WatchDepth::Direct)
+        .await
+        .expect("watcher");
+    sh(&sandbox, "chmod 700 ~/w/sub").await;
+    let mut polled = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while polled.is_empty() && tokio::time::Instant::now() < deadline {
+        polled.extend(sandbox.watcher_events(&watcher).await.expect("events"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        polled
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect::<Vec<_>>(),
+        [event("sub", FsEventKind::Chmod)]
+    );
+    sandbox.remove_watcher(&watcher).await.expect("removed");
+    let error = sandbox.watcher_events(&watcher).await.expect_err("removed");
+    assert!(error.is_not_found(), "{error:?}");
+    let error = sandbox
+        .watch_dir("/home/user/missing", WatchOptions::new(WatchDepth::Direct))
+        .await
+        .expect_err("missing");
+    assert!(error.is_not_found(), "{error:?}");
+    server.shutdown().await.expect("shutdown");
+}
