@@ -46,7 +46,7 @@ async fn snapshot_list_create_from_and_delete_round_trip() {
         .try_collect()
         .await
         .expect("list by name");
-    assert_eq!(found, [named.clone()]);
+    assert_eq!(found, std::slice::from_ref(&named));
 
     // A sandbox from the snapshot has its files; changing it leaves the source alone.
     let restored = client
