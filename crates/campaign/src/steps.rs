@@ -99,6 +99,8 @@ pub(crate) struct StepPlan {
     pub(crate) holding: bool,
     /// The Hermes state versions on the host and in the sandbox before a rollback/adoption.
     pub(crate) before: Option<HashSet<Vec<u8>>>,
+    /// The version the agent wrote in the sandbox just before the step.
+    pub(crate) agent_version: Option<Vec<u8>>,
 }
 
 /// Per-step outcome counts and the step invariants' figures.
@@ -179,6 +181,7 @@ impl Campaign {
             fault,
             holding: false,
             before: None,
+            agent_version: None,
         });
     }
 
@@ -258,6 +261,10 @@ impl Campaign {
         std::mem::swap(&mut self.rng, &mut self.steps_rng);
         let described = edited?;
         owned_like(&remote, rel)?;
+        let version = std::fs::read(remote.join(rel))?;
+        if let Some(plan) = self.step.as_mut() {
+            plan.agent_version = Some(version);
+        }
         self.note(format!("sandbox {id} before the step: {described}"));
         Ok(())
     }
@@ -363,6 +370,17 @@ impl Campaign {
             plan.holding = false;
             self.server
                 .admin_retrying("faults/release", r#"{"answer":"continue"}"#)?;
+        }
+        // A step that failed leaves the session going on: campaign-host pushes every host
+        // file before each command (Hermes pushes only what changed on the host), so the
+        // agent's write made just before it is overwritten by the next push unless a
+        // recovery ran first. That version may go, as one the user overwrote.
+        if !ok
+            && let Some(plan) = self.step.as_mut()
+            && op == plan.step.faulted_line()
+            && let Some(version) = plan.agent_version.take()
+        {
+            self.ledger.overwrite(&version);
         }
         let replaced = line
             .strip_prefix("rolledback ")
