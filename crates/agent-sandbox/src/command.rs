@@ -254,9 +254,11 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
         if let Err(error) = sink.finish() {
             tracing::debug!(sandbox_id = %sandbox.id(), "output sink failed to finish: {}", e2b_client::redact(&error.to_string()));
         }
+        // Counted out before anyone learns of the end: a caller that saw its command finish
+        // and then asks for a checkpoint must not find it still in flight (R2).
+        on_done();
         *shared.lock() = Some(result);
         shared.done.notify_all();
-        on_done();
         // The rest of the response (the end-of-stream message, right behind the end event)
         // is read on the runtime, next to the connection, after the result is out: off the
         // waiter's path. Reading it to its end lets a later command reuse the connection

@@ -40,6 +40,9 @@ SIZES = {
         "checkpoints": 20,
         "rollbacks": 10,
         "rollback_files": 20,
+        "snapshot_files": 10000,
+        "snapshot_bytes": 1 << 30,
+        "snapshot_rounds": 3,
     },
     "smoke": {
         "steady_commands": 5,
@@ -54,6 +57,9 @@ SIZES = {
         "checkpoints": 2,
         "rollbacks": 1,
         "rollback_files": 4,
+        "snapshot_files": 100,
+        "snapshot_bytes": 4 * MIB,
+        "snapshot_rounds": 1,
     },
 }
 
@@ -195,7 +201,7 @@ def measure(server, argv, params, log_path):
 REPEATS = 3
 
 #: Scenarios that run against the first latency only (they do not depend on it).
-FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes"}
+FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot"}
 
 
 class Bench:
@@ -270,6 +276,8 @@ class Bench:
         self.run(server, latency, "recovery", "tar -x", self.ours + ["recovery-tar"], recovery)
         self.run(server, latency, "recovery", "tar -x + sync", self.ours + ["recovery-tar"],
                  dict(recovery, sync=True))
+        self.run(server, latency, "snapshot", "ours", self.ours + ["snapshot"],
+                 {"files": s["snapshot_files"], "bytes": s["snapshot_bytes"], "rounds": s["snapshot_rounds"]})
         self.load(server, latency)
         if self.hermes is not None:
             with tempfile.TemporaryDirectory() as home:
@@ -538,6 +546,13 @@ def build_rows(results, latencies, with_hermes):
         row(rows, "recovery", latency, "time", f"recover {ours and ours['files']} files",
             ms_per_op(ours, "wall_s"), "tar -x; sync -f (durable, like recovery)",
             ms_per_op(synced, "wall_s"), unit="ms")
+        snap = get(results, "snapshot", "ours", latency)
+        variant = ("snapshot of a sandbox" if snap is None else
+                   f"snapshot of {snap['bytes'] / MIB:.0f} MiB in {snap['files']} files, "
+                   f"copy-on-write: {'yes' if snap['copy_on_write'] else 'no'}")
+        row(rows, "snapshot", latency, "time (median)", variant, ms_per_op(snap and dict(snap, ops=1), "wall_s"),
+            "cp -a of the same tree, same run", ms_per_op(snap and dict(snap, ops=1), "cp_wall_s"),
+            "≤ 1.0× cp -a", lambda v, r: r is not None and r <= 1.0, unit="ms")
         load = get(results, "load", "e2b-local", latency)
         variant = "sessions × commands" if load is None else f"{load['ops']} commands"
         row(rows, "load", latency, "errors", variant, load and load["errors"], target="= 0",

@@ -41,6 +41,7 @@ pub(crate) fn run(
         "load" => load(params, protocol),
         "checkpoint" => checkpoint(params, protocol),
         "rollback" => rollback(params, protocol),
+        "snapshot" => snapshot(params, protocol),
         other => Err(format!("unknown scenario {other:?}").into()),
     }
 }
@@ -637,5 +638,91 @@ fn rollback(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
     }
     backend.prune_checkpoints(0)?;
     backend.cleanup();
+    Ok(())
+}
+
+/// Runs a shell command in `sandbox` and returns its stdout; fails on a non-zero exit.
+async fn sandbox_sh(sandbox: &e2b_client::Sandbox, command: &str) -> Result<String, BenchError> {
+    let options = e2b_client::StartOptions::shell(command.to_owned());
+    let output = sandbox.run(options, 1 << 20).await?;
+    if output.end.exit_code != 0 {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("{command:?} exited with {}: {stderr}", output.end.exit_code).into());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}
+
+/// The median of a few timings.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// e2b-local's snapshot (`POST /sandboxes/{id}/snapshots` through e2b-client) of a sandbox
+/// holding `bytes` in `files` files, against `cp -a` of the same tree in the same sandbox, in
+/// turns (`rounds` of each, a `sync` before every timed step so one step's writeback does not
+/// land in the next; each copy is removed before the next round). Both copies land on the
+/// filesystem of e2b-local's state directory. Also says whether that filesystem reflinks
+/// (`cp --reflink=always` of one file), which decides whether either copy is copy-on-write.
+fn snapshot(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
+    let files = param_u64(params, "files")?;
+    let bytes = param_u64(params, "bytes")?;
+    let rounds = param_u64(params, "rounds")?.max(1);
+    let dirs = 100;
+    let per_dir = files.div_ceil(dirs);
+    let file_bytes = bytes / (dirs * per_dir);
+    let runtime = runtime()?;
+    let mut config = e2b_client::Config::from_env(ApiKey::new(env("E2B_API_KEY")?));
+    // Copying 1 GiB on a loaded machine can outlast the default per-request deadline.
+    config.request_deadline = BULK_DEADLINE;
+    let client = e2b_client::Client::new(config)?;
+    let mut options = e2b_client::CreateOptions::new("base".to_owned());
+    options.timeout = Some(Duration::from_secs(3600));
+    let info = runtime.block_on(client.create(options))?;
+    let sandbox = client.sandbox(info.envd_access())?;
+    // `split` cuts one stream of random bytes into the files of a directory: 100 processes
+    // of each instead of one per file.
+    let fill = format!(
+        "set -e; mkdir -p /home/user/tree; cd /home/user/tree; for d in $(seq -w 0 {last}); do \
+         mkdir d$d; head -c {chunk} /dev/urandom | split -b {file_bytes} -a 3 -d - d$d/f; done; \
+         find . -type f | wc -l; du -sb . | cut -f1",
+        last = dirs - 1,
+        chunk = file_bytes * per_dir,
+    );
+    let made = runtime.block_on(sandbox_sh(&sandbox, &fill))?;
+    let reflinks = runtime.block_on(sandbox_sh(
+        &sandbox,
+        "cd /home/user && if cp --reflink=always tree/d00/f000 .reflink-probe 2>/dev/null; \
+         then echo yes; else echo no; fi; rm -f .reflink-probe",
+    ))? == "yes";
+    let mark = protocol.ready()?;
+    let mut snapshot_s = Vec::new();
+    let mut cp_s = Vec::new();
+    for _ in 0..rounds {
+        runtime.block_on(sandbox_sh(&sandbox, "sync"))?;
+        let nanos = runtime.block_on(sandbox_sh(
+            &sandbox,
+            "s=$(date +%s%N); cp -a /home/user/tree /tmp/tree-copy; e=$(date +%s%N); echo $((e - s))",
+        ))?;
+        cp_s.push(nanos.parse::<f64>()? / 1e9);
+        runtime.block_on(sandbox_sh(&sandbox, "rm -rf /tmp/tree-copy; sync"))?;
+        let started = Instant::now();
+        let taken = runtime.block_on(client.create_snapshot(&info.sandbox_id, None))?;
+        snapshot_s.push(started.elapsed().as_secs_f64());
+        runtime.block_on(client.delete_snapshot(&taken.snapshot_id))?;
+    }
+    let (snapshot_median, cp_median) = (median(snapshot_s.clone()), median(cp_s.clone()));
+    let mut figures = Map::new();
+    figures.insert("ops".into(), rounds.into());
+    figures.insert("made".into(), made.into());
+    figures.insert("files".into(), (dirs * per_dir).into());
+    figures.insert("bytes".into(), (dirs * per_dir * file_bytes).into());
+    figures.insert("copy_on_write".into(), reflinks.into());
+    figures.insert("snapshot_s".into(), snapshot_s.into());
+    figures.insert("cp_s".into(), cp_s.into());
+    figures.insert("wall_s".into(), snapshot_median.into());
+    figures.insert("cp_wall_s".into(), cp_median.into());
+    protocol.result(&mark, figures)?;
+    runtime.block_on(client.kill(&info.sandbox_id))?;
     Ok(())
 }

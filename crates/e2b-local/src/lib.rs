@@ -32,10 +32,3 @@ pub use faults::Faults;
 pub use isolation::IsolationMode;
 pub use requests::RequestCounts;
 pub use server::Server;
-
-/// Whether e2b-local's snapshots of sandboxes whose files live under `dir` (its state
-/// directory) are copy-on-write: true where the filesystem reflinks (btrfs, xfs,
-/// bcachefs), false where each snapshot is a full copy (ext4, tmpfs).
-pub fn snapshots_copy_on_write(dir: &std::path::Path) -> std::io::Result<bool> {
-    tree_copy::reflink_works(dir)
-}

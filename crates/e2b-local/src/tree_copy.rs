@@ -22,18 +22,6 @@ pub(crate) struct CopyStats {
     pub(crate) skipped: u64,
 }
 
-/// Whether files under `dir` can be reflinked (copy-on-write), tried on a scratch file.
-pub(crate) fn reflink_works(dir: &Path) -> io::Result<bool> {
-    let scratch = tempfile::tempdir_in(dir)?;
-    let from = scratch.path().join("from");
-    fs::write(&from, b"probe")?;
-    let source = File::open(&from)?;
-    let target = File::create(scratch.path().join("to"))?;
-    // SAFETY: both descriptors are open for the duration of the call.
-    let cloned = unsafe { libc::ioctl(target.as_raw_fd(), libc::FICLONE, source.as_raw_fd()) };
-    Ok(cloned == 0)
-}
-
 /// Copies the tree at `src` to `dst`, which must not exist yet.
 pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
     let mut stats = CopyStats::default();

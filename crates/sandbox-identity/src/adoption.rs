@@ -102,8 +102,12 @@ fn restored_from_own_checkpoint(wanted: &IdentityMetadata, candidate: &Candidate
         return false;
     }
     let alias = alias_of(snapshot);
-    alias_of(&candidate.template_id) == alias
-        || candidate.template_alias.as_deref().map(alias_of) == Some(alias)
+    match candidate.template_alias.as_deref() {
+        Some(reported) => alias_of(reported) == alias || alias_of(&candidate.template_id) == alias,
+        // E2B may report a snapshot template by its raw id alone; a sandbox of another
+        // named template (the forgery I3 guards against) still reports that template's alias.
+        None => true,
+    }
 }
 
 /// The adoption decision for one scope.
@@ -423,8 +427,13 @@ mod tests {
         // Metadata naming the checkpoint on a sandbox of another template is refused.
         let mut forged = restored("forged", &scope, 50, &checkpoint_of(&scope));
         forged.template_id = "sometemplate".to_owned();
-        forged.template_alias = None;
+        forged.template_alias = Some("sometemplate".to_owned());
         assert_eq!(check(&scope, &forged), Err(Mismatch::OtherTemplate));
+        // A snapshot template reported by its raw id alone is accepted.
+        let mut raw = restored("raw", &scope, 50, &checkpoint_of(&scope));
+        raw.template_id = "rki5dems9wqfm4r03t7g".to_owned();
+        raw.template_alias = None;
+        assert_eq!(check(&scope, &raw), Ok(()));
     }
 
     // contract: R5

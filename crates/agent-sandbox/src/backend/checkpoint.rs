@@ -103,7 +103,18 @@ impl Backend {
         let attached = inner.ensure_attached(&mut state, OP)?;
         inner.may_change_scope(attached, OP)?;
         inner.quiesce(attached, OP, wait)?;
-        let all = inner.list_checkpoints(&attached.client, OP)?;
+        // A snapshot id that is one of the scope's checkpoint names says all a rollback needs;
+        // a label or "latest" needs the list.
+        let direct = match &target {
+            CheckpointTarget::Named(name) => {
+                Checkpoint::from_snapshot(name, &[], &inner.identity.digest())
+            }
+            CheckpointTarget::Latest => None,
+        };
+        let all = match direct {
+            Some(checkpoint) => vec![checkpoint],
+            None => inner.list_checkpoints(&attached.client, OP)?,
+        };
         let restored = target
             .pick(&all)
             .cloned()
@@ -411,17 +422,13 @@ impl Inner {
         (killed, failed)
     }
 
-    /// Recovers the scope's Hermes state from the attached sandbox, as a teardown does: the
-    /// caller's pull, then the backend's own recovery of `skills/` and `memories/`.
+    /// Recovers the scope's `skills/` and `memories/` from the attached sandbox into the host
+    /// (the three-way recovery of a bring-up, S5/S6): one start request streaming them. The
+    /// caller's pull hook is not needed: everything a rollback keeps of the old sandbox's
+    /// Hermes state is under those two roots (R8).
     fn recover_before_retiring(&self, attached: &mut Attached) -> Result<RecoverySummary, Error> {
-        let id = attached.id.as_str().to_owned();
-        if let Ok(transport) = self.current_transport(&id) {
-            transport.forget_transfer_connection();
-        }
-        self.run_hook("pull", &id, |t| self.hooks.pull(t))?;
-        self.current_transport(&id)
-            .and_then(|transport| transport.prepare_teardown_transfer())?;
-        self.recover_into_home(&id)
+        self.top_up_lease(attached, TRANSFER_WINDOW)?;
+        self.recover_into_home(attached.id.as_str())
     }
 
     /// Replaces the attached sandbox (see the module docs for the order and why).
@@ -441,7 +448,6 @@ impl Inner {
         // Until the new sandbox exists, a failure leaves everything as it was.
         let prepared = (|| {
             let recovery = self.recover_before_retiring(&mut old)?;
-            self.top_up_lease(&mut old, TRANSFER_WINDOW)?;
             let undo = self.take_checkpoint(&old, operation, undo_reason, None)?;
             Ok::<_, Error>((recovery, undo))
         })();
@@ -455,13 +461,29 @@ impl Inner {
         let old_id = old.id.clone();
         let client = old.client.clone();
         let mut warnings = Vec::new();
-        let (restored, new_id) = match replacement {
+        let (restored, new_id, created) = match replacement {
             Replacement::Restore(checkpoint) => {
                 let options = self
                     .create_options(&checkpoint.snapshot_id, [(SUPERSEDES_KEY, old_id.as_str())]);
                 bump(&self.stats.creates);
+                let mut lease = LeaseTracker::new();
+                let LeasePlan::Extend(request) = lease.plan(
+                    &*self.services.clock,
+                    self.with_headroom(self.policy.baseline()),
+                ) else {
+                    unreachable!("a new tracker covers nothing")
+                };
+                let mut options = options;
+                options.timeout = Some(request.timeout());
                 match self.block_on(client.create(options)) {
-                    Ok(info) => (checkpoint, info.sandbox_id),
+                    Ok(info) => {
+                        lease.confirm(&request);
+                        // The create's answer carries envd's address: no connect needed.
+                        let sandbox = client.sandbox(info.envd_access()).map_err(|source| {
+                            Error::e2b(operation, Some(info.sandbox_id.as_str()), source)
+                        });
+                        (checkpoint, info.sandbox_id, Some((sandbox, lease)))
+                    }
                     Err(source) => {
                         *state = Phase::Attached(old);
                         return Err(Error::e2b(operation, Some(old_id.as_str()), source));
@@ -486,7 +508,7 @@ impl Inner {
                         },
                     });
                 }
-                (checkpoint, chosen)
+                (checkpoint, chosen, None)
             }
         };
         // The old sandbox goes: its grant first, then the sandbox. A kill E2B refuses leaves
@@ -503,8 +525,16 @@ impl Inner {
                 "the replaced sandbox {id} could not be killed ({why}); it is never adopted again and the next bring-up retires it"
             ));
         }
+        // Made from a checkpoint of this scope (same template, same user): its home is the
+        // replaced sandbox's, so no probe asks for it again (L13).
+        if let Some(files) = &self.files {
+            crate::home::HomeCache::new(files.dir()).put(new_id.as_str(), &old.info.home);
+        }
         drop(old);
-        let (sandbox, lease) = self.connect_new(&client, &new_id, operation)?;
+        let (sandbox, lease) = match created {
+            Some((sandbox, lease)) => (sandbox?, lease),
+            None => self.connect_new(&client, &new_id, operation)?,
+        };
         let mut attached =
             self.attached(client, sandbox, lease, role, Origin::Restored, false, None)?;
         attached.fresh = true;

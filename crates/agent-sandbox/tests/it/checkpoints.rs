@@ -164,15 +164,20 @@ fn broken_after_checkpoint(
     let id = backend.attach().expect("attach").sandbox_id;
     ok(
         &backend,
-        &format!("mkdir -p {WORK} && printf good > {WORK}/app.txt"),
+        &format!(
+            "mkdir -p {WORK} /home/user/.hermes/memories && printf good > {WORK}/app.txt && \
+             printf stale > /home/user/.hermes/memories/FORGOTTEN.md"
+        ),
     );
     let checkpoint = backend
         .checkpoint(request(Some("good")))
         .expect("checkpoint");
+    // After the checkpoint the agent breaks the workspace, drops one memory and learns
+    // another.
     ok(
         &backend,
         &format!(
-            "rm -rf {WORK} && mkdir -p /home/user/.hermes/memories && \
+            "rm -rf {WORK} /home/user/.hermes/memories/FORGOTTEN.md && \
              printf 'learned after the checkpoint' > /home/user/.hermes/memories/MEMORY.md"
         ),
     );
@@ -188,9 +193,26 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
     let home = world.home.path();
     let (backend, checkpoint, old) = broken_after_checkpoint(&world, RecordingHooks::new(home));
     let digest = backend.scope_digest();
+    let before = world.server().requests();
     let report = backend
         .rollback(CheckpointTarget::Named("good".to_owned()), Duration::ZERO)
         .expect("rollback");
+    // Its cost: the list (a label was asked for), the recovery's start, the undo snapshot,
+    // the create, the kill, the start that empties the new sandbox's state roots and the push.
+    let spent = world.server().requests().since(&before);
+    let routes: Vec<(&str, u64)> = spent.routes().collect();
+    assert_eq!(
+        routes,
+        [
+            ("Process/Start", 2),
+            ("create", 1),
+            ("files POST", 1),
+            ("kill", 1),
+            ("list snapshots", 1),
+            ("snapshot", 1)
+        ],
+        "{spent:?}"
+    );
     assert_eq!(report.restored.snapshot_id, checkpoint.snapshot_id);
     assert_eq!(report.retired_sandbox, old);
     assert_ne!(report.sandbox_id, old);
@@ -209,6 +231,13 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
         std::fs::read_to_string(home.join("memories/MEMORY.md")).unwrap(),
         "learned after the checkpoint"
     );
+    // The checkpoint's older Hermes state is gone from the new sandbox: a memory the agent
+    // dropped after the checkpoint does not come back (a later recovery would take it for
+    // new work).
+    assert!(!home.join("memories/FORGOTTEN.md").exists());
+    let (exit, _) =
+        support::run(&backend, "test -e /home/user/.hermes/memories/FORGOTTEN.md").unwrap();
+    assert_ne!(exit.exit_code, 0, "the checkpoint's memories/ were emptied");
     // skills/ in the new sandbox are the host's newest, not the checkpoint's.
     assert_eq!(
         ok(&backend, "cat /home/user/.hermes/skills/host/SKILL.md"),
@@ -230,7 +259,8 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
         report.sandbox_id
     );
     drop(later);
-    // And the rollback can be undone.
+    // And the rollback can be undone, by the undo point's id (which needs no list).
+    let before = world.server().requests();
     let undone = backend
         .rollback(
             CheckpointTarget::Named(report.undo.snapshot_id.clone()),
@@ -238,6 +268,8 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
         )
         .expect("undo");
     assert_eq!(undone.retired_sandbox, report.sandbox_id);
+    let spent = world.server().requests().since(&before);
+    assert_eq!(spent.get("list snapshots"), 0, "{spent:?}");
     let (exit, _) = support::run(&backend, &format!("test -e {WORK}/app.txt")).unwrap();
     assert_ne!(exit.exit_code, 0, "the undo restored the broken workspace");
     assert_eq!(scope_sandboxes(&world, &digest).len(), 1);
@@ -266,8 +298,6 @@ fn a_rollback_interrupted_after_its_create_resolves_to_the_new_sandbox_and_retir
         .expect("create")
         .sandbox_id;
     backend.finalize();
-    // Newer than the replacement, the old one would win by age alone.
-    support::sandbox_shell(&world, &old, "true");
     let log = support::WarningLog::default();
     let next = world.persistent();
     let info = log.capture(|| next.attach().expect("bring-up"));
