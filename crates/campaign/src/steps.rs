@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use agent_sandbox::{ApiKey, ApiKeySource, Config};
 use rand::Rng;
-use sandbox_identity::{Adoption, BRANCH_KEY, Candidate, Mode, ScopeIdentity};
+use sandbox_identity::{
+    Adoption, BRANCH_KEY, Candidate, Mode, RESTORED_FROM_KEY, SUPERSEDES_KEY, ScopeIdentity,
+};
 
 use campaign::Side;
 
@@ -460,10 +462,23 @@ impl Campaign {
                 ..
             } => {
                 if duplicates > 0 {
+                    // Each live sandbox with the keys that decide adoption, to tell a
+                    // left-over branch from a duplicate create.
+                    let live: Vec<String> = candidates
+                        .iter()
+                        .map(|c| {
+                            let keys: Vec<String> = [BRANCH_KEY, SUPERSEDES_KEY, RESTORED_FROM_KEY]
+                                .iter()
+                                .filter_map(|k| c.metadata.get(*k).map(|v| format!("{k}={v}")))
+                                .collect();
+                            format!("{} {:?} [{}]", c.sandbox_id, c.state, keys.join(" "))
+                        })
+                        .collect();
                     self.violations.push(format!(
-                        "after recovery, {} adoptable sandboxes for the scope (chosen {})",
+                        "after recovery, {} adoptable sandboxes for the scope (chosen {}); live: {}",
                         duplicates + 1,
-                        candidate.sandbox_id
+                        candidate.sandbox_id,
+                        live.join("; ")
                     ));
                 }
                 if candidate.sandbox_id != attached {
