@@ -8,6 +8,15 @@
 //!   the result holds the exit code and the output, bounded to its first and last 32 KiB.
 //! - `read_file`: reads a UTF-8 text file (1 MiB by default, 8 MiB at most).
 //! - `write_file`: writes a text file, creating its parent directories.
+//! - `checkpoint`, `list_checkpoints`, `rollback`: the sandbox's history. A checkpoint is an
+//!   E2B snapshot of the whole machine (files and installed packages); a rollback replaces
+//!   the sandbox by one made from a checkpoint, after checkpointing the state it replaces,
+//!   so every rollback can itself be undone.
+//! - `fork`, `adopt`, `discard`: best-of-N. `fork` makes N branches of the current state;
+//!   `run_command`, `read_file` and `write_file` take a `branch` number to work in one;
+//!   `adopt` makes a branch the sandbox (killing the other branches); `discard` kills them
+//!   all. One fork is open at a time: the server keeps it between calls, which is what makes
+//!   it fit MCP (a tool call carries numbers, the server holds the sandboxes they name).
 //!
 //! ```text
 //! cargo run --example mcp_server                     # embedded e2b-local, nothing to set up
@@ -22,15 +31,16 @@
 //! it waits for running commands and leaves the persistent sandbox to its lease (E2B pauses
 //! it). Diagnostics go to standard error; standard output carries only MCP messages.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_sandbox_examples::agent_sandbox::{
-    ApiKeySource, Backend, CommandExit, Config, Endpoints, ErrorChain, FnSink, NoStateHooks,
-    OutputStream, RunOptions, Scope, Services, Termination,
+    ApiKeySource, Backend, Checkpoint, CheckpointReason, CheckpointRequest, CheckpointTarget,
+    CommandExit, Config, DEFAULT_CHECKPOINT_WAIT, Endpoints, ErrorChain, FnSink, Fork,
+    NoStateHooks, OutputStream, RunOptions, Scope, Services, Termination, utc,
 };
 use agent_sandbox_examples::e2b_client::{self, ApiKey};
 use agent_sandbox_examples::e2b_local::Server;
@@ -62,6 +72,8 @@ const MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
 
 /// The scope's task id: one persistent sandbox per MCP server home.
 const TASK_ID: &str = "mcp-server";
+/// The most branches one `fork` call makes here (each is a whole sandbox).
+const MAX_FORK_BRANCHES: u32 = 8;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 struct RunCommandArgs {
@@ -71,6 +83,8 @@ struct RunCommandArgs {
     timeout_seconds: Option<u64>,
     /// Working directory (default /home/user).
     cwd: Option<String>,
+    /// Run it in this branch of the open fork instead of the sandbox.
+    branch: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -79,6 +93,8 @@ struct ReadFileArgs {
     path: String,
     /// Refuse files larger than this many bytes (default 1 MiB, at most 8 MiB).
     max_bytes: Option<u64>,
+    /// Read it in this branch of the open fork instead of the sandbox.
+    branch: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -87,12 +103,74 @@ struct WriteFileArgs {
     path: String,
     /// The file's new content (UTF-8 text); an existing file is replaced.
     content: String,
+    /// Write it in this branch of the open fork instead of the sandbox.
+    branch: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct CheckpointArgs {
+    /// A name for it (lowercase letters, digits and `-`); named checkpoints are kept.
+    label: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct RollbackArgs {
+    /// The checkpoint's label or snapshot id; the latest checkpoint when absent.
+    checkpoint: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ForkArgs {
+    /// How many branches (1 to 8).
+    count: u32,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct AdoptArgs {
+    /// The branch number `fork` gave.
+    branch: usize,
+}
+
+/// The open fork: its branches and a backend for each started one.
+struct OpenFork {
+    fork: Fork,
+    branches: BTreeMap<usize, Arc<Backend>>,
 }
 
 /// The MCP tools over one backend.
 #[derive(Clone)]
 struct SandboxTools {
     backend: Arc<Backend>,
+    fork: Arc<Mutex<Option<OpenFork>>>,
+}
+
+impl SandboxTools {
+    /// The backend a call with this `branch` argument works in.
+    fn target(&self, branch: Option<usize>) -> Result<Arc<Backend>, String> {
+        let Some(index) = branch else {
+            return Ok(Arc::clone(&self.backend));
+        };
+        let open = self.fork.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(open) = open.as_ref() else {
+            return Err(format!("there is no open fork, so no branch {index}"));
+        };
+        open.branches.get(&index).cloned().ok_or_else(|| {
+            format!(
+                "the open fork has no started branch {index} (started: {:?})",
+                open.branches.keys().collect::<Vec<_>>()
+            )
+        })
+    }
+
+    fn no_open_fork(&self, tool: &str) -> Result<(), String> {
+        let open = self.fork.lock().unwrap_or_else(PoisonError::into_inner);
+        match open.as_ref() {
+            None => Ok(()),
+            Some(_) => Err(format!(
+                "{tool} refused: a fork is open; adopt one of its branches or discard them first"
+            )),
+        }
+    }
 }
 
 #[tool_router]
@@ -113,6 +191,10 @@ impl SandboxTools {
             .clamp(1, MAX_COMMAND_SECONDS);
         let mut options = RunOptions::new(Duration::from_secs(seconds));
         options.cwd = args.cwd;
+        let backend = match self.target(args.branch) {
+            Ok(backend) => backend,
+            Err(message) => return Ok(tool_error(message)),
+        };
 
         // The sink runs on a thread the backend owns, so blocking there is fine; a full queue
         // holds the backend back instead of growing memory. That thread is inside the
@@ -123,7 +205,6 @@ impl SandboxTools {
             futures::executor::block_on(sender.send(bytes.to_vec()))
                 .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the tool call is gone"))
         });
-        let backend = Arc::clone(&self.backend);
         let command = args.command;
         let started = blocking(move || backend.run(&command, options, Box::new(sink))).await?;
         let running = match started {
@@ -173,7 +254,10 @@ impl SandboxTools {
             .max_bytes
             .unwrap_or(DEFAULT_READ_BYTES)
             .min(MAX_READ_BYTES);
-        let backend = Arc::clone(&self.backend);
+        let backend = match self.target(args.branch) {
+            Ok(backend) => backend,
+            Err(message) => return Ok(tool_error(message)),
+        };
         let path = args.path;
         let shown = path.clone();
         match blocking(move || backend.read_file(&path, cap)).await? {
@@ -196,7 +280,10 @@ impl SandboxTools {
         &self,
         Parameters(args): Parameters<WriteFileArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        let backend = Arc::clone(&self.backend);
+        let backend = match self.target(args.branch) {
+            Ok(backend) => backend,
+            Err(message) => return Ok(tool_error(message)),
+        };
         let path = args.path;
         let shown = path.clone();
         let size = args.content.len();
@@ -210,12 +297,268 @@ impl SandboxTools {
             ))),
         }
     }
+
+    #[tool(
+        description = "Checkpoint the sandbox: an E2B snapshot of its files and installed \
+                       packages, to roll back to later. Waits for running commands first."
+    )]
+    async fn checkpoint(
+        &self,
+        Parameters(args): Parameters<CheckpointArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let backend = Arc::clone(&self.backend);
+        let request = CheckpointRequest {
+            label: args.label,
+            reason: CheckpointReason::Agent,
+            wait: DEFAULT_CHECKPOINT_WAIT,
+        };
+        match blocking(move || backend.checkpoint(request)).await? {
+            Ok(checkpoint) => {
+                let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
+                    "checkpoint {} ({}) of sandbox {}",
+                    checkpoint.display_name(),
+                    checkpoint.snapshot_id,
+                    checkpoint.source_sandbox
+                ))]);
+                result.structured_content = Some(checkpoint_json(&checkpoint));
+                Ok(result)
+            }
+            Err(error) => Ok(tool_error(format!(
+                "no checkpoint taken: {}",
+                ErrorChain(&error)
+            ))),
+        }
+    }
+
+    #[tool(description = "List the sandbox's checkpoints, newest first.")]
+    async fn list_checkpoints(&self) -> Result<CallToolResult, ErrorData> {
+        let backend = Arc::clone(&self.backend);
+        match blocking(move || backend.checkpoints()).await? {
+            Ok(checkpoints) => {
+                let text = if checkpoints.is_empty() {
+                    "no checkpoints".to_owned()
+                } else {
+                    checkpoints
+                        .iter()
+                        .map(|c| {
+                            format!(
+                                "{}  {}  {}  {}",
+                                utc(c.taken_at),
+                                c.reason.as_str(),
+                                c.display_name(),
+                                c.snapshot_id
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                };
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(json!({
+                    "checkpoints": checkpoints.iter().map(checkpoint_json).collect::<Vec<_>>()
+                }));
+                Ok(result)
+            }
+            Err(error) => Ok(tool_error(format!(
+                "could not list checkpoints: {}",
+                ErrorChain(&error)
+            ))),
+        }
+    }
+
+    #[tool(
+        description = "Roll the sandbox back to a checkpoint (by label or snapshot id; the \
+                       latest when absent). The current state is checkpointed first, so the \
+                       result names a checkpoint that undoes the rollback."
+    )]
+    async fn rollback(
+        &self,
+        Parameters(args): Parameters<RollbackArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if let Err(message) = self.no_open_fork("rollback") {
+            return Ok(tool_error(message));
+        }
+        let target = match args.checkpoint {
+            Some(name) => CheckpointTarget::Named(name),
+            None => CheckpointTarget::Latest,
+        };
+        let backend = Arc::clone(&self.backend);
+        match blocking(move || backend.rollback(target, DEFAULT_CHECKPOINT_WAIT)).await? {
+            Ok(report) => {
+                let mut text = format!(
+                    "rolled back to {} ({}): sandbox {} replaces {}; undo with checkpoint {}",
+                    report.restored.display_name(),
+                    report.restored.snapshot_id,
+                    report.sandbox_id,
+                    report.retired_sandbox,
+                    report.undo.snapshot_id
+                );
+                for warning in &report.warnings {
+                    text.push_str(&format!("\nwarning: {warning}"));
+                }
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(json!({
+                    "restored": checkpoint_json(&report.restored),
+                    "undo": checkpoint_json(&report.undo),
+                    "sandbox_id": report.sandbox_id,
+                    "retired_sandbox": report.retired_sandbox,
+                    "warnings": report.warnings,
+                }));
+                Ok(result)
+            }
+            Err(error) => Ok(tool_error(format!("no rollback: {}", ErrorChain(&error)))),
+        }
+    }
+
+    #[tool(
+        description = "Fork the sandbox into N branches (1 to 8), each a copy of its current \
+                       state. Use a branch with the `branch` argument of run_command, \
+                       read_file and write_file; then adopt one or discard them all."
+    )]
+    async fn fork(
+        &self,
+        Parameters(args): Parameters<ForkArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if let Err(message) = self.no_open_fork("fork") {
+            return Ok(tool_error(message));
+        }
+        if !(1..=MAX_FORK_BRANCHES).contains(&args.count) {
+            return Ok(tool_error(format!(
+                "a fork here makes 1 to {MAX_FORK_BRANCHES} branches, not {}",
+                args.count
+            )));
+        }
+        let backend = Arc::clone(&self.backend);
+        let forked = blocking(move || {
+            let fork = backend.fork(args.count, DEFAULT_CHECKPOINT_WAIT)?;
+            let mut branches = BTreeMap::new();
+            for branch in fork.started() {
+                branches.insert(branch.index, Arc::new(backend.branch(branch)?));
+            }
+            Ok::<_, agent_sandbox_examples::agent_sandbox::Error>(OpenFork { fork, branches })
+        })
+        .await?;
+        let open = match forked {
+            Ok(open) => open,
+            Err(error) => {
+                return Ok(tool_error(format!("no fork: {}", ErrorChain(&error))));
+            }
+        };
+        let branches: Vec<_> = open
+            .fork
+            .branches
+            .iter()
+            .enumerate()
+            .map(|(index, branch)| match branch {
+                Ok(branch) => json!({"branch": index, "sandbox_id": branch.sandbox_id.as_str()}),
+                Err(error) => json!({"branch": index, "error": ErrorChain(error).to_string()}),
+            })
+            .collect();
+        let text = format!(
+            "forked sandbox {} into {} branches ({} started) from checkpoint {}",
+            open.fork.parent,
+            open.fork.branches.len(),
+            open.branches.len(),
+            open.fork.checkpoint.snapshot_id
+        );
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({
+            "parent": open.fork.parent,
+            "checkpoint": checkpoint_json(&open.fork.checkpoint),
+            "branches": branches,
+        }));
+        *self.fork.lock().unwrap_or_else(PoisonError::into_inner) = Some(open);
+        Ok(result)
+    }
+
+    #[tool(
+        description = "Make a branch of the open fork the sandbox from now on; the other \
+                       branches and the previous sandbox (checkpointed first) are killed."
+    )]
+    async fn adopt(
+        &self,
+        Parameters(args): Parameters<AdoptArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let Some(open) = self
+            .fork
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
+            return Ok(tool_error("there is no open fork to adopt from".to_owned()));
+        };
+        let Some(chosen) = open
+            .fork
+            .started()
+            .find(|b| b.index == args.branch)
+            .cloned()
+        else {
+            let message = format!("the open fork has no started branch {}", args.branch);
+            *self.fork.lock().unwrap_or_else(PoisonError::into_inner) = Some(open);
+            return Ok(tool_error(message));
+        };
+        let backend = Arc::clone(&self.backend);
+        let (open, adopted) = blocking(move || {
+            let adopted = backend.adopt(&open.fork, &chosen, DEFAULT_CHECKPOINT_WAIT);
+            (open, adopted)
+        })
+        .await?;
+        match adopted {
+            Ok(report) => {
+                let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
+                    "adopted branch {} (sandbox {}); sandbox {} retired, undo with checkpoint {}",
+                    args.branch, report.sandbox_id, report.retired_sandbox, report.undo.snapshot_id
+                ))]);
+                result.structured_content = Some(json!({
+                    "sandbox_id": report.sandbox_id,
+                    "retired_sandbox": report.retired_sandbox,
+                    "undo": checkpoint_json(&report.undo),
+                    "warnings": report.warnings,
+                }));
+                Ok(result)
+            }
+            Err(error) => {
+                // Nothing changed: the fork stays open for another try or a discard.
+                *self.fork.lock().unwrap_or_else(PoisonError::into_inner) = Some(open);
+                Ok(tool_error(format!("no adoption: {}", ErrorChain(&error))))
+            }
+        }
+    }
+
+    #[tool(description = "Kill every branch of the open fork; the sandbox stays as it is.")]
+    async fn discard(&self) -> Result<CallToolResult, ErrorData> {
+        let Some(open) = self
+            .fork
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
+            return Ok(tool_error("there is no open fork to discard".to_owned()));
+        };
+        let backend = Arc::clone(&self.backend);
+        match blocking(move || backend.discard(&open.fork)).await? {
+            Ok(discarded) => {
+                let mut text = format!("killed {} branches", discarded.killed.len());
+                for (id, why) in &discarded.failed {
+                    text.push_str(&format!("\ncould not kill {id}: {why}"));
+                }
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(json!({
+                    "killed": discarded.killed,
+                    "failed": discarded.failed.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+                }));
+                Ok(result)
+            }
+            Err(error) => Ok(tool_error(format!("no discard: {}", ErrorChain(&error)))),
+        }
+    }
 }
 
 #[tool_handler(
     name = "hermes-e2b-sandbox",
     instructions = "One persistent E2B sandbox (a Linux machine, user `user`, home /home/user). \
-                    Files and installed packages persist between calls."
+                    Files and installed packages persist between calls. Checkpoint before a \
+                    risky step and roll back after a failure; fork to try several approaches \
+                    at once, then adopt the branch that worked."
 )]
 impl ServerHandler for SandboxTools {}
 
@@ -242,6 +585,18 @@ async fn notify_chunk(
     if let Err(error) = context.peer.notify_progress(param).await {
         eprintln!("mcp_server: progress notification not sent: {error}");
     }
+}
+
+/// A checkpoint as structured tool output.
+fn checkpoint_json(checkpoint: &Checkpoint) -> serde_json::Value {
+    json!({
+        "snapshot_id": checkpoint.snapshot_id,
+        "name": checkpoint.display_name(),
+        "label": checkpoint.label,
+        "reason": checkpoint.reason.as_str(),
+        "taken_at": utc(checkpoint.taken_at),
+        "source_sandbox": checkpoint.source_sandbox,
+    })
 }
 
 fn tool_error(message: String) -> CallToolResult {
@@ -412,8 +767,31 @@ async fn main() -> AnyResult<()> {
 
     let tools = SandboxTools {
         backend: Arc::clone(&backend),
+        fork: Arc::new(Mutex::new(None)),
     };
+    let open_fork = Arc::clone(&tools.fork);
     let served = serve(tools, signals).await;
+
+    // Branches nobody adopted are not the scope's: kill them rather than leave them to
+    // their lease.
+    let open = open_fork
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(open) = open {
+        let backend = Arc::clone(&backend);
+        let discarded = tokio::task::spawn_blocking(move || backend.discard(&open.fork)).await?;
+        match discarded {
+            Ok(discarded) => eprintln!(
+                "mcp_server: discarded the open fork's {} branches",
+                discarded.killed.len()
+            ),
+            Err(error) => eprintln!(
+                "mcp_server: the open fork was not discarded: {}",
+                ErrorChain(&error)
+            ),
+        }
+    }
 
     // Cleanup runs however serving ended: it waits for running commands, then leaves the
     // persistent sandbox to its lease.

@@ -1,6 +1,7 @@
 //! Examples and workspace integration tests for agent frameworks on E2B sandboxes.
 //!
-//! This package owns `examples/` (the quickstart, an MCP server, Hermes inside a sandbox)
+//! This package owns `examples/` (the quickstart, an MCP server, best-of-N over a fork,
+//! Hermes inside a sandbox)
 //! and the workspace's integration tests in `tests/`. Its library only re-exports the
 //! workspace's library crates so that both can name everything through one path. It is
 //! not the Hermes plugin: that is the `hermes-e2b` wheel built from `crates/hermes-binding`.

@@ -4,6 +4,7 @@
 //!
 //! `e2b_client_memory.rs` and `live_e2b.rs` stay separate binaries; their module docs say why.
 
+mod best_of_n_example;
 mod contract;
 mod e2b_client;
 mod hermes_in_sandbox_example;

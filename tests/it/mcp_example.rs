@@ -180,7 +180,7 @@ fn text_of(result: &Value) -> String {
 }
 
 #[test]
-fn mcp_server_exposes_the_sandbox_as_three_tools_and_cleans_up_on_exit() {
+fn mcp_server_exposes_the_sandbox_as_tools_and_cleans_up_on_exit() {
     let mut session = McpSession::start();
 
     let info = initialize(&mut session);
@@ -195,7 +195,20 @@ fn mcp_server_exposes_the_sandbox_as_three_tools_and_cleans_up_on_exit() {
         .map(|tool| tool["name"].as_str().expect("a name"))
         .collect();
     names.sort_unstable();
-    assert_eq!(names, ["read_file", "run_command", "write_file"]);
+    assert_eq!(
+        names,
+        [
+            "adopt",
+            "checkpoint",
+            "discard",
+            "fork",
+            "list_checkpoints",
+            "read_file",
+            "rollback",
+            "run_command",
+            "write_file"
+        ]
+    );
 
     // Output and exit code; each chunk also arrives as a progress notification.
     let (result, notifications) = session.request(
@@ -431,6 +444,191 @@ fn mcp_server_on_e2b_endpoints_finds_its_sandbox_again_after_a_restart() {
     let (status, stderr) = second.finish();
     assert!(status.success(), "exit {status}; stderr:\n{stderr}");
 
+    runtime
+        .block_on(server.shutdown())
+        .expect("e2b-local stops");
+}
+
+/// The sandbox id a command sees.
+fn sandbox_id_of(session: &mut McpSession, branch: Option<u64>) -> String {
+    let mut arguments = json!({"command": "printf %s \"$E2B_SANDBOX_ID\""});
+    if let Some(branch) = branch {
+        arguments["branch"] = json!(branch);
+    }
+    let (result, _) = session.call_tool("run_command", arguments);
+    assert_eq!(result["isError"], false, "{result}");
+    result["structuredContent"]["output"]
+        .as_str()
+        .expect("output")
+        .to_owned()
+}
+
+fn read_text(session: &mut McpSession, arguments: Value) -> Result<String, String> {
+    let (read, _) = session.call_tool("read_file", arguments);
+    if read["isError"] == true {
+        Err(text_of(&read))
+    } else {
+        Ok(text_of(&read))
+    }
+}
+
+/// Checkpoint, break, list, roll back; fork two branches that diverge, adopt one; fork again
+/// and discard. Every step over MCP JSON-RPC; what is left alive is read from e2b-local.
+#[test]
+fn mcp_server_checkpoints_rolls_back_forks_adopts_and_discards() {
+    // contract: R4, R6 — a rollback restores the checkpoint's files in a new sandbox and
+    // retires the old one; an adopted branch becomes the sandbox and the other branches go.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let server = runtime
+        .block_on(agent_sandbox_examples::e2b_local::Server::start_loopback())
+        .expect("e2b-local starts");
+    let url = server.url();
+    let home = tempfile::tempdir().expect("a scope directory");
+    let home_path = home.path().to_str().expect("a UTF-8 path").to_owned();
+    let mut config = agent_sandbox_examples::e2b_client::Config::new(
+        agent_sandbox_examples::e2b_client::ApiKey::new("e2b_test_key_not_real".to_owned()),
+    );
+    config.api_url = Some(url.clone());
+    config.sandbox_url = Some(url.clone());
+    let client = agent_sandbox_examples::e2b_client::Client::new(config).expect("a client");
+    let is_gone = |id: &str| {
+        let id = agent_sandbox_examples::e2b_client::SandboxId::parse(id.to_owned())
+            .expect("a sandbox id");
+        match runtime.block_on(client.get(&id)) {
+            Ok(_) => false,
+            Err(error) => error.is_not_found(),
+        }
+    };
+
+    let mut session = McpSession::start_with_env(&[
+        ("E2B_API_KEY", "e2b_test_key_not_real"),
+        ("E2B_API_URL", url.as_str()),
+        ("E2B_SANDBOX_URL", url.as_str()),
+        ("HERMES_E2B_MCP_HOME", home_path.as_str()),
+    ]);
+    initialize(&mut session);
+
+    // A checkpoint of a good state, then the agent breaks the workspace.
+    session.call_tool(
+        "write_file",
+        json!({"path": "project/plan.txt", "content": "the good plan\n"}),
+    );
+    let first = sandbox_id_of(&mut session, None);
+    let (taken, _) = session.call_tool("checkpoint", json!({"label": "good"}));
+    assert_eq!(taken["isError"], false, "{taken}");
+    let good = taken["structuredContent"].clone();
+    assert_eq!(good["label"], "good", "{taken}");
+    assert_eq!(good["reason"], "agent");
+    assert_eq!(good["source_sandbox"], first.to_ascii_lowercase());
+    let (broken, _) = session.call_tool(
+        "run_command",
+        json!({"command": "rm -rf project && echo broken"}),
+    );
+    assert_eq!(broken["structuredContent"]["output"], "broken\n");
+    assert!(read_text(&mut session, json!({"path": "project/plan.txt"})).is_err());
+
+    let (listed, _) = session.call_tool("list_checkpoints", json!({}));
+    let checkpoints = listed["structuredContent"]["checkpoints"]
+        .as_array()
+        .expect("a list")
+        .clone();
+    assert_eq!(checkpoints.len(), 1, "{listed}");
+    assert_eq!(checkpoints[0]["snapshot_id"], good["snapshot_id"]);
+    assert!(text_of(&listed).contains("good"), "{listed}");
+
+    // The rollback: a new sandbox from the checkpoint; the broken one is checkpointed, then
+    // gone.
+    let (rolled, _) = session.call_tool("rollback", json!({"checkpoint": "good"}));
+    assert_eq!(rolled["isError"], false, "{rolled}");
+    let rolled = rolled["structuredContent"].clone();
+    assert_eq!(rolled["restored"]["snapshot_id"], good["snapshot_id"]);
+    assert_eq!(rolled["retired_sandbox"], first);
+    assert_eq!(rolled["undo"]["reason"], "rollback");
+    let second = sandbox_id_of(&mut session, None);
+    assert_eq!(rolled["sandbox_id"], second);
+    assert_ne!(second, first);
+    assert_eq!(
+        read_text(&mut session, json!({"path": "project/plan.txt"})),
+        Ok("the good plan\n".to_owned())
+    );
+    assert!(is_gone(&first), "the rolled-back sandbox {first} is killed");
+    let (listed, _) = session.call_tool("list_checkpoints", json!({}));
+    let newest = &listed["structuredContent"]["checkpoints"][0];
+    assert_eq!(
+        newest["snapshot_id"], rolled["undo"]["snapshot_id"],
+        "{listed}"
+    );
+
+    // Best of two: each branch gets its own attempt.
+    let (forked, _) = session.call_tool("fork", json!({"count": 2}));
+    assert_eq!(forked["isError"], false, "{forked}");
+    let branches = forked["structuredContent"]["branches"]
+        .as_array()
+        .expect("branches")
+        .clone();
+    assert_eq!(branches.len(), 2, "{forked}");
+    let branch_ids: Vec<String> = branches
+        .iter()
+        .map(|b| b["sandbox_id"].as_str().expect("started").to_owned())
+        .collect();
+    for (index, attempt) in ["attempt A\n", "attempt B\n"].iter().enumerate() {
+        let (written, _) = session.call_tool(
+            "write_file",
+            json!({"path": "project/attempt.txt", "content": attempt, "branch": index}),
+        );
+        assert_eq!(written["isError"], false, "{written}");
+        assert_eq!(
+            sandbox_id_of(&mut session, Some(index as u64)),
+            branch_ids[index]
+        );
+    }
+    // The branches are copies: the sandbox itself has neither attempt.
+    assert!(read_text(&mut session, json!({"path": "project/attempt.txt"})).is_err());
+    let (refused, _) = session.call_tool("rollback", json!({}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(text_of(&refused).contains("a fork is open"), "{refused}");
+
+    let (adopted, _) = session.call_tool("adopt", json!({"branch": 1}));
+    assert_eq!(adopted["isError"], false, "{adopted}");
+    assert_eq!(adopted["structuredContent"]["sandbox_id"], branch_ids[1]);
+    assert_eq!(adopted["structuredContent"]["retired_sandbox"], second);
+    assert_eq!(sandbox_id_of(&mut session, None), branch_ids[1]);
+    assert_eq!(
+        read_text(&mut session, json!({"path": "project/attempt.txt"})),
+        Ok("attempt B\n".to_owned())
+    );
+    assert_eq!(
+        read_text(&mut session, json!({"path": "project/plan.txt"})),
+        Ok("the good plan\n".to_owned())
+    );
+    assert!(is_gone(&branch_ids[0]), "the branch not adopted is killed");
+    assert!(
+        is_gone(&second),
+        "the sandbox the branch replaced is killed"
+    );
+    let no_fork = read_text(
+        &mut session,
+        json!({"path": "project/attempt.txt", "branch": 0}),
+    );
+    assert!(
+        no_fork.as_ref().is_err_and(|e| e.contains("no open fork")),
+        "{no_fork:?}"
+    );
+
+    // A fork given up: discard kills its branches, the sandbox stays.
+    let (forked, _) = session.call_tool("fork", json!({"count": 1}));
+    let branch = forked["structuredContent"]["branches"][0]["sandbox_id"]
+        .as_str()
+        .expect("started")
+        .to_owned();
+    let (discarded, _) = session.call_tool("discard", json!({}));
+    assert_eq!(discarded["isError"], false, "{discarded}");
+    assert_eq!(discarded["structuredContent"]["killed"], json!([branch]));
+    assert!(is_gone(&branch));
+    assert_eq!(sandbox_id_of(&mut session, None), branch_ids[1]);
+
+    let (status, stderr) = session.finish();
+    assert!(status.success(), "exit {status}; stderr:\n{stderr}");
     runtime
         .block_on(server.shutdown())
         .expect("e2b-local stops");

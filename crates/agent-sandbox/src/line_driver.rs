@@ -2,16 +2,25 @@
 //! `campaign-host` in the campaign crate): one command a line, one answer line each. Public
 //! only so the campaign's host binary can share it; hidden from the docs, no API promise.
 //!
-//! Commands: `attach`, `run <shell command>`, `pause <ms>`, `cleanup`, `finalize`, `quit`.
+//! Commands: `attach`, `run <shell command>`, `pause <ms>`, `cleanup`, `finalize`, `quit`,
+//! and the checkpoint steps: `checkpoint [label]`, `rollback [label or snapshot id]` (the
+//! latest checkpoint without one), `fork-adopt <count> <branch>` (fork, then adopt that
+//! branch; the fork is discarded when that branch did not start or the adoption fails) and
+//! `prune <keep>`.
 //! Answers: `attached <sandbox id> <role>`, `exit <code> <output>` (see [`RunOutput`]),
-//! `paused`, `cleanup <pull outcome>`, `finalized`, or `error <message>`. `quit` (or the end
-//! of input) ends the loop without an answer.
+//! `paused`, `cleanup <pull outcome>`, `finalized`, `checkpoint <snapshot id>`,
+//! `rolledback <sandbox id> <retired sandbox id>`, `adopted <sandbox id> <retired sandbox id>`,
+//! `pruned <count>`, or `error <message>`. `quit` (or the end of input) ends the loop without
+//! an answer.
 
 use std::io::{self, BufRead, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::{Backend, DiscardSink, ErrorChain, OutputSink, OutputStream, RunOptions};
+use crate::{
+    Backend, CheckpointReason, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT,
+    DiscardSink, Error, ErrorChain, OutputSink, OutputStream, RunOptions,
+};
 
 /// What `run` answers after the exit code.
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +75,44 @@ impl LineDriver {
                 backend.finalize();
                 "finalized".to_owned()
             }
+            "checkpoint" => {
+                let request = CheckpointRequest {
+                    label: (!rest.is_empty()).then(|| rest.to_owned()),
+                    reason: CheckpointReason::Manual,
+                    wait: DEFAULT_CHECKPOINT_WAIT,
+                };
+                match backend.checkpoint(request) {
+                    Ok(checkpoint) => format!("checkpoint {}", checkpoint.snapshot_id),
+                    Err(error) => format!("error {}", ErrorChain(&error)),
+                }
+            }
+            "rollback" => {
+                let target = if rest.is_empty() {
+                    CheckpointTarget::Latest
+                } else {
+                    CheckpointTarget::Named(rest.to_owned())
+                };
+                match backend.rollback(target, DEFAULT_CHECKPOINT_WAIT) {
+                    Ok(report) => {
+                        format!(
+                            "rolledback {} {}",
+                            report.sandbox_id, report.retired_sandbox
+                        )
+                    }
+                    Err(error) => format!("error {}", ErrorChain(&error)),
+                }
+            }
+            "fork-adopt" => match fork_adopt(backend, rest) {
+                Ok(answer) => answer,
+                Err(error) => format!("error {}", ErrorChain(&error)),
+            },
+            "prune" => match rest.parse() {
+                Ok(keep) => match backend.prune_checkpoints(keep) {
+                    Ok(deleted) => format!("pruned {}", deleted.len()),
+                    Err(error) => format!("error {}", ErrorChain(&error)),
+                },
+                Err(error) => format!("error bad prune {rest:?}: {error}"),
+            },
             "quit" => return None,
             other => format!("error unknown command {other:?}"),
         })
@@ -94,6 +141,37 @@ impl LineDriver {
                 let kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
                 format!("exit {} {}", exit.exit_code, escape(&kept))
             }
+        }
+    }
+}
+
+/// `fork-adopt <count> <branch>`: forks, then adopts that branch; discards the fork when the
+/// branch did not start or the adoption failed.
+fn fork_adopt(backend: &Backend, args: &str) -> Result<String, Error> {
+    let numbers: Vec<usize> = args
+        .split_whitespace()
+        .filter_map(|word| word.parse().ok())
+        .collect();
+    let [count, index] = numbers[..] else {
+        return Err(Error::InvalidConfig {
+            reason: format!("fork-adopt takes <count> <branch>, not {args:?}"),
+        });
+    };
+    let fork = backend.fork(count as u32, DEFAULT_CHECKPOINT_WAIT)?;
+    let adopted = match fork.started().find(|branch| branch.index == index) {
+        Some(chosen) => backend.adopt(&fork, chosen, DEFAULT_CHECKPOINT_WAIT),
+        None => Err(Error::InvalidConfig {
+            reason: format!("branch {index} of the fork did not start"),
+        }),
+    };
+    match adopted {
+        Ok(report) => Ok(format!(
+            "adopted {} {}",
+            report.sandbox_id, report.retired_sandbox
+        )),
+        Err(error) => {
+            let _ = backend.discard(&fork);
+            Err(error)
         }
     }
 }

@@ -193,7 +193,60 @@ def cold(params, protocol):
         sbx.kill()
 
 
-SCENARIOS = {"steady": steady, "upload": upload, "stream": stream, "pull": pull, "cold": cold}
+def state_files(files):
+    """The same state agent-sandbox-bench's rollback scenario keeps on its host."""
+    entries = []
+    for i in range(files):
+        rel = f"memories/note-{i:03}.md" if i % 4 == 0 else f"skills/skill-{i:02}/SKILL.md"
+        entries.append({"path": f"/home/user/.hermes/{rel}", "data": (f"state file {i}\n" * 32).encode()})
+    return entries
+
+
+def checkpoint(params, protocol):
+    checkpoints = params["checkpoints"]
+    sbx = Sandbox.create(timeout=300)
+    sbx.commands.run("true")
+    protocol.ready()
+    started = time.perf_counter()
+    taken = [sbx.create_snapshot() for _ in range(checkpoints)]
+    wall = time.perf_counter() - started
+    protocol.result({"ops": checkpoints, "wall_s": wall})
+    for snapshot in taken:
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+    sbx.kill()
+
+
+def rollback(params, protocol):
+    """What an SDK user does for an undoable rollback with the agent's state kept: snapshot
+    the current sandbox (the undo point), create a sandbox from the checkpoint, kill the old
+    one, push the host's state files into the new one."""
+    rollbacks, state = params["rollbacks"], state_files(params["files"])
+    sbx = Sandbox.create(timeout=300)
+    sbx.files.write_files(state)
+    sbx.commands.run("echo base > /home/user/workspace.txt")
+    base = sbx.create_snapshot()
+    sbx.commands.run("echo broken > /home/user/workspace.txt")
+    before = sbx.sandbox_id
+    protocol.ready()
+    started = time.perf_counter()
+    for _ in range(rollbacks):
+        sbx.create_snapshot()
+        restored = Sandbox.create(base.snapshot_id, timeout=300)
+        sbx.kill()
+        restored.files.write_files(state)
+        sbx = restored
+    wall = time.perf_counter() - started
+    protocol.result({"ops": rollbacks, "wall_s": wall})
+    check = sbx.commands.run("cat /home/user/workspace.txt")
+    if check.stdout.strip() != "base" or sbx.sandbox_id == before:
+        raise RuntimeError(f"the rollback did not restore the checkpoint: {check.stdout!r}")
+    sbx.kill()
+
+
+SCENARIOS = {
+    "steady": steady, "upload": upload, "stream": stream, "pull": pull, "cold": cold,
+    "checkpoint": checkpoint, "rollback": rollback,
+}
 
 
 def main():

@@ -37,6 +37,9 @@ SIZES = {
         "load_sessions": 32,
         "load_commands": 200,
         "hermes_commands": 200,
+        "checkpoints": 20,
+        "rollbacks": 10,
+        "rollback_files": 20,
         "snapshot_files": 10000,
         "snapshot_bytes": 1 << 30,
         "snapshot_rounds": 3,
@@ -51,6 +54,9 @@ SIZES = {
         "load_sessions": 3,
         "load_commands": 5,
         "hermes_commands": 5,
+        "checkpoints": 2,
+        "rollbacks": 1,
+        "rollback_files": 4,
         "snapshot_files": 100,
         "snapshot_bytes": 4 * MIB,
         "snapshot_rounds": 1,
@@ -191,6 +197,9 @@ def measure(server, argv, params, log_path):
     return figures
 
 
+#: Runs of each side of the checkpoint and rollback scenarios (alternated; rows take the median).
+REPEATS = 3
+
 #: Scenarios that run against the first latency only (they do not depend on it).
 FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot"}
 
@@ -252,6 +261,7 @@ class Bench:
         self.run(server, latency, "upload", "ours", self.ours + ["upload"], upload)
         for pattern in ("per_file", "multi"):
             self.run(server, latency, "upload", f"sdk {pattern}", self.peer + ["upload"], dict(upload, pattern=pattern))
+        self.checkpoints(server, latency)
         if not full_set:
             return
         self.run(server, latency, "stream", "ours", self.ours + ["stream"], {"bytes": s["stream_bytes"]})
@@ -274,6 +284,17 @@ class Bench:
             with tempfile.TemporaryDirectory() as home:
                 self.run(server, latency, "hermes", "ours", self.hermes + ["hermes"],
                          {"commands": s["hermes_commands"], "home": home})
+
+    def checkpoints(self, server, latency):
+        """Checkpoint and rollback, ours and the SDK's, alternated `repeats` times so that both
+        sides see the same machine; the rows take the median."""
+        s = self.sizes
+        checkpoint = {"checkpoints": s["checkpoints"]}
+        rollback = {"rollbacks": s["rollbacks"], "files": s["rollback_files"]}
+        for repeat in range(REPEATS):
+            for who, argv in (("ours", self.ours), ("sdk", self.peer)):
+                self.run(server, latency, "checkpoint", f"{who} #{repeat}", argv + ["checkpoint"], checkpoint)
+                self.run(server, latency, "rollback", f"{who} #{repeat}", argv + ["rollback"], rollback)
 
     def load(self, server, latency):
         if not self.want("load"):
@@ -418,6 +439,37 @@ def hermes_rows(rows, results, latency):
         diff("terminal_tool", "native"), unit="ms")
 
 
+def median_of(results, scenario, who, latency, key):
+    """The median per-operation `key` over the repeats of one side, or None if any failed."""
+    values = []
+    for repeat in range(REPEATS):
+        figures = get(results, scenario, f"{who} #{repeat}", latency)
+        if figures is None:
+            return None
+        values.append(figures[key] / figures["ops"])
+    values.sort()
+    return values[len(values) // 2]
+
+
+def checkpoint_rows(rows, results, latency):
+    """Requests and wall per checkpoint and per rollback against the SDK doing the same steps."""
+    for scenario, variant, peer in (
+        ("checkpoint", "`Backend::checkpoint`", "SDK create_snapshot"),
+        ("rollback", "`Backend::rollback` + state push",
+         "SDK create_snapshot + create(snapshot) + kill + write_files"),
+    ):
+        ours_req = median_of(results, scenario, "ours", latency, "requests")
+        sdk_req = median_of(results, scenario, "sdk", latency, "requests")
+        row(rows, scenario, latency, "requests", variant, ours_req, peer, sdk_req, "≤ SDK",
+            lambda v, r: r is not None and r <= 1.0)
+        ours_wall = median_of(results, scenario, "ours", latency, "wall_s")
+        sdk_wall = median_of(results, scenario, "sdk", latency, "wall_s")
+        wall_target = (("≤ 1.0× SDK", lambda v, r: r is not None and r <= 1.0)
+                       if latency >= 20 else (None, None))
+        row(rows, scenario, latency, "median wall", variant, ours_wall and ours_wall * 1000, peer,
+            sdk_wall and sdk_wall * 1000, *wall_target, unit="ms")
+
+
 def build_rows(results, latencies, with_hermes):
     rows = []
     first = latencies[0]
@@ -453,6 +505,7 @@ def build_rows(results, latencies, with_hermes):
                            if latency >= 20 else (None, None))
             row(rows, "cold", latency, "wall", f"{step} + first command", ms_per_op(ours, "wall_s"),
                 f"SDK {step} + run", ms_per_op(sdk, "wall_s"), *wall_target, unit="ms")
+        checkpoint_rows(rows, results, latency)
         ours = get(results, "upload", "ours", latency)
         row(rows, "upload", latency, "requests", "upload_many", ours and ours["requests"], None, None, "= 1",
             lambda v, r: v == 1)

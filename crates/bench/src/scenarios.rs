@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_sandbox::{
-    ApiKey, ApiKeySource, Backend, Config, DiscardSink, Endpoints, FnSink, NoStateHooks,
-    OutputStream, RoleKind, RunOptions, SandboxMode, Scope, Services, Shell,
+    ApiKey, ApiKeySource, Backend, CheckpointReason, CheckpointRequest, CheckpointTarget, Config,
+    DEFAULT_CHECKPOINT_WAIT, DiscardSink, Endpoints, FnSink, HookError, NoStateHooks, OutputStream,
+    PushKind, RoleKind, RunOptions, SandboxMode, Scope, Services, Shell, StateHooks,
+    StateTransport, host_state_files,
 };
 use serde_json::{Map, Value, json};
 
@@ -37,6 +39,8 @@ pub(crate) fn run(
         "recovery-tar" => recovery_tar(params, protocol),
         "cold" => cold(params, protocol),
         "load" => load(params, protocol),
+        "checkpoint" => checkpoint(params, protocol),
+        "rollback" => rollback(params, protocol),
         "snapshot" => snapshot(params, protocol),
         other => Err(format!("unknown scenario {other:?}").into()),
     }
@@ -73,6 +77,16 @@ fn backend(
     mode: SandboxMode,
     home: &Path,
 ) -> Result<Backend, BenchError> {
+    backend_with(runtime, mode, home, Arc::new(NoStateHooks))
+}
+
+/// [`backend`] with these state hooks.
+fn backend_with(
+    runtime: &tokio::runtime::Runtime,
+    mode: SandboxMode,
+    home: &Path,
+    hooks: Arc<dyn StateHooks>,
+) -> Result<Backend, BenchError> {
     let mut config = Config::new(ApiKeySource::Key(ApiKey::new(env("E2B_API_KEY")?)));
     config.endpoints = Endpoints::single(env("E2B_API_URL")?);
     config.mode = mode;
@@ -84,7 +98,7 @@ fn backend(
         config,
         scope,
         Services::new(runtime.handle().clone()),
-        Arc::new(NoStateHooks),
+        hooks,
     )?)
 }
 
@@ -497,6 +511,133 @@ fn load(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
         // Best effort: the orchestrator stops the server after the run anyway.
         let _ = runtime.block_on(client.kill(sandbox.id()));
     }
+    Ok(())
+}
+
+/// The state push of a Hermes-like host: `skills/` and `memories/` of the host's home, in one
+/// `upload_many` (the SDK peer pushes the same files with one `files.write_files`).
+#[derive(Debug)]
+struct PushHome(PathBuf);
+
+impl StateHooks for PushHome {
+    fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
+        let files = host_state_files(
+            &self.0,
+            &["skills", "memories"],
+            transport.remote_hermes_home()?,
+        );
+        transport.upload_many(files)?;
+        Ok(())
+    }
+
+    fn pull(&self, _transport: &StateTransport) -> Result<(), HookError> {
+        Ok(())
+    }
+}
+
+/// `files` small state files under `home` (skills/ and memories/), as a Hermes home holds;
+/// the SDK peer writes the same names and contents.
+fn make_state(home: &Path, files: u64) -> Result<(), BenchError> {
+    for i in 0..files {
+        let rel = if i % 4 == 0 {
+            format!("memories/note-{i:03}.md")
+        } else {
+            format!("skills/skill-{:02}/SKILL.md", i)
+        };
+        let path = home.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, format!("state file {i}\n").repeat(32))?;
+    }
+    Ok(())
+}
+
+fn manual_checkpoint(label: Option<String>) -> CheckpointRequest {
+    CheckpointRequest {
+        label,
+        reason: CheckpointReason::Manual,
+        wait: DEFAULT_CHECKPOINT_WAIT,
+    }
+}
+
+/// `Backend::checkpoint`, `checkpoints` times, on the scope's attached sandbox (the SDK peer:
+/// `create_snapshot` as many times).
+fn checkpoint(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
+    let checkpoints = param_u64(params, "checkpoints")?;
+    let runtime = runtime()?;
+    let home = tempfile::tempdir()?;
+    let backend = backend(&runtime, SandboxMode::Persistent, home.path())?;
+    run_to_end(&backend, "true", COMMAND_DEADLINE)?;
+    let mark = protocol.ready()?;
+    let started = Instant::now();
+    for _ in 0..checkpoints {
+        backend.checkpoint(manual_checkpoint(None))?;
+    }
+    let wall = started.elapsed();
+    let mut figures = Map::new();
+    figures.insert("ops".into(), checkpoints.into());
+    figures.insert("wall_s".into(), seconds(wall));
+    protocol.result(&mark, figures)?;
+    // Every one of them is listed for the scope: none was a no-op.
+    let listed = backend.checkpoints()?.len() as u64;
+    if listed != checkpoints {
+        return Err(format!("{listed} checkpoints listed after {checkpoints}").into());
+    }
+    backend.prune_checkpoints(0)?;
+    backend.cleanup();
+    Ok(())
+}
+
+/// `Backend::rollback` to a checkpoint, `rollbacks` times, with the host's state (`files`
+/// files) pushed into each new sandbox. The SDK peer does what its user would: snapshot the
+/// current sandbox (the undo point), create a sandbox from the checkpoint, kill the old one
+/// and push the same state files.
+fn rollback(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
+    let rollbacks = param_u64(params, "rollbacks")?;
+    let files = param_u64(params, "files")?;
+    let runtime = runtime()?;
+    let home = tempfile::tempdir()?;
+    make_state(home.path(), files)?;
+    let hooks = Arc::new(PushHome(home.path().to_path_buf()));
+    let backend = backend_with(&runtime, SandboxMode::Persistent, home.path(), hooks)?;
+    run_to_end(
+        &backend,
+        "echo base > /home/user/workspace.txt",
+        COMMAND_DEADLINE,
+    )?;
+    backend.checkpoint(manual_checkpoint(Some("base".to_owned())))?;
+    run_to_end(
+        &backend,
+        "echo broken > /home/user/workspace.txt",
+        COMMAND_DEADLINE,
+    )?;
+    let before = backend.info().ok_or("not attached")?.sandbox_id;
+    let mark = protocol.ready()?;
+    let started = Instant::now();
+    for _ in 0..rollbacks {
+        backend.rollback(
+            CheckpointTarget::Named("base".to_owned()),
+            DEFAULT_CHECKPOINT_WAIT,
+        )?;
+    }
+    let wall = started.elapsed();
+    let mut figures = Map::new();
+    figures.insert("ops".into(), rollbacks.into());
+    figures.insert("wall_s".into(), seconds(wall));
+    protocol.result(&mark, figures)?;
+    // The workspace is the checkpoint's, the state the host's, in another sandbox.
+    let after = backend.info().ok_or("not attached")?.sandbox_id;
+    let check = format!(
+        "grep -qx base /home/user/workspace.txt && test $(find /home/user/.hermes/skills \
+         /home/user/.hermes/memories -type f | wc -l) -eq {files}"
+    );
+    run_to_end(&backend, &check, COMMAND_DEADLINE)?;
+    if after == before {
+        return Err(format!("the rollback kept sandbox {before}").into());
+    }
+    backend.prune_checkpoints(0)?;
+    backend.cleanup();
     Ok(())
 }
 

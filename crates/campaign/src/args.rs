@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use crate::Error;
 
-/// `--cycles N --seed S --dir D --hosts 1|2 --hermes-python PATH --hermes-share F`.
+/// `--cycles N --seed S --dir D --hosts 1|2 --hermes-python PATH --hermes-share F
+/// --step-share F`.
 pub(crate) struct Args {
     pub(crate) cycles: u64,
     pub(crate) seed: u64,
@@ -15,10 +16,12 @@ pub(crate) struct Args {
     pub(crate) hermes_python: Option<PathBuf>,
     /// The share of host processes that are Hermes hosts.
     pub(crate) hermes_share: f64,
+    /// The share of one-process cycles (of a Rust host, one machine) given a checkpoint step.
+    pub(crate) step_share: f64,
 }
 
 const USAGE: &str = "usage: campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2] \
-                     [--hermes-python PATH [--hermes-share F]]";
+                     [--hermes-python PATH [--hermes-share F]] [--step-share F]";
 
 pub(crate) fn parse_args() -> Result<Args, Error> {
     let mut args = Args {
@@ -30,6 +33,7 @@ pub(crate) fn parse_args() -> Result<Args, Error> {
         hosts: 1,
         hermes_python: None,
         hermes_share: 1.0 / 3.0,
+        step_share: 0.5,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -51,6 +55,12 @@ pub(crate) fn parse_args() -> Result<Args, Error> {
                 args.hermes_share = value()?.parse()?;
                 if !(0.0..=1.0).contains(&args.hermes_share) {
                     return Err("--hermes-share takes a fraction from 0 to 1".into());
+                }
+            }
+            "--step-share" => {
+                args.step_share = value()?.parse()?;
+                if !(0.0..=1.0).contains(&args.step_share) {
+                    return Err("--step-share takes a fraction from 0 to 1".into());
                 }
             }
             other => return Err(format!("unknown argument {other:?}; {USAGE}").into()),

@@ -14,6 +14,7 @@ use rand::rngs::StdRng;
 use crate::faults::{FAULTS, Fault, signal};
 use crate::hosts::{Host, Msg};
 use crate::server::LocalServer;
+use crate::steps::{StepPlan, StepStats};
 use crate::{API_KEY, EPOCH_FILE, Error, TWO_HOST_TERM};
 
 /// Longest wait for one answer of a host process (every operation has its own deadline).
@@ -70,6 +71,16 @@ pub(crate) struct Campaign {
     /// What Hermes itself keeps in its home besides skills/, memories/ and cache/ (its
     /// start-up skeleton, the campaign's config.yaml and .env); see `bootstrap_hermes`.
     pub(crate) hermes_home_entries: BTreeSet<OsString>,
+    /// Draws the checkpoint steps and their faults (apart, so the rest of a seed's schedule
+    /// is unchanged by them).
+    pub(crate) steps_rng: StdRng,
+    /// The current cycle's checkpoint step.
+    pub(crate) step: Option<StepPlan>,
+    pub(crate) step_stats: StepStats,
+    /// `--step-share`.
+    pub(crate) step_share: f64,
+    /// The cycle being run.
+    pub(crate) cycle_no: u64,
 }
 
 impl Campaign {
@@ -138,7 +149,10 @@ impl Campaign {
             };
             // Drawn only when Hermes hosts are on, so a seed's schedule without them is as before.
             let hermes = self.hermes_python.is_some() && self.rng.random_bool(self.hermes_share);
-            let host = self.spawn_host(index, machine, hermes, script, tx.clone())?;
+            let mut host = self.spawn_host(index, machine, hermes, script, tx.clone())?;
+            if index == 0 {
+                self.draw_step(&mut host, processes);
+            }
             self.processes += 1;
             self.hermes_processes += u64::from(hermes);
             self.machine_pids.push((host.pid.to_string(), machine));
@@ -171,11 +185,12 @@ impl Campaign {
                 armed,
             });
         }
-        for host in &mut hosts {
-            host.send_next();
+        for index in 0..hosts.len() {
+            self.send_next(&mut hosts, index)?;
         }
         let mut open = hosts.len();
         while open > 0 {
+            let holding = self.poll_hold(&mut hosts)?;
             let now = Instant::now();
             self.resume_due(&hosts, now)?;
             self.observe_generations();
@@ -208,6 +223,12 @@ impl Campaign {
                 .map(|at| at.saturating_duration_since(now))
                 .min()
                 .unwrap_or(Duration::from_secs(1))
+                .min(if holding {
+                    // A request held at e2b-local is looked for often: it stops its host.
+                    Duration::from_millis(5)
+                } else {
+                    Duration::from_secs(1)
+                })
                 .max(Duration::from_millis(1));
             match rx.recv_timeout(wait) {
                 Ok(Msg::Line(index, line)) => {
@@ -234,10 +255,16 @@ impl Campaign {
                         }
                         continue;
                     }
-                    self.answer(&line, &epoch, hosts[index].hermes);
-                    let host = &mut hosts[index];
-                    if !host.killed {
-                        host.send_next();
+                    let op = hosts[index]
+                        .script
+                        .get(hosts[index].next.saturating_sub(1))
+                        .cloned()
+                        .unwrap_or_default();
+                    if !self.step_answer(&op, &line)? {
+                        self.answer(&line, &epoch, hosts[index].hermes);
+                    }
+                    if !hosts[index].killed {
+                        self.send_next(&mut hosts, index)?;
                     }
                 }
                 Ok(Msg::Eof(index)) => {
@@ -267,7 +294,16 @@ impl Campaign {
         // Phase kills that never met their phase are not counted.
         self.stopped.clear();
         self.server.admin_retrying("faults/clear", "{}")?;
+        self.recover_and_check_adoption()?;
         self.check()?;
+        Ok(())
+    }
+
+    /// Sends host `index` its next line, arming a checkpoint step's fault first.
+    fn send_next(&mut self, hosts: &mut [Host], index: usize) -> Result<(), Error> {
+        let line = hosts[index].script.get(hosts[index].next).cloned();
+        self.before_send(index, line.as_deref())?;
+        hosts[index].send_next();
         Ok(())
     }
 

@@ -22,6 +22,7 @@ const WEIGHTS: [(EditKind, u32, u32); 4] = [
 
 impl Campaign {
     pub(crate) fn edit(&mut self, cycle: u64) -> Result<(), Error> {
+        self.cycle_no = cycle;
         write_atomic(
             &self.home.join(EPOCH_FILE),
             format!("epoch {cycle}\n").as_bytes(),
@@ -54,7 +55,7 @@ impl Campaign {
 
     /// One edit of `rel` at `path` on `side`, drawn from [`WEIGHTS`], recorded in the ledger
     /// and counted; what was done, for the trace.
-    fn edit_file(
+    pub(crate) fn edit_file(
         &mut self,
         side: Side,
         cycle: u64,
@@ -106,7 +107,7 @@ fn write_atomic(path: &Path, content: &[u8]) -> std::io::Result<()> {
 }
 
 /// Gives each component of `rel` below `root` the owner of `root`.
-fn owned_like(root: &Path, rel: &str) -> std::io::Result<()> {
+pub(crate) fn owned_like(root: &Path, rel: &str) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(root)?;
     let mut path = root.to_path_buf();

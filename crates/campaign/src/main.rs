@@ -1,6 +1,6 @@
 //! `campaign [--cycles N] [--seed S] [--dir D] [--hosts 1|2] [--hermes-python PATH
-//! [--hermes-share F]]`: the crash/fault campaign (run it through `scripts/campaign`, which
-//! builds the binaries first).
+//! [--hermes-share F]] [--step-share F]`: the crash/fault campaign (run it through
+//! `scripts/campaign`, which builds the binaries first).
 //!
 //! Randomized, seeded cycles of real `campaign-host` processes (each a persistent-mode
 //! `Backend`) on one scope against an `e2b-local serve --state-dir` process. Each cycle
@@ -18,6 +18,12 @@
 //! outlived it.
 //! The seed fixes every draw (the schedule); the timing of real processes is not fixed, so
 //! a replay repeats the schedule, not every interleaving.
+//!
+//! Checkpoint steps (`--step-share`; see `steps`): a one-process cycle's host may also
+//! checkpoint, roll back, or fork and adopt, with faults inside those steps (SIGKILL between
+//! two requests of a rollback or an adoption, 5xx on the snapshot call, a sandbox vanishing
+//! mid-fork); after such a cycle a fresh host's bring-up must leave exactly one adoptable
+//! sandbox of the scope, and no state version may be lost across a rollback.
 //!
 //! With `--hosts 2` the processes stand in for two machines sharing the profile: each
 //! process belongs to host 0 or 1 (its own coordination directory, hence host lock and host
@@ -47,6 +53,7 @@ mod edits;
 mod faults;
 mod hosts;
 mod server;
+mod steps;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -186,6 +193,12 @@ fn run() -> Result<usize, Error> {
         hermes_commands_ok: 0,
         hermes_commands_failed: 0,
         hermes_home_entries: BTreeSet::new(),
+        // A generator of its own, so adding the steps left every other draw of a seed as it was.
+        steps_rng: StdRng::seed_from_u64(args.seed ^ 0x636b_7074),
+        step: None,
+        step_stats: steps::StepStats::default(),
+        step_share: args.step_share,
+        cycle_no: 0,
     };
     if let Some(python) = &args.hermes_python {
         campaign.hermes_home_entries = campaign.bootstrap_hermes(python)?;
@@ -234,6 +247,13 @@ fn run() -> Result<usize, Error> {
             campaign.injected.get(&fault).copied().unwrap_or(0)
         );
     }
+    for kind in steps::STEP_FAULT_KINDS {
+        println!(
+            "  {:<55} {}",
+            kind,
+            campaign.step_stats.faults.get(kind).copied().unwrap_or(0)
+        );
+    }
     for kind in EDIT_KINDS {
         let made = |side| campaign.edits.get(&(side, kind)).copied().unwrap_or(0);
         println!(
@@ -248,6 +268,35 @@ fn run() -> Result<usize, Error> {
         campaign.ledger.written(),
         campaign.commands_ok,
         campaign.commands_failed
+    );
+    let done = |kind| {
+        campaign
+            .step_stats
+            .done
+            .get(kind)
+            .copied()
+            .unwrap_or_default()
+    };
+    let (checkpoints, rollbacks, forks, prunes) = (
+        done("checkpoint"),
+        done("rollback"),
+        done("fork-adopt"),
+        done("prune"),
+    );
+    println!(
+        "  steps (done, refused or failed): checkpoint {}/{}, rollback {}/{}, fork+adopt {}/{}, \
+         prune {}/{}; {} recovery bring-ups checked for one adoptable sandbox; {} rollbacks and \
+         adoptions checked for lost state",
+        checkpoints.0,
+        checkpoints.1,
+        rollbacks.0,
+        rollbacks.1,
+        forks.0,
+        forks.1,
+        prunes.0,
+        prunes.1,
+        campaign.step_stats.recoveries,
+        campaign.step_stats.rollbacks_checked
     );
     if args.hermes_python.is_some() {
         println!(
@@ -287,10 +336,11 @@ fn run() -> Result<usize, Error> {
     if violations > 0 {
         println!(
             "campaign: FAILED; replay the schedule with: scripts/campaign --seed {} --cycles {} \
-             --hosts {}{}",
+             --hosts {} --step-share {}{}",
             args.seed,
             args.cycles,
             args.hosts,
+            args.step_share,
             args.hermes_python
                 .as_ref()
                 .map(|python| format!(

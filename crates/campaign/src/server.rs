@@ -198,6 +198,49 @@ impl LocalServer {
         }
     }
 
+    /// One admin GET (`/_e2b_local/...`); its JSON answer.
+    pub(crate) fn admin_get(&self, path: &str) -> Result<serde_json::Value, Error> {
+        let request = self
+            .admin
+            .http
+            .get(format!("{}/_e2b_local/{path}", self.url()))
+            .header("X-API-Key", API_KEY);
+        self.admin.runtime.block_on(async {
+            let body = request.send().await?.error_for_status()?.bytes().await?;
+            Ok::<_, Error>(serde_json::from_slice(&body)?)
+        })
+    }
+
+    /// Every running or paused sandbox, as the adoption rule sees a list answer (through
+    /// e2b-client, as the hosts list).
+    pub(crate) fn live_sandboxes(&self) -> Result<Vec<sandbox_identity::Candidate>, Error> {
+        use futures::TryStreamExt as _;
+        let mut config = e2b_client::Config::new(e2b_client::ApiKey::new(API_KEY.to_owned()));
+        config.api_url = Some(self.url());
+        config.sandbox_url = Some(self.url());
+        let client = e2b_client::Client::new(config)?;
+        let listed: Vec<e2b_client::ListedSandbox> = self.admin.runtime.block_on(
+            client
+                .list(e2b_client::ListQuery::all())
+                .try_collect::<Vec<_>>(),
+        )?;
+        Ok(listed
+            .into_iter()
+            .map(|listed| sandbox_identity::Candidate {
+                sandbox_id: listed.sandbox_id.as_str().to_owned(),
+                template_id: listed.template_id,
+                template_alias: listed.alias,
+                metadata: listed.metadata,
+                started_at: std::time::SystemTime::from(listed.started_at),
+                state: match listed.state {
+                    e2b_client::SandboxState::Running => sandbox_identity::SandboxState::Running,
+                    e2b_client::SandboxState::Paused => sandbox_identity::SandboxState::Paused,
+                    _ => sandbox_identity::SandboxState::Other,
+                },
+            })
+            .collect())
+    }
+
     /// Admin requests may meet the faults they set up (a dropped connection): retry a few
     /// times; the caller decides whether a failure matters.
     pub(crate) fn admin_retrying(&self, path: &str, body: &str) -> Result<u16, Error> {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::clock::{nanos, rfc3339};
-use crate::fault_state::{DropRule, FailRule, FaultScope};
+use crate::fault_state::{DropRule, FailRule, FaultScope, HoldRule, Release};
 use crate::faults::Faults;
 use crate::parse::parse_body;
 use crate::reply::{ApiError, json_response};
@@ -66,6 +66,22 @@ struct DropBody {
     after_bytes: u64,
     scope: Option<String>,
     path_prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HoldBody {
+    #[serde(default)]
+    skip: u32,
+    scope: Option<String>,
+    path_prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReleaseBody {
+    /// `continue` (handle it) or `fail` (answer 503 unhandled).
+    answer: String,
 }
 
 fn one() -> u32 {
@@ -168,6 +184,36 @@ pub(crate) fn route(
         (Method::POST, ["faults", "fork-vanish-source"]) => {
             let req: CountBody = parse_body(body)?;
             faults.vanish_next_fork_sources(req.count);
+            no_content()
+        }
+        (Method::POST, ["faults", "hold"]) => {
+            let req: HoldBody = parse_body(body)?;
+            faults.hold_request(HoldRule {
+                skip: req.skip,
+                scope: scope(req.scope.as_deref(), FaultScope::Any)?,
+                path_prefix: req.path_prefix,
+            });
+            no_content()
+        }
+        (Method::GET, ["faults", "hold"]) => {
+            let (armed, held) = app.faults.hold_status();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"armed": armed, "held": held}),
+            ))
+        }
+        (Method::POST, ["faults", "release"]) => {
+            let req: ReleaseBody = parse_body(body)?;
+            let release = match req.answer.as_str() {
+                "continue" => Release::Continue,
+                "fail" => Release::Fail,
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "answer must be continue or fail, not '{other}'"
+                    )));
+                }
+            };
+            faults.release_hold(release);
             no_content()
         }
         (Method::GET, ["isolation"]) => Ok(json_response(StatusCode::OK, &isolation_json(app))),

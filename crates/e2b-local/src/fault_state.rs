@@ -123,6 +123,49 @@ impl DropRule {
     }
 }
 
+/// "Hold the request that comes after the next `skip` matching ones" (see
+/// [`Faults::hold_request`](crate::Faults::hold_request)): it waits, unanswered and not yet
+/// handled, until it is released. A crash test stops its client at a chosen request this
+/// way: once the request is held, the client has sent every request before it and no other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldRule {
+    /// Matching requests let through before the one held.
+    pub skip: u32,
+    /// Which requests count.
+    pub scope: FaultScope,
+    /// Only requests whose path starts with this prefix count, when set.
+    pub path_prefix: Option<String>,
+}
+
+impl HoldRule {
+    fn matches(&self, plane: Plane, path: &str) -> bool {
+        self.scope.matches(plane)
+            && self
+                .path_prefix
+                .as_deref()
+                .is_none_or(|prefix| path.starts_with(prefix))
+    }
+}
+
+/// What a held request does once released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Release {
+    /// It is handled as if it had never been held.
+    Continue,
+    /// It is answered 503 without being handled (its client is usually gone by then).
+    Fail,
+}
+
+/// The hold rule and the request it holds.
+#[derive(Debug, Default)]
+struct HoldSlot {
+    rule: Option<HoldRule>,
+    /// `METHOD path` of the request being held.
+    held: Option<String>,
+    /// Set by a release; taken by the held request.
+    release: Option<Release>,
+}
+
 /// The shared fault state consulted by the listener and the request pipeline.
 #[derive(Debug, Default)]
 pub(crate) struct FaultState {
@@ -134,6 +177,8 @@ pub(crate) struct FaultState {
     fork_start_failures: Mutex<Option<(u32, u16)>>,
     /// Fork requests whose source is still to vanish after its capture.
     fork_source_vanishes: AtomicU32,
+    hold: Mutex<HoldSlot>,
+    released: tokio::sync::Notify,
 }
 
 impl FaultState {
@@ -201,8 +246,68 @@ impl FaultState {
             .is_ok()
     }
 
+    /// Arms the hold rule (replacing one not yet used).
+    pub(crate) fn set_hold(&self, rule: HoldRule) {
+        let mut slot = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.rule = Some(rule);
+    }
+
+    /// The request being held (`METHOD path`), if one is; and whether a rule is armed.
+    pub(crate) fn hold_status(&self) -> (bool, Option<String>) {
+        let slot = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
+        (slot.rule.is_some(), slot.held.clone())
+    }
+
+    /// Disarms the rule and lets the held request, if any, go on as `release` says.
+    pub(crate) fn release_hold(&self, release: Release) {
+        let mut slot = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.rule = None;
+        if slot.held.is_some() {
+            slot.release = Some(release);
+        }
+        drop(slot);
+        self.released.notify_waiters();
+    }
+
+    /// Whether this request is the one to hold (then it is marked held and the rule used up).
+    pub(crate) fn take_hold(&self, plane: Plane, method: &str, path: &str) -> bool {
+        let mut slot = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(rule) = slot.rule.as_mut() else {
+            return false;
+        };
+        if !rule.matches(plane, path) {
+            return false;
+        }
+        if rule.skip > 0 {
+            rule.skip -= 1;
+            return false;
+        }
+        slot.rule = None;
+        slot.held = Some(format!("{method} {path}"));
+        slot.release = None;
+        true
+    }
+
+    /// Waits until the held request is released; how it goes on.
+    pub(crate) async fn wait_release(&self) -> Release {
+        loop {
+            let notified = self.released.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut slot = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(release) = slot.release.take() {
+                    slot.held = None;
+                    return release;
+                }
+            }
+            notified.await;
+        }
+    }
+
     /// Forgets every rule and the latency.
     pub(crate) fn clear(&self) {
+        self.release_hold(Release::Fail);
         self.latency_ms.store(0, Ordering::Relaxed);
         self.drop_connections.store(0, Ordering::SeqCst);
         self.fork_source_vanishes.store(0, Ordering::SeqCst);

@@ -17,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::App;
 use crate::error::Error;
-use crate::fault_state::{DropRule, FailRule};
+use crate::fault_state::{DropRule, FailRule, HoldRule, Release};
 use crate::plane::Plane;
 
 /// A cloneable handle onto the server's knobs; every change applies to the next
@@ -79,7 +79,25 @@ impl Faults {
         self.app.faults.add_fork_source_vanishes(count);
     }
 
-    /// Removes every queued rule and the latency; already running sandboxes are untouched.
+    /// Holds the request after the next `rule.skip` matching ones: it stays unanswered and
+    /// unhandled until [`release_hold`](Self::release_hold) (or [`clear`](Self::clear), which
+    /// fails it). One rule at a time; arming replaces an unused one.
+    pub fn hold_request(&self, rule: HoldRule) {
+        self.app.faults.set_hold(rule);
+    }
+
+    /// `METHOD path` of the request being held, if one is.
+    pub fn held_request(&self) -> Option<String> {
+        self.app.faults.hold_status().1
+    }
+
+    /// Disarms the hold rule and lets the held request go on as `release` says.
+    pub fn release_hold(&self, release: Release) {
+        self.app.faults.release_hold(release);
+    }
+
+    /// Removes every queued rule and the latency, and fails a held request; already running
+    /// sandboxes are untouched.
     pub fn clear(&self) {
         self.app.faults.clear();
     }
@@ -122,6 +140,13 @@ pub(crate) async fn apply(
         tokio::time::sleep(latency).await;
     }
     let path = request.uri().path().to_owned();
+    if app
+        .faults
+        .take_hold(plane, request.method().as_str(), &path)
+        && app.faults.wait_release().await == Release::Fail
+    {
+        return injected_failure(&FailRule::new(1, 503));
+    }
     if let Some(rule) = app.faults.take_fail(plane, &path) {
         return injected_failure(&rule);
     }

@@ -30,7 +30,7 @@ mod watch;
 pub use clock::Clock;
 pub use config::{ApiKeyPolicy, ServerConfig};
 pub use error::Error;
-pub use fault_state::{DropRule, FailRule, FaultScope};
+pub use fault_state::{DropRule, FailRule, FaultScope, HoldRule, Release};
 pub use faults::Faults;
 pub use isolation::IsolationMode;
 pub use requests::RequestCounts;

@@ -270,3 +270,57 @@ async fn sandboxes_vanish_or_pause_on_demand() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// A held request waits unhandled until released; released with `fail` it is answered 503,
+/// with `continue` it is handled. The crash campaign stops a host between two requests so.
+#[tokio::test]
+async fn a_held_request_waits_until_released_then_fails_or_goes_on() {
+    let server = manual_server().await;
+    let api = std::sync::Arc::new(Api::new(&server));
+    let sandbox = new_sandbox(&api).await;
+    let path = format!("/sandboxes/{}", sandbox.id);
+    let set = api
+        .post(
+            "/_e2b_local/faults/hold",
+            &format!(r#"{{"skip":1,"scope":"rest","pathPrefix":"{path}"}}"#),
+        )
+        .await;
+    assert_eq!(set.status, 204, "{:?}", set.json);
+    // Outside the prefix, then the one skipped: neither is held.
+    assert_eq!(api.get("/v2/sandboxes").await.status, 200);
+    assert_eq!(api.get(&path).await.status, 200);
+    assert_eq!(server.faults().held_request(), None);
+
+    for (answer, status) in [("fail", 503), ("continue", 200)] {
+        let held = {
+            let api = std::sync::Arc::clone(&api);
+            let path = path.clone();
+            tokio::spawn(async move { api.get(&path).await.status })
+        };
+        let begun = Instant::now();
+        while server.faults().held_request().is_none() {
+            assert!(begun.elapsed() < Duration::from_secs(30), "never held");
+            tokio::task::yield_now().await;
+        }
+        let shown = api.get("/_e2b_local/faults/hold").await;
+        assert_eq!(
+            shown.json,
+            json!({"armed": false, "held": format!("GET {path}")})
+        );
+        assert!(!held.is_finished(), "a held request is not answered");
+        let released = api
+            .post(
+                "/_e2b_local/faults/release",
+                &format!(r#"{{"answer":"{answer}"}}"#),
+            )
+            .await;
+        assert_eq!(released.status, 204);
+        assert_eq!(held.await.expect("the request task"), status, "{answer}");
+        assert_eq!(server.faults().held_request(), None);
+        // Armed again for the next round: the very next request is held.
+        api.post("/_e2b_local/faults/hold", r#"{"skip":0}"#).await;
+    }
+    // `clear` disarms it.
+    api.post("/_e2b_local/faults/clear", "").await;
+    assert_eq!(api.get(&path).await.status, 200);
+}
