@@ -7,24 +7,26 @@
 //! ```text
 //! rollback: recover state from A -> snapshot A (undo) -> create B from the checkpoint,
 //!           stamped `supersedes: A` -> kill A -> clear B's skills/ and memories/ -> bring-up
-//! adopt:    recover state from A -> snapshot A (undo) -> kill the other branches -> kill A
+//! adopt:    recover state from A -> snapshot A (undo) -> list and kill every other branch
+//!           -> kill A
 //!           -> clear the branch's skills/ and memories/ -> bring-up
 //! ```
 //!
 //! Until A is killed, adoption keeps choosing A (a branch waits while its parent lives) or B
 //! (A is superseded); the writer's next bring-up kills a superseded A (R5).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use e2b_client::{
-    Client, CreateOptions, KillOutcome, OnTimeout, PauseMemory, SandboxId, SnapshotQuery,
-    StartOptions,
+    Client, CreateOptions, KillOutcome, ListQuery, ListedSandbox, OnTimeout, PauseMemory,
+    SandboxId, SnapshotQuery, StartOptions, StateFilter,
 };
 use futures::TryStreamExt;
 use sandbox_identity::{
     BRANCH_KEY, CheckpointName, CheckpointReason, LeasePlan, LeaseTracker, RESTORED_FROM_KEY,
-    SUPERSEDES_KEY,
+    SCOPE_KEY, SUPERSEDES_KEY,
 };
 
 use super::{Attached, Backend, Inner, Phase, Role, TRANSFER_WINDOW, bump};
@@ -401,6 +403,26 @@ impl Inner {
         options
     }
 
+    /// The scope's sandboxes that are fork branches (of any parent), from one list.
+    fn live_branches(
+        &self,
+        client: &Client,
+        operation: &'static str,
+    ) -> Result<Vec<SandboxId>, Error> {
+        let mut query = ListQuery::all();
+        query.metadata = BTreeMap::from([(SCOPE_KEY.to_owned(), self.identity.digest().to_hex())]);
+        query.state = StateFilter::Any;
+        bump(&self.stats.lists);
+        let listed = self
+            .block_on(client.list(query).try_collect::<Vec<ListedSandbox>>())
+            .map_err(|source| Error::e2b(operation, None, source))?;
+        Ok(listed
+            .into_iter()
+            .filter(|listed| listed.metadata.contains_key(BRANCH_KEY))
+            .map(|listed| listed.sandbox_id)
+            .collect())
+    }
+
     /// Kills each sandbox; a sandbox already gone counts as killed.
     pub(super) fn kill_all(
         &self,
@@ -499,8 +521,23 @@ impl Inner {
                 chosen,
                 others,
             } => {
-                // The other branches first: with the parent gone, any branch left would be
-                // as adoptable as the chosen one.
+                // Every other branch of the scope first, this fork's and any an earlier,
+                // interrupted fork left: with the parent gone, a branch left would be as
+                // adoptable as the chosen one (R6). One list finds the leftovers.
+                let mut others = others;
+                match self.live_branches(&client, operation) {
+                    Ok(found) => {
+                        for id in found {
+                            if id != chosen && !others.contains(&id) {
+                                others.push(id);
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        *state = Phase::Attached(old);
+                        return Err(error);
+                    }
+                }
                 let (_, failed) = self.kill_all(&client, &others);
                 if let Some((id, why)) = failed.into_iter().next() {
                     *state = Phase::Attached(old);

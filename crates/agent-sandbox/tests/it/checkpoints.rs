@@ -319,6 +319,8 @@ fn fork_gives_branches_that_wait_until_one_is_adopted_and_the_rest_discarded() {
         &backend,
         &format!("mkdir -p {WORK} && printf base > {WORK}/app.txt"),
     );
+    // An earlier fork nobody adopted or discarded (its host died): left over.
+    let leftover = backend.fork(1, Duration::ZERO).expect("earlier fork");
     let fork = backend.fork(3, Duration::ZERO).expect("fork");
     assert_eq!(fork.parent, parent);
     assert_eq!(fork.checkpoint.reason, CheckpointReason::Fork);
@@ -339,13 +341,13 @@ fn fork_gives_branches_that_wait_until_one_is_adopted_and_the_rest_discarded() {
     drop(other);
     assert_eq!(ok(&backend, &format!("cat {WORK}/app.txt")), "base");
     let listed = scope_sandboxes(&world, &digest);
-    assert_eq!(listed.len(), 4);
+    assert_eq!(listed.len(), 5);
     assert!(
         listed
             .iter()
             .filter(|l| support::metadata_of(l).get(BRANCH_KEY) == Some(&parent))
             .count()
-            == 3
+            == 4
     );
 
     let report = backend
@@ -355,9 +357,15 @@ fn fork_gives_branches_that_wait_until_one_is_adopted_and_the_rest_discarded() {
     assert_eq!(report.retired_sandbox, parent);
     assert_eq!(report.undo.reason, CheckpointReason::BeforeAdopt);
     assert_eq!(ok(&backend, &format!("cat {WORK}/app.txt")), "attempt-1");
+    // Every other branch is gone, the earlier fork's leftover too.
     let left = scope_sandboxes(&world, &digest);
     assert_eq!(left.len(), 1, "{left:?}");
     assert_eq!(left[0].sandbox_id.as_str(), branches[1].sandbox_id.as_str());
+    assert!(
+        leftover
+            .started()
+            .all(|b| b.sandbox_id != left[0].sandbox_id)
+    );
     // A later bring-up adopts the adopted branch; its own forks wait in turn.
     let second = backend.fork(1, Duration::ZERO).expect("fork again");
     let later = world.persistent();
