@@ -285,8 +285,8 @@ fn run() -> Result<usize, Error> {
     );
     println!(
         "  steps (done, refused or failed): checkpoint {}/{}, rollback {}/{}, fork+adopt {}/{}, \
-         prune {}/{}; {} recovery bring-ups checked for one adoptable sandbox; {} rollbacks and \
-         adoptions checked for lost state",
+         prune {}/{}; {} recovery bring-ups checked for one adoptable sandbox ({} with I5's plain \
+         duplicate creates); {} rollbacks and adoptions checked for lost state",
         checkpoints.0,
         checkpoints.1,
         rollbacks.0,
@@ -296,6 +296,7 @@ fn run() -> Result<usize, Error> {
         prunes.0,
         prunes.1,
         campaign.step_stats.recoveries,
+        campaign.step_stats.tolerated_duplicates,
         campaign.step_stats.rollbacks_checked
     );
     if args.hermes_python.is_some() {

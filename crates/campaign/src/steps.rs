@@ -112,6 +112,8 @@ pub(crate) struct StepStats {
     pub(crate) faults: BTreeMap<&'static str, u64>,
     pub(crate) recoveries: u64,
     pub(crate) rollbacks_checked: u64,
+    /// Recoveries that found plain duplicate creates (I5's, warned about, not a violation).
+    pub(crate) tolerated_duplicates: u64,
 }
 
 impl Campaign {
@@ -461,7 +463,24 @@ impl Campaign {
                 duplicates,
                 ..
             } => {
-                if duplicates > 0 {
+                // Plain sandboxes of the template (no checkpoint key) beside the chosen one
+                // are duplicate creates, which I5 tolerates with a warning (a create whose
+                // answer was lost around an e2b-local restart); only a duplicate that a
+                // checkpoint step made (a branch, a restored or replacing sandbox) breaks
+                // "exactly one adoptable sandbox".
+                let plain_duplicates = candidates
+                    .iter()
+                    .filter(|c| c.sandbox_id != candidate.sandbox_id)
+                    .filter(|c| sandbox_identity::check(&identity, c).is_ok())
+                    .filter(|c| {
+                        [BRANCH_KEY, SUPERSEDES_KEY, RESTORED_FROM_KEY]
+                            .iter()
+                            .all(|k| !c.metadata.contains_key(*k))
+                    })
+                    .count();
+                if duplicates > 0 && duplicates <= plain_duplicates {
+                    self.step_stats.tolerated_duplicates += 1;
+                } else if duplicates > 0 {
                     // Each live sandbox with the keys that decide adoption, to tell a
                     // left-over branch from a duplicate create.
                     let live: Vec<String> = candidates
