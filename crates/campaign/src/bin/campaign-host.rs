@@ -54,10 +54,8 @@ fn log_push(log: &Path, mark: char) -> std::io::Result<()> {
     file.write_all(format!("{mark} {}\n", std::process::id()).as_bytes())
 }
 
-impl StateHooks for Hooks {
-    fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
-        log_push(&self.push_log, 'B')?;
-        emit("phase push")?;
+impl Hooks {
+    fn push_files(&self, transport: &StateTransport) -> Result<(), HookError> {
         let mut files = host_state_files(
             &self.home,
             &["skills", "memories"],
@@ -81,11 +79,20 @@ impl StateHooks for Hooks {
             files.retain(|(_, to)| *to != remote);
             files.push((local, remote));
         }
-        let pushed = transport.upload_many(files);
-        // A failed push has ended too: the role may pass to another process next.
-        log_push(&self.push_log, 'E')?;
-        pushed?;
+        transport.upload_many(files)?;
         Ok(())
+    }
+}
+
+impl StateHooks for Hooks {
+    fn push(&self, transport: &StateTransport, _kind: PushKind) -> Result<(), HookError> {
+        log_push(&self.push_log, 'B')?;
+        emit("phase push")?;
+        let pushed = self.push_files(transport);
+        // A failed push has ended too (an unknown home, a refused upload): the role may pass
+        // to another process next.
+        log_push(&self.push_log, 'E')?;
+        pushed
     }
 
     fn pull(&self, transport: &StateTransport) -> Result<(), HookError> {
