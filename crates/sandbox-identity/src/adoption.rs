@@ -191,6 +191,31 @@ pub fn superseded<'a>(identity: &ScopeIdentity, candidates: &'a [Candidate]) -> 
     retired_among(&matches)
 }
 
+/// What the writer's bring-up kills besides what it adopts: the [`superseded`] sandboxes,
+/// and, when the chosen sandbox is a branch (its parent gone, nothing unbranched left), every
+/// other branch that would be as adoptable: left by a fork whose parent vanished or whose
+/// adoption was cut short. Their fork's checkpoint keeps the state they started from (R5,
+/// R6).
+pub fn retirable<'a>(identity: &ScopeIdentity, candidates: &'a [Candidate]) -> Vec<&'a Candidate> {
+    let mut retire = superseded(identity, candidates);
+    if let Adoption::Adopt { candidate, .. } = choose(identity, candidates)
+        && candidate.metadata.contains_key(BRANCH_KEY)
+    {
+        let wanted = IdentityMetadata::for_scope(identity);
+        let live: Vec<&'a Candidate> = candidates
+            .iter()
+            .filter(|c| check_against(identity, &wanted, c).is_ok() && !retire.contains(c))
+            .collect();
+        let waiting = waiting_branches(&live);
+        retire.extend(live.into_iter().filter(|c| {
+            c.sandbox_id != candidate.sandbox_id
+                && c.metadata.contains_key(BRANCH_KEY)
+                && !waiting.contains(c)
+        }));
+    }
+    retire
+}
+
 fn retired_among<'a>(matches: &[&'a Candidate]) -> Vec<&'a Candidate> {
     matches
         .iter()
@@ -509,5 +534,29 @@ mod tests {
             adopted(&[restored, branch("b1", "main", 20)]),
             ("r".to_owned(), 0)
         );
+    }
+
+    // contract: R6
+    #[test]
+    fn branches_left_beside_an_adopted_orphan_branch_are_retirable() {
+        let scope = identity(Mode::Persistent);
+        let branch = |id: &str, parent: &str, secs| {
+            let mut c = candidate(id, &scope, secs);
+            c.metadata.insert(BRANCH_KEY.to_owned(), parent.to_owned());
+            c
+        };
+        // The parent vanished: two branches of it are left; the newest is adopted and the
+        // other retired.
+        let orphans = [branch("b1", "gone", 20), branch("b2", "gone", 30)];
+        let ids = |list: Vec<&Candidate>| -> Vec<String> {
+            list.iter().map(|c| c.sandbox_id.clone()).collect()
+        };
+        assert_eq!(ids(retirable(&scope, &orphans)), ["b1"]);
+        // With the parent alive nothing is retired: the branches wait.
+        let alive = [candidate("gone", &scope, 10), branch("b1", "gone", 20)];
+        assert!(retirable(&scope, &alive).is_empty());
+        // An adopted branch's own waiting branches are kept.
+        let again = [branch("b1", "gone", 20), branch("c1", "b1", 40)];
+        assert!(retirable(&scope, &again).is_empty());
     }
 }

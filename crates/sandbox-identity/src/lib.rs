@@ -9,7 +9,9 @@ mod lease;
 mod metadata;
 mod scope;
 
-pub use adoption::{Adoption, Candidate, Mismatch, SandboxState, check, choose, superseded};
+pub use adoption::{
+    Adoption, Candidate, Mismatch, SandboxState, check, choose, retirable, superseded,
+};
 pub use checkpoint::{
     BRANCH_KEY, CheckpointName, CheckpointReason, MAX_LABEL_LEN, RESTORED_FROM_KEY, SUPERSEDES_KEY,
     alias_of,

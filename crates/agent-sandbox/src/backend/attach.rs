@@ -208,12 +208,13 @@ impl Inner {
         }
     }
 
-    /// Kills the scope's sandboxes that another of its sandboxes replaces: what a rollback or
-    /// an adoption interrupted between its create and its kill left (R5). Adoption already
-    /// never chooses them; this only stops their cost. A failed kill is warned about and
-    /// tried again at the next bring-up.
+    /// Kills what `sandbox_identity::retirable` names: the scope's sandboxes another of its
+    /// sandboxes replaces (a rollback or an adoption interrupted between its create and its
+    /// kill, R5) and branches left beside an adopted branch (R6). Adoption already never
+    /// chooses them; this stops their cost and keeps one adoptable sandbox. A failed kill is
+    /// warned about and tried again at the next bring-up.
     fn retire_superseded(&self, client: &Client, candidates: &[Candidate]) {
-        let retired: Vec<SandboxId> = sandbox_identity::superseded(&self.identity, candidates)
+        let retired: Vec<SandboxId> = sandbox_identity::retirable(&self.identity, candidates)
             .into_iter()
             .filter_map(|candidate| SandboxId::parse(candidate.sandbox_id.clone()))
             .collect();
@@ -222,10 +223,10 @@ impl Inner {
         }
         let (killed, failed) = self.kill_all(client, &retired);
         for id in killed {
-            tracing::warn!(sandbox_id = %id, "E2B sandbox {id} was replaced by an interrupted rollback or adoption; killed it (the checkpoint taken before the replacement keeps its state)");
+            tracing::warn!(sandbox_id = %id, "E2B sandbox {id} was replaced by an interrupted rollback or adoption, or is a fork branch left beside the adopted one; killed it (the checkpoint taken before keeps the state it started from)");
         }
         for (id, why) in failed {
-            tracing::warn!(sandbox_id = %id, "E2B sandbox {id} was replaced by an interrupted rollback or adoption; its kill failed ({why}); it is never adopted and the next bring-up tries again");
+            tracing::warn!(sandbox_id = %id, "E2B sandbox {id} was replaced by an interrupted rollback or adoption, or is a fork branch left beside the adopted one; its kill failed ({why}); the next bring-up tries again");
         }
     }
 
