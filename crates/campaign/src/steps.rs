@@ -253,17 +253,20 @@ impl Campaign {
         if !remote.is_dir() {
             return Ok(());
         }
-        // A sandbox a fault made vanish leaves its directory behind: an edit there would be
-        // a version no sandbox holds. The host has replaced it with one the campaign does
-        // not know yet, so this cycle's step goes without the edit.
-        let live = self.live_sandboxes()?;
-        if !live.iter().any(|candidate| candidate.sandbox_id == id) {
-            self.note(format!("no sandbox edit before the step: {id} is gone"));
-            return Ok(());
-        }
         // The cycle's faults are live (a dropped connection may meet these requests too).
         if !(0..5).any(|_| self.server.quiesce(QUIESCE_WAIT).is_ok()) {
             self.note("no sandbox edit before the step: e2b-local did not quiesce".to_owned());
+            return Ok(());
+        }
+        // A sandbox a fault made vanish leaves its directory behind: an edit there would be
+        // a version no sandbox holds. The host has replaced it with one the campaign does
+        // not know yet, so this cycle's step goes without the edit (as when the list itself
+        // meets one of the cycle's faults).
+        let live = self.live_sandboxes();
+        if !live.is_ok_and(|live| live.iter().any(|candidate| candidate.sandbox_id == id)) {
+            self.note(format!(
+                "no sandbox edit before the step: {id} is gone or unlisted"
+            ));
             return Ok(());
         }
         // Drawn from the steps' generator: the main one's schedule stays as without steps.
