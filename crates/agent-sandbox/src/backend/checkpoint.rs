@@ -53,9 +53,7 @@ impl Backend {
         const OP: &str = "checkpoint";
         let inner = &*self.inner;
         let mut state = inner.lock_state();
-        let attached = inner.ensure_attached(&mut state, OP)?;
-        inner.may_change_scope(attached, OP)?;
-        inner.quiesce(attached, OP, request.wait)?;
+        let attached = inner.attach_to_change(&mut state, OP, request.wait)?;
         inner.top_up_lease(attached, TRANSFER_WINDOW)?;
         let label = request
             .label
@@ -102,9 +100,7 @@ impl Backend {
         const OP: &str = "rollback";
         let inner = &*self.inner;
         let mut state = inner.lock_state();
-        let attached = inner.ensure_attached(&mut state, OP)?;
-        inner.may_change_scope(attached, OP)?;
-        inner.quiesce(attached, OP, wait)?;
+        let attached = inner.attach_to_change(&mut state, OP, wait)?;
         // A snapshot id that is one of the scope's checkpoint names says all a rollback needs;
         // a label or "latest" needs the list.
         let direct = match &target {
@@ -143,9 +139,7 @@ impl Backend {
         }
         let inner = &*self.inner;
         let mut state = inner.lock_state();
-        let attached = inner.ensure_attached(&mut state, OP)?;
-        inner.may_change_scope(attached, OP)?;
-        inner.quiesce(attached, OP, wait)?;
+        let attached = inner.attach_to_change(&mut state, OP, wait)?;
         inner.top_up_lease(attached, TRANSFER_WINDOW)?;
         let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
         let parent = attached.id.as_str().to_owned();
@@ -261,6 +255,21 @@ enum Replacement {
 }
 
 impl Inner {
+    /// What every change of the scope does first: attach, check the role (R1), then wait for
+    /// the scope's running commands (R2). The state lock the caller holds stays held, so no
+    /// command starts until the change is done.
+    pub(super) fn attach_to_change<'a>(
+        &self,
+        state: &'a mut Phase,
+        operation: &'static str,
+        wait: Duration,
+    ) -> Result<&'a mut Attached, Error> {
+        let attached = self.ensure_attached(state, operation)?;
+        self.may_change_scope(attached, operation)?;
+        self.quiesce(attached, operation, wait)?;
+        Ok(attached)
+    }
+
     /// Only the scope's writer (or an ephemeral sandbox's owner) changes the scope (R1).
     pub(super) fn may_change_scope(
         &self,

@@ -158,9 +158,7 @@ impl Backend {
         const OP: &str = "restore turn checkpoint";
         let inner = &*self.inner;
         let mut state = inner.lock_state();
-        let attached = inner.ensure_attached(&mut state, OP)?;
-        inner.may_change_scope(attached, OP)?;
-        inner.quiesce(attached, OP, wait)?;
+        let attached = inner.attach_to_change(&mut state, OP, wait)?;
         let args = vec![
             keep.clamp(1, MAX_TURN_KEEP).to_string(),
             "restore".to_owned(),
