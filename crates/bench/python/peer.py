@@ -216,11 +216,19 @@ def checkpoint(params, protocol):
     sbx.kill()
 
 
+STATE_ROOTS = "/home/user/.hermes/skills /home/user/.hermes/memories"
+
+
 def rollback(params, protocol):
-    """What an SDK user does for an undoable rollback with the agent's state kept: snapshot
-    the current sandbox (the undo point), create a sandbox from the checkpoint, kill the old
-    one, push the host's state files into the new one."""
+    """What an SDK user does for an undoable rollback that keeps the agent's state, step for
+    step what `Backend::rollback` does: read the current sandbox's skills/ and memories/ (one
+    command streaming a tar), snapshot it (the undo point), create a sandbox from the
+    checkpoint, kill the old one, empty the new one's stale state roots and write the host's
+    state files into them. `recipe: bare` leaves out the read and the emptying (it loses what
+    the agent wrote since the last sync and leaves the checkpoint's deleted files behind);
+    its figures are reported without a target."""
     rollbacks, state = params["rollbacks"], state_files(params["files"])
+    bare = params.get("recipe") == "bare"
     sbx = Sandbox.create(timeout=300)
     sbx.files.write_files(state)
     sbx.commands.run("echo base > /home/user/workspace.txt")
@@ -230,9 +238,16 @@ def rollback(params, protocol):
     protocol.ready()
     started = time.perf_counter()
     for _ in range(rollbacks):
+        if not bare:
+            recovered = sbx.commands.run(
+                "tar -C /home/user/.hermes -cf - skills memories | base64 -w0")
+            if not recovered.stdout:
+                raise RuntimeError("the state read returned nothing")
         sbx.create_snapshot()
         restored = Sandbox.create(base.snapshot_id, timeout=300)
         sbx.kill()
+        if not bare:
+            restored.commands.run(f"rm -rf -- {STATE_ROOTS}")
         restored.files.write_files(state)
         sbx = restored
     wall = time.perf_counter() - started

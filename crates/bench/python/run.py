@@ -291,10 +291,12 @@ class Bench:
         s = self.sizes
         checkpoint = {"checkpoints": s["checkpoints"]}
         rollback = {"rollbacks": s["rollbacks"], "files": s["rollback_files"]}
+        bare = dict(rollback, recipe="bare")
         for repeat in range(REPEATS):
             for who, argv in (("ours", self.ours), ("sdk", self.peer)):
                 self.run(server, latency, "checkpoint", f"{who} #{repeat}", argv + ["checkpoint"], checkpoint)
                 self.run(server, latency, "rollback", f"{who} #{repeat}", argv + ["rollback"], rollback)
+            self.run(server, latency, "rollback", f"sdk-bare #{repeat}", self.peer + ["rollback"], bare)
 
     def load(self, server, latency):
         if not self.want("load"):
@@ -456,7 +458,7 @@ def checkpoint_rows(rows, results, latency):
     for scenario, variant, peer in (
         ("checkpoint", "`Backend::checkpoint`", "SDK create_snapshot"),
         ("rollback", "`Backend::rollback` + state push",
-         "SDK create_snapshot + create(snapshot) + kill + write_files"),
+         "SDK state read + create_snapshot + create(snapshot) + kill + rm + write_files"),
     ):
         ours_req = median_of(results, scenario, "ours", latency, "requests")
         sdk_req = median_of(results, scenario, "sdk", latency, "requests")
@@ -468,6 +470,17 @@ def checkpoint_rows(rows, results, latency):
                        if latency >= 20 else (None, None))
         row(rows, scenario, latency, "median wall", variant, ours_wall and ours_wall * 1000, peer,
             sdk_wall and sdk_wall * 1000, *wall_target, unit="ms")
+    # The SDK recipe without the state read and the emptying, which loses state: for the
+    # record, no target.
+    peer = "SDK create_snapshot + create(snapshot) + kill + write_files (loses state)"
+    ours_req = median_of(results, "rollback", "ours", latency, "requests")
+    bare_req = median_of(results, "rollback", "sdk-bare", latency, "requests")
+    row(rows, "rollback", latency, "requests", "`Backend::rollback` + state push", ours_req,
+        peer, bare_req)
+    ours_wall = median_of(results, "rollback", "ours", latency, "wall_s")
+    bare_wall = median_of(results, "rollback", "sdk-bare", latency, "wall_s")
+    row(rows, "rollback", latency, "median wall", "`Backend::rollback` + state push",
+        ours_wall and ours_wall * 1000, peer, bare_wall and bare_wall * 1000, unit="ms")
 
 
 def build_rows(results, latencies, with_hermes):

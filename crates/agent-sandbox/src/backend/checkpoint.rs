@@ -6,14 +6,15 @@
 //!
 //! ```text
 //! rollback: recover state from A -> snapshot A (undo) -> create B from the checkpoint,
-//!           stamped `supersedes: A` -> kill A -> clear B's skills/ and memories/ -> bring-up
+//!           stamped `supersedes: A` -> (kill A | clear B's skills/ and memories/) -> bring-up
 //! adopt:    recover state from A -> snapshot A (undo) -> list and kill every other branch
-//!           -> kill A
-//!           -> clear the branch's skills/ and memories/ -> bring-up
+//!           -> (kill A | clear the branch's skills/ and memories/) -> bring-up
 //! ```
 //!
-//! Until A is killed, adoption keeps choosing A (a branch waits while its parent lives) or B
-//! (A is superseded); the writer's next bring-up kills a superseded A (R5).
+//! `(x | y)` go out together. Until A is killed, adoption keeps choosing A (a branch waits
+//! while its parent lives) or B (A is superseded); the writer's next bring-up kills a
+//! superseded A (R5). Which of the kill and the clear lands first does not matter: the
+//! push comes after both.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -21,14 +22,14 @@ use std::time::{Duration, SystemTime};
 
 use e2b_client::{
     Client, CreateOptions, KillOutcome, ListQuery, ListedSandbox, OnTimeout, PauseMemory,
-    SandboxId, SnapshotQuery, StartOptions, StateFilter,
+    SandboxId, SnapshotQuery, StateFilter,
 };
 use futures::TryStreamExt;
 use sandbox_identity::{
-    BRANCH_KEY, CheckpointName, CheckpointReason, LeasePlan, LeaseTracker, RESTORED_FROM_KEY,
-    SCOPE_KEY, SUPERSEDES_KEY,
+    BRANCH_KEY, CheckpointName, CheckpointReason, RESTORED_FROM_KEY, SCOPE_KEY,
 };
 
+use super::replace::Replacement;
 use super::{Attached, Backend, Inner, Phase, Role, TRANSFER_WINDOW, bump};
 use crate::checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, Discarded, Fork, RollbackReport,
@@ -37,13 +38,9 @@ use crate::checkpoint::{
 use crate::config::{SandboxMode, Scope};
 use crate::error::{CheckpointRefusal, Error, ErrorChain};
 use crate::hooks::NoStateHooks;
-use crate::report::{Origin, RecoverySummary};
 
 /// The most branches one fork makes (E2B's limit for its own fork call).
 pub const MAX_BRANCHES: u32 = 100;
-
-/// The output a state-root clearing may print before it is refused.
-const CLEAR_OUTPUT_LIMIT: u64 = 64 * 1024;
 
 impl Backend {
     /// Takes a checkpoint of the scope's sandbox (R1, R2, R3): one snapshot request in steady
@@ -242,18 +239,6 @@ impl Backend {
     }
 }
 
-/// What replaces the scope's sandbox.
-enum Replacement {
-    /// A new sandbox from this checkpoint (rollback).
-    Restore(Checkpoint),
-    /// A fork's branch (adoption); the other branches are killed.
-    Adopt {
-        checkpoint: Checkpoint,
-        chosen: SandboxId,
-        others: Vec<SandboxId>,
-    },
-}
-
 impl Inner {
     /// What every change of the scope does first: attach, check the role (R1), then wait for
     /// the scope's running commands (R2). The state lock the caller holds stays held, so no
@@ -341,7 +326,7 @@ impl Inner {
     }
 
     /// One snapshot request.
-    fn take_checkpoint(
+    pub(super) fn take_checkpoint(
         &self,
         attached: &Attached,
         operation: &'static str,
@@ -383,7 +368,7 @@ impl Inner {
     }
 
     /// Create options for a sandbox of this scope made from a snapshot, with extra keys.
-    fn create_options<'a>(
+    pub(super) fn create_options<'a>(
         &self,
         snapshot_id: &str,
         extra: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -413,7 +398,7 @@ impl Inner {
     }
 
     /// The scope's sandboxes that are fork branches (of any parent), from one list.
-    fn live_branches(
+    pub(super) fn live_branches(
         &self,
         client: &Client,
         operation: &'static str,
@@ -438,6 +423,15 @@ impl Inner {
         client: &Client,
         ids: &[SandboxId],
     ) -> (Vec<String>, Vec<(String, String)>) {
+        self.block_on(self.kill_all_async(client, ids))
+    }
+
+    /// [`Self::kill_all`], to be joined with other requests.
+    pub(super) async fn kill_all_async(
+        &self,
+        client: &Client,
+        ids: &[SandboxId],
+    ) -> (Vec<String>, Vec<(String, String)>) {
         let kills = ids.iter().map(|id| {
             bump(&self.stats.sandbox_kills);
             let client = client.clone();
@@ -445,7 +439,7 @@ impl Inner {
         });
         let mut killed = Vec::new();
         let mut failed = Vec::new();
-        for (id, outcome) in self.block_on(futures::future::join_all(kills)) {
+        for (id, outcome) in futures::future::join_all(kills).await {
             match outcome {
                 Ok(KillOutcome::Killed | KillOutcome::NotFound) => killed.push(id),
                 Err(error) => {
@@ -455,216 +449,5 @@ impl Inner {
             }
         }
         (killed, failed)
-    }
-
-    /// Recovers the scope's `skills/` and `memories/` from the attached sandbox into the host
-    /// (the three-way recovery of a bring-up, S5/S6): one start request streaming them. The
-    /// caller's pull hook is not needed: everything a rollback keeps of the old sandbox's
-    /// Hermes state is under those two roots (R8).
-    fn recover_before_retiring(&self, attached: &mut Attached) -> Result<RecoverySummary, Error> {
-        self.top_up_lease(attached, TRANSFER_WINDOW)?;
-        self.recover_into_home(attached.id.as_str())
-    }
-
-    /// Replaces the attached sandbox (see the module docs for the order and why).
-    fn replace_sandbox(
-        &self,
-        state: &mut Phase,
-        operation: &'static str,
-        replacement: Replacement,
-    ) -> Result<RollbackReport, Error> {
-        let Phase::Attached(mut old) = std::mem::replace(state, Phase::Detached) else {
-            unreachable!("the caller attached")
-        };
-        let undo_reason = match replacement {
-            Replacement::Restore(_) => CheckpointReason::BeforeRollback,
-            Replacement::Adopt { .. } => CheckpointReason::BeforeAdopt,
-        };
-        // Until the new sandbox exists, a failure leaves everything as it was.
-        let prepared = (|| {
-            let recovery = self.recover_before_retiring(&mut old)?;
-            let undo = self.take_checkpoint(&old, operation, undo_reason, None)?;
-            Ok::<_, Error>((recovery, undo))
-        })();
-        let (recovery, undo) = match prepared {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                *state = Phase::Attached(old);
-                return Err(error);
-            }
-        };
-        let old_id = old.id.clone();
-        let client = old.client.clone();
-        let mut warnings = Vec::new();
-        let (restored, new_id, created) = match replacement {
-            Replacement::Restore(checkpoint) => {
-                let options = self
-                    .create_options(&checkpoint.snapshot_id, [(SUPERSEDES_KEY, old_id.as_str())]);
-                bump(&self.stats.creates);
-                let mut lease = LeaseTracker::new();
-                let LeasePlan::Extend(request) = lease.plan(
-                    &*self.services.clock,
-                    self.with_headroom(self.policy.baseline()),
-                ) else {
-                    unreachable!("a new tracker covers nothing")
-                };
-                let mut options = options;
-                options.timeout = Some(request.timeout());
-                match self.block_on(client.create(options)) {
-                    Ok(info) => {
-                        lease.confirm(&request);
-                        // The create's answer carries envd's address: no connect needed.
-                        let sandbox = client.sandbox(info.envd_access()).map_err(|source| {
-                            Error::e2b(operation, Some(info.sandbox_id.as_str()), source)
-                        });
-                        (checkpoint, info.sandbox_id, Some((sandbox, lease)))
-                    }
-                    Err(source) => {
-                        *state = Phase::Attached(old);
-                        return Err(Error::e2b(operation, Some(old_id.as_str()), source));
-                    }
-                }
-            }
-            Replacement::Adopt {
-                checkpoint,
-                chosen,
-                others,
-            } => {
-                // Every other branch of the scope first, this fork's and any an earlier,
-                // interrupted fork left: with the parent gone, a branch left would be as
-                // adoptable as the chosen one (R6). One list finds the leftovers.
-                let mut others = others;
-                match self.live_branches(&client, operation) {
-                    Ok(found) => {
-                        for id in found {
-                            if id != chosen && !others.contains(&id) {
-                                others.push(id);
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        *state = Phase::Attached(old);
-                        return Err(error);
-                    }
-                }
-                let (_, failed) = self.kill_all(&client, &others);
-                if let Some((id, why)) = failed.into_iter().next() {
-                    *state = Phase::Attached(old);
-                    return Err(Error::CheckpointRefused {
-                        operation,
-                        sandbox_id: Some(old_id.as_str().to_owned()),
-                        reason: CheckpointRefusal::NotABranch {
-                            sandbox_id: format!("{id} (its kill failed: {why})"),
-                        },
-                    });
-                }
-                (checkpoint, chosen, None)
-            }
-        };
-        // The old sandbox goes: its grant first, then the sandbox. A kill E2B refuses leaves
-        // it superseded (rollback) and it is retired by the next bring-up.
-        self.fence_release(&old);
-        self.clear_transport();
-        let role = match std::mem::replace(&mut old.role, Role::Reader) {
-            Role::Writer(lease) | Role::PendingWriter(lease) => Role::PendingWriter(lease),
-            _ => Role::Owner { pushed: false },
-        };
-        let (_, failed) = self.kill_all(&client, std::slice::from_ref(&old_id));
-        for (id, why) in failed {
-            warnings.push(format!(
-                "the replaced sandbox {id} could not be killed ({why}); it is never adopted again and the next bring-up retires it"
-            ));
-        }
-        // Made from a checkpoint of this scope (same template, same user): its home is the
-        // replaced sandbox's, so no probe asks for it again (L13).
-        if let Some(files) = &self.files {
-            crate::home::HomeCache::new(files.dir()).put(new_id.as_str(), &old.info.home);
-        }
-        drop(old);
-        let (sandbox, lease) = match created {
-            Some((sandbox, lease)) => (sandbox?, lease),
-            None => self.connect_new(&client, &new_id, operation)?,
-        };
-        let mut attached =
-            self.attached(client, sandbox, lease, role, Origin::Restored, false, None)?;
-        attached.fresh = true;
-        // The state roots are under the home: known before anything is removed.
-        self.settle_home(&mut attached)?;
-        self.clear_state_roots(&attached, operation)?;
-        *state = Phase::Attached(Box::new(attached));
-        let Phase::Attached(attached) = state else {
-            unreachable!("set just above")
-        };
-        self.establish(attached)?;
-        Ok(RollbackReport {
-            restored,
-            undo,
-            retired_sandbox: old_id.as_str().to_owned(),
-            sandbox_id: new_id.as_str().to_owned(),
-            recovery,
-            warnings,
-        })
-    }
-
-    /// Connects to the sandbox that replaces the old one (its envd access, and a lease).
-    fn connect_new(
-        &self,
-        client: &Client,
-        id: &SandboxId,
-        operation: &'static str,
-    ) -> Result<(e2b_client::Sandbox, LeaseTracker), Error> {
-        let mut lease = LeaseTracker::new();
-        let LeasePlan::Extend(request) = lease.plan(
-            &*self.services.clock,
-            self.with_headroom(self.policy.baseline()),
-        ) else {
-            unreachable!("a new tracker covers nothing")
-        };
-        bump(&self.stats.connects);
-        let connected = self
-            .block_on(client.connect(id, request.timeout()))
-            .map_err(|source| Error::e2b(operation, Some(id.as_str()), source))?;
-        lease.confirm(&request);
-        let sandbox = client
-            .sandbox(connected.sandbox.envd_access())
-            .map_err(|source| Error::e2b(operation, Some(id.as_str()), source))?;
-        Ok((sandbox, lease))
-    }
-
-    /// Empties `skills/` and `memories/` of the new sandbox: they are the checkpoint's (or
-    /// the branch's) and older than the host's, which the bring-up pushes next; left in
-    /// place, a later recovery would take them for the agent's new work (R8).
-    fn clear_state_roots(&self, attached: &Attached, operation: &'static str) -> Result<(), Error> {
-        let home = attached.info.remote_hermes_home.trim_end_matches('/');
-        if home.is_empty() || !crate::home::is_normalised_absolute(home) {
-            return Err(Error::UntrustedAnswer {
-                operation,
-                sandbox_id: attached.id.as_str().to_owned(),
-                reason: "the state root to empty is not an absolute, normalised path".to_owned(),
-            });
-        }
-        let mut args = vec!["-rf".to_owned(), "--".to_owned()];
-        args.extend(
-            recovery::RECOVERABLE_ROOTS
-                .iter()
-                .map(|root| format!("{home}/{root}")),
-        );
-        let options = StartOptions::exec("/bin/rm".to_owned(), args);
-        let id = attached.id.as_str().to_owned();
-        let output = self
-            .block_on(attached.sandbox.run(options, CLEAR_OUTPUT_LIMIT))
-            .map_err(|source| Error::e2b(operation, Some(&id), source))?;
-        if output.end.exit_code != 0 {
-            return Err(Error::SandboxCommand {
-                operation: "clear state roots",
-                sandbox_id: id,
-                exit_code: output.end.exit_code,
-                stderr: String::from_utf8_lossy(&output.stderr)
-                    .chars()
-                    .take(300)
-                    .collect(),
-            });
-        }
-        Ok(())
     }
 }

@@ -7,6 +7,7 @@
 
 pub(super) mod attach;
 mod checkpoint;
+mod replace;
 mod turns;
 pub use checkpoint::MAX_BRANCHES;
 pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore};

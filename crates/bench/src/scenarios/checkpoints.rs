@@ -78,9 +78,9 @@ pub(super) fn checkpoint(params: &Value, protocol: &mut Protocol) -> Result<(), 
 }
 
 /// `Backend::rollback` to a checkpoint, `rollbacks` times, with the host's state (`files`
-/// files) pushed into each new sandbox. The SDK peer does what its user would: snapshot the
-/// current sandbox (the undo point), create a sandbox from the checkpoint, kill the old one
-/// and push the same state files.
+/// files) pushed into each new sandbox. The SDK peer does the same steps: read the old
+/// sandbox's state, snapshot it (the undo point), create a sandbox from the checkpoint, kill
+/// the old one, empty the new one's state roots and push the same state files.
 pub(super) fn rollback(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
     let rollbacks = param_u64(params, "rollbacks")?;
     let files = param_u64(params, "files")?;
@@ -94,7 +94,8 @@ pub(super) fn rollback(params: &Value, protocol: &mut Protocol) -> Result<(), Be
         "echo base > /home/user/workspace.txt",
         COMMAND_DEADLINE,
     )?;
-    backend.checkpoint(manual_checkpoint(Some("base".to_owned())))?;
+    // By its snapshot id, as the SDK peer holds it (a label costs one snapshot list more).
+    let base = backend.checkpoint(manual_checkpoint(Some("base".to_owned())))?;
     run_to_end(
         &backend,
         "echo broken > /home/user/workspace.txt",
@@ -105,7 +106,7 @@ pub(super) fn rollback(params: &Value, protocol: &mut Protocol) -> Result<(), Be
     let started = Instant::now();
     for _ in 0..rollbacks {
         backend.rollback(
-            CheckpointTarget::Named("base".to_owned()),
+            CheckpointTarget::Named(base.snapshot_id.clone()),
             DEFAULT_CHECKPOINT_WAIT,
         )?;
     }
