@@ -11,7 +11,7 @@ use e2b_client::{
     SandboxId, StateFilter,
 };
 use futures::TryStreamExt;
-use sandbox_identity::{Adoption, Candidate, LeasePlan, LeaseTracker, SCOPE_KEY};
+use sandbox_identity::{Adoption, Candidate, ExtensionRequest, LeasePlan, LeaseTracker, SCOPE_KEY};
 use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles, WriterLease};
 
 use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
@@ -140,7 +140,9 @@ impl Inner {
         bump(&self.stats.lists);
         let list = client.list(query).try_collect::<Vec<ListedSandbox>>();
         let hint = self.last_sandbox_hint();
-        let connect = hint.as_ref().map(|hint| self.connect_async(client, hint));
+        let connect = hint
+            .as_ref()
+            .map(|hint| self.connect_async(client, hint, "connect"));
         let lookup = self.services.runtime.spawn(async move {
             match connect {
                 Some(connect) => {
@@ -295,12 +297,7 @@ impl Inner {
         client: &Client,
         on_timeout: OnTimeout,
     ) -> Result<(Sandbox, LeaseTracker), Error> {
-        let mut lease = LeaseTracker::new();
-        let asked = self.with_headroom(self.policy.baseline());
-        let request = match lease.plan(&*self.services.clock, asked) {
-            LeasePlan::Extend(request) => request,
-            LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
-        };
+        let (mut lease, request) = self.opening_lease();
         let mut options = CreateOptions::new(self.config.template.clone());
         options.timeout = Some(Duration::from_secs(request.timeout_secs()));
         options.on_timeout = on_timeout;
@@ -358,22 +355,19 @@ impl Inner {
         client: &Client,
         id: &SandboxId,
     ) -> Result<(Sandbox, LeaseTracker, bool), Error> {
-        self.block_on(self.connect_async(client, id))
+        self.block_on(self.connect_async(client, id, "connect"))
     }
 
-    /// [`connect`](Self::connect) as a future, to overlap with other requests.
-    fn connect_async(
+    /// [`connect`](Self::connect) as a future, to overlap with other requests; its errors
+    /// name `operation`.
+    pub(super) fn connect_async(
         &self,
         client: &Client,
         id: &SandboxId,
+        operation: &'static str,
     ) -> impl std::future::Future<Output = Result<(Sandbox, LeaseTracker, bool), Error>> + use<>
     {
-        let mut lease = LeaseTracker::new();
-        let asked = self.with_headroom(self.policy.baseline());
-        let request = match lease.plan(&*self.services.clock, asked) {
-            LeasePlan::Extend(request) => request,
-            LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
-        };
+        let (mut lease, request) = self.opening_lease();
         bump(&self.stats.connects);
         let client = client.clone();
         let id = id.clone();
@@ -381,12 +375,23 @@ impl Inner {
             let connected = client
                 .connect(&id, request.timeout())
                 .await
-                .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+                .map_err(|source| Error::e2b(operation, Some(id.as_str()), source))?;
             lease.confirm(&request);
             let sandbox = client
                 .sandbox(connected.sandbox.envd_access())
-                .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+                .map_err(|source| Error::e2b(operation, Some(id.as_str()), source))?;
             Ok((sandbox, lease, connected.state == ConnectState::Resumed))
+        }
+    }
+
+    /// A new lease tracker and the extension that opens it (the baseline with headroom),
+    /// for a sandbox about to be created or connected to.
+    pub(super) fn opening_lease(&self) -> (LeaseTracker, ExtensionRequest) {
+        let lease = LeaseTracker::new();
+        let asked = self.with_headroom(self.policy.baseline());
+        match lease.plan(&*self.services.clock, asked) {
+            LeasePlan::Extend(request) => (lease, request),
+            LeasePlan::Covered => unreachable!("a new tracker covers nothing"),
         }
     }
 

@@ -3,7 +3,7 @@
 //! order and why are in `checkpoint.rs`).
 
 use e2b_client::{Client, SandboxId, StartOptions};
-use sandbox_identity::{CheckpointReason, LeasePlan, LeaseTracker, SUPERSEDES_KEY};
+use sandbox_identity::{CheckpointReason, LeaseTracker, SUPERSEDES_KEY};
 
 use super::{Attached, Inner, Phase, Role, TRANSFER_WINDOW, bump};
 use crate::checkpoint::{Checkpoint, RollbackReport};
@@ -70,13 +70,7 @@ impl Inner {
                 let options = self
                     .create_options(&checkpoint.snapshot_id, [(SUPERSEDES_KEY, old_id.as_str())]);
                 bump(&self.stats.creates);
-                let mut lease = LeaseTracker::new();
-                let LeasePlan::Extend(request) = lease.plan(
-                    &*self.services.clock,
-                    self.with_headroom(self.policy.baseline()),
-                ) else {
-                    unreachable!("a new tracker covers nothing")
-                };
+                let (mut lease, request) = self.opening_lease();
                 let mut options = options;
                 options.timeout = Some(request.timeout());
                 match self.block_on(client.create(options)) {
@@ -209,21 +203,7 @@ impl Inner {
         id: &SandboxId,
         operation: &'static str,
     ) -> Result<(e2b_client::Sandbox, LeaseTracker), Error> {
-        let mut lease = LeaseTracker::new();
-        let LeasePlan::Extend(request) = lease.plan(
-            &*self.services.clock,
-            self.with_headroom(self.policy.baseline()),
-        ) else {
-            unreachable!("a new tracker covers nothing")
-        };
-        bump(&self.stats.connects);
-        let connected = self
-            .block_on(client.connect(id, request.timeout()))
-            .map_err(|source| Error::e2b(operation, Some(id.as_str()), source))?;
-        lease.confirm(&request);
-        let sandbox = client
-            .sandbox(connected.sandbox.envd_access())
-            .map_err(|source| Error::e2b(operation, Some(id.as_str()), source))?;
+        let (sandbox, lease, _) = self.block_on(self.connect_async(client, id, operation))?;
         Ok((sandbox, lease))
     }
 
@@ -250,25 +230,45 @@ impl Inner {
                 .map(|root| format!("{home}/{root}")),
         );
         let options = StartOptions::exec("/bin/rm".to_owned(), args);
-        let id = attached.id.as_str().to_owned();
-        let output = attached
-            .sandbox
-            .run(options, CLEAR_OUTPUT_LIMIT)
-            .await
-            .map_err(|source| Error::e2b(operation, Some(&id), source))?;
-        if output.end.exit_code != 0 {
-            return Err(Error::SandboxCommand {
-                operation: "clear state roots",
-                sandbox_id: id,
-                exit_code: output.end.exit_code,
-                stderr: String::from_utf8_lossy(&output.stderr)
-                    .chars()
-                    .take(300)
-                    .collect(),
-            });
-        }
-        Ok(())
+        run_checked(
+            attached,
+            options,
+            CLEAR_OUTPUT_LIMIT,
+            operation,
+            "clear state roots",
+        )
+        .await
+        .map(drop)
     }
+}
+
+/// Runs a command of the backend's own in `attached` to its end: a request that fails names
+/// `operation`, a non-zero exit `step` (with the start of its stderr).
+pub(super) async fn run_checked(
+    attached: &Attached,
+    options: StartOptions,
+    output_limit: u64,
+    operation: &'static str,
+    step: &'static str,
+) -> Result<e2b_client::CommandOutput, Error> {
+    let id = attached.id.as_str();
+    let output = attached
+        .sandbox
+        .run(options, output_limit)
+        .await
+        .map_err(|source| Error::e2b(operation, Some(id), source))?;
+    if output.end.exit_code != 0 {
+        return Err(Error::SandboxCommand {
+            operation: step,
+            sandbox_id: id.to_owned(),
+            exit_code: output.end.exit_code,
+            stderr: String::from_utf8_lossy(&output.stderr)
+                .chars()
+                .take(300)
+                .collect(),
+        });
+    }
+    Ok(output)
 }
 
 /// Warns about each replaced sandbox whose kill failed.

@@ -216,21 +216,13 @@ impl super::Inner {
         argv.extend(args);
         let options = StartOptions::exec("/bin/bash".to_owned(), argv);
         bump(&self.stats.commands);
-        let id = attached.id.as_str().to_owned();
-        let output = self
-            .block_on(attached.sandbox.run(options, TURN_OUTPUT_LIMIT))
-            .map_err(|source| Error::e2b(operation, Some(&id), source))?;
-        if output.end.exit_code != 0 {
-            return Err(Error::SandboxCommand {
-                operation,
-                sandbox_id: id,
-                exit_code: output.end.exit_code,
-                stderr: String::from_utf8_lossy(&output.stderr)
-                    .chars()
-                    .take(300)
-                    .collect(),
-            });
-        }
+        let output = self.block_on(super::replace::run_checked(
+            attached,
+            options,
+            TURN_OUTPUT_LIMIT,
+            operation,
+            operation,
+        ))?;
         String::from_utf8_lossy(&output.stdout)
             .lines()
             .map(|line| parse(line).ok_or_else(|| garbled(attached, operation)))
