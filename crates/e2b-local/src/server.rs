@@ -116,12 +116,16 @@ impl Server {
                 path: state_dir.join("etc"),
                 source,
             })?;
+        let egress = crate::egress::Egress::start(&isolation, &state_dir.join("etc")).await;
+        if let Err(why) = &egress {
+            tracing::warn!(%why, "egress rules (network.allowOut/denyOut) will be refused");
+        }
         let store = Store::open(
             &state_dir,
             config.clock.clone(),
             isolation.owner(SandboxUser::User),
             isolation.ns_capability(),
-            crate::egress::unavailable(&isolation),
+            egress.as_ref().err().cloned(),
         )
         .map_err(|source| Error::StateDir {
             operation: "open sandbox records",
@@ -144,6 +148,7 @@ impl Server {
             templates: config.templates.clone(),
             isolation: Arc::new(isolation),
             requests: RequestCounter::default(),
+            egress: egress.ok(),
         });
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
