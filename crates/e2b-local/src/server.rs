@@ -116,7 +116,11 @@ impl Server {
                 path: state_dir.join("etc"),
                 source,
             })?;
-        let egress = crate::egress::Egress::start(&isolation, &state_dir.join("etc")).await;
+        let egress = if matches!(isolation, Isolation::Namespace { .. }) {
+            crate::egress::Egress::start(&state_dir.join("etc")).await
+        } else {
+            Err(crate::egress::PATH_MAPPING.to_owned())
+        };
         if let Err(why) = &egress {
             tracing::warn!(%why, "egress rules (network.allowOut/denyOut) will be refused");
         }

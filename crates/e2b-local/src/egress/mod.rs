@@ -48,6 +48,11 @@ pub(crate) fn host_name_servers() -> Vec<std::net::IpAddr> {
     rules::name_servers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
 }
 
+/// Why path mapping cannot enforce rules: the filter is installed while the command is
+/// still root, in its mount namespace (where its resolv.conf is bound too).
+pub(crate) const PATH_MAPPING: &str =
+    "commands run with path mapping (e2b-local is not root), where egress rules cannot be enforced";
+
 /// The server's egress machinery: the proxy for domain rules and the resolv.conf that
 /// filtered commands see; absent where rules cannot be enforced.
 #[derive(Debug)]
@@ -65,15 +70,10 @@ impl Drop for Egress {
 }
 
 impl Egress {
-    /// Starts the proxy, after checking that this host can enforce rules: the error is
-    /// why not, said by every create or update that asks for rules.
-    pub(crate) async fn start(
-        isolation: &crate::isolation::Isolation,
-        etc_dir: &Path,
-    ) -> Result<Egress, String> {
-        if !matches!(isolation, crate::isolation::Isolation::Namespace { .. }) {
-            return Err("commands run with path mapping (e2b-local is not root), where egress rules cannot be enforced".to_owned());
-        }
+    /// Starts the proxy, after checking that this kernel can enforce rules (for commands
+    /// in a mount namespace; with path mapping, see [`PATH_MAPPING`]): the error is why
+    /// not, said by every create or update that asks for rules.
+    pub(crate) async fn start(etc_dir: &Path) -> Result<Egress, String> {
         probe().map_err(|error| {
             format!("this kernel refuses the seccomp user-notification filter that enforces them ({error})")
         })?;
