@@ -288,3 +288,74 @@ async fn what_bypasses_connect_is_refused_under_rules() {
     assert!(err.contains("Permission denied"), "{err}");
     server.shutdown().await.unwrap();
 }
+
+/// The Python a sandbox runs to try each way out; prints one word per attempt.
+const ROUTES_OUT: &str = r#"
+import ctypes, errno, socket, sys
+allowed, denied = int(sys.argv[1]), int(sys.argv[2])
+def attempt(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def v6_allowed():
+    s = socket.socket(socket.AF_INET6)
+    s.settimeout(5)  # non-blocking underneath: EINPROGRESS, then the answer
+    s.connect(("::ffff:127.61.6.2", allowed))
+    s.sendall(b"v6\n")
+    assert s.recv(4) == b"ack\n"
+libc = ctypes.CDLL(None, use_errno=True)
+def io_uring():
+    if libc.syscall(425, 1, ctypes.create_string_buffer(120)) < 0:
+        raise OSError(ctypes.get_errno(), "io_uring_setup")
+print(
+    attempt(lambda: socket.socket(socket.AF_INET6).connect(("::ffff:127.61.6.3", denied))),
+    attempt(v6_allowed),
+    attempt(io_uring),
+    attempt(lambda: socket.socket().sendto(b"x", socket.MSG_FASTOPEN, ("127.61.6.3", denied))),
+    attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW)),
+)
+"#;
+
+#[tokio::test]
+async fn ipv6_non_blocking_sockets_and_other_routes_out_follow_the_rules() {
+    // contract: X11
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    if !enforced(&api).await {
+        return;
+    }
+    let allowed = Host::start("127.61.6.2", 0);
+    let denied = Host::start("127.61.6.3", 0);
+    let sandbox = sandbox_with(
+        &api,
+        json!({"allowOut": ["127.61.6.2"], "denyOut": ["0.0.0.0/0"]}),
+    )
+    .await;
+    assert_eq!(
+        api.upload(&sandbox, "/home/user/routes.py", ROUTES_OUT.as_bytes())
+            .await
+            .status,
+        200
+    );
+    let script = format!(
+        "/usr/bin/python3 /home/user/routes.py {} {}",
+        allowed.addr.port(),
+        denied.addr.port()
+    );
+    // As root, who could open a packet socket without the filter.
+    let mut stream = api
+        .start(&sandbox, &script, &[("authorization", "Basic cm9vdDo=")])
+        .await;
+    let run = stream.collect().await;
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        "ECONNREFUSED ok EPERM ENOTSUP EAFNOSUPPORT\n",
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(allowed.seen(), vec![b"v6\n".to_vec()]);
+    assert!(denied.seen().is_empty());
+    server.shutdown().await.unwrap();
+}
