@@ -359,3 +359,57 @@ async fn ipv6_non_blocking_sockets_and_other_routes_out_follow_the_rules() {
     assert!(denied.seen().is_empty());
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_update_that_cannot_hold_every_process_is_a_409_saying_why() {
+    // contract: X11
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    if !enforced(&api).await {
+        return;
+    }
+    let host = Host::start("127.61.7.2", 0);
+    // Created without rules: its commands run unfiltered, so rules cannot come while one runs.
+    let plain = new_sandbox(&api).await;
+    let mut running = api.start(&plain, "sleep 30", &[]).await;
+    let path = format!("/sandboxes/{}/network", plain.id);
+    let deny = r#"{"denyOut": ["0.0.0.0/0"]}"#;
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert!(reply.text.contains("run unfiltered"), "{}", reply.text);
+    let first = running.next().await.expect("start event");
+    let pid = first.json["event"]["start"]["pid"].as_u64().unwrap();
+    let killed = api
+        .rpc(
+            &plain,
+            "process.Process/SendSignal",
+            json!({"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}),
+        )
+        .await;
+    assert_eq!(killed.status, 200, "{}", killed.text);
+    while running.next().await.is_some() {}
+    // Nothing runs any more: the rules hold for every command from now on.
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    let (out, _) = sh(&api, &plain, &dial(host.addr, "x")).await;
+    assert_eq!(out, "");
+
+    // Internet off without rules is a loopback-only network namespace: it stays closed.
+    let offline = api
+        .post(
+            "/v2/sandboxes",
+            r#"{"templateID": "base", "timeout": 60, "allow_internet_access": false}"#,
+        )
+        .await;
+    let id = offline.json["sandboxID"].as_str().unwrap();
+    let path = format!("/sandboxes/{id}/network");
+    let reply = api
+        .rest(Method::PUT, &path, Some(r#"{"allowOut": ["127.61.7.2"]}"#))
+        .await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert!(reply.text.contains("denyOut"), "{}", reply.text);
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    assert!(host.seen().is_empty());
+    server.shutdown().await.unwrap();
+}
