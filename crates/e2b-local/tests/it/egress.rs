@@ -413,3 +413,47 @@ async fn an_update_that_cannot_hold_every_process_is_a_409_saying_why() {
     assert!(host.seen().is_empty());
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn rules_hold_after_a_pause_and_a_restart() {
+    // contract: X11
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = e2b_local::ServerConfig::loopback();
+    config.state_dir = Some(dir.path().to_path_buf());
+    config.clock = e2b_local::Clock::manual(t0());
+    let server = e2b_local::Server::start(config.clone()).await.unwrap();
+    let api = Api::new(&server);
+    if !enforced(&api).await {
+        return;
+    }
+    let allowed = Host::start("127.61.8.2", 0);
+    let denied = Host::start("127.61.8.3", 0);
+    let sandbox = sandbox_with(
+        &api,
+        json!({"allowOut": ["127.61.8.2"], "denyOut": ["0.0.0.0/0"]}),
+    )
+    .await;
+    let path = format!("/sandboxes/{}", sandbox.id);
+    assert_eq!(api.post(&format!("{path}/pause"), "{}").await.status, 204);
+    server.shutdown().await.unwrap();
+
+    let server = e2b_local::Server::start(config).await.unwrap();
+    let api = Api::new(&server);
+    let resumed = api
+        .post(&format!("/v2{path}/connect"), r#"{"timeout": 60}"#)
+        .await;
+    assert_eq!(resumed.status, 201, "{}", resumed.text);
+    let sandbox = Sandbox {
+        id: sandbox.id,
+        token: resumed.json["envdAccessToken"].as_str().map(str::to_owned),
+    };
+    let script = [dial(allowed.addr, "a"), dial(denied.addr, "d")].join("; ");
+    let (out, err) = sh(&api, &sandbox, &script).await;
+    assert_eq!(out, "ok a ack\n", "{err}");
+    assert!(denied.seen().is_empty());
+    assert_eq!(
+        api.get(&path).await.json["network"]["allowOut"],
+        json!(["127.61.8.2"])
+    );
+    server.shutdown().await.unwrap();
+}
