@@ -57,7 +57,7 @@ pub(crate) fn serve(listener: OwnedFd, policy: Arc<LivePolicy>, proxy: Arc<Proxy
             // ENOENT: the caller died or was interrupted before we read it.
             continue;
         }
-        match judge(&listener, &notif, &policy) {
+        match judge(&listener, &notif, &policy, &proxy) {
             Step::Answer(outcome) => reply(&listener, notif.id, outcome),
             Step::Connect(socket, dest) if blocking(&socket) => {
                 // A blocking connect takes as long as the peer does: a thread of its own,
@@ -122,7 +122,12 @@ fn blocking(socket: &OwnedFd) -> bool {
 /// the kernel run it unchanged.
 type Outcome = Option<Result<(), i32>>;
 
-fn judge(listener: &OwnedFd, notif: &libc::seccomp_notif, policy: &LivePolicy) -> Step {
+fn judge(
+    listener: &OwnedFd,
+    notif: &libc::seccomp_notif,
+    policy: &LivePolicy,
+    proxy: &Proxy,
+) -> Step {
     let pid = notif.pid as libc::pid_t;
     let target_fd = notif.data.args[0] as RawFd;
     let len = (notif.data.args[2] as usize).min(size_of::<libc::sockaddr_storage>());
@@ -163,7 +168,13 @@ fn judge(listener: &OwnedFd, notif: &libc::seccomp_notif, policy: &LivePolicy) -
     let Some(dest) = parse_sockaddr(&raw[..len]) else {
         return Step::Answer(Some(Err(libc::EAFNOSUPPORT)));
     };
-    match policy.current().verdict(dest.ip(), dest.port()) {
+    let policy = policy.current();
+    let verdict = if proxy.is_api(dest) {
+        policy.remote_verdict(dest.ip(), dest.port())
+    } else {
+        policy.verdict(dest.ip(), dest.port())
+    };
+    match verdict {
         Verdict::Allow => Step::Connect(socket, dest),
         Verdict::Deny => Step::Answer(Some(Err(libc::ECONNREFUSED))),
         Verdict::ByName => Step::Proxy(socket, domain, dest),

@@ -149,6 +149,20 @@ async fn only_allowed_addresses_are_reached_and_allow_beats_deny() {
     // Refused before any packet: the listener never accepted anything.
     assert!(denied.seen().is_empty());
 
+    // e2b-local's own API is a host elsewhere (E2B's is on the internet), not the
+    // sandbox's loopback: the sandbox cannot reach it to lift its own rules.
+    let port = server.addr().port();
+    let lift = format!(
+        "curl -s -m 5 -X PUT -H 'X-API-Key: any' -d '{{}}' http://127.0.0.1:{port}/sandboxes/{}/network || echo refused",
+        sandbox.id
+    );
+    let (out, _) = sh(&api, &sandbox, &lift).await;
+    assert_eq!(out, "refused\n");
+    assert_eq!(
+        api.get(&format!("/sandboxes/{}", sandbox.id)).await.json["network"]["denyOut"],
+        json!(["0.0.0.0/0", "127.61.1.5"])
+    );
+
     // A sandbox without rules is not filtered at all.
     let open = new_sandbox(&api).await;
     let (out, _) = sh(&api, &open, &dial(denied.addr, "free")).await;
