@@ -3,6 +3,7 @@
 mod cli;
 mod envd;
 mod envd_files;
+mod envd_transfer;
 mod faults;
 mod fidelity;
 mod fuzz_corpus;
