@@ -72,6 +72,12 @@ pub enum Operation {
     RemoveWatcher,
     /// `GET /sandboxes/{id}/metrics`.
     Metrics,
+    /// envd `process.Process/StreamInput`.
+    StreamInput,
+    /// envd `process.Process/CloseStdin`.
+    CloseStdin,
+    /// A signed `/files` URL (made locally, nothing sent).
+    FileUrl,
 }
 
 impl Operation {
@@ -128,6 +134,9 @@ impl fmt::Display for Operation {
             Operation::GetWatcherEvents => "get watcher events",
             Operation::RemoveWatcher => "remove watcher",
             Operation::Metrics => "get sandbox metrics",
+            Operation::StreamInput => "stream process input",
+            Operation::CloseStdin => "close process stdin",
+            Operation::FileUrl => "make file URL",
         })
     }
 }
