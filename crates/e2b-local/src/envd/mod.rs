@@ -98,6 +98,6 @@ pub(crate) fn token_ok(ctx: &Ctx, headers: &HeaderMap) -> bool {
         Some(token) => headers
             .get("x-access-token")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|given| signing::same_secret(given, token)),
+            .is_some_and(|given| signing::same_secret(given, token.expose())),
     }
 }

@@ -149,7 +149,7 @@ pub(super) fn authorize(ctx: &Ctx, request: &Request, query: &FilesQuery) -> Res
     };
     check(
         &ctx.app,
-        token,
+        token.expose(),
         request.headers(),
         query,
         Operation::of(request),
@@ -167,7 +167,7 @@ pub(crate) fn find_signed_sandbox(app: &App, request: &Request) -> Option<String
         app.store
             .running(id)
             .and_then(|s| s.token)
-            .is_some_and(|token| signed_by(&token, &query, operation))
+            .is_some_and(|token| signed_by(token.expose(), &query, operation))
     })
 }
 
