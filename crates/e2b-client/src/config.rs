@@ -289,6 +289,25 @@ mod tests {
     }
 
     #[test]
+    fn direct_urls_name_the_sandbox_even_on_shared_host_domains() {
+        let config = Config::new(key());
+        assert_eq!(
+            config.envd_direct_url(&id(), None),
+            "https://49983-ikk8xw53nne4bytcdg87t.e2b.app"
+        );
+        assert_eq!(
+            config.envd_direct_url(&id(), Some("other.dev")),
+            "https://49983-ikk8xw53nne4bytcdg87t.other.dev"
+        );
+        let mut local = Config::new(key());
+        local.sandbox_url = Some("http://127.0.0.1:3001".to_owned());
+        assert_eq!(
+            local.envd_direct_url(&id(), Some("other.dev")),
+            "http://127.0.0.1:3001"
+        );
+    }
+
+    #[test]
     fn envd_url_decision_follows_the_sandbox_domain() {
         let config = Config::new(key());
         for shared in SHARED_HOST_DOMAINS {
