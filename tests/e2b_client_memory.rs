@@ -1,5 +1,7 @@
-//! 100 MiB of command output through e2b-client with bounded memory, measured by a counting
-//! allocator that tracks only the client's thread (e2b-local runs on other threads).
+//! 100 MiB of command output, and 64 MiB each way through gzip-coded `/files`, through
+//! e2b-client with bounded memory, measured by a counting allocator that tracks only the
+//! client's thread (e2b-local runs on other threads). The tests take turns (the counters
+//! are process-wide).
 //!
 //! A test binary of its own, outside `tests/it/`: its `#[global_allocator]` is process-wide.
 #![allow(clippy::print_stdout)]
@@ -10,10 +12,15 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use agent_sandbox_examples::e2b_client::{
-    ApiKey, Client, Config, CreateOptions, OnTimeout, ProcessEvent, StartOptions,
+    ApiKey, Client, Config, ContentCoding, CreateOptions, OnTimeout, ProcessEvent, StartOptions,
+    WriteOptions,
 };
 use agent_sandbox_examples::e2b_local::Server;
+use bytes::Bytes;
 use futures::StreamExt;
+
+/// Held by each test for its whole run: one measurement at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Counts live heap bytes allocated and freed by threads that opted in.
 struct Counting;
@@ -85,6 +92,9 @@ const BOUND: isize = 8 << 20;
 #[test]
 fn hundred_mib_of_output_with_bounded_memory() {
     // contract: O1
+    let _turn = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     // e2b-local lives on its own runtime and threads, so its buffers are not counted.
     let (url_tx, url_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -161,5 +171,87 @@ fn hundred_mib_of_output_with_bounded_memory() {
     assert_eq!(total, OUTPUT);
     assert!(max_chunk <= 64 * 1024, "{max_chunk}");
     assert!(chunks >= OUTPUT / (64 * 1024), "{chunks}");
+    assert!(peak < BOUND, "peak {peak} bytes");
+}
+
+const GZIP_FILE: u64 = 64 << 20;
+
+#[test]
+fn sixty_four_mib_through_gzip_both_ways_with_bounded_memory() {
+    // The e2b-client README's "Streaming, bounded memory", for gzip-coded /files.
+    let _turn = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (url_tx, url_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server_thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        runtime.block_on(async move {
+            let server = Server::start_loopback().await.expect("e2b-local");
+            url_tx.send(server.url()).expect("send url");
+            let _ = stop_rx.await;
+            server.shutdown().await.expect("shutdown");
+        });
+    });
+    let url = url_rx.recv().expect("server url");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    let (size, downloaded, peak) = runtime.block_on(async {
+        let mut config = Config::new(ApiKey::new("memory-test-key".to_owned()));
+        config.api_url = Some(url.clone());
+        config.sandbox_url = Some(url.clone());
+        config.request_deadline = Duration::from_secs(120);
+        let client = Client::new(config).expect("client");
+        let mut options = CreateOptions::new("base".to_owned());
+        options.on_timeout = OnTimeout::Kill;
+        let info = client.create(options).await.expect("create");
+        let sandbox = client.sandbox(info.envd_access()).expect("sandbox");
+
+        TRACKED.with(|t| t.set(true));
+        let baseline = LIVE.load(Ordering::Relaxed);
+        PEAK.store(baseline, Ordering::Relaxed);
+        // Made as it is sent: 64 KiB chunks of varied (still compressible) text.
+        let chunks = (0..GZIP_FILE / (64 << 10)).map(|i| {
+            let line = format!("chunk {i} of a file that compresses well\n");
+            let chunk: Vec<u8> = line.bytes().cycle().take(64 << 10).collect();
+            Ok::<Bytes, std::io::Error>(Bytes::from(chunk))
+        });
+        sandbox
+            .write_file_stream_with(
+                "big.txt",
+                futures::stream::iter(chunks),
+                &WriteOptions::new(ContentCoding::Gzip),
+            )
+            .await
+            .expect("gzip upload");
+        let mut download = sandbox
+            .read_file_stream_with("big.txt", GZIP_FILE, ContentCoding::Gzip)
+            .await
+            .expect("gzip download");
+        let mut downloaded: u64 = 0;
+        while let Some(chunk) = download.next().await {
+            downloaded += chunk.expect("chunk").len() as u64;
+        }
+        drop(download);
+        let peak = PEAK.load(Ordering::Relaxed) - baseline;
+        TRACKED.with(|t| t.set(false));
+        let size = sandbox.stat("big.txt").await.expect("stat").size;
+        client.kill(&info.sandbox_id).await.expect("kill");
+        (size, downloaded, peak)
+    });
+    println!(
+        "gzip: uploaded and downloaded {downloaded} bytes; peak client heap above baseline: {} KiB",
+        peak / 1024
+    );
+    stop_tx.send(()).expect("server running");
+    server_thread.join().expect("server thread");
+    assert_eq!(size, GZIP_FILE, "the sandbox holds the decoded file");
+    assert_eq!(downloaded, GZIP_FILE);
     assert!(peak < BOUND, "peak {peak} bytes");
 }

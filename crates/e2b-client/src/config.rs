@@ -108,6 +108,21 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The sandbox's own envd address, as the SDK's `envd_direct_url`: `sandbox_url`
+    /// verbatim if set, else `https://49983-<id>.<domain>` (even on E2B's own domains, whose
+    /// shared host needs headers a plain URL cannot carry). Signed file URLs use it.
+    pub fn envd_direct_url(&self, sandbox_id: &SandboxId, sandbox_domain: Option<&str>) -> String {
+        if let Some(url) = &self.sandbox_url {
+            return url.clone();
+        }
+        let domain = sandbox_domain
+            .filter(|domain| !domain.is_empty())
+            .unwrap_or(&self.domain);
+        format!("https://{ENVD_PORT}-{sandbox_id}.{domain}")
+    }
+}
+
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // URLs may carry credentials (user:pass@), so they go through the redaction pass.
@@ -269,6 +284,25 @@ mod tests {
         assert_eq!(config.api_base_url(), "http://127.0.0.1:3000");
         assert_eq!(
             config.envd_base_url(&id(), Some("other.dev")),
+            "http://127.0.0.1:3001"
+        );
+    }
+
+    #[test]
+    fn direct_urls_name_the_sandbox_even_on_shared_host_domains() {
+        let config = Config::new(key());
+        assert_eq!(
+            config.envd_direct_url(&id(), None),
+            "https://49983-ikk8xw53nne4bytcdg87t.e2b.app"
+        );
+        assert_eq!(
+            config.envd_direct_url(&id(), Some("other.dev")),
+            "https://49983-ikk8xw53nne4bytcdg87t.other.dev"
+        );
+        let mut local = Config::new(key());
+        local.sandbox_url = Some("http://127.0.0.1:3001".to_owned());
+        assert_eq!(
+            local.envd_direct_url(&id(), Some("other.dev")),
             "http://127.0.0.1:3001"
         );
     }

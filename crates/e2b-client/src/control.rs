@@ -345,7 +345,12 @@ impl Client {
             .config
             .envd_base_url(&access.sandbox_id, access.domain.as_deref());
         check_base_url("sandbox_url", &base)?;
-        Sandbox::new(Arc::clone(&self.inner.http), access, base)
+        let direct = self
+            .inner
+            .config
+            .envd_direct_url(&access.sandbox_id, access.domain.as_deref());
+        check_base_url("sandbox_url", &direct)?;
+        Sandbox::new(Arc::clone(&self.inner.http), access, base, direct)
     }
 
     /// A context for errors of `operation`.

@@ -74,6 +74,12 @@ pub enum Operation {
     Metrics,
     /// `PUT /sandboxes/{id}/network`.
     UpdateNetwork,
+    /// envd `process.Process/StreamInput`.
+    StreamInput,
+    /// envd `process.Process/CloseStdin`.
+    CloseStdin,
+    /// A signed `/files` URL (made locally, nothing sent).
+    FileUrl,
 }
 
 impl Operation {
@@ -132,6 +138,9 @@ impl fmt::Display for Operation {
             Operation::RemoveWatcher => "remove watcher",
             Operation::Metrics => "get sandbox metrics",
             Operation::UpdateNetwork => "update sandbox network",
+            Operation::StreamInput => "stream process input",
+            Operation::CloseStdin => "close process stdin",
+            Operation::FileUrl => "make file URL",
         })
     }
 }

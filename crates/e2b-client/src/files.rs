@@ -1,5 +1,6 @@
 //! Filesystem types: entries, uploads, capped downloads.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::pin::Pin;
@@ -88,12 +89,19 @@ pub struct EntryInfo {
         deserialize_with = "json::opt_rfc3339"
     )]
     pub modified_time: Option<time::OffsetDateTime>,
-    /// Where a symlink points.
+    /// Set for a symlink: where it leads, resolved to the final path as envd resolves it
+    /// (the link's own path when it dangles). `kind` and `mode` are then the target's (no
+    /// type for a dangling link); `permissions` are the link's own (`Lrwxrwxrwx`).
     #[serde(rename = "symlinkTarget", alias = "symlink_target", default)]
     pub symlink_target: Option<String>,
-    /// Newer envd reports a link's target type in `kind` and flags the link here.
+    /// Set by envd builds that flag a link here besides `symlink_target` (current envd
+    /// does not: read `symlink_target`).
     #[serde(rename = "isSymlink", alias = "is_symlink", default)]
     pub is_symlink: bool,
+    /// The file's user-defined metadata (its `user.e2b.*` extended attributes), empty when
+    /// none or before envd 0.6.2.
+    #[serde(default, deserialize_with = "json::null_default")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 fn unspecified() -> FileType {
@@ -113,10 +121,15 @@ pub struct WrittenFile {
     /// Normally [`FileType::File`].
     #[serde(rename = "type", default = "unspecified")]
     pub kind: FileType,
+    /// The metadata the file now has, as envd read it back (empty when none was stored).
+    #[serde(default, deserialize_with = "json::null_default")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// The result of [`crate::Sandbox::make_dir`].
 #[derive(Clone, Debug)]
+// One value per MakeDir call: boxing the entry would change the public variant for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum MakeDirOutcome {
     /// Created (with any missing parents).
     Created(EntryInfo),
@@ -190,7 +203,7 @@ pub(crate) fn multipart_filename_problem(path: &str) -> Option<&'static str> {
 /// A multipart/form-data body: one `file` part per upload, the filename being its path.
 pub(crate) struct Multipart {
     /// The body, either all in memory (replayable) or streamed.
-    pub(crate) body: reqwest::Body,
+    pub(crate) body: UploadData,
     /// The `Content-Type` header value with the boundary.
     pub(crate) content_type: String,
 }
@@ -220,7 +233,7 @@ pub(crate) fn multipart(files: Vec<UploadFile>) -> Multipart {
         }
         out.extend_from_slice(&closing);
         return Multipart {
-            body: reqwest::Body::from(out.freeze()),
+            body: UploadData::Bytes(out.freeze()),
             content_type,
         };
     }
@@ -240,7 +253,7 @@ pub(crate) fn multipart(files: Vec<UploadFile>) -> Multipart {
         .flatten()
         .chain(stream::iter([Ok(closing)]));
     Multipart {
-        body: reqwest::Body::wrap_stream(body),
+        body: UploadData::Stream(body.boxed()),
         content_type,
     }
 }
@@ -284,6 +297,21 @@ impl Download {
         limit: u64,
         idle: Duration,
     ) -> Download {
+        let transport = ctx.clone();
+        let body =
+            body.map(move |item| item.map_err(|e| transport.transport(TransportStage::Body, e)));
+        Download::from_results(ctx, path, body, content_length, limit, idle)
+    }
+
+    /// A download whose body errors are already the crate's (a decoded body).
+    pub(crate) fn from_results(
+        ctx: Ctx,
+        path: String,
+        body: impl Stream<Item = Result<Bytes, Error>> + Send + 'static,
+        content_length: Option<u64>,
+        limit: u64,
+        idle: Duration,
+    ) -> Download {
         struct State<B> {
             body: Pin<Box<B>>,
             ctx: Ctx,
@@ -309,7 +337,7 @@ impl Download {
             let item = match tokio::time::timeout(state.idle, state.body.next()).await {
                 Err(_) => Err(state.ctx.deadline(state.idle)),
                 Ok(None) => return None,
-                Ok(Some(Err(error))) => Err(state.ctx.transport(TransportStage::Body, error)),
+                Ok(Some(Err(error))) => Err(error),
                 Ok(Some(Ok(chunk))) => {
                     state.received = state
                         .received
@@ -449,7 +477,10 @@ mod tests {
             .strip_prefix("multipart/form-data; boundary=")
             .expect("boundary")
             .to_owned();
-        let body = multipart.body.as_bytes().expect("in memory").to_vec();
+        let UploadData::Bytes(body) = multipart.body else {
+            panic!("in memory")
+        };
+        let body = body.to_vec();
         let text = String::from_utf8(body).expect("utf-8");
         assert_eq!(
             text,

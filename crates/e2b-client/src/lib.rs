@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod coding;
 mod config;
 mod control;
 mod error;
@@ -19,6 +20,7 @@ mod watch;
 #[cfg(test)]
 mod wire_tests;
 
+pub use crate::coding::{ContentCoding, WriteOptions};
 pub use crate::config::{
     Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
 };
@@ -35,11 +37,11 @@ pub use crate::files::{
 pub use crate::ids::SandboxId;
 pub use crate::process::{
     CommandOutput, END_DRAIN_LIMIT, ProcessConfig, ProcessEnd, ProcessEvent, ProcessInfo,
-    ProcessStream, Signal, SignalOutcome, StartOptions,
+    ProcessStdin, ProcessStream, Signal, SignalOutcome, StartOptions,
 };
 pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
-pub use crate::sandbox::{EnvdAccess, Health, Sandbox};
+pub use crate::sandbox::{EnvdAccess, FileUrl, Health, InputStream, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey};
 pub use crate::watch::{FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId};
 

@@ -39,6 +39,19 @@ pub struct StartOptions {
     /// (`Keepalive-Ping-Interval`). The client gives up on a stream silent for twice this (or
     /// the request deadline, whichever is longer).
     pub keepalive: Duration,
+    /// Whether envd keeps the process's stdin open for input
+    /// ([`Sandbox::stream_input`](crate::Sandbox::stream_input)); closed by default.
+    pub stdin: ProcessStdin,
+}
+
+/// A process's standard input as envd starts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessStdin {
+    /// No input: reading stdin ends at once (what the SDK's `commands.run` does by default).
+    Closed,
+    /// A pipe kept open for input until
+    /// [`Sandbox::close_stdin`](crate::Sandbox::close_stdin) or the process's end.
+    Open,
 }
 
 impl StartOptions {
@@ -52,8 +65,8 @@ impl StartOptions {
     }
 
     /// Runs `program` with `args` as its argv, with no shell between (so nothing is quoted or
-    /// expanded). Both constructors use envd's default user and directory, no process deadline
-    /// and the official SDK's 50 s keepalive.
+    /// expanded). Both constructors use envd's default user and directory, no process deadline,
+    /// the official SDK's 50 s keepalive and stdin closed.
     pub fn exec(program: String, args: Vec<String>) -> StartOptions {
         StartOptions {
             program,
@@ -63,6 +76,7 @@ impl StartOptions {
             user: None,
             timeout: None,
             keepalive: Duration::from_secs(50),
+            stdin: ProcessStdin::Closed,
         }
     }
 }

@@ -22,10 +22,15 @@ use crate::secret::AccessToken;
 
 // One file per envd service; each adds its methods to `Sandbox` and keeps its messages.
 mod filesystem;
+mod input;
 mod processes;
 mod terminal;
 mod transfer;
+mod urls;
 mod watching;
+
+pub use input::InputStream;
+pub use urls::FileUrl;
 
 /// What reaching one sandbox's envd takes.
 #[derive(Clone, Debug)]
@@ -47,6 +52,8 @@ pub struct Sandbox {
     http: Arc<Http>,
     id: SandboxId,
     base: String,
+    /// The sandbox's own envd address, for URLs that carry no header (signed file URLs).
+    direct: String,
     token: Option<AccessToken>,
     token_header: Option<HeaderValue>,
     user: Option<String>,
@@ -73,7 +80,12 @@ pub enum Health {
 }
 
 impl Sandbox {
-    pub(crate) fn new(http: Arc<Http>, access: EnvdAccess, base: String) -> Result<Sandbox, Error> {
+    pub(crate) fn new(
+        http: Arc<Http>,
+        access: EnvdAccess,
+        base: String,
+        direct: String,
+    ) -> Result<Sandbox, Error> {
         let token_header = match &access.access_token {
             None => None,
             Some(token) => {
@@ -95,6 +107,7 @@ impl Sandbox {
             http,
             id: access.sandbox_id,
             base: base.trim_end_matches('/').to_owned(),
+            direct: direct.trim_end_matches('/').to_owned(),
             token: access.access_token,
             token_header,
             user: None,

@@ -25,6 +25,7 @@ mod sandbox_ns;
 mod server;
 mod snapshots;
 mod store;
+mod token;
 mod tree_copy;
 mod watch;
 

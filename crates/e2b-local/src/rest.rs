@@ -333,7 +333,7 @@ fn sandbox_json(record: &Record) -> Value {
         "domain": null,
     });
     if let Some(token) = &record.token {
-        value["envdAccessToken"] = json!(token);
+        value["envdAccessToken"] = json!(token.expose());
     }
     value
 }
@@ -360,7 +360,7 @@ fn listed_json(record: &Record) -> Value {
 fn detail_json(record: &Record) -> Value {
     let mut value = listed_json(record);
     if let Some(token) = &record.token {
-        value["envdAccessToken"] = json!(token);
+        value["envdAccessToken"] = json!(token.expose());
     }
     value["allowInternetAccess"] = json!(record.allow_internet_access);
     value["domain"] = Value::Null;

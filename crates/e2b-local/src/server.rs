@@ -355,7 +355,12 @@ async fn route(app: Arc<App>, request: Request) -> (Response, Option<String>) {
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if sandbox.is_none() && path == "/files" {
-        sandbox = envd::files::find_signed_sandbox(&app, &request);
+        sandbox = envd::signing::find_signed_sandbox(&app, &request);
+        if sandbox.is_none() && has_signature(&request) {
+            // A signed URL no running sandbox signed: envd's 401, not a REST 404.
+            app.requests.record(Plane::Envd, request.method(), path);
+            return (envd::signing::no_signer(), None);
+        }
     }
     let plane = if sandbox.is_some() {
         Plane::Envd
@@ -376,6 +381,12 @@ async fn route(app: Arc<App>, request: Request) -> (Response, Option<String>) {
     })
     .await;
     (response, logged)
+}
+
+fn has_signature(request: &Request) -> bool {
+    crate::parse::query_pairs(request.uri().query().unwrap_or_default())
+        .iter()
+        .any(|(key, _)| key == "signature")
 }
 
 /// A counted request in flight, from the moment it arrives (before its handler ran: a

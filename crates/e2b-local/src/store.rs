@@ -26,6 +26,7 @@ use self::network::process_table;
 use crate::process_table::ProcessTable;
 use crate::reply::ApiError;
 use crate::sandbox_ns::NsCapability;
+use crate::token::EnvdToken;
 
 /// The longest lease accepted (E2B's paid-tier maximum).
 pub(crate) const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
@@ -71,7 +72,7 @@ pub(crate) struct Record {
     pub(crate) auto_resume: bool,
     pub(crate) allow_internet_access: Option<bool>,
     pub(crate) secure: bool,
-    pub(crate) token: Option<String>,
+    pub(crate) token: Option<EnvdToken>,
     /// Set when the sandbox was created from a snapshot (or forked from such a sandbox).
     #[serde(default)]
     pub(crate) origin: Option<SnapshotOrigin>,
@@ -174,7 +175,7 @@ pub(crate) struct Page {
 #[derive(Clone, Debug)]
 pub(crate) struct RunningSandbox {
     pub(crate) id: String,
-    pub(crate) token: Option<String>,
+    pub(crate) token: Option<EnvdToken>,
     pub(crate) env_vars: BTreeMap<String, String>,
     pub(crate) home: PathBuf,
     /// What the sandbox calls that home (its template's, [`crate::paths::home_for_template`]).
@@ -250,11 +251,6 @@ fn new_sandbox_id() -> String {
         id.push(char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]));
     }
     id
-}
-
-fn new_token() -> String {
-    let bytes: [u8; 24] = rand::rng().random();
-    URL_SAFE_NO_PAD.encode(bytes)
 }
 
 impl Store {
@@ -411,7 +407,7 @@ impl Store {
             auto_resume: params.auto_resume,
             allow_internet_access: params.allow_internet_access,
             secure: params.secure,
-            token: params.with_token.then(new_token),
+            token: params.with_token.then(EnvdToken::generate),
             origin: params.origin,
             network: params.network,
         };

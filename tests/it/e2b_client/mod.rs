@@ -10,6 +10,7 @@ mod processes;
 mod readme;
 mod snapshots;
 mod terminal;
+mod transfer;
 mod watch;
 
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@ use super::Sandbox;
 use crate::error::{Error, Operation};
 use crate::json;
 use crate::process::{
-    CommandOutput, ProcessInfo, ProcessStream, Signal, SignalOutcome, StartOptions,
+    CommandOutput, ProcessInfo, ProcessStdin, ProcessStream, Signal, SignalOutcome, StartOptions,
 };
 use crate::retry::Idempotency;
 
@@ -59,6 +59,23 @@ impl Sandbox {
             Duration::from_secs(50),
         )
         .await
+    }
+
+    /// Closes the stdin of a process started with [`ProcessStdin::Open`]
+    /// (`process.Process/CloseStdin`): it reads end of file. An unknown pid is an error with
+    /// [`Error::is_not_found`].
+    pub async fn close_stdin(&self, pid: u32) -> Result<(), Error> {
+        let message = SelectorRequest {
+            process: PidSelector { pid },
+        };
+        self.rpc::<_, serde::de::IgnoredAny>(
+            Operation::CloseStdin,
+            "process.Process/CloseStdin",
+            &message,
+            Idempotency::Idempotent,
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Sends a signal to one pid (`process.Process/SendSignal`); other processes are untouched.
@@ -120,7 +137,7 @@ impl StartRequest<'_> {
                 envs: &options.envs,
                 cwd: options.cwd.as_deref(),
             },
-            stdin: false,
+            stdin: options.stdin == ProcessStdin::Open,
         }
     }
 }

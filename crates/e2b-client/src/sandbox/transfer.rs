@@ -1,17 +1,21 @@
-//! envd's `/files` endpoint: multipart and streamed uploads, capped downloads.
+//! envd's `/files` endpoint: multipart and streamed uploads, capped downloads, either
+//! gzip-coded on request, uploads with metadata.
 
 use std::io;
 
 use bytes::Bytes;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use percent_encoding::utf8_percent_encode;
 use reqwest::Method;
-use reqwest::header::{ACCEPT_ENCODING, CONTENT_RANGE, CONTENT_TYPE, RANGE};
+use reqwest::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_RANGE, CONTENT_TYPE, RANGE};
 
 use super::Sandbox;
+use crate::coding::{
+    ContentCoding, WriteOptions, gunzip_body, gzip_bytes, gzip_stream, metadata_headers,
+};
 use crate::error::{Error, Operation};
 use crate::files::{
-    Download, FileRange, UploadFile, WrittenFile, multipart, multipart_filename_problem,
+    Download, FileRange, UploadData, UploadFile, WrittenFile, multipart, multipart_filename_problem,
 };
 use crate::http::{Ctx, Pool, UNRESERVED};
 use crate::retry::Idempotency;
@@ -22,6 +26,17 @@ impl Sandbox {
     /// Retried like any idempotent request when every file is in memory; sent once when any is
     /// a stream.
     pub async fn write_files(&self, files: Vec<UploadFile>) -> Result<Vec<WrittenFile>, Error> {
+        self.write_files_with(files, &WriteOptions::new(ContentCoding::Identity))
+            .await
+    }
+
+    /// [`Sandbox::write_files`] with a coding for the whole body and metadata stored with
+    /// every file.
+    pub async fn write_files_with(
+        &self,
+        files: Vec<UploadFile>,
+        options: &WriteOptions,
+    ) -> Result<Vec<WrittenFile>, Error> {
         let ctx = self.ctx(Operation::Upload);
         if files.is_empty() {
             return Ok(Vec::new());
@@ -32,12 +47,13 @@ impl Sandbox {
             }
         }
         let expected = files.len();
-        let body = multipart(files);
+        let multipart = multipart(files);
         let query = self.user_query(None);
         let builder = self
             .request(&ctx, Pool::Default, Method::POST, &format!("/files{query}"))?
-            .header(CONTENT_TYPE, body.content_type)
-            .body(body.body);
+            .header(CONTENT_TYPE, multipart.content_type);
+        let builder = with_options(&ctx, builder, options)?
+            .body(coded_body(&ctx, multipart.body, options.coding).await?);
         let written = self.send_upload(&ctx, builder).await?;
         if written.len() != expected {
             return Err(ctx.protocol(format!(
@@ -50,7 +66,20 @@ impl Sandbox {
 
     /// Uploads one file from memory as `application/octet-stream` to `/files?path=…`.
     pub async fn write_file(&self, path: &str, data: Bytes) -> Result<WrittenFile, Error> {
-        self.write_octets(path, reqwest::Body::from(data)).await
+        self.write_file_with(path, data, &WriteOptions::new(ContentCoding::Identity))
+            .await
+    }
+
+    /// [`Sandbox::write_file`] with a coding (gzip is compressed in memory, so the request
+    /// can still be retried) and metadata.
+    pub async fn write_file_with(
+        &self,
+        path: &str,
+        data: Bytes,
+        options: &WriteOptions,
+    ) -> Result<WrittenFile, Error> {
+        self.write_octets(path, UploadData::Bytes(data), options)
+            .await
     }
 
     /// Streams one file as `application/octet-stream` to `/files?path=…`, never holding it whole;
@@ -60,11 +89,28 @@ impl Sandbox {
         path: &str,
         data: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
     ) -> Result<WrittenFile, Error> {
-        self.write_octets(path, reqwest::Body::wrap_stream(data))
+        self.write_file_stream_with(path, data, &WriteOptions::new(ContentCoding::Identity))
             .await
     }
 
-    async fn write_octets(&self, path: &str, body: reqwest::Body) -> Result<WrittenFile, Error> {
+    /// [`Sandbox::write_file_stream`] with a coding (gzip compresses as the stream is read:
+    /// memory stays bounded) and metadata.
+    pub async fn write_file_stream_with(
+        &self,
+        path: &str,
+        data: impl Stream<Item = io::Result<Bytes>> + Send + 'static,
+        options: &WriteOptions,
+    ) -> Result<WrittenFile, Error> {
+        self.write_octets(path, UploadData::Stream(data.boxed()), options)
+            .await
+    }
+
+    async fn write_octets(
+        &self,
+        path: &str,
+        data: UploadData,
+        options: &WriteOptions,
+    ) -> Result<WrittenFile, Error> {
         let ctx = self.ctx(Operation::Upload);
         if path.is_empty() {
             return Err(ctx.invalid_input("the path is empty"));
@@ -72,8 +118,9 @@ impl Sandbox {
         let query = self.user_query(Some(path));
         let builder = self
             .request(&ctx, Pool::Default, Method::POST, &format!("/files{query}"))?
-            .header(CONTENT_TYPE, "application/octet-stream")
-            .body(body);
+            .header(CONTENT_TYPE, "application/octet-stream");
+        let builder = with_options(&ctx, builder, options)?
+            .body(coded_body(&ctx, data, options.coding).await?);
         let mut written = self.send_upload(&ctx, builder).await?;
         match written.len() {
             1 => Ok(written.remove(0)),
@@ -105,9 +152,45 @@ impl Sandbox {
     /// `limit` bytes. Uses HTTP/1.1 like the official SDK (E2B's proxy pads downloads with empty
     /// HTTP/2 frames). A missing file is an error with [`Error::is_not_found`].
     pub async fn read_file_stream(&self, path: &str, limit: u64) -> Result<Download, Error> {
+        self.read_file_stream_with(path, limit, ContentCoding::Identity)
+            .await
+    }
+
+    /// [`Sandbox::read_file_stream`] asking for a coding: with [`ContentCoding::Gzip`] the
+    /// file travels compressed and is decompressed as it arrives, `limit` counting the
+    /// decompressed bytes (a server that answers uncompressed is read as is).
+    pub async fn read_file_stream_with(
+        &self,
+        path: &str,
+        limit: u64,
+        coding: ContentCoding,
+    ) -> Result<Download, Error> {
         let ctx = self.ctx(Operation::Download);
         let http = &self.http;
-        let response = self.send_download(&ctx, path, None).await?;
+        let response = self.send_download(&ctx, path, None, coding).await?;
+        let sent_coding = response
+            .headers()
+            .get(CONTENT_ENCODING)
+            .map(|value| value.to_str().unwrap_or("?").to_ascii_lowercase());
+        match sent_coding.as_deref() {
+            None | Some("identity") => {}
+            Some("gzip") if coding == ContentCoding::Gzip => {
+                let body = gunzip_body(ctx.clone(), response.bytes_stream());
+                return Ok(Download::from_results(
+                    ctx,
+                    path.to_owned(),
+                    body,
+                    None,
+                    limit,
+                    http.deadline,
+                ));
+            }
+            Some(other) => {
+                return Err(ctx.protocol(format!(
+                    "the download came with Content-Encoding '{other}', which was not asked for"
+                )));
+            }
+        }
         let content_length = response.content_length();
         if content_length.is_some_and(|len| len > limit) {
             return Err(ctx.limit(Some(path), limit));
@@ -122,18 +205,23 @@ impl Sandbox {
         ))
     }
 
-    /// Sends `GET /files` for `path` (uncompressed, on the HTTP/1.1 pool), for bytes
+    /// Sends `GET /files` for `path` (on the HTTP/1.1 pool) asking for `coding`, for bytes
     /// `start..=end` when a range is given.
     async fn send_download(
         &self,
         ctx: &Ctx,
         path: &str,
         range: Option<(u64, u64)>,
+        coding: ContentCoding,
     ) -> Result<reqwest::Response, Error> {
         let query = self.user_query(Some(path));
+        let accept = match coding {
+            ContentCoding::Identity => "identity",
+            ContentCoding::Gzip => "gzip",
+        };
         let mut builder = self
             .request(ctx, Pool::Http1, Method::GET, &format!("/files{query}"))?
-            .header(ACCEPT_ENCODING, "identity");
+            .header(ACCEPT_ENCODING, accept);
         if let Some((start, end)) = range {
             builder = builder.header(RANGE, format!("bytes={start}-{end}"));
         }
@@ -160,7 +248,9 @@ impl Sandbox {
             return Err(ctx.invalid_input(format!("the range {start}-{end} is empty")));
         }
         let http = &self.http;
-        let sent = self.send_download(&ctx, path, Some((start, end))).await;
+        let sent = self
+            .send_download(&ctx, path, Some((start, end)), ContentCoding::Identity)
+            .await;
         let response = match sent {
             Ok(response) => response,
             Err(error) if error.status() == Some(416) => return Ok(None),
@@ -228,6 +318,40 @@ impl Sandbox {
             format!("?{}", parts.join("&"))
         }
     }
+}
+
+/// Adds the coding's `Content-Encoding` and the metadata headers to an upload.
+fn with_options(
+    ctx: &Ctx,
+    mut builder: reqwest::RequestBuilder,
+    options: &WriteOptions,
+) -> Result<reqwest::RequestBuilder, Error> {
+    if options.coding == ContentCoding::Gzip {
+        builder = builder.header(CONTENT_ENCODING, "gzip");
+    }
+    for (name, value) in metadata_headers(ctx, &options.metadata)? {
+        builder = builder.header(name, value);
+    }
+    Ok(builder)
+}
+
+/// The request body of an upload in its coding: in memory stays in memory (replayable),
+/// a stream stays a stream.
+async fn coded_body(
+    ctx: &Ctx,
+    data: UploadData,
+    coding: ContentCoding,
+) -> Result<reqwest::Body, Error> {
+    Ok(match (data, coding) {
+        (UploadData::Bytes(bytes), ContentCoding::Identity) => reqwest::Body::from(bytes),
+        (UploadData::Bytes(bytes), ContentCoding::Gzip) => {
+            reqwest::Body::from(gzip_bytes(ctx, &bytes).await?)
+        }
+        (UploadData::Stream(stream), ContentCoding::Identity) => reqwest::Body::wrap_stream(stream),
+        (UploadData::Stream(stream), ContentCoding::Gzip) => {
+            reqwest::Body::wrap_stream(gzip_stream(stream))
+        }
+    })
 }
 
 /// `bytes <first>-<last>/<size>` (a satisfied range; no `*` for an unknown size).

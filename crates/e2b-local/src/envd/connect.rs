@@ -12,10 +12,10 @@ use serde::{Deserialize, Deserializer};
 use tokio::sync::mpsc;
 
 /// Largest request message accepted (stdin chunks, paths): envd never needs more.
-const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
 /// Envelope flag of the final frame of a stream.
-const END_STREAM: u8 = 0x02;
+pub(crate) const END_STREAM: u8 = 0x02;
 
 /// A Connect error code (the string form goes on the wire).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,7 +111,7 @@ pub(crate) fn unary_ok(value: &serde_json::Value) -> Response {
 }
 
 /// The reply to a request with a codec we do not speak (binary proto, gRPC).
-fn unsupported_media_type() -> Response {
+pub(crate) fn unsupported_media_type() -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::UNSUPPORTED_MEDIA_TYPE;
     response.headers_mut().insert(
@@ -147,7 +147,7 @@ async fn read_body(request: Request) -> Result<Bytes, ConnectError> {
         .map_err(|e| ConnectError::new(Code::InvalidArgument, format!("reading request body: {e}")))
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConnectError> {
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ConnectError> {
     let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
         b"{}".as_slice()
     } else {
@@ -242,7 +242,7 @@ fn envelope(flags: u8, payload: &[u8]) -> Bytes {
     out.freeze()
 }
 
-fn stream_headers(mut response: Response) -> Response {
+pub(crate) fn stream_headers(mut response: Response) -> Response {
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/connect+json"),

@@ -3,7 +3,7 @@
 use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use axum::extract::Request;
 use axum::response::Response;
@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::connect::{self, Code, ConnectError, de_opt_u32};
 use super::ctx::Ctx;
+use super::metadata;
 use crate::clock::{nanos, rfc3339};
 use crate::isolation::{Isolation, SandboxUser};
 use crate::paths::{self, Last, PathError, Resolved, SandboxFs};
@@ -158,36 +159,86 @@ fn permission_string(meta: &fs::Metadata) -> String {
     out
 }
 
-/// The proto3 JSON `EntryInfo` of a host path known to the sandbox as `virt`.
-pub(crate) fn entry_info(isolation: &Isolation, host: &Path, virt: &str) -> io::Result<Value> {
+/// The proto3 JSON `EntryInfo` of a host path known to the sandbox as `virt`, as envd
+/// builds it: the entry's own size, times and `permissions`; for a symlink, the target's
+/// type and mode and `symlinkTarget` the link resolved to its final path (the link's own
+/// path when it dangles, with no type then); and the `user.e2b.*` metadata.
+pub(crate) fn entry_info(
+    isolation: &Isolation,
+    areas: &SandboxFs<'_>,
+    host: &Path,
+    virt: &str,
+) -> io::Result<Value> {
     let meta = fs::symlink_metadata(host)?;
     let name = virt.rsplit('/').next().unwrap_or_default();
     let mut entry = json!({
         "name": name,
         "path": virt,
         "size": meta.len().to_string(),
-        "mode": meta.permissions().mode() & 0o777,
         "permissions": permission_string(&meta),
         "owner": isolation.user_name(meta.uid()),
         "group": isolation.user_name(meta.gid()),
         "modifiedTime": rfc3339(meta.modified().map(nanos).unwrap_or(0)),
     });
-    let file_type = if meta.file_type().is_symlink() {
-        let target = fs::read_link(host)?;
-        entry["symlinkTarget"] = json!(target.to_string_lossy());
-        // Newer envd reports the target's type and flags the link.
-        entry["isSymlink"] = json!(true);
-        match fs::metadata(host) {
-            Ok(target_meta) if target_meta.is_dir() => "FILE_TYPE_DIRECTORY",
-            _ => "FILE_TYPE_FILE",
+    let (kind, mode, metadata) = if meta.file_type().is_symlink() {
+        let (target, target_meta, target_host) = follow(areas, virt);
+        entry["symlinkTarget"] = json!(target);
+        match target_meta {
+            Some(target_meta) => (
+                file_type(&target_meta),
+                target_meta.permissions().mode() & 0o777,
+                target_host.map(|h| metadata::read(&h)).unwrap_or_default(),
+            ),
+            None => (None, 0, Default::default()),
         }
-    } else if meta.is_dir() {
-        "FILE_TYPE_DIRECTORY"
     } else {
-        "FILE_TYPE_FILE"
+        (
+            file_type(&meta),
+            meta.permissions().mode() & 0o777,
+            metadata::read(host),
+        )
     };
-    entry["type"] = json!(file_type);
+    // proto3 JSON leaves out zero values: an unknown type, a dangling link's mode.
+    if let Some(kind) = kind {
+        entry["type"] = json!(kind);
+    }
+    if mode != 0 {
+        entry["mode"] = json!(mode);
+    }
+    if !metadata.is_empty() {
+        entry["metadata"] = json!(metadata);
+    }
     Ok(entry)
+}
+
+fn file_type(meta: &fs::Metadata) -> Option<&'static str> {
+    if meta.is_dir() {
+        Some("FILE_TYPE_DIRECTORY")
+    } else if meta.is_file() {
+        Some("FILE_TYPE_FILE")
+    } else {
+        None
+    }
+}
+
+/// Where the link at `virt` leads in the sandbox's view (Go's `EvalSymlinks`): the final
+/// path, the metadata there, and its host path when it is inside the sandbox's areas.
+/// A target outside them is the host's own path, as the sandbox's commands see it.
+fn follow(areas: &SandboxFs<'_>, virt: &str) -> (String, Option<fs::Metadata>, Option<PathBuf>) {
+    match areas.resolve(virt, Last::Follow) {
+        Ok(resolved) => match fs::metadata(&resolved.host) {
+            Ok(meta) => (resolved.virt, Some(meta), Some(resolved.host)),
+            Err(_) => (virt.to_owned(), None, None),
+        },
+        Err(PathError::Outside(outside)) => match std::fs::canonicalize(&outside) {
+            Ok(real) => {
+                let meta = fs::metadata(&real).ok();
+                (real.to_string_lossy().into_owned(), meta, None)
+            }
+            Err(_) => (virt.to_owned(), None, None),
+        },
+        Err(PathError::Invalid(_)) => (virt.to_owned(), None, None),
+    }
 }
 
 fn resolve(ctx: &Ctx, path: &str, last: Last) -> Result<Resolved, ConnectError> {
@@ -196,7 +247,13 @@ fn resolve(ctx: &Ctx, path: &str, last: Last) -> Result<Resolved, ConnectError> 
 
 fn stat(ctx: &Ctx, path: &str) -> Result<Value, ConnectError> {
     let resolved = resolve(ctx, path, Last::NoFollow)?;
-    let entry = entry_info(&ctx.app.isolation, &resolved.host, &resolved.virt).map_err(|e| {
+    let entry = entry_info(
+        &ctx.app.isolation,
+        &sandbox_fs(ctx),
+        &resolved.host,
+        &resolved.virt,
+    )
+    .map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             ConnectError::new(
                 Code::NotFound,
@@ -235,8 +292,13 @@ fn make_dir(ctx: &Ctx, user: SandboxUser, path: &str) -> Result<Value, ConnectEr
         ctx.app.isolation.owner(user),
     )
     .map_err(|e| io_error("creating directory", &resolved.virt, &e))?;
-    let entry = entry_info(&ctx.app.isolation, &resolved.host, &resolved.virt)
-        .map_err(|e| io_error("statting", &resolved.virt, &e))?;
+    let entry = entry_info(
+        &ctx.app.isolation,
+        &sandbox_fs(ctx),
+        &resolved.host,
+        &resolved.virt,
+    )
+    .map_err(|e| io_error("statting", &resolved.virt, &e))?;
     Ok(json!({"entry": entry}))
 }
 
@@ -281,7 +343,12 @@ fn walk(
         let name = name.to_string_lossy().into_owned();
         let child_host = host.join(&name);
         let child_virt = format!("{}/{name}", virt.trim_end_matches('/'));
-        let Ok(entry) = entry_info(&ctx.app.isolation, &child_host, &child_virt) else {
+        let Ok(entry) = entry_info(
+            &ctx.app.isolation,
+            &sandbox_fs(ctx),
+            &child_host,
+            &child_virt,
+        ) else {
             continue; // vanished while listing
         };
         out.push(entry);
@@ -340,7 +407,7 @@ fn move_entry(
             .map_err(|e| io_error("creating parent of", &to.virt, &e))?;
     }
     fs::rename(&from.host, &to.host).map_err(|e| io_error("moving", &from.virt, &e))?;
-    let entry = entry_info(&ctx.app.isolation, &to.host, &to.virt)
+    let entry = entry_info(&ctx.app.isolation, &sandbox_fs(ctx), &to.host, &to.virt)
         .map_err(|e| io_error("statting", &to.virt, &e))?;
     Ok(json!({"entry": entry}))
 }

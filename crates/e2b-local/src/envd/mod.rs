@@ -3,9 +3,14 @@
 
 pub(crate) mod connect;
 mod ctx;
+mod download;
+mod encoding;
 pub(crate) mod files;
 pub(crate) mod filesystem;
+mod metadata;
 pub(crate) mod process;
+pub(crate) mod signing;
+mod stream_input;
 mod watch;
 
 use std::sync::Arc;
@@ -67,7 +72,7 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
     }
     match (method, path.as_str()) {
         (Method::GET, "/health") => StatusCode::NO_CONTENT.into_response(),
-        (Method::GET, "/files") => files::download(ctx, request).await,
+        (Method::GET, "/files") => download::download(ctx, request).await,
         (Method::POST, "/files") => files::upload(ctx, request).await,
         (Method::GET, "/envs") => {
             json_response(StatusCode::OK, &serde_json::json!(ctx.sandbox.env_vars))
@@ -93,6 +98,6 @@ pub(crate) fn token_ok(ctx: &Ctx, headers: &HeaderMap) -> bool {
         Some(token) => headers
             .get("x-access-token")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|given| given == token),
+            .is_some_and(|given| signing::same_secret(given, token.expose())),
     }
 }

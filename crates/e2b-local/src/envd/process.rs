@@ -112,7 +112,7 @@ struct UpdateRequest {
 
 /// `ProcessSelector`: a pid or a tag.
 #[derive(Debug, Default, Deserialize)]
-struct Selector {
+pub(super) struct Selector {
     #[serde(default, deserialize_with = "de_opt_u32")]
     pid: Option<u32>,
     #[serde(default)]
@@ -124,11 +124,11 @@ impl Selector {
         table.find(self.pid, self.tag.as_deref())
     }
 
-    fn find_running(&self, table: &ProcessTable) -> Option<Arc<Proc>> {
+    pub(super) fn find_running(&self, table: &ProcessTable) -> Option<Arc<Proc>> {
         table.find_running(self.pid, self.tag.as_deref())
     }
 
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match (self.pid, &self.tag) {
             (Some(pid), _) => format!("process with pid {pid} not found"),
             (None, Some(tag)) => format!("process with tag {tag} not found"),
@@ -152,7 +152,7 @@ struct SendSignalRequest {
 }
 
 #[derive(Debug, Default, Deserialize)]
-struct InputMsg {
+pub(super) struct InputMsg {
     #[serde(default)]
     stdin: Option<String>,
     #[serde(default)]
@@ -194,18 +194,7 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             Ok(req) => update(&ctx, &req),
             Err(response) => response,
         },
-        "StreamInput" => {
-            let error = ConnectError::new(
-                Code::Unimplemented,
-                format!("process.Process/{method} is not implemented by e2b-local"),
-            );
-            let stream = connect::is_stream_request(request.headers());
-            if stream {
-                error.stream()
-            } else {
-                error.unary()
-            }
-        }
+        "StreamInput" => super::stream_input::handle(ctx, request).await,
         _ => ConnectError::new(
             Code::NotFound,
             format!("unknown method process.Process/{method}"),
@@ -535,60 +524,61 @@ async fn send_input(ctx: &Ctx, req: SendInputRequest) -> Response {
     let Some(proc) = req.process.find_running(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).unary();
     };
-    if let Some(input) = &req.input.pty {
-        return write_tty(&proc, input).await;
+    match write_input(&proc, &req.input).await {
+        Ok(()) => connect::unary_ok(&json!({})),
+        Err(error) => error.unary(),
+    }
+}
+
+/// Writes one `ProcessInput` (base64 bytes for the terminal or for stdin) to `proc`, with
+/// envd's errors (`SendInput` and `StreamInput` share it).
+pub(super) async fn write_input(proc: &Proc, input: &InputMsg) -> Result<(), ConnectError> {
+    if let Some(bytes) = &input.pty {
+        return write_tty(proc, bytes).await;
     }
     if proc.tty.is_some() {
-        return ConnectError::new(
+        return Err(ConnectError::new(
             Code::Internal,
             "error writing to stdin: tty assigned to process — input should be written to the pty, not the stdin",
-        )
-        .unary();
+        ));
     }
-    let data = match STANDARD.decode(req.input.stdin.unwrap_or_default()) {
-        Ok(data) => data,
-        Err(e) => {
-            return ConnectError::new(Code::InvalidArgument, format!("invalid stdin bytes: {e}"))
-                .unary();
-        }
-    };
+    let data = STANDARD
+        .decode(input.stdin.as_deref().unwrap_or_default())
+        .map_err(|e| {
+            ConnectError::new(Code::InvalidArgument, format!("invalid stdin bytes: {e}"))
+        })?;
     let mut stdin = proc.stdin.lock().await;
     let Some(pipe) = stdin.as_mut() else {
-        return ConnectError::new(Code::Internal, "stdin not enabled or closed").unary();
+        return Err(ConnectError::new(
+            Code::Internal,
+            "stdin not enabled or closed",
+        ));
     };
-    if let Err(e) = pipe.write_all(&data).await {
-        return ConnectError::new(Code::Internal, format!("error writing to stdin: {e}")).unary();
-    }
-    connect::unary_ok(&json!({}))
+    pipe.write_all(&data)
+        .await
+        .map_err(|e| ConnectError::new(Code::Internal, format!("error writing to stdin: {e}")))
 }
 
 /// Types `input` (base64) on the process's terminal.
-async fn write_tty(proc: &Proc, input: &str) -> Response {
+async fn write_tty(proc: &Proc, input: &str) -> Result<(), ConnectError> {
     let Some(tty) = &proc.tty else {
-        return ConnectError::new(
+        return Err(ConnectError::new(
             Code::Internal,
             "error writing to tty: tty not assigned to process — input should be written to the stdin, not the tty",
-        )
-        .unary();
+        ));
     };
-    let data = match STANDARD.decode(input) {
-        Ok(data) => data,
-        Err(e) => {
-            return ConnectError::new(Code::InvalidArgument, format!("invalid pty bytes: {e}"))
-                .unary();
-        }
-    };
-    match tty.write_all(&data).await {
-        Ok(()) => connect::unary_ok(&json!({})),
-        Err(e) => ConnectError::new(
+    let data = STANDARD
+        .decode(input)
+        .map_err(|e| ConnectError::new(Code::InvalidArgument, format!("invalid pty bytes: {e}")))?;
+    tty.write_all(&data).await.map_err(|e| {
+        ConnectError::new(
             Code::Internal,
             format!(
                 "error writing to tty: error writing to tty of process '{}': {e}",
                 proc.pid
             ),
         )
-        .unary(),
-    }
+    })
 }
 
 /// `Update`: resizes the process's terminal (nothing else can be updated).

@@ -52,6 +52,20 @@ struct Target {
     virt: String,
     include_entry: bool,
     recursive: bool,
+    /// The sandbox's areas, for the entries' symlink targets.
+    home: PathBuf,
+    tmp: PathBuf,
+    virt_home: &'static str,
+}
+
+impl Target {
+    fn fs(&self) -> SandboxFs<'_> {
+        SandboxFs {
+            home: &self.home,
+            tmp: &self.tmp,
+            virt_home: self.virt_home,
+        }
+    }
 }
 
 fn target(ctx: &Ctx, req: &WatchRequest) -> Result<Target, ConnectError> {
@@ -81,6 +95,9 @@ fn target(ctx: &Ctx, req: &WatchRequest) -> Result<Target, ConnectError> {
             virt: resolved.virt,
             include_entry: req.include_entry,
             recursive: req.recursive,
+            home: ctx.sandbox.home.clone(),
+            tmp: ctx.sandbox.tmp.clone(),
+            virt_home: ctx.sandbox.virt_home,
         }),
     }
 }
@@ -100,7 +117,7 @@ fn event_json(isolation: &Isolation, target: &Target, event: &FsEvent) -> Value 
     if target.include_entry && event.kind.leaves_entry() {
         let host = target.host.join(&event.name);
         let virt = format!("{}/{}", target.virt.trim_end_matches('/'), event.name);
-        if let Ok(entry) = super::filesystem::entry_info(isolation, &host, &virt) {
+        if let Ok(entry) = super::filesystem::entry_info(isolation, &target.fs(), &host, &virt) {
             json["entry"] = entry;
         }
     }

@@ -5,6 +5,7 @@ mod egress;
 mod egress_api;
 mod envd;
 mod envd_files;
+mod envd_transfer;
 mod faults;
 mod fidelity;
 mod fuzz_corpus;

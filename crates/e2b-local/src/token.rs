@@ -1,0 +1,50 @@
+//! A secure sandbox's envd access token: a secret, so `Debug` never shows it (sandbox
+//! records and handler contexts are `Debug`); stored as the bare string.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// One sandbox's envd access token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub(crate) struct EnvdToken(String);
+
+impl EnvdToken {
+    /// 24 bytes from the thread RNG (ChaCha seeded by the OS, fit for secrets), URL-safe.
+    pub(crate) fn generate() -> EnvdToken {
+        let bytes: [u8; 24] = rand::rng().random();
+        EnvdToken(URL_SAFE_NO_PAD.encode(bytes))
+    }
+
+    /// The token, for the answer that hands it out and the checks that compare it.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for EnvdToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EnvdToken([REDACTED])")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_the_token_and_storage_keeps_the_bare_string() {
+        let token = EnvdToken::generate();
+        assert_eq!(token.expose().len(), 32);
+        assert_ne!(token, EnvdToken::generate());
+        let shown = format!("{:?}", Some(&token));
+        assert!(!shown.contains(token.expose()), "{shown}");
+        assert!(shown.contains("REDACTED"));
+        // Records written before the newtype read back, and new ones look the same.
+        let stored = serde_json::to_string(&token).unwrap();
+        assert_eq!(stored, format!("\"{}\"", token.expose()));
+        assert_eq!(serde_json::from_str::<EnvdToken>(&stored).unwrap(), token);
+    }
+}
