@@ -29,6 +29,7 @@ use sandbox_identity::{
     SCOPE_KEY, SUPERSEDES_KEY,
 };
 
+use super::egress::EgressKnown;
 use super::{Attached, Backend, Inner, Phase, Role, TRANSFER_WINDOW, bump};
 use crate::checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, Discarded, Fork, RollbackReport,
@@ -409,6 +410,7 @@ impl Inner {
             self.config.security,
             sandbox_identity::Security::Secure
         ));
+        self.stamp_egress(&mut options);
         options
     }
 
@@ -496,10 +498,17 @@ impl Inner {
         let old_id = old.id.clone();
         let client = old.client.clone();
         let mut warnings = Vec::new();
+        // The digest of the policy a restored sandbox is created with.
+        let mut created_egress = String::new();
         let (restored, new_id, created) = match replacement {
             Replacement::Restore(checkpoint) => {
                 let options = self
                     .create_options(&checkpoint.snapshot_id, [(SUPERSEDES_KEY, old_id.as_str())]);
+                created_egress = options
+                    .metadata
+                    .get(crate::egress::EGRESS_KEY)
+                    .cloned()
+                    .unwrap_or_default();
                 bump(&self.stats.creates);
                 let mut lease = LeaseTracker::new();
                 let LeasePlan::Extend(request) = lease.plan(
@@ -581,12 +590,25 @@ impl Inner {
             crate::home::HomeCache::new(files.dir()).put(new_id.as_str(), &old.info.home);
         }
         drop(old);
-        let (sandbox, lease) = match created {
-            Some((sandbox, lease)) => (sandbox?, lease),
-            None => self.connect_new(&client, &new_id, operation)?,
+        // A sandbox created just now has the policy in force; a fork branch made earlier may
+        // not (the policy may have changed since), so it is updated once (X9).
+        let (sandbox, lease, egress) = match created {
+            Some((sandbox, lease)) => (sandbox?, lease, EgressKnown::Created(created_egress)),
+            None => {
+                let (sandbox, lease) = self.connect_new(&client, &new_id, operation)?;
+                (sandbox, lease, EgressKnown::Stamped(None))
+            }
         };
-        let mut attached =
-            self.attached(client, sandbox, lease, role, Origin::Restored, false, None)?;
+        let mut attached = self.attached(
+            client,
+            sandbox,
+            lease,
+            role,
+            Origin::Restored,
+            false,
+            None,
+            egress,
+        )?;
         attached.fresh = true;
         // The state roots are under the home: known before anything is removed.
         self.settle_home(&mut attached)?;
