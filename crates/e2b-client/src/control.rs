@@ -24,6 +24,7 @@ use crate::sandbox::{EnvdAccess, Sandbox};
 
 mod answers;
 mod metrics;
+mod network;
 mod options;
 mod snapshots;
 
@@ -32,6 +33,7 @@ pub use self::answers::{
     SandboxInfo, SandboxState,
 };
 pub use self::metrics::SandboxMetric;
+pub use self::network::{ALL_TRAFFIC, EgressRules, NetworkConfig};
 pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
 pub use self::snapshots::{DeleteOutcome, ForkOptions, SnapshotInfo, SnapshotQuery};
 
@@ -110,6 +112,7 @@ impl Client {
             auto_pause_memory,
             secure: options.secure,
             allow_internet_access: options.allow_internet_access,
+            network: options.network.as_ref().map(network::NetworkWire::from),
             metadata: &options.metadata,
             env_vars: &options.env_vars,
         };
@@ -465,6 +468,8 @@ struct NewSandbox<'a> {
     // E2B spells this one field in snake_case.
     #[serde(skip_serializing_if = "Option::is_none")]
     allow_internet_access: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<network::NetworkWire>,
     metadata: &'a BTreeMap<String, String>,
     #[serde(rename = "envVars")]
     env_vars: &'a BTreeMap<String, String>,

@@ -72,6 +72,8 @@ pub enum Operation {
     RemoveWatcher,
     /// `GET /sandboxes/{id}/metrics`.
     Metrics,
+    /// `PUT /sandboxes/{id}/network`.
+    UpdateNetwork,
 }
 
 impl Operation {
@@ -88,6 +90,7 @@ impl Operation {
                 | Operation::CreateSnapshot
                 | Operation::Fork
                 | Operation::Metrics
+                | Operation::UpdateNetwork
         )
     }
 }
@@ -128,6 +131,7 @@ impl fmt::Display for Operation {
             Operation::GetWatcherEvents => "get watcher events",
             Operation::RemoveWatcher => "remove watcher",
             Operation::Metrics => "get sandbox metrics",
+            Operation::UpdateNetwork => "update sandbox network",
         })
     }
 }

@@ -23,9 +23,10 @@ pub use crate::config::{
     Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
 };
 pub use crate::control::{
-    Client, ConnectState, Connected, CreateOptions, DeleteOutcome, ForkOptions, KillOutcome,
-    Lifecycle, ListQuery, ListedSandbox, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail,
-    SandboxInfo, SandboxMetric, SandboxState, SnapshotInfo, SnapshotQuery, StateFilter,
+    ALL_TRAFFIC, Client, ConnectState, Connected, CreateOptions, DeleteOutcome, EgressRules,
+    ForkOptions, KillOutcome, Lifecycle, ListQuery, ListedSandbox, NetworkConfig, OnTimeout,
+    PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxMetric, SandboxState,
+    SnapshotInfo, SnapshotQuery, StateFilter,
 };
 pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{

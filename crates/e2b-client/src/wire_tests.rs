@@ -5,6 +5,7 @@ mod control;
 mod files;
 mod first_contact;
 mod metrics;
+mod network;
 mod processes;
 mod snapshots;
 mod support;

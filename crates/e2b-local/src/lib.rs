@@ -6,6 +6,7 @@ mod app;
 mod body;
 mod clock;
 mod config;
+mod egress;
 mod envd;
 mod error;
 mod fault_state;

@@ -16,6 +16,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::egress::LivePolicy;
 use crate::pty::PtyMaster;
 use crate::sandbox_ns::{self, NsPlan, SandboxNs};
 
@@ -177,6 +178,8 @@ struct TableInner {
     closed: bool,
     /// Started with the first command when the plan asks for namespaces.
     ns: Option<SandboxNs>,
+    /// The egress policy every command is filtered by, when the sandbox has one.
+    egress: Option<Arc<LivePolicy>>,
     /// By the pid the sandbox sees (unique within its PID namespace).
     running: HashMap<u32, Arc<Proc>>,
     finished: VecDeque<Arc<Proc>>,
@@ -190,12 +193,42 @@ pub(crate) enum SpawnError {
 }
 
 impl ProcessTable {
-    pub(crate) fn new(sandbox_id: &str, plan: NsPlan) -> ProcessTable {
+    pub(crate) fn new(
+        sandbox_id: &str,
+        plan: NsPlan,
+        egress: Option<Arc<LivePolicy>>,
+    ) -> ProcessTable {
         ProcessTable {
             sandbox_id: sandbox_id.to_owned(),
             plan,
-            inner: Mutex::new(TableInner::default()),
+            inner: Mutex::new(TableInner {
+                egress,
+                ..TableInner::default()
+            }),
         }
+    }
+
+    /// The policy new commands are filtered by (`None`: they are not filtered).
+    pub(crate) fn egress(&self) -> Option<Arc<LivePolicy>> {
+        self.lock().egress.clone()
+    }
+
+    /// Whether the sandbox runs in a network namespace with only loopback.
+    pub(crate) fn offline(&self) -> bool {
+        self.plan.offline
+    }
+
+    /// Sets the policy of a sandbox that had none; refused (with the pids) while a command
+    /// started without a filter still runs, since nothing could hold it to the rules.
+    pub(crate) fn start_filtering(&self, egress: Arc<LivePolicy>) -> Result<(), Vec<u32>> {
+        let mut inner = self.lock();
+        if !inner.running.is_empty() {
+            let mut pids: Vec<u32> = inner.running.keys().copied().collect();
+            pids.sort_unstable();
+            return Err(pids);
+        }
+        inner.egress = Some(egress);
+        Ok(())
     }
 
     /// True when commands run in a PID namespace of the sandbox's own (and so must

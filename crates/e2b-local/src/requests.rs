@@ -236,6 +236,7 @@ fn rest_route(method: &Method, path: &str) -> &'static str {
         (&Method::POST, ["sandboxes", _, "pause"]) => "pause",
         (&Method::POST, ["sandboxes", _, "snapshots"]) => "snapshot",
         (&Method::POST, ["sandboxes", _, "fork"]) => "fork",
+        (&Method::PUT, ["sandboxes", _, "network"]) => "update network",
         (&Method::GET, ["snapshots"]) => "list snapshots",
         (&Method::DELETE, ["templates", _]) => "delete template",
         _ => "rest other",

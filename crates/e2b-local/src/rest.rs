@@ -20,6 +20,7 @@ use crate::store::{
     CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, parse_sandbox_id,
 };
 
+mod network;
 mod snapshots;
 
 /// The envd version reported: the current real one, so the SDK enables every feature.
@@ -148,6 +149,7 @@ fn route(
         }
         (Method::POST, ["sandboxes", id, "snapshots"]) => snapshots::create(app, id, body),
         (Method::POST, ["sandboxes", id, "fork"]) => snapshots::fork(app, id, body),
+        (Method::PUT, ["sandboxes", id, "network"]) => network::update(app, id, body),
         (Method::GET, ["snapshots"]) => snapshots::list(app, query),
         (Method::DELETE, ["templates", id]) => snapshots::delete(app, id),
         (_, ["_e2b_local", rest @ ..]) => crate::admin::route(app, method, rest, body),
@@ -163,6 +165,7 @@ fn route(
             ],
         )
         | (_, ["v2", "sandboxes", _, "connect"]) => Ok(method_not_allowed("POST")),
+        (_, ["sandboxes", _, "network"]) => Ok(method_not_allowed("PUT")),
         (_, ["health"]) => Ok(method_not_allowed("GET")),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "Not found")),
     }
@@ -181,7 +184,7 @@ fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
         // Served: the snapshot list and the template delete the SDK's delete_snapshot uses.
         ["snapshots"] => None,
         ["templates", _] if method == Method::DELETE => None,
-        ["sandboxes", _, tail @ ("logs" | "network")] => sandbox_route(tail),
+        ["sandboxes", _, tail @ "logs"] => sandbox_route(tail),
         ["v2", "sandboxes", _, "logs"] => Some("/v2/sandboxes/{sandboxID}/logs".to_owned()),
         [
             first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"
@@ -214,13 +217,6 @@ struct AutoResume {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Network {
-    #[serde(default)]
-    allow_public_traffic: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct NewSandbox {
     #[serde(rename = "templateID")]
     template_id: Option<String>,
@@ -231,7 +227,7 @@ struct NewSandbox {
     secure: Option<bool>,
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
-    network: Option<Network>,
+    network: Option<network::NetworkBody>,
     metadata: Option<BTreeMap<String, String>>,
     env_vars: Option<BTreeMap<String, String>>,
 }
@@ -301,6 +297,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
             "allowPublicTraffic=false requires a secure sandbox",
         ));
     }
+    let network = network::for_create(app, req.network, req.allow_internet_access)?;
     let (template_id, origin, files_from) = match snapshot {
         Some(found) => (found.template_id, Some(found.origin), Some(found.files)),
         None => (name.to_owned(), None, None),
@@ -318,6 +315,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
         with_token: secure,
         origin,
         files_from,
+        network,
     })?;
     tracing::info!(sandbox_id = %record.id, template = %record.template, "sandbox created");
     Ok(json_response(StatusCode::CREATED, &sandbox_json(&record)))
@@ -366,6 +364,9 @@ fn detail_json(record: &Record) -> Value {
     }
     value["allowInternetAccess"] = json!(record.allow_internet_access);
     value["domain"] = Value::Null;
+    if let Some(network) = network::detail(record) {
+        value["network"] = network;
+    }
     value["lifecycle"] = json!({
         "autoResume": record.auto_resume,
         "onTimeout": if record.auto_pause { "pause" } else { "kill" },

@@ -38,11 +38,12 @@ impl NsCapability {
         net: false,
     };
 
-    /// The namespaces a sandbox with this `allowInternetAccess` gets.
-    pub(crate) fn plan(self, allow_internet_access: Option<bool>) -> NsPlan {
+    /// The namespaces a sandbox gets; `offline` when it has internet access off and no
+    /// other egress rule (rules that allow something are enforced by [`crate::egress`]).
+    pub(crate) fn plan(self, offline: bool) -> NsPlan {
         NsPlan {
             pid: self.pid,
-            offline: self.pid && self.net && allow_internet_access == Some(false),
+            offline: self.pid && self.net && offline,
         }
     }
 }

@@ -121,6 +121,7 @@ impl Server {
             config.clock.clone(),
             isolation.owner(SandboxUser::User),
             isolation.ns_capability(),
+            crate::egress::unavailable(&isolation),
         )
         .map_err(|source| Error::StateDir {
             operation: "open sandbox records",

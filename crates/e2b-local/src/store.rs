@@ -18,6 +18,11 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, nanos};
+use crate::egress::NetworkRecord;
+
+mod network;
+
+use self::network::process_table;
 use crate::process_table::ProcessTable;
 use crate::reply::ApiError;
 use crate::sandbox_ns::NsCapability;
@@ -70,6 +75,9 @@ pub(crate) struct Record {
     /// Set when the sandbox was created from a snapshot (or forked from such a sandbox).
     #[serde(default)]
     pub(crate) origin: Option<SnapshotOrigin>,
+    /// The `network` config (egress rules) as created or last updated.
+    #[serde(default)]
+    pub(crate) network: Option<NetworkRecord>,
 }
 
 /// Where a sandbox made from a snapshot comes from, for what E2B reports about it and for
@@ -114,6 +122,7 @@ pub(crate) struct CreateParams {
     pub(crate) with_token: bool,
     /// Set when the sandbox starts from a snapshot.
     pub(crate) origin: Option<SnapshotOrigin>,
+    pub(crate) network: Option<NetworkRecord>,
     /// A directory holding `home/` and `tmp/` to start from (a snapshot's), copied in.
     pub(crate) files_from: Option<PathBuf>,
 }
@@ -205,6 +214,8 @@ pub(crate) struct Store {
     owner: Option<(u32, u32)>,
     /// The namespaces sandboxes get (per sandbox: see [`NsCapability::plan`]).
     ns: NsCapability,
+    /// Why egress rules cannot be enforced here (`None`: they can).
+    egress_unavailable: Option<String>,
 }
 
 fn secs_to_nanos(secs: i64) -> u64 {
@@ -253,6 +264,7 @@ impl Store {
         clock: Clock,
         owner: Option<(u32, u32)>,
         ns: NsCapability,
+        egress_unavailable: Option<String>,
     ) -> io::Result<Store> {
         let dir = state_dir.join("sandboxes");
         fs::create_dir_all(&dir)?;
@@ -266,10 +278,7 @@ impl Store {
             match serde_json::from_str::<Record>(&text) {
                 Ok(record) => {
                     inner.next_seq = inner.next_seq.max(record.seq + 1);
-                    let procs = Arc::new(ProcessTable::new(
-                        &record.id,
-                        ns.plan(record.allow_internet_access),
-                    ));
+                    let procs = Arc::new(process_table(&record, ns, egress_unavailable.is_none()));
                     if record.state == SbState::Paused {
                         procs.close_and_kill();
                     }
@@ -288,6 +297,7 @@ impl Store {
             dir,
             owner,
             ns,
+            egress_unavailable,
         })
     }
 
@@ -403,15 +413,17 @@ impl Store {
             secure: params.secure,
             token: params.with_token.then(new_token),
             origin: params.origin,
+            network: params.network,
         };
         self.persist(&record);
         inner.entries.insert(
             id.clone(),
             Entry {
                 record: record.clone(),
-                procs: Arc::new(ProcessTable::new(
-                    &id,
-                    self.ns.plan(record.allow_internet_access),
+                procs: Arc::new(process_table(
+                    &record,
+                    self.ns,
+                    self.egress_unavailable.is_none(),
                 )),
             },
         );
@@ -510,9 +522,10 @@ impl Store {
             SbState::Paused => {
                 entry.record.state = SbState::Running;
                 entry.record.end_at = wanted_end;
-                entry.procs = Arc::new(ProcessTable::new(
-                    id,
-                    self.ns.plan(entry.record.allow_internet_access),
+                entry.procs = Arc::new(process_table(
+                    &entry.record,
+                    self.ns,
+                    self.egress_unavailable.is_none(),
                 ));
                 true
             }

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
+use super::NetworkConfig;
+use super::network::NetworkWire;
 use crate::ids::SandboxId;
 use crate::json;
 use crate::sandbox::EnvdAccess;
@@ -252,6 +254,8 @@ pub struct SandboxDetail {
     pub domain: Option<String>,
     /// What happens at lease end, when E2B says.
     pub lifecycle: Option<Lifecycle>,
+    /// The network configuration (egress rules as last set), when E2B says.
+    pub network: Option<NetworkConfig>,
 }
 
 #[derive(Deserialize)]
@@ -268,6 +272,8 @@ struct DetailWire {
     allow_internet_access: Option<bool>,
     #[serde(default)]
     lifecycle: Option<Lifecycle>,
+    #[serde(default)]
+    network: Option<NetworkWire>,
 }
 
 impl From<DetailWire> for SandboxDetail {
@@ -278,6 +284,7 @@ impl From<DetailWire> for SandboxDetail {
             allow_internet_access: wire.allow_internet_access,
             domain: wire.access.domain,
             lifecycle: wire.lifecycle,
+            network: wire.network.map(NetworkConfig::from),
         }
     }
 }

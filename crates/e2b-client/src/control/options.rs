@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::NetworkConfig;
+
 /// What to create. Start from [`CreateOptions::new`]; there is no `Default`.
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
@@ -19,6 +21,9 @@ pub struct CreateOptions {
     pub env_vars: BTreeMap<String, String>,
     /// `Some(false)` puts the sandbox behind deny-all egress; `None` leaves E2B's default.
     pub allow_internet_access: Option<bool>,
+    /// Egress rules and public-URL settings (`network`); `None` sends none (everything
+    /// reachable unless `allow_internet_access` is `Some(false)`).
+    pub network: Option<NetworkConfig>,
     /// Sent as `secure` when set. On the v2 route E2B always issues an envd access token, so
     /// `Some(true)` is what you get anyway; E2B ignores the field there.
     pub secure: Option<bool>,
@@ -34,6 +39,7 @@ impl CreateOptions {
             metadata: BTreeMap::new(),
             env_vars: BTreeMap::new(),
             allow_internet_access: None,
+            network: None,
             secure: None,
         }
     }

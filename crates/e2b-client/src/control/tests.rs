@@ -77,6 +77,7 @@ fn create_body_for_each_lifecycle() {
         auto_pause_memory,
         secure: None,
         allow_internet_access: Some(false),
+        network: None,
         metadata: &metadata,
         env_vars: &envs,
     };

@@ -194,6 +194,7 @@ pub(super) fn fork(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiErr
                 with_token: record.secure,
                 origin: record.origin.clone(),
                 files_from: Some(capture.files().to_path_buf()),
+                network: record.network.clone(),
             });
             match created {
                 Ok(fork) => {

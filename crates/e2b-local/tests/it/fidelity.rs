@@ -308,11 +308,6 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
     let id = &sandbox.id;
     let cases = [
         (
-            reqwest::Method::PUT,
-            format!("/sandboxes/{id}/network"),
-            "/sandboxes/{sandboxID}/network",
-        ),
-        (
             reqwest::Method::GET,
             format!("/sandboxes/{id}/logs"),
             "/sandboxes/{sandboxID}/logs",

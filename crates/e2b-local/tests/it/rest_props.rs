@@ -69,7 +69,6 @@ fn target() -> impl Strategy<Value = Target> {
         Just(Target::SnapshotList),
         Just(Target::Template),
         prop::sample::select(vec![
-            "/sandboxes/{id}/network",
             "/sandboxes/{id}/logs",
             "/v2/sandboxes/{id}/logs",
             "/templates",

@@ -1,0 +1,91 @@
+//! Egress rules of a sandbox: the filter its commands get, and live updates.
+
+use http::StatusCode;
+
+use super::{Record, SbState, Store};
+use crate::egress::{LivePolicy, NetworkRecord, Policy};
+use crate::process_table::ProcessTable;
+use crate::reply::ApiError;
+use crate::sandbox_ns::NsCapability;
+
+/// The process table of a sandbox starting to run: its namespaces, and its egress policy
+/// when commands must be filtered (see [`crate::egress`]).
+pub(super) fn process_table(record: &Record, ns: NsCapability, egress_ok: bool) -> ProcessTable {
+    let plan = ns.plan(record.network.is_none() && record.allow_internet_access == Some(false));
+    let policy = Policy::compile(
+        record.network.as_ref(),
+        record.allow_internet_access,
+        &crate::egress::host_name_servers(),
+    );
+    // Validated at create and update; a record edited by hand gets no filter.
+    let egress = match policy {
+        Ok(policy)
+            if egress_ok && !plan.offline && (record.network.is_some() || policy.restricts()) =>
+        {
+            Some(LivePolicy::new(policy))
+        }
+        _ => None,
+    };
+    ProcessTable::new(&record.id, plan, egress)
+}
+
+impl Store {
+    /// Why egress rules cannot be enforced on this host (`None`: they can).
+    pub(crate) fn egress_unavailable(&self) -> Option<&str> {
+        self.egress_unavailable.as_deref()
+    }
+
+    /// Replaces the egress rules of a running sandbox (`PUT /sandboxes/{id}/network`):
+    /// commands connect by `policy` from now on. 409 for a paused sandbox, for one in a
+    /// loopback-only network namespace that the rules would open, and for one without a
+    /// filter whose unfiltered commands still run.
+    pub(crate) fn update_network(
+        &self,
+        id: &str,
+        network: NetworkRecord,
+        allow_internet_access: Option<bool>,
+        policy: Policy,
+    ) -> Result<(), ApiError> {
+        self.sweep();
+        let mut inner = self.lock();
+        let entry = inner
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?;
+        let conflict = |why: String| ApiError::new(StatusCode::CONFLICT, why);
+        if entry.record.state != SbState::Running {
+            return Err(conflict(format!(
+                "sandbox '{id}' is paused: its network can be updated only while it runs"
+            )));
+        }
+        if entry.procs.offline() && !policy.denies_everything() {
+            return Err(conflict(format!(
+                "sandbox '{id}' was created with allow_internet_access=false and runs in a network namespace with only loopback, which e2b-local cannot open up live; create it with network.denyOut [\"0.0.0.0/0\"] instead"
+            )));
+        }
+        match entry.procs.egress() {
+            Some(live) => live.set(policy),
+            None if entry.procs.offline() => {}
+            None => {
+                if let Some(why) = &self.egress_unavailable
+                    && policy.restricts()
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "egress rules cannot be enforced by e2b-local here: {why}"
+                    )));
+                }
+                entry
+                    .procs
+                    .start_filtering(LivePolicy::new(policy))
+                    .map_err(|pids| conflict(format!(
+                        "sandbox '{id}' was created without network rules and its commands {pids:?} run unfiltered: e2b-local cannot hold them to new rules; create the sandbox with a network config, or update it before starting commands"
+                    )))?;
+            }
+        }
+        entry.record.network = Some(network);
+        entry.record.allow_internet_access = allow_internet_access;
+        let record = entry.record.clone();
+        self.persist(&record);
+        Ok(())
+    }
+}
