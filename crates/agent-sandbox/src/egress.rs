@@ -189,7 +189,12 @@ fn destination(list: EgressList, entry: &str) -> Result<String, String> {
             .ok_or_else(|| "has a prefix length that is not 0..32".to_owned())?;
         let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
         let network = Ipv4Addr::from(u32::from(address) & mask);
-        return Ok(format!("{network}/{prefix}"));
+        // A /32 is the address itself: one spelling, one digest.
+        return Ok(if prefix == 32 {
+            network.to_string()
+        } else {
+            format!("{network}/{prefix}")
+        });
     }
     if let Ok(address) = entry.parse::<Ipv4Addr>() {
         return Ok(address.to_string());
@@ -245,7 +250,11 @@ mod tests {
             &["0.0.0.0/0"],
         )
         .unwrap();
-        let b = policy(&["1.1.1.1", "10.0.0.0/8", "pypi.org"], &[" 0.0.0.0/0 ", ""]).unwrap();
+        let b = policy(
+            &["1.1.1.1/32", "10.0.0.0/8", "pypi.org"],
+            &[" 0.0.0.0/0 ", ""],
+        )
+        .unwrap();
         assert_eq!(a.allow_out(), ["1.1.1.1", "10.0.0.0/8", "pypi.org"]);
         assert_eq!(a, b);
         assert_eq!(a.digest(), b.digest());

@@ -89,6 +89,9 @@ impl Inner {
             return Ok(());
         }
         if self.noted_egress(&attached.id).as_deref() != Some(digest.as_str()) {
+            // A sandbox idle past its lease may have paused, and E2B updates running ones:
+            // the baseline lease first (no request while the known expiry covers it).
+            self.top_up_lease(attached, std::time::Duration::ZERO)?;
             self.update_egress(&attached.client, &attached.id, &desired)?;
         }
         attached.egress = digest;

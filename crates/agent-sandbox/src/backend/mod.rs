@@ -656,7 +656,13 @@ impl Inner {
             unreachable!("the state was attached just above")
         };
         // Before the bring-up's own commands and the caller's (X10).
-        self.keep_egress(attached)?;
+        if let Err(error) = self.keep_egress(attached) {
+            // A sandbox gone is let go; the next use attaches afresh (with the policy).
+            if error.is_sandbox_gone() {
+                self.detach(state);
+            }
+            return Err(error);
+        }
         let established = self.establish(attached);
         // A bring-up that failed may have failed for want of the home: its cause goes first.
         if needed == HomeNeeded::Now || established.is_err() {

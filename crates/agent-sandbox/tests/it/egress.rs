@@ -16,7 +16,7 @@ use e2b_local::FailRule;
 use crate::support::{World, run};
 
 /// The label e2b-local's request counter gives `PUT /sandboxes/{id}/network`.
-const NETWORK: &str = "network";
+const NETWORK: &str = "update network";
 
 /// A TCP listener on a loopback address that counts the connections that delivered bytes
 /// (a destination the sandbox reached for real).
@@ -90,6 +90,14 @@ fn backend_with(world: &World, egress: EgressPolicy) -> Backend {
     .expect("backend")
 }
 
+/// The rules E2B reports for the backend's sandbox: `(allow_out, deny_out)`.
+fn rules_of(world: &World, backend: &Backend) -> (Vec<String>, Vec<String>) {
+    let id = backend.info().expect("attached").sandbox_id;
+    let detail = world.detail(&id).expect("detail");
+    let network = detail.network.expect("rules reported");
+    (network.egress.allow_out, network.egress.deny_out)
+}
+
 fn ip_of(destination: &Destination) -> String {
     destination.addr.ip().to_string()
 }
@@ -112,6 +120,10 @@ fn a_created_sandbox_has_the_policy_before_its_first_command_without_an_update()
         "an allowed destination was refused"
     );
     assert_eq!(world.server().requests().get(NETWORK), 0);
+    assert_eq!(
+        rules_of(&world, &backend),
+        (vec![ip_of(&allowed)], vec!["127.0.0.0/8".to_owned()])
+    );
     let listed = world.list();
     assert_eq!(listed.len(), 1);
     assert_eq!(
@@ -140,6 +152,10 @@ fn an_adopted_sandbox_whose_rules_differ_is_updated_once_and_steady_state_sends_
     assert_eq!(adoption.get("create"), 0, "adopted, not recreated");
     assert_eq!(adoption.get(NETWORK), 1);
     assert_eq!(closed.stats().network_updates, 1);
+    assert_eq!(
+        rules_of(&world, &closed),
+        (vec![], vec!["127.0.0.2".to_owned()])
+    );
 
     let steady = world.server().requests();
     for _ in 0..5 {
@@ -173,6 +189,10 @@ fn a_narrowed_policy_is_applied_before_the_next_command_and_a_widened_one_too() 
         "the narrowed policy was not in force"
     );
     assert_eq!(world.server().requests().since(&before).get(NETWORK), 1);
+    assert_eq!(
+        rules_of(&world, &backend),
+        (vec![], vec!["127.0.0.2".to_owned()])
+    );
     assert!(
         !backend.set_egress(policy(&[], &["127.0.0.2"])),
         "same policy"
@@ -257,4 +277,31 @@ fn an_attached_sandbox_gets_a_configured_policy_and_keeps_its_own_rules_otherwis
     .expect("backend");
     assert!(!reaches(&strict, &target));
     assert_eq!(world.server().requests().since(&before).get(NETWORK), 1);
+}
+
+#[test]
+fn a_policy_changed_while_the_sandbox_paused_is_applied_once_it_resumed() {
+    // contract: X10 — E2B updates running sandboxes: one idle past its lease (paused) is
+    // resumed by the lease top-up first, then updated, then the command runs.
+    let world = World::new();
+    let target = Destination::on("127.0.0.2");
+    let backend = world.persistent();
+    assert!(reaches(&backend, &target));
+    world.advance(Duration::from_secs(3600));
+    let id = backend.info().expect("attached").sandbox_id;
+    let paused = world.list();
+    assert_eq!(paused.len(), 1);
+    assert_eq!(paused[0].sandbox_id.as_str(), id);
+    assert_eq!(paused[0].state, e2b_client::SandboxState::Paused);
+    backend.set_egress(policy(&[], &["127.0.0.2"]));
+    let before = world.server().requests();
+    assert!(!reaches(&backend, &target));
+    let step = world.server().requests().since(&before);
+    assert_eq!(
+        step.get("connect"),
+        1,
+        "{:?}",
+        step.routes().collect::<Vec<_>>()
+    );
+    assert_eq!(step.get(NETWORK), 1);
 }
