@@ -83,6 +83,17 @@ impl EgressPolicy {
         })
     }
 
+    /// Rules as a sandbox reports them, unvalidated (for display: what E2B holds is shown
+    /// even where this host would refuse an entry), sorted.
+    pub fn reported(mut allow_out: Vec<String>, mut deny_out: Vec<String>) -> EgressPolicy {
+        allow_out.sort();
+        deny_out.sort();
+        EgressPolicy {
+            allow_out,
+            deny_out,
+        }
+    }
+
     /// The allowed destinations, canonical.
     pub fn allow_out(&self) -> &[String] {
         &self.allow_out

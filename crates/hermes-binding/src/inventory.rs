@@ -174,6 +174,29 @@ impl PyInventory {
             .collect()
     }
 
+    /// The egress rules E2B reports for `sandbox_id` (one request): a dict of allow_out,
+    /// deny_out, summary and digest; None when E2B reports none.
+    fn sandbox_rules<'py>(
+        &self,
+        py: Python<'py>,
+        sandbox_id: String,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let inventory = self.inventory.clone();
+        let rules = py
+            .detach(move || inventory.sandbox_rules(&sandbox_id))
+            .map_err(Error::from)?;
+        rules
+            .map(|policy| {
+                let dict = PyDict::new(py);
+                dict.set_item("allow_out", policy.allow_out().to_vec())?;
+                dict.set_item("deny_out", policy.deny_out().to_vec())?;
+                dict.set_item("summary", policy.summary())?;
+                dict.set_item("digest", policy.digest())?;
+                Ok(dict)
+            })
+            .transpose()
+    }
+
     /// One dict per sandbox, newest first: `which` is "profile" (this profile's) or "all".
     fn list<'py>(&self, py: Python<'py>, which: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let which = match which {

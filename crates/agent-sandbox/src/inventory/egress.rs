@@ -44,6 +44,24 @@ impl Inventory {
         self.config.egress.effective(self.config.internet)
     }
 
+    /// The egress rules E2B reports for a sandbox (one request): `(allow_out, deny_out)`;
+    /// `None` when E2B reports none.
+    pub fn sandbox_rules(&self, sandbox_id: &str) -> Result<Option<EgressPolicy>, Error> {
+        let id = SandboxId::parse(sandbox_id.to_owned()).ok_or_else(|| Error::InvalidConfig {
+            reason: format!("{sandbox_id:?} is not a valid sandbox id"),
+        })?;
+        let client = self.config.client()?;
+        let detail = self
+            .services
+            .runtime
+            .block_on(client.get(&id))
+            .map_err(|source| Error::e2b("read egress rules", Some(sandbox_id), source))?;
+        // What E2B holds is shown as it is; entries this host would refuse stay visible.
+        Ok(detail.network.map(|network| {
+            EgressPolicy::reported(network.egress.allow_out, network.egress.deny_out)
+        }))
+    }
+
     /// Puts the settings' egress policy in force on this profile's running sandboxes whose
     /// known rules differ (one request each); paused ones get it when resumed. Each update
     /// is recorded in its scope note, so a running session finds it done and sends nothing.

@@ -432,25 +432,26 @@ def _save_setting(ctx: Any, key: str, value: Any) -> None:
     save_plugin_setting(getattr(ctx, "plugin_id", None) or "e2b", (key,), value)
 
 
-def _network_lines(policy: dict, settings: Any, sandboxes: list, changed: bool) -> list[str]:
+def _network_lines(settings: Any, sandboxes: list, changed: bool) -> list[str]:
     lines = [f"Profile policy: {settings.egress_summary()}"]
     lines.append(f"  allow_out: {', '.join(settings.allow_out) or '(none)'}")
     lines.append(f"  deny_out: {', '.join(settings.deny_out) or '(none)'}")
-    if not settings.allow_internet_access:
-        lines.append("  allow_internet_access: false (E2B denies 0.0.0.0/0; allow_out entries still pass)")
     if not sandboxes:
         lines.append("No E2B sandboxes for this profile.")
     words = {
         "in_force": "the profile's policy is in force",
         "updated": "updated now to the profile's policy",
         "at_resume": "paused; gets the profile's policy when resumed, before any command",
-        "differs": "other rules; a session puts the profile's policy in force before its next command (--apply: now)",
-        "failed": "update failed",
+        "differs": "not the profile's policy; a session puts it in force before its next command (--apply: now)",
+        "failed": "the update failed",
     }
     for entry in sandboxes:
-        outcome = entry["outcome"]
+        rules = entry.get("rules")
+        has = rules["summary"] if rules else "rules not reported"
         detail = f": {entry['detail']}" if entry.get("detail") else ""
-        lines.append(f"{_scope_name(entry)}: {entry['sandbox_id']} {entry['state']}: {words[outcome]}{detail}")
+        lines.append(f"{_scope_name(entry)}: {entry['sandbox_id']} {entry['state']}")
+        lines.append(f"  has: {has}")
+        lines.append(f"  {words[entry['outcome']]}{detail}")
     if changed:
         lines.append("Running Hermes sessions of this profile use the new policy from their next command.")
     return lines
@@ -474,15 +475,19 @@ def _network(ctx: Any, args: argparse.Namespace) -> int:
     settings = _settings(ctx)
     inventory = _inventory(ctx)
     policy = inventory.egress_policy()
-    if changing or args.apply:
-        sandboxes = inventory.apply_egress()
-    else:
-        sandboxes = inventory.list("profile")
-        for entry in sandboxes:
-            known = entry["egress_known"]
+    sandboxes = inventory.apply_egress() if changing or args.apply else inventory.list("profile")
+    for entry in sandboxes:
+        # What E2B reports the sandbox has (one request each; only this command pays it).
+        try:
+            entry["rules"] = inventory.sandbox_rules(entry["sandbox_id"])
+        except _native.E2BError as error:
+            entry["rules"] = None
+            entry["detail"] = entry.get("detail") or str(error)
+        if "outcome" not in entry:
+            known = entry["rules"]["digest"] if entry["rules"] else entry["egress_known"]
             entry["outcome"] = "in_force" if known == policy["digest"] else (
                 "differs" if entry["state"] == "running" else "at_resume")
-            entry["detail"] = None
+            entry["detail"] = entry.get("detail")
     if args.json:
         _print_json({
             "allow_out": settings.allow_out,
@@ -490,10 +495,11 @@ def _network(ctx: Any, args: argparse.Namespace) -> int:
             "allow_internet_access": settings.allow_internet_access,
             "effective": policy,
             "sandboxes": [{"sandbox_id": e["sandbox_id"], "task_id": (e.get("host") or {}).get("task_id"),
-                           "state": e["state"], "outcome": e["outcome"], "detail": e["detail"]} for e in sandboxes],
+                           "state": e["state"], "outcome": e["outcome"], "detail": e["detail"],
+                           "rules": e["rules"]} for e in sandboxes],
         })
     else:
-        print("\n".join(_network_lines(policy, settings, sandboxes, changing)))
+        print("\n".join(_network_lines(settings, sandboxes, changing)))
     return 0 if all(e["outcome"] != "failed" for e in sandboxes) else EXIT_INCOMPLETE
 
 
