@@ -95,17 +95,27 @@ def test_a_change_holds_from_the_next_command_without_restarting_hermes(home, e2
     profile(home, e2b_local)
     config = home.path / "config.yaml"
     result = run(home, f"""
-        import subprocess, json as _json, os
+        import subprocess, json as _json, os, urllib.request
+        def rules():
+            # What e2b-local reports the sandbox has (the update itself, enforcement aside).
+            sid = T("echo $E2B_SANDBOX_ID", task_id="default")["output"].strip()
+            req = urllib.request.Request({e2b_local.api_url!r} + "/sandboxes/" + sid,
+                                         headers={{"X-API-Key": "e2b_test_rules"}})
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                network = _json.loads(resp.read()).get("network") or {{}}
+            return network.get("denyOut") or []
         r = {{}}
         r["before"] = T({denied.probe()!r}, task_id="default")
         # `hermes e2b network` from another process while this Hermes runs.
         cli = subprocess.run(["hermes", "e2b", "network", "--deny", {denied.ip!r}], capture_output=True, text=True)
         r["cli"] = [cli.returncode, cli.stdout, cli.stderr]
         r["after_cli"] = T({denied.probe()!r}, task_id="default")
+        r["rules_after_cli"] = rules()
         # config.yaml edited by hand (Hermes' own config writer): the list emptied again.
         from hermes_cli.plugins_state import save_plugin_setting
         save_plugin_setting("e2b", ("deny_out",), [])
         r["after_edit"] = T({denied.probe()!r}, task_id="default")
+        r["rules_after_edit"] = rules()
         from tools.terminal_tool_lifecycle import cleanup_vm
         cleanup_vm("default")
         finish(r)
@@ -114,6 +124,9 @@ def test_a_change_holds_from_the_next_command_without_restarting_hermes(home, e2
     code, out, err = result["cli"]
     assert code == 0, (out, err)
     assert "updated now to the profile's policy" in out, out
+    # The running Hermes re-read the edited settings and updated the sandbox itself.
+    assert result["rules_after_cli"] == [denied.ip], result
+    assert result["rules_after_edit"] == [], result
     assert result["after_cli"]["exit_code"] != 0, result
     assert "opened" not in result["after_cli"]["output"]
     assert result["after_edit"]["exit_code"] == 0 and "opened" in result["after_edit"]["output"], result
