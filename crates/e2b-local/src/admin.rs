@@ -110,6 +110,8 @@ fn isolation_json(app: &App) -> Value {
         "pidNamespace": capability.pid,
         "networkNamespace": capability.net,
         "missing": app.isolation.ns_missing(),
+        "egressRules": app.egress.is_some(),
+        "egressMissing": app.store.egress_unavailable(),
     })
 }
 

@@ -21,6 +21,8 @@ pub(crate) struct App {
     pub(crate) templates: Vec<String>,
     pub(crate) isolation: Arc<Isolation>,
     pub(crate) requests: RequestCounter,
+    /// Enforcement of egress rules (`None`: not on this host, see the store's reason).
+    pub(crate) egress: Option<crate::egress::Egress>,
 }
 
 impl App {

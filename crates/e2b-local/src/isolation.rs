@@ -101,6 +101,17 @@ pub(crate) struct CommandSpec<'a> {
     pub(crate) stdio: CommandStdio<'a>,
     /// The command joins the sandbox's own PID namespace, so it mounts a fresh /proc.
     pub(crate) own_pid_namespace: bool,
+    /// Start it under the egress filter (see [`crate::egress`]).
+    pub(crate) egress: Option<EgressSpec<'a>>,
+}
+
+/// What a command under the egress filter needs before exec.
+#[derive(Debug)]
+pub(crate) struct EgressSpec<'a> {
+    /// Where the filter's listener is sent ([`crate::egress::Handoff::child_end`]).
+    pub(crate) handoff: std::os::fd::RawFd,
+    /// Bound over `/etc/resolv.conf` (DNS over TCP), when the host has one.
+    pub(crate) resolv_conf: Option<&'a Path>,
 }
 
 /// What a command's stdin, stdout and stderr are.
@@ -260,6 +271,7 @@ impl Isolation {
             request_envs: &envs,
             stdio: CommandStdio::Pipes { stdin: false },
             own_pid_namespace: ns.is_some(),
+            egress: None,
         };
         let mut command = self.std_command(&spec)?;
         let output = match ns {
@@ -370,6 +382,11 @@ impl Isolation {
                     drop_to: (spec.user == SandboxUser::User).then_some(USER_ID),
                     fresh_proc: spec.own_pid_namespace,
                     terminal,
+                    egress_handoff: spec.egress.as_ref().map(|e| e.handoff),
+                    resolv_conf: match spec.egress.as_ref().and_then(|e| e.resolv_conf) {
+                        Some(path) => Some(cstring(path)?),
+                        None => None,
+                    },
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -396,6 +413,10 @@ struct MountPlan {
     fresh_proc: bool,
     /// Take stdin (a terminal slave) as controlling terminal in a new session.
     terminal: bool,
+    /// Install the egress filter and send its listener here.
+    egress_handoff: Option<std::os::fd::RawFd>,
+    /// Bind this over `/etc/resolv.conf`.
+    resolv_conf: Option<CString>,
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {
@@ -463,6 +484,15 @@ impl MountPlan {
                 libc::MS_BIND,
                 std::ptr::null(),
             ))?;
+            if let Some(resolv) = &self.resolv_conf {
+                check(libc::mount(
+                    resolv.as_ptr(),
+                    c"/etc/resolv.conf".as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+            }
             // Last, because the sources above may live under the host's /tmp.
             check(libc::mount(
                 self.tmp.as_ptr(),
@@ -471,6 +501,11 @@ impl MountPlan {
                 libc::MS_BIND | libc::MS_REC,
                 std::ptr::null(),
             ))?;
+            // While still root: installing a filter needs CAP_SYS_ADMIN (or no_new_privs,
+            // which would break setuid programs in the sandbox).
+            if let Some(handoff) = self.egress_handoff {
+                crate::egress::filter::install_and_send(handoff)?;
+            }
             if let Some(id) = self.drop_to {
                 let groups = [id as libc::gid_t];
                 check(libc::setgroups(1, groups.as_ptr()))?;

@@ -341,10 +341,17 @@ impl ProcessTable {
         tag: Option<String>,
         tty: Option<PtyMaster>,
         deadline: Option<Instant>,
+        egress: Option<&Arc<LivePolicy>>,
     ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), SpawnError> {
         let mut inner = self.lock();
         if inner.closed {
             return Err(SpawnError::Closed);
+        }
+        // Rules set while the command was being prepared: it must not start unfiltered.
+        if inner.egress.is_some() && egress.is_none() {
+            return Err(SpawnError::Io(std::io::Error::other(
+                "the sandbox got egress rules while the command was starting; start it again",
+            )));
         }
         // Spawned under the table lock so that a concurrent pause/kill either refuses
         // this process or sees it and kills it.

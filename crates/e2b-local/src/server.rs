@@ -116,12 +116,20 @@ impl Server {
                 path: state_dir.join("etc"),
                 source,
             })?;
+        let egress = if matches!(isolation, Isolation::Namespace { .. }) {
+            crate::egress::Egress::start(&state_dir.join("etc")).await
+        } else {
+            Err(crate::egress::PATH_MAPPING.to_owned())
+        };
+        if let Err(why) = &egress {
+            tracing::warn!(%why, "egress rules (network.allowOut/denyOut) will be refused");
+        }
         let store = Store::open(
             &state_dir,
             config.clock.clone(),
             isolation.owner(SandboxUser::User),
             isolation.ns_capability(),
-            crate::egress::unavailable(&isolation),
+            egress.as_ref().err().cloned(),
         )
         .map_err(|source| Error::StateDir {
             operation: "open sandbox records",
@@ -144,6 +152,7 @@ impl Server {
             templates: config.templates.clone(),
             isolation: Arc::new(isolation),
             requests: RequestCounter::default(),
+            egress: egress.ok(),
         });
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

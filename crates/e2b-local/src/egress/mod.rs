@@ -1,15 +1,27 @@
 //! Egress rules (E2B's `allowOut` / `denyOut`), enforced on the sandbox's own processes.
 //!
 //! The rules of a sandbox live in a [`LivePolicy`], replaced whole by the update route;
-//! every new connection is judged against the policy of that moment.
+//! every new connection is judged against the policy of that moment. Every command of a
+//! sandbox with rules starts under a seccomp filter ([`filter`]) whose listener the server
+//! serves ([`notify`]); names are checked by an in-process proxy ([`proxy`]). A sandbox
+//! without rules pays nothing.
 
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
-// The verdicts are used by the enforcement, which lands in the next commit.
-#[allow(dead_code)]
+pub(crate) mod filter;
+mod notify;
+mod proxy;
 pub(crate) mod rules;
 
+pub(crate) use self::proxy::Proxy;
 pub(crate) use self::rules::{NetworkRecord, Policy};
+
+/// Appended to the sandbox's resolv.conf: the filter refuses UDP sockets, so the resolver
+/// must ask over TCP, whose connects the filter sees.
+pub(crate) const RESOLV_OPTIONS: &str = "options use-vc";
 
 /// A sandbox's current policy, shared by whatever enforces it.
 #[derive(Debug)]
@@ -21,7 +33,6 @@ impl LivePolicy {
     }
 
     /// The policy now.
-    #[allow(dead_code)]
     pub(crate) fn current(&self) -> Arc<Policy> {
         Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
     }
@@ -37,13 +48,141 @@ pub(crate) fn host_name_servers() -> Vec<std::net::IpAddr> {
     rules::name_servers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
 }
 
-/// Why egress rules cannot be enforced with this isolation (`None`: they can).
-pub(crate) fn unavailable(isolation: &crate::isolation::Isolation) -> Option<String> {
-    match isolation {
-        crate::isolation::Isolation::Namespace { .. } => None,
-        crate::isolation::Isolation::PathMapping => Some(
-            "commands run with path mapping (e2b-local is not root), where egress rules are not enforced"
-                .to_owned(),
-        ),
+/// Why path mapping cannot enforce rules: the filter is installed while the command is
+/// still root, in its mount namespace (where its resolv.conf is bound too).
+pub(crate) const PATH_MAPPING: &str =
+    "commands run with path mapping (e2b-local is not root), where egress rules cannot be enforced";
+
+/// The server's egress machinery: the proxy for domain rules and the resolv.conf that
+/// filtered commands see; absent where rules cannot be enforced.
+#[derive(Debug)]
+pub(crate) struct Egress {
+    pub(crate) proxy: Arc<Proxy>,
+    task: tokio::task::JoinHandle<()>,
+    /// Bound over `/etc/resolv.conf` for filtered commands (`None`: the host has none).
+    pub(crate) resolv_conf: Option<PathBuf>,
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        self.task.abort();
     }
+}
+
+impl Egress {
+    /// Starts the proxy, after checking that this kernel can enforce rules (for commands
+    /// in a mount namespace; with path mapping, see [`PATH_MAPPING`]): the error is why
+    /// not, said by every create or update that asks for rules.
+    pub(crate) async fn start(etc_dir: &Path) -> Result<Egress, String> {
+        probe().map_err(|error| {
+            format!("this kernel refuses the seccomp user-notification filter that enforces them ({error})")
+        })?;
+        let resolv_conf = match std::fs::read_to_string("/etc/resolv.conf") {
+            Ok(host) => {
+                let path = etc_dir.join("resolv.conf");
+                let kept: Vec<&str> = host
+                    .lines()
+                    .filter(|line| !line.trim_start().starts_with("options"))
+                    .collect();
+                std::fs::write(&path, format!("{}\n{RESOLV_OPTIONS}\n", kept.join("\n")))
+                    .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+                Some(path)
+            }
+            Err(_) => None,
+        };
+        let (proxy, task) = Proxy::start()
+            .await
+            .map_err(|error| format!("cannot start the egress proxy: {error}"))?;
+        Ok(Egress {
+            proxy,
+            task,
+            resolv_conf,
+        })
+    }
+}
+
+/// The channel a filtered command sends its seccomp listener back through.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    ours: OwnedFd,
+    theirs: OwnedFd,
+}
+
+impl Handoff {
+    pub(crate) fn new() -> io::Result<Handoff> {
+        let mut fds = [0; 2];
+        // SAFETY: fds has room for the two descriptors, owned right after.
+        let result = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if result < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both are fresh descriptors of ours.
+        Ok(unsafe {
+            Handoff {
+                ours: OwnedFd::from_raw_fd(fds[0]),
+                theirs: OwnedFd::from_raw_fd(fds[1]),
+            }
+        })
+    }
+
+    /// The end the command writes to between fork and exec (closed by its exec).
+    pub(crate) fn child_end(&self) -> RawFd {
+        self.theirs.as_raw_fd()
+    }
+
+    /// Once the command is spawned: takes its listener and serves it on a thread of its
+    /// own until every process under the filter is gone.
+    pub(crate) fn supervise(self, policy: Arc<LivePolicy>, proxy: Arc<Proxy>) -> io::Result<()> {
+        drop(self.theirs);
+        let listener = filter::recv_fd(&self.ours)?;
+        std::thread::Builder::new()
+            .name("e2b-local-egress-listener".to_owned())
+            .spawn(move || notify::serve(listener, policy, proxy))?;
+        Ok(())
+    }
+}
+
+/// Starts `true` under the filter and takes its listener, and takes one of our own fds
+/// (the pidfd itself) with `pidfd_getfd`: what enforcement needs of the kernel.
+fn probe() -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let handoff = Handoff::new()?;
+    let socket = handoff.child_end();
+    let mut command = std::process::Command::new("true");
+    // SAFETY: install_and_send is async-signal-safe and allocates nothing.
+    unsafe {
+        command.pre_exec(move || filter::install_and_send(socket));
+    }
+    let status = command.status()?;
+    if !status.success() {
+        return Err(io::Error::other(format!("the probe exited with {status}")));
+    }
+    drop(handoff.theirs);
+    let _listener = filter::recv_fd(&handoff.ours)?;
+    // SAFETY: plain system calls on our own pid and fd 0; results are closed at once.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0);
+        if pidfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as RawFd);
+        let copy = libc::syscall(
+            libc::SYS_pidfd_getfd,
+            pidfd.as_raw_fd(),
+            pidfd.as_raw_fd(),
+            0,
+        );
+        if copy < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        drop(OwnedFd::from_raw_fd(copy as RawFd));
+    }
+    Ok(())
 }

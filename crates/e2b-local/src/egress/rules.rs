@@ -5,9 +5,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
-/// E2B's `ALL_TRAFFIC`.
-pub(crate) const ALL_TRAFFIC: &str = "0.0.0.0/0";
-
 /// The ports where a domain entry of `allowOut` is matched, by HTTP `Host` (80) and TLS
 /// SNI (443), as E2B documents; other ports fall back to address rules.
 pub(crate) const HTTP_PORT: u16 = 80;
@@ -264,6 +261,8 @@ pub(crate) fn name_servers(resolv_conf: &str) -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ALL_TRAFFIC: &str = "0.0.0.0/0";
 
     fn record(allow: &[&str], deny: &[&str]) -> NetworkRecord {
         NetworkRecord {

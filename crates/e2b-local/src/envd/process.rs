@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::connect::{self, Code, ConnectError, de_opt_u32};
 use super::ctx::Ctx;
-use crate::isolation::{CommandSpec, CommandStdio};
+use crate::isolation::{CommandSpec, CommandStdio, EgressSpec};
 use crate::paths::{Last, SandboxFs};
 use crate::process_table::{
     EndInfo, Event, Proc, ProcConfig, ProcessTable, SpawnError, sleep_until_opt,
@@ -268,6 +268,31 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         Ok(pair) => pair,
         Err(error) => return error.stream(),
     };
+    // A sandbox with egress rules starts every command under the filter (crate::egress).
+    let egress = sandbox.procs.egress();
+    let handoff = match (&egress, &ctx.app.egress) {
+        (Some(_), Some(_)) => match crate::egress::Handoff::new() {
+            Ok(handoff) => Some(handoff),
+            Err(e) => {
+                return ConnectError::new(
+                    Code::Internal,
+                    format!("preparing egress filter failed: {e}"),
+                )
+                .stream();
+            }
+        },
+        (Some(_), None) => {
+            return ConnectError::new(
+                Code::Unavailable,
+                format!(
+                    "sandbox {} has egress rules this host cannot enforce",
+                    sandbox.id
+                ),
+            )
+            .stream();
+        }
+        (None, _) => None,
+    };
     let spec = CommandSpec {
         sandbox_id: &sandbox.id,
         home: &sandbox.home,
@@ -287,6 +312,14 @@ async fn start(ctx: Ctx, request: Request) -> Response {
             },
         },
         own_pid_namespace: sandbox.procs.own_pid_namespace(),
+        egress: handoff.as_ref().map(|handoff| EgressSpec {
+            handoff: handoff.child_end(),
+            resolv_conf: ctx
+                .app
+                .egress
+                .as_ref()
+                .and_then(|e| e.resolv_conf.as_deref()),
+        }),
     };
     let command = match ctx.app.isolation.command(&spec) {
         Ok(command) => command,
@@ -304,27 +337,47 @@ async fn start(ctx: Ctx, request: Request) -> Response {
     // The slave stays open here until the command has been spawned (and dropped with it):
     // from then on only the process holds it, so the master reads EOF when it is gone.
     let (master, _slave) = terminal.unzip();
-    let (proc, events) =
-        match sandbox
-            .procs
-            .spawn(command, config, req.tag.clone(), master, deadline)
-        {
-            Ok(pair) => pair,
-            Err(SpawnError::Closed) => {
-                return ConnectError::new(
-                    Code::Unavailable,
-                    format!("sandbox {} is not running", sandbox.id),
-                )
-                .stream();
-            }
-            Err(SpawnError::Io(e)) => {
-                return ConnectError::new(
-                    Code::Internal,
-                    format!("error starting process '{}': {e}", req.process.cmd),
-                )
-                .stream();
-            }
-        };
+    let (proc, events) = match sandbox.procs.spawn(
+        command,
+        config,
+        req.tag.clone(),
+        master,
+        deadline,
+        egress.as_ref(),
+    ) {
+        Ok(pair) => pair,
+        Err(SpawnError::Closed) => {
+            return ConnectError::new(
+                Code::Unavailable,
+                format!("sandbox {} is not running", sandbox.id),
+            )
+            .stream();
+        }
+        Err(SpawnError::Io(e)) => {
+            return ConnectError::new(
+                Code::Internal,
+                format!("error starting process '{}': {e}", req.process.cmd),
+            )
+            .stream();
+        }
+    };
+    if let (Some(handoff), Some(policy), Some(machinery)) = (handoff, egress, &ctx.app.egress)
+        && let Err(e) = handoff.supervise(policy, Arc::clone(&machinery.proxy))
+    {
+        // Its connects would wait forever on a listener nobody serves.
+        if let Ok(pid) = i32::try_from(proc.host_pid) {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        return ConnectError::new(
+            Code::Internal,
+            format!(
+                "starting the egress filter of '{}' failed: {e}",
+                req.process.cmd
+            ),
+        )
+        .stream();
+    }
     tracing::debug!(sandbox_id = %sandbox.id, pid = proc.pid, "process started");
     stream_events(proc.pid, Ok(events), deadline, keepalive)
 }

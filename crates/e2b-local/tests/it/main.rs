@@ -1,6 +1,7 @@
 //! e2b-local's integration tests, one binary (one link, one process) for all of them.
 
 mod cli;
+mod egress;
 mod egress_api;
 mod envd;
 mod envd_files;

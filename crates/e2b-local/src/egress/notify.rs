@@ -1,0 +1,366 @@
+//! The server's half of the filter: every `connect` of a filtered command arrives here and
+//! is judged against the sandbox's policy of that moment.
+//!
+//! The target's socket is taken with `pidfd_getfd` and connected *from here*, to an
+//! address built from the bytes read once, so what was judged is what is connected (a
+//! thread of the sandbox rewriting the address meanwhile changes nothing); the socket's
+//! options and `O_NONBLOCK` are its own, so the answer is exactly what its `connect` would
+//! have said (`EINPROGRESS` for a non-blocking one). A denied connection is refused with
+//! `ECONNREFUSED`. A connection that only a domain rule may allow (ports 80 and 443) is
+//! connected to the in-process proxy ([`super::proxy`]), which reads the name it asks for.
+//! Only non-internet sockets (Unix, netlink) are let through to the kernel unchanged.
+
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+use super::rules::Verdict;
+use super::{LivePolicy, proxy::Proxy};
+
+/// Serves one command tree's listener until every process under the filter is gone.
+pub(crate) fn serve(listener: OwnedFd, policy: Arc<LivePolicy>, proxy: Arc<Proxy>) {
+    loop {
+        let mut poll = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, -1) };
+        if ready < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if poll.revents & libc::POLLIN == 0 {
+            // POLLHUP: no process uses the filter any more.
+            return;
+        }
+        // SAFETY: RECV needs a zeroed notification to fill.
+        let mut notif: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+        // SAFETY: the listener is a seccomp listener; notif is the size RECV expects.
+        if unsafe {
+            libc::ioctl(
+                listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_RECV,
+                &mut notif,
+            )
+        } < 0
+        {
+            // ENOENT: the caller died or was interrupted before we read it.
+            continue;
+        }
+        let Ok(answer) = listener.try_clone() else {
+            reply(&listener, notif.id, Some(Err(libc::EMFILE)));
+            continue;
+        };
+        let policy = Arc::clone(&policy);
+        let proxy = Arc::clone(&proxy);
+        // A blocking connect takes as long as the peer does: one thread each, so the
+        // other processes of the sandbox are never held up behind it.
+        let spawned = std::thread::Builder::new()
+            .name("e2b-local-egress".to_owned())
+            .spawn(move || {
+                let outcome = judge(&answer, &notif, &policy, &proxy);
+                reply(&answer, notif.id, outcome);
+            });
+        if spawned.is_err() {
+            tracing::warn!("cannot start an egress thread; the connect is refused");
+            reply(&listener, notif.id, Some(Err(libc::EAGAIN)));
+        }
+    }
+}
+
+/// The answer to one `connect`: `Ok(())` for success, `Err(errno)` else, or `None` to let
+/// the kernel run it unchanged.
+type Outcome = Option<Result<(), i32>>;
+
+fn judge(
+    listener: &OwnedFd,
+    notif: &libc::seccomp_notif,
+    policy: &Arc<LivePolicy>,
+    proxy: &Proxy,
+) -> Outcome {
+    let pid = notif.pid as libc::pid_t;
+    let target_fd = notif.data.args[0] as RawFd;
+    let len = (notif.data.args[2] as usize).min(size_of::<libc::sockaddr_storage>());
+    let mut raw = [0u8; size_of::<libc::sockaddr_storage>()];
+    if read_remote(pid, notif.data.args[1] as usize, &mut raw[..len]).is_err() {
+        return Some(Err(libc::EFAULT));
+    }
+    let socket = match take_socket(pid, target_fd) {
+        Ok(socket) => socket,
+        Err(errno) => return Some(Err(errno)),
+    };
+    // The pid could have been reused by another process since the notification: only an
+    // id still pending proves the socket is the caller's.
+    // SAFETY: the listener is valid; the id is a plain u64.
+    if unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+            &notif.id,
+        )
+    } < 0
+    {
+        return Some(Err(libc::EINTR));
+    }
+    let domain = match sockopt(&socket, libc::SO_DOMAIN) {
+        Ok(domain) => domain,
+        Err(errno) => return Some(Err(errno)),
+    };
+    if domain != libc::AF_INET && domain != libc::AF_INET6 {
+        // A Unix or netlink socket cannot be aimed at an internet address.
+        return None;
+    }
+    let family = i32::from(u16::from_ne_bytes([raw[0], raw[1]]));
+    if family == libc::AF_UNSPEC {
+        // Dissolving an association reaches nothing.
+        return Some(connect_unspec(&socket));
+    }
+    let Some(dest) = parse_sockaddr(&raw[..len]) else {
+        return Some(Err(libc::EAFNOSUPPORT));
+    };
+    match policy.current().verdict(dest.ip(), dest.port()) {
+        Verdict::Allow => Some(connect(&socket, dest)),
+        Verdict::Deny => Some(Err(libc::ECONNREFUSED)),
+        Verdict::ByName => Some(proxy.redirect(&socket, domain, dest, policy)),
+    }
+}
+
+fn reply(listener: &OwnedFd, id: u64, outcome: Outcome) {
+    // SAFETY: zeroed is a valid response to fill in.
+    let mut resp: libc::seccomp_notif_resp = unsafe { std::mem::zeroed() };
+    resp.id = id;
+    match outcome {
+        None => resp.flags = libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        Some(Ok(())) => {}
+        Some(Err(errno)) => resp.error = -errno,
+    }
+    // SAFETY: a valid listener and response. ENOENT (the caller is gone) needs nothing.
+    unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SEND,
+            &mut resp,
+        )
+    };
+}
+
+fn read_remote(pid: libc::pid_t, address: usize, buf: &mut [u8]) -> io::Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: address as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: the local iovec is our buffer; the remote one is only read by the kernel.
+    let read = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if read == buf.len() as isize {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The caller's socket, shared (same open file) through `pidfd_getfd`.
+fn take_socket(pid: libc::pid_t, fd: RawFd) -> Result<OwnedFd, i32> {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EBADF)
+    };
+    // SAFETY: plain system calls; the returned fds are owned right away.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        if pidfd < 0 {
+            return Err(libc::EINTR);
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as RawFd);
+        let socket = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0);
+        if socket < 0 {
+            return Err(errno());
+        }
+        Ok(OwnedFd::from_raw_fd(socket as RawFd))
+    }
+}
+
+fn sockopt(socket: &OwnedFd, option: i32) -> Result<i32, i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: value and len describe a c_int.
+    let result = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOTSOCK))
+    } else {
+        Ok(value)
+    }
+}
+
+/// An internet address from raw sockaddr bytes (`None`: another family or too short).
+fn parse_sockaddr(raw: &[u8]) -> Option<SocketAddr> {
+    let family = i32::from(u16::from_ne_bytes([*raw.first()?, *raw.get(1)?]));
+    let port = u16::from_be_bytes([*raw.get(2)?, *raw.get(3)?]);
+    if family == libc::AF_INET && raw.len() >= size_of::<libc::sockaddr_in>() {
+        let ip = Ipv4Addr::new(raw[4], raw[5], raw[6], raw[7]);
+        Some(SocketAddr::V4(SocketAddrV4::new(ip, port)))
+    } else if family == libc::AF_INET6 && raw.len() >= size_of::<libc::sockaddr_in6>() {
+        let flowinfo = u32::from_be_bytes(raw[4..8].try_into().ok()?);
+        let octets: [u8; 16] = raw[8..24].try_into().ok()?;
+        let scope = u32::from_ne_bytes(raw[24..28].try_into().ok()?);
+        Some(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(octets),
+            port,
+            flowinfo,
+            scope,
+        )))
+    } else {
+        None
+    }
+}
+
+/// Connects `socket` to `dest` as its own `connect` would: 0 or the errno.
+pub(super) fn connect(socket: &OwnedFd, dest: SocketAddr) -> Result<(), i32> {
+    let (storage, len) = sockaddr(dest);
+    // SAFETY: storage holds a sockaddr of `len` bytes.
+    let result = unsafe {
+        libc::connect(
+            socket.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ECONNREFUSED))
+    } else {
+        Ok(())
+    }
+}
+
+fn connect_unspec(socket: &OwnedFd) -> Result<(), i32> {
+    // SAFETY: a zeroed sockaddr is AF_UNSPEC.
+    let mut addr: libc::sockaddr = unsafe { std::mem::zeroed() };
+    addr.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+    // SAFETY: addr is a valid sockaddr.
+    let result = unsafe {
+        libc::connect(
+            socket.as_raw_fd(),
+            &addr,
+            size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL))
+    } else {
+        Ok(())
+    }
+}
+
+/// A sockaddr for `addr` (a v4 address for a v6 socket is written v4-mapped by callers).
+pub(super) fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// The local address of a socket, when it has one.
+pub(super) fn local_addr(socket: &OwnedFd) -> Option<SocketAddr> {
+    // SAFETY: storage and len describe a sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let result = unsafe {
+        libc::getsockname(
+            socket.as_raw_fd(),
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if result < 0 {
+        return None;
+    }
+    // SAFETY: the kernel wrote `len` bytes of a sockaddr.
+    let raw = unsafe {
+        std::slice::from_raw_parts(
+            (&storage as *const libc::sockaddr_storage).cast::<u8>(),
+            len as usize,
+        )
+    };
+    parse_sockaddr(raw).map(|addr| match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    })
+}
+
+/// Binds a socket to `addr` (the proxy's side of loopback).
+pub(super) fn bind(socket: &OwnedFd, addr: SocketAddr) -> Result<(), i32> {
+    let (storage, len) = sockaddr(addr);
+    // SAFETY: storage holds a sockaddr of `len` bytes.
+    let result = unsafe {
+        libc::bind(
+            socket.as_raw_fd(),
+            (&storage as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EADDRNOTAVAIL))
+    } else {
+        Ok(())
+    }
+}
