@@ -111,11 +111,14 @@ def test_a_change_holds_from_the_next_command_without_restarting_hermes(home, e2
         r["cli"] = [cli.returncode, cli.stdout, cli.stderr]
         r["after_cli"] = T({denied.probe()!r}, task_id="default")
         r["rules_after_cli"] = rules()
-        # config.yaml edited by hand (Hermes' own config writer): the list emptied again.
+        # config.yaml edited (Hermes' own config writer): the list emptied again.
         from hermes_cli.plugins_state import save_plugin_setting
         save_plugin_setting("e2b", ("deny_out",), [])
         r["after_edit"] = T({denied.probe()!r}, task_id="default")
         r["rules_after_edit"] = rules()
+        # Narrowed again by an edit alone: this Hermes updates the sandbox before the command.
+        save_plugin_setting("e2b", ("deny_out",), [{denied.ip!r}])
+        r["after_narrowing_edit"] = T({denied.probe()!r}, task_id="default")
         from tools.terminal_tool_lifecycle import cleanup_vm
         cleanup_vm("default")
         finish(r)
@@ -130,9 +133,11 @@ def test_a_change_holds_from_the_next_command_without_restarting_hermes(home, e2
     assert result["after_cli"]["exit_code"] != 0, result
     assert "opened" not in result["after_cli"]["output"]
     assert result["after_edit"]["exit_code"] == 0 and "opened" in result["after_edit"]["output"], result
+    assert result["after_narrowing_edit"]["exit_code"] != 0, result
+    assert "opened" not in result["after_narrowing_edit"]["output"]
     assert denied.reached == 2
     saved = load_yaml(config)["plugins"]["entries"]["e2b"]["settings"]
-    assert saved["deny_out"] == []
+    assert saved["deny_out"] == [denied.ip]
 
 
 # contract: X9
