@@ -305,3 +305,42 @@ fn a_policy_changed_while_the_sandbox_paused_is_applied_once_it_resumed() {
     );
     assert_eq!(step.get(NETWORK), 1);
 }
+
+#[test]
+fn a_sandbox_restored_from_a_checkpoint_starts_under_the_policy_in_force() {
+    // contract: X9 — a rollback's new sandbox is created with the policy in force now (here
+    // narrowed after the checkpoint was taken), so its first command already finds it.
+    let world = World::new();
+    let target = Destination::on("127.0.0.2");
+    let backend = world.persistent();
+    assert!(reaches(&backend, &target));
+    backend
+        .checkpoint(agent_sandbox::CheckpointRequest {
+            label: Some("open".to_owned()),
+            reason: agent_sandbox::CheckpointReason::Manual,
+            wait: Duration::ZERO,
+        })
+        .expect("checkpoint");
+    backend.set_egress(policy(&[], &["127.0.0.2"]));
+    // The old sandbox is updated before its next command (the rollback's own commands in
+    // it would be too); the restored one must need no update of its own.
+    assert!(!reaches(&backend, &target));
+    let before = world.server().requests();
+    let report = backend
+        .rollback(agent_sandbox::CheckpointTarget::Latest, Duration::ZERO)
+        .expect("rollback");
+    assert_eq!(
+        backend.info().expect("attached").sandbox_id,
+        report.sandbox_id
+    );
+    assert!(!reaches(&backend, &target), "the restored sandbox got out");
+    assert_eq!(
+        rules_of(&world, &backend),
+        (vec![], vec!["127.0.0.2".to_owned()])
+    );
+    assert_eq!(
+        world.server().requests().since(&before).get(NETWORK),
+        0,
+        "created with the policy: no update"
+    );
+}
