@@ -486,9 +486,11 @@ async fn supervise(
     };
     proc.stdin.lock().await.take();
     proc.shared().end = Some(end.clone());
+    // Out of the running list before anyone hears of the end, so a client that saw it
+    // never finds the process still running (a List, a network update).
+    table.finish(proc.pid);
     proc.broadcast(Event::End(end)).await;
     proc.shared().subscribers.clear();
-    table.finish(proc.pid);
 }
 
 async fn read_some<R: tokio::io::AsyncRead + Unpin>(

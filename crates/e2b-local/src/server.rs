@@ -164,6 +164,9 @@ impl Server {
             addr: config.listen,
             source,
         })?;
+        if let Some(egress) = &app.egress {
+            egress.proxy.set_api_addr(addr);
+        }
         let router = Router::new()
             .fallback(dispatch)
             .with_state(Arc::clone(&app));

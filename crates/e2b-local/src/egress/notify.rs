@@ -6,7 +6,9 @@
 //! thread of the sandbox rewriting the address meanwhile changes nothing); the socket's
 //! options and `O_NONBLOCK` are its own, so the answer is exactly what its `connect` would
 //! have said (`EINPROGRESS` for a non-blocking one). A denied connection is refused with
-//! `ECONNREFUSED`. A connection that only a domain rule may allow (ports 80 and 443) is
+//! `ECONNREFUSED`. Decisions and non-blocking connects are answered on the listener's
+//! thread; a blocking connect that may wait for its peer gets a thread of its own (at most
+//! [`MAX_WAITING`] at once per command tree). A connection that only a domain rule may allow (ports 80 and 443) is
 //! connected to the in-process proxy ([`super::proxy`]), which reads the name it asks for.
 //! Only non-internet sockets (Unix, netlink) are let through to the kernel unchanged.
 
@@ -15,12 +17,14 @@ use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::rules::Verdict;
 use super::{LivePolicy, proxy::Proxy};
 
 /// Serves one command tree's listener until every process under the filter is gone.
 pub(crate) fn serve(listener: OwnedFd, policy: Arc<LivePolicy>, proxy: Arc<Proxy>) {
+    let waiting = Arc::new(AtomicUsize::new(0));
     loop {
         let mut poll = libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -53,25 +57,65 @@ pub(crate) fn serve(listener: OwnedFd, policy: Arc<LivePolicy>, proxy: Arc<Proxy
             // ENOENT: the caller died or was interrupted before we read it.
             continue;
         }
-        let Ok(answer) = listener.try_clone() else {
-            reply(&listener, notif.id, Some(Err(libc::EMFILE)));
-            continue;
-        };
-        let policy = Arc::clone(&policy);
-        let proxy = Arc::clone(&proxy);
-        // A blocking connect takes as long as the peer does: one thread each, so the
-        // other processes of the sandbox are never held up behind it.
-        let spawned = std::thread::Builder::new()
-            .name("e2b-local-egress".to_owned())
-            .spawn(move || {
-                let outcome = judge(&answer, &notif, &policy, &proxy);
-                reply(&answer, notif.id, outcome);
-            });
-        if spawned.is_err() {
-            tracing::warn!("cannot start an egress thread; the connect is refused");
-            reply(&listener, notif.id, Some(Err(libc::EAGAIN)));
+        match judge(&listener, &notif, &policy, &proxy) {
+            Step::Answer(outcome) => reply(&listener, notif.id, outcome),
+            Step::Connect(socket, dest) if blocking(&socket) => {
+                // A blocking connect takes as long as the peer does: a thread of its own,
+                // so the sandbox's other connects are never held up behind it; bounded,
+                // so a connect storm cannot pile up threads in the server.
+                if waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
+                    waiting.fetch_sub(1, Ordering::SeqCst);
+                    reply(&listener, notif.id, Some(Err(libc::EAGAIN)));
+                    continue;
+                }
+                let Ok(answer) = listener.try_clone() else {
+                    waiting.fetch_sub(1, Ordering::SeqCst);
+                    reply(&listener, notif.id, Some(Err(libc::EMFILE)));
+                    continue;
+                };
+                let done = Arc::clone(&waiting);
+                let id = notif.id;
+                let spawned = std::thread::Builder::new()
+                    .name("e2b-local-egress".to_owned())
+                    .spawn(move || {
+                        reply(&answer, id, Some(connect(&socket, dest)));
+                        done.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    waiting.fetch_sub(1, Ordering::SeqCst);
+                    reply(&listener, notif.id, Some(Err(libc::EAGAIN)));
+                }
+            }
+            Step::Connect(socket, dest) => {
+                reply(&listener, notif.id, Some(connect(&socket, dest)));
+            }
+            Step::Proxy(socket, domain, dest) => {
+                // To the proxy on loopback: answered at once, blocking or not.
+                let outcome = proxy.redirect(&socket, domain, dest, &policy);
+                reply(&listener, notif.id, Some(outcome));
+            }
         }
     }
+}
+
+/// Blocking connects of one command tree waiting at once, at most.
+const MAX_WAITING: usize = 64;
+
+/// What to do with one `connect`.
+enum Step {
+    /// Answer now.
+    Answer(Outcome),
+    /// Connect the socket to the destination, as asked.
+    Connect(OwnedFd, SocketAddr),
+    /// Connect it to the proxy, which checks the name (socket domain, destination).
+    Proxy(OwnedFd, i32, SocketAddr),
+}
+
+/// Whether a socket's connect waits for the peer (no `O_NONBLOCK` on its open file).
+fn blocking(socket: &OwnedFd) -> bool {
+    // SAFETY: F_GETFL on a valid fd.
+    let flags = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK == 0
 }
 
 /// The answer to one `connect`: `Ok(())` for success, `Err(errno)` else, or `None` to let
@@ -81,19 +125,19 @@ type Outcome = Option<Result<(), i32>>;
 fn judge(
     listener: &OwnedFd,
     notif: &libc::seccomp_notif,
-    policy: &Arc<LivePolicy>,
+    policy: &LivePolicy,
     proxy: &Proxy,
-) -> Outcome {
+) -> Step {
     let pid = notif.pid as libc::pid_t;
     let target_fd = notif.data.args[0] as RawFd;
     let len = (notif.data.args[2] as usize).min(size_of::<libc::sockaddr_storage>());
     let mut raw = [0u8; size_of::<libc::sockaddr_storage>()];
     if read_remote(pid, notif.data.args[1] as usize, &mut raw[..len]).is_err() {
-        return Some(Err(libc::EFAULT));
+        return Step::Answer(Some(Err(libc::EFAULT)));
     }
     let socket = match take_socket(pid, target_fd) {
         Ok(socket) => socket,
-        Err(errno) => return Some(Err(errno)),
+        Err(errno) => return Step::Answer(Some(Err(errno))),
     };
     // The pid could have been reused by another process since the notification: only an
     // id still pending proves the socket is the caller's.
@@ -106,28 +150,34 @@ fn judge(
         )
     } < 0
     {
-        return Some(Err(libc::EINTR));
+        return Step::Answer(Some(Err(libc::EINTR)));
     }
     let domain = match sockopt(&socket, libc::SO_DOMAIN) {
         Ok(domain) => domain,
-        Err(errno) => return Some(Err(errno)),
+        Err(errno) => return Step::Answer(Some(Err(errno))),
     };
     if domain != libc::AF_INET && domain != libc::AF_INET6 {
         // A Unix or netlink socket cannot be aimed at an internet address.
-        return None;
+        return Step::Answer(None);
     }
     let family = i32::from(u16::from_ne_bytes([raw[0], raw[1]]));
     if family == libc::AF_UNSPEC {
         // Dissolving an association reaches nothing.
-        return Some(connect_unspec(&socket));
+        return Step::Answer(Some(connect_unspec(&socket)));
     }
     let Some(dest) = parse_sockaddr(&raw[..len]) else {
-        return Some(Err(libc::EAFNOSUPPORT));
+        return Step::Answer(Some(Err(libc::EAFNOSUPPORT)));
     };
-    match policy.current().verdict(dest.ip(), dest.port()) {
-        Verdict::Allow => Some(connect(&socket, dest)),
-        Verdict::Deny => Some(Err(libc::ECONNREFUSED)),
-        Verdict::ByName => Some(proxy.redirect(&socket, domain, dest, policy)),
+    let policy = policy.current();
+    let verdict = if proxy.is_api(dest) {
+        policy.remote_verdict(dest.ip(), dest.port())
+    } else {
+        policy.verdict(dest.ip(), dest.port())
+    };
+    match verdict {
+        Verdict::Allow => Step::Connect(socket, dest),
+        Verdict::Deny => Step::Answer(Some(Err(libc::ECONNREFUSED))),
+        Verdict::ByName => Step::Proxy(socket, domain, dest),
     }
 }
 

@@ -35,6 +35,8 @@ struct Pending {
 pub(crate) struct Proxy {
     addr: SocketAddr,
     pending: Mutex<HashMap<SocketAddr, Pending>>,
+    /// e2b-local's own listening address, set once it listens.
+    api: std::sync::OnceLock<SocketAddr>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -50,6 +52,7 @@ impl Proxy {
         let proxy = Arc::new(Proxy {
             addr: listener.local_addr()?,
             pending: Mutex::new(HashMap::new()),
+            api: std::sync::OnceLock::new(),
         });
         let serving = Arc::clone(&proxy);
         let task = tokio::spawn(async move {
@@ -62,6 +65,21 @@ impl Proxy {
             }
         });
         Ok((proxy, task))
+    }
+
+    /// Records where e2b-local's API listens: a sandbox with rules reaches it only as the
+    /// rules allow a host elsewhere (on E2B the API is on the internet), so a sandbox
+    /// cannot lift its own rules through it.
+    pub(crate) fn set_api_addr(&self, addr: SocketAddr) {
+        let _ = self.api.set(addr);
+    }
+
+    /// Whether `dest` is e2b-local's own API, by any local address it answers on.
+    pub(super) fn is_api(&self, dest: SocketAddr) -> bool {
+        self.api.get().is_some_and(|api| {
+            let ip = super::rules::unmapped(dest.ip());
+            dest.port() == api.port() && (ip == api.ip() || ip.is_loopback() || ip.is_unspecified())
+        })
     }
 
     /// Connects a sandbox socket to the proxy instead of `dest`, remembering `dest` by the

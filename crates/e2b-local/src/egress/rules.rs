@@ -209,14 +209,22 @@ impl Policy {
     /// (127.0.0.1, ::1, and the unspecified address, which means it) is always reachable;
     /// the rest of 127.0.0.0/8 follows the rules like any address.
     pub(crate) fn verdict(&self, ip: IpAddr, port: u16) -> Verdict {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
+        let ip = unmapped(ip);
         let own = ip == IpAddr::V4(Ipv4Addr::LOCALHOST)
             || ip == IpAddr::V6(Ipv6Addr::LOCALHOST)
             || ip.is_unspecified();
-        if own || self.allow_nets.iter().any(|net| net.contains(ip)) {
+        if own {
+            Verdict::Allow
+        } else {
+            self.remote_verdict(ip, port)
+        }
+    }
+
+    /// The verdict for `ip:port` judged as a host elsewhere, even on loopback: what
+    /// e2b-local's own API gets, which on E2B is a host on the internet.
+    pub(crate) fn remote_verdict(&self, ip: IpAddr, port: u16) -> Verdict {
+        let ip = unmapped(ip);
+        if self.allow_nets.iter().any(|net| net.contains(ip)) {
             return Verdict::Allow;
         }
         let dns = self
@@ -246,6 +254,14 @@ impl Policy {
                 host == *name
             }
         })
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+pub(crate) fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
     }
 }
 
@@ -290,6 +306,7 @@ mod tests {
         assert_eq!(policy.verdict(ip("10.2.0.1"), 80), Verdict::ByName);
         assert_eq!(policy.verdict(ip("10.2.0.1"), 443), Verdict::ByName);
         assert_eq!(policy.verdict(ip("127.0.0.1"), 9), Verdict::Allow);
+        assert_eq!(policy.remote_verdict(ip("127.0.0.1"), 9), Verdict::Deny);
         assert_eq!(policy.verdict(ip("127.0.0.2"), 9), Verdict::Deny);
         assert_eq!(policy.verdict(ip("::ffff:10.1.0.9"), 9), Verdict::Allow);
         assert_eq!(policy.verdict(ip("2001:db8::1"), 9), Verdict::Deny);

@@ -149,6 +149,20 @@ async fn only_allowed_addresses_are_reached_and_allow_beats_deny() {
     // Refused before any packet: the listener never accepted anything.
     assert!(denied.seen().is_empty());
 
+    // e2b-local's own API is a host elsewhere (E2B's is on the internet), not the
+    // sandbox's loopback: the sandbox cannot reach it to lift its own rules.
+    let port = server.addr().port();
+    let lift = format!(
+        "curl -s -m 5 -X PUT -H 'X-API-Key: any' -d '{{}}' http://127.0.0.1:{port}/sandboxes/{}/network || echo refused",
+        sandbox.id
+    );
+    let (out, _) = sh(&api, &sandbox, &lift).await;
+    assert_eq!(out, "refused\n");
+    assert_eq!(
+        api.get(&format!("/sandboxes/{}", sandbox.id)).await.json["network"]["denyOut"],
+        json!(["0.0.0.0/0", "127.61.1.5"])
+    );
+
     // A sandbox without rules is not filtered at all.
     let open = new_sandbox(&api).await;
     let (out, _) = sh(&api, &open, &dial(denied.addr, "free")).await;
@@ -286,5 +300,174 @@ async fn what_bypasses_connect_is_refused_under_rules() {
     .await;
     assert_eq!(out, "1\n", "{err}");
     assert!(err.contains("Permission denied"), "{err}");
+    server.shutdown().await.unwrap();
+}
+
+/// The Python a sandbox runs to try each way out; prints one word per attempt.
+const ROUTES_OUT: &str = r#"
+import ctypes, errno, socket, sys
+allowed, denied = int(sys.argv[1]), int(sys.argv[2])
+def attempt(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def v6_allowed():
+    s = socket.socket(socket.AF_INET6)
+    s.settimeout(5)  # non-blocking underneath: EINPROGRESS, then the answer
+    s.connect(("::ffff:127.61.6.2", allowed))
+    s.sendall(b"v6\n")
+    assert s.recv(4) == b"ack\n"
+libc = ctypes.CDLL(None, use_errno=True)
+def io_uring():
+    if libc.syscall(425, 1, ctypes.create_string_buffer(120)) < 0:
+        raise OSError(ctypes.get_errno(), "io_uring_setup")
+print(
+    attempt(lambda: socket.socket(socket.AF_INET6).connect(("::ffff:127.61.6.3", denied))),
+    attempt(v6_allowed),
+    attempt(io_uring),
+    attempt(lambda: socket.socket().sendto(b"x", socket.MSG_FASTOPEN, ("127.61.6.3", denied))),
+    attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW)),
+)
+"#;
+
+#[tokio::test]
+async fn ipv6_non_blocking_sockets_and_other_routes_out_follow_the_rules() {
+    // contract: X11
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    if !enforced(&api).await {
+        return;
+    }
+    let allowed = Host::start("127.61.6.2", 0);
+    let denied = Host::start("127.61.6.3", 0);
+    let sandbox = sandbox_with(
+        &api,
+        json!({"allowOut": ["127.61.6.2"], "denyOut": ["0.0.0.0/0"]}),
+    )
+    .await;
+    assert_eq!(
+        api.upload(&sandbox, "/home/user/routes.py", ROUTES_OUT.as_bytes())
+            .await
+            .status,
+        200
+    );
+    let script = format!(
+        "/usr/bin/python3 /home/user/routes.py {} {}",
+        allowed.addr.port(),
+        denied.addr.port()
+    );
+    // As root, who could open a packet socket without the filter.
+    let mut stream = api
+        .start(&sandbox, &script, &[("authorization", "Basic cm9vdDo=")])
+        .await;
+    let run = stream.collect().await;
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        "ECONNREFUSED ok EPERM ENOTSUP EAFNOSUPPORT\n",
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(allowed.seen(), vec![b"v6\n".to_vec()]);
+    assert!(denied.seen().is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_update_that_cannot_hold_every_process_is_a_409_saying_why() {
+    // contract: X11
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    if !enforced(&api).await {
+        return;
+    }
+    let host = Host::start("127.61.7.2", 0);
+    // Created without rules: its commands run unfiltered, so rules cannot come while one runs.
+    let plain = new_sandbox(&api).await;
+    let mut running = api.start(&plain, "sleep 30", &[]).await;
+    let path = format!("/sandboxes/{}/network", plain.id);
+    let deny = r#"{"denyOut": ["0.0.0.0/0"]}"#;
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert!(reply.text.contains("run unfiltered"), "{}", reply.text);
+    let first = running.next().await.expect("start event");
+    let pid = first.json["event"]["start"]["pid"].as_u64().unwrap();
+    let killed = api
+        .rpc(
+            &plain,
+            "process.Process/SendSignal",
+            json!({"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}),
+        )
+        .await;
+    assert_eq!(killed.status, 200, "{}", killed.text);
+    while running.next().await.is_some() {}
+    // Nothing runs any more: the rules hold for every command from now on.
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    let (out, _) = sh(&api, &plain, &dial(host.addr, "x")).await;
+    assert_eq!(out, "");
+
+    // Internet off without rules is a loopback-only network namespace: it stays closed.
+    let offline = api
+        .post(
+            "/v2/sandboxes",
+            r#"{"templateID": "base", "timeout": 60, "allow_internet_access": false}"#,
+        )
+        .await;
+    let id = offline.json["sandboxID"].as_str().unwrap();
+    let path = format!("/sandboxes/{id}/network");
+    let reply = api
+        .rest(Method::PUT, &path, Some(r#"{"allowOut": ["127.61.7.2"]}"#))
+        .await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert!(reply.text.contains("denyOut"), "{}", reply.text);
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    assert!(host.seen().is_empty());
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn rules_hold_after_a_pause_and_a_restart() {
+    // contract: X11
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = e2b_local::ServerConfig::loopback();
+    config.state_dir = Some(dir.path().to_path_buf());
+    config.clock = e2b_local::Clock::manual(t0());
+    let server = e2b_local::Server::start(config.clone()).await.unwrap();
+    let api = Api::new(&server);
+    if !enforced(&api).await {
+        return;
+    }
+    let allowed = Host::start("127.61.8.2", 0);
+    let denied = Host::start("127.61.8.3", 0);
+    let sandbox = sandbox_with(
+        &api,
+        json!({"allowOut": ["127.61.8.2"], "denyOut": ["0.0.0.0/0"]}),
+    )
+    .await;
+    let path = format!("/sandboxes/{}", sandbox.id);
+    assert_eq!(api.post(&format!("{path}/pause"), "{}").await.status, 204);
+    server.shutdown().await.unwrap();
+
+    let server = e2b_local::Server::start(config).await.unwrap();
+    let api = Api::new(&server);
+    let resumed = api
+        .post(&format!("/v2{path}/connect"), r#"{"timeout": 60}"#)
+        .await;
+    assert_eq!(resumed.status, 201, "{}", resumed.text);
+    let sandbox = Sandbox {
+        id: sandbox.id,
+        token: resumed.json["envdAccessToken"].as_str().map(str::to_owned),
+    };
+    let script = [dial(allowed.addr, "a"), dial(denied.addr, "d")].join("; ");
+    let (out, err) = sh(&api, &sandbox, &script).await;
+    assert_eq!(out, "ok a ack\n", "{err}");
+    assert!(denied.seen().is_empty());
+    assert_eq!(
+        api.get(&path).await.json["network"]["allowOut"],
+        json!(["127.61.8.2"])
+    );
     server.shutdown().await.unwrap();
 }
