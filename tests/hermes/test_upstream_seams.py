@@ -68,9 +68,10 @@ def test_manifest_config_schema_is_the_native_settings_table(home):
     schema = load_yaml(SHIM_DIR / "plugin.yaml")["config_schema"]
     assert list(schema) == [entry["key"] for entry in table], "same keys, same order"
     # Dashboard types (the provider's schema) -> manifest types (Hermes' loader and plugin hub):
-    # whole seconds are integers there, and a mapping is an object (its text form is the
-    # dashboard's).
-    manifest_type = {"string": "string", "number": "integer", "boolean": "boolean", "text": "object"}
+    # whole seconds are integers there, a mapping is an object (its text form is the
+    # dashboard's), and a list is a list in both.
+    manifest_type = {"string": "string", "number": "integer", "boolean": "boolean", "text": "object",
+                     "list": "list"}
     for entry in table:
         declared = schema[entry["key"]]
         assert declared["type"] == manifest_type[entry["type"]], entry["key"]

@@ -62,6 +62,9 @@ pub struct Config {
     pub internet: InternetAccess,
     /// envd access-token protection; part of the identity (X6, I3).
     pub security: Security,
+    /// Allowed and denied destinations beyond `internet` (X9, X10). Not part of the
+    /// identity: a sandbox whose rules differ is adopted and updated live, once.
+    pub egress: crate::egress::EgressPolicy,
     /// Extra metadata stamped on created sandboxes; identity keys always win.
     pub metadata: BTreeMap<String, String>,
     /// Persistent, ephemeral, or attached to an externally owned sandbox.
@@ -121,8 +124,9 @@ impl WriterArbitration {
 impl Config {
     /// Persistent mode on template `base`, cwd and state root following the sandbox user's
     /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
-    /// internet allowed, secure, no extra metadata, E2B's public endpoints (`E2B_*` variables
-    /// are not read here), a 2 GiB state cap. (The values are the `DEFAULT_*` constants.)
+    /// internet allowed, secure, no egress rules, no extra metadata, E2B's public endpoints
+    /// (`E2B_*` variables are not read here), a 2 GiB state cap. (The values are the
+    /// `DEFAULT_*` constants.)
     pub fn new(api_key: ApiKeySource) -> Config {
         Config {
             template: DEFAULT_TEMPLATE.to_owned(),
@@ -132,6 +136,7 @@ impl Config {
             command_grace: DEFAULT_COMMAND_GRACE,
             internet: DEFAULT_INTERNET,
             security: DEFAULT_SECURITY,
+            egress: crate::egress::EgressPolicy::none(),
             metadata: BTreeMap::new(),
             mode: SandboxMode::Persistent,
             endpoints: Endpoints::e2b_cloud(),

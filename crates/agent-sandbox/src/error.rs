@@ -244,6 +244,17 @@ pub enum Error {
         /// Why.
         reason: CheckpointRefusal,
     },
+
+    /// An egress rule cannot be used (`allow_out` / `deny_out`); nothing was sent.
+    #[error("E2B egress policy is invalid: {list} entry {entry:?} {reason}")]
+    InvalidEgress {
+        /// The list: `allow_out` or `deny_out`.
+        list: &'static str,
+        /// The refused entry, as written.
+        entry: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -265,6 +276,7 @@ impl Error {
             | Error::Arbitration { sandbox_id, .. }
             | Error::Fenced { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
+            | Error::InvalidEgress { .. }
             | Error::ConcurrencyLimit { .. }
             | Error::Io { .. }
             | Error::NotAttached { .. }
@@ -278,6 +290,11 @@ impl Error {
             Error::NotReady { retry_hint, .. } => Some(retry_hint),
             _ => None,
         }
+    }
+
+    /// An `allow_out` / `deny_out` entry was refused ([`Error::InvalidEgress`]).
+    pub fn is_invalid_egress(&self) -> bool {
+        matches!(self, Error::InvalidEgress { .. })
     }
 
     /// The sandbox sent an answer the backend refused to use.

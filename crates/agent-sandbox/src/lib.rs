@@ -6,6 +6,7 @@ mod backend;
 mod checkpoint;
 mod command;
 mod config;
+mod egress;
 mod error;
 mod home;
 mod hooks;
@@ -39,13 +40,14 @@ pub use sandbox_identity::CheckpointReason;
 pub use e2b_client::{ApiKey, SandboxId};
 // The one redaction pass (X4), for bindings that log or show text of their own.
 pub use e2b_client::{REDACTED, redact};
+pub use egress::{ALL_TRAFFIC, EGRESS_KEY, EgressList, EgressPolicy, MAX_EGRESS_ENTRIES};
 pub use error::{CheckpointRefusal, Error, ErrorChain, FileRefusal};
 pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{
-    ACCESS_CHECK_DEADLINE, Access, EntryState, Force, HostScope, Inventory, Listing, LiveStep,
-    Loss, Owner, PlannedRemoval, Refusal, RemovalOutcome, RemovalTarget, Removed, SandboxEntry,
-    TEMPLATE_TOOLS, Verdict, WriterHolder,
+    ACCESS_CHECK_DEADLINE, Access, EgressApplied, EgressOutcome, EntryState, Force, HostScope,
+    Inventory, Listing, LiveStep, Loss, Owner, PlannedRemoval, Refusal, RemovalOutcome,
+    RemovalTarget, Removed, SandboxEntry, TEMPLATE_TOOLS, Verdict, WriterHolder,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 /// The directories of the Hermes home that come back from a sandbox (`skills`, `memories`).

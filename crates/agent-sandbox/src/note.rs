@@ -14,6 +14,10 @@ pub(crate) const NOTE_PULL: &str = "last-pull";
 /// The sandbox this scope last attached on this host: a hint that lets a resume send its
 /// connect together with its list (the list still decides which sandbox is adopted).
 pub(crate) const NOTE_SANDBOX: &str = "sandbox";
+/// The egress policy this host last applied live to the scope's sandbox: `<sandbox>
+/// <digest>`. It outlives the creation stamp in the sandbox's metadata, which E2B cannot
+/// change (X9).
+pub(crate) const NOTE_EGRESS: &str = "egress";
 /// The last recovery: when, its counts or failure, and from which sandbox.
 pub(crate) const NOTE_RECOVERY: &str = "last-recovery";
 

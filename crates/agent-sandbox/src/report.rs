@@ -80,6 +80,8 @@ pub struct Stats {
     pub snapshot_lists: u64,
     /// Snapshot deletions.
     pub snapshot_deletes: u64,
+    /// Egress policy updates of a live sandbox (X9, X10).
+    pub network_updates: u64,
 }
 
 /// What a teardown pull did.

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_sandbox::{
-    ApiKeySource, Force, HostScope, Inventory, Listing, Loss, Progress, ProgressObserver, Refusal,
-    RemovalOutcome, RemovalTarget, SandboxEntry, Services, Verdict, WriterHolder,
+    ApiKeySource, EgressOutcome, Force, HostScope, Inventory, Listing, Loss, Progress,
+    ProgressObserver, Refusal, RemovalOutcome, RemovalTarget, SandboxEntry, Services, Verdict,
+    WriterHolder,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -61,6 +62,8 @@ fn entry_dict<'py>(py: Python<'py>, entry: &SandboxEntry) -> PyResult<Bound<'py,
     dict.set_item("started_at", seconds_since_epoch(entry.started_at))?;
     dict.set_item("lease_left_seconds", entry.lease_left.map(|d| d.as_secs()))?;
     dict.set_item("duplicate_of", entry.duplicate_of.clone())?;
+    dict.set_item("egress_stamp", entry.egress_stamp.clone())?;
+    dict.set_item("egress_known", entry.egress_known())?;
     match &entry.host {
         Some(host) => dict.set_item("host", host_dict(py, host)?)?,
         None => dict.set_item("host", py.None())?,
@@ -130,6 +133,68 @@ impl PyInventory {
         Ok(PyInventory {
             inventory: Inventory::new(config, profile_home, services),
         })
+    }
+
+    /// The settings' egress policy as E2B must hold it: a dict of allow_out, deny_out
+    /// (with `allow_internet_access = false`'s deny of every destination), digest, summary.
+    fn egress_policy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let policy = self.inventory.egress_policy();
+        let dict = PyDict::new(py);
+        dict.set_item("allow_out", policy.allow_out().to_vec())?;
+        dict.set_item("deny_out", policy.deny_out().to_vec())?;
+        dict.set_item("digest", policy.digest())?;
+        dict.set_item("summary", policy.summary())?;
+        Ok(dict)
+    }
+
+    /// Puts the settings' egress policy in force on this profile's running sandboxes whose
+    /// rules differ (one request each; paused ones get it when resumed). One dict per
+    /// sandbox: the entry's keys plus outcome ("in_force", "updated", "at_resume", "failed")
+    /// and detail.
+    fn apply_egress<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let inventory = self.inventory.clone();
+        let applied = py
+            .detach(move || inventory.apply_egress(SystemTime::now()))
+            .map_err(Error::from)?;
+        applied
+            .iter()
+            .map(|item| {
+                let dict = entry_dict(py, &item.entry)?;
+                let (outcome, detail) = match &item.outcome {
+                    EgressOutcome::InForce => ("in_force", None),
+                    EgressOutcome::Updated => ("updated", None),
+                    EgressOutcome::AtResume => ("at_resume", None),
+                    EgressOutcome::Failed(why) => ("failed", Some(agent_sandbox::redact(why))),
+                    _ => ("failed", Some("unknown outcome".to_owned())),
+                };
+                dict.set_item("outcome", outcome)?;
+                dict.set_item("detail", detail)?;
+                Ok(dict)
+            })
+            .collect()
+    }
+
+    /// The egress rules E2B reports for `sandbox_id` (one request): a dict of allow_out,
+    /// deny_out, summary and digest; None when E2B reports none.
+    fn sandbox_rules<'py>(
+        &self,
+        py: Python<'py>,
+        sandbox_id: String,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let inventory = self.inventory.clone();
+        let rules = py
+            .detach(move || inventory.sandbox_rules(&sandbox_id))
+            .map_err(Error::from)?;
+        rules
+            .map(|policy| {
+                let dict = PyDict::new(py);
+                dict.set_item("allow_out", policy.allow_out().to_vec())?;
+                dict.set_item("deny_out", policy.deny_out().to_vec())?;
+                dict.set_item("summary", policy.summary())?;
+                dict.set_item("digest", policy.digest())?;
+                Ok(dict)
+            })
+            .transpose()
     }
 
     /// One dict per sandbox, newest first: `which` is "profile" (this profile's) or "all".

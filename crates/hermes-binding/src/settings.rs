@@ -10,8 +10,8 @@ use std::fmt;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Config, Endpoints, InternetAccess, SandboxId, SandboxMode, Security,
-    WriterArbitration,
+    ApiKeySource, Config, EgressPolicy, Endpoints, InternetAccess, SandboxId, SandboxMode,
+    Security, WriterArbitration,
 };
 
 use crate::error::Error;
@@ -32,6 +32,8 @@ pub enum Value {
     Str(String),
     /// A mapping with string keys.
     Map(BTreeMap<String, Value>),
+    /// A list.
+    List(Vec<Value>),
     /// Anything else (a list, ...), by type name, for the error message.
     Other(String),
 }
@@ -45,6 +47,7 @@ impl Value {
             Value::Float(_) => "a number",
             Value::Str(_) => "a string",
             Value::Map(_) => "a mapping",
+            Value::List(_) => "a list",
             Value::Other(kind) => kind,
         }
     }
@@ -103,6 +106,7 @@ impl fmt::Debug for Settings {
             .field("command_grace", &config.command_grace)
             .field("internet", &config.internet)
             .field("security", &config.security)
+            .field("egress", &config.egress)
             .field("metadata_keys", &config.metadata.keys().collect::<Vec<_>>())
             .field("endpoints", &config.endpoints)
             .field("endpoints_from", &self.endpoints_from)
@@ -264,6 +268,60 @@ fn metadata_text(text: &str) -> Result<BTreeMap<String, String>, Error> {
         }
     }
     Ok(metadata)
+}
+
+/// The egress policy of `allow_out` and `deny_out`; the error names the setting and entry.
+pub fn egress(raw: &BTreeMap<String, Value>) -> Result<EgressPolicy, Error> {
+    let allow = destinations(raw, "allow_out")?;
+    let deny = destinations(raw, "deny_out")?;
+    EgressPolicy::new(allow, deny).map_err(|error| match error {
+        agent_sandbox::Error::InvalidEgress {
+            list,
+            entry,
+            reason,
+        } => invalid(list, format!("entry {entry:?} {reason}")),
+        other => invalid("allow_out", other.to_string()),
+    })
+}
+
+/// A destination list: a YAML list of text, or text with entries separated by commas,
+/// spaces or new lines (how Hermes' config screens and `hermes config set` hand it over).
+fn destinations(raw: &BTreeMap<String, Value>, key: &str) -> Result<Vec<String>, Error> {
+    let split = |text: &str| -> Vec<String> {
+        text.split([',', '\n', ' ', '\t'])
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    match raw.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Str(text)) => {
+            let text = text.trim();
+            // `hermes config set` writes a JSON list as text.
+            if text.starts_with('[') {
+                let list: Vec<String> = serde_json::from_str(text).map_err(|error| {
+                    invalid(key, format!("is not a JSON list of text ({error})"))
+                })?;
+                return Ok(list);
+            }
+            Ok(split(text))
+        }
+        Some(Value::List(items)) => items
+            .iter()
+            .map(|item| match item {
+                Value::Str(text) => Ok(text.trim().to_owned()),
+                other => Err(invalid(
+                    key,
+                    format!("entries must be text, not {}", other.kind()),
+                )),
+            })
+            .collect(),
+        Some(other) => Err(invalid(
+            key,
+            format!("must be a list of destinations, not {}", other.kind()),
+        )),
+    }
 }
 
 /// Hermes' idle lifetime (`terminal.lifetime_seconds`), else the default lease: the lease's
@@ -448,6 +506,7 @@ impl Settings {
                 Security::Insecure
             };
         }
+        config.egress = egress(raw)?;
         match raw.get("metadata") {
             None | Some(Value::Null) => {}
             Some(Value::Map(entries)) => {
@@ -613,6 +672,27 @@ impl Settings {
                  writer is taken over after {} s)",
                 term.as_secs()
             ),
+        }
+    }
+
+    /// One line for doctor rows: the profile's egress policy, with what
+    /// `allow_internet_access = false` adds (E2B's deny of every destination).
+    pub fn egress_summary(&self) -> String {
+        let config = &self.config;
+        let rules = config.egress.summary();
+        match config.internet {
+            InternetAccess::Allowed if config.egress.is_empty() => {
+                "no rules: every destination is reachable".to_owned()
+            }
+            InternetAccess::Allowed => rules,
+            InternetAccess::Denied => {
+                let effective = config.egress.effective(InternetAccess::Denied);
+                format!(
+                    "{} ({} from allow_internet_access: false)",
+                    effective.summary(),
+                    agent_sandbox::ALL_TRAFFIC
+                )
+            }
         }
     }
 

@@ -14,8 +14,10 @@ use futures::TryStreamExt;
 use sandbox_identity::{Adoption, Candidate, ExtensionRequest, LeasePlan, LeaseTracker, SCOPE_KEY};
 use writer_lease::{CreationAccess, Degradation, Role as LeaseRole, ScopeFiles, WriterLease};
 
+use super::egress::EgressKnown;
 use super::{Attached, Inner, RETRY_HINT, Role, TRANSFER_WINDOW, bump};
 use crate::config::{CREATION_LOCK_WAIT, SandboxMode};
+use crate::egress::EGRESS_KEY;
 use crate::error::Error;
 use crate::home::{HomeCache, HomeSlot, RemoteHome, SandboxHome};
 use crate::note::NOTE_SANDBOX;
@@ -42,10 +44,11 @@ impl Inner {
                     Origin::Connected,
                     resumed,
                     None,
+                    EgressKnown::External,
                 )
             }
             _ if self.scope.is_probe() => {
-                let (sandbox, lease) = self.create(&client, OnTimeout::Kill)?;
+                let (sandbox, lease, egress) = self.create(&client, OnTimeout::Kill)?;
                 self.attached(
                     client,
                     sandbox,
@@ -54,10 +57,11 @@ impl Inner {
                     Origin::Created,
                     false,
                     None,
+                    egress,
                 )
             }
             SandboxMode::Ephemeral { .. } => {
-                let (sandbox, lease) = self.create(&client, OnTimeout::Kill)?;
+                let (sandbox, lease, egress) = self.create(&client, OnTimeout::Kill)?;
                 self.attached(
                     client,
                     sandbox,
@@ -66,6 +70,7 @@ impl Inner {
                     Origin::Created,
                     false,
                     None,
+                    egress,
                 )
             }
             SandboxMode::Persistent => self.attach_persistent(client),
@@ -94,7 +99,9 @@ impl Inner {
             }
             LeaseRole::Reader => Role::Reader,
         };
-        let (sandbox, lease, origin, resumed) = if let Role::PendingWriter(writer) = &mut role {
+        let (sandbox, lease, origin, resumed, egress) = if let Role::PendingWriter(writer) =
+            &mut role
+        {
             self.find_or_create_under_lock(&client, files, writer)?
         } else {
             self.find_existing(&client, Retire::Nothing, || Ok(()))?
@@ -105,7 +112,16 @@ impl Inner {
                     retry_hint: RETRY_HINT.to_owned(),
                 })?
         };
-        self.attached(client, sandbox, lease, role, origin, resumed, degradation)
+        self.attached(
+            client,
+            sandbox,
+            lease,
+            role,
+            origin,
+            resumed,
+            degradation,
+            egress,
+        )
     }
 
     /// Once per process for each kind of degradation (C6), however many backends find it:
@@ -133,7 +149,7 @@ impl Inner {
         client: &Client,
         retire: Retire,
         during: impl FnOnce() -> Result<(), Error>,
-    ) -> Result<Option<(Sandbox, LeaseTracker, Origin, bool)>, Error> {
+    ) -> Result<Option<Found>, Error> {
         let mut query = ListQuery::all();
         query.metadata = BTreeMap::from([(SCOPE_KEY.to_owned(), self.identity.digest().to_hex())]);
         query.state = StateFilter::Any;
@@ -171,6 +187,12 @@ impl Inner {
         if retire == Retire::Superseded {
             self.retire_superseded(client, &candidates);
         }
+        let stamp_of = |id: &str| {
+            listed
+                .iter()
+                .find(|listed| listed.sandbox_id.as_str() == id)
+                .and_then(|listed| listed.metadata.get(EGRESS_KEY).cloned())
+        };
         match sandbox_identity::choose(&self.identity, &candidates) {
             Adoption::Adopt {
                 candidate,
@@ -199,11 +221,13 @@ impl Inner {
                     Some((hint, Ok(connected))) if hint == id => connected,
                     _ => self.connect(client, &id)?,
                 };
+                let stamp = stamp_of(id.as_str());
                 Ok(Some((
                     sandbox,
                     lease,
                     Origin::Adopted { duplicates },
                     resumed,
+                    EgressKnown::Stamped(stamp),
                 )))
             }
             Adoption::Create { .. } | Adoption::NeverAdopt => Ok(None),
@@ -253,7 +277,7 @@ impl Inner {
         client: &Client,
         files: &ScopeFiles,
         writer: &mut WriterLease,
-    ) -> Result<(Sandbox, LeaseTracker, Origin, bool), Error> {
+    ) -> Result<Found, Error> {
         let access = files
             .creation_lock_within(CREATION_LOCK_WAIT)
             .map_err(|source| Error::Coordination {
@@ -288,15 +312,16 @@ impl Inner {
         if let Some(found) = self.find_existing(client, Retire::Superseded, transition)? {
             return Ok(found);
         }
-        let (sandbox, lease) = self.create(client, OnTimeout::Pause(PauseMemory::Discard))?;
-        Ok((sandbox, lease, Origin::Created, false))
+        let (sandbox, lease, egress) =
+            self.create(client, OnTimeout::Pause(PauseMemory::Discard))?;
+        Ok((sandbox, lease, Origin::Created, false, egress))
     }
 
     fn create(
         &self,
         client: &Client,
         on_timeout: OnTimeout,
-    ) -> Result<(Sandbox, LeaseTracker), Error> {
+    ) -> Result<(Sandbox, LeaseTracker, EgressKnown), Error> {
         let (mut lease, request) = self.opening_lease();
         let mut options = CreateOptions::new(self.config.template.clone());
         options.timeout = Some(Duration::from_secs(request.timeout_secs()));
@@ -307,6 +332,9 @@ impl Inner {
             self.config.internet,
             sandbox_identity::InternetAccess::Allowed
         ));
+        // The policy travels with the create, so it holds before the sandbox's first
+        // command, and its digest rides in the metadata adoption lists (X9).
+        let egress = self.stamp_egress(&mut options);
         options.secure = Some(matches!(
             self.config.security,
             sandbox_identity::Security::Secure
@@ -346,7 +374,7 @@ impl Inner {
         let sandbox = client
             .sandbox(info.envd_access())
             .map_err(|source| Error::e2b("create", Some(info.sandbox_id.as_str()), source))?;
-        Ok((sandbox, lease))
+        Ok((sandbox, lease, EgressKnown::Created(egress)))
     }
 
     /// Connects with the baseline lease (extend-only; resumes a paused sandbox).
@@ -405,8 +433,11 @@ impl Inner {
         origin: Origin,
         resumed: bool,
         degradation: Option<String>,
+        egress: EgressKnown,
     ) -> Result<Attached, Error> {
         let id = sandbox.id().clone();
+        // Before the home probe, the first request to the sandbox's envd (X9).
+        let egress = self.egress_at_attach(&client, &id, egress)?;
         let home = self.sandbox_home(&sandbox);
         let transport = StateTransport::new(TransportParts {
             runtime: self.services.runtime.clone(),
@@ -456,6 +487,7 @@ impl Inner {
             stale: false,
             fresh: matches!(origin, Origin::Created),
             grant: None,
+            egress,
             home,
         })
     }
@@ -516,6 +548,10 @@ fn candidate(listed: &ListedSandbox) -> Candidate {
         },
     }
 }
+
+/// What a lookup found: the sandbox, its lease, how it was found, whether it was resumed,
+/// and what is known of its egress rules.
+pub(super) type Found = (Sandbox, LeaseTracker, Origin, bool, EgressKnown);
 
 /// Whether a lookup kills the scope's superseded sandboxes (the writer's, under the creation
 /// lock) or leaves them (a reader's).

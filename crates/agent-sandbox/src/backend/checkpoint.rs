@@ -394,6 +394,7 @@ impl Inner {
             self.config.security,
             sandbox_identity::Security::Secure
         ));
+        self.stamp_egress(&mut options);
         options
     }
 

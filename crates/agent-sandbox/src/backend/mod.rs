@@ -7,9 +7,11 @@
 
 pub(super) mod attach;
 mod checkpoint;
+mod egress;
 mod replace;
 mod turns;
 pub use checkpoint::MAX_BRANCHES;
+pub(crate) use egress::{egress_rules, noted_for as noted_egress_for};
 pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore};
 mod fence;
 mod fetch;
@@ -117,6 +119,9 @@ struct Inner {
     arbitration: ArbitrationMemory,
     /// Leaf lock: one scope-note update at a time.
     note_serial: Mutex<()>,
+    /// Leaf lock: the egress policy in force from now on (the config's, until
+    /// [`Backend::set_egress`] changes it); read before every command (X10).
+    egress: Mutex<crate::egress::EgressPolicy>,
     /// The last checkpoint time this process named (Unix milliseconds): names never repeat.
     last_checkpoint_ms: AtomicU64,
     stats: Counters,
@@ -157,6 +162,7 @@ struct Counters {
     snapshots: AtomicU64,
     snapshot_lists: AtomicU64,
     snapshot_deletes: AtomicU64,
+    network_updates: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -254,6 +260,8 @@ struct Attached {
     fresh: bool,
     /// The writer's grant in the sandbox's record (`writer_arbitration: sandbox`).
     grant: Option<fence::Grant>,
+    /// The digest of the egress rules in force on the sandbox, as far as this host knows.
+    egress: String,
     /// The sandbox's home: known, or asked at attach and waited for by the first step that
     /// needs it (`settle_home` completes `info` with it).
     home: Arc<crate::home::HomeSlot>,
@@ -357,6 +365,7 @@ impl Backend {
             )),
             _ => None,
         };
+        let egress = Mutex::new(config.egress.clone());
         Ok(Backend {
             inner: Arc::new(Inner {
                 config,
@@ -371,6 +380,7 @@ impl Backend {
                 handoff: Handoff::default(),
                 arbitration: ArbitrationMemory::default(),
                 note_serial: Mutex::new(()),
+                egress,
                 last_checkpoint_ms: AtomicU64::new(0),
                 stats: Counters::default(),
             }),
@@ -411,6 +421,7 @@ impl Backend {
             snapshots: load(&c.snapshots),
             snapshot_lists: load(&c.snapshot_lists),
             snapshot_deletes: load(&c.snapshot_deletes),
+            network_updates: load(&c.network_updates),
         }
     }
 
@@ -421,6 +432,29 @@ impl Backend {
         let mut state = self.inner.lock_state();
         let attached = self.inner.ensure_attached(&mut state, "attach")?;
         Ok(attached.info.clone())
+    }
+
+    /// Replaces the egress policy from the next command on (a re-read setting, a change made
+    /// with `hermes e2b network`). Costs no request: the attached sandbox is updated before
+    /// the next command that finds its rules differ (X10). Returns whether it changed.
+    pub fn set_egress(&self, policy: crate::egress::EgressPolicy) -> bool {
+        let mut current = self
+            .inner
+            .egress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let changed = *current != policy;
+        *current = policy;
+        changed
+    }
+
+    /// The egress policy in force from the next command on.
+    pub fn egress(&self) -> crate::egress::EgressPolicy {
+        self.inner
+            .egress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The transport of the attached sandbox, for a sync engine's callbacks. Does not attach.
@@ -622,6 +656,14 @@ impl Inner {
         let Phase::Attached(attached) = state else {
             unreachable!("the state was attached just above")
         };
+        // Before the bring-up's own commands and the caller's (X10).
+        if let Err(error) = self.keep_egress(attached) {
+            // A sandbox gone is let go; the next use attaches afresh (with the policy).
+            if error.is_sandbox_gone() {
+                self.detach(state);
+            }
+            return Err(error);
+        }
         let established = self.establish(attached);
         // A bring-up that failed may have failed for want of the home: its cause goes first.
         if needed == HomeNeeded::Now || established.is_err() {

@@ -57,7 +57,7 @@ impl Backend {
             }
         };
         let client = inner.client()?;
-        let Some((sandbox, lease, origin, resumed)) =
+        let Some((sandbox, lease, origin, resumed, egress)) =
             inner.find_existing(&client, super::attach::Retire::Nothing, || Ok(()))?
         else {
             writer.release();
@@ -71,6 +71,7 @@ impl Backend {
             origin,
             resumed,
             None,
+            egress,
         )?;
         let id = attached.id.as_str().to_owned();
         let result = inner.recover_into_home(&id);

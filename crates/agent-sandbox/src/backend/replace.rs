@@ -5,6 +5,7 @@
 use e2b_client::{Client, SandboxId, StartOptions};
 use sandbox_identity::{CheckpointReason, LeaseTracker, SUPERSEDES_KEY};
 
+use super::egress::EgressKnown;
 use super::{Attached, Inner, Phase, Role, TRANSFER_WINDOW, bump};
 use crate::checkpoint::{Checkpoint, RollbackReport};
 use crate::error::{CheckpointRefusal, Error};
@@ -65,10 +66,17 @@ impl Inner {
         let old_id = old.id.clone();
         let client = old.client.clone();
         let mut warnings = Vec::new();
+        // The digest of the policy a restored sandbox is created with.
+        let mut created_egress = String::new();
         let (restored, new_id, created) = match replacement {
             Replacement::Restore(checkpoint) => {
                 let options = self
                     .create_options(&checkpoint.snapshot_id, [(SUPERSEDES_KEY, old_id.as_str())]);
+                created_egress = options
+                    .metadata
+                    .get(crate::egress::EGRESS_KEY)
+                    .cloned()
+                    .unwrap_or_default();
                 bump(&self.stats.creates);
                 let (mut lease, request) = self.opening_lease();
                 let mut options = options;
@@ -142,11 +150,17 @@ impl Inner {
         // superseded (or every other branch is gone) no order of the two is unsafe, and a
         // crash between them leaves what the next bring-up resolves (R5).
         let kill_old = || self.kill_all(&client, std::slice::from_ref(&old_id));
+        // A sandbox created just now has the policy in force; a fork branch made earlier may
+        // not (the policy may have changed since), so it is updated once (X9).
         let new_sandbox = match created {
-            Some((sandbox, lease)) => sandbox.map(|sandbox| (sandbox, lease)),
-            None => self.connect_new(&client, &new_id, operation),
+            Some((sandbox, lease)) => {
+                sandbox.map(|sandbox| (sandbox, lease, EgressKnown::Created(created_egress)))
+            }
+            None => self
+                .connect_new(&client, &new_id, operation)
+                .map(|(sandbox, lease)| (sandbox, lease, EgressKnown::Stamped(None))),
         };
-        let (sandbox, lease) = match new_sandbox {
+        let (sandbox, lease, egress) = match new_sandbox {
             Ok(new_sandbox) => new_sandbox,
             Err(error) => {
                 kill_old();
@@ -161,6 +175,7 @@ impl Inner {
             Origin::Restored,
             false,
             None,
+            egress,
         );
         let mut attached = match attached {
             Ok(attached) => attached,

@@ -22,11 +22,14 @@ use crate::command::RunOptions;
 use crate::config::{Config, PROBE_TASK_ID, SandboxMode, Scope, Services};
 use crate::error::{Error, ErrorChain};
 use crate::hooks::NoStateHooks;
-use crate::note::{NOTE_PULL, NOTE_RECOVERY, NOTE_TASK, NOTE_WRITER_PID};
+use crate::note::{NOTE_EGRESS, NOTE_PULL, NOTE_RECOVERY, NOTE_TASK, NOTE_WRITER_PID};
 use crate::report::{KillOutcomeReport, RecoverySummary};
 use crate::sink::{FnSink, OutputStream};
 
+mod egress;
 mod removal;
+
+pub use egress::{EgressApplied, EgressOutcome};
 
 pub(crate) use removal::plan;
 pub use removal::{
@@ -120,6 +123,8 @@ pub struct HostScope {
     pub last_pull: Option<String>,
     /// The last resume recovery (time and outcome), as recorded.
     pub last_recovery: Option<String>,
+    /// The egress policy this host last applied live: `<sandbox> <digest>` (X9).
+    pub egress_applied: Option<String>,
 }
 
 /// One sandbox this plugin made.
@@ -148,6 +153,20 @@ pub struct SandboxEntry {
     pub duplicate_of: Option<String>,
     /// What this host knows about its scope (this profile's scopes only).
     pub host: Option<HostScope>,
+    /// The digest of the egress policy it was created with (its `hermes.egress` metadata).
+    pub egress_stamp: Option<String>,
+}
+
+impl SandboxEntry {
+    /// The digest of the egress rules in force on it as far as this host knows: what this
+    /// host last applied to it, else what it was created with (X9).
+    pub fn egress_known(&self) -> Option<String> {
+        self.host
+            .as_ref()
+            .and_then(|host| host.egress_applied.as_deref())
+            .and_then(|line| crate::backend::noted_egress_for(line, &self.sandbox_id))
+            .or_else(|| self.egress_stamp.clone())
+    }
 }
 
 /// How long [`Inventory::check_access`] may take: long enough for a slow network, short
@@ -261,6 +280,7 @@ impl Inventory {
             prepared_for: files.prepared().ok().flatten().map(|s| s.sandbox_id),
             last_pull: noted(NOTE_PULL),
             last_recovery: noted(NOTE_RECOVERY),
+            egress_applied: noted(NOTE_EGRESS),
         })
     }
 
@@ -535,6 +555,7 @@ pub(crate) fn classify(
             } else {
                 None
             },
+            egress_stamp: sandbox.metadata.get(crate::egress::EGRESS_KEY).cloned(),
         });
     }
     // Newest first, ties by id: the order adoption uses, so the first of a scope is the one

@@ -13,6 +13,7 @@ fn entry(id: &str, owner: Owner, state: EntryState, secs: u64) -> SandboxEntry {
         lease_left: None,
         duplicate_of: None,
         host: None,
+        egress_stamp: None,
     }
 }
 
@@ -24,8 +25,25 @@ fn held(mut entry: SandboxEntry) -> SandboxEntry {
         prepared_for: Some(entry.sandbox_id.clone()),
         last_pull: None,
         last_recovery: None,
+        egress_applied: None,
     });
     entry
+}
+
+#[test]
+fn the_rules_known_are_this_hosts_last_update_else_the_creation_stamp() {
+    // contract: X9 — E2B metadata cannot change after an update, so the note decides.
+    let mut sandbox = held(entry("sbx1", Owner::ThisProfile, EntryState::Running, 1));
+    sandbox.egress_stamp = Some("created".to_owned());
+    assert_eq!(sandbox.egress_known().as_deref(), Some("created"));
+    if let Some(host) = sandbox.host.as_mut() {
+        host.egress_applied = Some("sbx0 updated-elsewhere".to_owned());
+    }
+    assert_eq!(sandbox.egress_known().as_deref(), Some("created"));
+    if let Some(host) = sandbox.host.as_mut() {
+        host.egress_applied = Some("sbx1 updated".to_owned());
+    }
+    assert_eq!(sandbox.egress_known().as_deref(), Some("updated"));
 }
 
 fn verdicts(plan: &[PlannedRemoval]) -> Vec<(&str, &Verdict)> {

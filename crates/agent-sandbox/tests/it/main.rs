@@ -5,6 +5,7 @@ mod arbitration;
 mod campaign;
 mod checkpoints;
 mod commands;
+mod egress;
 mod fencing;
 mod fetch;
 mod first_contact;

@@ -107,6 +107,25 @@ def read_settings(ctx: Any) -> dict[str, Any]:
     return raw
 
 
+#: The settings that may change while Hermes runs and are re-read before every command.
+EGRESS_KEYS = ("allow_out", "deny_out")
+
+
+def read_egress(ctx: Any) -> tuple[Any, Any]:
+    """``allow_out`` and ``deny_out`` as ``config.yaml`` holds them now. Hermes' config cache
+    re-reads the file only when it changed, so this costs no file parse (and no request)."""
+    get_config = getattr(ctx, "get_config", None)
+    if get_config is None:
+        return (None, None)
+    values = []
+    for key in EGRESS_KEYS:
+        try:
+            values.append(get_config(key, None))
+        except Exception as error:  # noqa: BLE001 - an unreadable config.yaml keeps the policy
+            raise RuntimeError(f"hermes-e2b: cannot read setting {key}: {type(error).__name__}") from None
+    return (values[0], values[1])
+
+
 def _settings_keys(ctx: Any) -> list[str]:
     """The keys written under ``plugins.entries.<plugin>.settings`` (no values)."""
     try:

@@ -1,5 +1,5 @@
 """`hermes e2b`: this profile's sandboxes from the Hermes CLI (status, list, rm, pull, doctor,
-checkpoint, checkpoints, rollback).
+checkpoint, checkpoints, rollback, network).
 
 Registered through Hermes' ``ctx.register_cli_command`` when the host has it. An adapter
 only: argparse in, text or JSON out. What a sandbox is, who owns it, what a removal may
@@ -23,7 +23,7 @@ EXIT_INCOMPLETE = 1
 #: The exit code when `rm` needs a confirmation it cannot ask for (no TTY, no --yes).
 EXIT_UNCONFIRMED = 2
 
-HELP = "Manage this profile's E2B sandboxes (status, list, rm, pull, doctor, checkpoint, checkpoints, rollback)"
+HELP = "Manage this profile's E2B sandboxes (status, list, rm, pull, doctor, checkpoint, checkpoints, rollback, network)"
 
 
 def setup(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +62,13 @@ def setup(parser: argparse.ArgumentParser) -> None:
     rollback.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
     rollback.add_argument("--yes", action="store_true", help="do not ask")
     rollback.add_argument("--json", action="store_true", help="print JSON")
+    network = sub.add_parser("network", help="the egress policy (allow_out, deny_out): show it, or change it for the profile and its running sandboxes")
+    network.add_argument("--allow", action="append", default=[], metavar="DEST", help="add to allow_out: an IPv4 address, CIDR block or domain name (*.example.com for subdomains); repeatable")
+    network.add_argument("--deny", action="append", default=[], metavar="DEST", help="add to deny_out: an IPv4 address or CIDR block (0.0.0.0/0: all); repeatable")
+    network.add_argument("--remove", action="append", default=[], metavar="DEST", help="remove from both lists; repeatable")
+    network.add_argument("--clear", action="store_true", help="empty both lists first")
+    network.add_argument("--apply", action="store_true", help="put the policy in force on the running sandboxes now, without changing it")
+    network.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(e2b_parser=parser)
 
 
@@ -402,6 +409,100 @@ def _rollback(ctx: Any, args: argparse.Namespace) -> int:
     return 0 if not report["warnings"] else EXIT_INCOMPLETE
 
 
+def _as_list(value: Any) -> list[str]:
+    """A destination list as config.yaml may hold it (a list, or text)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(item).strip() for item in value if str(item).strip()]
+    text = str(value).strip()
+    if text.startswith("["):
+        return [str(item).strip() for item in json.loads(text)]
+    return [item for item in text.replace(",", " ").split() if item]
+
+
+def _save_setting(ctx: Any, key: str, value: Any) -> None:
+    """Writes one plugin setting through Hermes' own writer (atomic, lock-protected)."""
+    set_config = getattr(ctx, "set_config", None)
+    if callable(set_config):
+        set_config(key, value)
+        return
+    from hermes_cli.plugins_state import save_plugin_setting
+
+    save_plugin_setting(getattr(ctx, "plugin_id", None) or "e2b", (key,), value)
+
+
+def _network_lines(settings: Any, sandboxes: list, changed: bool) -> list[str]:
+    lines = [f"Profile policy: {settings.egress_summary()}"]
+    lines.append(f"  allow_out: {', '.join(settings.allow_out) or '(none)'}")
+    lines.append(f"  deny_out: {', '.join(settings.deny_out) or '(none)'}")
+    if not sandboxes:
+        lines.append("No E2B sandboxes for this profile.")
+    words = {
+        "in_force": "the profile's policy is in force",
+        "updated": "updated now to the profile's policy",
+        "at_resume": "paused; gets the profile's policy when resumed, before any command",
+        "differs": "not the profile's policy; a session puts it in force before its next command (--apply: now)",
+        "failed": "the update failed",
+    }
+    for entry in sandboxes:
+        rules = entry.get("rules")
+        has = rules["summary"] if rules else "rules not reported"
+        detail = f": {entry['detail']}" if entry.get("detail") else ""
+        lines.append(f"{_scope_name(entry)}: {entry['sandbox_id']} {entry['state']}")
+        lines.append(f"  has: {has}")
+        lines.append(f"  {words[entry['outcome']]}{detail}")
+    if changed:
+        lines.append("Running Hermes sessions of this profile use the new policy from their next command.")
+    return lines
+
+
+def _network(ctx: Any, args: argparse.Namespace) -> int:
+    from . import _native
+
+    changing = bool(args.allow or args.deny or args.remove or args.clear)
+    if changing:
+        raw = read_settings(ctx)
+        allow = [] if args.clear else _as_list(raw.get("allow_out"))
+        deny = [] if args.clear else _as_list(raw.get("deny_out"))
+        removed = set(args.remove)
+        allow = [d for d in allow if d not in removed] + [d for d in args.allow if d not in allow]
+        deny = [d for d in deny if d not in removed] + [d for d in args.deny if d not in deny]
+        # Validated before anything is written: a refused entry changes nothing.
+        _native.Settings({**raw, "allow_out": allow, "deny_out": deny}, lifetime_seconds=lifetime_seconds())
+        _save_setting(ctx, "allow_out", allow)
+        _save_setting(ctx, "deny_out", deny)
+    settings = _settings(ctx)
+    inventory = _inventory(ctx)
+    policy = inventory.egress_policy()
+    sandboxes = inventory.apply_egress() if changing or args.apply else inventory.list("profile")
+    for entry in sandboxes:
+        # What E2B reports the sandbox has (one request each; only this command pays it).
+        try:
+            entry["rules"] = inventory.sandbox_rules(entry["sandbox_id"])
+        except _native.E2BError as error:
+            entry["rules"] = None
+            entry["detail"] = entry.get("detail") or str(error)
+        if "outcome" not in entry:
+            known = entry["rules"]["digest"] if entry["rules"] else entry["egress_known"]
+            entry["outcome"] = "in_force" if known == policy["digest"] else (
+                "differs" if entry["state"] == "running" else "at_resume")
+            entry["detail"] = entry.get("detail")
+    if args.json:
+        _print_json({
+            "allow_out": settings.allow_out,
+            "deny_out": settings.deny_out,
+            "allow_internet_access": settings.allow_internet_access,
+            "effective": policy,
+            "sandboxes": [{"sandbox_id": e["sandbox_id"], "task_id": (e.get("host") or {}).get("task_id"),
+                           "state": e["state"], "outcome": e["outcome"], "detail": e["detail"],
+                           "rules": e["rules"]} for e in sandboxes],
+        })
+    else:
+        print("\n".join(_network_lines(settings, sandboxes, changing)))
+    return 0 if all(e["outcome"] != "failed" for e in sandboxes) else EXIT_INCOMPLETE
+
+
 _COMMANDS: dict[str, Callable[[Any, argparse.Namespace], int]] = {
     "status": _status,
     "list": _list,
@@ -411,4 +512,5 @@ _COMMANDS: dict[str, Callable[[Any, argparse.Namespace], int]] = {
     "checkpoint": _checkpoint,
     "checkpoints": _checkpoints,
     "rollback": _rollback,
+    "network": _network,
 }

@@ -214,6 +214,7 @@ class E2BEnvironment(BaseEnvironment):
         timeout: int,
         task_id: str,
         persistent: bool,
+        egress_source: Optional[Callable[[], tuple[Any, Any]]] = None,
     ) -> None:
         # No configured cwd: the sandbox's real home, known once attached (below).
         requested_cwd = settings.session_cwd(cwd)
@@ -236,6 +237,9 @@ class E2BEnvironment(BaseEnvironment):
             host_only=host_only_paths(home),
         )
         self._hooks.sync_state = _sync_through(weakref.ref(self))
+        self._egress_source = egress_source
+        self._egress_seen: Optional[tuple[Any, Any]] = None
+        self._keep_egress()
         try:
             # A degradation found here (e.g. unprotected creation) is logged by the native core.
             attached = self._native.attach()
@@ -320,7 +324,23 @@ class E2BEnvironment(BaseEnvironment):
         self._snapshot_pending = False
         super().init_session()
 
+    def _keep_egress(self) -> None:
+        """The profile's ``allow_out`` / ``deny_out`` as they are now, handed to the native
+        core when they changed: it updates the sandbox before the next command (X10). An
+        invalid new value fails the command (ConfigurationError naming the key) rather than
+        let it run under a policy that is not the profile's."""
+        if self._egress_source is None:
+            return
+        current = self._egress_source()
+        if current == self._egress_seen:
+            return
+        allow_out, deny_out = current
+        if self._native.set_egress(allow_out, deny_out) and self._egress_seen is not None:
+            logger.info("hermes-e2b: the egress policy changed; it applies from the next command")
+        self._egress_seen = current
+
     def _before_execute(self) -> None:
+        self._keep_egress()
         # Admission (and the writer's sync) before Hermes starts the command's clock: waiting
         # here never eats its timeout, and a refusal is raised to Hermes, which retries it and
         # otherwise reports it as the tool's error.
@@ -343,6 +363,7 @@ class E2BEnvironment(BaseEnvironment):
         timeout: int = 120,
         stdin_data: Optional[str] = None,
     ) -> _PipeHandle:
+        self._keep_egress()
         # surrogateescape: Hermes' str may carry undecodable bytes it read; they go back as-is.
         stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data else None
         read_fd, write_fd = os.pipe()
@@ -368,6 +389,7 @@ class E2BEnvironment(BaseEnvironment):
         """Copies the regular sandbox file ``remote_path`` to ``local_dest``, failing at the
         first byte past ``max_bytes`` (None: the native default, Hermes' 50 MB delivery
         limit; some Hermes versions pass no cap). Raises :class:`FileFetchError`."""
+        self._keep_egress()
         try:
             self._native.fetch_file(str(remote_path), os.fspath(local_dest), max_bytes=max_bytes, cwd=self.cwd)
         except _native.E2BError as error:
@@ -378,6 +400,7 @@ class E2BEnvironment(BaseEnvironment):
     def fetch_realpath(self, remote_path: str) -> Optional[str]:
         """``readlink -f`` in the sandbox, or None when the path cannot be resolved. Raises
         :class:`FileFetchError` when the sandbox cannot be asked or answers nonsense."""
+        self._keep_egress()
         try:
             return self._native.fetch_realpath(str(remote_path), cwd=self.cwd)
         except _native.E2BError as error:

@@ -24,6 +24,7 @@ from ._hermes import (
     key_status,
     inventory,
     lifetime_seconds,
+    read_egress,
     read_settings,
     sandbox_home,
 )
@@ -165,6 +166,7 @@ class E2BProvider(TerminalEnvironmentProvider):
             rows.append(self._access_row(settings))
         if settings is not None:
             rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))
+            rows.append((True, "E2B egress policy", settings.egress_summary()))
         rows += self._other_plugin_rows()
         # A misspelled key is ignored (the default applies), which the user should see here.
         rows += [(False, "E2B setting", note) for note in (settings.unknown_key_notes() if settings else [])]
@@ -258,10 +260,13 @@ class E2BProvider(TerminalEnvironmentProvider):
         from .environment import E2BEnvironment
 
         persistent = bool((container_config or {}).get("container_persistent", True))
+        ctx = self._ctx
         return E2BEnvironment(
             settings=settings,
             cwd=cwd,
             timeout=int(timeout),
             task_id=task_id,
             persistent=persistent,
+            # Re-read before every command: a narrowed policy holds from the next one (X10).
+            egress_source=lambda: read_egress(ctx),
         )

@@ -240,6 +240,30 @@ impl PyBackend {
         })
     }
 
+    /// Replaces the egress policy with `allow_out` / `deny_out` as the settings write them
+    /// (re-read before each command): validated like the settings (ConfigurationError naming
+    /// the key); the attached sandbox is updated before the next command that finds its
+    /// rules differ (X10). Contacts nothing. Returns whether the policy changed.
+    #[pyo3(signature = (allow_out, deny_out))]
+    fn set_egress(
+        &self,
+        allow_out: &Bound<'_, PyAny>,
+        deny_out: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let raw = std::collections::BTreeMap::from([
+            ("allow_out".to_owned(), settings::to_value(allow_out)?),
+            ("deny_out".to_owned(), settings::to_value(deny_out)?),
+        ]);
+        let policy = crate::settings::egress(&raw)?;
+        Ok(self.backend.set_egress(policy))
+    }
+
+    /// The egress policy in force from the next command on: `(allow_out, deny_out)`.
+    fn egress(&self) -> (Vec<String>, Vec<String>) {
+        let policy = self.backend.egress();
+        (policy.allow_out().to_vec(), policy.deny_out().to_vec())
+    }
+
     /// The scope digest stamped into the sandbox metadata.
     fn scope_digest(&self) -> String {
         self.backend.scope_digest()

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::error::Error;
 use crate::settings::{Settings, Value};
 
-fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
+pub(crate) fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
     // bool before int: Python's bool is an int subclass.
     if object.is_none() {
         Ok(Value::Null)
@@ -30,6 +30,12 @@ fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
             entries.insert(key.str()?.to_string(), to_value(&value)?);
         }
         Ok(Value::Map(entries))
+    } else if object.is_instance_of::<PyList>() || object.is_instance_of::<PyTuple>() {
+        let items = object
+            .try_iter()?
+            .map(|item| to_value(&item?))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Value::List(items))
     } else {
         Ok(Value::Other(format!("a {}", object.get_type().name()?)))
     }
@@ -98,6 +104,23 @@ impl PySettings {
     #[getter]
     fn metadata(&self) -> BTreeMap<String, String> {
         self.settings.config.metadata.clone()
+    }
+
+    /// `allow_out`, canonical.
+    #[getter]
+    fn allow_out(&self) -> Vec<String> {
+        self.settings.config.egress.allow_out().to_vec()
+    }
+
+    /// `deny_out`, canonical.
+    #[getter]
+    fn deny_out(&self) -> Vec<String> {
+        self.settings.config.egress.deny_out().to_vec()
+    }
+
+    /// One line for doctor rows: the egress policy and what `allow_internet_access` adds.
+    fn egress_summary(&self) -> String {
+        self.settings.egress_summary()
     }
 
     #[getter]

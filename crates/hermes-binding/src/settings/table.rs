@@ -29,6 +29,8 @@ pub enum SettingKind {
     Flag,
     /// A mapping of names to text (or its text form).
     Mapping,
+    /// A list of text (or its text form: entries separated by commas or spaces).
+    List,
     /// A whole number from `min` to `max`.
     Count {
         /// The smallest accepted value.
@@ -47,6 +49,7 @@ impl SettingKind {
             SettingKind::Seconds { .. } => "number",
             SettingKind::Flag => "boolean",
             SettingKind::Mapping => "text",
+            SettingKind::List => "list",
             SettingKind::Count { .. } => "number",
         }
     }
@@ -58,6 +61,7 @@ impl SettingKind {
             SettingKind::Seconds { .. } => "integer",
             SettingKind::Flag => "boolean",
             SettingKind::Mapping => "object",
+            SettingKind::List => "list",
             SettingKind::Count { .. } => "integer",
         }
     }
@@ -69,6 +73,7 @@ impl SettingKind {
             SettingKind::Seconds { min } => format!("seconds ({min}..{MAX_SETTING_SECONDS})"),
             SettingKind::Flag => "true/false".to_owned(),
             SettingKind::Mapping => "mapping".to_owned(),
+            SettingKind::List => "list".to_owned(),
             SettingKind::Count { min, max } => format!("count ({min}..{max})"),
         }
     }
@@ -196,6 +201,11 @@ impl Setting {
                 "{} As text: key=value pairs separated by commas or new lines, or a JSON object.",
                 self.description
             )
+        } else if self.kind == SettingKind::List {
+            format!(
+                "{} As text: entries separated by commas or spaces.",
+                self.description
+            )
         } else {
             self.description.to_owned()
         }
@@ -224,7 +234,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 16] = [
+pub const SETTINGS: [Setting; 18] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -263,6 +273,20 @@ pub const SETTINGS: [Setting; 16] = [
         }),
         env: None,
         description: "false puts the sandbox behind deny-all egress.",
+    },
+    Setting {
+        key: "allow_out",
+        kind: SettingKind::List,
+        default: SettingDefault::Unset("none"),
+        env: None,
+        description: "Destinations the sandbox may reach even when deny_out covers them: IPv4 addresses, CIDR blocks, domain names (*.example.com for subdomains; matched on HTTP and TLS, ports 80 and 443). Applied live.",
+    },
+    Setting {
+        key: "deny_out",
+        kind: SettingKind::List,
+        default: SettingDefault::Unset("none"),
+        env: None,
+        description: "Destinations the sandbox may not reach: IPv4 addresses and CIDR blocks (0.0.0.0/0: all). Applied live.",
     },
     Setting {
         key: "secure",

@@ -187,6 +187,11 @@ fn wrong_types_and_ranges_name_the_key() {
         ("metadata", Value::Str("{\"team\": \"infra\"".to_owned())),
         ("metadata", Value::Int(3)),
         ("domain", Value::Str("e2b.app/evil".to_owned())),
+        ("deny_out", Value::Str("example.com".to_owned())),
+        ("deny_out", Value::List(vec![Value::Int(1)])),
+        ("allow_out", Value::Str("not a destination!".to_owned())),
+        ("allow_out", Value::Str("[\"pypi.org\"".to_owned())),
+        ("allow_out", Value::Bool(true)),
     ];
     for (key, value) in cases {
         let error = Settings::parse(&raw(&[(key, value.clone())]), None)
@@ -403,4 +408,55 @@ fn metadata_text_forms_equal_the_mapping() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("key=value pairs"), "{error}");
+}
+
+#[test]
+fn egress_lists_come_as_lists_or_text_and_reach_the_config() {
+    // contract: X9 — the forms Hermes hands over (a YAML list, text from `hermes config
+    // set` or a config screen, a JSON list as text) mean the same policy.
+    let list = Value::List(vec![
+        Value::Str("PyPI.org".to_owned()),
+        Value::Str("10.1.0.0/16".to_owned()),
+    ]);
+    let forms = [
+        list,
+        Value::Str("pypi.org, 10.1.0.0/16".to_owned()),
+        Value::Str("pypi.org 10.1.0.0/16\n".to_owned()),
+        Value::Str("[\"pypi.org\", \"10.1.0.0/16\"]".to_owned()),
+    ];
+    for form in forms {
+        let settings = Settings::parse(
+            &raw(&[
+                ("allow_out", form.clone()),
+                ("deny_out", Value::Str("0.0.0.0/0".to_owned())),
+            ]),
+            None,
+        )
+        .unwrap();
+        let egress = &settings.config.egress;
+        assert_eq!(egress.allow_out(), ["10.1.0.0/16", "pypi.org"], "{form:?}");
+        assert_eq!(egress.deny_out(), ["0.0.0.0/0"]);
+        assert_eq!(
+            settings.egress_summary(),
+            "allow 10.1.0.0/16, pypi.org; deny 0.0.0.0/0"
+        );
+    }
+    let none = Settings::parse(&BTreeMap::new(), None).unwrap();
+    assert!(none.config.egress.is_empty());
+    assert_eq!(
+        none.egress_summary(),
+        "no rules: every destination is reachable"
+    );
+    let closed = Settings::parse(
+        &raw(&[
+            ("allow_internet_access", Value::Bool(false)),
+            ("allow_out", Value::Str("pypi.org".to_owned())),
+        ]),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        closed.egress_summary(),
+        "allow pypi.org; deny 0.0.0.0/0 (0.0.0.0/0 from allow_internet_access: false)"
+    );
 }

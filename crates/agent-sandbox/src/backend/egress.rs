@@ -1,0 +1,136 @@
+//! Keeping the profile's egress policy in force (X9, X10).
+//!
+//! What a sandbox's rules are is known without asking E2B: a sandbox this host creates
+//! carries the digest of its policy in its metadata ([`EGRESS_KEY`]), which adoption's list
+//! already returns; E2B metadata cannot be changed, so after a live update this host records
+//! `<sandbox> <digest>` in the scope note, and that record wins over the stamp for that
+//! sandbox. A sandbox is therefore updated with one request when, and only when, what is
+//! known of it differs from the profile's policy; in steady state nothing is sent.
+
+use e2b_client::{Client, SandboxId};
+
+use super::{Attached, Inner, bump};
+use crate::egress::{EGRESS_KEY, EgressPolicy};
+use crate::error::Error;
+use crate::note::NOTE_EGRESS;
+
+/// What is known of a sandbox's rules when it is attached.
+pub(crate) enum EgressKnown {
+    /// Created by this process with the policy of this digest.
+    Created(String),
+    /// Found by metadata: the digest it was created with, if it carries one.
+    Stamped(Option<String>),
+    /// An externally owned sandbox (attach mode): its rules are not known.
+    External,
+}
+
+impl Inner {
+    /// The rules the profile's policy means for this scope's sandboxes now.
+    pub(crate) fn desired_egress(&self) -> EgressPolicy {
+        self.egress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .effective(self.config.internet)
+    }
+
+    /// Puts the policy into a create request and its digest into the metadata; returns the
+    /// digest.
+    pub(super) fn stamp_egress(&self, options: &mut e2b_client::CreateOptions) -> String {
+        let desired = self.desired_egress();
+        let digest = desired.digest();
+        options.network = Some(e2b_client::NetworkConfig::new(egress_rules(&desired)));
+        options
+            .metadata
+            .insert(EGRESS_KEY.to_owned(), digest.clone());
+        digest
+    }
+
+    /// Makes the policy hold on a sandbox being attached, before anything is sent to its
+    /// envd (X9): nothing when what is known matches, else one update. Returns the digest in
+    /// force.
+    pub(super) fn egress_at_attach(
+        &self,
+        client: &Client,
+        id: &SandboxId,
+        known: EgressKnown,
+    ) -> Result<String, Error> {
+        let desired = self.desired_egress();
+        let digest = desired.digest();
+        let known = match known {
+            EgressKnown::Created(digest) => Some(digest),
+            EgressKnown::Stamped(stamp) => self.noted_egress(id).or(stamp),
+            // A sandbox the profile does not own keeps its own rules unless the profile has
+            // some: then they are put in force, as on any other.
+            EgressKnown::External
+                if self
+                    .egress
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .is_empty() =>
+            {
+                Some(digest.clone())
+            }
+            EgressKnown::External => None,
+        };
+        if known.as_deref() != Some(digest.as_str()) {
+            self.update_egress(client, id, &desired)?;
+        }
+        Ok(digest)
+    }
+
+    /// Before each command: a policy changed since the sandbox was attached (a narrowed
+    /// one included) is put in force first (X10). Costs nothing while it is unchanged, and
+    /// no request when this host's note shows another process (`hermes e2b network`) has
+    /// already applied it.
+    pub(super) fn keep_egress(&self, attached: &mut Attached) -> Result<(), Error> {
+        let desired = self.desired_egress();
+        let digest = desired.digest();
+        if attached.egress == digest {
+            return Ok(());
+        }
+        if self.noted_egress(&attached.id).as_deref() != Some(digest.as_str()) {
+            // A sandbox idle past its lease may have paused, and E2B updates running ones:
+            // the baseline lease first (no request while the known expiry covers it).
+            self.top_up_lease(attached, std::time::Duration::ZERO)?;
+            self.update_egress(&attached.client, &attached.id, &desired)?;
+        }
+        attached.egress = digest;
+        Ok(())
+    }
+
+    /// One update request, then the note (the record that outlives the stale stamp).
+    fn update_egress(
+        &self,
+        client: &Client,
+        id: &SandboxId,
+        rules: &EgressPolicy,
+    ) -> Result<(), Error> {
+        bump(&self.stats.network_updates);
+        tracing::info!(sandbox_id = %id, "E2B egress policy applied to sandbox {id}: {}", rules.summary());
+        self.block_on(client.update_network(id, &egress_rules(rules)))
+            .map_err(|source| Error::e2b("apply egress policy", Some(id.as_str()), source))?;
+        let line = format!("{} {}", id.as_str(), rules.digest());
+        self.note(|note| note.set(NOTE_EGRESS, &line));
+        Ok(())
+    }
+
+    /// The digest this host last applied to `id`, from the scope note.
+    fn noted_egress(&self, id: &SandboxId) -> Option<String> {
+        let note = self.files.as_ref()?.note().ok().flatten()?;
+        noted_for(note.get(NOTE_EGRESS)?, id.as_str())
+    }
+}
+
+/// The digest in a note line `<sandbox> <digest>` when it is about `sandbox_id`.
+pub(crate) fn noted_for(line: &str, sandbox_id: &str) -> Option<String> {
+    let (id, digest) = line.split_once(' ')?;
+    (id == sandbox_id).then(|| digest.trim().to_owned())
+}
+
+/// A policy's rules as e2b-client sends them.
+pub(crate) fn egress_rules(rules: &EgressPolicy) -> e2b_client::EgressRules {
+    e2b_client::EgressRules {
+        allow_out: rules.allow_out().to_vec(),
+        deny_out: rules.deny_out().to_vec(),
+    }
+}
