@@ -185,7 +185,7 @@ async fn upload_multipart(
     Ok(entries)
 }
 
-fn resolve_for_write(ctx: &Ctx, target: &str) -> Result<Resolved, ApiError> {
+pub(super) fn resolve_for_write(ctx: &Ctx, target: &str) -> Result<Resolved, ApiError> {
     let fs = SandboxFs {
         home: &ctx.sandbox.home,
         tmp: &ctx.sandbox.tmp,

@@ -1,6 +1,7 @@
 //! envd: the in-sandbox daemon's HTTP surface, served for every sandbox on the shared
 //! port and selected by the `E2b-Sandbox-Id` header.
 
+mod compose;
 pub(crate) mod connect;
 mod ctx;
 mod download;
@@ -74,11 +75,13 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
         (Method::GET, "/health") => StatusCode::NO_CONTENT.into_response(),
         (Method::GET, "/files") => download::download(ctx, request).await,
         (Method::POST, "/files") => files::upload(ctx, request).await,
+        (Method::POST, "/files/compose") => compose::compose(ctx, request).await,
         (Method::GET, "/envs") => {
             json_response(StatusCode::OK, &serde_json::json!(ctx.sandbox.env_vars))
         }
         (_, "/health" | "/envs") => method_not_allowed("GET"),
         (_, "/files") => method_not_allowed("GET, POST"),
+        (_, "/files/compose") => method_not_allowed("POST"),
         // envd's own metrics (the SDK reads metrics from the REST API, also unsupported).
         (_, "/metrics") => ApiError::not_supported("envd GET /metrics").into_response(),
         _ => {

@@ -570,3 +570,92 @@ async fn stdout_of(stream: &mut FrameStream) -> String {
         .await
         .expect("input reaches the process while the input stream is open")
 }
+
+#[tokio::test]
+async fn compose_concatenates_in_order_removes_the_sources_and_refuses_as_envd() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    for (name, data) in [("a.part", "alpha\n"), ("b.part", "beta\n")] {
+        assert_eq!(
+            api.upload(&sandbox, name, data.as_bytes()).await.status,
+            200
+        );
+    }
+    assert_eq!(api.upload(&sandbox, "joined.txt", b"old").await.status, 200);
+    let compose = |body: serde_json::Value| {
+        api.envd(&sandbox, reqwest::Method::POST, "/files/compose")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let done = compose(json!({
+        "source_paths": ["b.part", "/home/user/a.part"],
+        "destination": "out/joined.txt",
+    }))
+    .await
+    .unwrap();
+    assert_eq!(done.status().as_u16(), 200);
+    let entry: serde_json::Value = serde_json::from_slice(&done.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        entry,
+        json!({"path": "/home/user/out/joined.txt", "name": "joined.txt", "type": "file"})
+    );
+    let (status, joined) = api.download(&sandbox, "out/joined.txt").await;
+    assert_eq!((status, &joined[..]), (200, &b"beta\nalpha\n"[..]));
+    for gone in ["a.part", "b.part"] {
+        assert_eq!(
+            api.download(&sandbox, gone).await.0,
+            404,
+            "{gone} was not removed"
+        );
+    }
+    // The file left at a destination it did not replace is untouched, and nothing is removed.
+    assert_eq!(api.upload(&sandbox, "c.part", b"gamma").await.status, 200);
+    let refusals = [
+        (
+            json!({"source_paths": [], "destination": "x"}),
+            400,
+            "source_paths must not be empty",
+        ),
+        (
+            json!({"source_paths": ["c.part"], "destination": ""}),
+            400,
+            "destination is required",
+        ),
+        (
+            json!({"source_paths": ["c.part", "missing"], "destination": "joined.txt"}),
+            404,
+            "source file not found: missing",
+        ),
+        (
+            json!({"source_paths": ["c.part", "/home/user"], "destination": "joined.txt"}),
+            400,
+            "source path is not a regular file: /home/user",
+        ),
+        (
+            json!({"source_paths": ["joined.txt"], "destination": "/home/user/joined.txt"}),
+            400,
+            "cannot be the same as destination",
+        ),
+        (
+            json!({"source_paths": ["c.part"], "destination": "x", "username": "nobody"}),
+            401,
+            "invalid username",
+        ),
+    ];
+    for (body, status, text) in refusals {
+        let answer = compose(body.clone()).await.unwrap();
+        assert_eq!(answer.status().as_u16(), status, "{body}");
+        let answer = answer.text().await.unwrap();
+        assert!(answer.contains(text), "{body}: {answer}");
+    }
+    assert_eq!(api.download(&sandbox, "joined.txt").await.1, &b"old"[..]);
+    assert_eq!(api.download(&sandbox, "c.part").await.1, &b"gamma"[..]);
+    let wrong_method = api
+        .envd(&sandbox, reqwest::Method::GET, "/files/compose")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status().as_u16(), 405);
+}
