@@ -38,7 +38,12 @@ impl Inner {
     pub(super) fn stamp_egress(&self, options: &mut e2b_client::CreateOptions) -> String {
         let desired = self.desired_egress();
         let digest = desired.digest();
-        options.network = Some(e2b_client::NetworkConfig::new(egress_rules(&desired)));
+        // No rules, no `network`: on E2B the two are the same, while e2b-local filters the
+        // commands of every sandbox created with a `network` (refusing UDP), which a
+        // profile without a policy should not pay for. Rules set later reach it by update.
+        if !desired.is_empty() {
+            options.network = Some(e2b_client::NetworkConfig::new(egress_rules(&desired)));
+        }
         options
             .metadata
             .insert(EGRESS_KEY.to_owned(), digest.clone());
