@@ -307,16 +307,6 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
     let sandbox = new_sandbox(&api).await;
     let id = &sandbox.id;
     let cases = [
-        (
-            reqwest::Method::GET,
-            format!("/sandboxes/{id}/logs"),
-            "/sandboxes/{sandboxID}/logs",
-        ),
-        (
-            reqwest::Method::GET,
-            format!("/v2/sandboxes/{id}/logs"),
-            "/v2/sandboxes/{sandboxID}/logs",
-        ),
         (reqwest::Method::GET, "/templates".to_owned(), "/templates"),
         (
             reqwest::Method::GET,
