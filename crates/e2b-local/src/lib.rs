@@ -21,6 +21,7 @@ mod pty;
 mod reply;
 mod requests;
 mod rest;
+mod sandbox_log;
 mod sandbox_ns;
 mod server;
 mod snapshots;

@@ -153,6 +153,25 @@ async fn measure(app: &Arc<App>, id: &str) -> Value {
     })
 }
 
+/// envd's own `GET /metrics` (envd.yaml `Metrics`): the same measurement, in envd's
+/// snake_case shape with a Unix-seconds `ts` and MiB figures.
+pub(crate) async fn envd(app: &Arc<App>, id: &str) -> Value {
+    let metric = measure(app, id).await;
+    let number = |key: &str| metric[key].as_u64().unwrap_or(0);
+    json!({
+        "ts": number("timestampUnix"),
+        "cpu_count": number("cpuCount"),
+        "cpu_used_pct": metric["cpuUsedPct"],
+        "mem_total": number("memTotal"),
+        "mem_used": number("memUsed"),
+        "mem_cache": number("memCache"),
+        "mem_total_mib": number("memTotal") / (1024 * 1024),
+        "mem_used_mib": number("memUsed") / (1024 * 1024),
+        "disk_used": number("diskUsed"),
+        "disk_total": number("diskTotal"),
+    })
+}
+
 /// CPU ticks (user + system) and resident bytes of each process of the sandbox, by host pid.
 async fn cpu_ticks(id: String) -> HashMap<u32, (u64, u64)> {
     tokio::task::spawn_blocking(move || {

@@ -168,6 +168,8 @@ impl Proc {
 #[derive(Debug)]
 pub(crate) struct ProcessTable {
     sandbox_id: String,
+    /// The sandbox's event log (commands started and ended).
+    log: crate::sandbox_log::SandboxLog,
     plan: NsPlan,
     inner: Mutex<TableInner>,
 }
@@ -197,9 +199,11 @@ impl ProcessTable {
         sandbox_id: &str,
         plan: NsPlan,
         egress: Option<Arc<LivePolicy>>,
+        log: crate::sandbox_log::SandboxLog,
     ) -> ProcessTable {
         ProcessTable {
             sandbox_id: sandbox_id.to_owned(),
+            log,
             plan,
             inner: Mutex::new(TableInner {
                 egress,
@@ -385,6 +389,19 @@ impl ProcessTable {
         });
         inner.running.insert(pid, Arc::clone(&proc));
         drop(inner);
+        // The command and its arguments only: never its env.
+        let line = std::iter::once(proc.config.cmd.as_str())
+            .chain(proc.config.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ");
+        self.log.push(
+            crate::sandbox_log::Level::Info,
+            format!("process {pid} started"),
+            &[
+                ("pid", pid.to_string()),
+                ("cmd", crate::sandbox_log::shorten(&line)),
+            ],
+        );
         tokio::spawn(supervise(
             Arc::clone(self),
             Arc::clone(&proc),
@@ -489,6 +506,14 @@ async fn supervise(
     // Out of the running list before anyone hears of the end, so a client that saw it
     // never finds the process still running (a List, a network update).
     table.finish(proc.pid);
+    table.log.push(
+        crate::sandbox_log::Level::Info,
+        format!("process {} exited ({})", proc.pid, end.status),
+        &[
+            ("pid", proc.pid.to_string()),
+            ("exitCode", end.exit_code.to_string()),
+        ],
+    );
     proc.broadcast(Event::End(end)).await;
     proc.shared().subscribers.clear();
 }

@@ -20,6 +20,7 @@ use crate::store::{
     CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, parse_sandbox_id,
 };
 
+mod logs;
 mod network;
 mod snapshots;
 
@@ -150,6 +151,8 @@ fn route(
         (Method::POST, ["sandboxes", id, "snapshots"]) => snapshots::create(app, id, body),
         (Method::POST, ["sandboxes", id, "fork"]) => snapshots::fork(app, id, body),
         (Method::PUT, ["sandboxes", id, "network"]) => network::update(app, id, body),
+        (Method::GET, ["sandboxes", id, "logs"]) => logs::v1(app, id, query),
+        (Method::GET, ["v2", "sandboxes", id, "logs"]) => logs::v2(app, id, query),
         (Method::GET, ["snapshots"]) => snapshots::list(app, query),
         (Method::DELETE, ["templates", id]) => snapshots::delete(app, id),
         (_, ["_e2b_local", rest @ ..]) => crate::admin::route(app, method, rest, body),
@@ -166,6 +169,9 @@ fn route(
         )
         | (_, ["v2", "sandboxes", _, "connect"]) => Ok(method_not_allowed("POST")),
         (_, ["sandboxes", _, "network"]) => Ok(method_not_allowed("PUT")),
+        (_, ["sandboxes", _, "logs"] | ["v2", "sandboxes", _, "logs"]) => {
+            Ok(method_not_allowed("GET"))
+        }
         (_, ["health"]) => Ok(method_not_allowed("GET")),
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "Not found")),
     }
@@ -179,16 +185,13 @@ fn method_not_allowed(allow: &'static str) -> Response {
 /// Routes of E2B's published API (`spec/openapi.yml`) that e2b-local does not
 /// implement, named as the spec names them; `None` for every other path.
 fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
-    let sandbox_route = |tail: &str| Some(format!("/sandboxes/{{sandboxID}}/{tail}"));
     match segments {
         // Served: the snapshot list and the template delete the SDK's delete_snapshot uses.
         ["snapshots"] => None,
         ["templates", _] if method == Method::DELETE => None,
-        ["sandboxes", _, tail @ "logs"] => sandbox_route(tail),
-        ["v2", "sandboxes", _, "logs"] => Some("/v2/sandboxes/{sandboxID}/logs".to_owned()),
         [
             first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"
-            | "api-keys" | "volumes"),
+            | "api-keys" | "volumes" | "secrets"),
             ..,
         ] => Some(format!("/{first}")),
         [version @ ("v2" | "v3"), "templates", ..] => Some(format!("/{version}/templates")),

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, nanos};
 use crate::egress::NetworkRecord;
+use crate::sandbox_log::{Level, SandboxLogs};
 
 mod network;
 
@@ -217,6 +218,8 @@ pub(crate) struct Store {
     ns: NsCapability,
     /// Why egress rules cannot be enforced here (`None`: they can).
     egress_unavailable: Option<String>,
+    /// The event log of every sandbox seen since start (in memory only).
+    pub(crate) logs: SandboxLogs,
 }
 
 fn secs_to_nanos(secs: i64) -> u64 {
@@ -264,6 +267,7 @@ impl Store {
     ) -> io::Result<Store> {
         let dir = state_dir.join("sandboxes");
         fs::create_dir_all(&dir)?;
+        let logs = SandboxLogs::new(clock.clone());
         let mut inner = Inner::default();
         for entry in fs::read_dir(&dir)? {
             let entry = entry?;
@@ -274,7 +278,12 @@ impl Store {
             match serde_json::from_str::<Record>(&text) {
                 Ok(record) => {
                     inner.next_seq = inner.next_seq.max(record.seq + 1);
-                    let procs = Arc::new(process_table(&record, ns, egress_unavailable.is_none()));
+                    let procs = Arc::new(process_table(
+                        &record,
+                        ns,
+                        egress_unavailable.is_none(),
+                        logs.of(&record.id),
+                    ));
                     if record.state == SbState::Paused {
                         procs.close_and_kill();
                     }
@@ -294,6 +303,7 @@ impl Store {
             owner,
             ns,
             egress_unavailable,
+            logs,
         })
     }
 
@@ -420,8 +430,14 @@ impl Store {
                     &record,
                     self.ns,
                     self.egress_unavailable.is_none(),
+                    self.logs.of(&id),
                 )),
             },
+        );
+        self.logs.of(&id).push(
+            Level::Info,
+            "sandbox created",
+            &[("templateID", record.template.clone())],
         );
         Ok(record)
     }
@@ -522,7 +538,9 @@ impl Store {
                     &entry.record,
                     self.ns,
                     self.egress_unavailable.is_none(),
+                    self.logs.of(id),
                 ));
+                self.logs.of(id).push(Level::Info, "sandbox resumed", &[]);
                 true
             }
         };
@@ -570,6 +588,7 @@ impl Store {
         entry.record.end_at = now;
         let record = entry.record.clone();
         self.persist(&record);
+        self.logs.of(id).push(Level::Info, "sandbox paused", &[]);
         Ok(())
     }
 
@@ -582,6 +601,7 @@ impl Store {
             .ok_or_else(|| ApiError::sandbox_not_found(id))?;
         entry.procs.close_and_kill();
         self.delete_files(id);
+        self.logs.of(id).push(Level::Info, "sandbox killed", &[]);
         Ok(())
     }
 

@@ -25,11 +25,11 @@ pub(crate) const RESOLV_OPTIONS: &str = "options use-vc";
 
 /// A sandbox's current policy, shared by whatever enforces it.
 #[derive(Debug)]
-pub(crate) struct LivePolicy(RwLock<Arc<Policy>>);
+pub(crate) struct LivePolicy(RwLock<Arc<Policy>>, crate::sandbox_log::SandboxLog);
 
 impl LivePolicy {
-    pub(crate) fn new(policy: Policy) -> Arc<LivePolicy> {
-        Arc::new(LivePolicy(RwLock::new(Arc::new(policy))))
+    pub(crate) fn new(policy: Policy, log: crate::sandbox_log::SandboxLog) -> Arc<LivePolicy> {
+        Arc::new(LivePolicy(RwLock::new(Arc::new(policy)), log))
     }
 
     /// The policy now.
@@ -40,6 +40,23 @@ impl LivePolicy {
     /// Replaces the policy; connections made from now on follow it.
     pub(crate) fn set(&self, policy: Policy) {
         *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(policy);
+    }
+
+    /// Records a connection the rules refused, in the sandbox's log (what a user
+    /// debugging a policy looks for).
+    pub(crate) fn refused(&self, dest: std::net::SocketAddr, name: Option<&str>) {
+        let mut fields = vec![
+            ("destination", dest.ip().to_string()),
+            ("port", dest.port().to_string()),
+        ];
+        if let Some(name) = name {
+            fields.push(("name", name.to_owned()));
+        }
+        self.1.push(
+            crate::sandbox_log::Level::Warn,
+            format!("egress connection to {dest} refused by the network rules"),
+            &fields,
+        );
     }
 }
 

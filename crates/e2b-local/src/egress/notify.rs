@@ -168,6 +168,7 @@ fn judge(
     let Some(dest) = parse_sockaddr(&raw[..len]) else {
         return Step::Answer(Some(Err(libc::EAFNOSUPPORT)));
     };
+    let live = policy;
     let policy = policy.current();
     let verdict = if proxy.is_api(dest) {
         policy.remote_verdict(dest.ip(), dest.port())
@@ -176,7 +177,10 @@ fn judge(
     };
     match verdict {
         Verdict::Allow => Step::Connect(socket, dest),
-        Verdict::Deny => Step::Answer(Some(Err(libc::ECONNREFUSED))),
+        Verdict::Deny => {
+            live.refused(dest, None);
+            Step::Answer(Some(Err(libc::ECONNREFUSED)))
+        }
         Verdict::ByName => Step::Proxy(socket, domain, dest),
     }
 }

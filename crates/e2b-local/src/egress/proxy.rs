@@ -168,6 +168,7 @@ impl Proxy {
             .is_some_and(|name| pending.policy.current().allows_name(name));
         if !allowed {
             tracing::info!(dest = %pending.dest, name = ?name, "egress refused: no domain rule allows this name");
+            pending.policy.refused(pending.dest, name.as_deref());
             return;
         }
         let Ok(mut upstream) = TcpStream::connect(pending.dest).await else {

@@ -79,11 +79,13 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
         (Method::GET, "/envs") => {
             json_response(StatusCode::OK, &serde_json::json!(ctx.sandbox.env_vars))
         }
-        (_, "/health" | "/envs") => method_not_allowed("GET"),
         (_, "/files") => method_not_allowed("GET, POST"),
         (_, "/files/compose") => method_not_allowed("POST"),
-        // envd's own metrics (the SDK reads metrics from the REST API, also unsupported).
-        (_, "/metrics") => ApiError::not_supported("envd GET /metrics").into_response(),
+        (Method::GET, "/metrics") => json_response(
+            StatusCode::OK,
+            &crate::metrics::envd(&ctx.app, &ctx.sandbox.id).await,
+        ),
+        (_, "/health" | "/envs" | "/metrics") => method_not_allowed("GET"),
         _ => {
             ApiError::new(StatusCode::NOT_FOUND, format!("path '{path}' not found")).into_response()
         }

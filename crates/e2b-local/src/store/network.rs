@@ -10,7 +10,12 @@ use crate::sandbox_ns::NsCapability;
 
 /// The process table of a sandbox starting to run: its namespaces, and its egress policy
 /// when commands must be filtered (see [`crate::egress`]).
-pub(super) fn process_table(record: &Record, ns: NsCapability, egress_ok: bool) -> ProcessTable {
+pub(super) fn process_table(
+    record: &Record,
+    ns: NsCapability,
+    egress_ok: bool,
+    log: crate::sandbox_log::SandboxLog,
+) -> ProcessTable {
     let plan = ns.plan(record.network.is_none() && record.allow_internet_access == Some(false));
     let policy = Policy::compile(
         record.network.as_ref(),
@@ -22,11 +27,11 @@ pub(super) fn process_table(record: &Record, ns: NsCapability, egress_ok: bool) 
         Ok(policy)
             if egress_ok && !plan.offline && (record.network.is_some() || policy.restricts()) =>
         {
-            Some(LivePolicy::new(policy))
+            Some(LivePolicy::new(policy, log.clone()))
         }
         _ => None,
     };
-    ProcessTable::new(&record.id, plan, egress)
+    ProcessTable::new(&record.id, plan, egress, log)
 }
 
 impl Store {
@@ -76,7 +81,7 @@ impl Store {
                 }
                 entry
                     .procs
-                    .start_filtering(LivePolicy::new(policy))
+                    .start_filtering(LivePolicy::new(policy, self.logs.of(id)))
                     .map_err(|pids| conflict(format!(
                         "sandbox '{id}' was created without network rules and its commands {pids:?} run unfiltered: e2b-local cannot hold them to new rules; create the sandbox with a network config, or update it before starting commands"
                     )))?;
@@ -84,6 +89,11 @@ impl Store {
         }
         entry.record.network = Some(network);
         entry.record.allow_internet_access = allow_internet_access;
+        self.logs.of(id).push(
+            crate::sandbox_log::Level::Info,
+            "network rules updated",
+            &[],
+        );
         let record = entry.record.clone();
         self.persist(&record);
         Ok(())

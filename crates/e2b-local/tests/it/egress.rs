@@ -148,6 +148,16 @@ async fn only_allowed_addresses_are_reached_and_allow_beats_deny() {
     assert_eq!(in_block.seen(), vec![b"b\n".to_vec()]);
     // Refused before any packet: the listener never accepted anything.
     assert!(denied.seen().is_empty());
+    // The refusal is in the sandbox's log, naming the destination.
+    let logs = api
+        .get(&format!("/v2/sandboxes/{}/logs?level=warn", sandbox.id))
+        .await;
+    assert_eq!(logs.status, 200, "{}", logs.text);
+    let refused = logs.json["logs"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{}", logs.text);
+    assert_eq!(refused[0]["fields"]["destination"], "127.61.0.3");
+    assert_eq!(refused[0]["fields"]["port"], denied.addr.port().to_string());
+    assert_eq!(refused[0]["level"], "warn");
 
     // e2b-local's own API is a host elsewhere (E2B's is on the internet), not the
     // sandbox's loopback: the sandbox cannot reach it to lift its own rules.

@@ -307,16 +307,6 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
     let sandbox = new_sandbox(&api).await;
     let id = &sandbox.id;
     let cases = [
-        (
-            reqwest::Method::GET,
-            format!("/sandboxes/{id}/logs"),
-            "/sandboxes/{sandboxID}/logs",
-        ),
-        (
-            reqwest::Method::GET,
-            format!("/v2/sandboxes/{id}/logs"),
-            "/v2/sandboxes/{sandboxID}/logs",
-        ),
         (reqwest::Method::GET, "/templates".to_owned(), "/templates"),
         (
             reqwest::Method::GET,
@@ -330,6 +320,7 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
         ),
         (reqwest::Method::GET, "/teams".to_owned(), "/teams"),
         (reqwest::Method::GET, "/volumes".to_owned(), "/volumes"),
+        (reqwest::Method::GET, "/secrets".to_owned(), "/secrets"),
     ];
     for (method, path, route) in cases {
         let reply = api.rest(method.clone(), &path, Some("{}")).await;

@@ -10,6 +10,7 @@ mod faults;
 mod fidelity;
 mod fuzz_corpus;
 mod lifecycle;
+mod logs;
 mod metrics;
 mod namespaces;
 mod requests;

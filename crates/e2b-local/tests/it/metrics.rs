@@ -86,3 +86,45 @@ async fn metrics_measure_the_sandboxs_processes_and_files() {
     drop(busy);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn envd_metrics_answer_envds_shape_for_the_sandbox() {
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let written = api
+        .run(&sandbox, "head -c 4194304 /dev/urandom > ~/blob")
+        .await;
+    assert_eq!(written.end["exited"], true);
+    let response = api
+        .envd(&sandbox, reqwest::Method::GET, "/metrics")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    let now = t0()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(metrics["ts"], now, "{metrics}");
+    assert_eq!(metrics["cpu_count"], 2);
+    assert_eq!(metrics["cpu_used_pct"], 0.0);
+    assert_eq!(metrics["mem_total"], 512 * 1024 * 1024);
+    assert_eq!(metrics["mem_total_mib"], 512);
+    assert_eq!(metrics["mem_used_mib"], 0);
+    assert_eq!(metrics["mem_cache"], 0);
+    assert_eq!(metrics["disk_total"], 1024 * 1024 * 1024);
+    assert!(
+        metrics["disk_used"].as_u64().unwrap() >= 4 * 1024 * 1024,
+        "{metrics}"
+    );
+    let posted = api
+        .envd(&sandbox, reqwest::Method::POST, "/metrics")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 405);
+    server.shutdown().await.unwrap();
+}

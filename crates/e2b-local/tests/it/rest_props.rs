@@ -68,14 +68,8 @@ fn target() -> impl Strategy<Value = Target> {
         Just(Target::V2Connect),
         Just(Target::SnapshotList),
         Just(Target::Template),
-        prop::sample::select(vec![
-            "/sandboxes/{id}/logs",
-            "/v2/sandboxes/{id}/logs",
-            "/templates",
-            "/v3/templates",
-            "/teams",
-        ])
-        .prop_map(Target::Unsupported),
+        prop::sample::select(vec!["/templates", "/v3/templates", "/teams",])
+            .prop_map(Target::Unsupported),
         prop::sample::select(vec![
             "/health",
             "/envs",
