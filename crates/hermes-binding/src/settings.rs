@@ -3,15 +3,18 @@
 //! table ([`table::SETTINGS`]); parsing writes into an agent-sandbox [`Config`], so a key that
 //! is absent keeps the default [`Config::new`] applies and no default is written here.
 
+mod egress;
 pub mod table;
+
+pub use egress::egress;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKeySource, Config, EgressPolicy, Endpoints, InternetAccess, SandboxId, SandboxMode,
-    Security, WriterArbitration,
+    ApiKeySource, Config, Endpoints, InternetAccess, SandboxId, SandboxMode, Security,
+    WriterArbitration,
 };
 
 use crate::error::Error;
@@ -268,60 +271,6 @@ fn metadata_text(text: &str) -> Result<BTreeMap<String, String>, Error> {
         }
     }
     Ok(metadata)
-}
-
-/// The egress policy of `allow_out` and `deny_out`; the error names the setting and entry.
-pub fn egress(raw: &BTreeMap<String, Value>) -> Result<EgressPolicy, Error> {
-    let allow = destinations(raw, "allow_out")?;
-    let deny = destinations(raw, "deny_out")?;
-    EgressPolicy::new(allow, deny).map_err(|error| match error {
-        agent_sandbox::Error::InvalidEgress {
-            list,
-            entry,
-            reason,
-        } => invalid(list, format!("entry {entry:?} {reason}")),
-        other => invalid("allow_out", other.to_string()),
-    })
-}
-
-/// A destination list: a YAML list of text, or text with entries separated by commas,
-/// spaces or new lines (how Hermes' config screens and `hermes config set` hand it over).
-fn destinations(raw: &BTreeMap<String, Value>, key: &str) -> Result<Vec<String>, Error> {
-    let split = |text: &str| -> Vec<String> {
-        text.split([',', '\n', ' ', '\t'])
-            .map(str::trim)
-            .filter(|entry| !entry.is_empty())
-            .map(str::to_owned)
-            .collect()
-    };
-    match raw.get(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Str(text)) => {
-            let text = text.trim();
-            // `hermes config set` writes a JSON list as text.
-            if text.starts_with('[') {
-                let list: Vec<String> = serde_json::from_str(text).map_err(|error| {
-                    invalid(key, format!("is not a JSON list of text ({error})"))
-                })?;
-                return Ok(list);
-            }
-            Ok(split(text))
-        }
-        Some(Value::List(items)) => items
-            .iter()
-            .map(|item| match item {
-                Value::Str(text) => Ok(text.trim().to_owned()),
-                other => Err(invalid(
-                    key,
-                    format!("entries must be text, not {}", other.kind()),
-                )),
-            })
-            .collect(),
-        Some(other) => Err(invalid(
-            key,
-            format!("must be a list of destinations, not {}", other.kind()),
-        )),
-    }
 }
 
 /// Hermes' idle lifetime (`terminal.lifetime_seconds`), else the default lease: the lease's

@@ -16,14 +16,16 @@ pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRest
 mod fence;
 mod fetch;
 mod gates;
+mod inflight;
 mod lease;
 pub(crate) mod pull;
+use inflight::{Inflight, describe_command};
 mod start;
 mod teardown;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use e2b_client::{Client, Sandbox, SandboxId};
@@ -167,72 +169,6 @@ struct Counters {
 
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
-}
-
-/// The scope's running commands (and fetches): counted, and described for a checkpoint that
-/// must say which ones it waited for.
-#[derive(Default)]
-struct Inflight {
-    running: Mutex<Running>,
-    idle: Condvar,
-}
-
-#[derive(Default)]
-struct Running {
-    next: u64,
-    what: std::collections::BTreeMap<u64, String>,
-}
-
-impl Inflight {
-    /// Counts one more; `what` describes it (already redacted) and `leave` takes the token.
-    fn enter(&self, what: String) -> u64 {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        running.next += 1;
-        let token = running.next;
-        running.what.insert(token, what);
-        token
-    }
-
-    fn leave(&self, token: u64) {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        running.what.remove(&token);
-        if running.what.is_empty() {
-            self.idle.notify_all();
-        }
-    }
-
-    fn wait_idle(&self) {
-        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let _idle = self
-            .idle
-            .wait_while(running, |running| !running.what.is_empty())
-            .unwrap_or_else(PoisonError::into_inner);
-    }
-
-    /// Waits up to `wait` for nothing to run; what still runs then, if anything.
-    fn wait_idle_for(&self, wait: Duration) -> Result<(), Vec<String>> {
-        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let (running, _timeout) = self
-            .idle
-            .wait_timeout_while(running, wait, |running| !running.what.is_empty())
-            .unwrap_or_else(PoisonError::into_inner);
-        if running.what.is_empty() {
-            Ok(())
-        } else {
-            Err(running.what.values().cloned().collect())
-        }
-    }
-}
-
-/// How a running command reads in a refusal: its sandbox pid and the start of its text.
-fn describe_command(pid: u32, command: &str) -> String {
-    const SHOWN: usize = 60;
-    let text: String = command.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut shown: String = text.chars().take(SHOWN).collect();
-    if text.chars().count() > SHOWN {
-        shown.push('…');
-    }
-    format!("pid {pid}: {}", e2b_client::redact(&shown))
 }
 
 enum Phase {
