@@ -185,6 +185,9 @@ struct TableInner {
     /// By the pid the sandbox sees (unique within its PID namespace).
     running: HashMap<u32, Arc<Proc>>,
     finished: VecDeque<Arc<Proc>>,
+    /// A command started without a filter while there was no PID namespace to look for
+    /// what it left behind: rules can no longer be held over the whole sandbox.
+    unfiltered_untracked: bool,
 }
 
 /// Why a process could not be started.
@@ -224,11 +227,27 @@ impl ProcessTable {
 
     /// Sets the policy of a sandbox that had none; refused (with the pids) while a command
     /// started without a filter still runs, since nothing could hold it to the rules.
+    ///
+    /// Not only the commands envd started: a process one of them left behind (`setsid`,
+    /// `nohup … &`, a daemon) would keep reaching everywhere, so every process of the
+    /// sandbox's PID namespace that runs under no seccomp filter counts (its host pid).
+    /// Without a PID namespace to look in, any command ever started unfiltered refuses.
     pub(crate) fn start_filtering(&self, egress: Arc<LivePolicy>) -> Result<(), Vec<u32>> {
         let mut inner = self.lock();
-        if !inner.running.is_empty() {
-            let mut pids: Vec<u32> = inner.running.keys().copied().collect();
+        let mut pids: Vec<u32> = inner.running.keys().copied().collect();
+        if let Some(ns) = &inner.ns {
+            match ns.unfiltered_pids() {
+                Ok(found) => pids.extend(found),
+                // Fail closed: what runs cannot be told.
+                Err(_) => pids.push(0),
+            }
+        }
+        if inner.unfiltered_untracked && pids.is_empty() {
+            pids.push(0);
+        }
+        if !pids.is_empty() {
             pids.sort_unstable();
+            pids.dedup();
             return Err(pids);
         }
         inner.egress = Some(egress);
@@ -366,6 +385,7 @@ impl ProcessTable {
             let ns = inner.ns.as_ref().ok_or(SpawnError::Closed)?;
             ns.run_inside(|| command.spawn()).map_err(SpawnError::Io)?
         } else {
+            inner.unfiltered_untracked |= egress.is_none();
             command.spawn().map_err(SpawnError::Io)?
         };
         let host_pid = child.id().unwrap_or(0);

@@ -206,6 +206,41 @@ impl Drop for SandboxNs {
     }
 }
 
+impl SandboxNs {
+    /// The host pids of the namespace's processes (its init left out) that run under no
+    /// seccomp filter: ones a sandbox's egress rules could not hold.
+    pub(crate) fn unfiltered_pids(&self) -> io::Result<Vec<u32>> {
+        let own = std::fs::read_link(format!("/proc/{}/ns/pid", self.init_pid))?;
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc")? {
+            let Some(pid) = entry?
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid == self.init_pid
+                || std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok() != Some(own.clone())
+            {
+                continue;
+            }
+            // Gone meanwhile: nothing left to hold.
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                continue;
+            };
+            let mode = status
+                .lines()
+                .find_map(|line| line.strip_prefix("Seccomp:"))
+                .map(str::trim);
+            if mode != Some("2") {
+                found.push(pid);
+            }
+        }
+        Ok(found)
+    }
+}
+
 /// The pid `host_pid` has inside its own PID namespace (the last `NSpid` field).
 pub(crate) fn inner_pid(host_pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;

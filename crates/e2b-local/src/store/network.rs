@@ -22,15 +22,22 @@ pub(super) fn process_table(
         record.allow_internet_access,
         &crate::egress::host_name_servers(),
     );
-    // Validated at create and update; a record edited by hand gets no filter.
-    let egress = match policy {
-        Ok(policy)
-            if egress_ok && !plan.offline && (record.network.is_some() || policy.restricts()) =>
-        {
-            Some(LivePolicy::new(policy, log.clone()))
-        }
-        _ => None,
-    };
+    // Fails closed: a sandbox with rules keeps a policy even where this host cannot
+    // enforce one now (after a restart or resume; its commands are then refused, see
+    // `envd::process`), and rules that no longer compile (a record edited by hand, or from
+    // another version) deny everything. Rules that deny nothing need a filter only where
+    // one can be had (for later updates); `allow_internet_access = false` alone is as
+    // before, a loopback-only namespace or else the filter where there is one.
+    let restricts = policy.as_ref().map_or(true, Policy::restricts);
+    let needs_filter = !plan.offline
+        && match record.network {
+            Some(_) => restricts || egress_ok,
+            None => restricts && egress_ok,
+        };
+    let egress = needs_filter.then(|| {
+        let policy = policy.unwrap_or_else(|_| deny_everything());
+        LivePolicy::new(policy, log.clone())
+    });
     ProcessTable::new(&record.id, plan, egress, log)
 }
 
@@ -98,4 +105,10 @@ impl Store {
         self.persist(&record);
         Ok(())
     }
+}
+
+/// The policy that lets nothing out but the sandbox's own loopback.
+fn deny_everything() -> Policy {
+    Policy::compile(None, Some(false), &[])
+        .unwrap_or_else(|_| unreachable!("rules without a network config always compile"))
 }

@@ -127,3 +127,79 @@ async fn update_answers_404_for_an_unknown_and_409_for_a_paused_sandbox() {
     assert_eq!(reply.status, 405);
     server.shutdown().await.unwrap();
 }
+
+/// Whether this server enforces rules (as root it must; elsewhere these tests have
+/// nothing to check, `egress.rs` checks the refusal).
+async fn enforces(api: &Api) -> bool {
+    api.get("/_e2b_local/isolation").await.json["egressRules"] == true
+}
+
+#[tokio::test]
+async fn a_process_a_finished_command_left_behind_keeps_rules_away_with_a_409() {
+    // contract: X11 — not only the commands envd started: what they left running counts.
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    if !enforces(&api).await {
+        return;
+    }
+    let plain = new_sandbox(&api).await;
+    let left = api
+        .run(
+            &plain,
+            "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo started",
+        )
+        .await;
+    assert_eq!(String::from_utf8_lossy(&left.stdout), "started\n");
+    let path = format!("/sandboxes/{}/network", plain.id);
+    let deny = r#"{"denyOut": ["0.0.0.0/0"]}"#;
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    assert!(reply.text.contains("run unfiltered"), "{}", reply.text);
+    let killed = api.run(&plain, "pkill -x sleep; echo done").await;
+    assert_eq!(String::from_utf8_lossy(&killed.stdout), "done\n");
+    let reply = api.rest(Method::PUT, &path, Some(deny)).await;
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn rules_fail_closed_on_a_server_restarted_where_it_cannot_enforce_them() {
+    // contract: X11
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = e2b_local::ServerConfig::loopback();
+    config.state_dir = Some(dir.path().to_path_buf());
+    config.clock = e2b_local::Clock::manual(t0());
+    let server = e2b_local::Server::start(config.clone()).await.unwrap();
+    let api = Api::new(&server);
+    if !enforces(&api).await {
+        return;
+    }
+    let created = create_with(&api, json!({"denyOut": ["0.0.0.0/0"]})).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let id = created.json["sandboxID"].as_str().unwrap().to_owned();
+    server.shutdown().await.unwrap();
+
+    // The same sandbox, on a server that runs commands without namespaces (and so
+    // without the filter): its commands are refused, never run unfiltered.
+    config.isolation = e2b_local::IsolationMode::PathMapping;
+    let server = e2b_local::Server::start(config).await.unwrap();
+    let api = Api::new(&server);
+    let sandbox = Sandbox {
+        id,
+        token: created.json["envdAccessToken"].as_str().map(str::to_owned),
+    };
+    let mut stream = api.start(&sandbox, "echo ran", &[]).await;
+    let mut frames = Vec::new();
+    while let Some(frame) = stream.next().await {
+        frames.push(frame.json.to_string());
+    }
+    assert!(
+        !frames.iter().any(|frame| frame.contains("\"start\"")),
+        "ran unfiltered: {frames:?}"
+    );
+    assert!(
+        frames.iter().any(|frame| frame.contains("cannot enforce")),
+        "{frames:?}"
+    );
+    server.shutdown().await.unwrap();
+}
