@@ -232,19 +232,43 @@ fn take_socket(pid: libc::pid_t, fd: RawFd) -> Result<OwnedFd, i32> {
             .raw_os_error()
             .unwrap_or(libc::EBADF)
     };
-    // SAFETY: plain system calls; the returned fds are owned right away.
+    let Some(pidfd) = thread_pidfd(pid) else {
+        return Err(libc::EINTR);
+    };
+    // SAFETY: a plain system call; the returned fd is owned right away.
     unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
-        if pidfd < 0 {
-            return Err(libc::EINTR);
-        }
-        let pidfd = OwnedFd::from_raw_fd(pidfd as RawFd);
         let socket = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0);
         if socket < 0 {
             return Err(errno());
         }
         Ok(OwnedFd::from_raw_fd(socket as RawFd))
     }
+}
+
+/// A pidfd for the thread that called `connect` (the notification names a thread, not a
+/// process: any thread of a multithreaded program may connect). A thread pidfd reaches that
+/// thread's own fd table; kernels before 6.9 lack `PIDFD_THREAD` and get its thread group's.
+/// Either way the caller checks afterwards that the notification is still pending, which
+/// proves the thread, and so its group, were not replaced meanwhile.
+fn thread_pidfd(tid: libc::pid_t) -> Option<OwnedFd> {
+    let open = |pid: libc::pid_t, flags: libc::c_uint| {
+        // SAFETY: a plain system call; the returned fd is owned right away.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, flags) };
+        // SAFETY: a fresh fd of ours.
+        (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+    };
+    open(tid, libc::PIDFD_THREAD).or_else(|| open(thread_group(tid)?, 0))
+}
+
+/// The thread group (process) a thread belongs to, from `/proc/<tid>/status`.
+fn thread_group(tid: libc::pid_t) -> Option<libc::pid_t> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn sockopt(socket: &OwnedFd, option: i32) -> Result<i32, i32> {

@@ -481,3 +481,60 @@ async fn rules_hold_after_a_pause_and_a_restart() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// The Python a sandbox runs to connect from a thread other than the main one (the
+/// notification names the thread, not the process); prints one word per attempt.
+const FROM_A_THREAD: &str = r#"
+import errno, socket, sys, threading
+allowed, denied = int(sys.argv[1]), int(sys.argv[2])
+results = []
+def attempt(ip, port, text):
+    try:
+        s = socket.socket()
+        s.connect((ip, port))
+        s.sendall(text + b"\n")
+        assert s.recv(4) == b"ack\n"
+        results.append("ok")
+    except OSError as e:
+        results.append(errno.errorcode[e.errno])
+def both():
+    attempt("127.61.9.2", allowed, b"thread")
+    attempt("127.61.9.3", denied, b"denied")
+thread = threading.Thread(target=both)
+thread.start()
+thread.join()
+print(*results)
+"#;
+
+#[tokio::test]
+async fn a_connect_from_a_second_thread_is_judged_as_any_other() {
+    // contract: X11
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    if !enforced(&api).await {
+        return;
+    }
+    let allowed = Host::start("127.61.9.2", 0);
+    let denied = Host::start("127.61.9.3", 0);
+    let sandbox = sandbox_with(
+        &api,
+        json!({"allowOut": ["127.61.9.2"], "denyOut": ["0.0.0.0/0"]}),
+    )
+    .await;
+    assert_eq!(
+        api.upload(&sandbox, "/home/user/thread.py", FROM_A_THREAD.as_bytes())
+            .await
+            .status,
+        200
+    );
+    let script = format!(
+        "/usr/bin/python3 /home/user/thread.py {} {}",
+        allowed.addr.port(),
+        denied.addr.port()
+    );
+    let (out, err) = sh(&api, &sandbox, &script).await;
+    assert_eq!(out, "ok ECONNREFUSED\n", "{err}");
+    assert_eq!(allowed.seen(), vec![b"thread\n".to_vec()]);
+    assert!(denied.seen().is_empty());
+    server.shutdown().await.unwrap();
+}
