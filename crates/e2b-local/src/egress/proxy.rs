@@ -20,6 +20,15 @@ use super::rules::HTTP_PORT;
 
 /// The most bytes read while looking for the name (a request head, a ClientHello).
 const MAX_PREFIX: usize = 16 * 1024;
+
+/// Connections relayed at once, for all sandboxes.
+const MAX_RELAYS: usize = 1024;
+
+/// The pause after a failed accept.
+const ACCEPT_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The longest host name (RFC 1035); a longer one is never allowed, nor logged whole.
+const MAX_NAME: usize = 253;
 /// How long a connection may take to say which name it wants.
 const NAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// A redirected connection the proxy never saw is forgotten after this.
@@ -55,13 +64,29 @@ impl Proxy {
             api: std::sync::OnceLock::new(),
         });
         let serving = Arc::clone(&proxy);
+        let relays = Arc::new(tokio::sync::Semaphore::new(MAX_RELAYS));
         let task = tokio::spawn(async move {
             loop {
-                let Ok((stream, peer)) = listener.accept().await else {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    // Out of descriptors (EMFILE) the connection stays queued and accept
+                    // fails again at once: pause rather than spin.
+                    Err(_) => {
+                        tokio::time::sleep(ACCEPT_PAUSE).await;
+                        continue;
+                    }
+                };
+                // A sandbox opening connections without end costs a bounded number of
+                // descriptors: past the bound a connection is closed unread (refused).
+                let Ok(permit) = Arc::clone(&relays).try_acquire_owned() else {
+                    drop(serving.forget(peer));
                     continue;
                 };
                 let proxy = Arc::clone(&serving);
-                tokio::spawn(async move { proxy.relay(stream, peer).await });
+                tokio::spawn(async move {
+                    proxy.relay(stream, peer).await;
+                    drop(permit);
+                });
             }
         });
         Ok((proxy, task))
@@ -162,7 +187,8 @@ impl Proxy {
         })
         .await
         .ok()
-        .flatten();
+        .flatten()
+        .filter(|name| name.len() <= MAX_NAME);
         let allowed = name
             .as_deref()
             .is_some_and(|name| pending.policy.current().allows_name(name));
