@@ -284,13 +284,7 @@ fn sockopt(socket: &OwnedFd, option: i32) -> Result<i32, i32> {
             &mut len,
         )
     };
-    if result < 0 {
-        Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::ENOTSOCK))
-    } else {
-        Ok(value)
-    }
+    errno_unless_ok(result, libc::ENOTSOCK).map(|()| value)
 }
 
 /// An internet address from raw sockaddr bytes (`None`: another family or too short).
@@ -326,13 +320,7 @@ pub(super) fn connect(socket: &OwnedFd, dest: SocketAddr) -> Result<(), i32> {
             len,
         )
     };
-    if result < 0 {
-        Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::ECONNREFUSED))
-    } else {
-        Ok(())
-    }
+    errno_unless_ok(result, libc::ECONNREFUSED)
 }
 
 fn connect_unspec(socket: &OwnedFd) -> Result<(), i32> {
@@ -347,13 +335,7 @@ fn connect_unspec(socket: &OwnedFd) -> Result<(), i32> {
             size_of::<libc::sockaddr>() as libc::socklen_t,
         )
     };
-    if result < 0 {
-        Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL))
-    } else {
-        Ok(())
-    }
+    errno_unless_ok(result, libc::EINVAL)
 }
 
 /// A sockaddr for `addr` (a v4 address for a v6 socket is written v4-mapped by callers).
@@ -434,10 +416,16 @@ pub(super) fn bind(socket: &OwnedFd, addr: SocketAddr) -> Result<(), i32> {
             len,
         )
     };
+    errno_unless_ok(result, libc::EADDRNOTAVAIL)
+}
+
+/// A libc call's result as the errno the caller's own call would have failed with:
+/// `fallback` when the OS names none.
+fn errno_unless_ok(result: libc::c_int, fallback: i32) -> Result<(), i32> {
     if result < 0 {
         Err(io::Error::last_os_error()
             .raw_os_error()
-            .unwrap_or(libc::EADDRNOTAVAIL))
+            .unwrap_or(fallback))
     } else {
         Ok(())
     }
