@@ -39,10 +39,14 @@ pub struct RunOptions {
     /// travels on a command line (Linux caps one argument at 128 KiB). `None` or empty: the
     /// command's stdin is envd's default (empty).
     pub stdin: Option<Bytes>,
+    /// How long the command's end is waited for once it is killed (its kill requests
+    /// included) before its output is given up ([`Error::CommandAbandoned`], O7).
+    pub kill_grace: Duration,
 }
 
 impl RunOptions {
-    /// A plain-shell command in the configured directory with no extra variables.
+    /// A plain-shell command in the configured directory with no extra variables, and
+    /// [`KILL_GRACE`] to end once killed.
     pub fn new(deadline: Duration) -> RunOptions {
         RunOptions {
             deadline,
@@ -50,6 +54,7 @@ impl RunOptions {
             env: BTreeMap::new(),
             shell: Shell::Plain,
             stdin: None,
+            kill_grace: KILL_GRACE,
         }
     }
 }
@@ -63,6 +68,7 @@ impl fmt::Debug for RunOptions {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("shell", &self.shell)
             .field("stdin_bytes", &self.stdin.as_ref().map(Bytes::len))
+            .field("kill_grace", &self.kill_grace)
             .finish()
     }
 }
@@ -205,6 +211,7 @@ pub(crate) struct Launch {
     pub(crate) stream: ProcessStream,
     pub(crate) sandbox_pid: u32,
     pub(crate) deadline: Duration,
+    pub(crate) kill_grace: Duration,
     pub(crate) sink: Box<dyn OutputSink>,
     /// Called once when the command is over, after the result is published.
     pub(crate) on_done: Box<dyn FnOnce() + Send>,
@@ -232,6 +239,7 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
         stream,
         sandbox_pid,
         deadline,
+        kill_grace,
         mut sink,
         on_done,
     } = launch;
@@ -243,7 +251,7 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
             &sandbox,
             stream,
             sandbox_pid,
-            deadline,
+            (deadline, kill_grace),
             &mut *sink,
             kill_rx,
         ));
@@ -397,7 +405,7 @@ async fn pump(
     sandbox: &Sandbox,
     mut stream: ProcessStream,
     sandbox_pid: u32,
-    deadline: Duration,
+    (deadline, kill_grace): (Duration, Duration),
     sink: &mut dyn OutputSink,
     mut kill_rx: mpsc::UnboundedReceiver<Kill>,
 ) -> Result<(CommandExit, ProcessStream), Error> {
@@ -408,6 +416,9 @@ async fn pump(
     let mut kill_open = true;
     let expiry = tokio::time::sleep(deadline);
     tokio::pin!(expiry);
+    // Armed by the kill: the end is waited for at most KILL_GRACE after it (O7).
+    let abandon = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(abandon);
     let end = loop {
         let kill_now = tokio::select! {
             event = stream.next() => {
@@ -450,20 +461,42 @@ async fn pump(
             () = &mut expiry, if termination == Termination::Exited => {
                 Some(Termination::DeadlineExceeded)
             }
+            () = &mut abandon, if termination != Termination::Exited => {
+                return Err(Error::CommandAbandoned {
+                    sandbox_id: id,
+                    sandbox_pid,
+                    waited: kill_grace,
+                });
+            }
         };
         if let Some(reason) = kill_now {
             termination = reason;
+            let give_up = tokio::time::Instant::now() + kill_grace;
+            abandon.as_mut().reset(give_up);
             // The command's process group first (what it started: `sleep` under its shell),
             // then its pid, which also covers a command that could not lead a group. The
             // sandbox and processes of other commands survive (L6). The stream then delivers
-            // the End event; a failed signal leaves the stream to report what happened.
-            kill_group(sandbox, sandbox_pid).await;
-            if let Err(source) = sandbox.kill_process(sandbox_pid).await {
-                tracing::warn!(
+            // the End event; a failed signal leaves the stream to report what happened. Both
+            // signals count against the grace: a sandbox that answers nothing cannot hold the
+            // caller (O7).
+            let signals = async {
+                kill_group(sandbox, sandbox_pid).await;
+                sandbox.kill_process(sandbox_pid).await
+            };
+            match tokio::time::timeout_at(give_up, signals).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(source)) => tracing::warn!(
                     sandbox_id = %id,
                     "E2B kill of command {sandbox_pid} failed: {}",
                     ErrorChain(&source)
-                );
+                ),
+                Err(_) => {
+                    return Err(Error::CommandAbandoned {
+                        sandbox_id: id,
+                        sandbox_pid,
+                        waited: kill_grace,
+                    });
+                }
             }
         }
     };
@@ -476,6 +509,11 @@ async fn pump(
     };
     Ok((exit, stream))
 }
+
+/// How long a killed command's end is waited for (its kill requests included) before its
+/// output stream is given up and its caller told so (O7): a command ends at most this long
+/// after its kill or its deadline, whatever the sandbox does.
+pub const KILL_GRACE: Duration = Duration::from_secs(20);
 
 /// How long the group kill may take before the pid kill goes ahead without it.
 const GROUP_KILL_LIMIT: Duration = Duration::from_secs(10);

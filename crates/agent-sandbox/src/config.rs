@@ -36,6 +36,10 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 /// Lease headroom beyond a command's deadline when none is configured.
 pub const DEFAULT_COMMAND_GRACE: Duration = Duration::from_secs(30);
 
+/// How long past its own time a call may wait for the sandbox before the watchdog ends it
+/// ([`Backend::within`](crate::Backend::within), O7), when none is configured.
+pub const DEFAULT_WATCHDOG_GRACE: Duration = Duration::from_secs(45);
+
 /// Egress policy when none is configured.
 pub const DEFAULT_INTERNET: InternetAccess = InternetAccess::Allowed;
 
@@ -58,6 +62,9 @@ pub struct Config {
     pub lease: Duration,
     /// Lease headroom beyond a command's own deadline (`command_grace_seconds`).
     pub command_grace: Duration,
+    /// How long past its own time a call may wait for the sandbox before the watchdog ends
+    /// it (`watchdog_grace_seconds`, O7).
+    pub watchdog_grace: Duration,
     /// Egress policy; part of the identity (X6, I3).
     pub internet: InternetAccess,
     /// envd access-token protection; part of the identity (X6, I3).
@@ -124,6 +131,7 @@ impl WriterArbitration {
 impl Config {
     /// Persistent mode on template `base`, cwd and state root following the sandbox user's
     /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
+    /// a 45 s watchdog grace,
     /// internet allowed, secure, no egress rules, no extra metadata, E2B's public endpoints
     /// (`E2B_*` variables are not read here), a 2 GiB state cap. (The values are the
     /// `DEFAULT_*` constants.)
@@ -134,6 +142,7 @@ impl Config {
             remote_hermes_home: None,
             lease: DEFAULT_LEASE,
             command_grace: DEFAULT_COMMAND_GRACE,
+            watchdog_grace: DEFAULT_WATCHDOG_GRACE,
             internet: DEFAULT_INTERNET,
             security: DEFAULT_SECURITY,
             egress: crate::egress::EgressPolicy::none(),

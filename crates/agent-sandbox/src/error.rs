@@ -171,6 +171,40 @@ pub enum Error {
         sandbox_pid: u32,
     },
 
+    /// The watchdog ended a call that outlived its time plus the watchdog grace (O7). The
+    /// call's work may still finish on its own thread; what it started is then stopped.
+    #[error(
+        "E2B {operation} stalled{}: waited {} s for {waited_for}",
+        ForSandbox(.sandbox_id.as_deref()),
+        .waited.as_secs()
+    )]
+    Stalled {
+        /// The call the watchdog ended.
+        operation: &'static str,
+        /// The sandbox, when one is attached.
+        sandbox_id: Option<String>,
+        /// How long the call was waited for.
+        waited: std::time::Duration,
+        /// What it was waiting for (what held the scope, at which step).
+        waited_for: String,
+    },
+
+    /// A killed command (by its caller, or at its deadline) did not end within
+    /// [`KILL_GRACE`](crate::KILL_GRACE): its output stream was given up, so its caller ends
+    /// (O7). The kill was sent; whatever still runs in the sandbox is no longer followed.
+    #[error(
+        "E2B command {sandbox_pid} in sandbox {sandbox_id} did not end within {} s of being killed; its output was given up",
+        .waited.as_secs()
+    )]
+    CommandAbandoned {
+        /// The sandbox.
+        sandbox_id: String,
+        /// The command's pid in the sandbox.
+        sandbox_pid: u32,
+        /// How long the end was waited for after the kill.
+        waited: std::time::Duration,
+    },
+
     /// A host file could not be read or written.
     #[error("E2B {operation} failed for {}", .path.display())]
     Io {
@@ -266,6 +300,7 @@ impl Error {
             | Error::Coordination { sandbox_id, .. }
             | Error::FileRefused { sandbox_id, .. }
             | Error::CheckpointRefused { sandbox_id, .. }
+            | Error::Stalled { sandbox_id, .. }
             | Error::Closed { sandbox_id, .. } => sandbox_id.as_deref(),
             Error::Recovery { sandbox_id, .. }
             | Error::StateSync { sandbox_id, .. }
@@ -273,6 +308,7 @@ impl Error {
             | Error::SandboxCommand { sandbox_id, .. }
             | Error::UntrustedAnswer { sandbox_id, .. }
             | Error::CommandLost { sandbox_id, .. }
+            | Error::CommandAbandoned { sandbox_id, .. }
             | Error::Arbitration { sandbox_id, .. }
             | Error::Fenced { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
@@ -420,6 +456,11 @@ impl Error {
     /// The backend was cleaned up.
     pub fn is_closed(&self) -> bool {
         matches!(self, Error::Closed { .. })
+    }
+
+    /// The watchdog ended the call (O7): it outlived its time plus the watchdog grace.
+    pub fn is_stalled(&self) -> bool {
+        matches!(self, Error::Stalled { .. })
     }
 
     /// State could not be moved or established; the command must not run (S2, S3, S11).

@@ -22,18 +22,21 @@ pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{
-    Backend, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, TRANSFER_WINDOW, TURN_STORE,
-    TurnCheckpoint, TurnRequest, TurnRestore,
+    Backend, CallDeadline, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, STALLED_RETRY,
+    TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore,
 };
 pub use checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT, Discarded,
     Fork, RollbackReport, utc,
 };
-pub use command::{CommandExit, CommandResult, RunOptions, RunningCommand, Shell, Termination};
+pub use command::{
+    CommandExit, CommandResult, KILL_GRACE, RunOptions, RunningCommand, Shell, Termination,
+};
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
-    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, E2B_DEFAULT_HOME,
-    Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode, Scope, Services, WriterArbitration,
+    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, DEFAULT_WATCHDOG_GRACE,
+    E2B_DEFAULT_HOME, Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode, Scope, Services,
+    WriterArbitration,
 };
 pub use sandbox_identity::CheckpointReason;
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
@@ -54,7 +57,7 @@ pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUn
 pub use recovery::RECOVERABLE_ROOTS;
 pub use report::{
     AttachInfo, CleanupReport, KillOutcomeReport, Origin, PullOutcome, RecoverySummary, RoleKind,
-    Stats, TeardownRecovery,
+    ScopeHolder, Stats, TeardownRecovery,
 };
 pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Mode, Security, SystemClock};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};

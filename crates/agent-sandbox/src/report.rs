@@ -56,6 +56,32 @@ pub struct AttachInfo {
     pub default_cwd: String,
 }
 
+/// What holds a scope's state now ([`Backend::holder`](crate::Backend::holder)): the
+/// operation, the step it is in, and for how long. Shown as
+/// ``"`sync state` for 47 s, in Hermes' state hooks (sync)"``.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ScopeHolder {
+    /// The backend operation that took the state (`start command`, `sync state`, `attach`,
+    /// `checkpoint`, `cleanup`, ...).
+    pub operation: &'static str,
+    /// The state hook the operation is in (`initial push`, `sync`, `pull`), when it is in one:
+    /// the host's sync engine (Hermes' FileSyncManager) is running.
+    pub step: Option<&'static str>,
+    /// How long it has held the state.
+    pub held_for: std::time::Duration,
+}
+
+impl std::fmt::Display for ScopeHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` for {} s", self.operation, self.held_for.as_secs())?;
+        if let Some(step) = self.step {
+            write!(f, ", in Hermes' state hooks ({step})")?;
+        }
+        Ok(())
+    }
+}
+
 /// Counters of the backend's own E2B requests, for accounting tests and diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

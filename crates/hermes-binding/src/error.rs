@@ -38,6 +38,12 @@ create_exception!(
 );
 create_exception!(
     _native,
+    StalledError,
+    E2BError,
+    "The plugin's watchdog ended a call that outlived its time plus `watchdog_grace_seconds` (contract O7); the message names the sandbox and what the call waited for."
+);
+create_exception!(
+    _native,
     BackendClosedError,
     E2BError,
     "The environment was cleaned up and never attaches again."
@@ -130,6 +136,12 @@ impl Error {
             .is_some_and(agent_sandbox::Error::is_closed)
     }
 
+    /// The watchdog ended the call (O7).
+    pub fn is_stalled(&self) -> bool {
+        self.backend_source()
+            .is_some_and(agent_sandbox::Error::is_stalled)
+    }
+
     /// The retry hint of a refused command.
     pub fn retry_hint(&self) -> Option<&str> {
         self.backend_source()
@@ -178,6 +190,14 @@ pub(crate) fn with_hint(reason: &str, hint: &str) -> String {
 pub fn hint(error: &agent_sandbox::Error) -> Option<String> {
     if let agent_sandbox::Error::CheckpointRefused { reason, .. } = error {
         return checkpoint_hint(reason);
+    }
+    if error.is_stalled() {
+        return Some(
+            "the plugin's watchdog gave up on this call (`watchdog_grace_seconds` past its own \
+             time) and stopped what it had started in the sandbox; retry, and if it happens \
+             again run `hermes e2b doctor` and look at the hermes_e2b lines of Hermes' log"
+                .to_owned(),
+        );
     }
     if error.is_concurrency_limit() {
         return Some(
@@ -310,6 +330,8 @@ impl From<Error> for PyErr {
             StateSyncError::new_err(message)
         } else if error.is_closed() {
             BackendClosedError::new_err(message)
+        } else if error.is_stalled() {
+            StalledError::new_err(message)
         } else if let Error::InvalidArgument { .. } = error {
             return pyo3::exceptions::PyValueError::new_err(message);
         } else {

@@ -40,6 +40,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("NotReadyError", py.get_type::<error::NotReadyError>())?;
     module.add("SandboxGoneError", py.get_type::<error::SandboxGoneError>())?;
     module.add("StateSyncError", py.get_type::<error::StateSyncError>())?;
+    module.add("StalledError", py.get_type::<error::StalledError>())?;
     module.add(
         "BackendClosedError",
         py.get_type::<error::BackendClosedError>(),
@@ -47,6 +48,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<native::PySettings>()?;
     module.add_class::<native::PyBackend>()?;
     module.add_class::<native::PyCommand>()?;
+    module.add_class::<native::PyDeadline>()?;
     module.add_class::<native::PyTransport>()?;
     module.add_class::<inventory::PyInventory>()?;
     module.add_function(wrap_pyfunction!(emit_log, module)?)?;

@@ -441,6 +441,9 @@ impl Settings {
         if let Some(grace) = seconds(raw, "command_grace_seconds")? {
             config.command_grace = grace;
         }
+        if let Some(grace) = seconds(raw, "watchdog_grace_seconds")? {
+            config.watchdog_grace = grace;
+        }
         if let Some(allowed) = boolean(raw, "allow_internet_access")? {
             config.internet = if allowed {
                 InternetAccess::Allowed

@@ -49,7 +49,7 @@ impl Backend {
     pub fn checkpoint(&self, request: CheckpointRequest) -> Result<Checkpoint, Error> {
         const OP: &str = "checkpoint";
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("checkpoint");
         let attached = inner.attach_to_change(&mut state, OP, request.wait)?;
         inner.top_up_lease(attached, TRANSFER_WINDOW)?;
         let label = request
@@ -96,7 +96,7 @@ impl Backend {
     ) -> Result<RollbackReport, Error> {
         const OP: &str = "rollback";
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("rollback");
         let attached = inner.attach_to_change(&mut state, OP, wait)?;
         // A snapshot id that is one of the scope's checkpoint names says all a rollback needs;
         // a label or "latest" needs the list.
@@ -135,7 +135,7 @@ impl Backend {
             });
         }
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("fork");
         let attached = inner.attach_to_change(&mut state, OP, wait)?;
         inner.top_up_lease(attached, TRANSFER_WINDOW)?;
         let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
@@ -199,7 +199,7 @@ impl Backend {
     ) -> Result<RollbackReport, Error> {
         const OP: &str = "adopt";
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("adopt");
         let attached = inner.ensure_attached(&mut state, OP)?;
         inner.may_change_scope(attached, OP)?;
         if !fork.started().any(|branch| branch == chosen) || fork.parent != attached.id.as_str() {

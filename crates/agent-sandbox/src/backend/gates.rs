@@ -39,7 +39,9 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+        self.holder.step(Some(operation));
         let returned = hook(&transport);
+        self.holder.step(None);
         let recorded = std::mem::take(
             &mut *self
                 .handoff

@@ -16,6 +16,10 @@ pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRest
 mod fence;
 mod fetch;
 mod gates;
+mod holder;
+use holder::{StateGuard, StateHolder};
+mod watchdog;
+pub use watchdog::{CallDeadline, STALLED_RETRY};
 mod inflight;
 mod lease;
 pub(crate) mod pull;
@@ -25,7 +29,7 @@ mod teardown;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use e2b_client::{Client, Sandbox, SandboxId};
@@ -36,7 +40,7 @@ use crate::command::{self, Launch, RunOptions, RunningCommand};
 use crate::config::{Config, SandboxMode, Scope, Services};
 use crate::error::{Error, ErrorChain};
 use crate::hooks::StateHooks;
-use crate::report::{AttachInfo, RoleKind, Stats};
+use crate::report::{AttachInfo, RoleKind, ScopeHolder, Stats};
 use crate::sink::OutputSink;
 use crate::transport::{FailureLog, StateTransport};
 
@@ -113,6 +117,10 @@ struct Inner {
     files: Option<ScopeFiles>,
     /// Lock 1.
     state: Mutex<Phase>,
+    /// Leaf lock: lock 1's holder, operation and step (O7).
+    holder: StateHolder,
+    /// Leaf lock: the last call the watchdog gave up on, while it runs (O7).
+    stalls: watchdog::Stalls,
     /// Lock 2.
     inflight: Arc<Inflight>,
     /// Leaf locks: what the hooks and other threads reach without `state`.
@@ -312,6 +320,8 @@ impl Backend {
                 policy,
                 files,
                 state: Mutex::new(Phase::Detached),
+                holder: StateHolder::default(),
+                stalls: watchdog::Stalls::default(),
                 inflight: Arc::new(Inflight::default()),
                 handoff: Handoff::default(),
                 arbitration: ArbitrationMemory::default(),
@@ -335,11 +345,18 @@ impl Backend {
 
     /// What is attached, if anything.
     pub fn info(&self) -> Option<AttachInfo> {
-        match &*self.inner.lock_state() {
+        match &*self.inner.lock_state("read attachment") {
             Phase::Attached(attached) => Some(attached.info.clone()),
             Phase::Closing(Some(attached)) => Some(attached.info.clone()),
             _ => None,
         }
+    }
+
+    /// What holds this scope's state now (an attach, a command's admission and sync, a
+    /// checkpoint, ...), at which step and for how long; `None` when nothing does. Waits for
+    /// nothing: what a caller that gave up waiting names (O7).
+    pub fn holder(&self) -> Option<ScopeHolder> {
+        self.inner.holder.current()
     }
 
     /// The backend's request counters.
@@ -365,7 +382,7 @@ impl Backend {
     /// only, under the creation lock), resume a paused one, then bring up the writer role
     /// (L1, L2, I4, I5, I6, C1). Normally implicit in [`run`](Self::run).
     pub fn attach(&self) -> Result<AttachInfo, Error> {
-        let mut state = self.inner.lock_state();
+        let mut state = self.inner.lock_state("attach");
         let attached = self.inner.ensure_attached(&mut state, "attach")?;
         Ok(attached.info.clone())
     }
@@ -419,7 +436,7 @@ impl Backend {
         sink: Box<dyn OutputSink>,
     ) -> Result<RunningCommand, Error> {
         let inner = &self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("start command");
         let attached =
             inner.ensure_attached_for(&mut state, "start command", HomeNeeded::AfterStart)?;
         // Kept only while the home is still being asked (to stop the command if it is refused).
@@ -471,6 +488,7 @@ impl Backend {
             stream,
             sandbox_pid: pid,
             deadline: options.deadline,
+            kill_grace: options.kill_grace,
             sink,
             on_done: Box::new(move || inflight.leave(token)),
         });
@@ -521,7 +539,7 @@ impl Backend {
         op: impl Fn(&Inner, &Sandbox) -> Result<T, Error>,
     ) -> Result<T, Error> {
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state(operation);
         let attached = inner.ensure_attached(&mut state, operation)?;
         let result =
             inner
@@ -544,8 +562,11 @@ impl Backend {
 }
 
 impl Inner {
-    pub(super) fn lock_state(&self) -> MutexGuard<'_, Phase> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Lock 1, taken for `operation`: who holds it, since when, is what [`Backend::holder`]
+    /// tells a caller that waited too long (O7).
+    pub(super) fn lock_state(&self, operation: &'static str) -> StateGuard<'_> {
+        let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        StateGuard::new(guard, &self.holder, operation)
     }
 
     pub(super) fn clear_transport(&self) {

@@ -25,7 +25,7 @@ impl Backend {
         let files = inner.files.as_ref().ok_or_else(|| Error::InvalidConfig {
             reason: "an on-demand pull needs a persistent scope".to_owned(),
         })?;
-        let state = inner.lock_state();
+        let state = inner.lock_state("pull state");
         if !matches!(&*state, super::Phase::Detached) {
             return Err(Error::InvalidConfig {
                 reason: "an on-demand pull needs a backend that has not attached yet".to_owned(),

@@ -20,7 +20,7 @@ impl Backend {
     pub fn cleanup(&self) -> CleanupReport {
         let inner = &self.inner;
         let attached = {
-            let mut state = inner.lock_state();
+            let mut state = inner.lock_state("cleanup");
             match std::mem::replace(&mut *state, Phase::Closing(None)) {
                 Phase::Detached => {
                     *state = Phase::Closed { sandbox_id: None };
@@ -57,7 +57,7 @@ impl Backend {
         // Outside the state lock: commands finishing need nothing from it.
         inner.inflight.wait_idle();
         let taken = {
-            let mut state = inner.lock_state();
+            let mut state = inner.lock_state("cleanup");
             let previous = std::mem::replace(
                 &mut *state,
                 Phase::Closed {
@@ -88,7 +88,7 @@ impl Backend {
     pub fn finalize(&self) {
         let inner = &self.inner;
         let previous = {
-            let mut state = inner.lock_state();
+            let mut state = inner.lock_state("finalize");
             let sandbox_id = match &*state {
                 Phase::Attached(attached) | Phase::Closing(Some(attached)) => {
                     Some(attached.id.as_str().to_owned())

@@ -120,7 +120,7 @@ impl Backend {
             });
         }
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("turn checkpoint");
         let attached = inner.ensure_attached(&mut state, OP)?;
         inner.may_change_scope(attached, OP)?;
         let directory = absolute(&request.directory, attached, OP)?;
@@ -139,7 +139,7 @@ impl Backend {
     pub fn turn_checkpoints(&self) -> Result<Vec<TurnCheckpoint>, Error> {
         const OP: &str = "list turn checkpoints";
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("list turn checkpoints");
         let attached = inner.ensure_attached(&mut state, OP)?;
         inner.turn_script(attached, OP, vec!["1".to_owned(), "list".to_owned()])
     }
@@ -157,7 +157,7 @@ impl Backend {
     ) -> Result<TurnRestore, Error> {
         const OP: &str = "restore turn checkpoint";
         let inner = &*self.inner;
-        let mut state = inner.lock_state();
+        let mut state = inner.lock_state("restore turn checkpoint");
         let attached = inner.attach_to_change(&mut state, OP, wait)?;
         let args = vec![
             keep.clamp(1, MAX_TURN_KEEP).to_string(),

@@ -22,3 +22,4 @@ mod state_failures;
 mod support;
 mod teardown;
 mod turns;
+mod watchdog;

@@ -8,6 +8,7 @@ the meaning of Hermes' cwd placeholders, deadlines and every warning are the nat
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import subprocess
@@ -28,6 +29,11 @@ from ._hermes import (
 )
 
 logger = logging.getLogger("hermes_e2b")
+
+#: The deadline of the tool call in progress (``_native.Deadline``), set by ``execute`` for
+#: every step the plugin takes for that call: admission before it, the start on Hermes' wait
+#: worker (which runs in a copy of this context). Contract O7.
+_CALL_DEADLINE: contextvars.ContextVar[Any] = contextvars.ContextVar("hermes_e2b_call_deadline", default=None)
 
 try:  # iot and newer; absent in 0.19.0
     from tools.environments.base import EnvironmentConnectionError as _ConnectionError
@@ -95,7 +101,7 @@ def _sync_through(env_ref: "weakref.ref[E2BEnvironment]") -> Callable[[], None]:
         env = env_ref()
         if env is None:
             raise _native.E2BError("E2B sync state refused: the environment is gone")
-        env._native.sync_state()
+        env._native.sync_state(deadline=env._call_deadline())
 
     return sync_state
 
@@ -242,7 +248,7 @@ class E2BEnvironment(BaseEnvironment):
         self._keep_egress()
         try:
             # A degradation found here (e.g. unprotected creation) is logged by the native core.
-            attached = self._native.attach()
+            attached = self._native.attach(deadline=self._native.call_deadline(float(timeout)))
         except _native.E2BError as error:
             if _ConnectionError is not None:
                 # Hermes renders creation-time connection errors as a retryable "degraded".
@@ -311,13 +317,32 @@ class E2BEnvironment(BaseEnvironment):
     def sandbox_id(self) -> Optional[str]:
         return self._native.sandbox_id
 
+    def execute(self, command: str, *args: Any, **kwargs: Any) -> dict:
+        """Hermes' ``execute``, with this call's deadline (its time plus the watchdog grace)
+        in force for every step the plugin takes for it (contract O7)."""
+        timeout = kwargs.get("timeout") or self.timeout
+        try:
+            seconds = float(timeout)
+        except (TypeError, ValueError):
+            seconds = 0.0  # the start refuses it, naming the setting
+        token = _CALL_DEADLINE.set(self._native.call_deadline(seconds))
+        try:
+            return super().execute(command, *args, **kwargs)
+        finally:
+            _CALL_DEADLINE.reset(token)
+
+    def _call_deadline(self) -> Any:
+        """The current tool call's deadline, or one of the environment's own time (a call
+        Hermes makes outside ``execute``: the session snapshot, a sync it asks for)."""
+        return _CALL_DEADLINE.get() or self._native.call_deadline(float(self.timeout or 0))
+
     def init_session(self) -> None:
         # The snapshot is admitted like any command. A reader refused now (the writer is
         # mid-sync), or a sync that failed, takes it at its first admitted command instead of
         # losing it for the environment's life (Hermes would run every command under
         # `bash -l`, exports lost); that command's admission reports a lasting failure.
         try:
-            self._native.sync_state()
+            self._native.sync_state(deadline=self._call_deadline())
         except _native.E2BError:
             self._snapshot_pending = True
             return
@@ -343,8 +368,8 @@ class E2BEnvironment(BaseEnvironment):
         self._keep_egress()
         # Admission (and the writer's sync) before Hermes starts the command's clock: waiting
         # here never eats its timeout, and a refusal is raised to Hermes, which retries it and
-        # otherwise reports it as the tool's error.
-        self._native.sync_state()
+        # otherwise reports it as the tool's error. Watched: it ends by the call's deadline.
+        self._native.sync_state(deadline=self._call_deadline())
         if getattr(self, "_snapshot_pending", False):
             self._snapshot_pending = False
             super().init_session()
@@ -370,7 +395,8 @@ class E2BEnvironment(BaseEnvironment):
         try:
             # The native core owns write_fd from here on, whatever happens.
             command = self._native.run(
-                cmd_string, fd=write_fd, timeout_seconds=float(timeout), login=login, stdin=stdin
+                cmd_string, fd=write_fd, timeout_seconds=float(timeout), login=login, stdin=stdin,
+                deadline=self._call_deadline(),
             )
         except BaseException:
             os.close(read_fd)

@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use agent_sandbox::{HookError, PushKind, StateHooks, StateTransport};
 use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+
+use super::context::call_in_context;
 
 use crate::error::Error;
 use crate::privacy;
@@ -161,10 +164,14 @@ impl PyHooks {
                     host_home: self.host_home.clone(),
                 },
             )?;
-            match kind {
-                Some(kind) => self.target.call_method1(py, method, (handle, kind))?,
-                None => self.target.call_method1(py, method, (handle,))?,
+            let callable = self.target.bind(py).getattr(method)?;
+            let handle = handle.into_bound(py).into_any();
+            let args = match kind {
+                Some(kind) => PyTuple::new(py, [handle, PyString::new(py, kind).into_any()])?,
+                None => PyTuple::new(py, [handle])?,
             };
+            // In the calling Hermes thread's context, though on the watched call's thread.
+            call_in_context(py, &callable, args)?;
             Ok(())
         });
         match outcome {

@@ -8,18 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKey, ApiKeySource, Backend, Checkpoint, CheckpointReason, CheckpointRequest,
+    ApiKey, ApiKeySource, Backend, CallDeadline, Checkpoint, CheckpointReason, CheckpointRequest,
     CheckpointTarget, CleanupReport, CommandResult, DEFAULT_CHECKPOINT_WAIT, KillOutcomeReport,
     PullOutcome, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, TeardownRecovery,
     Termination, TurnCheckpoint, TurnRequest, WriteSink,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use context::{CallerContext, call_in_context};
 
 use crate::error::{Error, without_time_words};
 use crate::runtime;
 use crate::settings::{Persistence, idle_lifetime};
 
+mod context;
 mod hooks;
 mod settings;
 
@@ -48,6 +51,27 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 /// How far a command's sandbox deadline trails Hermes' own timeout, so that Hermes' timeout
 /// path (exit 124, "timed out") is the one that reports it.
 const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+
+/// The time of a watched call whose caller names none (a sync Hermes asks for outside a
+/// command): Hermes' default command time.
+const DEFAULT_CALL_TIME: Duration = Duration::from_secs(180);
+
+/// When one tool call must have ended (O7): its time plus the watchdog grace, from when it
+/// was made. The environment takes one per Hermes `execute` and hands it to every step.
+#[pyclass(name = "Deadline", module = "hermes_e2b._native", frozen)]
+#[derive(Debug)]
+pub struct PyDeadline {
+    deadline: CallDeadline,
+}
+
+#[pymethods]
+impl PyDeadline {
+    /// Seconds left (0 once passed).
+    #[getter]
+    fn remaining(&self) -> f64 {
+        self.deadline.remaining().as_secs_f64()
+    }
+}
 
 fn role_name(role: RoleKind) -> &'static str {
     match role {
@@ -144,24 +168,27 @@ fn checkpoint_wait(wait_seconds: Option<f64>) -> Duration {
 /// first use.
 pub(crate) fn python_key_resolver(key_resolver: Py<PyAny>) -> agent_sandbox::KeyResolver {
     Arc::new(move || -> Option<ApiKey> {
-        Python::try_attach(|py| match key_resolver.call0(py) {
-            Ok(value) => value
-                .extract::<Option<String>>(py)
-                .ok()
-                .flatten()
-                .filter(|key| !key.is_empty())
-                .map(ApiKey::new),
-            Err(error) => {
-                // The error text is Python's; it names no key (resolvers never put it there).
-                tracing::warn!(
-                    "E2B API key lookup failed: {}",
-                    error
-                        .get_type(py)
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default()
-                );
-                None
+        // In the calling Hermes thread's context: Hermes scopes the profile's secrets there.
+        Python::try_attach(|py| {
+            match call_in_context(py, key_resolver.bind(py), PyTuple::empty(py)) {
+                Ok(value) => value
+                    .extract::<Option<String>>()
+                    .ok()
+                    .flatten()
+                    .filter(|key| !key.is_empty())
+                    .map(ApiKey::new),
+                Err(error) => {
+                    // The error text is Python's; it names no key (resolvers never put it there).
+                    tracing::warn!(
+                        "E2B API key lookup failed: {}",
+                        error
+                            .get_type(py)
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    );
+                    None
+                }
             }
         })
         .flatten()
@@ -196,8 +223,69 @@ impl PyBackend {
     }
 }
 
+impl PyBackend {
+    /// [`PyBackend::detached`] under the watchdog (O7): the call runs on a thread of its own,
+    /// in the caller's Python context, and is given up at `deadline` (default: the
+    /// [`DEFAULT_CALL_TIME`] plus the grace) with an error naming the sandbox and what it
+    /// waited for; a result that comes later goes to `late`.
+    fn watched<T: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        operation: &'static str,
+        deadline: Option<&PyDeadline>,
+        call: impl FnOnce(&Backend) -> Result<T, agent_sandbox::Error> + Send + 'static,
+        late: impl FnOnce(T) + Send + 'static,
+    ) -> PyResult<T> {
+        let result = self.watched_raw(py, operation, deadline, call, late)?;
+        if let Some(interrupt) = take_deferred(&self.deferred) {
+            return Err(interrupt);
+        }
+        result.map_err(|error| Error::from(error).into())
+    }
+
+    /// [`PyBackend::watched`] without re-raising a held-back Ctrl-C: for a caller that must
+    /// undo what the call did first.
+    fn watched_raw<T: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        operation: &'static str,
+        deadline: Option<&PyDeadline>,
+        call: impl FnOnce(&Backend) -> Result<T, agent_sandbox::Error> + Send + 'static,
+        late: impl FnOnce(T) + Send + 'static,
+    ) -> PyResult<Result<T, agent_sandbox::Error>> {
+        let deadline = deadline.map_or_else(
+            || self.backend.call_deadline(DEFAULT_CALL_TIME),
+            |given| given.deadline,
+        );
+        let context = CallerContext::capture(py)?;
+        let backend = Arc::clone(&self.backend);
+        let result = py.detach(move || {
+            backend.within(
+                operation,
+                deadline,
+                move |backend| {
+                    let _entered = context.enter();
+                    call(backend)
+                },
+                late,
+            )
+        });
+        Ok(result)
+    }
+}
+
 #[pymethods]
 impl PyBackend {
+    /// The deadline of a tool call given `seconds` of its own (Hermes' command time): those
+    /// seconds plus the `watchdog_grace_seconds` setting, from now. A negative or unusable
+    /// number counts as 0 (the command itself refuses it, naming the setting).
+    fn call_deadline(&self, seconds: f64) -> PyDeadline {
+        let time = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::ZERO);
+        PyDeadline {
+            deadline: self.backend.call_deadline(time),
+        }
+    }
+
     /// Builds the backend; contacts nothing (the first `run` attaches). `key_resolver()` is
     /// called on first use and returns the profile's API key or None (unconfigured).
     /// `lifetime_seconds` is Hermes' `terminal.lifetime_seconds` (None: the default lease).
@@ -269,9 +357,14 @@ impl PyBackend {
         self.backend.scope_digest()
     }
 
-    /// Attaches now if not yet attached; returns what was found.
-    fn attach<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let info = self.detached(py, Backend::attach)?;
+    /// Attaches now if not yet attached; returns what was found. Watched (O7).
+    #[pyo3(signature = (*, deadline = None))]
+    fn attach<'py>(
+        &self,
+        py: Python<'py>,
+        deadline: Option<PyRef<'py, PyDeadline>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let info = self.watched(py, "attach", deadline.as_deref(), Backend::attach, drop)?;
         let dict = PyDict::new(py);
         dict.set_item("sandbox_id", info.sandbox_id)?;
         dict.set_item("resumed", info.resumed)?;
@@ -287,8 +380,13 @@ impl PyBackend {
 
     /// The id of the gone sandbox the current attachment replaced, once per replacement (then
     /// None, also while nothing is attached): the environment passes it on to Hermes' `_mark_recreated()`. Contacts nothing.
-    fn take_replaced(&self) -> Option<String> {
-        let info = self.backend.info()?;
+    fn take_replaced(&self, py: Python<'_>) -> Option<String> {
+        // Without the GIL: `info` waits for the scope's state lock, whose holder may be a
+        // command's admission calling back into Python (a sync hook, a log record), which
+        // needs the GIL this thread would otherwise hold: a deadlock of the whole process
+        // (Hermes' execute_code polls from two threads at once, contract O7).
+        let backend = Arc::clone(&self.backend);
+        let info = py.detach(move || backend.info())?;
         // A stale reader let go of a sandbox and found the same one again: nothing was lost.
         let replaced = info.replaced.filter(|old| *old != info.sandbox_id)?;
         let mut reported = self
@@ -305,8 +403,16 @@ impl PyBackend {
     /// Hermes asked for a sync outside a command (`env._sync_manager.sync()`): the backend's
     /// admission and push, exactly as before a command; attaches if needed. A reader pushes
     /// nothing. A Ctrl-C raised inside the push is re-raised after the backend finished.
-    fn sync_state(&self, py: Python<'_>) -> PyResult<()> {
-        self.detached(py, Backend::sync_state)
+    /// Watched (O7): given up at `deadline`, naming what held the scope.
+    #[pyo3(signature = (*, deadline = None))]
+    fn sync_state(&self, py: Python<'_>, deadline: Option<PyRef<'_, PyDeadline>>) -> PyResult<()> {
+        self.watched(
+            py,
+            "sync state",
+            deadline.as_deref(),
+            Backend::sync_state,
+            drop,
+        )
     }
 
     /// Hermes' `fetch_file`: copies the regular sandbox file `remote_path` (links followed;
@@ -350,8 +456,10 @@ impl PyBackend {
 
     /// The attached sandbox id, if any.
     #[getter]
-    fn sandbox_id(&self) -> Option<String> {
-        self.backend.info().map(|info| info.sandbox_id)
+    fn sandbox_id(&self, py: Python<'_>) -> Option<String> {
+        // Without the GIL, as `take_replaced`.
+        let backend = Arc::clone(&self.backend);
+        py.detach(move || backend.info().map(|info| info.sandbox_id))
     }
 
     /// Starts `command` (`bash -c`, or `bash -l -c` when `login`: Hermes' own `_run_bash`
@@ -361,7 +469,11 @@ impl PyBackend {
     /// output, or at once if the command cannot start). `stdin` (bytes, any size) becomes the
     /// command's standard input without passing through its command line (Hermes' payload
     /// stdin mode).
-    #[pyo3(signature = (command, *, fd, timeout_seconds, login = false, cwd = None, stdin = None))]
+    ///
+    /// Watched (O7): the start is given up at `deadline` (a command that starts after that
+    /// is killed at once), and the command's sandbox deadline never lies beyond it, so a
+    /// command that Hermes stops waiting for ends by then plus the kill's own grace.
+    #[pyo3(signature = (command, *, fd, timeout_seconds, login = false, cwd = None, stdin = None, deadline = None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API
     fn run(
         &self,
@@ -372,6 +484,7 @@ impl PyBackend {
         login: bool,
         cwd: Option<String>,
         stdin: Option<Bound<'_, PyBytes>>,
+        deadline: Option<PyRef<'_, PyDeadline>>,
     ) -> PyResult<PyCommand> {
         if fd < 0 {
             return Err(Error::InvalidArgument {
@@ -391,13 +504,27 @@ impl PyBackend {
             }
             .into());
         };
-        let mut options = RunOptions::new(timeout.saturating_add(DEADLINE_MARGIN));
+        let deadline = deadline.map_or_else(
+            || self.backend.call_deadline(timeout),
+            |given| given.deadline,
+        );
+        let sandbox_deadline = timeout
+            .saturating_add(DEADLINE_MARGIN)
+            .min(deadline.remaining());
+        let mut options = RunOptions::new(sandbox_deadline);
         options.shell = if login { Shell::Login } else { Shell::Plain };
         options.cwd = cwd;
         options.stdin = stdin.map(|data| data.as_bytes().to_vec().into());
-        let backend = Arc::clone(&self.backend);
         let sink = Box::new(WriteSink::new(File::from(owned)));
-        let started = py.detach(move || backend.run(&command, options, sink));
+        let given = PyDeadline { deadline };
+        let started = self.watched_raw(
+            py,
+            "start command",
+            Some(&given),
+            move |backend| backend.run(&command, options, sink),
+            // Started after its caller was told it would not be: nobody waits for it.
+            |command: RunningCommand| command.kill(),
+        )?;
         if let Some(interrupt) = take_deferred(&self.deferred) {
             if let Ok(command) = &started {
                 command.kill();

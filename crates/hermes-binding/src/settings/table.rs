@@ -234,7 +234,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 18] = [
+pub const SETTINGS: [Setting; 19] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -264,6 +264,13 @@ pub const SETTINGS: [Setting; 18] = [
         default: SettingDefault::Config(|config| seconds(config.command_grace)),
         env: None,
         description: "Lease headroom beyond a command's deadline.",
+    },
+    Setting {
+        key: "watchdog_grace_seconds",
+        kind: SettingKind::Seconds { min: 1 },
+        default: SettingDefault::Config(|config| seconds(config.watchdog_grace)),
+        env: None,
+        description: "How long past its own time a tool call may wait for the sandbox before the watchdog ends it.",
     },
     Setting {
         key: "allow_internet_access",
