@@ -103,7 +103,10 @@ impl fmt::Debug for Backend {
 ///    without the state lock (the transport, its failure record, the replaced sandbox), and
 ///    sandbox arbitration's host-side memory (this host's holder id, the other host's
 ///    grant).
-/// 4. `note_serial`: a leaf lock held across one read-modify-write of the scope note's file
+/// 4. `holder` and `stalls`: leaf locks, held to write or read who holds `state` (its
+///    guard keeps the record true) and the last call the watchdog gave up on; what a
+///    caller that waited too long reads without taking `state` (O7).
+/// 5. `note_serial`: a leaf lock held across one read-modify-write of the scope note's file
 ///    (host file I/O only, never network I/O or another lock), so the note the bring-up
 ///    writes beside its requests and the recovery's note never lose each other's lines.
 struct Inner {
