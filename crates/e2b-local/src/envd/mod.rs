@@ -61,12 +61,25 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
         if method != Method::POST {
             return method_not_allowed("POST");
         }
+        // StreamInput is served over process's input writing, so it is routed here.
+        if rpc == "StreamInput" {
+            return stream_input::handle(ctx, request).await;
+        }
         let rpc = rpc.to_owned();
         return process::handle(ctx, &rpc, request).await;
     }
     if let Some(rpc) = path.strip_prefix("/filesystem.Filesystem/") {
         if method != Method::POST {
             return method_not_allowed("POST");
+        }
+        // Watches borrow filesystem's paths and entries, so they are routed here.
+        match rpc {
+            "WatchDir" => return watch::watch_dir(ctx, request).await,
+            "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
+                let rpc = rpc.to_owned();
+                return watch::handle_polling(ctx, &rpc, request).await;
+            }
+            _ => {}
         }
         let rpc = rpc.to_owned();
         return filesystem::handle(ctx, &rpc, request).await;

@@ -195,7 +195,6 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             Ok(req) => update(&ctx, &req),
             Err(response) => response,
         },
-        "StreamInput" => super::stream_input::handle(ctx, request).await,
         _ => ConnectError::new(
             Code::NotFound,
             format!("unknown method process.Process/{method}"),
