@@ -261,10 +261,7 @@ async fn a_sandbox_killed_under_a_running_command_says_it_was_killed() {
         )),
         "{text}"
     );
-    assert!(
-        text.contains("killed or reached its end of life"),
-        "{text}"
-    );
+    assert!(text.contains("killed or reached its end of life"), "{text}");
     assert!(stream.next().await.is_none());
     server.shutdown().await.expect("shutdown");
 }
