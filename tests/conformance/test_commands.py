@@ -105,3 +105,34 @@ def test_stdin_send_and_close(sandbox):
     sandbox.commands.close_stdin(handle.pid)
     result = handle.wait()
     assert result.stdout == "line one\n"
+
+
+def test_kill_sandbox_while_command_is_running(server):
+    # contract: O3 — as on E2B, a sandbox killed (or paused) under a running command takes
+    # envd's stream with it: the stream breaks off without an end event, the SDK's health
+    # probe finds the sandbox gone and says it was killed or reached its end of life.
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(timeout=300)
+    cmd = sbx.commands.run("sleep 60", background=True)
+
+    sbx.kill()
+
+    with pytest.raises(TimeoutException) as info:
+        cmd.wait()
+    assert "sandbox was killed or reached its end of life" in str(info.value)
+
+
+def test_pause_while_command_is_running_breaks_its_stream(server):
+    # contract: O3 — a pause ends envd's streams the same way (the sandbox is not running).
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(timeout=300)
+    try:
+        cmd = sbx.commands.run("sleep 60", background=True)
+        sbx.pause()
+        with pytest.raises(TimeoutException) as info:
+            cmd.wait()
+        assert "sandbox was killed or reached its end of life" in str(info.value)
+    finally:
+        Sandbox.kill(sbx.sandbox_id)

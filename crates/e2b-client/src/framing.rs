@@ -1,7 +1,15 @@
 //! Connect streaming envelopes: `[flags: u8][length: u32 BE][payload]`, decoded incrementally.
 
+use std::pin::Pin;
+use std::time::Duration;
+
 use bytes::{Buf, Bytes, BytesMut};
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
 use serde::Deserialize;
+
+use crate::error::{Error, TransportStage};
+use crate::http::Ctx;
 
 /// Flag bit: the payload is compressed (we never negotiate compression, so this is an error).
 const FLAG_COMPRESSED: u8 = 0x01;
@@ -145,6 +153,121 @@ impl EnvelopeDecoder {
             Err(FrameError::Truncated {
                 buffered: self.buf.len(),
             })
+        }
+    }
+}
+
+/// Asks whether the sandbox is gone (envd's `/health` answered by the proxy's 502 "not
+/// found"), for a stream that broke off: `true` only when that is certain.
+pub(crate) type GoneProbe = Box<dyn FnOnce() -> BoxFuture<'static, bool> + Send>;
+
+/// What reading a server stream gave next.
+#[derive(Debug)]
+pub(crate) enum Read {
+    /// The payload of a message envelope.
+    Message(Bytes),
+    /// The end-of-stream message, without an error.
+    End,
+    /// The body ended cleanly without an end-of-stream message.
+    BodyEnd,
+}
+
+/// The one reader of a Connect server stream's response body (process and terminal streams,
+/// directory watches, a client stream's answer): envelopes decoded as they arrive (at most one
+/// frame plus one network chunk held, see [`EnvelopeDecoder`]), the end-of-stream message
+/// parsed (its error becomes the error), silence bounded by `idle`, and a body that breaks off
+/// told apart from a clean end: when it breaks and the probe finds the sandbox gone, the error
+/// says the sandbox was killed or reached its end of life.
+pub(crate) struct ServerStream {
+    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    decoder: EnvelopeDecoder,
+    ctx: Ctx,
+    idle: Duration,
+    probe: Option<GoneProbe>,
+}
+
+impl ServerStream {
+    /// Reads `body`, refusing frames over `max_frame` bytes and silences over `idle`.
+    pub(crate) fn new(
+        ctx: Ctx,
+        body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+        max_frame: usize,
+        idle: Duration,
+        probe: Option<GoneProbe>,
+    ) -> ServerStream {
+        ServerStream {
+            body: Box::pin(body),
+            decoder: EnvelopeDecoder::new(max_frame),
+            ctx,
+            idle,
+            probe,
+        }
+    }
+
+    /// The context errors are made with.
+    pub(crate) fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// The next message, the end, or why the stream failed.
+    pub(crate) async fn next(&mut self) -> Result<Read, Error> {
+        loop {
+            match self.decoder.next_frame() {
+                Err(error) => return Err(self.ctx.protocol(error)),
+                Ok(Some(frame)) if frame.is_end_stream() => {
+                    let end: EndStream =
+                        serde_json::from_slice(&frame.payload).map_err(|error| {
+                            self.ctx
+                                .protocol(format!("invalid end-of-stream message: {error}"))
+                        })?;
+                    return match end.error {
+                        Some(error) => Err(self.ctx.stream_error(error.code, error.message)),
+                        None => Ok(Read::End),
+                    };
+                }
+                Ok(Some(frame)) => return Ok(Read::Message(frame.payload)),
+                Ok(None) => {}
+            }
+            match tokio::time::timeout(self.idle, self.body.next()).await {
+                Err(_) => return Err(self.ctx.deadline(self.idle)),
+                Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
+                Ok(Some(Err(error))) => {
+                    let broken = self.ctx.transport(TransportStage::Body, error);
+                    return Err(self.lost(broken).await);
+                }
+                Ok(None) => {
+                    self.decoder
+                        .finish()
+                        .map_err(|error| self.ctx.protocol(error))?;
+                    return Ok(Read::BodyEnd);
+                }
+            }
+        }
+    }
+
+    /// The error for a stream that broke off (`broken`) or ended short of what it owed:
+    /// when the sandbox turns out to be gone, that, else `broken` itself. Probes once.
+    pub(crate) async fn lost(&mut self, broken: Error) -> Error {
+        let Some(probe) = self.probe.take() else {
+            return broken;
+        };
+        if probe().await {
+            self.ctx.sandbox_ended(&broken)
+        } else {
+            broken
+        }
+    }
+
+    /// After the end-of-stream message: reads the body to its own end, so the HTTP client
+    /// can reuse the connection (a body dropped before its end closes it). Nothing may follow
+    /// that message; whatever does (bytes, an error, silence) only costs the connection.
+    pub(crate) async fn read_to_body_end(&mut self) {
+        // Empty chunks are skipped a bounded number of times.
+        for _ in 0..4 {
+            match tokio::time::timeout(self.idle, self.body.next()).await {
+                Ok(Some(Ok(chunk))) if chunk.is_empty() => {}
+                _ => return,
+            }
         }
     }
 }

@@ -181,6 +181,23 @@ impl Ctx {
         }
     }
 
+    /// A stream broke off (`broken`: how) and a health probe then found the sandbox not
+    /// running: it was killed or reached its end of life under the stream, as the official
+    /// SDK says in that case.
+    pub(crate) fn sandbox_ended(&self, broken: &Error) -> Error {
+        let Some(sandbox_id) = self.sandbox_id() else {
+            return self.protocol(broken.reason());
+        };
+        Error::SandboxNotRunning {
+            operation: self.operation,
+            sandbox_id,
+            message: self.clean(&format!(
+                "it was killed or reached its end of life while the request was in flight; {}",
+                broken.reason()
+            )),
+        }
+    }
+
     /// An error carried in a stream's end frame.
     pub(crate) fn stream_error(&self, code: Option<String>, message: Option<String>) -> Error {
         let sandbox_id = match &self.target {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 use crate::error::Error;
-use crate::framing::{EndStream, EnvelopeDecoder};
+use crate::framing::{Read, ServerStream};
 use crate::http::Ctx;
 use crate::json;
 
@@ -156,17 +156,10 @@ impl fmt::Debug for ProcessStream {
 
 impl ProcessStream {
     /// Reads the response up to the `Start` event.
-    pub(crate) async fn open(
-        ctx: Ctx,
-        body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
-        max_frame: usize,
-        idle: Duration,
-    ) -> Result<ProcessStream, Error> {
+    pub(crate) async fn open(reader: ServerStream) -> Result<ProcessStream, Error> {
+        let ctx = reader.ctx().clone();
         let state = Decode {
-            body: Box::pin(body),
-            decoder: EnvelopeDecoder::new(max_frame),
-            ctx: ctx.clone(),
-            idle,
+            reader,
             seen_start: false,
             seen_end: false,
             finished: false,
@@ -270,12 +263,9 @@ pub struct CommandOutput {
     pub end: ProcessEnd,
 }
 
-/// The incremental decoder behind [`ProcessStream`].
+/// The event decoder behind [`ProcessStream`], over the shared stream reader.
 struct Decode {
-    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    decoder: EnvelopeDecoder,
-    ctx: Ctx,
-    idle: Duration,
+    reader: ServerStream,
     seen_start: bool,
     seen_end: bool,
     finished: bool,
@@ -296,65 +286,31 @@ impl Decode {
 
     async fn step(&mut self) -> Option<Result<ProcessEvent, Error>> {
         loop {
-            match self.decoder.next_frame() {
-                Err(error) => return Some(Err(self.ctx.protocol(error))),
-                Ok(Some(frame)) if frame.is_end_stream() => {
-                    let end: EndStream = match serde_json::from_slice(&frame.payload) {
-                        Ok(end) => end,
-                        Err(error) => {
-                            return Some(Err(self
-                                .ctx
-                                .protocol(format!("invalid end-of-stream message: {error}"))));
-                        }
-                    };
-                    if let Some(error) = end.error {
-                        return Some(Err(self.ctx.stream_error(error.code, error.message)));
-                    }
-                    if !self.seen_end {
-                        return Some(Err(self.ctx.protocol("stream ended without an end event")));
-                    }
-                    self.read_to_body_end().await;
-                    return None;
-                }
-                Ok(Some(frame)) => match parse_event(&frame.payload) {
-                    Err(detail) => return Some(Err(self.ctx.protocol(detail))),
+            let read = match self.reader.next().await {
+                Ok(read) => read,
+                Err(error) => return Some(Err(error)),
+            };
+            match read {
+                Read::Message(payload) => match parse_event(&payload) {
+                    Err(detail) => return Some(Err(self.reader.ctx().protocol(detail))),
                     // An event kind this client does not know: ignored, like unknown fields.
                     Ok(None) => continue,
                     Ok(Some(event)) => return Some(self.check_order(event)),
                 },
-                Ok(None) => {}
-            }
-            match tokio::time::timeout(self.idle, self.body.next()).await {
-                Err(_) => return Some(Err(self.ctx.deadline(self.idle))),
-                Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
-                Ok(Some(Err(error))) => {
-                    return Some(Err(self
-                        .ctx
-                        .transport(crate::error::TransportStage::Body, error)));
-                }
-                Ok(None) => {
-                    if let Err(error) = self.decoder.finish() {
-                        return Some(Err(self.ctx.protocol(error)));
+                Read::End | Read::BodyEnd if self.seen_end => {
+                    if matches!(read, Read::End) {
+                        self.reader.read_to_body_end().await;
                     }
-                    if self.seen_end {
-                        return None;
-                    }
-                    return Some(Err(self.ctx.protocol("stream ended without an end event")));
+                    return None;
                 }
-            }
-        }
-    }
-
-    /// After the end-of-stream message: reads the response body to its own end, so the HTTP
-    /// client can reuse the connection for the next request (a body dropped before its end
-    /// closes its connection). Nothing may follow that message; whatever does (bytes, an
-    /// error, silence) only costs the connection, since the stream's outcome is settled.
-    async fn read_to_body_end(&mut self) {
-        // Empty chunks are skipped a bounded number of times.
-        for _ in 0..4 {
-            match tokio::time::timeout(self.idle, self.body.next()).await {
-                Ok(Some(Ok(chunk))) if chunk.is_empty() => {}
-                _ => return,
+                // No end event: on a sandbox that is gone, the sandbox ended under it.
+                Read::End | Read::BodyEnd => {
+                    let short = self
+                        .reader
+                        .ctx()
+                        .protocol("stream ended without an end event");
+                    return Some(Err(self.reader.lost(short).await));
+                }
             }
         }
     }
@@ -362,13 +318,16 @@ impl Decode {
     fn check_order(&mut self, event: ProcessEvent) -> Result<ProcessEvent, Error> {
         let is_start = matches!(event, ProcessEvent::Start { .. });
         if self.seen_end {
-            return Err(self.ctx.protocol("event after the end event"));
+            return Err(self.reader.ctx().protocol("event after the end event"));
         }
         if !self.seen_start && !is_start {
-            return Err(self.ctx.protocol("first event is not a start event"));
+            return Err(self
+                .reader
+                .ctx()
+                .protocol("first event is not a start event"));
         }
         if self.seen_start && is_start {
-            return Err(self.ctx.protocol("second start event"));
+            return Err(self.reader.ctx().protocol("second start event"));
         }
         self.seen_start = true;
         if matches!(event, ProcessEvent::End(_)) {

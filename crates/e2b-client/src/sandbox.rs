@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::ENVD_PORT;
 use crate::error::{Error, Operation};
-use crate::framing::encode_envelope;
+use crate::framing::{GoneProbe, ServerStream, encode_envelope};
 use crate::http::{Ctx, Http, Pool, Target};
 use crate::ids::SandboxId;
 use crate::json;
@@ -223,7 +223,7 @@ impl Sandbox {
         process_deadline: Option<Duration>,
         keepalive: Duration,
     ) -> Result<ProcessStream, Error> {
-        let (ctx, response, idle) = self
+        let reader = self
             .open_stream(
                 operation,
                 method,
@@ -233,18 +233,12 @@ impl Sandbox {
                 keepalive,
             )
             .await?;
-        ProcessStream::open(
-            ctx,
-            response.bytes_stream(),
-            self.http.limits.max_frame_bytes,
-            idle,
-        )
-        .await
+        ProcessStream::open(reader).await
     }
 
-    /// Sends a server-streaming Connect request and checks the answer is a stream; returns it
-    /// with the silence it may keep (two keepalive intervals, or the request deadline if
-    /// longer).
+    /// Sends a server-streaming Connect request, checks the answer is a stream and returns
+    /// its reader: silence allowed for two keepalive intervals (or the request deadline if
+    /// longer), and a body that breaks off checked against `/health`.
     async fn open_stream<Req: Serialize>(
         &self,
         operation: Operation,
@@ -253,7 +247,7 @@ impl Sandbox {
         user: Option<&str>,
         process_deadline: Option<Duration>,
         keepalive: Duration,
-    ) -> Result<(Ctx, reqwest::Response, Duration), Error> {
+    ) -> Result<ServerStream, Error> {
         let ctx = self.ctx(operation);
         let http = &self.http;
         let payload = serde_json::to_vec(message)
@@ -298,7 +292,22 @@ impl Sandbox {
         }
         // Silence is allowed for two keepalive intervals (or the request deadline if longer).
         let idle = http.deadline.max(keepalive.saturating_mul(2));
-        Ok((ctx, response, idle))
+        Ok(ServerStream::new(
+            ctx,
+            response.bytes_stream(),
+            http.limits.max_frame_bytes,
+            idle,
+            Some(self.gone_probe()),
+        ))
+    }
+
+    /// Whether the sandbox is gone, asked once a stream broke off: only a proxy's "not
+    /// running" answer counts, since a failing probe proves nothing.
+    pub(crate) fn gone_probe(&self) -> GoneProbe {
+        let sandbox = self.clone();
+        Box::new(move || {
+            Box::pin(async move { matches!(sandbox.health().await, Ok(Health::NotRunning)) })
+        })
     }
 
     /// Checks envd (`GET /health`): [`Health::NotRunning`] when the proxy says the sandbox is

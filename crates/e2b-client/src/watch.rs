@@ -5,13 +5,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{Stream, StreamExt, stream};
+use futures::{Stream, stream};
 use serde::Deserialize;
 
 use crate::error::Error;
-use crate::framing::{EndStream, EnvelopeDecoder};
-use crate::http::Ctx;
+use crate::framing::{Read, ServerStream};
 
 /// How deep a watch reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,11 +146,9 @@ impl fmt::Debug for WatchStream {
     }
 }
 
+/// The event decoder behind [`WatchStream`], over the shared stream reader.
 struct Decode {
-    body: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    decoder: EnvelopeDecoder,
-    ctx: Ctx,
-    idle: Duration,
+    reader: ServerStream,
     finished: bool,
 }
 
@@ -176,70 +172,44 @@ impl Decode {
 
     async fn step(&mut self) -> Option<Result<Step, Error>> {
         loop {
-            match self.decoder.next_frame() {
-                Err(error) => return Some(Err(self.ctx.protocol(error))),
-                Ok(Some(frame)) if frame.is_end_stream() => {
-                    return match serde_json::from_slice::<EndStream>(&frame.payload) {
-                        Err(error) => Some(Err(self
-                            .ctx
-                            .protocol(format!("invalid end-of-stream message: {error}")))),
-                        Ok(EndStream {
-                            error: Some(error), ..
-                        }) => Some(Err(self.ctx.stream_error(error.code, error.message))),
-                        Ok(_) => None,
-                    };
+            let payload = match self.reader.next().await {
+                Ok(Read::Message(payload)) => payload,
+                Ok(Read::End) => return None,
+                Ok(Read::BodyEnd) => {
+                    let short = self
+                        .reader
+                        .ctx()
+                        .protocol("watch stream ended without an end-of-stream message");
+                    return Some(Err(self.reader.lost(short).await));
                 }
-                Ok(Some(frame)) => {
-                    let message: WatchMessage = match serde_json::from_slice(&frame.payload) {
-                        Ok(message) => message,
-                        Err(error) => {
-                            return Some(Err(self
-                                .ctx
-                                .protocol(format!("invalid watch event: {error}"))));
-                        }
-                    };
-                    if message.start.is_some() {
-                        return Some(Ok(Step::Start));
-                    }
-                    if let Some(event) = message.filesystem {
-                        return Some(Ok(Step::Event(event.into_event())));
-                    }
-                    // A keepalive, or a kind this client does not know.
-                    continue;
-                }
-                Ok(None) => {}
-            }
-            match tokio::time::timeout(self.idle, self.body.next()).await {
-                Err(_) => return Some(Err(self.ctx.deadline(self.idle))),
-                Ok(Some(Ok(chunk))) => self.decoder.push(&chunk),
-                Ok(Some(Err(error))) => {
+                Err(error) => return Some(Err(error)),
+            };
+            let message: WatchMessage = match serde_json::from_slice(&payload) {
+                Ok(message) => message,
+                Err(error) => {
                     return Some(Err(self
-                        .ctx
-                        .transport(crate::error::TransportStage::Body, error)));
+                        .reader
+                        .ctx()
+                        .protocol(format!("invalid watch event: {error}"))));
                 }
-                Ok(None) => {
-                    return Some(Err(self
-                        .ctx
-                        .protocol("watch stream ended without an end-of-stream message")));
-                }
+            };
+            if message.start.is_some() {
+                return Some(Ok(Step::Start));
             }
+            if let Some(event) = message.filesystem {
+                return Some(Ok(Step::Event(event.into_event())));
+            }
+            // A keepalive, or a kind this client does not know.
         }
     }
 }
 
 impl WatchStream {
     /// Reads the response up to the `start` event.
-    pub(crate) async fn open(
-        ctx: Ctx,
-        body: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
-        max_frame: usize,
-        idle: Duration,
-    ) -> Result<WatchStream, Error> {
+    pub(crate) async fn open(reader: ServerStream) -> Result<WatchStream, Error> {
+        let ctx = reader.ctx().clone();
         let mut state = Decode {
-            body: Box::pin(body),
-            decoder: EnvelopeDecoder::new(max_frame),
-            ctx: ctx.clone(),
-            idle,
+            reader,
             finished: false,
         };
         match state.next().await {
@@ -254,7 +224,7 @@ impl WatchStream {
                 Ok(Step::Event(event)) => Ok(event),
                 Ok(Step::Start) => {
                     state.finished = true;
-                    Err(state.ctx.protocol("second start event"))
+                    Err(state.reader.ctx().protocol("second start event"))
                 }
                 Err(error) => Err(error),
             };

@@ -4,18 +4,22 @@
 
 use std::fmt;
 use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
+use axum::extract::connect_info::Connected;
 use axum::response::Response;
+use axum::serve::IncomingStream;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderValue, StatusCode};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::App;
+use crate::conn::ConnSocket;
 use crate::error::Error;
 use crate::fault_state::{DropRule, FailRule, HoldRule, Release};
 use crate::plane::Plane;
@@ -215,6 +219,13 @@ fn cut_body(response: Response, after: u64) -> Response {
         },
     );
     Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// Each request's connection socket, for a stream that must end in a reset.
+impl Connected<IncomingStream<'_, FaultyListener>> for ConnSocket {
+    fn connect_info(stream: IncomingStream<'_, FaultyListener>) -> ConnSocket {
+        ConnSocket::new(stream.io().as_raw_fd())
+    }
 }
 
 /// The TCP listener used by the server: drops connections on demand.

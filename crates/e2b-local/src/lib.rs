@@ -6,6 +6,7 @@ mod app;
 mod body;
 mod clock;
 mod config;
+mod conn;
 mod egress;
 mod envd;
 mod error;

@@ -98,6 +98,9 @@ pub(crate) enum Event {
     /// Output of a process on a terminal (stdout and stderr are one stream there).
     Pty(Bytes),
     End(EndInfo),
+    /// The process died with its sandbox (paused or killed): envd dies with it, so its
+    /// streams break off without an `end` event, as on E2B.
+    SandboxGone,
 }
 
 /// What List reports about a process: its start request as given.
@@ -534,7 +537,13 @@ async fn supervise(
             ("exitCode", end.exit_code.to_string()),
         ],
     );
-    proc.broadcast(Event::End(end)).await;
+    // Closed before the kill that ended it: the sandbox went, not just the process.
+    let event = if table.is_closed() {
+        Event::SandboxGone
+    } else {
+        Event::End(end)
+    };
+    proc.broadcast(event).await;
     proc.shared().subscribers.clear();
 }
 

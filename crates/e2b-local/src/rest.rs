@@ -19,6 +19,7 @@ use crate::snapshots::Reference;
 use crate::store::{
     CLIENT_ID, CreateParams, Cursor, ListQuery, MAX_TIMEOUT_SECS, Record, SbState, parse_sandbox_id,
 };
+use crate::token::EnvdToken;
 
 mod logs;
 mod network;
@@ -332,7 +333,7 @@ fn sandbox_json(record: &Record) -> Value {
         "sandboxID": record.id,
         "clientID": CLIENT_ID,
         "envdVersion": ENVD_VERSION,
-        "trafficAccessToken": null,
+        "trafficAccessToken": record.traffic_token.as_ref().map(EnvdToken::expose),
         "domain": null,
     });
     if let Some(token) = &record.token {

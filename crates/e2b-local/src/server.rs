@@ -23,6 +23,7 @@ use crate::app::App;
 use crate::body::SharedBody;
 use crate::clock::Clock;
 use crate::config::{ApiKeyPolicy, ServerConfig};
+use crate::conn::ConnSocket;
 use crate::error::Error;
 use crate::fault_state::FaultState;
 use crate::faults::{self, Faults, FaultyListener};
@@ -176,11 +177,14 @@ impl Server {
             faults: Arc::clone(&app),
         };
         let serve = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<ConnSocket>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
         });
         let sweep_app = Arc::clone(&app);
         let sweeper = tokio::spawn(async move {

@@ -74,6 +74,10 @@ pub(crate) struct Record {
     pub(crate) allow_internet_access: Option<bool>,
     pub(crate) secure: bool,
     pub(crate) token: Option<EnvdToken>,
+    /// Required on traffic to the sandbox's own ports (header `e2b-traffic-access-token`);
+    /// made when it was created with `network.allowPublicTraffic: false`.
+    #[serde(default)]
+    pub(crate) traffic_token: Option<EnvdToken>,
     /// Set when the sandbox was created from a snapshot (or forked from such a sandbox).
     #[serde(default)]
     pub(crate) origin: Option<SnapshotOrigin>,
@@ -177,6 +181,7 @@ pub(crate) struct Page {
 pub(crate) struct RunningSandbox {
     pub(crate) id: String,
     pub(crate) token: Option<EnvdToken>,
+    pub(crate) traffic_token: Option<EnvdToken>,
     pub(crate) env_vars: BTreeMap<String, String>,
     pub(crate) home: PathBuf,
     /// What the sandbox calls that home (its template's, [`crate::paths::home_for_template`]).
@@ -418,6 +423,11 @@ impl Store {
             allow_internet_access: params.allow_internet_access,
             secure: params.secure,
             token: params.with_token.then(EnvdToken::generate),
+            traffic_token: params
+                .network
+                .as_ref()
+                .is_some_and(|network| network.allow_public_traffic == Some(false))
+                .then(EnvdToken::generate),
             origin: params.origin,
             network: params.network,
         };
@@ -613,6 +623,7 @@ impl Store {
         (entry.record.state == SbState::Running).then(|| RunningSandbox {
             id: id.to_owned(),
             token: entry.record.token.clone(),
+            traffic_token: entry.record.traffic_token.clone(),
             env_vars: entry.record.env_vars.clone(),
             home: self.home_dir(id),
             virt_home: crate::paths::home_for_template(entry.record.base_template()),

@@ -1,4 +1,5 @@
-//! A secure sandbox's envd access token: a secret, so `Debug` never shows it (sandbox
+//! A sandbox's secrets: a secure sandbox's envd access token, and the traffic access token
+//! of one created with `allowPublicTraffic: false`. `Debug` never shows them (sandbox
 //! records and handler contexts are `Debug`); stored as the bare string.
 
 use base64::Engine;
@@ -6,7 +7,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-/// One sandbox's envd access token.
+/// One sandbox's envd or traffic access token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub(crate) struct EnvdToken(String);

@@ -226,6 +226,47 @@ async fn vanished_and_force_paused_sandboxes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_killed_under_a_running_command_says_it_was_killed() {
+    // contract: O3 — e2b-local breaks the stream off as E2B does; the client's one probe of
+    // /health finds the sandbox gone and names it, saying it was killed or reached its end of life.
+    let server = server().await;
+    let client = client(&server);
+    let (info, sandbox) = create(&client, OnTimeout::Kill, 600).await;
+    let mut stream = sandbox
+        .start(StartOptions::shell("sleep 60".to_owned()))
+        .await
+        .expect("started");
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(ProcessEvent::Start { .. }))
+    ));
+    assert_eq!(
+        client.kill(&info.sandbox_id).await.expect("kill"),
+        KillOutcome::Killed
+    );
+    let error = stream
+        .next()
+        .await
+        .expect("an item")
+        .expect_err("no end event");
+    assert!(
+        error.is_sandbox_gone() && !error.is_transient(),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "E2B start process failed for sandbox {}: ",
+            info.sandbox_id
+        )),
+        "{text}"
+    );
+    assert!(text.contains("killed or reached its end of life"), "{text}");
+    assert!(stream.next().await.is_none());
+    server.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_deadline_bounds_a_slow_server() {
     let server = server().await;
     let mut config = config_for(&server, "e2b_integration_key_0123456789");

@@ -458,6 +458,37 @@ fn infrastructure_errors_name_the_operation_and_the_sandbox() {
 }
 
 #[test]
+fn a_sandbox_killed_under_a_running_command_fails_it_saying_so() {
+    // contract: O3 — the stream breaks off as on E2B; the error names the sandbox and says it
+    // was killed or reached its end of life, and is classified as the sandbox being gone.
+    let world = World::new();
+    let backend = world.persistent();
+    ok(&backend, "true");
+    let id = backend.info().unwrap().sandbox_id;
+    let handle = backend
+        .run(
+            "sleep 300",
+            agent_sandbox::RunOptions::new(Duration::from_secs(600)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .expect("run");
+    world.server().faults().vanish_sandbox(&id).expect("vanish");
+    let error = handle
+        .wait()
+        .expect_err("the sandbox went away under the command");
+    assert!(error.is_sandbox_gone(), "{error}");
+    assert_eq!(error.sandbox_id(), Some(id.as_str()));
+    let text = error.to_string();
+    assert!(text.starts_with("E2B "), "{text}");
+    assert!(text.contains(&id), "{text}");
+    let chain = ErrorChain(&*error).to_string();
+    assert!(
+        chain.contains("killed or reached its end of life"),
+        "{chain}"
+    );
+}
+
+#[test]
 fn steady_state_commands_send_no_control_plane_request() {
     // contract: L5 — request accounting: once attached, a command covered by the known lease
     // costs only its own start request (no list, connect or create).

@@ -112,6 +112,22 @@ fn decodes_sandbox_shapes() {
         Some("tok")
     );
     assert!(info.traffic_access_token.is_none() && info.domain.is_none());
+    // contract: X6 — a private sandbox's traffic access token is read, and is a secret:
+    // Debug output never shows it.
+    let private: SandboxInfo = serde_json::from_str(
+        r#"{"templateID":"rki5","sandboxID":"ikk8xw53nne4bytcdg87t","clientID":"6532622b",
+            "envdVersion":"0.6.13","envdAccessToken":"tok","trafficAccessToken":"traffic-secret-1"}"#,
+    )
+    .expect("with a traffic token");
+    assert_eq!(
+        private
+            .traffic_access_token
+            .as_ref()
+            .map(AccessToken::expose),
+        Some("traffic-secret-1")
+    );
+    let shown = format!("{private:?}");
+    assert!(!shown.contains("traffic-secret-1"), "{shown}");
     let snake: SandboxInfo = serde_json::from_str(
         r#"{"sandbox_id":"abc","template_id":"t","envd_version":"0.6.13","envd_access_token":""}"#,
     )

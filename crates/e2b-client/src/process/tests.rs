@@ -2,7 +2,7 @@ use futures::stream;
 
 use super::*;
 use crate::error::Operation;
-use crate::framing::FLAG_END_STREAM;
+use crate::framing::{FLAG_END_STREAM, ServerStream};
 use crate::http::Target;
 use crate::ids::SandboxId;
 use crate::secret::ApiKey;
@@ -25,7 +25,8 @@ fn frame(flags: u8, payload: &str) -> Vec<u8> {
 
 async fn from_chunks(chunks: Vec<Vec<u8>>) -> Result<ProcessStream, Error> {
     let body = stream::iter(chunks.into_iter().map(|chunk| Ok(Bytes::from(chunk))));
-    ProcessStream::open(ctx(), body, 1 << 16, Duration::from_secs(5)).await
+    let reader = ServerStream::new(ctx(), body, 1 << 16, Duration::from_secs(5), None);
+    ProcessStream::open(reader).await
 }
 
 /// Every item, with a failure to open as the only item.
@@ -181,9 +182,8 @@ async fn a_silent_stream_hits_the_idle_deadline() {
         r#"{"event":{"start":{"pid":1}}}"#,
     )))])
     .chain(stream::pending());
-    let mut stream = ProcessStream::open(ctx(), body, 1024, Duration::from_secs(30))
-        .await
-        .expect("started");
+    let reader = ServerStream::new(ctx(), body, 1024, Duration::from_secs(30), None);
+    let mut stream = ProcessStream::open(reader).await.expect("started");
     assert_eq!(stream.pid(), 1);
     assert!(matches!(
         stream.next().await,
@@ -192,6 +192,60 @@ async fn a_silent_stream_hits_the_idle_deadline() {
     let error = stream.next().await.expect("an item").expect_err("deadline");
     assert!(error.is_deadline_exceeded());
     assert!(stream.next().await.is_none());
+}
+
+/// A stream that stops after its start and some output, with no end event, read with a probe
+/// that answers `gone`; returns the last item and whether the probe ran.
+async fn cut_short(gone: bool) -> (Error, bool) {
+    let mut wire = frame(0, r#"{"event":{"start":{"pid":7}}}"#);
+    wire.extend(frame(0, r#"{"event":{"data":{"stdout":"aGVsbG8K"}}}"#));
+    let body = stream::iter(vec![Ok(Bytes::from(wire))]);
+    let probed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = std::sync::Arc::clone(&probed);
+    let probe: crate::framing::GoneProbe = Box::new(move || {
+        seen.store(true, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move { gone })
+    });
+    let reader = ServerStream::new(ctx(), body, 1024, Duration::from_secs(5), Some(probe));
+    let items: Vec<_> = ProcessStream::open(reader)
+        .await
+        .expect("started")
+        .collect()
+        .await;
+    let error = items
+        .into_iter()
+        .last()
+        .expect("items")
+        .expect_err("no end");
+    (error, probed.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn a_stream_without_its_end_on_a_gone_sandbox_says_the_sandbox_ended() {
+    // contract: O3 — a stream that stops without an end event, on a sandbox the health probe
+    // finds gone, names the sandbox and says it was killed or reached its end of life.
+    let (error, probed) = cut_short(true).await;
+    assert!(probed);
+    assert!(error.is_sandbox_gone(), "{error:?}");
+    assert!(!error.is_transient(), "{error:?}");
+    assert_eq!(error.sandbox_id().map(SandboxId::as_str), Some("isbx"));
+    let text = error.to_string();
+    assert!(
+        text.starts_with("E2B start process failed for sandbox isbx: "),
+        "{text}"
+    );
+    assert!(text.contains("killed or reached its end of life"), "{text}");
+    assert!(text.contains("stream ended without an end event"), "{text}");
+}
+
+#[tokio::test]
+async fn a_stream_without_its_end_on_a_running_sandbox_stays_a_protocol_error() {
+    // contract: O3 — the probe finding the sandbox alive leaves the error as it was.
+    let (error, probed) = cut_short(false).await;
+    assert!(probed);
+    assert!(matches!(error, Error::Protocol { .. }), "{error:?}");
+    assert!(!error.is_sandbox_gone());
+    assert!(!error.to_string().contains("end of life"), "{error}");
 }
 
 #[tokio::test]

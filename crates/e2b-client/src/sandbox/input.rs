@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::Sandbox;
 use crate::error::{Error, Operation};
-use crate::framing::{EndStream, EnvelopeDecoder, encode_envelope};
+use crate::framing::{Read, ServerStream, encode_envelope};
 use crate::http::{Ctx, Http, Pool};
 use crate::json;
 use crate::retry::Idempotency;
@@ -125,7 +125,7 @@ impl Sandbox {
             let body = http
                 .read_capped(&call_ctx, response, ANSWER_LIMIT, deadline)
                 .await?;
-            answer_error(&call_ctx, &body)
+            answer_error(&call_ctx, body, http.deadline).await
         });
         Ok(InputStream {
             ctx,
@@ -136,23 +136,16 @@ impl Sandbox {
     }
 }
 
-/// The error in a StreamInput answer's end frame, if any.
-fn answer_error(ctx: &Ctx, body: &[u8]) -> Result<(), Error> {
-    let mut decoder = EnvelopeDecoder::new(ANSWER_LIMIT);
-    decoder.push(body);
+/// The error in a StreamInput answer's end frame, if any (the answer is read whole first,
+/// capped, then through the one stream reader).
+async fn answer_error(ctx: &Ctx, body: Bytes, idle: std::time::Duration) -> Result<(), Error> {
+    let whole = futures::stream::once(async move { Ok::<Bytes, reqwest::Error>(body) });
+    let mut reader = ServerStream::new(ctx.clone(), whole, ANSWER_LIMIT, idle, None);
     loop {
-        match decoder.next_frame() {
-            Ok(Some(frame)) if frame.is_end_stream() => {
-                let end: EndStream = serde_json::from_slice(&frame.payload)
-                    .map_err(|error| ctx.protocol(format!("invalid end of stream: {error}")))?;
-                return match end.error {
-                    None => Ok(()),
-                    Some(error) => Err(ctx.stream_error(error.code, error.message)),
-                };
-            }
-            Ok(Some(_)) => {}
-            Ok(None) => return Err(ctx.protocol("the answer ended without an end of stream")),
-            Err(error) => return Err(ctx.protocol(format!("invalid answer: {error}"))),
+        match reader.next().await? {
+            Read::Message(_) => {}
+            Read::End => return Ok(()),
+            Read::BodyEnd => return Err(ctx.protocol("the answer ended without an end of stream")),
         }
     }
 }

@@ -14,7 +14,7 @@ impl Sandbox {
     /// is refused. Memory stays bounded however long it runs (see [`WatchStream`]).
     pub async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<WatchStream, Error> {
         let message = WatchRequest::new(path, options.depth);
-        let (ctx, response, idle) = self
+        let reader = self
             .open_stream(
                 Operation::WatchDir,
                 "filesystem.Filesystem/WatchDir",
@@ -24,13 +24,7 @@ impl Sandbox {
                 options.keepalive,
             )
             .await?;
-        WatchStream::open(
-            ctx,
-            response.bytes_stream(),
-            self.http.limits.max_frame_bytes,
-            idle,
-        )
-        .await
+        WatchStream::open(reader).await
     }
 
     /// Starts a watcher that envd keeps until removed (`filesystem.Filesystem/CreateWatcher`,

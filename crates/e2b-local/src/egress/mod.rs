@@ -15,6 +15,7 @@ pub(crate) mod filter;
 mod notify;
 mod proxy;
 pub(crate) mod rules;
+mod sock;
 
 pub(crate) use self::proxy::Proxy;
 pub(crate) use self::rules::{NetworkRecord, Policy};

@@ -1,6 +1,6 @@
 //! The in-process proxy behind domain rules: a connection to port 80 or 443 that only a
 //! domain entry of `allowOut` may allow is connected here instead (by
-//! [`super::notify`]); the proxy reads the name it asks for (HTTP `Host`, TLS SNI from the
+//! the notifier, `notify`); the proxy reads the name it asks for (HTTP `Host`, TLS SNI from the
 //! ClientHello, which it does not terminate), checks it against the sandbox's policy of
 //! that moment, and then connects to the original destination and relays both ways, or
 //! closes the connection.
@@ -15,8 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::LivePolicy;
-use super::notify::{bind, connect, local_addr};
 use super::rules::HTTP_PORT;
+use super::sock::{bind, connect, local_addr};
 
 /// The most bytes read while looking for the name (a request head, a ClientHello).
 const MAX_PREFIX: usize = 16 * 1024;

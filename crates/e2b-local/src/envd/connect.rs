@@ -2,7 +2,8 @@
 //! streams of envelopes, and Connect error codes.
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
+
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -10,6 +11,8 @@ use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use tokio::sync::mpsc;
+
+use crate::conn::ConnSocket;
 
 /// Largest request message accepted (stdin chunks, paths): envd never needs more.
 pub(crate) const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
@@ -250,13 +253,49 @@ pub(crate) fn stream_headers(mut response: Response) -> Response {
     response
 }
 
+/// What a stream's producer hands its response.
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    /// The next envelope.
+    Frame(Bytes),
+    /// Break the response off where it is: no end-stream frame, and the connection closes
+    /// (HTTP/1.1 without its last chunk). A sandbox that dies takes envd's open streams with
+    /// it this way on E2B, and clients tell that apart from a clean end.
+    Cut,
+}
+
+/// How a stream's response is broken off ([`Outgoing::Cut`]): the body fails, so HTTP/2
+/// resets the stream; on HTTP/1.1 the connection is also reset rather than closed, as a
+/// connection to a dead sandbox is on E2B.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BreakOff(Option<ConnSocket>);
+
+impl BreakOff {
+    /// For the answer to `request`.
+    pub(crate) fn of(request: &Request) -> BreakOff {
+        let socket = (request.version() < http::Version::HTTP_2)
+            .then(|| request.extensions().get::<ConnectInfo<ConnSocket>>())
+            .flatten()
+            .map(|info| info.0);
+        BreakOff(socket)
+    }
+}
+
 /// A streaming response whose frames come from `frames` (a bounded channel, so a slow
 /// reader slows the producer down).
-pub(crate) fn stream_response(frames: mpsc::Receiver<Bytes>) -> Response {
-    let stream = futures::stream::unfold(frames, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<Bytes, std::io::Error>(b), rx))
+pub(crate) fn stream_response(frames: mpsc::Receiver<Outgoing>, break_off: BreakOff) -> Response {
+    let stream = futures::stream::unfold(Some(frames), move |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await? {
+            Outgoing::Frame(bytes) => Some((Ok(bytes), Some(rx))),
+            Outgoing::Cut => {
+                // Polled by the connection itself, which is therefore still open.
+                if let Some(socket) = break_off.0 {
+                    socket.reset_on_close();
+                }
+                Some((Err(std::io::Error::other("the sandbox is gone")), None))
+            }
+        }
     });
     stream_headers(Response::new(Body::from_stream(stream)))
 }

@@ -81,10 +81,6 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             }
             Err(response) => return response,
         },
-        "WatchDir" => return super::watch::watch_dir(ctx, request).await,
-        "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
-            return super::watch::handle_polling(ctx, method, request).await;
-        }
         _ => Err(ConnectError::new(
             Code::NotFound,
             format!("unknown method filesystem.Filesystem/{method}"),

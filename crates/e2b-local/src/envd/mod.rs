@@ -22,6 +22,7 @@ use http::{HeaderMap, Method, StatusCode};
 
 use crate::app::App;
 use crate::reply::{ApiError, json_response};
+use crate::store::RunningSandbox;
 use ctx::Ctx;
 
 /// The proxy's answer for a sandbox that is not running.
@@ -40,12 +41,64 @@ fn unauthorized() -> Response {
     .into_response()
 }
 
-/// Serves one envd request for the sandbox named in its header.
+/// envd's port in every sandbox (`E2b-Sandbox-Port`; requests without the header mean it).
+const ENVD_PORT: u16 = 49983;
+
+/// The header traffic to a sandbox's own ports carries its traffic access token in.
+const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// Serves one request for the sandbox named in its header: envd's, or one for another of
+/// the sandbox's ports.
 pub(crate) async fn handle(app: Arc<App>, sandbox_id: String, request: Request) -> Response {
     let Some(sandbox) = app.store.running(&sandbox_id) else {
         return sandbox_not_found(&sandbox_id);
     };
+    let port = request
+        .headers()
+        .get("e2b-sandbox-port")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    match port {
+        None => {}
+        Some(port) if port.parse::<u16>() == Ok(ENVD_PORT) => {}
+        Some(port) => return own_port(&sandbox, port, request.headers()),
+    }
     serve(Ctx { app, sandbox }, request).await
+}
+
+/// Traffic to one of the sandbox's own ports (not envd's), as E2B's proxy judges it: a
+/// sandbox created with `allowPublicTraffic: false` wants its traffic access token (403
+/// without it or with another); e2b-local relays nothing to the sandbox's ports, so what
+/// passes is told the port is not open.
+fn own_port(sandbox: &RunningSandbox, port: &str, headers: &HeaderMap) -> Response {
+    if let Some(token) = &sandbox.traffic_token {
+        let given = headers
+            .get(TRAFFIC_TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok());
+        let message = match given {
+            None => Some(format!(
+                "Sandbox is secured with traffic access token. Token header '{TRAFFIC_TOKEN_HEADER}' is missing"
+            )),
+            Some(given) if !signing::same_secret(given, token.expose()) => Some(format!(
+                "Sandbox is secured with traffic access token. Provided token in header '{TRAFFIC_TOKEN_HEADER}' is invalid"
+            )),
+            Some(_) => None,
+        };
+        if let Some(message) = message {
+            return json_response(
+                StatusCode::FORBIDDEN,
+                &serde_json::json!({"sandboxId": sandbox.id, "message": message, "code": 403}),
+            );
+        }
+    }
+    json_response(
+        StatusCode::BAD_GATEWAY,
+        &serde_json::json!({
+            "sandboxId": sandbox.id,
+            "message": "The sandbox is running but port is not open",
+            "port": port,
+        }),
+    )
 }
 
 /// Serves a request already matched to a running sandbox (also used by pre-signed URLs).
@@ -61,12 +114,25 @@ pub(crate) async fn serve(ctx: Ctx, request: Request) -> Response {
         if method != Method::POST {
             return method_not_allowed("POST");
         }
+        // StreamInput is served over process's input writing, so it is routed here.
+        if rpc == "StreamInput" {
+            return stream_input::handle(ctx, request).await;
+        }
         let rpc = rpc.to_owned();
         return process::handle(ctx, &rpc, request).await;
     }
     if let Some(rpc) = path.strip_prefix("/filesystem.Filesystem/") {
         if method != Method::POST {
             return method_not_allowed("POST");
+        }
+        // Watches borrow filesystem's paths and entries, so they are routed here.
+        match rpc {
+            "WatchDir" => return watch::watch_dir(ctx, request).await,
+            "CreateWatcher" | "GetWatcherEvents" | "RemoveWatcher" => {
+                let rpc = rpc.to_owned();
+                return watch::handle_polling(ctx, &rpc, request).await;
+            }
+            _ => {}
         }
         let rpc = rpc.to_owned();
         return filesystem::handle(ctx, &rpc, request).await;

@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::connect::{self, Code, ConnectError, de_opt_u32};
+use super::connect::{self, BreakOff, Code, ConnectError, Outgoing, de_opt_u32};
 use super::ctx::Ctx;
 use crate::isolation::{CommandSpec, CommandStdio, EgressSpec};
 use crate::paths::{Last, SandboxFs};
@@ -41,14 +41,15 @@ fn end_json(end: &EndInfo) -> serde_json::Value {
     json!({"event": {"end": json_end}})
 }
 
-/// The proto3 JSON of one event.
-fn event_json(event: &Event) -> serde_json::Value {
-    match event {
+/// The proto3 JSON of one event; `None` for the sandbox's death, which has none.
+fn event_json(event: &Event) -> Option<serde_json::Value> {
+    Some(match event {
         Event::Stdout(b) => json!({"event": {"data": {"stdout": STANDARD.encode(b)}}}),
         Event::Stderr(b) => json!({"event": {"data": {"stderr": STANDARD.encode(b)}}}),
         Event::Pty(b) => json!({"event": {"data": {"pty": STANDARD.encode(b)}}}),
         Event::End(end) => end_json(end),
-    }
+        Event::SandboxGone => return None,
+    })
 }
 
 // ---- messages -------------------------------------------------------------------
@@ -194,7 +195,6 @@ pub(crate) async fn handle(ctx: Ctx, method: &str, request: Request) -> Response
             Ok(req) => update(&ctx, &req),
             Err(response) => response,
         },
-        "StreamInput" => super::stream_input::handle(ctx, request).await,
         _ => ConnectError::new(
             Code::NotFound,
             format!("unknown method process.Process/{method}"),
@@ -222,6 +222,7 @@ pub(super) fn stream_timing(headers: &http::HeaderMap) -> (Option<Instant>, Dura
 
 async fn start(ctx: Ctx, request: Request) -> Response {
     let (deadline, keepalive) = stream_timing(request.headers());
+    let break_off = BreakOff::of(&request);
     let user = ctx.user(request.headers());
     let req: StartRequest = match connect::read_stream_request(request).await {
         Ok(req) => req,
@@ -368,7 +369,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         .stream();
     }
     tracing::debug!(sandbox_id = %sandbox.id, pid = proc.pid, "process started");
-    stream_events(proc.pid, Ok(events), deadline, keepalive)
+    stream_events(proc.pid, Ok(events), deadline, keepalive, break_off)
 }
 
 /// Maps a requested working directory; it must exist and be a directory.
@@ -400,17 +401,19 @@ fn resolve_cwd(
     }
 }
 
-/// Writes `start`, the events, keepalives on silence and the end-stream frame.
+/// Writes `start`, the events, keepalives on silence and the end-stream frame; breaks the
+/// response off instead when the sandbox dies under the process (envd dies with it).
 fn stream_events(
     pid: u32,
     events: Result<mpsc::Receiver<Event>, EndInfo>,
     deadline: Option<Instant>,
     keepalive: Duration,
+    break_off: BreakOff,
 ) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(2);
+    let (tx, rx) = mpsc::channel::<Outgoing>(2);
     tokio::spawn(async move {
-        if tx
-            .send(connect::frame(&json!({"event": {"start": {"pid": pid}}})))
+        let send = |frame: Bytes| tx.send(Outgoing::Frame(frame));
+        if send(connect::frame(&json!({"event": {"start": {"pid": pid}}})))
             .await
             .is_err()
         {
@@ -419,8 +422,8 @@ fn stream_events(
         let mut events = match events {
             Ok(events) => events,
             Err(end) => {
-                let _ = tx.send(connect::frame(&event_json(&Event::End(end)))).await;
-                let _ = tx.send(connect::end_frame(None)).await;
+                let _ = send(connect::frame(&end_json(&end))).await;
+                let _ = send(connect::end_frame(None)).await;
                 return;
             }
         };
@@ -428,7 +431,7 @@ fn stream_events(
             let next = tokio::select! {
                 () = sleep_until_opt(deadline) => {
                     let error = ConnectError::new(Code::DeadlineExceeded, "context deadline exceeded");
-                    let _ = tx.send(connect::end_frame(Some(&error))).await;
+                    let _ = send(connect::end_frame(Some(&error))).await;
                     return;
                 }
                 next = tokio::time::timeout(keepalive, events.recv()) => next,
@@ -436,11 +439,14 @@ fn stream_events(
             let frame = match next {
                 Err(_silence) => connect::frame(&json!({"event": {"keepalive": {}}})),
                 Ok(Some(event)) => {
-                    let last = matches!(event, Event::End(_));
-                    if tx.send(connect::frame(&event_json(&event))).await.is_err() {
+                    let Some(json) = event_json(&event) else {
+                        let _ = tx.send(Outgoing::Cut).await;
+                        return;
+                    };
+                    if send(connect::frame(&json)).await.is_err() {
                         return;
                     }
-                    if last {
+                    if matches!(event, Event::End(_)) {
                         break;
                     }
                     continue;
@@ -448,17 +454,18 @@ fn stream_events(
                 // The process table dropped us without an end (should not happen).
                 Ok(None) => break,
             };
-            if tx.send(frame).await.is_err() {
+            if send(frame).await.is_err() {
                 return;
             }
         }
-        let _ = tx.send(connect::end_frame(None)).await;
+        let _ = send(connect::end_frame(None)).await;
     });
-    connect::stream_response(rx)
+    connect::stream_response(rx, break_off)
 }
 
 async fn connect_rpc(ctx: Ctx, request: Request) -> Response {
     let (deadline, keepalive) = stream_timing(request.headers());
+    let break_off = BreakOff::of(&request);
     let req: SelectorRequest = match connect::read_stream_request(request).await {
         Ok(req) => req,
         Err(response) => return response,
@@ -466,7 +473,7 @@ async fn connect_rpc(ctx: Ctx, request: Request) -> Response {
     let Some(proc) = req.process.find(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).stream();
     };
-    stream_events(proc.pid, proc.subscribe(), deadline, keepalive)
+    stream_events(proc.pid, proc.subscribe(), deadline, keepalive, break_off)
 }
 
 fn list(ctx: &Ctx) -> Response {

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::connect::{self, Code, ConnectError};
+use super::connect::{self, BreakOff, Code, ConnectError, Outgoing};
 use super::ctx::Ctx;
 use crate::isolation::Isolation;
 use crate::paths::{Last, SandboxFs};
@@ -128,6 +128,7 @@ fn event_json(isolation: &Isolation, target: &Target, event: &FsEvent) -> Value 
 /// client goes away or the request's deadline passes.
 pub(crate) async fn watch_dir(ctx: Ctx, request: Request) -> Response {
     let (deadline, keepalive) = super::process::stream_timing(request.headers());
+    let break_off = BreakOff::of(&request);
     let req: WatchRequest = match connect::read_stream_request(request).await {
         Ok(req) => req,
         Err(response) => return response,
@@ -140,41 +141,41 @@ pub(crate) async fn watch_dir(ctx: Ctx, request: Request) -> Response {
         Ok(watch) => watch,
         Err(error) => return error.stream(),
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(2);
+    let (tx, rx) = mpsc::channel::<Outgoing>(2);
     tokio::spawn(async move {
-        if tx
-            .send(connect::frame(&json!({"start": {}})))
-            .await
-            .is_err()
-        {
+        let send = |frame: Bytes| tx.send(Outgoing::Frame(frame));
+        if send(connect::frame(&json!({"start": {}}))).await.is_err() {
             return;
         }
         loop {
             let frame = tokio::select! {
                 () = sleep_until_opt(deadline) => {
                     let error = ConnectError::new(Code::DeadlineExceeded, "context deadline exceeded");
-                    let _ = tx.send(connect::end_frame(Some(&error))).await;
+                    let _ = send(connect::end_frame(Some(&error))).await;
                     return;
                 }
                 () = tx.closed() => return,
                 next = tokio::time::timeout(keepalive, watch.next()) => match next {
-                    // Gone with its sandbox, as envd is: the connection just ends.
-                    Err(_silence) if ctx.sandbox.procs.is_closed() => return,
+                    // Gone with its sandbox, as envd is: the response breaks off.
+                    Err(_silence) if ctx.sandbox.procs.is_closed() => {
+                        let _ = tx.send(Outgoing::Cut).await;
+                        return;
+                    }
                     Err(_silence) => connect::frame(&json!({"keepalive": {}})),
                     Ok(Ok(event)) => connect::frame(&json!({"filesystem": event_json(&ctx.app.isolation, &target, &event)})),
                     Ok(Err(error)) => {
                         let error = ConnectError::new(Code::Internal, error.to_string());
-                        let _ = tx.send(connect::end_frame(Some(&error))).await;
+                        let _ = send(connect::end_frame(Some(&error))).await;
                         return;
                     }
                 },
             };
-            if tx.send(frame).await.is_err() {
+            if send(frame).await.is_err() {
                 return;
             }
         }
     });
-    connect::stream_response(rx)
+    connect::stream_response(rx, break_off)
 }
 
 /// A polling watcher: its events so far, or why it stopped.

@@ -300,13 +300,25 @@ async fn sigkill_by_pid_affects_only_that_pid() {
             .status,
         204
     );
-    let mut ended = false;
-    while let Some(frame) = survivor.next().await {
-        ended |= frame.json["event"].get("end").is_some();
-    }
+    // contract: O3 — as on E2B, envd's streams die with the sandbox: the survivor's stream
+    // breaks off (the connection is reset) without an end event or end-stream frame.
+    let broken = loop {
+        match survivor.try_next().await {
+            Ok(Some(frame)) => {
+                assert!(frame.flags & 2 == 0, "end-stream frame on pause");
+                assert!(
+                    frame.json["event"].get("end").is_none(),
+                    "end event on pause"
+                );
+            }
+            Ok(None) => break None,
+            Err(error) => break Some(error),
+        }
+    };
+    let broken = broken.expect("the stream breaks off instead of ending cleanly");
     assert!(
-        ended,
-        "the survivor's stream ends with an end event on pause"
+        format!("{broken:?}").to_lowercase().contains("reset"),
+        "{broken:?}"
     );
     let leftovers = std::process::Command::new("pgrep")
         .args(["-f", "^sleep 30[01]$"])

@@ -18,4 +18,5 @@ mod rest_props;
 mod snapshots;
 mod support;
 mod terminal;
+mod traffic;
 mod watch;

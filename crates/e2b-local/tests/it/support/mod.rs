@@ -253,6 +253,14 @@ impl FrameStream {
 
     /// The next frame, or None at the end of the body.
     pub async fn next(&mut self) -> Option<Frame> {
+        match self.try_next().await {
+            Ok(frame) => frame,
+            Err(e) => panic!("stream error: {e}"),
+        }
+    }
+
+    /// Like [`FrameStream::next`], with a body that breaks off as an error.
+    pub async fn try_next(&mut self) -> Result<Option<Frame>, reqwest::Error> {
         loop {
             if self.buffer.len() >= 5 {
                 let len = u32::from_be_bytes(self.buffer[1..5].try_into().unwrap()) as usize;
@@ -261,15 +269,15 @@ impl FrameStream {
                     self.buffer.advance(5);
                     let payload = self.buffer.split_to(len);
                     let json = serde_json::from_slice(&payload).expect("frame json");
-                    return Some(Frame { flags, json });
+                    return Ok(Some(Frame { flags, json }));
                 }
             }
             match self.body.next().await {
                 Some(Ok(chunk)) => self.buffer.extend_from_slice(&chunk),
-                Some(Err(e)) => panic!("stream error: {e}"),
+                Some(Err(e)) => return Err(e),
                 None => {
                     assert!(self.buffer.is_empty(), "trailing bytes in stream");
-                    return None;
+                    return Ok(None);
                 }
             }
         }
