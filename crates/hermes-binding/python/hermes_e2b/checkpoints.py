@@ -12,6 +12,7 @@ import json
 import logging
 from typing import Any, Callable, Iterator, Optional
 
+from ._core import redact
 from .live import live_environments, request_turn
 
 logger = logging.getLogger("hermes_e2b")
@@ -136,8 +137,6 @@ def turn_restore_lines(report: dict) -> list[str]:
 
 
 def _message(error: Exception) -> str:
-    from . import redact
-
     return redact(str(error))
 
 

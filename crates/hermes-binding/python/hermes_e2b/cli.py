@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Optional
 
-from . import NATIVE_IMPORT_ERROR, redact
+from ._core import NATIVE_IMPORT_ERROR, redact
 from ._hermes import inventory, native_settings, read_settings
 from .checkpoints import describe
 

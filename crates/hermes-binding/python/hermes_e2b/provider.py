@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
-from . import NATIVE_IMPORT_ERROR, __version__, redact
+from ._core import NATIVE_IMPORT_ERROR, __version__, redact
 from ._hermes import (
     KEY_NAME,
     SETTING_KEYS,
