@@ -80,6 +80,15 @@ def test_cli_checkpoint_break_rollback_restores_the_workspace_and_keeps_new_memo
     assert report["retired_sandbox"] == checkpoint["source_sandbox"] != report["sandbox_id"]
     assert set(report) == {"task", "restored", "undo", "retired_sandbox", "sandbox_id", "recovered", "warnings"}
 
+    # contract: R8, O6 — listings show the scope's template and which checkpoint the sandbox came
+    # from, not the snapshot's internal name E2B reports as its template.
+    (entry,) = [e for e in json.loads(e2b(home, "list", "--json").stdout) if e["sandbox_id"] == report["sandbox_id"]]
+    assert (entry["template"], entry["restored_from"]) == ("base", "before-upgrade"), entry
+    listed_line = next(line for line in e2b(home, "list").stdout.splitlines() if report["sandbox_id"] in line)
+    assert "  base, restored from before-upgrade  " in listed_line, listed_line
+    assert "hermes_" not in listed_line, listed_line
+    assert "  template base, restored from before-upgrade, persistent" in e2b(home, "status").stdout
+
     # The workspace is the checkpoint's; Hermes' state is the newest: memories (Hermes keeps
     # them on the host) and a skill learned after the checkpoint, pushed into the new sandbox.
     after = in_sandbox(home, "cat ~/work/app.txt; echo; tail -n 1 ~/.hermes/skills/deploy/SKILL.md; echo; "

@@ -256,7 +256,7 @@ def test_a_missing_key_is_a_degraded_creation_not_a_crash(home, e2b_local):
     """)
     assert result["requirements"] is False, "the terminal tool is not offered without a key"
     assert result["status"] == "degraded"
-    assert "no E2B API key is configured" in result["reason"]
+    assert "no E2B API key for this profile" in result["reason"]
 
 
 def test_idle_reaper_pulls_state_and_leaves_the_persistent_sandbox(configured, e2b_local):

@@ -114,7 +114,7 @@ def test_a_refused_key(profile, e2b_local, status):
     refuse(e2b_local, status, "Invalid API key, please visit https://e2b.dev/docs/api-key")
     result = terminal(profile)
     reason = assert_actionable(result, "list sandboxes", "check E2B_API_KEY in this profile's .env")
-    assert f"HTTP {status}" in reason and "`hermes doctor`" in result["retry_hint"]
+    assert f"HTTP {status}" in reason and "`hermes e2b doctor`" in result["retry_hint"]
 
     rows = hermes_doctor(profile)
     line = access_line(rows)

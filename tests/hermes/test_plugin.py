@@ -205,8 +205,9 @@ def test_status_full_shows_the_doctor_rows_without_the_key(home):
 def test_status_reports_a_missing_key_and_a_bad_setting(home):
     home.write_config(settings={"lease_seconds": "soon"})
     proc = home.hermes("status", "--full")
-    assert "E2B API key: ✗ not set" in proc.stdout
-    assert "E2B endpoint: ✗ E2B setting lease_seconds is invalid" in proc.stdout
+    assert "E2B API key: ✗ no E2B API key for this profile" in proc.stdout
+    assert "E2B settings: ✗ E2B setting lease_seconds (plugins.entries.e2b.settings in" in proc.stdout
+    assert "E2B endpoint" not in proc.stdout
 
 
 def test_hermes_doctor_rows(home):

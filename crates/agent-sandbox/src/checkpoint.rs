@@ -14,6 +14,11 @@ use crate::report::RecoverySummary;
 /// them).
 pub const DEFAULT_CHECKPOINT_WAIT: Duration = Duration::from_secs(30);
 
+/// Metadata key of a sandbox made from a checkpoint: the scope's template at that time. E2B
+/// reports such a sandbox's template as the snapshot (a long internal name), so listings
+/// read the template here.
+pub(crate) const TEMPLATE_KEY: &str = "hermes.template";
+
 /// One checkpoint of the scope: an E2B snapshot whose name says what it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -41,6 +46,16 @@ impl Checkpoint {
             .chain(names.iter().map(String::as_str))
             .find_map(|name| CheckpointName::parse_for(name, digest))?;
         Some(Checkpoint::named(snapshot_id.to_owned(), name))
+    }
+
+    /// What a listing says a sandbox made from snapshot `snapshot_id` was restored from:
+    /// the checkpoint's [`Checkpoint::display_name`] when the id is a checkpoint's name (of
+    /// any scope), else the id.
+    pub(crate) fn restored_from_name(snapshot_id: &str) -> String {
+        CheckpointName::parse(snapshot_id).map_or_else(
+            || snapshot_id.to_owned(),
+            |name| Checkpoint::named(snapshot_id.to_owned(), name).display_name(),
+        )
     }
 
     pub(crate) fn named(snapshot_id: String, name: CheckpointName) -> Checkpoint {

@@ -184,9 +184,7 @@ impl Config {
         let key = self
             .api_key
             .resolve()
-            .ok_or_else(|| crate::error::Error::InvalidConfig {
-                reason: "no E2B API key is configured for this profile".to_owned(),
-            })?;
+            .ok_or(crate::error::Error::MissingApiKey)?;
         let mut config = e2b_client::Config::new(key);
         let endpoints = &self.endpoints;
         if let Some(domain) = &endpoints.domain {

@@ -289,6 +289,11 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+
+    /// The API key source gave no key: nothing was sent. The host names where the key
+    /// belongs (a Hermes profile's env file), so this error names no file.
+    #[error("no E2B API key is configured for this profile")]
+    MissingApiKey,
 }
 
 impl Error {
@@ -312,6 +317,7 @@ impl Error {
             | Error::Arbitration { sandbox_id, .. }
             | Error::Fenced { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
+            | Error::MissingApiKey
             | Error::InvalidEgress { .. }
             | Error::ConcurrencyLimit { .. }
             | Error::Io { .. }
@@ -326,6 +332,11 @@ impl Error {
             Error::NotReady { retry_hint, .. } => Some(retry_hint),
             _ => None,
         }
+    }
+
+    /// The API key source gave no key ([`Error::MissingApiKey`]).
+    pub fn is_key_missing(&self) -> bool {
+        matches!(self, Error::MissingApiKey)
     }
 
     /// An `allow_out` / `deny_out` entry was refused ([`Error::InvalidEgress`]).

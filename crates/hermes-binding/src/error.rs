@@ -1,5 +1,7 @@
 //! The crate's one error type and the Python exception hierarchy it maps to.
 
+use std::path::{Path, PathBuf};
+
 use agent_sandbox::ErrorChain;
 use pyo3::PyErr;
 use pyo3::create_exception;
@@ -54,12 +56,34 @@ create_exception!(
 #[non_exhaustive]
 pub enum Error {
     /// A plugin setting (`plugins.entries.e2b.settings.<key>`) is invalid.
-    #[error("E2B setting {key} is invalid: {}", Redacted(.reason))]
+    #[error("E2B setting {key}{} is invalid: {}", InFile(.file.as_deref(), SETTINGS_PATH), Redacted(.reason))]
     InvalidSetting {
         /// The setting's key.
         key: String,
-        /// What is wrong with it.
+        /// What is wrong with it and what is valid.
         reason: String,
+        /// The profile's `config.yaml`, when the caller named it.
+        file: Option<PathBuf>,
+    },
+
+    /// A Hermes setting the backend uses (`terminal.timeout`) has a value it cannot use.
+    #[error("Hermes setting {key}{} is {value}: {reason}", InFile(.file.as_deref(), ""))]
+    InvalidHermesSetting {
+        /// The setting's dotted key in `config.yaml`.
+        key: &'static str,
+        /// The value as Hermes handed it over.
+        value: String,
+        /// What is valid.
+        reason: &'static str,
+        /// The profile's `config.yaml`, when the caller named it.
+        file: Option<PathBuf>,
+    },
+
+    /// The profile has no E2B API key. Names the env file it belongs in (contract O5).
+    #[error("no E2B API key for this profile: E2B_API_KEY is missing or empty in {}", .env_file.display())]
+    MissingApiKey {
+        /// The active profile's env file (`<HERMES_HOME>/.env`).
+        env_file: PathBuf,
     },
 
     /// An argument handed over by the Python layer cannot be used.
@@ -105,11 +129,48 @@ impl Error {
 
     /// A configuration problem the user fixes in `config.yaml` or the profile's `.env`.
     pub fn is_configuration(&self) -> bool {
-        matches!(self, Error::InvalidSetting { .. })
-            || matches!(
-                self.backend_source(),
-                Some(agent_sandbox::Error::InvalidConfig { .. })
-            )
+        matches!(
+            self,
+            Error::InvalidSetting { .. }
+                | Error::InvalidHermesSetting { .. }
+                | Error::MissingApiKey { .. }
+        ) || matches!(
+            self.backend_source(),
+            Some(agent_sandbox::Error::InvalidConfig { .. } | agent_sandbox::Error::MissingApiKey)
+        )
+    }
+
+    /// The error, naming `config_file` (the profile's `config.yaml`) when it is about a
+    /// setting written there.
+    pub fn in_config_file(self, config_file: PathBuf) -> Error {
+        match self {
+            Error::InvalidSetting { key, reason, .. } => Error::InvalidSetting {
+                key,
+                reason,
+                file: Some(config_file),
+            },
+            Error::InvalidHermesSetting {
+                key, value, reason, ..
+            } => Error::InvalidHermesSetting {
+                key,
+                value,
+                reason,
+                file: Some(config_file),
+            },
+            other => other,
+        }
+    }
+
+    /// The backend's error, with what only the profile knows added: a missing API key names
+    /// the profile's env file (`profile_home` is the Hermes home).
+    pub fn in_profile(source: agent_sandbox::Error, profile_home: &Path) -> Error {
+        if source.is_key_missing() {
+            Error::MissingApiKey {
+                env_file: env_file(profile_home),
+            }
+        } else {
+            Error::from(source)
+        }
     }
 
     /// A reader's command refused by the state gates; retrying later may succeed.
@@ -171,11 +232,79 @@ impl Error {
             Some(backend) => ErrorChain(backend).to_string(),
             None => ErrorChain(self).to_string(),
         };
-        let hint = self.backend_source().and_then(hint);
+        let hint = self
+            .backend_source()
+            .and_then(hint)
+            .or_else(|| self.own_hint());
+        if let Error::InvalidHermesSetting { .. } = self {
+            // The setting is `terminal.timeout` and must be named as written. It is refused
+            // only where Hermes reads no time-out into a message (environment creation,
+            // doctor rows), never while a command runs.
+            return (chain, hint);
+        }
         (
             without_time_words(&chain),
             hint.as_deref().map(without_time_words),
         )
+    }
+
+    /// What to do about a configuration error of this crate's own (contract O5): which line
+    /// of which file to fix, then the check that works everywhere (`hermes e2b doctor`; Hermes'
+    /// own doctor hides plugin rows inside containers).
+    fn own_hint(&self) -> Option<String> {
+        let file = |file: &Option<PathBuf>, fallback: &str| {
+            file.as_deref()
+                .map_or_else(|| fallback.to_owned(), |f| f.display().to_string())
+        };
+        match self {
+            Error::InvalidSetting {
+                key, file: path, ..
+            } => Some(format!(
+                "fix {SETTINGS_PATH}.{key} in {} (or remove it for the default), then run \
+                 `hermes e2b doctor`",
+                file(path, "the profile's config.yaml")
+            )),
+            Error::InvalidHermesSetting {
+                key, file: path, ..
+            } => Some(format!(
+                "fix {key} in {} (or remove it for Hermes' default; TERMINAL_TIMEOUT in the \
+                 environment Hermes runs in is the same setting), then run `hermes e2b doctor`",
+                file(path, "the profile's config.yaml")
+            )),
+            Error::MissingApiKey { env_file } => Some(format!(
+                "add the line E2B_API_KEY=e2b_... to {} (keys are at https://e2b.dev/dashboard), \
+                 then run `hermes e2b doctor`",
+                env_file.display()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Where the plugin's settings live in `config.yaml`.
+pub(crate) const SETTINGS_PATH: &str = "plugins.entries.e2b.settings";
+
+/// A Hermes profile's env file (Hermes' `get_env_path()`: `<HERMES_HOME>/.env`).
+pub(crate) fn env_file(profile_home: &Path) -> PathBuf {
+    profile_home.join(".env")
+}
+
+/// A Hermes profile's `config.yaml` (Hermes' `get_config_path()`).
+pub(crate) fn config_file(profile_home: &Path) -> PathBuf {
+    profile_home.join("config.yaml")
+}
+
+/// ` (<section> in <file>)` (` in <file>` without a section), or nothing when the file is
+/// not known.
+struct InFile<'a>(Option<&'a Path>, &'a str);
+
+impl std::fmt::Display for InFile<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.0, self.1) {
+            (Some(file), "") => write!(f, " in {}", file.display()),
+            (Some(file), section) => write!(f, " ({section} in {})", file.display()),
+            (None, _) => Ok(()),
+        }
     }
 }
 
@@ -218,7 +347,7 @@ pub fn hint(error: &agent_sandbox::Error) -> Option<String> {
     if error.is_key_refused() {
         return Some(
             "E2B refused the API key: check E2B_API_KEY in this profile's .env (or the \
-             environment Hermes runs in), then run `hermes doctor`"
+             environment Hermes runs in), then run `hermes e2b doctor`"
                 .to_owned(),
         );
     }
@@ -226,18 +355,18 @@ pub fn hint(error: &agent_sandbox::Error) -> Option<String> {
     if error.is_tls() {
         return Some(format!(
             "the TLS certificate of {endpoint} is not trusted; behind a TLS-inspecting proxy, \
-             set SSL_CERT_FILE to its CA bundle, then run `hermes doctor`"
+             set SSL_CERT_FILE to its CA bundle, then run `hermes e2b doctor`"
         ));
     }
     if error.is_unreachable() {
         return Some(format!(
             "{endpoint} could not be reached; check the network and the endpoint settings \
-             (domain, api_url, or E2B_DOMAIN / E2B_API_URL), then run `hermes doctor`"
+             (domain, api_url, or E2B_DOMAIN / E2B_API_URL), then run `hermes e2b doctor`"
         ));
     }
     if let Some(deadline) = error.deadline() {
         return Some(format!(
-            "E2B did not answer within the {} s request deadline; retry, or run `hermes doctor`",
+            "E2B did not answer within the {} s request deadline; retry, or run `hermes e2b doctor`",
             deadline.as_secs_f64()
         ));
     }

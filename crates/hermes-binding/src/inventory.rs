@@ -22,6 +22,8 @@ use crate::settings::{Persistence, idle_lifetime};
 #[derive(Debug)]
 pub struct PyInventory {
     inventory: Inventory,
+    /// The Hermes home: errors name its files (a missing key, its `.env`).
+    profile_home: PathBuf,
 }
 
 fn seconds_since_epoch(time: SystemTime) -> f64 {
@@ -55,6 +57,7 @@ fn entry_dict<'py>(py: Python<'py>, entry: &SandboxEntry) -> PyResult<Bound<'py,
     dict.set_item("sandbox_id", &entry.sandbox_id)?;
     dict.set_item("state", entry.state.as_str())?;
     dict.set_item("template", agent_sandbox::redact(&entry.template))?;
+    dict.set_item("restored_from", entry.restored_from.clone())?;
     dict.set_item("mode", entry.mode.as_str())?;
     dict.set_item("scope", &entry.scope)?;
     dict.set_item("owner", entry.owner.as_str())?;
@@ -131,7 +134,8 @@ impl PyInventory {
         let mut services = Services::new(runtime::handle()?);
         services.progress = progress.map(python_progress);
         Ok(PyInventory {
-            inventory: Inventory::new(config, profile_home, services),
+            inventory: Inventory::new(config, profile_home.clone(), services),
+            profile_home,
         })
     }
 
@@ -155,7 +159,7 @@ impl PyInventory {
         let inventory = self.inventory.clone();
         let applied = py
             .detach(move || inventory.apply_egress(SystemTime::now()))
-            .map_err(Error::from)?;
+            .map_err(|error| Error::in_profile(error, &self.profile_home))?;
         applied
             .iter()
             .map(|item| {
@@ -184,7 +188,7 @@ impl PyInventory {
         let inventory = self.inventory.clone();
         let rules = py
             .detach(move || inventory.sandbox_rules(&sandbox_id))
-            .map_err(Error::from)?;
+            .map_err(|error| Error::in_profile(error, &self.profile_home))?;
         rules
             .map(|policy| {
                 let dict = PyDict::new(py);
@@ -213,7 +217,7 @@ impl PyInventory {
         let inventory = self.inventory.clone();
         let entries = py
             .detach(move || inventory.list(which, SystemTime::now()))
-            .map_err(Error::from)?;
+            .map_err(|error| Error::in_profile(error, &self.profile_home))?;
         entries.iter().map(|entry| entry_dict(py, entry)).collect()
     }
 
@@ -233,7 +237,7 @@ impl PyInventory {
         let force = self::force(force);
         let plan = py
             .detach(move || inventory.plan_removal(&target, force, SystemTime::now()))
-            .map_err(Error::from)?;
+            .map_err(|error| Error::in_profile(error, &self.profile_home))?;
         plan.iter()
             .map(|item| {
                 let dict = PyDict::new(py);
@@ -274,7 +278,7 @@ impl PyInventory {
                 let plan = inventory.plan_removal(&target, force, SystemTime::now())?;
                 inventory.remove(&plan)
             })
-            .map_err(Error::from)?;
+            .map_err(|error| Error::in_profile(error, &self.profile_home))?;
         removed
             .iter()
             .map(|item| {
@@ -300,7 +304,7 @@ impl PyInventory {
         let inventory = self.inventory.clone();
         let summary = py
             .detach(move || inventory.pull(&task_id))
-            .map_err(Error::from)?;
+            .map_err(|error| Error::in_profile(error, &self.profile_home))?;
         let dict = PyDict::new(py);
         dict.set_item("restored", summary.restored)?;
         dict.set_item("unchanged", summary.unchanged)?;
@@ -343,7 +347,11 @@ impl PyInventory {
                     "unreachable"
                 } else if error.deadline().is_some() {
                     "deadline"
-                } else if matches!(error, agent_sandbox::Error::InvalidConfig { .. }) {
+                } else if matches!(
+                    error,
+                    agent_sandbox::Error::InvalidConfig { .. }
+                        | agent_sandbox::Error::MissingApiKey
+                ) {
                     "configuration"
                 } else {
                     "other"
@@ -353,7 +361,10 @@ impl PyInventory {
                 dict.set_item("api_url", error.endpoint().map(str::to_owned))?;
                 dict.set_item("running", py.None())?;
                 dict.set_item("seconds", py.None())?;
-                dict.set_item("error", Error::from(error).message())?;
+                dict.set_item(
+                    "error",
+                    Error::in_profile(error, &self.profile_home).message(),
+                )?;
             }
         }
         Ok(dict)

@@ -53,6 +53,8 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<inventory::PyInventory>()?;
     module.add_function(wrap_pyfunction!(emit_log, module)?)?;
     module.add_function(wrap_pyfunction!(redact, module)?)?;
+    module.add_function(wrap_pyfunction!(native::command_timeout, module)?)?;
+    module.add_function(wrap_pyfunction!(native::missing_key_message, module)?)?;
     logging::install();
     Ok(())
 }

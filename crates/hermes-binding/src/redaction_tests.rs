@@ -81,6 +81,7 @@ fn errors(text: &str) -> Vec<Error> {
         Error::InvalidSetting {
             key: "api_url".to_owned(),
             reason: text.to_owned(),
+            file: None,
         },
         Error::InvalidArgument {
             operation: "run",

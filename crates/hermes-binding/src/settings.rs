@@ -173,6 +173,7 @@ fn invalid(key: &str, reason: impl Into<String>) -> Error {
     Error::InvalidSetting {
         key: key.to_owned(),
         reason: reason.into(),
+        file: None,
     }
 }
 
@@ -271,6 +272,33 @@ fn metadata_text(text: &str) -> Result<BTreeMap<String, String>, Error> {
         }
     }
     Ok(metadata)
+}
+
+/// Hermes' command deadline (`terminal.timeout`, handed to every environment) as the backend
+/// can use it: a positive, finite number of seconds. Anything else is refused once, at the
+/// environment's creation and in the doctor rows, naming the setting (contract O5); a
+/// deadline that could never be met would otherwise fail every command.
+pub fn command_timeout(value: &Value) -> Result<Duration, Error> {
+    let refused = |shown: String| Error::InvalidHermesSetting {
+        key: "terminal.timeout",
+        value: shown,
+        reason: "the E2B backend needs a positive number of seconds (Hermes' default is 180)",
+        file: None,
+    };
+    let seconds = match value {
+        Value::Int(seconds) => *seconds as f64,
+        Value::Float(seconds) => *seconds,
+        Value::Str(text) => text
+            .trim()
+            .parse::<f64>()
+            .map_err(|_| refused(format!("{text:?}")))?,
+        other => return Err(refused(other.kind().to_owned())),
+    };
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(deadline) if !deadline.is_zero() => Ok(deadline),
+        // A number written as text (Hermes' environment bridge) is shown as the number.
+        _ => Err(refused(seconds.to_string())),
+    }
 }
 
 /// Hermes' idle lifetime (`terminal.lifetime_seconds`), else the default lease: the lease's

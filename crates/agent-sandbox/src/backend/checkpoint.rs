@@ -33,7 +33,7 @@ use super::replace::Replacement;
 use super::{Attached, Backend, Inner, Phase, Role, TRANSFER_WINDOW, bump};
 use crate::checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, Discarded, Fork, RollbackReport,
-    beyond_keep, newest_first,
+    TEMPLATE_KEY, beyond_keep, newest_first,
 };
 use crate::config::{SandboxMode, Scope};
 use crate::error::{CheckpointRefusal, Error, ErrorChain};
@@ -377,6 +377,7 @@ impl Inner {
         let mut metadata =
             sandbox_identity::stamp_scope(&self.config.metadata, &self.identity).metadata;
         metadata.insert(RESTORED_FROM_KEY.to_owned(), snapshot_id.to_owned());
+        metadata.insert(TEMPLATE_KEY.to_owned(), self.config.template.clone());
         for (key, value) in extra {
             metadata.insert(key.to_owned(), value.to_owned());
         }

@@ -135,8 +135,12 @@ pub struct SandboxEntry {
     pub sandbox_id: String,
     /// Running, paused, ...
     pub state: EntryState,
-    /// The template alias, else its id.
+    /// The template alias, else its id; for a sandbox made from a checkpoint, the scope's
+    /// template it recorded (when it recorded one).
     pub template: String,
+    /// For a sandbox made from a checkpoint (a rollback, a fork): what it was restored from
+    /// (the checkpoint's label, else its reason and time).
+    pub restored_from: Option<String>,
     /// Persistent or ephemeral.
     pub mode: Mode,
     /// The scope digest (64 hex).
@@ -535,13 +539,25 @@ pub(crate) fn classify(
             _ => EntryState::Other,
         };
         let end_at = SystemTime::from(sandbox.end_at);
+        let restored_from = sandbox
+            .metadata
+            .get(sandbox_identity::RESTORED_FROM_KEY)
+            .map(|snapshot| crate::checkpoint::Checkpoint::restored_from_name(snapshot));
+        let template = restored_from
+            .as_ref()
+            .and_then(|_| {
+                sandbox
+                    .metadata
+                    .get(crate::checkpoint::TEMPLATE_KEY)
+                    .cloned()
+            })
+            .or_else(|| sandbox.alias.clone())
+            .unwrap_or_else(|| sandbox.template_id.clone());
         entries.push(SandboxEntry {
             sandbox_id: sandbox.sandbox_id.as_str().to_owned(),
             state,
-            template: sandbox
-                .alias
-                .clone()
-                .unwrap_or_else(|| sandbox.template_id.clone()),
+            template,
+            restored_from,
             mode: identity.mode,
             scope: identity.digest.to_hex(),
             owner,

@@ -5,6 +5,7 @@ fn entry(id: &str, owner: Owner, state: EntryState, secs: u64) -> SandboxEntry {
         sandbox_id: id.to_owned(),
         state,
         template: "base".to_owned(),
+        restored_from: None,
         mode: Mode::Persistent,
         scope: "ab".repeat(32),
         owner,

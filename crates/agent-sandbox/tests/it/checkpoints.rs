@@ -252,6 +252,30 @@ fn a_rollback_restores_the_workspace_and_keeps_the_newest_hermes_state() {
         metadata.get(RESTORED_FROM_KEY),
         Some(&checkpoint.snapshot_id)
     );
+    // contract: R8 — a listing shows the scope's template and the checkpoint, not the
+    // snapshot's internal name E2B reports as the template.
+    let listed = agent_sandbox::Inventory::new(
+        world.config(SandboxMode::Persistent),
+        home.to_path_buf(),
+        world.services(),
+    )
+    .list(
+        agent_sandbox::Listing::ThisProfile,
+        std::time::SystemTime::now(),
+    )
+    .expect("list");
+    let entry = listed
+        .iter()
+        .find(|entry| entry.sandbox_id == report.sandbox_id)
+        .expect("listed");
+    assert_eq!(
+        (entry.template.as_str(), entry.restored_from.as_deref()),
+        (
+            world.config(SandboxMode::Persistent).template.as_str(),
+            Some("good")
+        ),
+        "{entry:?}"
+    );
     // Another process adopts the new one.
     let later = world.persistent();
     assert_eq!(

@@ -11,16 +11,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ._core import NATIVE_IMPORT_ERROR, __version__, redact
+
 __all__ = ["__version__", "register", "redact", "NATIVE_IMPORT_ERROR"]
 
 logger = logging.getLogger("hermes_e2b")
 
-#: Why the compiled core could not be imported (None when it loaded). Reported by
-#: ``hermes doctor`` rather than raised, so a broken install still registers and explains.
-NATIVE_IMPORT_ERROR: str | None
-
-try:
-    from . import _native
+if NATIVE_IMPORT_ERROR is None:
     from ._native import (
         BackendClosedError,
         ConfigurationError,
@@ -30,9 +27,6 @@ try:
         StateSyncError,
     )
 
-    __version__: str = _native.__version__
-    NATIVE_IMPORT_ERROR = None
-    _redact = _native.redact
     __all__ += [
         "E2BError",
         "ConfigurationError",
@@ -41,18 +35,6 @@ try:
         "StateSyncError",
         "BackendClosedError",
     ]
-except ImportError as _error:  # the directory shim can run without the wheel installed
-    NATIVE_IMPORT_ERROR = f"{type(_error).__name__}: {_error}"
-    try:
-        from importlib.metadata import version as _dist_version
-
-        __version__ = _dist_version("hermes-e2b")
-    except Exception:  # noqa: BLE001 - no distribution metadata at all
-        __version__ = "0.0.0+unknown"
-
-    def _redact(text: str) -> str:
-        # Without the core there is no backend, so no sandbox or server text to clean.
-        return text
 
 
 class RedactingFilter(logging.Filter):
@@ -61,18 +43,13 @@ class RedactingFilter(logging.Filter):
     a bearer token or a ``user:pass@`` URL never reaches a handler."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = _redact(record.getMessage())
+        record.msg = redact(record.getMessage())
         record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = _redact(record.exc_text)
+            record.exc_text = redact(record.exc_text)
         return True
-
-
-def redact(text: str) -> str:
-    """The native redaction pass; doctor rows and log records go through it."""
-    return _redact(text)
 
 
 if not any(isinstance(f, RedactingFilter) for f in logger.filters):

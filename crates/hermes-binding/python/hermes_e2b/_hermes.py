@@ -51,13 +51,20 @@ class KeyStatus(enum.Enum):
     """Whether the active profile has an E2B API key. ``detail`` never contains the key."""
 
     CONFIGURED = "set for this profile"
-    MISSING = f"not set: add {KEY_NAME}=... to this profile's .env (~/.hermes/.env)"
-    UNSCOPED = "unconfigured: no profile secret scope is active (run `hermes gateway restart`)"
-    NO_LOOKUP = "unconfigured: this Hermes has no profile secret lookup (agent.secret_scope)"
+    MISSING = "missing"
+    UNSCOPED = "unconfigured: no profile secret scope is active; run `hermes gateway restart`"
+    NO_LOOKUP = "unconfigured: this Hermes has no profile secret lookup, agent.secret_scope"
 
     @property
     def detail(self) -> str:
-        return self.value
+        if self is not KeyStatus.MISSING:
+            return self.value
+        # The native core's words, naming the active profile's env file (contract O5).
+        try:
+            from ._native import missing_key_message
+        except ImportError:  # no core: the native row says why; still name the file
+            return f"not set: add {KEY_NAME}=... to {profile_home() / '.env'}"
+        return missing_key_message(profile_home())
 
 
 def _lookup() -> tuple[Optional[str], KeyStatus]:
@@ -140,6 +147,31 @@ def _settings_keys(ctx: Any) -> list[str]:
     for segment in ("plugins", "entries", plugin_id, "settings"):
         node = node.get(segment) if isinstance(node, dict) else None
     return [key for key in node if isinstance(key, str)] if isinstance(node, dict) else []
+
+
+def native_settings(raw: dict[str, Any]) -> Any:
+    """The native core's validated ``Settings`` for ``raw``; a ConfigurationError names the
+    key, what is valid and this profile's ``config.yaml``."""
+    from ._native import Settings
+
+    return Settings(raw, lifetime_seconds=lifetime_seconds(), profile_home=profile_home())
+
+
+def command_timeout(value: Any = None) -> Optional[float]:
+    """Hermes' ``terminal.timeout`` (``value``, else as Hermes' profile-aware lookup has it;
+    None when unset: Hermes' default applies) in seconds; raises the native
+    ConfigurationError for one the backend cannot use."""
+    from ._native import command_timeout as check
+
+    if value is None:
+        try:
+            from tools.terminal_scope import terminal_env
+        except ImportError:
+            return None
+        value = terminal_env("TERMINAL_TIMEOUT")
+        if value is None or str(value).strip() == "":
+            return None
+    return check(value, profile_home=profile_home())
 
 
 def lifetime_seconds() -> Optional[int]:

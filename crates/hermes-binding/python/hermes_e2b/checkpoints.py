@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
-import weakref
 from typing import Any, Callable, Iterator, Optional
+
+from ._core import redact
+from .live import live_environments, request_turn
 
 logger = logging.getLogger("hermes_e2b")
 
@@ -27,32 +28,7 @@ TOOLSET = "e2b"
 #: terminal command counts when Hermes' own heuristic calls it destructive.
 FILE_TOOLS = frozenset({"write_file", "patch"})
 
-# --- live environments, by task ---------------------------------------------------------
-
-_live: "dict[str, weakref.ref[Any]]" = {}
-_live_lock = threading.Lock()
-#: Per task: the (session, turn) whose checkpoint is taken or pending, and the pending label.
-_turn_seen: dict[str, tuple[str, str]] = {}
-_turn_pending: dict[str, str] = {}
 _warned: set[str] = set()
-
-
-def register_environment(task_id: str, env: Any) -> None:
-    """Called by each E2BEnvironment once attached: the slash commands and the tool find the
-    session's sandbox through it."""
-    with _live_lock:
-        _live[task_id] = weakref.ref(env)
-
-
-def live_environments() -> dict[str, Any]:
-    with _live_lock:
-        found = {task: ref() for task, ref in _live.items()}
-    return {task: env for task, env in found.items() if env is not None and not getattr(env, "_closed", False)}
-
-
-def take_pending_turn(task_id: str) -> Optional[str]:
-    """The label of a turn checkpoint the hook asked for, once."""
-    return _turn_pending.pop(task_id, None)
 
 
 def _warn_once(key: str, message: str, *args: Any) -> None:
@@ -87,11 +63,7 @@ def on_pre_tool_call(tool_name: str = "", args: Any = None, task_id: str = "", s
         _warn_once("turn_id", "hermes-e2b: this Hermes passes no turn_id to pre_tool_call; "
                    "turn checkpoints are not taken (E2B checkpoints still work)")
         return None
-    task = task_id or "default"
-    if _turn_seen.get(task) == (session_id, turn_id):
-        return None
-    _turn_seen[task] = (session_id, turn_id)
-    _turn_pending[task] = f"turn {turn_id[-12:]}: before {tool_name}"
+    request_turn(task_id or "default", session_id, turn_id, f"turn {turn_id[-12:]}: before {tool_name}")
     return None
 
 
@@ -165,8 +137,6 @@ def turn_restore_lines(report: dict) -> list[str]:
 
 
 def _message(error: Exception) -> str:
-    from . import redact
-
     return redact(str(error))
 
 
@@ -271,16 +241,20 @@ def tool_handler(args: dict, task_id: Optional[str] = None, **_: Any) -> str:
     return json.dumps({"error": "action must be create, list or restore"})
 
 
+def _setting(ctx: Any, key: str) -> bool:
+    """A boolean plugin setting as config.yaml holds it now; False when it cannot be read."""
+    get_config = getattr(ctx, "get_config", None)
+    try:
+        return bool(get_config(key, False)) if get_config else False
+    except Exception:  # noqa: BLE001 - an unreadable config.yaml is reported by the doctor
+        return False
+
+
 def tool_available(ctx: Any) -> Callable[[], bool]:
     """The tool's check_fn: offered only with ``checkpoint_tool: true`` and the e2b backend."""
 
     def check() -> bool:
-        get_config = getattr(ctx, "get_config", None)
-        try:
-            enabled = bool(get_config("checkpoint_tool", False)) if get_config else False
-        except Exception:  # noqa: BLE001
-            return False
-        if not enabled:
+        if not _setting(ctx, "checkpoint_tool"):
             return False
         try:
             from tools.terminal_scope import terminal_env
@@ -309,7 +283,10 @@ def register(ctx: Any) -> None:
             except Exception as error:  # noqa: BLE001 - a refused command must not fail the load
                 logger.warning("hermes-e2b: /%s is not registered: %s", name, error)
     tool = getattr(ctx, "register_tool", None)
-    if tool is not None:
+    # Only with ``checkpoint_tool: true`` when the plugin loads: a registered tool's toolset
+    # shows in `hermes doctor`'s Tool Availability, and an unavailable one reads
+    # "e2b (system dependency not met)", as if the plugin were broken.
+    if tool is not None and _setting(ctx, "checkpoint_tool"):
         try:
             tool(name=TOOL_NAME, toolset=TOOLSET, schema=TOOL_SCHEMA, handler=tool_handler,
                  check_fn=tool_available(ctx), description=TOOL_SCHEMA["description"])

@@ -11,17 +11,20 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import sys
 from typing import Any, Callable, Optional
 
-from . import NATIVE_IMPORT_ERROR, redact
-from ._hermes import inventory, lifetime_seconds, read_settings
+from ._core import NATIVE_IMPORT_ERROR, redact
+from ._hermes import inventory, native_settings, read_settings
 from .checkpoints import describe
 
 #: The exit code of a command that did not do everything asked (a refusal, a failure).
 EXIT_INCOMPLETE = 1
 #: The exit code when `rm` needs a confirmation it cannot ask for (no TTY, no --yes).
 EXIT_UNCONFIRMED = 2
+#: The exit code when the reader closed stdout early (`| head`): a shell's for SIGPIPE.
+EXIT_CLOSED_PIPE = 141
 
 HELP = "Manage this profile's E2B sandboxes (status, list, rm, pull, doctor, checkpoint, checkpoints, rollback, network)"
 
@@ -81,7 +84,12 @@ def make_handler(ctx: Any) -> Callable[[argparse.Namespace], int]:
             args.e2b_parser.print_help()
             return EXIT_UNCONFIRMED
         try:
-            return _COMMANDS[command](ctx, args)
+            code = _COMMANDS[command](ctx, args)
+            # A pipe's buffer is written here, so a closed pipe is found here, not at exit.
+            sys.stdout.flush()
+            return code
+        except BrokenPipeError:
+            return _closed_pipe()
         except Exception as error:  # noqa: BLE001 - one line, never a traceback with settings in it
             print(f"hermes e2b {command}: {redact(str(error))}", file=sys.stderr)
             return EXIT_INCOMPLETE
@@ -89,12 +97,23 @@ def make_handler(ctx: Any) -> Callable[[argparse.Namespace], int]:
     return handler
 
 
+def _closed_pipe() -> int:
+    """The reader of stdout went away (`hermes e2b list | head -1`): stop quietly, like any
+    Unix tool. stdout is pointed at /dev/null so the interpreter's last flush at exit does not
+    report the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout: nothing left to flush into the pipe
+        pass
+    return EXIT_CLOSED_PIPE
+
+
 def _inventory(ctx: Any, progress: Optional[Callable[..., None]] = None) -> Any:
     if NATIVE_IMPORT_ERROR is not None:
         raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
-    from . import _native
-
-    return inventory(_native.Settings(read_settings(ctx), lifetime_seconds=lifetime_seconds()), progress)
+    return inventory(native_settings(read_settings(ctx)), progress)
 
 
 class _Bars:
@@ -150,6 +169,12 @@ def _duration(seconds: Optional[int]) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _template(entry: dict) -> str:
+    """The template, and for a sandbox made from a checkpoint (a rollback) which one."""
+    restored = entry.get("restored_from")
+    return f"{entry['template']}, restored from {restored}" if restored else entry["template"]
+
+
 def _scope_name(entry: dict) -> str:
     host = entry.get("host") or {}
     return host.get("task_id") or f"scope {entry['scope'][:12]}"
@@ -158,9 +183,7 @@ def _scope_name(entry: dict) -> str:
 def _settings(ctx: Any) -> Any:
     if NATIVE_IMPORT_ERROR is not None:
         raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
-    from . import _native
-
-    return _native.Settings(read_settings(ctx), lifetime_seconds=lifetime_seconds())
+    return native_settings(read_settings(ctx))
 
 
 def _newest_checkpoints(ctx: Any, entries: list) -> None:
@@ -193,7 +216,7 @@ def _status(ctx: Any, args: argparse.Namespace) -> int:
     for entry in entries:
         lease = f", lease {_duration(entry['lease_left_seconds'])} left" if entry["state"] == "running" else ""
         print(f"{_scope_name(entry)}: {entry['sandbox_id']} {entry['state']}{lease}")
-        print(f"  template {entry['template']}, {entry['mode']}, {entry['posture'] or 'posture not recorded'}")
+        print(f"  template {_template(entry)}, {entry['mode']}, {entry['posture'] or 'posture not recorded'}")
         print(f"  started or resumed {_when(entry['started_at'])}")
         host = entry.get("host")
         if host is None:
@@ -229,6 +252,10 @@ def _list(ctx: Any, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(entries)
         return 0
+    if not entries:
+        print("No E2B sandboxes made by hermes-e2b for this key." if args.all
+              else "No E2B sandboxes for this profile (--all: every profile's).")
+        return 0
     for entry in entries:
         marks = []
         if entry["owner"] != "this-profile":
@@ -237,7 +264,7 @@ def _list(ctx: Any, args: argparse.Namespace) -> int:
             marks.append(f"duplicate of {entry['duplicate_of']}")
         lease = _duration(entry["lease_left_seconds"]) if entry["state"] == "running" else "-"
         line = (
-            f"{entry['sandbox_id']}  {entry['state']:<7}  {entry['template']}  {entry['mode']:<10}  "
+            f"{entry['sandbox_id']}  {entry['state']:<7}  {_template(entry)}  {entry['mode']:<10}  "
             f"{_scope_name(entry)}  lease {lease}"
         )
         print(line + (f"  [{'; '.join(marks)}]" if marks else ""))
@@ -469,7 +496,7 @@ def _network(ctx: Any, args: argparse.Namespace) -> int:
         allow = [d for d in allow if d not in removed] + [d for d in args.allow if d not in allow]
         deny = [d for d in deny if d not in removed] + [d for d in args.deny if d not in deny]
         # Validated before anything is written: a refused entry changes nothing.
-        _native.Settings({**raw, "allow_out": allow, "deny_out": deny}, lifetime_seconds=lifetime_seconds())
+        native_settings({**raw, "allow_out": allow, "deny_out": deny})
         _save_setting(ctx, "allow_out", allow)
         _save_setting(ctx, "deny_out", deny)
     settings = _settings(ctx)

@@ -19,7 +19,7 @@ from typing import IO, Any, Callable, Optional
 from tools.environments.base import BaseEnvironment
 from tools.environments.file_sync import FileSyncManager, iter_sync_files
 
-from . import _native, checkpoints
+from . import _native, live
 from ._hermes import (
     host_only_paths,
     lifetime_seconds,
@@ -255,7 +255,7 @@ class E2BEnvironment(BaseEnvironment):
                 # The core's hint (what to do about this failure) becomes Hermes' retry hint,
                 # so the user reads it once.
                 raise _ConnectionError(getattr(error, "reason", str(error)),
-                                       retry_hint=getattr(error, "hint", None) or "Check `hermes doctor`, then retry.") from None
+                                       retry_hint=getattr(error, "hint", None) or "Check `hermes e2b doctor`, then retry.") from None
             raise
         # The sandbox's real home, as it reported it (Hermes' image tool maps its cache under
         # `<_remote_home>/.hermes`; the provider's hints follow the latest answer).
@@ -264,7 +264,7 @@ class E2BEnvironment(BaseEnvironment):
         if not requested_cwd:
             self.cwd = attached["default_cwd"]
         self.init_session()
-        checkpoints.register_environment(task_id, self)
+        live.register_environment(task_id, self)
         if settings.checkpoint_at_start:
             self._session_start_checkpoint(attached["role"])
 
@@ -305,7 +305,7 @@ class E2BEnvironment(BaseEnvironment):
     def _turn_checkpoint(self) -> None:
         """The first file-changing tool call of a turn (marked by the pre_tool_call hook):
         one command capturing the working directory (R9). Never fails the tool's command."""
-        label = checkpoints.take_pending_turn(self._task_id)
+        label = live.take_pending_turn(self._task_id)
         if label is None or not self.turns_enabled:
             return
         try:

@@ -14,16 +14,18 @@ from typing import Any, Optional
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
-from . import NATIVE_IMPORT_ERROR, __version__, redact
+from ._core import NATIVE_IMPORT_ERROR, __version__, redact
 from ._hermes import (
     KEY_NAME,
     SETTING_KEYS,
     SETTINGS,
     KeyStatus,
+    command_timeout,
     e2b_plugin_directories,
-    key_status,
     inventory,
-    lifetime_seconds,
+    key_status,
+    native_settings,
+    profile_home,
     read_egress,
     read_settings,
     sandbox_home,
@@ -40,6 +42,25 @@ def _native_module() -> Any:
     from . import _native
 
     return _native
+
+
+def _creation_refused(error: Exception) -> Exception:
+    """What create_environment raises for a configuration error: Hermes' creation-time
+    ``EnvironmentConnectionError``, which its terminal tool shows once, as a result with the
+    reason and the hint (what to fix, in which file), without a traceback and without
+    retrying. Any other exception would become a traceback in the tool's result."""
+    try:  # iot and newer; absent in 0.19.0
+        from tools.environments.base import EnvironmentConnectionError
+    except ImportError:  # pragma: no cover - old hosts show the exception itself
+        return error
+    return EnvironmentConnectionError(getattr(error, "reason", None) or str(error),
+                                      retry_hint=getattr(error, "hint", None) or "run `hermes e2b doctor`")
+
+
+def _doctor_text(text: str) -> str:
+    """A failing doctor row's detail as Hermes repeats it in its summary: with "(" and ")"
+    stripped from both ends, so a detail ending in ")" would lose its closing bracket."""
+    return text + "." if text.endswith(")") or text.startswith("(") else text
 
 
 class E2BProvider(TerminalEnvironmentProvider):
@@ -99,15 +120,30 @@ class E2BProvider(TerminalEnvironmentProvider):
 
     # --- cheap health (no network) --------------------------------------------------------
     def _settings_or_error(self, overrides: Optional[Mapping[str, Any]] = None) -> tuple[Any, Optional[str]]:
+        settings, error = self._settings_or_exception(overrides)
+        return settings, None if error is None else str(error)
+
+    def _settings_or_exception(self, overrides: Optional[Mapping[str, Any]] = None) -> tuple[Any, Optional[Exception]]:
         if NATIVE_IMPORT_ERROR is not None:
-            return None, NATIVE_IMPORT_ERROR
+            return None, ImportError(NATIVE_IMPORT_ERROR)
         raw = read_settings(self._ctx)
         if overrides:
             raw.update({k: v for k, v in overrides.items() if k in SETTING_KEYS})
         try:
-            return _native_module().Settings(raw, lifetime_seconds=lifetime_seconds()), None
-        except Exception as error:  # ConfigurationError: the message names the key
-            return None, str(error)
+            return native_settings(raw), None
+        except Exception as error:  # ConfigurationError: names the key, the file, what is valid
+            return None, error
+
+    @staticmethod
+    def _timeout_error(value: Any = None) -> Optional[str]:
+        """Why Hermes' ``terminal.timeout`` cannot be used, or None."""
+        if NATIVE_IMPORT_ERROR is not None:
+            return None
+        try:
+            command_timeout(value)
+        except Exception as error:  # ConfigurationError: names the setting and what is valid
+            return str(error)
+        return None
 
     def is_available(self) -> bool:
         return NATIVE_IMPORT_ERROR is None and key_status() is KeyStatus.CONFIGURED
@@ -122,6 +158,7 @@ class E2BProvider(TerminalEnvironmentProvider):
             return False
         backend_config = (config or {}).get("backend_config") if isinstance(config, Mapping) else None
         _, error = self._settings_or_error(backend_config if isinstance(backend_config, Mapping) else None)
+        error = error or self._timeout_error((config or {}).get("timeout") if isinstance(config, Mapping) else None)
         if error is not None:
             logger.error("hermes-e2b: %s", error)
             return False
@@ -156,11 +193,9 @@ class E2BProvider(TerminalEnvironmentProvider):
         status = key_status()
         key_row = (status is KeyStatus.CONFIGURED, "E2B API key", status.detail)
         settings, error = self._settings_or_error()
+        rows = [native_row, self._interpreter_row(), key_row] + self._settings_rows(settings, error)
         if settings is not None:
-            endpoint_row = (True, "E2B endpoint", f"{settings.endpoint_summary()}, template {settings.template}")
-        else:
-            endpoint_row = (False, "E2B endpoint", error or "settings unavailable")
-        rows = [native_row, self._interpreter_row(), key_row, endpoint_row]
+            rows.append((True, "E2B endpoint", f"{settings.endpoint_summary()}, template {settings.template}"))
         if (settings is not None and status is KeyStatus.CONFIGURED and NATIVE_IMPORT_ERROR is None
                 and not os.environ.get(OFFLINE_DOCTOR_VARIABLE)):
             rows.append(self._access_row(settings))
@@ -168,10 +203,20 @@ class E2BProvider(TerminalEnvironmentProvider):
             rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))
             rows.append((True, "E2B egress policy", settings.egress_summary()))
         rows += self._other_plugin_rows()
-        # A misspelled key is ignored (the default applies), which the user should see here.
-        rows += [(False, "E2B setting", note) for note in (settings.unknown_key_notes() if settings else [])]
         # Rows quote settings and errors, which may carry credentials (X4).
-        return [(ok, redact(name), redact(detail)) for ok, name, detail in rows]
+        return [(ok, redact(name), redact(detail) if ok else _doctor_text(redact(detail))) for ok, name, detail in rows]
+
+    def _settings_rows(self, settings: Any, settings_error: Optional[str]) -> list[tuple[bool, str, str]]:
+        """The "E2B settings" row: the plugin's settings and Hermes' ``terminal.timeout``, one
+        row per problem (each names the setting, its file and what is valid)."""
+        if NATIVE_IMPORT_ERROR is not None:
+            return [(False, "E2B settings", "not checked: the native core is not importable")]
+        problems = [e for e in (settings_error, self._timeout_error()) if e is not None]
+        # A misspelled key is ignored (the default applies), which the user should see here.
+        problems += settings.unknown_key_notes() if settings is not None else []
+        if problems:
+            return [(False, "E2B settings", problem) for problem in problems]
+        return [(True, "E2B settings", "valid: plugins.entries.e2b.settings and terminal.timeout")]
 
     @staticmethod
     def _access_row(settings: Any) -> tuple[bool, str, str]:
@@ -211,9 +256,10 @@ class E2BProvider(TerminalEnvironmentProvider):
     def setup_instructions(self) -> list[str]:
         return [
             "E2B runs every terminal, file and execute_code call in a cloud sandbox.",
-            f"1. Get an API key at https://e2b.dev/dashboard and add it to this profile's env file: echo '{KEY_NAME}=e2b_...' >> ~/.hermes/.env",
+            f"1. Get an API key at https://e2b.dev/dashboard and add it to this profile's env file: "
+            f"echo '{KEY_NAME}=e2b_...' >> {profile_home() / '.env'}",
             "2. Optional settings live under plugins.entries.e2b.settings in config.yaml (template, cwd, lease_seconds, ...).",
-            "3. Check it: hermes doctor",
+            "3. Check it: hermes e2b doctor",
         ]
 
     def post_setup(self) -> None:
@@ -232,7 +278,7 @@ class E2BProvider(TerminalEnvironmentProvider):
         raw.update({k: v for k, v in dict(config or {}).items() if k in SETTING_KEYS})
         if NATIVE_IMPORT_ERROR is None:
             try:
-                _native_module().Settings(raw, lifetime_seconds=lifetime_seconds())
+                native_settings(raw)
             except Exception as error:
                 raise ValueError(str(error)) from None
         # Unknown keys were read by name only (to warn about them); they resolve to nothing.
@@ -254,9 +300,14 @@ class E2BProvider(TerminalEnvironmentProvider):
         if NATIVE_IMPORT_ERROR is not None:
             raise ImportError(f"hermes-e2b native core is not importable: {NATIVE_IMPORT_ERROR}")
         backend_config = kwargs.get("backend_config")
-        settings, error = self._settings_or_error(backend_config if isinstance(backend_config, Mapping) else None)
-        if settings is None:
-            raise _native_module().ConfigurationError(error)
+        settings, error = self._settings_or_exception(backend_config if isinstance(backend_config, Mapping) else None)
+        try:
+            if error is not None:
+                raise error
+            # Hermes' deadline for every command: one it cannot meet is refused here, once.
+            command_timeout(timeout)
+        except _native_module().ConfigurationError as refused:
+            raise _creation_refused(refused) from None
         from .environment import E2BEnvironment
 
         persistent = bool((container_config or {}).get("container_persistent", True))

@@ -21,6 +21,7 @@ fn invalid_setting_names_the_key_and_is_configuration() {
     let error = Error::InvalidSetting {
         key: "lease_seconds".to_owned(),
         reason: "must be a positive integer".to_owned(),
+        file: None,
     };
     assert!(error.is_configuration());
     assert!(!error.is_not_ready());
@@ -28,6 +29,105 @@ fn invalid_setting_names_the_key_and_is_configuration() {
         error.to_string(),
         "E2B setting lease_seconds is invalid: must be a positive integer"
     );
+}
+
+#[test]
+fn a_bad_setting_names_its_file_what_is_valid_and_the_check_that_always_works() {
+    // contract: O5
+    let home = PathBuf::from("/srv/profiles/work");
+    let raw = std::collections::BTreeMap::from([(
+        "lease_seconds".to_owned(),
+        crate::settings::Value::Int(-5),
+    )]);
+    let error = crate::settings::Settings::parse_with_env(&raw, None, &|_| None)
+        .expect_err("a negative lease")
+        .in_config_file(config_file(&home));
+    assert!(error.is_configuration());
+    let (reason, hint) = error.reason_and_hint();
+    assert!(
+        reason.starts_with(
+            "E2B setting lease_seconds (plugins.entries.e2b.settings in \
+             /srv/profiles/work/config.yaml) is invalid: must be between"
+        ),
+        "{reason}"
+    );
+    assert!(reason.ends_with("not -5"), "{reason}");
+    let hint = hint.expect("a hint");
+    assert!(
+        hint.contains(
+            "plugins.entries.e2b.settings.lease_seconds in /srv/profiles/work/config.yaml"
+        ),
+        "{hint}"
+    );
+    assert!(hint.ends_with("then run `hermes e2b doctor`"), "{hint}");
+}
+
+#[test]
+fn a_command_deadline_hermes_cannot_meet_is_refused_naming_terminal_timeout() {
+    // contract: O5
+    use crate::settings::{Value, command_timeout};
+    assert_eq!(
+        command_timeout(&Value::Int(180)).expect("valid"),
+        std::time::Duration::from_secs(180)
+    );
+    assert_eq!(
+        command_timeout(&Value::Str(" 2.5 ".to_owned())).expect("valid"),
+        std::time::Duration::from_millis(2500)
+    );
+    for (value, shown) in [
+        (Value::Int(-1), "is -1:"),
+        (Value::Int(0), "is 0:"),
+        (Value::Float(f64::NAN), "is NaN:"),
+        (Value::Str("5m".to_owned()), "is \"5m\":"),
+        (Value::Bool(true), "is a boolean:"),
+    ] {
+        let error = command_timeout(&value)
+            .expect_err("refused")
+            .in_config_file(PathBuf::from("/h/config.yaml"));
+        assert!(error.is_configuration());
+        let text = error.message();
+        assert!(
+            text.starts_with(&format!(
+                "Hermes setting terminal.timeout in /h/config.yaml {shown}"
+            )),
+            "{text}"
+        );
+        assert!(text.contains("positive number of seconds"), "{text}");
+        assert!(
+            text.contains("Hint: fix terminal.timeout in /h/config.yaml"),
+            "{text}"
+        );
+        // Named as written (not rewritten like other messages, contract O3): it is refused
+        // at environment creation, where Hermes reads no command time-out into the text.
+        assert!(text.contains("TERMINAL_TIMEOUT"), "{text}");
+    }
+}
+
+#[test]
+fn a_missing_key_names_the_profile_s_env_file() {
+    // contract: O5
+    let home = PathBuf::from("/srv/profiles/work");
+    let error = Error::in_profile(agent_sandbox::Error::MissingApiKey, &home);
+    assert!(error.is_configuration());
+    let (reason, hint) = error.reason_and_hint();
+    assert_eq!(
+        reason,
+        "no E2B API key for this profile: E2B_API_KEY is missing or empty in /srv/profiles/work/.env"
+    );
+    let hint = hint.expect("a hint");
+    assert!(
+        hint.starts_with("add the line E2B_API_KEY=e2b_... to /srv/profiles/work/.env"),
+        "{hint}"
+    );
+    assert!(hint.ends_with("then run `hermes e2b doctor`"), "{hint}");
+    // Any other backend error passes through unchanged.
+    let other = Error::in_profile(
+        agent_sandbox::Error::InvalidConfig {
+            reason: "x".to_owned(),
+        },
+        &home,
+    );
+    assert!(!other.message().contains(".env"), "{}", other.message());
 }
 
 #[test]
@@ -219,7 +319,8 @@ fn each_failure_a_user_can_act_on_carries_one_hint() {
         assert_one_hint(
             client_error(status, "Invalid API key"),
             "connect",
-            "check E2B_API_KEY in this profile's .env",
+            "check E2B_API_KEY in this profile's .env (or the environment Hermes runs in), then \
+             run `hermes e2b doctor`",
         );
     }
     let text = assert_one_hint(

@@ -29,6 +29,7 @@ mod settings;
 pub(crate) use hooks::PyTransport;
 pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
 pub(crate) use settings::PySettings;
+pub(crate) use settings::{command_timeout, missing_key_message};
 
 /// The cap of a fetch whose caller names none (a Hermes whose gateway leaves the cap to the
 /// backend): Hermes' own delivery limit, the 50 MB a Telegram bot may upload.
@@ -200,6 +201,8 @@ pub(crate) fn python_key_resolver(key_resolver: Py<PyAny>) -> agent_sandbox::Key
 #[derive(Debug)]
 pub struct PyBackend {
     backend: Arc<Backend>,
+    /// The Hermes home: errors name its files (a missing key, its `.env`).
+    profile_home: PathBuf,
     deferred: Deferred,
     /// The sandbox whose replacement of a gone one was last handed to Hermes: an attachment
     /// keeps its `replaced` for its whole life, Hermes must hear of it once.
@@ -219,7 +222,7 @@ impl PyBackend {
         if let Some(interrupt) = take_deferred(&self.deferred) {
             return Err(interrupt);
         }
-        result.map_err(|error| Error::from(error).into())
+        result.map_err(|error| Error::in_profile(error, &self.profile_home).into())
     }
 }
 
@@ -317,12 +320,13 @@ impl PyBackend {
             deferred: Arc::clone(&deferred),
         });
         let scope = Scope {
-            profile_home,
+            profile_home: profile_home.clone(),
             task_id,
         };
         let backend = Backend::new(config, scope, services, hooks).map_err(Error::from)?;
         Ok(PyBackend {
             backend: Arc::new(backend),
+            profile_home,
             deferred,
             replacement_reported: std::sync::Mutex::new(None),
         })

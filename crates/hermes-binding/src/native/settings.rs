@@ -2,11 +2,12 @@
 //! sees them.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::error::Error;
+use crate::error::{Error, config_file, env_file};
 use crate::settings::{Settings, Value};
 
 pub(crate) fn to_value(object: &Bound<'_, PyAny>) -> PyResult<Value> {
@@ -50,23 +51,33 @@ pub struct PySettings {
 
 #[pymethods]
 impl PySettings {
-    /// Validates the raw mapping; raises ConfigurationError naming the bad key.
+    /// Validates the raw mapping; raises ConfigurationError naming the bad key, what is
+    /// valid, and the profile's `config.yaml` when `profile_home` (the Hermes home) is given.
     #[new]
-    #[pyo3(signature = (raw, *, lifetime_seconds = None))]
-    fn new(raw: &Bound<'_, PyAny>, lifetime_seconds: Option<u64>) -> PyResult<PySettings> {
+    #[pyo3(signature = (raw, *, lifetime_seconds = None, profile_home = None))]
+    fn new(
+        raw: &Bound<'_, PyAny>,
+        lifetime_seconds: Option<u64>,
+        profile_home: Option<PathBuf>,
+    ) -> PyResult<PySettings> {
+        let named = |error: Error| match &profile_home {
+            Some(home) => error.in_config_file(config_file(home)),
+            None => error,
+        };
         let raw = match to_value(raw)? {
             Value::Map(entries) => entries,
             Value::Null => BTreeMap::new(),
             other => {
-                return Err(Error::InvalidSetting {
+                return Err(named(Error::InvalidSetting {
                     key: "settings".to_owned(),
                     reason: format!("must be a mapping, not {other:?}"),
-                }
+                    file: None,
+                })
                 .into());
             }
         };
         let env = |name: &str| std::env::var(name).ok();
-        let settings = Settings::parse_with_env(&raw, lifetime_seconds, &env)?;
+        let settings = Settings::parse_with_env(&raw, lifetime_seconds, &env).map_err(named)?;
         settings.warn_unknown_keys_once();
         Ok(PySettings { settings })
     }
@@ -181,4 +192,31 @@ impl PySettings {
     fn __repr__(&self) -> String {
         format!("{:?}", self.settings)
     }
+}
+
+/// Hermes' `terminal.timeout` as the backend uses it, in seconds; raises ConfigurationError
+/// naming the setting, what is valid, and the profile's `config.yaml` when `profile_home`
+/// is given (contract O5).
+#[pyfunction]
+#[pyo3(signature = (value, *, profile_home = None))]
+pub(crate) fn command_timeout(
+    value: &Bound<'_, PyAny>,
+    profile_home: Option<PathBuf>,
+) -> PyResult<f64> {
+    crate::settings::command_timeout(&to_value(value)?)
+        .map(|deadline| deadline.as_secs_f64())
+        .map_err(|error| match profile_home {
+            Some(home) => error.in_config_file(config_file(&home)).into(),
+            None => error.into(),
+        })
+}
+
+/// What the doctor and the terminal tool say when the profile at `profile_home` has no API
+/// key: the reason and what to do, naming the profile's env file (contract O5).
+#[pyfunction]
+pub(crate) fn missing_key_message(profile_home: PathBuf) -> String {
+    Error::MissingApiKey {
+        env_file: env_file(&profile_home),
+    }
+    .message()
 }

@@ -1,0 +1,47 @@
+"""The live E2B environments of this process, by task, and the turn checkpoints asked of
+them: what the environment writes and the checkpoint commands read.
+
+Below both ``environment`` and ``checkpoints`` (it imports neither), so neither has to
+import the other.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Optional
+
+_live: "dict[str, weakref.ref[Any]]" = {}
+_live_lock = threading.Lock()
+#: Per task: the (session, turn) whose checkpoint is taken or pending, and the pending label.
+_turn_seen: dict[str, tuple[str, str]] = {}
+_turn_pending: dict[str, str] = {}
+
+
+def register_environment(task_id: str, env: Any) -> None:
+    """Called by each E2BEnvironment once attached: the slash commands and the tool find the
+    session's sandbox through it."""
+    with _live_lock:
+        _live[task_id] = weakref.ref(env)
+
+
+def live_environments() -> dict[str, Any]:
+    """The environments still open, by task."""
+    with _live_lock:
+        found = {task: ref() for task, ref in _live.items()}
+    return {task: env for task, env in found.items() if env is not None and not getattr(env, "_closed", False)}
+
+
+def request_turn(task_id: str, session_id: str, turn_id: str, label: str) -> bool:
+    """Asks for one turn checkpoint of ``task_id`` for this (session, turn); False when this
+    turn already asked."""
+    if _turn_seen.get(task_id) == (session_id, turn_id):
+        return False
+    _turn_seen[task_id] = (session_id, turn_id)
+    _turn_pending[task_id] = label
+    return True
+
+
+def take_pending_turn(task_id: str) -> Optional[str]:
+    """The label of a turn checkpoint the hook asked for, once."""
+    return _turn_pending.pop(task_id, None)
