@@ -243,7 +243,7 @@ impl PyBackend {
         if let Some(interrupt) = take_deferred(&self.deferred) {
             return Err(interrupt);
         }
-        result.map_err(|error| Error::from(error).into())
+        result.map_err(|error| Error::in_profile(error, &self.profile_home).into())
     }
 
     /// [`PyBackend::watched`] without re-raising a held-back Ctrl-C: for a caller that must
@@ -535,7 +535,7 @@ impl PyBackend {
             }
             return Err(interrupt);
         }
-        let command = started.map_err(Error::from)?;
+        let command = started.map_err(|error| Error::in_profile(error, &self.profile_home))?;
         Ok(PyCommand { command })
     }
 
