@@ -885,7 +885,7 @@ fn report(graph: &Graph) -> Vec<String> {
 
 #[test]
 fn no_module_circles_in_the_rust_crates_or_the_python_package() {
-    // contract: the house rule "no module circles" (docs/architecture.md, Layout).
+    // No contract line: the house rule of docs/architecture.md ("Dependency rules").
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut packages = vec![repo.to_path_buf()];
     let mut crates: Vec<PathBuf> = std::fs::read_dir(repo.join("crates"))
