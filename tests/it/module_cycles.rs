@@ -1072,3 +1072,19 @@ fn a_python_dag_with_package_level_imports_passes() {
     ]);
     assert_eq!(circles, Vec::<String>::new());
 }
+
+#[test]
+fn a_knot_of_rings_is_one_circle_naming_all_its_modules() {
+    let circles = rust_circles(&[
+        ("src/lib.rs", "mod a;\nmod b;\nmod c;\n"),
+        ("src/a.rs", "use crate::b::B;\n"),
+        ("src/b.rs", "use crate::{a::A, c::C};\n"),
+        ("src/c.rs", "use crate::a::A;\n"),
+    ]);
+    assert_eq!(circles.len(), 1, "{circles:?}");
+    assert!(
+        circles[0].starts_with("src/a.rs -> src/b.rs -> src/a.rs\n")
+            && circles[0].ends_with("all 3 modules of this circle: src/a.rs, src/b.rs, src/c.rs"),
+        "{circles:?}"
+    );
+}
