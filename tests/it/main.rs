@@ -9,5 +9,6 @@ mod contract;
 mod e2b_client;
 mod hermes_in_sandbox_example;
 mod mcp_example;
+mod module_cycles;
 mod quickstart;
 mod support;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use campaign::overlapping_pushes;
 
-use crate::cycle::Campaign;
+use crate::state::Campaign;
 use crate::{Error, MARKER};
 
 /// Hermes' FileSyncManager's temporary entries (`tempfile` prefixes in `file_sync.py`).

@@ -6,7 +6,7 @@ use std::path::Path;
 use campaign::{EditKind, Side};
 use rand::Rng;
 
-use crate::cycle::Campaign;
+use crate::state::Campaign;
 use crate::{EPOCH_FILE, Error, FILES, QUIESCE_WAIT};
 
 /// How often each kind of edit is drawn, per side. Appends lead on both (agents add to

@@ -8,7 +8,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 
-use crate::cycle::Campaign;
+use crate::state::Campaign;
 use crate::{Error, HERMES_HOST, TASK, TWO_HOST_TERM};
 
 /// What the reader thread of a host process reports.

@@ -52,7 +52,10 @@ mod cycle;
 mod edits;
 mod faults;
 mod hosts;
+mod inject;
 mod server;
+mod state;
+mod step_plan;
 mod steps;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,9 +65,9 @@ use campaign::{EDIT_KINDS, Ledger, Side};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::cycle::Campaign;
 use crate::faults::{FAULTS, Fault};
 use crate::server::LocalServer;
+use crate::state::Campaign;
 
 /// The API key the host processes use; it must appear in no answer or error.
 const API_KEY: &str = "campaign-local-key";
@@ -196,7 +199,7 @@ fn run() -> Result<usize, Error> {
         // A generator of its own, so adding the steps left every other draw of a seed as it was.
         steps_rng: StdRng::seed_from_u64(args.seed ^ 0x636b_7074),
         step: None,
-        step_stats: steps::StepStats::default(),
+        step_stats: step_plan::StepStats::default(),
         step_share: args.step_share,
         cycle_no: 0,
     };
@@ -247,7 +250,7 @@ fn run() -> Result<usize, Error> {
             campaign.injected.get(&fault).copied().unwrap_or(0)
         );
     }
-    for kind in steps::STEP_FAULT_KINDS {
+    for kind in step_plan::STEP_FAULT_KINDS {
         println!(
             "  {:<55} {}",
             kind,
