@@ -10,23 +10,13 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
-import urllib.request
 import uuid
 
 import pytest
 
 from conftest import FAKE_KEY, assert_no_key
+from test_cli import rest as admin
 from test_native import NATIVE_PRELUDE
-
-
-def admin(server, method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{server.api_url}{path}", data=data, method=method,
-                                     headers={"X-API-Key": "e2b_test_admin", "Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        raw = response.read()
-    return json.loads(raw) if raw else None
 
 
 @pytest.fixture
