@@ -178,6 +178,46 @@ def test_slash_commands_and_the_agent_tool_in_a_session(home, e2b_local):
     assert result["tool_bad"] == {"error": "action must be create, list or restore"}
 
 
+# contract: R13
+def test_in_a_gateway_with_many_chats_a_slash_command_acts_on_its_own_chats_sandbox(home, e2b_local):
+    """Hermes' gateway runs every chat's turns and slash commands in that chat's session
+    context (``HERMES_SESSION_KEY``); a slash command acts on the sandbox created in its chat,
+    never another's, and refuses in a chat that has none yet."""
+    profile_with(home, e2b_local)
+    result = drive(home, """
+        from gateway.session_context import clear_session_vars, set_session_vars
+        from hermes_cli.plugins import get_plugin_command_handler
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        import tools.terminal_tool as terminal
+        slash = lambda name, args="": get_plugin_command_handler(name)(args)
+        def in_chat(chat, call):
+            tokens = set_session_vars(platform="telegram", chat_id=chat, session_key=f"agent:main:telegram:dm:{chat}")
+            try:
+                return call()
+            finally:
+                clear_session_vars(tokens)
+        r = {}
+        for chat in ("1", "2"):
+            r["made_" + chat] = in_chat(chat, lambda: T(f"echo chat {chat} > ~/who; cat ~/who", task_id=f"turn-{chat}"))["output"]
+        r["keys"] = sorted(terminal._active_environments)
+        r["taken_2"] = in_chat("2", lambda: slash("sandbox-checkpoint", "from-chat-two"))
+        r["listed_1"] = in_chat("1", lambda: slash("sandbox-checkpoints"))
+        r["listed_2"] = in_chat("2", lambda: slash("sandbox-checkpoints"))
+        r["chat_3"] = in_chat("3", lambda: slash("sandbox-checkpoints"))
+        r["no_chat"] = slash("sandbox-checkpoints")
+        for key in list(terminal._active_environments):
+            cleanup_vm(key)
+        finish(r)
+    """)
+    assert result["made_1"] == "chat 1" and result["made_2"] == "chat 2"
+    assert len(result["keys"]) == 2, f"one environment per chat: {result['keys']}"
+    assert result["taken_2"].startswith("Checkpoint taken: from-chat-two"), result["taken_2"]
+    assert "from-chat-two" in result["listed_2"]
+    assert "from-chat-two" not in result["listed_1"] and result["listed_1"] == "No checkpoints of this scope."
+    assert "no E2B sandbox is attached in this chat's session yet" in result["chat_3"]
+    assert "2 E2B sandboxes are live in this process" in result["no_chat"]
+
+
 # contract: R11, R13
 def test_the_agent_tool_is_not_offered_by_default_and_no_checkpoint_is_taken(home, e2b_local):
     profile_with(home, e2b_local)

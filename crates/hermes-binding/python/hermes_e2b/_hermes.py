@@ -187,6 +187,17 @@ def lifetime_seconds() -> Optional[int]:
         return None
 
 
+def session_identity() -> tuple[str, str]:
+    """``(HERMES_SESSION_KEY, HERMES_SESSION_ID)`` of the calling Hermes session: the gateway
+    (one key per chat) and the TUI set them in context variables around a turn and around a
+    slash command; the CLI sets the id. Empty where this Hermes has no session context."""
+    try:
+        from gateway.session_context import get_session_env
+    except ImportError:
+        return "", ""
+    return get_session_env("HERMES_SESSION_KEY", "") or "", get_session_env("HERMES_SESSION_ID", "") or ""
+
+
 def profile_home() -> Path:
     """The active Hermes home (profile-aware)."""
     from hermes_constants import get_hermes_home

@@ -13,6 +13,7 @@ import logging
 from typing import Any, Callable, Iterator, Optional
 
 from ._core import redact
+from ._hermes import session_identity
 from .live import live_environments, request_turn
 
 logger = logging.getLogger("hermes_e2b")
@@ -143,8 +144,28 @@ def _message(error: Exception) -> str:
 # --- the slash commands -------------------------------------------------------------------
 
 
-def _session_env() -> tuple[Optional[Any], Optional[str]]:
+def _session_env(task_id: Optional[str] = None, session_id: Optional[str] = None) -> tuple[Optional[Any], Optional[str]]:
+    """The calling session's environment: the one Hermes names (a host that passes the task),
+    else the one created in this chat (the gateway's session key) or this session (its id),
+    else the only one live. In a chat, never another chat's sandbox."""
     envs = live_environments()
+    if task_id and task_id in envs:
+        return envs[task_id], None
+    key, current_id = session_identity()
+    current_id = session_id or current_id
+    if key or current_id:
+        def belongs(task: str, env: Any) -> bool:
+            env_key, env_id = getattr(env, "_session_identity", ("", ""))
+            if key:
+                return env_key == key
+            return current_id in (env_id, task)
+        mine = [env for task, env in envs.items() if belongs(task, env)]
+        if len(mine) == 1:
+            return mine[0], None
+        if key:
+            return None, ("no E2B sandbox is attached in this chat's session yet (run a command first)"
+                          if not mine else f"{len(mine)} E2B sandboxes are live for this chat's session; "
+                          "use `hermes e2b checkpoint --task ID` instead")
     if len(envs) == 1:
         return next(iter(envs.values())), None
     if not envs:
@@ -154,8 +175,9 @@ def _session_env() -> tuple[Optional[Any], Optional[str]]:
                   "use `hermes e2b checkpoint --task ID` instead")
 
 
-def slash_checkpoint(raw_args: str = "") -> str:
-    env, why = _session_env()
+def slash_checkpoint(raw_args: str = "", *, task_id: Optional[str] = None, session_id: Optional[str] = None,
+                     **_: Any) -> str:
+    env, why = _session_env(task_id, session_id)
     if env is None:
         return f"/{SLASH_CHECKPOINT}: {why}"
     label = raw_args.strip() or None
@@ -166,8 +188,9 @@ def slash_checkpoint(raw_args: str = "") -> str:
     return f"Checkpoint taken: {describe(checkpoint)}"
 
 
-def slash_checkpoints(raw_args: str = "") -> str:
-    env, why = _session_env()
+def slash_checkpoints(raw_args: str = "", *, task_id: Optional[str] = None, session_id: Optional[str] = None,
+                      **_: Any) -> str:
+    env, why = _session_env(task_id, session_id)
     if env is None:
         return f"/{SLASH_CHECKPOINTS}: {why}"
     try:
@@ -181,8 +204,9 @@ def slash_checkpoints(raw_args: str = "") -> str:
     return "\n".join(lines)
 
 
-def slash_rollback(raw_args: str = "") -> str:
-    env, why = _session_env()
+def slash_rollback(raw_args: str = "", *, task_id: Optional[str] = None, session_id: Optional[str] = None,
+                   **_: Any) -> str:
+    env, why = _session_env(task_id, session_id)
     if env is None:
         return f"/{SLASH_ROLLBACK}: {why}"
     words = raw_args.split()
@@ -224,7 +248,7 @@ def tool_handler(args: dict, task_id: Optional[str] = None, **_: Any) -> str:
     name = (args or {}).get("name") or None
     env = live_environments().get(task_id or "default")
     if env is None:
-        env, why = _session_env()
+        env, why = _session_env(task_id)
         if env is None:
             return json.dumps({"error": why})
     try:

@@ -26,6 +26,7 @@ from ._hermes import (
     profile_home,
     record_sandbox_home,
     resolve_api_key,
+    session_identity,
 )
 
 logger = logging.getLogger("hermes_e2b")
@@ -264,6 +265,9 @@ class E2BEnvironment(BaseEnvironment):
         if not requested_cwd:
             self.cwd = attached["default_cwd"]
         self.init_session()
+        # Whose session this is (a gateway chat's key): the slash commands act on the sandbox
+        # of the chat that calls them, never on another chat's.
+        self._session_identity = session_identity()
         live.register_environment(task_id, self)
         if settings.checkpoint_at_start:
             self._session_start_checkpoint(attached["role"])
