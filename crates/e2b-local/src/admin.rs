@@ -84,6 +84,26 @@ struct ReleaseBody {
     answer: String,
 }
 
+/// `{"maxRunning": N|null}`: the key is required so that a typo cannot lift the limit.
+fn parse_max_running(body: &Bytes) -> Result<Option<u32>, ApiError> {
+    let value: Value = parse_body(body)?;
+    let invalid = || ApiError::bad_request("maxRunning must be null or a non-negative integer");
+    match value.get("maxRunning") {
+        Some(Value::Null) => Ok(None),
+        Some(n) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(invalid),
+        None => Err(invalid()),
+    }
+}
+
+fn limits_json(app: &App) -> Value {
+    let (max_running, running) = app.store.running_limit();
+    json!({"maxRunning": max_running, "running": running})
+}
+
 fn one() -> u32 {
     1
 }
@@ -217,6 +237,11 @@ pub(crate) fn route(
             };
             faults.release_hold(release);
             no_content()
+        }
+        (Method::GET, ["limits"]) => Ok(json_response(StatusCode::OK, &limits_json(app))),
+        (Method::POST, ["limits"]) => {
+            app.store.set_max_running(parse_max_running(body)?);
+            Ok(json_response(StatusCode::OK, &limits_json(app)))
         }
         (Method::GET, ["isolation"]) => Ok(json_response(StatusCode::OK, &isolation_json(app))),
         (Method::GET, ["requests"]) => {

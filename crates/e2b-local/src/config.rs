@@ -49,11 +49,14 @@ pub struct ServerConfig {
     pub isolation: IsolationMode,
     /// Latency added to every request from the start (a knob; `Duration::ZERO` for none).
     pub latency: Duration,
+    /// How many sandboxes may run at once, like an E2B account's concurrency limit:
+    /// a create or a resume past it is answered 429. `None`: no limit.
+    pub max_running: Option<u32>,
 }
 
 impl ServerConfig {
     /// 127.0.0.1 on a free port, any API key, a temporary state directory, template
-    /// `base`, the system clock, automatic isolation, no latency.
+    /// `base`, the system clock, automatic isolation, no latency, no running limit.
     pub fn loopback() -> ServerConfig {
         ServerConfig {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
@@ -63,6 +66,7 @@ impl ServerConfig {
             clock: Clock::system(),
             isolation: IsolationMode::Auto,
             latency: Duration::ZERO,
+            max_running: None,
         }
     }
 }

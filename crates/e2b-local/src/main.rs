@@ -73,6 +73,10 @@ struct ServeArgs {
     /// Latency added to every request, in milliseconds.
     #[arg(long, default_value_t = 0)]
     latency_ms: u64,
+    /// At most N sandboxes running at once (E2B's account limit); creates and resumes
+    /// past it get E2B's 429. Default: no limit.
+    #[arg(long, value_name = "N")]
+    max_running: Option<u32>,
     /// Fail the next N requests with --fail-status.
     #[arg(long, default_value_t = 0)]
     fail_next: u32,
@@ -148,6 +152,7 @@ async fn serve(args: ServeArgs) -> Result<(), e2b_local::Error> {
             IsolationArg::PathMapping => IsolationMode::PathMapping,
         },
         latency: Duration::from_millis(args.latency_ms),
+        max_running: args.max_running,
     };
     // Handlers first: a signal that arrives right after the URL lines must stop the
     // server cleanly, not kill it with the default action.

@@ -42,6 +42,18 @@ impl ApiError {
         )
     }
 
+    /// E2B's answer to a create or resume past the account's concurrency limit, word
+    /// for word (its API's orchestrator), so SDKs raise their own rate-limit error.
+    pub(crate) fn concurrency_limit(max_running: u32) -> ApiError {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "you have reached the maximum number of concurrent E2B sandboxes ({max_running}). \
+                 If you need more, please visit 'https://e2b.dev/docs/billing'"
+            ),
+        )
+    }
+
     pub(crate) fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }

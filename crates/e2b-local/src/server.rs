@@ -137,6 +137,7 @@ impl Server {
             path: state_dir.join("sandboxes"),
             source,
         })?;
+        store.set_max_running(config.max_running);
         let snapshots = Snapshots::open(&state_dir, config.clock.clone()).map_err(|source| {
             Error::StateDir {
                 operation: "open snapshots",

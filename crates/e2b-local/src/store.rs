@@ -209,6 +209,29 @@ struct Entry {
 struct Inner {
     entries: HashMap<String, Entry>,
     next_seq: u64,
+    /// The concurrency limit (`None`: none). Kept beside the entries so that counting
+    /// the running sandboxes and adding one happen under the same lock: of two
+    /// concurrent creates for the last slot exactly one wins.
+    max_running: Option<u32>,
+}
+
+impl Inner {
+    fn running_count(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.record.state == SbState::Running)
+            .count()
+    }
+
+    /// Refuses one more running sandbox when the limit is reached (E2B's 429).
+    fn admit_one_more(&self) -> Result<(), ApiError> {
+        match self.max_running {
+            Some(max) if self.running_count() >= usize::try_from(max).unwrap_or(usize::MAX) => {
+                Err(ApiError::concurrency_limit(max))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// The registry. All state changes happen under one short-held mutex.
@@ -312,6 +335,19 @@ impl Store {
         })
     }
 
+    /// Sets (or with `None` lifts) the limit on running sandboxes. Sandboxes already
+    /// running above a lowered limit keep running; only new ones are refused.
+    pub(crate) fn set_max_running(&self, max_running: Option<u32>) {
+        self.lock().max_running = max_running;
+    }
+
+    /// The limit on running sandboxes and how many run now.
+    pub(crate) fn running_limit(&self) -> (Option<u32>, usize) {
+        self.sweep();
+        let inner = self.lock();
+        (inner.max_running, inner.running_count())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -388,6 +424,9 @@ impl Store {
 
     pub(crate) fn create(&self, params: CreateParams) -> Result<Record, ApiError> {
         self.sweep();
+        // Early answer before copying files; the check that counts is the one below,
+        // made under the lock that adds the sandbox.
+        self.lock().admit_one_more()?;
         let now = nanos(self.clock.now());
         let id = new_sandbox_id();
         let home = self.home_dir(&id);
@@ -406,6 +445,11 @@ impl Store {
             )));
         }
         let mut inner = self.lock();
+        if let Err(refused) = inner.admit_one_more() {
+            drop(inner);
+            self.delete_files(&id);
+            return Err(refused);
+        }
         let seq = inner.next_seq;
         inner.next_seq += 1;
         let record = Record {
@@ -476,11 +520,7 @@ impl Store {
     pub(crate) fn list(&self, query: &ListQuery) -> Page {
         self.sweep();
         let inner = self.lock();
-        let total_running = inner
-            .entries
-            .values()
-            .filter(|e| e.record.state == SbState::Running)
-            .count();
+        let total_running = inner.running_count();
         let mut items: Vec<&Record> = inner
             .entries
             .values()
@@ -532,6 +572,16 @@ impl Store {
         let now = nanos(self.clock.now());
         let wanted_end = now.saturating_add(secs_to_nanos(timeout_secs));
         let mut inner = self.lock();
+        let state = inner
+            .entries
+            .get(id)
+            .ok_or_else(|| ApiError::sandbox_not_found(id))?
+            .record
+            .state;
+        // A resume takes a slot like a create; a running sandbox is never refused.
+        if state == SbState::Paused {
+            inner.admit_one_more()?;
+        }
         let entry = inner
             .entries
             .get_mut(id)

@@ -22,6 +22,8 @@ async fn serve_prints_urls_and_exits_on_stdin_eof() {
             "--exit-on-stdin-eof",
             "--api-key",
             "k1",
+            "--max-running",
+            "1",
         ])
         .arg("--state-dir")
         .arg(dir.path())
@@ -47,6 +49,15 @@ async fn serve_prints_urls_and_exits_on_stdin_eof() {
         .await
         .unwrap();
     assert_eq!(created.status().as_u16(), 201);
+    // contract: L14 (`--max-running` is E2B's concurrency limit)
+    let over_the_limit = http
+        .post(format!("{url}/v2/sandboxes"))
+        .header("x-api-key", "k1")
+        .body(r#"{"templateID":"python"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(over_the_limit.status().as_u16(), 429);
     let wrong_key = http
         .get(format!("{url}/v2/sandboxes"))
         .header("x-api-key", "other")

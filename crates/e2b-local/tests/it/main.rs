@@ -10,6 +10,7 @@ mod faults;
 mod fidelity;
 mod fuzz_corpus;
 mod lifecycle;
+mod limits;
 mod logs;
 mod metrics;
 mod namespaces;
