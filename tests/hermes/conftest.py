@@ -151,11 +151,11 @@ def assert_no_key(*texts: str) -> None:
 class LocalServer:
     """One `e2b-local serve` on loopback, dying with this process (stdin EOF)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra_args: str) -> None:
         binary = os.environ.get("E2B_LOCAL_BIN")
         if not binary or not os.path.exists(binary):
             raise RuntimeError("E2B_LOCAL_BIN must name the e2b-local binary (run scripts/hermes-tests)")
-        self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--exit-on-stdin-eof"],
+        self.proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--exit-on-stdin-eof", *extra_args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         lines: dict[str, str] = {}
         while "E2B_API_URL" not in lines or "E2B_SANDBOX_URL" not in lines:

@@ -128,18 +128,33 @@ def test_a_refused_key(profile, e2b_local, status):
     print(f"hermes doctor (E2B rows), HTTP {status}:\n" + rows + "\n\nhermes e2b doctor:\n" + cli.stdout)
 
 
+def limits(server, body=None) -> dict:
+    """e2b-local's limit of concurrently running sandboxes (GET, or POST `body`)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"{server.api_url}/_e2b_local/limits", data=data,
+                                     method="GET" if body is None else "POST",
+                                     headers={"X-API-Key": "e2b_test_listing", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
 def test_the_concurrency_limit_says_how_many_run_and_what_to_do(profile, e2b_local):
-    # contract: O5
+    # contract: O5, L14
     tag = uuid.uuid4().hex
-    profile.write_config(settings=e2b_local.settings(metadata={"test": tag}),
+    profile.write_config(settings=e2b_local.settings(metadata={"test": tag}, slot_wait_seconds=2),
                          terminal={"timeout": 60, "container_persistent": False})
-    # An ephemeral sandbox is created at once: the fault meets the create, and the count
-    # that follows it is answered.
-    refuse(e2b_local, 429, "You have reached the maximum number of concurrent E2B sandboxes (20)", count=1)
-    result = terminal(profile, extra_env={"TERMINAL_CONTAINER_PERSISTENT": "false"})
-    reason = assert_actionable(result, "E2B create failed", "paused sandboxes do not count; `hermes e2b list`")
+    # e2b-local's account limit at 0: every create is refused with E2B's own answer, and
+    # this process has no sandbox of its own to pause, so the command waits its 2 s.
+    limits(e2b_local, {"maxRunning": 0})
+    try:
+        result = terminal(profile, extra_env={"TERMINAL_CONTAINER_PERSISTENT": "false"})
+    finally:
+        limits(e2b_local, {"maxRunning": None})
+    reason = assert_actionable(result, "E2B create failed", "the plugin pauses this process's idle sandboxes")
     assert "limit of concurrently running sandboxes is reached (" in reason and " running now)" in reason, reason
-    assert "HTTP 429: You have reached the maximum number" in reason
+    assert "0 other sandbox(es) of this process run" in reason and "waited 2 s for a slot" in reason, reason
+    assert "HTTP 429: you have reached the maximum number of concurrent E2B sandboxes (0)" in reason, reason
+    assert "`max_running`" in result["retry_hint"] and "`slot_wait_seconds`" in result["retry_hint"]
 
 
 def test_a_template_that_does_not_exist(profile, e2b_local):

@@ -40,6 +40,12 @@ pub const DEFAULT_COMMAND_GRACE: Duration = Duration::from_secs(30);
 /// ([`Backend::within`](crate::Backend::within), O7), when none is configured.
 pub const DEFAULT_WATCHDOG_GRACE: Duration = Duration::from_secs(45);
 
+/// How long a create or resume refused for the account's limit of concurrently running
+/// sandboxes waits for a slot when no sandbox of this process can be paused for it (L14),
+/// when none is configured. Below the watchdog's grace, so the limit's own error, not the
+/// watchdog's, ends such a call.
+pub const DEFAULT_SLOT_WAIT: Duration = Duration::from_secs(30);
+
 /// Egress policy when none is configured.
 pub const DEFAULT_INTERNET: InternetAccess = InternetAccess::Allowed;
 
@@ -65,6 +71,13 @@ pub struct Config {
     /// How long past its own time a call may wait for the sandbox before the watchdog ends
     /// it (`watchdog_grace_seconds`, O7).
     pub watchdog_grace: Duration,
+    /// At most this many sandboxes of the process's [`Fleet`](crate::Fleet) run at once
+    /// (`max_running`): before this scope creates or resumes one, the fleet's sandbox idle
+    /// longest is paused while that many others run (L14). `None`: only E2B's own limit.
+    pub max_running: Option<u32>,
+    /// How long a create or resume refused for the account's limit waits for a slot when
+    /// no sandbox of the process can be paused (`slot_wait_seconds`, L14).
+    pub slot_wait: Duration,
     /// Egress policy; part of the identity (X6, I3).
     pub internet: InternetAccess,
     /// envd access-token protection; part of the identity (X6, I3).
@@ -131,8 +144,8 @@ impl WriterArbitration {
 impl Config {
     /// Persistent mode on template `base`, cwd and state root following the sandbox user's
     /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
-    /// a 45 s watchdog grace,
-    /// internet allowed, secure, no egress rules, no extra metadata, E2B's public endpoints
+    /// a 45 s watchdog grace, no process cap on running sandboxes and a 30 s wait for a
+    /// slot under the account's limit, internet allowed, secure, no egress rules, no extra metadata, E2B's public endpoints
     /// (`E2B_*` variables are not read here), a 2 GiB state cap. (The values are the
     /// `DEFAULT_*` constants.)
     pub fn new(api_key: ApiKeySource) -> Config {
@@ -143,6 +156,8 @@ impl Config {
             lease: DEFAULT_LEASE,
             command_grace: DEFAULT_COMMAND_GRACE,
             watchdog_grace: DEFAULT_WATCHDOG_GRACE,
+            max_running: None,
+            slot_wait: DEFAULT_SLOT_WAIT,
             internet: DEFAULT_INTERNET,
             security: DEFAULT_SECURITY,
             egress: crate::egress::EgressPolicy::none(),
@@ -303,8 +318,9 @@ impl Scope {
     }
 }
 
-/// What the backend runs on: the tokio runtime its network work is driven by, and the clock
-/// its lease decisions read. Injected so tests control time.
+/// What the backend runs on: the tokio runtime its network work is driven by, the clock its
+/// lease decisions read, and the fleet it shares the account's limit with. Injected so tests
+/// control time; clone one `Services` for every backend of a process so they share a fleet.
 #[derive(Clone, Debug)]
 pub struct Services {
     /// A multi-thread runtime. The backend's blocking methods call `Handle::block_on`, so they
@@ -315,15 +331,19 @@ pub struct Services {
     /// Told how long transfers and creation progress (a CLI draws a bar); `None` leaves the
     /// INFO log line every few seconds as the only report.
     pub progress: Option<crate::progress::ProgressObserver>,
+    /// The backends this one shares the account's limit of concurrently running sandboxes
+    /// with: a create or resume refused for it may pause another member's idle sandbox (L14).
+    pub fleet: crate::backend::Fleet,
 }
 
 impl Services {
-    /// `runtime` with the system clock.
+    /// `runtime` with the system clock and a fleet of its own (shared by clones).
     pub fn new(runtime: tokio::runtime::Handle) -> Services {
         Services {
             runtime,
             clock: Arc::new(SystemClock),
             progress: None,
+            fleet: crate::backend::Fleet::new(),
         }
     }
 }

@@ -34,18 +34,27 @@ pub enum Error {
         source: e2b_client::Error,
     },
 
-    /// Creating a sandbox was refused for the account's limit of concurrently running
-    /// sandboxes (E2B's HTTP 429 on create). `running` is how many run now, when one bounded
-    /// list request at the time of the error could tell.
+    /// Creating or resuming a sandbox was refused for the account's limit of concurrently
+    /// running sandboxes (E2B's HTTP 429), and no sandbox of this process could be paused
+    /// to free a slot within the wait (L14). `running` is how many run on the account, when
+    /// one bounded list request at the time of the error could tell.
     #[error(
-        "E2B {operation} failed: the account's limit of concurrently running sandboxes is reached{}",
-        Running(*.running)
+        "E2B {operation} failed{}: the account's limit of concurrently running sandboxes is reached{}; {this_process} other sandbox(es) of this process run and none could be paused (each has a command running or is busy), waited {} s for a slot",
+        ForSandbox(.sandbox_id.as_deref()),
+        Running(*.running),
+        .waited.as_secs()
     )]
     ConcurrencyLimit {
-        /// The backend step (`create`).
+        /// The backend step (`create`, `connect`).
         operation: &'static str,
+        /// The sandbox being resumed; `None` for a create.
+        sandbox_id: Option<String>,
         /// Sandboxes running on the account, if known.
         running: Option<u64>,
+        /// Other sandboxes of this process's fleet running at the time.
+        this_process: usize,
+        /// How long the start waited for a slot.
+        waited: std::time::Duration,
         /// The client's error (HTTP 429).
         #[source]
         source: e2b_client::Error,
@@ -306,6 +315,7 @@ impl Error {
             | Error::FileRefused { sandbox_id, .. }
             | Error::CheckpointRefused { sandbox_id, .. }
             | Error::Stalled { sandbox_id, .. }
+            | Error::ConcurrencyLimit { sandbox_id, .. }
             | Error::Closed { sandbox_id, .. } => sandbox_id.as_deref(),
             Error::Recovery { sandbox_id, .. }
             | Error::StateSync { sandbox_id, .. }
@@ -319,7 +329,6 @@ impl Error {
             Error::InvalidConfig { .. }
             | Error::MissingApiKey
             | Error::InvalidEgress { .. }
-            | Error::ConcurrencyLimit { .. }
             | Error::Io { .. }
             | Error::NotAttached { .. }
             | Error::NoSandbox { .. } => None,
@@ -418,9 +427,15 @@ impl Error {
             .is_some_and(|e| e.is_unauthorized() || e.is_forbidden())
     }
 
-    /// E2B refused a create for the account's limit of concurrently running sandboxes.
+    /// E2B refused a create or resume for the account's limit of concurrently running
+    /// sandboxes, and no sandbox of this process could be paused for it in time (L14).
     pub fn is_concurrency_limit(&self) -> bool {
         matches!(self, Error::ConcurrencyLimit { .. })
+    }
+
+    /// An E2B answer refusing for a limit (HTTP 429), before the backend judged it.
+    pub(crate) fn is_limit_refusal(&self) -> bool {
+        matches!(self, Error::E2b { source, .. } if source.is_rate_limited())
     }
 
     /// How many sandboxes were running when the concurrency limit refused a create, if known.

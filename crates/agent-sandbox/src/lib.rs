@@ -22,7 +22,7 @@ pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{
-    Backend, CallDeadline, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, STALLED_RETRY,
+    Backend, CallDeadline, Fleet, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, STALLED_RETRY,
     TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore,
 };
 pub use checkpoint::{
@@ -34,7 +34,7 @@ pub use command::{
 };
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
-    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, DEFAULT_WATCHDOG_GRACE,
+    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_SLOT_WAIT, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, DEFAULT_WATCHDOG_GRACE,
     E2B_DEFAULT_HOME, Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode, Scope, Services,
     WriterArbitration,
 };

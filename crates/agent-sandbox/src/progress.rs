@@ -24,6 +24,8 @@ pub enum ProgressUnit {
     Files,
     /// Steps of an operation (creation: one).
     Steps,
+    /// Seconds waited (for a sandbox slot under the account's limit, L14).
+    Seconds,
 }
 
 impl ProgressUnit {
@@ -33,6 +35,7 @@ impl ProgressUnit {
             ProgressUnit::Bytes => "bytes",
             ProgressUnit::Files => "files",
             ProgressUnit::Steps => "steps",
+            ProgressUnit::Seconds => "seconds",
         }
     }
 }
@@ -41,7 +44,7 @@ impl ProgressUnit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Progress {
-    /// `teardown pull`, `state recovery`, `upload files`, `create`.
+    /// `teardown pull`, `state recovery`, `upload files`, `create`, `wait for a sandbox slot`.
     pub operation: &'static str,
     /// The sandbox, once known.
     pub sandbox_id: Option<String>,

@@ -254,6 +254,17 @@ impl Server {
         self.app.requests.reset();
     }
 
+    /// Sets (or with `None` lifts) the limit of concurrently running sandboxes
+    /// (`--max-running`; also `POST /_e2b_local/limits`). Lowering it stops nothing.
+    pub fn set_max_running(&self, max_running: Option<u32>) {
+        self.app.store.set_max_running(max_running);
+    }
+
+    /// The limit of concurrently running sandboxes and how many run now.
+    pub fn running_limit(&self) -> (Option<u32>, usize) {
+        self.app.store.running_limit()
+    }
+
     /// The state directory in use (a temporary one unless configured).
     pub fn state_dir(&self) -> &Path {
         &self.state_dir

@@ -331,8 +331,10 @@ pub fn hint(error: &agent_sandbox::Error) -> Option<String> {
     if error.is_concurrency_limit() {
         return Some(
             "E2B limits how many sandboxes run at once per account, and paused sandboxes do \
-             not count; `hermes e2b list` shows this profile's, `hermes e2b rm` removes unused \
-             ones (or wait until one pauses)"
+             not count; the plugin pauses this process's idle sandboxes to make room, but none \
+             was idle. `hermes e2b list` shows this profile's sandboxes and `hermes e2b rm` \
+             removes unused ones; `slot_wait_seconds` waits longer for a slot, and \
+             `max_running` keeps this process below the account's limit on its own"
                 .to_owned(),
         );
     }

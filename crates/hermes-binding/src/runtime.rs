@@ -26,3 +26,12 @@ pub(crate) fn handle() -> Result<tokio::runtime::Handle, Error> {
     let runtime = RUNTIME.get_or_init(|| built);
     Ok(runtime.handle().clone())
 }
+
+static FLEET: OnceLock<agent_sandbox::Fleet> = OnceLock::new();
+
+/// The process's one fleet: every backend of a Hermes process (a gateway's many sessions)
+/// shares the E2B account's limit of concurrently running sandboxes, so a start refused for
+/// it may pause another session's idle sandbox (L14).
+pub(crate) fn fleet() -> agent_sandbox::Fleet {
+    FLEET.get_or_init(agent_sandbox::Fleet::new).clone()
+}

@@ -472,6 +472,12 @@ impl Settings {
         if let Some(grace) = seconds(raw, "watchdog_grace_seconds")? {
             config.watchdog_grace = grace;
         }
+        if let Some(cap) = count(raw, "max_running")? {
+            config.max_running = Some(u32::try_from(cap).unwrap_or(u32::MAX));
+        }
+        if let Some(wait) = seconds(raw, "slot_wait_seconds")? {
+            config.slot_wait = wait;
+        }
         if let Some(allowed) = boolean(raw, "allow_internet_access")? {
             config.internet = if allowed {
                 InternetAccess::Allowed

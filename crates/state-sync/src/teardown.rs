@@ -29,16 +29,19 @@ pub const TEARDOWN_ARCHIVE_PREFIX: &str = "/tmp/hermes-e2b-pull.";
 /// Prints nothing when `remote_root` is not a directory (verifiably nothing to pull). A
 /// failing `tar` removes its partial file and exits non-zero; the caller removes the file
 /// once it has it all (or gives up). Archives an hour old are removed first: a pull that lost
-/// its connection cannot leave one behind for good.
+/// its connection cannot leave one behind for good. The file is opened once, before its path
+/// is printed, and `tar` writes to that descriptor: a removal after a failure cannot be
+/// undone by a child of the shell the caller's kill missed opening the path again.
 pub fn teardown_file_command(remote_root: &str) -> Result<String, Error> {
     check_remote_path(OPERATION, remote_root)?;
     Ok(format!(
         "umask 077; \
          find /tmp -maxdepth 1 -name '{stale}*' -type f -mmin +60 -exec rm -f {{}} + 2>/dev/null; \
          [ -d {root} ] || exit 0; f=$(mktemp {TEARDOWN_ARCHIVE_PREFIX}XXXXXX) || exit 1; \
+         exec 3>\"$f\" || exit 1; \
          trap 'rm -f \"$f\"' HUP INT TERM; printf '%s\\n' \"$f\"; \
          b=; case $(tar --version 2>/dev/null) in *'GNU tar'*|*bsdtar*) b='-b {TEARDOWN_BLOCKING_FACTOR}' ;; esac; \
-         if tar $b -C {root} -cf - . > \"$f\"; then wc -c < \"$f\"; else rm -f \"$f\"; exit 1; fi",
+         if tar $b -C {root} -cf - . >&3; then wc -c < \"$f\"; else rm -f \"$f\"; exit 1; fi",
         root = shell_quote(remote_root),
         stale = TEARDOWN_ARCHIVE_PREFIX.trim_start_matches("/tmp/"),
     ))

@@ -26,13 +26,12 @@ use crate::report::{AttachInfo, Origin};
 use crate::transport::{StateTransport, TransportParts};
 use crate::warn_once;
 
-/// How long the count of running sandboxes may take when a create hit the concurrency limit:
-/// the count only adds to a message, so it must never delay the error much.
-const COUNT_RUNNING_DEADLINE: Duration = Duration::from_secs(5);
-
 impl Inner {
     pub(super) fn attach_new(&self) -> Result<Attached, Error> {
         let client = self.client()?;
+        // Before any request that may resume or create (the early connect of a remembered
+        // sandbox included), the process's own cap (L14).
+        self.keep_under_cap();
         match &self.config.mode {
             SandboxMode::Attach { sandbox_id } => {
                 let (sandbox, lease, resumed) = self.connect(&client, sandbox_id)?;
@@ -347,26 +346,12 @@ impl Inner {
             ProgressUnit::Steps,
             Some(1),
         );
-        let info = match self.block_on(client.create(options)) {
-            Ok(info) => info,
-            Err(source) if source.is_rate_limited() => {
-                // One bounded count so the person knows how many hold the limit; its own
-                // failure only leaves the count out (O5).
-                let running = self
-                    .block_on(async {
-                        tokio::time::timeout(COUNT_RUNNING_DEADLINE, client.count_running()).await
-                    })
-                    .ok()
-                    .and_then(Result::ok)
-                    .flatten();
-                return Err(Error::ConcurrencyLimit {
-                    operation: "create",
-                    running,
-                    source,
-                });
-            }
-            Err(source) => return Err(Error::e2b("create", None, source)),
-        };
+        // A create refused for the account's limit pauses an idle sandbox of this process
+        // and tries again, or waits a bounded time for a slot (L14).
+        let info = self.within_limit("create", None, || {
+            self.block_on(client.create(options.clone()))
+                .map_err(|source| Error::e2b("create", None, source))
+        })?;
         let mut meter = meter;
         meter.advance(1);
         meter.finish();
@@ -383,7 +368,11 @@ impl Inner {
         client: &Client,
         id: &SandboxId,
     ) -> Result<(Sandbox, LeaseTracker, bool), Error> {
-        self.block_on(self.connect_async(client, id, "connect"))
+        // A resume refused for the account's limit pauses an idle sandbox of this process
+        // and tries again, or waits a bounded time for a slot (L14).
+        self.within_limit("connect", Some(id), || {
+            self.block_on(self.connect_async(client, id, "connect"))
+        })
     }
 
     /// [`connect`](Self::connect) as a future, to overlap with other requests; its errors

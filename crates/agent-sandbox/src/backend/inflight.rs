@@ -36,6 +36,15 @@ impl Inflight {
         }
     }
 
+    /// Whether nothing runs now.
+    pub(super) fn is_idle(&self) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .what
+            .is_empty()
+    }
+
     pub(super) fn wait_idle(&self) {
         let running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let _idle = self

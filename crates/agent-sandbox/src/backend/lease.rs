@@ -35,11 +35,14 @@ impl Inner {
             // may be gone by then).
             attached.client = self.client()?;
         }
-        bump(&self.stats.connects);
-        bump(&self.stats.lease_extensions);
-        let connected = self
-            .block_on(attached.client.connect(&attached.id, request.timeout()))
-            .map_err(|source| Error::e2b("connect", Some(attached.id.as_str()), source))?;
+        // The connect resumes a sandbox that paused (on its lease, or for the account's
+        // limit), so it is a start like a create (L14).
+        let connected = self.within_limit("connect", Some(&attached.id), || {
+            bump(&self.stats.connects);
+            bump(&self.stats.lease_extensions);
+            self.block_on(attached.client.connect(&attached.id, request.timeout()))
+                .map_err(|source| Error::e2b("connect", Some(attached.id.as_str()), source))
+        })?;
         attached.lease.confirm(&request);
         // A resumed sandbox may come back with new envd connection details.
         let sandbox = attached

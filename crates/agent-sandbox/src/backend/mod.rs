@@ -15,6 +15,8 @@ pub(crate) use egress::{egress_rules, noted_for as noted_egress_for};
 pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore};
 mod fence;
 mod fetch;
+mod fleet;
+pub use fleet::Fleet;
 mod gates;
 mod holder;
 use holder::{StateGuard, StateHolder};
@@ -137,6 +139,10 @@ struct Inner {
     egress: Mutex<crate::egress::EgressPolicy>,
     /// The last checkpoint time this process named (Unix milliseconds): names never repeat.
     last_checkpoint_ms: AtomicU64,
+    /// When the scope was last used ([`Clock::since_boot`](crate::Clock::since_boot), in
+    /// milliseconds): a command's start and end, a file operation. Shared with the pump,
+    /// which records a command's end; the fleet pauses the idlest first (L14).
+    last_use: Arc<AtomicU64>,
     stats: Counters,
 }
 
@@ -313,8 +319,9 @@ impl Backend {
             _ => None,
         };
         let egress = Mutex::new(config.egress.clone());
-        Ok(Backend {
-            inner: Arc::new(Inner {
+        let last_use = Arc::new(AtomicU64::new(0));
+        fleet::touch(&last_use, &*services.clock);
+        let inner = Arc::new(Inner {
                 config,
                 scope,
                 services,
@@ -331,9 +338,11 @@ impl Backend {
                 note_serial: Mutex::new(()),
                 egress,
                 last_checkpoint_ms: AtomicU64::new(0),
+                last_use,
                 stats: Counters::default(),
-            }),
-        })
+        });
+        inner.services.fleet.join(&inner);
+        Ok(Backend { inner })
     }
 
     /// The scope digest this backend's sandboxes carry in their metadata (I1).
@@ -483,8 +492,10 @@ impl Backend {
             unreachable!("attached above and not detached on success")
         };
         bump(&inner.stats.commands);
+        inner.touch();
         let token = inner.inflight.enter(describe_command(pid, command));
         let inflight = Arc::clone(&inner.inflight);
+        let (last_use, clock) = (Arc::clone(&inner.last_use), Arc::clone(&inner.services.clock));
         let launched = command::spawn(Launch {
             runtime: inner.services.runtime.clone(),
             sandbox: attached.sandbox.clone(),
@@ -493,7 +504,10 @@ impl Backend {
             deadline: options.deadline,
             kill_grace: options.kill_grace,
             sink,
-            on_done: Box::new(move || inflight.leave(token)),
+            on_done: Box::new(move || {
+                fleet::touch(&last_use, &*clock);
+                inflight.leave(token);
+            }),
         });
         if launched.is_err() {
             inner.inflight.leave(token);
@@ -544,6 +558,7 @@ impl Backend {
         let inner = &*self.inner;
         let mut state = inner.lock_state(operation);
         let attached = inner.ensure_attached(&mut state, operation)?;
+        inner.touch();
         let result =
             inner
                 .prepare(attached, window)

@@ -81,7 +81,13 @@ impl Inner {
                 let (mut lease, request) = self.opening_lease();
                 let mut options = options;
                 options.timeout = Some(request.timeout());
-                match self.block_on(client.create(options)) {
+                // The restored sandbox runs beside the old one until the old is killed: a
+                // start under the account's limit like any create (L14).
+                let created = self.within_limit(operation, Some(&old_id), || {
+                    self.block_on(client.create(options.clone()))
+                        .map_err(|source| Error::e2b(operation, Some(old_id.as_str()), source))
+                });
+                match created {
                     Ok(info) => {
                         lease.confirm(&request);
                         // The create's answer carries envd's address: no connect needed.
@@ -90,9 +96,9 @@ impl Inner {
                         });
                         (checkpoint, info.sandbox_id, Some((sandbox, lease)))
                     }
-                    Err(source) => {
+                    Err(error) => {
                         *state = Phase::Attached(old);
-                        return Err(Error::e2b(operation, Some(old_id.as_str()), source));
+                        return Err(error);
                     }
                 }
             }
@@ -218,7 +224,9 @@ impl Inner {
         id: &SandboxId,
         operation: &'static str,
     ) -> Result<(e2b_client::Sandbox, LeaseTracker), Error> {
-        let (sandbox, lease, _) = self.block_on(self.connect_async(client, id, operation))?;
+        let (sandbox, lease, _) = self.within_limit(operation, Some(id), || {
+            self.block_on(self.connect_async(client, id, operation))
+        })?;
         Ok((sandbox, lease))
     }
 

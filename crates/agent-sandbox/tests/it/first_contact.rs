@@ -47,14 +47,24 @@ fn the_concurrency_limit_says_how_many_run() {
     // Two run already (other sessions').
     world.persistent_task("one").attach().expect("one");
     world.persistent_task("two").attach().expect("two");
-    // An ephemeral backend creates at once: the fault meets the create.
-    let backend = world.backend(
-        SandboxMode::Ephemeral {
-            lifetime: Duration::from_secs(300),
-        },
-        "third",
+    // An ephemeral backend creates at once: the fault meets the create. It stands for
+    // another process (a fleet of its own: nothing of its own to pause) that waits for no
+    // slot (L14 has its own tests).
+    let mut config = world.config(SandboxMode::Ephemeral {
+        lifetime: Duration::from_secs(300),
+    });
+    config.slot_wait = Duration::ZERO;
+    let services = agent_sandbox::Services {
+        fleet: agent_sandbox::Fleet::new(),
+        ..world.services()
+    };
+    let backend = agent_sandbox::Backend::new(
+        config,
+        world.scope("third"),
+        services,
         std::sync::Arc::new(agent_sandbox::NoStateHooks),
-    );
+    )
+    .expect("backend");
     rest_fault(
         &world,
         429,
@@ -67,7 +77,9 @@ fn the_concurrency_limit_says_how_many_run() {
     assert_eq!(
         text,
         "E2B create failed: the account's limit of concurrently running sandboxes is reached \
-         (2 running now): HTTP 429: You have reached the maximum number of concurrent E2B sandboxes"
+         (2 running now); 0 other sandbox(es) of this process run and none could be paused (each \
+         has a command running or is busy), waited 0 s for a slot: HTTP 429: You have reached \
+         the maximum number of concurrent E2B sandboxes"
     );
 }
 

@@ -1,6 +1,7 @@
 //! agent-sandbox's integration tests, one binary: each module was once its own test file.
 //! They share `support` (an in-process e2b-local world); `support::World` serialises them.
 
+mod account_limit;
 mod arbitration;
 mod campaign;
 mod checkpoints;

@@ -280,6 +280,8 @@ fn backend_error(url: String, mode: agent_sandbox::SandboxMode) -> agent_sandbox
     ));
     config.endpoints = agent_sandbox::Endpoints::single(url);
     config.mode = mode;
+    // A refusal for the account's limit fails at once instead of waiting for a slot.
+    config.slot_wait = std::time::Duration::ZERO;
     let home = tempfile::tempdir().expect("home");
     let backend = agent_sandbox::Backend::new(
         config,
@@ -332,7 +334,7 @@ fn each_failure_a_user_can_act_on_carries_one_hint() {
             ephemeral(),
         ),
         "E2B create failed",
-        "paused sandboxes do not count; `hermes e2b list`",
+        "paused sandboxes do not count; the plugin pauses this process's idle sandboxes",
     );
     assert!(text.contains("HTTP 429"), "{text}");
     assert_one_hint(

@@ -312,7 +312,8 @@ impl PyBackend {
             idle_lifetime(lifetime_seconds),
         );
         config.host_only = host_only;
-        let services = Services::new(runtime::handle()?);
+        let mut services = Services::new(runtime::handle()?);
+        services.fleet = runtime::fleet();
         let deferred = Deferred::default();
         let hooks = Arc::new(PyHooks {
             target: hooks,

@@ -234,7 +234,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 19] = [
+pub const SETTINGS: [Setting; 21] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -271,6 +271,23 @@ pub const SETTINGS: [Setting; 19] = [
         default: SettingDefault::Config(|config| seconds(config.watchdog_grace)),
         env: None,
         description: "How long past its own time a tool call may wait for the sandbox before the watchdog ends it.",
+    },
+    Setting {
+        key: "max_running",
+        kind: SettingKind::Count {
+            min: 1,
+            max: MAX_RUNNING,
+        },
+        default: SettingDefault::Unset("none (only E2B's account limit)"),
+        env: None,
+        description: "At most this many of this Hermes process's sandboxes run at once: before another starts, the one idle longest is paused (it resumes on its next command). Set it at or below the E2B account's limit of concurrently running sandboxes.",
+    },
+    Setting {
+        key: "slot_wait_seconds",
+        kind: SettingKind::Seconds { min: 0 },
+        default: SettingDefault::Config(|config| seconds(config.slot_wait)),
+        env: None,
+        description: "When E2B's limit of concurrently running sandboxes refuses a start and none of this process's sandboxes is idle to pause, how long the command waits for a slot before it fails.",
     },
     Setting {
         key: "allow_internet_access",
@@ -381,6 +398,9 @@ pub const SETTINGS: [Setting; 19] = [
         description: "Turn-level file checkpoints kept inside the sandbox (a tar of the working directory before each turn's first file change); 0 turns them off.",
     },
 ];
+
+/// The largest `max_running`: far above any E2B plan's limit.
+pub const MAX_RUNNING: u64 = 10_000;
 
 /// The most automatic checkpoints `checkpoint_keep` may keep.
 pub const MAX_KEEP: u64 = 100;

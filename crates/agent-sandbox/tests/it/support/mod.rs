@@ -28,6 +28,8 @@ pub struct World {
     pub server: Option<e2b_local::Server>,
     pub home: tempfile::TempDir,
     pub clock: Arc<ManualClock>,
+    /// The backends of this world share one fleet, as a process's do (L14).
+    pub fleet: agent_sandbox::Fleet,
     pub url: String,
     _serial: std::sync::MutexGuard<'static, ()>,
 }
@@ -62,6 +64,7 @@ impl World {
             server: Some(server),
             home: tempfile::tempdir().expect("temp home"),
             clock: Arc::new(ManualClock::new()),
+            fleet: agent_sandbox::Fleet::new(),
             url,
             _serial: serial,
         }
@@ -90,6 +93,7 @@ impl World {
             runtime: self.runtime.handle().clone(),
             clock: self.clock.clone(),
             progress: None,
+            fleet: self.fleet.clone(),
         }
     }
 

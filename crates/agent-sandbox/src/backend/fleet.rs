@@ -1,0 +1,293 @@
+//! The account's limit of concurrently running sandboxes (L14): the backends of one process
+//! form a [`Fleet`], and a create or resume that E2B refuses for the limit (or that
+//! `max_running` would take past this process's own cap) pauses the fleet's sandbox that
+//! has been idle longest and tries again; when none can be paused it waits a bounded time
+//! for a slot.
+//!
+//! What may be paused is decided under that scope's own state lock, taken with `try_lock`
+//! only: a scope whose lock is held is mid-operation (an attach, a sync, a checkpoint) and
+//! is skipped, and a caller holding its own lock never waits for another scope's, so two
+//! scopes competing for slots cannot deadlock. Only a sandbox this process owns and whose
+//! writer state is settled is paused: the writer after its bring-up, or an ephemeral owner
+//! after its first push; never a reader's, an attached (external) one or the prompt
+//! probe's, and never one with a command or fetch in flight (its `Inflight` count is read
+//! under the same lock that every start enters it under). A paused sandbox keeps its
+//! files and the scope keeps its attachment with a forgotten lease, so its next use
+//! reconnects first, which resumes it: the cost is one resume.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use e2b_client::SandboxId;
+
+use super::holder::StateGuard;
+use super::{Inner, Phase, Role};
+use crate::error::{Error, ErrorChain};
+use crate::progress::{Meter, ProgressUnit};
+
+/// How often a create or resume that found no sandbox to pause tries again while it waits
+/// for a slot.
+const SLOT_POLL: Duration = Duration::from_secs(1);
+
+/// At most this many sandboxes are paused for one create or resume: a bound on the loop, in
+/// case slots freed by this process are taken by others as fast as they are freed.
+const MAX_PAUSES_PER_START: usize = 8;
+
+/// The backends of one process that share an E2B account, and so its limit of concurrently
+/// running sandboxes (L14).
+///
+/// [`Services`](crate::Services) carries one: backends built from clones of the same
+/// `Services` share it, and a create or resume refused for the limit may pause another
+/// member's idle sandbox. A member is held weakly: dropping a backend leaves the fleet.
+#[derive(Clone, Default)]
+pub struct Fleet {
+    members: Arc<Mutex<Vec<Weak<Inner>>>>,
+}
+
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet")
+            .field("members", &self.members().len())
+            .finish()
+    }
+}
+
+impl Fleet {
+    /// An empty fleet.
+    pub fn new() -> Fleet {
+        Fleet::default()
+    }
+
+    /// How many members' sandboxes run now as far as this process knows (attached, with a
+    /// lease that has not run out). A member busy with an operation counts as running.
+    pub fn running(&self) -> usize {
+        self.members()
+            .iter()
+            .filter(|member| member.believed_running())
+            .count()
+    }
+
+    pub(super) fn join(&self, member: &Arc<Inner>) {
+        let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+        // Dropped backends are swept when the list would grow, so it stays proportional to
+        // the live members however many come and go.
+        if members.len() == members.capacity() {
+            members.retain(|weak| weak.strong_count() > 0);
+        }
+        members.push(Arc::downgrade(member));
+    }
+
+    fn members(&self) -> Vec<Arc<Inner>> {
+        self.members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    /// Pauses the sandbox of the member (other than `asking`) idle longest that may be
+    /// paused; its id, or `None` when no member's may.
+    fn pause_idlest(&self, asking: &Inner) -> Option<SandboxId> {
+        let mut members: Vec<Arc<Inner>> = self
+            .members()
+            .into_iter()
+            .filter(|member| !std::ptr::eq(Arc::as_ptr(member), asking))
+            .collect();
+        members.sort_by_key(|member| member.last_use.load(Ordering::Relaxed));
+        members.iter().find_map(|member| member.pause_if_idle())
+    }
+
+    /// Members other than `asking` whose sandboxes run now.
+    fn running_besides(&self, asking: &Inner) -> usize {
+        self.members()
+            .iter()
+            .filter(|member| !std::ptr::eq(Arc::as_ptr(member), asking))
+            .filter(|member| member.believed_running())
+            .count()
+    }
+}
+
+impl Inner {
+    /// Records a use of the scope now: what "idle longest" is measured from.
+    pub(super) fn touch(&self) {
+        touch(&self.last_use, &*self.services.clock);
+    }
+
+    /// Whether this scope's sandbox runs as far as this process knows. A scope busy with an
+    /// operation counts as running: it may be creating or resuming one this moment.
+    fn believed_running(&self) -> bool {
+        let Ok(guard) = self.state.try_lock() else {
+            return true;
+        };
+        match &*guard {
+            Phase::Attached(attached) | Phase::Closing(Some(attached)) => attached
+                .lease
+                .covers(self.services.clock.now(), Duration::ZERO),
+            _ => false,
+        }
+    }
+
+    /// Pauses this scope's sandbox if it may be paused now (see the module docs); its id
+    /// when it was paused (or E2B had paused it already).
+    fn pause_if_idle(&self) -> Option<SandboxId> {
+        let guard = self.state.try_lock().ok()?;
+        let mut state = StateGuard::new(guard, &self.holder, "pause for the account's limit");
+        let Phase::Attached(attached) = &mut *state else {
+            return None;
+        };
+        let owned_and_settled = matches!(
+            attached.role,
+            Role::Writer(_) | Role::Owner { pushed: true }
+        );
+        if !owned_and_settled
+            || !self.inflight.is_idle()
+            || !attached.lease.covers(self.services.clock.now(), Duration::ZERO)
+        {
+            return None;
+        }
+        let id = attached.id.clone();
+        match self.block_on(attached.client.pause(&id)) {
+            Ok(_) => {}
+            Err(error) => {
+                // Gone or not running frees the slot as well; anything else leaves it as
+                // it was, and the next member is tried.
+                if !error.is_not_found() {
+                    tracing::debug!(sandbox_id = %id, "pausing an idle sandbox for the account's limit failed: {}", ErrorChain(&error));
+                    return None;
+                }
+            }
+        }
+        // The next use reconnects first, which resumes it (or tells it is gone).
+        attached.lease.forget();
+        tracing::info!(
+            sandbox_id = %id,
+            "E2B sandbox {id} paused to free a slot under the account's limit of concurrently running sandboxes; its next command resumes it"
+        );
+        Some(id)
+    }
+
+    /// Starts a sandbox (`start`: a create or a resume, `operation` names it) within the
+    /// account's limit (L14). Before it, when this scope's `max_running` is reached by the
+    /// fleet's other running sandboxes, the idlest is paused. When E2B refuses for the
+    /// limit, the idlest member's sandbox is paused and `start` runs again; when none can
+    /// be paused, it runs again every [`SLOT_POLL`] for up to the `slot_wait` setting, with
+    /// a progress report, then fails with [`Error::ConcurrencyLimit`].
+    pub(super) fn within_limit<T>(
+        &self,
+        operation: &'static str,
+        sandbox_id: Option<&SandboxId>,
+        mut start: impl FnMut() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let fleet = &self.services.fleet;
+        self.keep_under_cap();
+        let mut paused = 0;
+        let mut waiting: Option<(Instant, Meter)> = None;
+        loop {
+            let error = match start() {
+                Ok(started) => {
+                    if let Some((_, meter)) = waiting {
+                        meter.finish();
+                    }
+                    return Ok(started);
+                }
+                Err(error) if error.is_limit_refusal() => error,
+                Err(error) => return Err(error),
+            };
+            if paused < MAX_PAUSES_PER_START && fleet.pause_idlest(self).is_some() {
+                paused += 1;
+                continue;
+            }
+            let (since, meter) = waiting.get_or_insert_with(|| {
+                tracing::info!(
+                    sandbox_id = sandbox_id.map(SandboxId::as_str).unwrap_or(""),
+                    "E2B {operation}: the account's limit of concurrently running sandboxes is reached and none of this process's can be paused now; waiting up to {} s for a slot",
+                    self.config.slot_wait.as_secs()
+                );
+                let meter = Meter::start(
+                    self.services.progress.clone(),
+                    "wait for a sandbox slot",
+                    sandbox_id.map(SandboxId::as_str),
+                    ProgressUnit::Seconds,
+                    Some(self.config.slot_wait.as_secs()),
+                );
+                (Instant::now(), meter)
+            });
+            let waited = since.elapsed();
+            if waited >= self.config.slot_wait {
+                let (_, meter) = waiting.take().expect("set just above");
+                meter.finish();
+                return Err(self.limit_error(operation, sandbox_id, waited, error));
+            }
+            let pause = SLOT_POLL.min(self.config.slot_wait - waited);
+            // The timer is made inside the runtime (a sleep made outside it has no reactor).
+            self.block_on(async move { tokio::time::sleep(pause).await });
+            meter.advance(pause.as_secs().max(1));
+        }
+    }
+
+    /// With `max_running` set: pauses the fleet's idlest sandboxes while that many others
+    /// run, so the start about to be made stays under the cap. A soft cap: when none may be
+    /// paused, the start goes ahead and only E2B's own limit refuses it.
+    pub(super) fn keep_under_cap(&self) {
+        let Some(cap) = self.config.max_running else {
+            return;
+        };
+        let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+        let fleet = &self.services.fleet;
+        let mut paused = 0;
+        while paused < MAX_PAUSES_PER_START
+            && fleet.running_besides(self) >= cap
+            && fleet.pause_idlest(self).is_some()
+        {
+            paused += 1;
+        }
+    }
+
+    /// The error a start refused for the limit ends with: how many run on the account (one
+    /// bounded count) and in this process, and how long it waited.
+    fn limit_error(
+        &self,
+        operation: &'static str,
+        sandbox_id: Option<&SandboxId>,
+        waited: Duration,
+        refused: Error,
+    ) -> Error {
+        let Error::E2b { source, .. } = refused else {
+            return refused;
+        };
+        let running = self.count_running();
+        Error::ConcurrencyLimit {
+            operation,
+            sandbox_id: sandbox_id.map(|id| id.as_str().to_owned()),
+            running,
+            this_process: self.services.fleet.running_besides(self),
+            waited,
+            source,
+        }
+    }
+
+    /// One bounded count of the account's running sandboxes, so the person knows how many
+    /// hold the limit; its own failure only leaves the count out (O5).
+    fn count_running(&self) -> Option<u64> {
+        let client = self.client().ok()?;
+        self.block_on(async {
+            tokio::time::timeout(COUNT_RUNNING_DEADLINE, client.count_running()).await
+        })
+        .ok()
+        .and_then(Result::ok)
+        .flatten()
+    }
+}
+
+/// How long the count of running sandboxes may take when a start hit the limit: the count
+/// only adds to a message, so it must never delay the error much.
+const COUNT_RUNNING_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Stores "now" (the clock's boot time, in milliseconds) in `last_use`.
+pub(super) fn touch(last_use: &std::sync::atomic::AtomicU64, clock: &dyn crate::Clock) {
+    let now = u64::try_from(clock.since_boot().as_millis()).unwrap_or(u64::MAX);
+    last_use.store(now, Ordering::Relaxed);
+}

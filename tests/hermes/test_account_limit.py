@@ -1,0 +1,94 @@
+"""A gateway with more sessions than the account's limit of concurrently running sandboxes
+(issue 30, contract L14): e2b-local runs with `--max-running 3`, five sessions of one Hermes
+process take turns, and each session's commands succeed. A start E2B refuses for the limit
+pauses the process's idlest sandbox and tries again; a paused sandbox resumes on its next
+command with its files and the writer's pushed state intact; a sandbox with a command
+running is never paused. Real Hermes, real e2b-local."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+
+import pytest
+
+from conftest import LocalServer
+from test_environment import run, sandboxes
+
+
+@pytest.fixture(scope="module")
+def limited():
+    server = LocalServer("--max-running", "3")
+    yield server
+    server.stop()
+
+
+def limits(server) -> dict:
+    request = urllib.request.Request(f"{server.api_url}/_e2b_local/limits", headers={"X-API-Key": "e2b_test_listing"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_five_sessions_share_three_slots_and_lose_nothing(home, limited):
+    # contract: L14
+    tag = uuid.uuid4().hex
+    home.write_config(settings=limited.settings(metadata={"test": tag}, slot_wait_seconds=60),
+                      terminal={"timeout": 120})
+    home.write_key()
+    skill = home.path / "skills" / "limit" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# pushed by the writer\n")
+    result = run(home, f"""
+        import threading, time, urllib.request
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        import tools.terminal_tool as terminal
+        def running_processes():
+            request = urllib.request.Request("{limited.api_url}/_e2b_local/requests", headers={{"X-API-Key": "e2b_test_listing"}})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())["runningProcesses"]
+        r = {{"made": {{}}, "again": {{}}, "skill": {{}}}}
+        # Round one: five sessions, three slots. Each leaves a mark in its sandbox.
+        for n in range(1, 6):
+            r["made"][n] = T(f"echo session-{{n}} > ~/mark; cat ~/mark", task_id=f"s{{n}}")
+        # Session one runs a long command, released only by a file; meanwhile the others
+        # take turns, and every resume needs a slot that only a pause can free.
+        held = {{}}
+        def hold():
+            held["result"] = T("while [ ! -e /tmp/go ]; do sleep 0.1; done; echo held-done",
+                               task_id="s1", timeout=120)
+        holder = threading.Thread(target=hold)
+        holder.start()
+        for _ in range(600):
+            if running_processes() > 0:
+                break
+            time.sleep(0.1)
+        r["held_started"] = running_processes() > 0
+        for n in range(2, 6):
+            r["again"][n] = T("cat ~/mark", task_id=f"s{{n}}")
+            r["skill"][n] = T("cat ~/.hermes/skills/limit/SKILL.md", task_id=f"s{{n}}")
+        r["release"] = T("touch /tmp/go", task_id="s1")
+        holder.join(180)
+        r["held"] = held.get("result")
+        r["again"][1] = T("cat ~/mark", task_id="s1")
+        r["keys"] = sorted(terminal._active_environments)
+        for key in list(terminal._active_environments):
+            cleanup_vm(key)
+        finish(r)
+    """)
+    for n in range(1, 6):
+        assert result["made"][str(n)]["exit_code"] == 0, result["made"][str(n)]
+        assert result["made"][str(n)]["output"] == f"session-{n}"
+        assert result["again"][str(n)]["output"] == f"session-{n}", result["again"][str(n)]
+    for n in range(2, 6):
+        assert result["skill"][str(n)]["output"] == "# pushed by the writer", result["skill"][str(n)]
+    assert result["held_started"]
+    # Had session one's sandbox been paused under its command, the command would have died.
+    assert result["release"]["exit_code"] == 0, result["release"]
+    assert result["held"] is not None and result["held"]["exit_code"] == 0, result["held"]
+    assert result["held"]["output"] == "held-done"
+    assert len(result["keys"]) == 5
+    # One sandbox per session, never more than the limit running.
+    found = sandboxes(limited, tag)
+    assert len(found) == 5, found
+    assert limits(limited)["running"] <= 3
