@@ -1,5 +1,5 @@
 """A gateway with more sessions than the account's limit of concurrently running sandboxes
-(issue 30, contract L14): e2b-local runs with `--max-running 3`, five sessions of one Hermes
+(issue 30, contract L14): e2b-local runs with `--max-running 3`, five gateway chats of one Hermes
 process take turns, and each session's commands succeed. A start E2B refuses for the limit
 pauses the process's idlest sandbox and tries again; a paused sandbox resumes on its next
 command with its files and the writer's pushed state intact; a sandbox with a command
@@ -41,22 +41,30 @@ def test_five_sessions_share_three_slots_and_lose_nothing(home, limited):
     skill.write_text("# pushed by the writer\n")
     result = run(home, f"""
         import threading, time, urllib.request
+        from gateway.session_context import clear_session_vars, set_session_vars
         from tools.terminal_tool_lifecycle import cleanup_vm
         import tools.terminal_tool as terminal
+        def in_chat(chat, command, **kwargs):
+            # Hermes' gateway runs each chat's turns in that chat's session context: one
+            # scope, so one sandbox, per chat.
+            tokens = set_session_vars(platform="telegram", chat_id=str(chat), session_key=f"agent:main:telegram:dm:{{chat}}")
+            try:
+                return T(command, task_id=f"turn-{{chat}}", **kwargs)
+            finally:
+                clear_session_vars(tokens)
         def running_processes():
             request = urllib.request.Request("{limited.api_url}/_e2b_local/requests", headers={{"X-API-Key": "e2b_test_listing"}})
             with urllib.request.urlopen(request, timeout=30) as response:
                 return json.loads(response.read())["runningProcesses"]
         r = {{"made": {{}}, "again": {{}}, "skill": {{}}}}
-        # Round one: five sessions, three slots. Each leaves a mark in its sandbox.
+        # Round one: five chats, three slots. Each leaves a mark in its sandbox.
         for n in range(1, 6):
-            r["made"][n] = T(f"echo session-{{n}} > ~/mark; cat ~/mark", task_id=f"s{{n}}")
-        # Session one runs a long command, released only by a file; meanwhile the others
-        # take turns, and every resume needs a slot that only a pause can free.
+            r["made"][n] = in_chat(n, f"echo session-{{n}} > ~/mark; cat ~/mark")
+        # Chat one runs a long command, released only by a file; meanwhile the others take
+        # turns, and every resume needs a slot that only a pause can free.
         held = {{}}
         def hold():
-            held["result"] = T("while [ ! -e /tmp/go ]; do sleep 0.1; done; echo held-done",
-                               task_id="s1", timeout=120)
+            held["result"] = in_chat(1, "while [ ! -e /tmp/go ]; do sleep 0.1; done; echo held-done", timeout=120)
         holder = threading.Thread(target=hold)
         holder.start()
         for _ in range(600):
@@ -65,12 +73,12 @@ def test_five_sessions_share_three_slots_and_lose_nothing(home, limited):
             time.sleep(0.1)
         r["held_started"] = running_processes() > 0
         for n in range(2, 6):
-            r["again"][n] = T("cat ~/mark", task_id=f"s{{n}}")
-            r["skill"][n] = T("cat ~/.hermes/skills/limit/SKILL.md", task_id=f"s{{n}}")
-        r["release"] = T("touch /tmp/go", task_id="s1")
+            r["again"][n] = in_chat(n, "cat ~/mark")
+            r["skill"][n] = in_chat(n, "cat ~/.hermes/skills/limit/SKILL.md")
+        r["release"] = in_chat(1, "touch /tmp/go")
         holder.join(180)
         r["held"] = held.get("result")
-        r["again"][1] = T("cat ~/mark", task_id="s1")
+        r["again"][1] = in_chat(1, "cat ~/mark")
         r["keys"] = sorted(terminal._active_environments)
         for key in list(terminal._active_environments):
             cleanup_vm(key)
