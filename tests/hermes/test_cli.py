@@ -54,16 +54,26 @@ class Session:
     """A Hermes process whose terminal tool attached (the writer on this host) and holds on
     until stopped; `sandbox_id` is what the sandbox says its id is."""
 
-    def __init__(self, home, command="true", task=None):
-        # Without `task`: PRELUDE's task id for the command, as the tests before it had.
-        task_arg = "" if task is None else f", task_id={task!r}"
+    def __init__(self, home, command="true", chat=None):
+        # `chat`: the command runs in that gateway chat's session context (Hermes'
+        # HERMES_SESSION_KEY), so each chat has a scope, and a sandbox, of its own.
         script = NETWORK_GUARD + PRELUDE + textwrap.dedent(f"""
             import sys
-            r = T({command!r} + "; echo SANDBOX=$E2B_SANDBOX_ID"{task_arg})
+            from gateway.session_context import clear_session_vars, set_session_vars
+            import tools.terminal_tool as terminal
+            from tools.terminal_tool_lifecycle import cleanup_vm
+            chat = {chat!r}
+            tokens = chat and set_session_vars(platform="telegram", chat_id=chat,
+                                               session_key=f"agent:main:telegram:dm:{{chat}}")
+            r = T({command!r} + "; echo SANDBOX=$E2B_SANDBOX_ID")
             print("READY " + json.dumps(r), flush=True)
             sys.stdin.read()
-            from tools.terminal_tool_lifecycle import cleanup_vm
-            cleanup_vm({task or "default"!r})
+            if chat:
+                for key in list(terminal._active_environments):
+                    cleanup_vm(key)
+                clear_session_vars(tokens)
+            else:
+                cleanup_vm("default")
         """)
         self.proc = subprocess.Popen([sys.executable, "-c", script], env=home.env(), cwd=home.path,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -291,14 +301,18 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
     import time
 
     home, _ = profile
-    Session(home, task="alpha").stop()
-    Session(home, task="beta").stop()
-    again = Session(home, task="alpha")  # alpha used again, after beta; it stays attached
+    first = Session(home, chat="1")
+    first.stop()
+    second = Session(home, chat="2")
+    second.stop()
+    again = Session(home, chat="1")  # chat 1's session used again, after chat 2's; it stays attached
     try:
+        assert again.sandbox_id == first.sandbox_id != second.sandbox_id
         listed = json.loads(e2b(home, "list", "--json").stdout)
-        assert [e["host"]["task_id"] for e in listed] == ["alpha", "beta"], listed
+        assert [e["sandbox_id"] for e in listed] == [first.sandbox_id, second.sandbox_id], listed
         alpha, beta = listed
-        assert alpha["sandbox_id"] == again.sandbox_id
+        tasks = [e["host"]["task_id"] for e in listed]
+        assert all(tasks) and tasks[0] != tasks[1], tasks
         for entry in listed:
             # The fields list printed before stay; the new ones come beside them.
             for key in ("sandbox_id", "state", "template", "mode", "scope", "owner", "started_at",
@@ -312,7 +326,7 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
 
         header, rows = list_rows(home)
         assert header.split() == ["SESSION", "STATE", "LAST", "USE", "IDLE", "SANDBOX", "TEMPLATE", "MODE", "LEASE"]
-        assert [row.split()[0] for row in rows] == ["alpha", "beta"]
+        assert [row.split()[0] for row in rows] == tasks
         # One line per sandbox, aligned: each column starts where its header does; `~` marks a
         # last use estimated from E2B's lease end.
         for row, entry in zip(rows, listed):
@@ -349,5 +363,5 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
     assert paused["last_used_at"] <= paused["paused_at"] and paused["idle_seconds"] >= beta["idle_seconds"]
     assert paused["lease_left_seconds"] is None
     header, rows = list_rows(home)
-    assert rows[1].split()[:2] == ["beta", "paused"] and " paused 20" in rows[1], rows[1]
+    assert rows[1].split()[:2] == [tasks[1], "paused"] and " paused 20" in rows[1], rows[1]
     logs_hold_no_key(home)
