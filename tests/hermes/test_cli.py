@@ -54,14 +54,26 @@ class Session:
     """A Hermes process whose terminal tool attached (the writer on this host) and holds on
     until stopped; `sandbox_id` is what the sandbox says its id is."""
 
-    def __init__(self, home, command="true"):
+    def __init__(self, home, command="true", chat=None):
+        # `chat`: the command runs in that gateway chat's session context (Hermes'
+        # HERMES_SESSION_KEY), so each chat has a scope, and a sandbox, of its own.
         script = NETWORK_GUARD + PRELUDE + textwrap.dedent(f"""
             import sys
+            from gateway.session_context import clear_session_vars, set_session_vars
+            import tools.terminal_tool as terminal
+            from tools.terminal_tool_lifecycle import cleanup_vm
+            chat = {chat!r}
+            tokens = chat and set_session_vars(platform="telegram", chat_id=chat,
+                                               session_key=f"agent:main:telegram:dm:{{chat}}")
             r = T({command!r} + "; echo SANDBOX=$E2B_SANDBOX_ID")
             print("READY " + json.dumps(r), flush=True)
             sys.stdin.read()
-            from tools.terminal_tool_lifecycle import cleanup_vm
-            cleanup_vm("default")
+            if chat:
+                for key in list(terminal._active_environments):
+                    cleanup_vm(key)
+                clear_session_vars(tokens)
+            else:
+                cleanup_vm("default")
         """)
         self.proc = subprocess.Popen([sys.executable, "-c", script], env=home.env(), cwd=home.path,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -263,3 +275,93 @@ def test_pull_of_a_large_state_shows_progress_on_a_terminal_only(profile, e2b_lo
     assert piped.returncode == 0
     assert piped.stdout.strip() == f"Pulled task {task}: 0 restored, 1 unchanged, 0 quarantined, 0 skipped."
     assert "MiB" not in piped.stdout + piped.stderr
+
+
+def write_activity(home, entry, started, ended=None):
+    """This host's activity record of `entry`'s scope, in the format writer-lease's
+    ScopeActivity reads (`<scope>.activity` in the profile's cache/e2b), as the backend writes
+    it around each command."""
+    lines = ["hermes-e2b activity v1", f"sandbox: {entry['sandbox_id']}", f"started: {int(started * 1000)}"]
+    if ended is not None:
+        lines.append(f"ended: {int(ended * 1000)}")
+    path = Path(home.path) / "cache" / "e2b" / f"{entry['scope']}.activity"
+    path.write_text("\n".join(lines) + "\n")
+
+
+def list_rows(home):
+    """`hermes e2b list` as (header line, sandbox lines)."""
+    shown = e2b(home, "list")
+    assert shown.returncode == 0, shown.stderr
+    header, *lines = shown.stdout.splitlines()
+    return header, lines
+
+
+# contract: I9
+def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first(profile, e2b_local):
+    import time
+
+    home, _ = profile
+    first = Session(home, chat="1")
+    first.stop()
+    second = Session(home, chat="2")
+    second.stop()
+    again = Session(home, chat="1")  # chat 1's session used again, after chat 2's; it stays attached
+    try:
+        assert again.sandbox_id == first.sandbox_id != second.sandbox_id
+        listed = json.loads(e2b(home, "list", "--json").stdout)
+        assert [e["sandbox_id"] for e in listed] == [first.sandbox_id, second.sandbox_id], listed
+        alpha, beta = listed
+        tasks = [e["host"]["task_id"] for e in listed]
+        assert all(tasks) and tasks[0] != tasks[1], tasks
+        for entry in listed:
+            # The fields list printed before stay; the new ones come beside them.
+            for key in ("sandbox_id", "state", "template", "mode", "scope", "owner", "started_at",
+                        "lease_left_seconds", "duplicate_of", "host"):
+                assert key in entry, key
+            assert entry["state"] == "running" and entry["paused_at"] is None
+            assert entry["last_used_source"] == "lease" and entry["running_command"] is False
+            assert 0 <= entry["idle_seconds"] <= 120, entry
+        assert alpha["idle_seconds"] < beta["idle_seconds"], (alpha, beta)
+        assert alpha["last_used_at"] > beta["last_used_at"]
+
+        header, rows = list_rows(home)
+        assert header.split() == ["SESSION", "STATE", "LAST", "USE", "IDLE", "SANDBOX", "TEMPLATE", "MODE", "LEASE"]
+        assert [row.split()[0] for row in rows] == tasks
+        # One line per sandbox, aligned: each column starts where its header does; `~` marks a
+        # last use estimated from E2B's lease end.
+        for row, entry in zip(rows, listed):
+            assert row.index(entry["sandbox_id"]) == header.index("SANDBOX"), (header, row)
+            assert row[header.index("STATE"):].startswith("running ")
+            assert row[header.index("LAST USE"):].startswith("~20")
+            assert row[header.index("LEASE"):].startswith("lease ")
+
+        # This host's record of alpha's last command: started a moment ago, not ended, and a
+        # session on this host holds alpha, so the command runs now.
+        now = time.time()
+        write_activity(home, alpha, started=now - 3, ended=now - 30)
+        busy = json.loads(e2b(home, "list", "--json").stdout)[0]
+        assert busy["sandbox_id"] == alpha["sandbox_id"]
+        assert busy["running_command"] is True and busy["idle_seconds"] is None
+        assert busy["last_used_source"] == "host" and abs(busy["running_since"] - (now - 3)) < 1
+        assert "running a command" in list_rows(home)[1][0]
+    finally:
+        again.stop()
+
+    # The session is gone: the record's command is not running any more; alpha was last used
+    # when it started.
+    after = {e["sandbox_id"]: e for e in json.loads(e2b(home, "list", "--json").stdout)}
+    assert after[alpha["sandbox_id"]]["running_command"] is False
+    assert after[alpha["sandbox_id"]]["last_used_source"] == "host"
+    assert 3 <= after[alpha["sandbox_id"]]["idle_seconds"] <= 120
+
+    # A paused sandbox says when it paused, and its last use is no later.
+    rest(e2b_local, "POST", f"/_e2b_local/sandboxes/{beta['sandbox_id']}/pause")
+    listed = json.loads(e2b(home, "list", "--json").stdout)
+    assert [e["sandbox_id"] for e in listed] == [alpha["sandbox_id"], beta["sandbox_id"]]
+    paused = listed[1]
+    assert paused["state"] == "paused" and paused["paused_at"] is not None
+    assert paused["last_used_at"] <= paused["paused_at"] and paused["idle_seconds"] >= beta["idle_seconds"]
+    assert paused["lease_left_seconds"] is None
+    header, rows = list_rows(home)
+    assert rows[1].split()[:2] == [tasks[1], "paused"] and " paused 20" in rows[1], rows[1]
+    logs_hold_no_key(home)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_sandbox::{
-    ApiKeySource, EgressOutcome, Force, HostScope, Inventory, Listing, Loss, Progress,
+    Activity, ApiKeySource, EgressOutcome, Force, HostScope, Inventory, Listing, Loss, Progress,
     ProgressObserver, Refusal, RemovalOutcome, RemovalTarget, SandboxEntry, Services, Verdict,
     WriterHolder,
 };
@@ -67,6 +67,18 @@ fn entry_dict<'py>(py: Python<'py>, entry: &SandboxEntry) -> PyResult<Bound<'py,
     dict.set_item("duplicate_of", entry.duplicate_of.clone())?;
     dict.set_item("egress_stamp", entry.egress_stamp.clone())?;
     dict.set_item("egress_known", entry.egress_known())?;
+    let usage = &entry.usage;
+    dict.set_item("last_used_at", usage.last_used.map(seconds_since_epoch))?;
+    dict.set_item("last_used_source", usage.source.map(|s| s.as_str()))?;
+    let (idle, running_since) = match usage.activity {
+        Activity::Idle(idle) => (Some(idle.as_secs()), None),
+        Activity::RunningCommand { since } => (None, Some(seconds_since_epoch(since))),
+        _ => (None, None),
+    };
+    dict.set_item("idle_seconds", idle)?;
+    dict.set_item("running_command", running_since.is_some())?;
+    dict.set_item("running_since", running_since)?;
+    dict.set_item("paused_at", usage.paused_at.map(seconds_since_epoch))?;
     match &entry.host {
         Some(host) => dict.set_item("host", host_dict(py, host)?)?,
         None => dict.set_item("host", py.None())?,
@@ -134,7 +146,8 @@ impl PyInventory {
         let mut services = Services::new(runtime::handle()?);
         services.progress = progress.map(python_progress);
         Ok(PyInventory {
-            inventory: Inventory::new(config, profile_home.clone(), services),
+            inventory: Inventory::new(config, profile_home.clone(), services)
+                .with_idle_lifetime(idle_lifetime(lifetime_seconds)),
             profile_home,
         })
     }
@@ -201,8 +214,19 @@ impl PyInventory {
             .transpose()
     }
 
-    /// One dict per sandbox, newest first: `which` is "profile" (this profile's) or "all".
-    fn list<'py>(&self, py: Python<'py>, which: &str) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    /// One dict per sandbox, newest first (`by_last_use`: the most recently used first):
+    /// `which` is "profile" (this profile's) or "all". Besides what E2B and this host record,
+    /// each has last_used_at (epoch seconds or None), last_used_source ("host": this host's
+    /// record of its last command; "lease": estimated from E2B's lease end), idle_seconds
+    /// (None while a command runs or when unknown), running_command, running_since and
+    /// paused_at.
+    #[pyo3(signature = (which, *, by_last_use = false))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        which: &str,
+        by_last_use: bool,
+    ) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let which = match which {
             "profile" => Listing::ThisProfile,
             "all" => Listing::AllProfiles,
@@ -216,7 +240,13 @@ impl PyInventory {
         };
         let inventory = self.inventory.clone();
         let entries = py
-            .detach(move || inventory.list(which, SystemTime::now()))
+            .detach(move || {
+                if by_last_use {
+                    inventory.list_by_last_use(which, SystemTime::now())
+                } else {
+                    inventory.list(which, SystemTime::now())
+                }
+            })
             .map_err(|error| Error::in_profile(error, &self.profile_home))?;
         entries.iter().map(|entry| entry_dict(py, entry)).collect()
     }

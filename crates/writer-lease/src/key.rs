@@ -82,11 +82,14 @@ pub enum ScopeFile {
     /// `<key>.gate.lock`: locked shared by a reader while it decides admission, and
     /// exclusively by a new writer from taking the role until its transition began.
     Gate,
+    /// `<key>.activity`: when this host last started and ended a command in the scope's
+    /// sandbox (diagnostics: `hermes e2b list`'s last use and idle time).
+    Activity,
 }
 
 impl ScopeFile {
     /// Every scope file, for listings.
-    pub const ALL: [ScopeFile; 7] = [
+    pub const ALL: [ScopeFile; 8] = [
         ScopeFile::WriterLock,
         ScopeFile::CreationLock,
         ScopeFile::Dirty,
@@ -94,6 +97,7 @@ impl ScopeFile {
         ScopeFile::Generation,
         ScopeFile::Note,
         ScopeFile::Gate,
+        ScopeFile::Activity,
     ];
 
     fn suffix(self) -> &'static str {
@@ -105,6 +109,7 @@ impl ScopeFile {
             ScopeFile::Generation => "generation",
             ScopeFile::Note => "note",
             ScopeFile::Gate => "gate.lock",
+            ScopeFile::Activity => "activity",
         }
     }
 }
@@ -130,6 +135,7 @@ mod tests {
                 format!("{hex}.generation"),
                 format!("{hex}.note"),
                 format!("{hex}.gate.lock"),
+                format!("{hex}.activity"),
             ]
         );
         for name in names {

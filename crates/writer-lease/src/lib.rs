@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod activity;
 mod arbitration;
 mod creation;
 mod error;
@@ -12,6 +13,7 @@ mod records;
 mod scope;
 mod writer;
 
+pub use activity::ScopeActivity;
 pub use arbitration::{
     Arbitration, Holder, HostFileArbitration, MAX_RECORD_LINE, Request, Verdict, WriterRecord,
     decide,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use e2b_client::{KillOutcome, ListQuery, ListedSandbox, SandboxId, StateFilter};
 use futures::TryStreamExt;
 use sandbox_identity::{IdentityMetadata, Labels, Mode, ProfileDigest, ScopeDigest};
-use writer_lease::{ScopeFiles, ScopeKey, WriterStatus};
+use writer_lease::{ScopeActivity, ScopeFiles, ScopeKey, WriterStatus};
 
 use crate::backend::Backend;
 use crate::command::RunOptions;
@@ -28,8 +28,10 @@ use crate::sink::{FnSink, OutputStream};
 
 mod egress;
 mod removal;
+mod usage;
 
 pub use egress::{EgressApplied, EgressOutcome};
+pub use usage::{Activity, Usage, UseSource};
 
 pub(crate) use removal::plan;
 pub use removal::{
@@ -125,6 +127,8 @@ pub struct HostScope {
     pub last_recovery: Option<String>,
     /// The egress policy this host last applied live: `<sandbox> <digest>` (X9).
     pub egress_applied: Option<String>,
+    /// This host's record of the scope's last command (start, end, sandbox).
+    pub(crate) activity: Option<ScopeActivity>,
 }
 
 /// One sandbox this plugin made.
@@ -159,6 +163,8 @@ pub struct SandboxEntry {
     pub host: Option<HostScope>,
     /// The digest of the egress policy it was created with (its `hermes.egress` metadata).
     pub egress_stamp: Option<String>,
+    /// When it was last used and how long it has been idle (or that it runs a command).
+    pub usage: Usage,
 }
 
 impl SandboxEntry {
@@ -215,6 +221,7 @@ pub struct Inventory {
     config: Config,
     profile_home: PathBuf,
     services: Services,
+    idle_lifetime: Option<Duration>,
 }
 
 impl Inventory {
@@ -224,6 +231,35 @@ impl Inventory {
             config,
             profile_home,
             services,
+            idle_lifetime: None,
+        }
+    }
+
+    /// The framework's idle lifetime (Hermes' `terminal.lifetime_seconds`): the floor of an
+    /// ephemeral sandbox's lease, which the last-use estimate from E2B's lease end needs.
+    /// Without it, ephemeral sandboxes are estimated with the baseline lease.
+    pub fn with_idle_lifetime(mut self, lifetime: Duration) -> Inventory {
+        self.idle_lifetime = Some(lifetime);
+        self
+    }
+
+    /// The lease a use leaves ahead of it, per mode: the baseline lease the backend attaches
+    /// and extends with, plus [`LEASE_HEADROOM`](crate::LEASE_HEADROOM).
+    fn lease_spans(&self) -> LeaseSpans {
+        let policy = |kind| sandbox_identity::LeasePolicy {
+            lease: self.config.lease,
+            command_grace: self.config.command_grace,
+            kind,
+        };
+        let ephemeral = match self.idle_lifetime {
+            Some(lifetime) => policy(sandbox_identity::LeaseKind::Ephemeral { lifetime }),
+            None => policy(sandbox_identity::LeaseKind::Persistent),
+        };
+        LeaseSpans {
+            persistent: policy(sandbox_identity::LeaseKind::Persistent)
+                .baseline()
+                .saturating_add(crate::LEASE_HEADROOM),
+            ephemeral: ephemeral.baseline().saturating_add(crate::LEASE_HEADROOM),
         }
     }
 
@@ -240,10 +276,25 @@ impl Inventory {
             .block_on(client.list(query).try_collect())
             .map_err(|source| Error::e2b("list sandboxes", None, source))?;
         let profile = ProfileDigest::of(&self.profile_home.to_string_lossy());
-        let mut entries = classify(&listed, profile, now, &|scope| self.host_scope(scope));
+        let mut entries = classify(&listed, profile, now, self.lease_spans(), &|scope| {
+            self.host_scope(scope)
+        });
         if which == Listing::ThisProfile {
             entries.retain(|entry| entry.owner == Owner::ThisProfile);
         }
+        Ok(entries)
+    }
+
+    /// [`Inventory::list`] ordered by last use, the most recently used first: a sandbox
+    /// running a command counts as used now, one with no known use comes last, ties go
+    /// newest started first. One line per session, the active ones on top.
+    pub fn list_by_last_use(
+        &self,
+        which: Listing,
+        now: SystemTime,
+    ) -> Result<Vec<SandboxEntry>, Error> {
+        let mut entries = self.list(which, now)?;
+        by_last_use(&mut entries);
         Ok(entries)
     }
 
@@ -285,6 +336,7 @@ impl Inventory {
             last_pull: noted(NOTE_PULL),
             last_recovery: noted(NOTE_RECOVERY),
             egress_applied: noted(NOTE_EGRESS),
+            activity: files.activity().ok().flatten(),
         })
     }
 
@@ -512,12 +564,37 @@ fn step(name: &'static str, started: Instant, result: Result<(), Error>) -> Live
     }
 }
 
-/// The listed sandboxes this plugin made (a readable identity), with owner, duplicates and
-/// host view; newest first. Pure but for `host`, which the caller backs with the scope files.
+/// The lease a use leaves ahead of it (baseline plus headroom), per mode: what the last-use
+/// estimate from E2B's lease end subtracts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseSpans {
+    pub(crate) persistent: Duration,
+    pub(crate) ephemeral: Duration,
+}
+
+/// Orders entries by last use, the most recently used first; a sandbox running a command
+/// counts as used now. Entries with no known use come last; ties go newest started first,
+/// then by id.
+pub(crate) fn by_last_use(entries: &mut [SandboxEntry]) {
+    let rank = |entry: &SandboxEntry| {
+        let running = matches!(entry.usage.activity, Activity::RunningCommand { .. });
+        (running, entry.usage.last_used, entry.started_at)
+    };
+    entries.sort_by(|a, b| {
+        rank(b)
+            .cmp(&rank(a))
+            .then_with(|| a.sandbox_id.cmp(&b.sandbox_id))
+    });
+}
+
+/// The listed sandboxes this plugin made (a readable identity), with owner, duplicates,
+/// host view and last use; newest first. Pure but for `host`, which the caller backs with
+/// the scope files, and `now`, the wall clock idle times and lease time left count to.
 pub(crate) fn classify(
     listed: &[ListedSandbox],
     profile: ProfileDigest,
     now: SystemTime,
+    spans: LeaseSpans,
     host: &dyn Fn(&ScopeDigest) -> Option<HostScope>,
 ) -> Vec<SandboxEntry> {
     let mut entries: Vec<SandboxEntry> = Vec::new();
@@ -553,6 +630,24 @@ pub(crate) fn classify(
             })
             .or_else(|| sandbox.alias.clone())
             .unwrap_or_else(|| sandbox.template_id.clone());
+        let started_at = SystemTime::from(sandbox.started_at);
+        let usage = usage::usage(
+            usage::Observed {
+                sandbox_id: sandbox.sandbox_id.as_str(),
+                state,
+                started_at,
+                end_at,
+                lease_span: match identity.mode {
+                    Mode::Ephemeral => spans.ephemeral,
+                    Mode::Persistent => spans.persistent,
+                },
+                record: host_view.as_ref().and_then(|h| h.activity.as_ref()),
+                session_live: host_view
+                    .as_ref()
+                    .is_some_and(|h| matches!(h.writer, WriterHolder::Held { .. })),
+            },
+            now,
+        );
         entries.push(SandboxEntry {
             sandbox_id: sandbox.sandbox_id.as_str().to_owned(),
             state,
@@ -562,7 +657,7 @@ pub(crate) fn classify(
             scope: identity.digest.to_hex(),
             owner,
             posture: labels.posture.map(|p| p.as_str().to_owned()),
-            started_at: SystemTime::from(sandbox.started_at),
+            started_at,
             lease_left: (state == EntryState::Running)
                 .then(|| end_at.duration_since(now).unwrap_or(Duration::ZERO)),
             duplicate_of: None,
@@ -572,6 +667,7 @@ pub(crate) fn classify(
                 None
             },
             egress_stamp: sandbox.metadata.get(crate::egress::EGRESS_KEY).cloned(),
+            usage,
         });
     }
     // Newest first, ties by id: the order adoption uses, so the first of a scope is the one

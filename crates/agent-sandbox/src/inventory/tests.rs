@@ -15,6 +15,12 @@ fn entry(id: &str, owner: Owner, state: EntryState, secs: u64) -> SandboxEntry {
         duplicate_of: None,
         host: None,
         egress_stamp: None,
+        usage: Usage {
+            last_used: None,
+            source: None,
+            activity: Activity::Unknown,
+            paused_at: None,
+        },
     }
 }
 
@@ -27,6 +33,7 @@ fn held(mut entry: SandboxEntry) -> SandboxEntry {
         last_pull: None,
         last_recovery: None,
         egress_applied: None,
+        activity: None,
     });
     entry
 }
@@ -237,4 +244,124 @@ fn the_template_check_script_reports_what_this_machine_lacks() {
         assert!(gaps.contains(tool), "{gaps}");
     }
     assert!(gaps.contains("writable home /nonexistent/home"), "{gaps}");
+}
+
+/// The fixed wall clock the usage tests count from (no sleeping: `now` is a parameter).
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+}
+
+fn seen<'a>(
+    state: EntryState,
+    end_at: u64,
+    record: Option<&'a ScopeActivity>,
+    live: bool,
+) -> usage::Observed<'a> {
+    usage::Observed {
+        sandbox_id: "sbx1",
+        state,
+        started_at: at(0),
+        end_at: at(end_at),
+        lease_span: Duration::from_secs(360),
+        record,
+        session_live: live,
+    }
+}
+
+fn record(sandbox: &str, started: u64, ended: Option<u64>) -> ScopeActivity {
+    ScopeActivity {
+        sandbox_id: sandbox.to_owned(),
+        started: at(started),
+        ended: ended.map(at),
+    }
+}
+
+#[test]
+fn last_use_is_estimated_from_the_lease_end_and_idle_counts_to_now() {
+    // contract: I9 — a running sandbox's endAt is its last extension plus lease and headroom.
+    let now = at(1000);
+    let running = usage::usage(seen(EntryState::Running, 1060, None, false), now);
+    assert_eq!(running.last_used, Some(at(700)));
+    assert_eq!(running.source, Some(UseSource::Lease));
+    assert_eq!(running.activity, Activity::Idle(Duration::from_secs(300)));
+    assert_eq!(running.paused_at, None);
+
+    // Paused by its lease at 900: last used one lease span before, paused then.
+    let paused = usage::usage(seen(EntryState::Paused, 900, None, false), now);
+    assert_eq!(paused.last_used, Some(at(540)));
+    assert_eq!(paused.paused_at, Some(at(900)));
+    assert_eq!(paused.activity, Activity::Idle(Duration::from_secs(460)));
+
+    // Never before its start, never after now (a long command's lease reaches further).
+    let young = usage::usage(seen(EntryState::Running, 100, None, false), now);
+    assert_eq!(young.last_used, Some(at(0)));
+    let long = usage::usage(seen(EntryState::Running, 2000, None, false), now);
+    assert_eq!(long.last_used, Some(now));
+    assert_eq!(long.activity, Activity::Idle(Duration::ZERO));
+
+    // Another state tells nothing.
+    let other = usage::usage(seen(EntryState::Other, 900, None, false), now);
+    assert_eq!((other.last_used, other.activity), (None, Activity::Unknown));
+}
+
+#[test]
+fn this_hosts_record_of_the_sandbox_wins_and_tells_a_running_command() {
+    // contract: I9
+    let now = at(1000);
+    let ended = record("sbx1", 800, Some(830));
+    let idle = usage::usage(seen(EntryState::Running, 1060, Some(&ended), true), now);
+    assert_eq!(idle.last_used, Some(at(830)));
+    assert_eq!(idle.source, Some(UseSource::Host));
+    assert_eq!(idle.activity, Activity::Idle(Duration::from_secs(170)));
+
+    let started = record("sbx1", 950, Some(830));
+    let busy = usage::usage(seen(EntryState::Running, 1060, Some(&started), true), now);
+    assert_eq!(busy.activity, Activity::RunningCommand { since: at(950) });
+    assert_eq!(busy.last_used, Some(at(950)));
+
+    // No live session on this host: the command's process is gone; it was last used then.
+    let crashed = usage::usage(seen(EntryState::Running, 1060, Some(&started), false), now);
+    assert_eq!(crashed.activity, Activity::Idle(Duration::from_secs(50)));
+    // A paused sandbox runs nothing, whatever the record says.
+    let paused = usage::usage(seen(EntryState::Paused, 990, Some(&started), true), now);
+    assert_eq!(paused.activity, Activity::Idle(Duration::from_secs(50)));
+    assert_eq!(paused.paused_at, Some(at(990)));
+
+    // A record of another sandbox of the scope (a replaced one) is not this one's use.
+    let elsewhere = record("sbx0", 990, Some(995));
+    let estimated = usage::usage(seen(EntryState::Running, 1060, Some(&elsewhere), true), now);
+    assert_eq!(estimated.source, Some(UseSource::Lease));
+    assert_eq!(estimated.last_used, Some(at(700)));
+}
+
+#[test]
+fn the_listing_by_last_use_puts_the_most_recently_used_first() {
+    // contract: I9
+    let used = |id: &str, started: u64, last: Option<u64>, activity: Activity| {
+        let mut e = entry(id, Owner::ThisProfile, EntryState::Running, started);
+        e.usage = Usage {
+            last_used: last.map(at),
+            source: last.map(|_| UseSource::Lease),
+            activity,
+            paused_at: None,
+        };
+        e
+    };
+    let idle = |secs| Activity::Idle(Duration::from_secs(secs));
+    let mut entries = vec![
+        used("never", 50, None, Activity::Unknown),
+        used("old", 40, Some(100), idle(900)),
+        used(
+            "busy",
+            1,
+            Some(50),
+            Activity::RunningCommand { since: at(50) },
+        ),
+        used("recent", 2, Some(900), idle(100)),
+        used("tie-b", 3, Some(500), idle(500)),
+        used("tie-a", 3, Some(500), idle(500)),
+    ];
+    by_last_use(&mut entries);
+    let order: Vec<&str> = entries.iter().map(|e| e.sandbox_id.as_str()).collect();
+    assert_eq!(order, ["busy", "recent", "tie-a", "tie-b", "old", "never"]);
 }

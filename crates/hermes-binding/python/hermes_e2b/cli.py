@@ -34,7 +34,7 @@ def setup(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="e2b_command", metavar="COMMAND")
     status = sub.add_parser("status", help="this profile's sandboxes with this host's view of each scope")
     status.add_argument("--json", action="store_true", help="print JSON")
-    listing = sub.add_parser("list", help="one line per sandbox")
+    listing = sub.add_parser("list", help="one line per session's sandbox: state, last use, idle time; most recently used first")
     listing.add_argument("--all", action="store_true", help="include other profiles' sandboxes (marked)")
     listing.add_argument("--json", action="store_true", help="print JSON")
     rm = sub.add_parser("rm", help="kill sandboxes (asks first; --yes to skip)")
@@ -166,7 +166,28 @@ def _duration(seconds: Optional[int]) -> str:
         return "-"
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h"
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _last_use(entry: dict) -> str:
+    """When the entry was last used; `~` marks an estimate from E2B's lease end."""
+    if entry["last_used_at"] is None:
+        return "-"
+    return ("~" if entry["last_used_source"] == "lease" else "") + _when(entry["last_used_at"])
+
+
+def _idle(entry: dict) -> str:
+    return "running a command" if entry["running_command"] else _duration(entry["idle_seconds"])
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows as lines, every column but the last padded to its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([cell.ljust(width) for cell, width in zip(row, widths)] + [row[-1]]).rstrip()
+            for row in rows]
 
 
 def _template(entry: dict) -> str:
@@ -248,7 +269,7 @@ def _status(ctx: Any, args: argparse.Namespace) -> int:
 
 
 def _list(ctx: Any, args: argparse.Namespace) -> int:
-    entries = _inventory(ctx).list("all" if args.all else "profile")
+    entries = _inventory(ctx).list("all" if args.all else "profile", by_last_use=True)
     if args.json:
         _print_json(entries)
         return 0
@@ -256,18 +277,22 @@ def _list(ctx: Any, args: argparse.Namespace) -> int:
         print("No E2B sandboxes made by hermes-e2b for this key." if args.all
               else "No E2B sandboxes for this profile (--all: every profile's).")
         return 0
+    rows = [["SESSION", "STATE", "LAST USE", "IDLE", "SANDBOX", "TEMPLATE", "MODE", "LEASE"]]
     for entry in entries:
         marks = []
         if entry["owner"] != "this-profile":
             marks.append(entry["owner"])
         if entry["duplicate_of"]:
             marks.append(f"duplicate of {entry['duplicate_of']}")
-        lease = _duration(entry["lease_left_seconds"]) if entry["state"] == "running" else "-"
-        line = (
-            f"{entry['sandbox_id']}  {entry['state']:<7}  {_template(entry)}  {entry['mode']:<10}  "
-            f"{_scope_name(entry)}  lease {lease}"
-        )
-        print(line + (f"  [{'; '.join(marks)}]" if marks else ""))
+        if entry["state"] == "running":
+            lease = f"lease {_duration(entry['lease_left_seconds'])}"
+        elif entry["paused_at"] is not None:
+            lease = f"paused {_when(entry['paused_at'])}"
+        else:
+            lease = "-"
+        rows.append([_scope_name(entry), entry["state"], _last_use(entry), _idle(entry), entry["sandbox_id"],
+                     _template(entry), entry["mode"], lease + (f"  [{'; '.join(marks)}]" if marks else "")])
+    print("\n".join(_aligned(rows)))
     return 0
 
 
