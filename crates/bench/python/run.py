@@ -339,17 +339,18 @@ class Bench:
         between them so that each meets an e2b-local holding only its own."""
         if not self.want("scale"):
             return
-        kinds = [("ours", self.ours)]
+        kinds = [("ours", self.ours, {})]
         if self.hermes is not None:
-            kinds.append(("hermes", self.hermes))
-        kinds.append(("sdk", self.peer))
+            kinds.append(("hermes", self.hermes, {}))
+        kinds.append(("sdk", self.peer, {}))
+        kinds.append(("ours client", self.ours, {"part": "client"}))
         for scopes in self.scale_ns:
             # Enough commands at every N for a p99 (one scope runs them all at N=1).
             rounds = max(2, -(-self.sizes["scale_min_commands"] // scopes))
             params = {"scopes": scopes, "rounds": rounds, "workers": SCALE_WORKERS,
                       "settle_ms": self.sizes["scale_settle_ms"]}
-            for who, argv in kinds:
-                extra = {}
+            for who, argv, extra in kinds:
+                extra = dict(extra)
                 home = None
                 if who == "hermes":
                     home = tempfile.TemporaryDirectory()
@@ -547,8 +548,11 @@ def checkpoint_rows(rows, results, latency):
         ours_wall and ours_wall * 1000, peer, bare_wall and bare_wall * 1000, unit="ms")
 
 
-#: The scale scenario's sides: (result key, the row's variant label).
-SCALE_SIDES = (("ours", "Rust `Backend`"), ("hermes", "Hermes terminal env"))
+#: The scale scenario's sides: (result key, the row's variant label, judged against the
+#: targets). The bare e2b-client side is a diagnostic: the part of a `Backend`'s cost that is
+#: the E2B client (connection pool) each `Backend` builds for itself.
+SCALE_SIDES = (("ours", "Rust `Backend`", True), ("hermes", "Hermes terminal env", True),
+               ("ours client", "own `e2b_client::Client` alone (diagnostic)", False))
 #: Threads or descriptors each idle scope may add (the slope between the smallest and largest
 #: N): "none held per idle scope", with room for a pool's connection or a worker coming and
 #: going between two measurements.
@@ -579,37 +583,45 @@ def scale_rows(rows, results, latency, ns):
 
     for n in ns:
         sdk = get(results, "scale", f"sdk N={n}", latency)
-        for who, label in SCALE_SIDES:
+        for who, label, judged in SCALE_SIDES:
             ours = get(results, "scale", f"{who} N={n}", latency)
-            if ours is None and who == "hermes" and not any(
-                    k.startswith(f"scale | hermes N={n} |") for k in results):
-                continue  # no .venv-hermes: said in the report's note
+            if ours is None and not any(k.startswith(f"scale | {who} N={n} |") for k in results):
+                continue  # not run (no .venv-hermes: said in the report's note)
+
+            def side_row(*args, judged=judged, **kwargs):
+                if not judged:
+                    # A diagnostic side shows what it holds idle, without a verdict.
+                    if args[3] not in ("RSS/idle scope", "fds/idle scope", "threads/idle scope"):
+                        return
+                    args = args[:8]
+                row(*args, **kwargs)
+
             variant = f"N={n}, {label}"
-            row(rows, "scale", latency, "errors", variant, ours and ours["errors"], "SDK `Sandbox`",
+            side_row(rows, "scale", latency, "errors", variant, ours and ours["errors"], "SDK `Sandbox`",
                 sdk and sdk["errors"], "= 0", lambda v, r: v == 0)
-            row(rows, "scale", latency, "RSS/idle scope", variant, per_scope(ours, "idle_rss_kib", "base_rss_kib"),
+            side_row(rows, "scale", latency, "RSS/idle scope", variant, per_scope(ours, "idle_rss_kib", "base_rss_kib"),
                 "SDK `Sandbox`", per_scope(sdk, "idle_rss_kib", "base_rss_kib"), "≤ 0.25× SDK",
                 lambda v, r: r is not None and r <= 0.25, unit="KiB")
-            row(rows, "scale", latency, "RSS/active scope (peak)", variant, per_scope(ours, "hwm_kib", "base_rss_kib"),
+            side_row(rows, "scale", latency, "RSS/active scope (peak)", variant, per_scope(ours, "hwm_kib", "base_rss_kib"),
                 "SDK `Sandbox`", per_scope(sdk, "hwm_kib", "base_rss_kib"), unit="KiB")
-            row(rows, "scale", latency, "threads/idle scope", variant, per_scope(ours, "idle_threads", "base_threads"),
+            side_row(rows, "scale", latency, "threads/idle scope", variant, per_scope(ours, "idle_threads", "base_threads"),
                 "SDK `Sandbox`", per_scope(sdk, "idle_threads", "base_threads"))
-            row(rows, "scale", latency, "fds/idle scope", variant, per_scope(ours, "idle_fds", "base_fds"),
+            side_row(rows, "scale", latency, "fds/idle scope", variant, per_scope(ours, "idle_fds", "base_fds"),
                 "SDK `Sandbox`", per_scope(sdk, "idle_fds", "base_fds"))
-            row(rows, "scale", latency, "threads/active scope (peak)", variant,
+            side_row(rows, "scale", latency, "threads/active scope (peak)", variant,
                 per_scope(ours, "peak_threads", "base_threads"), "SDK `Sandbox`",
                 per_scope(sdk, "peak_threads", "base_threads"))
-            row(rows, "scale", latency, "fds/active scope (peak)", variant, per_scope(ours, "peak_fds", "base_fds"),
+            side_row(rows, "scale", latency, "fds/active scope (peak)", variant, per_scope(ours, "peak_fds", "base_fds"),
                 "SDK `Sandbox`", per_scope(sdk, "peak_fds", "base_fds"))
-            row(rows, "scale", latency, "commands/s (all scopes active)", variant, rate(ours, "completed"),
+            side_row(rows, "scale", latency, "commands/s (all scopes active)", variant, rate(ours, "completed"),
                 "SDK `Sandbox`", rate(sdk, "completed"))
-            row(rows, "scale", latency, "p50 latency", variant, ms(ours, "p50_s"), "SDK `Sandbox`",
+            side_row(rows, "scale", latency, "p50 latency", variant, ms(ours, "p50_s"), "SDK `Sandbox`",
                 ms(sdk, "p50_s"), unit="ms")
-            row(rows, "scale", latency, "p99 latency", variant, ms(ours, "p99_s"), "SDK `Sandbox`",
+            side_row(rows, "scale", latency, "p99 latency", variant, ms(ours, "p99_s"), "SDK `Sandbox`",
                 ms(sdk, "p99_s"), unit="ms")
-            row(rows, "scale", latency, "client time/command (mean latency − e2b-local's)", variant,
+            side_row(rows, "scale", latency, "client time/command (mean latency − e2b-local's)", variant,
                 client_ms(ours), "SDK `Sandbox`", client_ms(sdk), unit="ms")
-            row(rows, "scale", latency, "e2b-local time/request", variant, server_us_per_request(ours),
+            side_row(rows, "scale", latency, "e2b-local time/request", variant, server_us_per_request(ours),
                 "SDK `Sandbox`", server_us_per_request(sdk), unit="µs")
     if len(ns) < 2:
         return
@@ -631,11 +643,18 @@ def scale_rows(rows, results, latency, ns):
 
     sdk_low = get(results, "scale", f"sdk N={low}", latency)
     sdk_high = get(results, "scale", f"sdk N={high}", latency)
-    for who, label in SCALE_SIDES:
+    for who, label, judged in SCALE_SIDES:
         ours_low = get(results, "scale", f"{who} N={low}", latency)
         ours_high = get(results, "scale", f"{who} N={high}", latency)
-        if who == "hermes" and ours_low is None and ours_high is None and not any(
-                k.startswith("scale | hermes ") for k in results):
+        if ours_low is None and ours_high is None and not any(
+                k.startswith(f"scale | {who} N=") for k in results):
+            continue
+        if not judged:
+            row(rows, "scale", latency, f"RSS per added idle scope (N={low}→{high})", label,
+                slope(ours_low, ours_high, "idle_rss_kib"), "SDK `Sandbox`",
+                slope(sdk_low, sdk_high, "idle_rss_kib"), unit="KiB")
+            row(rows, "scale", latency, f"fds held per added idle scope (N={low}→{high})", label,
+                slope(ours_low, ours_high, "idle_fds"), "SDK `Sandbox`", slope(sdk_low, sdk_high, "idle_fds"))
             continue
         for key, what in (("idle_threads", "threads"), ("idle_fds", "fds")):
             row(rows, "scale", latency, f"{what} held per added idle scope (N={low}→{high})", label,

@@ -58,7 +58,28 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     let baseline = Held::now()?;
     let attach_started = Instant::now();
     let mut backends = Vec::with_capacity(scopes);
-    for index in 0..scopes {
+    // `"part": "client"`: each scope is only what a `Backend` builds for itself to reach E2B,
+    // an `e2b_client::Client` (its own connection pool), on one shared sandbox; the
+    // difference from the whole `Backend` is the rest of the scope's cost.
+    let clients_only = params.get("part").and_then(Value::as_str) == Some("client");
+    let mut clients = Vec::new();
+    if clients_only {
+        let shared = {
+            let client = e2b_client::Client::new(e2b_client::Config::from_env(ApiKey::new(env(
+                "E2B_API_KEY",
+            )?)))?;
+            let mut options = e2b_client::CreateOptions::new("base".to_owned());
+            options.timeout = Some(Duration::from_secs(900));
+            runtime.block_on(client.create(options))?
+        };
+        for _ in 0..scopes {
+            let config = e2b_client::Config::from_env(ApiKey::new(env("E2B_API_KEY")?));
+            let sandbox = e2b_client::Client::new(config)?.sandbox(shared.envd_access())?;
+            run_client(&runtime, &sandbox)?;
+            clients.push(sandbox);
+        }
+    }
+    for index in (0..scopes).filter(|_| !clients_only) {
         let mut config = Config::new(ApiKeySource::Key(ApiKey::new(env("E2B_API_KEY")?)));
         config.endpoints = Endpoints::single(env("E2B_API_URL")?);
         config.mode = SandboxMode::Persistent;
@@ -113,9 +134,12 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
                         if job >= jobs {
                             break;
                         }
-                        let backend = &backends[job % scopes];
                         let began = Instant::now();
-                        match run_to_end(backend, "true", COMMAND_DEADLINE) {
+                        let ran = match clients.get(job % scopes) {
+                            Some(sandbox) => run_client(&runtime, sandbox),
+                            None => run_to_end(&backends[job % scopes], "true", COMMAND_DEADLINE),
+                        };
+                        match ran {
                             Ok(()) => latencies
                                 .lock()
                                 .unwrap_or_else(|e| e.into_inner())
@@ -148,6 +172,10 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     };
     let mut figures = Map::new();
     figures.insert("scopes".into(), scopes.into());
+    figures.insert(
+        "part".into(),
+        if clients_only { "client" } else { "backend" }.into(),
+    );
     figures.insert("workers".into(), workers.into());
     figures.insert("ops".into(), jobs.into());
     figures.insert("completed".into(), latencies.len().into());
@@ -174,6 +202,19 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     // Released here, left to their leases; the orchestrator kills the sandboxes.
     for backend in &backends {
         backend.finalize();
+    }
+    Ok(())
+}
+
+/// `true` through a bare e2b-client sandbox handle; fails on a non-zero exit.
+fn run_client(
+    runtime: &tokio::runtime::Runtime,
+    sandbox: &e2b_client::Sandbox,
+) -> Result<(), BenchError> {
+    let options = e2b_client::StartOptions::shell("true".to_owned());
+    let output = runtime.block_on(sandbox.run(options, 1024))?;
+    if output.end.exit_code != 0 {
+        return Err(format!("`true` exited with {}", output.end.exit_code).into());
     }
     Ok(())
 }
