@@ -116,6 +116,10 @@ def scale(params, attach, run):
     wall = time.perf_counter() - started
     stop.set()
     sampler.join()
+    # Idle again: what the active phase left behind (a scope that holds more after its
+    # commands than before them keeps something per command or per lease top-up).
+    time.sleep(params["settle_ms"] / 1000)
+    after = held()
     latencies.sort()
     hwm = status_kib("VmHWM")
     figures = {
@@ -128,7 +132,7 @@ def scale(params, attach, run):
         "rss_start_kib": rss_start, "hwm_kib": hwm, "hwm_reset": reset,
         "rss_growth_kib": None if hwm is None or rss_start is None else max(0, hwm - rss_start),
     }
-    for prefix, figures_of in (("base", baseline), ("idle", idle)):
+    for prefix, figures_of in (("base", baseline), ("idle", idle), ("after", after)):
         for key, value in figures_of.items():
             figures[f"{prefix}_{key}"] = value
     print("result " + json.dumps(figures), flush=True)

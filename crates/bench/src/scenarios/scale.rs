@@ -159,6 +159,10 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
         stop.store(true, Ordering::Release);
     });
     let wall = started.elapsed();
+    // Idle again: what the active phase left behind (a scope that holds more after its
+    // commands than before them keeps something per command or per lease top-up).
+    std::thread::sleep(settle);
+    let after = Held::now()?;
     let mut latencies = latencies.into_inner().unwrap_or_else(|e| e.into_inner());
     let errors = errors.into_inner().unwrap_or_else(|e| e.into_inner());
     let peak = peak.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -196,6 +200,7 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     figures.insert("attach_s".into(), seconds(attach_wall));
     baseline.insert(&mut figures, "base");
     idle.insert(&mut figures, "idle");
+    after.insert(&mut figures, "after");
     figures.insert("peak_threads".into(), peak.threads.into());
     figures.insert("peak_fds".into(), peak.fds.into());
     protocol.result(&mark, figures)?;
