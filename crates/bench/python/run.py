@@ -334,9 +334,10 @@ class Bench:
 
     def scale(self, server, latency):
         """N scopes in one process, for each N: our Rust `Backend`s, Hermes' terminal
-        environments through the plugin, and the SDK's `Sandbox` objects, one process each (in
-        that order at every N, so the three see the same machine), every sandbox killed
-        between them so that each meets an e2b-local holding only its own."""
+        environments through the plugin, the SDK's `Sandbox` objects, and (a diagnostic) an
+        `e2b_client::Client` alone per scope, one process each (in that order at every N, so
+        all see the same machine), every sandbox killed between them so that each meets an
+        e2b-local holding only its own."""
         if not self.want("scale"):
             return
         kinds = [("ours", self.ours, {})]
@@ -859,7 +860,7 @@ is the kernel's VmHWM of the measuring process (one process per scenario, the ma
 the measured part begins) minus its RSS then. Ratios are ours ÷ peer of the metric shown
 (for times lower is better, for rates higher is better). Steady-state commands run `true`
 in a login shell on both sides (the SDK's `commands.run` starts `bash -l -c`). Stream, pull,
-recovery, load and Hermes run at the first latency only. {hermes_note}
+recovery, load, scale and Hermes run at the first latency only. {hermes_note}
 
 {table}
 """
