@@ -79,6 +79,9 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
             clients.push(sandbox);
         }
     }
+    // One `Services` cloned for every scope, as one process holds them (its clones share
+    // whatever the process shares among its backends).
+    let services = Services::new(runtime.handle().clone());
     for index in (0..scopes).filter(|_| !clients_only) {
         let mut config = Config::new(ApiKeySource::Key(ApiKey::new(env("E2B_API_KEY")?)));
         config.endpoints = Endpoints::single(env("E2B_API_URL")?);
@@ -87,12 +90,7 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
             profile_home: home.path().to_path_buf(),
             task_id: format!("scale-{index}"),
         };
-        let backend = Backend::new(
-            config,
-            scope,
-            Services::new(runtime.handle().clone()),
-            Arc::new(NoStateHooks),
-        )?;
+        let backend = Backend::new(config, scope, services.clone(), Arc::new(NoStateHooks))?;
         run_to_end(&backend, "true", COMMAND_DEADLINE)?;
         backends.push(backend);
     }
