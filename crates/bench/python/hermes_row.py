@@ -81,8 +81,49 @@ def prepare_home(home):
     os.environ["HERMES_HOME"] = home
 
 
+def scale(params):
+    """N terminal environments in this one Hermes process, as a gateway serving N chats holds
+    them: each made by its chat's first `terminal_tool` call (Hermes keys environments by the
+    session key its gateway sets per message, so each call runs in its chat's session context,
+    and Hermes asks the plugin's provider for that chat's environment), then every chat running
+    `true` through `terminal_tool` at once (scale_common.py measures, as for the SDK peer)."""
+    import scale_common
+
+    prepare_home(params["home"])
+    from hermes_cli.plugins import discover_plugins
+
+    discover_plugins()
+    from gateway.session_context import clear_session_vars, set_session_vars
+    import tools.terminal_tool as tt
+
+    def in_chat(index, command):
+        tokens = set_session_vars(platform="telegram", chat_id=str(index),
+                                  session_key=f"agent:main:telegram:dm:{index}")
+        try:
+            return json.loads(tt.terminal_tool(command, task_id=f"scale-{index}"))
+        finally:
+            clear_session_vars(tokens)
+
+    def attach(index):
+        first = in_chat(index, "true")
+        if first.get("exit_code") != 0:
+            raise RuntimeError(f"the first terminal_tool call of chat {index} failed: {first}")
+        return index
+
+    def run(index):
+        return in_chat(index, "true")["exit_code"]
+
+    envs = scale_common.scale(params, attach, run)
+    made = [type(env).__name__ for env in tt._active_environments.values()]
+    if len(made) < len(envs) or set(made) != {"E2BEnvironment"}:
+        raise RuntimeError(f"Hermes holds {len(made)} environments of {set(made)}, not {len(envs)} of the plugin's")
+    # Persistent sessions: released locally; the orchestrator kills the sandboxes.
+
+
 def main():
     scenario, params = sys.argv[1], json.loads(sys.argv[2])
+    if scenario == "scale":
+        return scale(params)
     if scenario != "hermes":
         raise ValueError(f"unknown scenario {scenario!r}")
     commands = params["commands"]

@@ -258,8 +258,25 @@ def rollback(params, protocol):
     sbx.kill()
 
 
+def scale(params, _protocol):
+    """`scopes` Sandbox objects held in this process, each created and run once, then every
+    one running `true` at once (scale_common.py does the measuring, as for the plugin)."""
+    import scale_common
+
+    def attach(_index):
+        sbx = Sandbox.create(timeout=900)
+        sbx.commands.run("true")
+        return sbx
+
+    def run(sbx):
+        return sbx.commands.run("true").exit_code
+
+    # Left to the orchestrator, which kills every sandbox after the run.
+    scale_common.scale(params, attach, run)
+
+
 SCENARIOS = {
-    "steady": steady, "upload": upload, "stream": stream, "pull": pull, "cold": cold,
+    "steady": steady, "scale": scale, "upload": upload, "stream": stream, "pull": pull, "cold": cold,
     "checkpoint": checkpoint, "rollback": rollback,
 }
 

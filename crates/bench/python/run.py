@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +44,9 @@ SIZES = {
         "snapshot_files": 10000,
         "snapshot_bytes": 1 << 30,
         "snapshot_rounds": 3,
+        "scale_ns": [1, 50, 200, 500],
+        "scale_min_commands": 200,
+        "scale_settle_ms": 1000,
     },
     "smoke": {
         "steady_commands": 5,
@@ -60,6 +64,9 @@ SIZES = {
         "snapshot_files": 100,
         "snapshot_bytes": 4 * MIB,
         "snapshot_rounds": 1,
+        "scale_ns": [1, 5],
+        "scale_min_commands": 10,
+        "scale_settle_ms": 200,
     },
 }
 
@@ -141,6 +148,26 @@ class Server:
         self.log.close()
 
 
+def kill_all(server):
+    """Kills every sandbox e2b-local holds, running or paused (its list gives 100 at a time)."""
+    while True:
+        request = urllib.request.Request(
+            f"{server.api_url}/v2/sandboxes?state=running,paused&limit=100",
+            headers={"X-API-Key": API_KEY})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            listed = json.loads(response.read() or b"[]")
+        if not listed:
+            return
+        for sandbox in listed:
+            kill = urllib.request.Request(f"{server.api_url}/sandboxes/{sandbox['sandboxID']}",
+                                          method="DELETE", headers={"X-API-Key": API_KEY})
+            try:
+                urllib.request.urlopen(kill, timeout=60).close()
+            except urllib.error.HTTPError as error:
+                if error.code != 404:  # gone meanwhile
+                    raise
+
+
 def _reader(stream, lines):
     for line in stream:
         lines.put(line)
@@ -201,7 +228,11 @@ def measure(server, argv, params, log_path):
 REPEATS = 3
 
 #: Scenarios that run against the first latency only (they do not depend on it).
-FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot"}
+FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot", "scale"}
+
+#: The scale scenario's worker pool: commands in flight at once, at every N (fewer only when
+#: there are fewer scopes), so that N changes the number of scopes held, not the concurrency.
+SCALE_WORKERS = 8
 
 
 class Bench:
@@ -218,6 +249,8 @@ class Bench:
         self.hermes = None if args.hermes_python is None else [args.hermes_python, os.path.join(HERE, "hermes_row.py")]
         self.only = None if args.only is None else {name.strip() for name in args.only.split(",")}
         self.pull_peers = [name.strip() for name in args.pull_peers.split(",") if name.strip()]
+        self.scale_ns = (self.sizes["scale_ns"] if args.scale_ns is None
+                         else [int(n) for n in args.scale_ns.split(",") if n.strip()])
 
     def want(self, scenario):
         return self.only is None or scenario in self.only
@@ -280,6 +313,7 @@ class Bench:
         self.run(server, latency, "snapshot", "ours", self.ours + ["snapshot"],
                  {"files": s["snapshot_files"], "bytes": s["snapshot_bytes"], "rounds": s["snapshot_rounds"]})
         self.load(server, latency)
+        self.scale(server, latency)
         if self.hermes is not None:
             with tempfile.TemporaryDirectory() as home:
                 self.run(server, latency, "hermes", "ours", self.hermes + ["hermes"],
@@ -297,6 +331,37 @@ class Bench:
                 self.run(server, latency, "checkpoint", f"{who} #{repeat}", argv + ["checkpoint"], checkpoint)
                 self.run(server, latency, "rollback", f"{who} #{repeat}", argv + ["rollback"], rollback)
             self.run(server, latency, "rollback", f"sdk-bare #{repeat}", self.peer + ["rollback"], bare)
+
+    def scale(self, server, latency):
+        """N scopes in one process, for each N: our Rust `Backend`s, Hermes' terminal
+        environments through the plugin, the SDK's `Sandbox` objects, and (a diagnostic) an
+        `e2b_client::Client` alone per scope, one process each (in that order at every N, so
+        all see the same machine), every sandbox killed between them so that each meets an
+        e2b-local holding only its own."""
+        if not self.want("scale"):
+            return
+        kinds = [("ours", self.ours, {})]
+        if self.hermes is not None:
+            kinds.append(("hermes", self.hermes, {}))
+        kinds.append(("sdk", self.peer, {}))
+        kinds.append(("ours client", self.ours, {"part": "client"}))
+        for scopes in self.scale_ns:
+            # Enough commands at every N for a p99 (one scope runs them all at N=1).
+            rounds = max(2, -(-self.sizes["scale_min_commands"] // scopes))
+            params = {"scopes": scopes, "rounds": rounds, "workers": SCALE_WORKERS,
+                      "settle_ms": self.sizes["scale_settle_ms"]}
+            for who, argv, extra in kinds:
+                extra = dict(extra)
+                home = None
+                if who == "hermes":
+                    home = tempfile.TemporaryDirectory()
+                    extra["home"] = home.name
+                try:
+                    self.run(server, latency, "scale", f"{who} N={scopes}", argv + ["scale"], dict(params, **extra))
+                finally:
+                    kill_all(server)
+                    if home is not None:
+                        home.cleanup()
 
     def load(self, server, latency):
         if not self.want("load"):
@@ -330,7 +395,8 @@ class Bench:
                 self.scenarios(server, latency, full_set=index == 0)
             finally:
                 server.stop()
-        rows = [r for r in build_rows(self.results, latencies, self.hermes is not None) if self.want(r["scenario"])]
+        rows = [r for r in build_rows(self.results, latencies, self.hermes is not None, self.scale_ns)
+                if self.want(r["scenario"])]
         machine = machine_info(self.args)
         elapsed = time.monotonic() - started
         write_json(self.out, machine, self.results, rows, self.errors, self.args, elapsed)
@@ -483,7 +549,126 @@ def checkpoint_rows(rows, results, latency):
         ours_wall and ours_wall * 1000, peer, bare_wall and bare_wall * 1000, unit="ms")
 
 
-def build_rows(results, latencies, with_hermes):
+#: The scale scenario's sides: (result key, the row's variant label, judged against the
+#: targets). The bare e2b-client side is a diagnostic: the part of a `Backend`'s cost that is
+#: the E2B client (connection pool) each `Backend` builds for itself.
+SCALE_SIDES = (("ours", "Rust `Backend`", True), ("hermes", "Hermes terminal env", True),
+               ("ours client", "own `e2b_client::Client` alone (diagnostic)", False))
+#: Threads or descriptors each idle scope may add (the slope between the smallest and largest
+#: N): "none held per idle scope", with room for a pool's connection or a worker coming and
+#: going between two measurements.
+SCALE_HELD_PER_SCOPE = 0.05
+
+
+def scale_rows(rows, results, latency, ns):
+    """Per N: memory, threads and descriptors per scope (over the same process kind's
+    baseline before any scope), throughput and latency with every scope active, and
+    e2b-local's own time; then the targets across N."""
+    def per_scope(figures, key, base_key, unit_scale=1.0):
+        if figures is None or figures.get(key) is None or figures.get(base_key) is None:
+            return None
+        return (figures[key] - figures[base_key]) / figures["scopes"] / unit_scale
+
+    def ms(figures, key):
+        return None if figures is None or figures.get(key) is None else figures[key] * 1000
+
+    def client_ms(figures):
+        if figures is None or figures.get("mean_s") is None:
+            return None
+        return (figures["mean_s"] - figures["server_s"] / figures["ops"]) * 1000
+
+    def server_us_per_request(figures):
+        if figures is None or not figures.get("requests"):
+            return None
+        return figures["server_s"] / figures["requests"] * 1e6
+
+    for n in ns:
+        sdk = get(results, "scale", f"sdk N={n}", latency)
+        for who, label, judged in SCALE_SIDES:
+            ours = get(results, "scale", f"{who} N={n}", latency)
+            if ours is None and not any(k.startswith(f"scale | {who} N={n} |") for k in results):
+                continue  # not run (no .venv-hermes: said in the report's note)
+
+            def side_row(*args, judged=judged, **kwargs):
+                if not judged:
+                    # A diagnostic side shows what it holds idle, without a verdict.
+                    if args[3] not in ("RSS/idle scope", "fds/idle scope", "threads/idle scope"):
+                        return
+                    args = args[:8]
+                row(*args, **kwargs)
+
+            variant = f"N={n}, {label}"
+            side_row(rows, "scale", latency, "errors", variant, ours and ours["errors"], "SDK `Sandbox`",
+                sdk and sdk["errors"], "= 0", lambda v, r: v == 0)
+            side_row(rows, "scale", latency, "RSS/idle scope", variant, per_scope(ours, "idle_rss_kib", "base_rss_kib"),
+                "SDK `Sandbox`", per_scope(sdk, "idle_rss_kib", "base_rss_kib"), "≤ 0.25× SDK",
+                lambda v, r: r is not None and r <= 0.25, unit="KiB")
+            side_row(rows, "scale", latency, "RSS/active scope (peak)", variant, per_scope(ours, "hwm_kib", "base_rss_kib"),
+                "SDK `Sandbox`", per_scope(sdk, "hwm_kib", "base_rss_kib"), unit="KiB")
+            side_row(rows, "scale", latency, "threads/idle scope", variant, per_scope(ours, "idle_threads", "base_threads"),
+                "SDK `Sandbox`", per_scope(sdk, "idle_threads", "base_threads"))
+            side_row(rows, "scale", latency, "fds/idle scope", variant, per_scope(ours, "idle_fds", "base_fds"),
+                "SDK `Sandbox`", per_scope(sdk, "idle_fds", "base_fds"))
+            side_row(rows, "scale", latency, "threads/active scope (peak)", variant,
+                per_scope(ours, "peak_threads", "base_threads"), "SDK `Sandbox`",
+                per_scope(sdk, "peak_threads", "base_threads"))
+            side_row(rows, "scale", latency, "fds/active scope (peak)", variant, per_scope(ours, "peak_fds", "base_fds"),
+                "SDK `Sandbox`", per_scope(sdk, "peak_fds", "base_fds"))
+            side_row(rows, "scale", latency, "commands/s (all scopes active)", variant, rate(ours, "completed"),
+                "SDK `Sandbox`", rate(sdk, "completed"))
+            side_row(rows, "scale", latency, "p50 latency", variant, ms(ours, "p50_s"), "SDK `Sandbox`",
+                ms(sdk, "p50_s"), unit="ms")
+            side_row(rows, "scale", latency, "p99 latency", variant, ms(ours, "p99_s"), "SDK `Sandbox`",
+                ms(sdk, "p99_s"), unit="ms")
+            side_row(rows, "scale", latency, "client time/command (mean latency − e2b-local's)", variant,
+                client_ms(ours), "SDK `Sandbox`", client_ms(sdk), unit="ms")
+            side_row(rows, "scale", latency, "e2b-local time/request", variant, server_us_per_request(ours),
+                "SDK `Sandbox`", server_us_per_request(sdk), unit="µs")
+    if len(ns) < 2:
+        return
+    low, high = min(ns), max(ns)
+    # The p99 target names N=200; a run without it (the smoke's 1,5) compares its largest N.
+    p99_n = 200 if 200 in ns else high
+
+    def slope(figures_low, figures_high, key):
+        if figures_low is None or figures_high is None:
+            return None
+        return (figures_high[key] - figures_low[key]) / (high - low)
+
+    def p99_ratio(who):
+        a = get(results, "scale", f"{who} N={low}", latency)
+        b = get(results, "scale", f"{who} N={p99_n}", latency)
+        if a is None or b is None or not a.get("p99_s") or b.get("p99_s") is None:
+            return None
+        return b["p99_s"] / a["p99_s"]
+
+    sdk_low = get(results, "scale", f"sdk N={low}", latency)
+    sdk_high = get(results, "scale", f"sdk N={high}", latency)
+    for who, label, judged in SCALE_SIDES:
+        ours_low = get(results, "scale", f"{who} N={low}", latency)
+        ours_high = get(results, "scale", f"{who} N={high}", latency)
+        if ours_low is None and ours_high is None and not any(
+                k.startswith(f"scale | {who} N=") for k in results):
+            continue
+        if not judged:
+            row(rows, "scale", latency, f"RSS per added idle scope (N={low}→{high})", label,
+                slope(ours_low, ours_high, "idle_rss_kib"), "SDK `Sandbox`",
+                slope(sdk_low, sdk_high, "idle_rss_kib"), unit="KiB")
+            row(rows, "scale", latency, f"fds held per added idle scope (N={low}→{high})", label,
+                slope(ours_low, ours_high, "idle_fds"), "SDK `Sandbox`", slope(sdk_low, sdk_high, "idle_fds"))
+            continue
+        for key, what in (("idle_threads", "threads"), ("idle_fds", "fds")):
+            row(rows, "scale", latency, f"{what} held per added idle scope (N={low}→{high})", label,
+                slope(ours_low, ours_high, key), "SDK `Sandbox`", slope(sdk_low, sdk_high, key),
+                f"< {SCALE_HELD_PER_SCOPE}", lambda v, r: v < SCALE_HELD_PER_SCOPE)
+        row(rows, "scale", latency, f"RSS per added idle scope (N={low}→{high})", label,
+            slope(ours_low, ours_high, "idle_rss_kib"), "SDK `Sandbox`", slope(sdk_low, sdk_high, "idle_rss_kib"),
+            "≤ 0.25× SDK", lambda v, r: r is not None and r <= 0.25, unit="KiB")
+        row(rows, "scale", latency, f"p99 at N={p99_n} ÷ p99 at N={low}", label, p99_ratio(who),
+            "SDK `Sandbox`", p99_ratio("sdk"), "≤ 1.5", lambda v, r: v <= 1.5)
+
+
+def build_rows(results, latencies, with_hermes, scale_ns=()):
     rows = []
     first = latencies[0]
     for latency in latencies:
@@ -575,6 +760,7 @@ def build_rows(results, latencies, with_hermes):
         row(rows, "load", latency, "p99 latency", variant, load and load["p99_s"] * 1000, unit="ms")
         row(rows, "load", latency, "server RSS growth", variant, mib(load and load.get("server_rss_growth_kib")),
             unit="MiB")
+        scale_rows(rows, results, latency, scale_ns)
         if with_hermes:
             hermes_rows(rows, results, latency)
     return rows
@@ -674,7 +860,7 @@ is the kernel's VmHWM of the measuring process (one process per scenario, the ma
 the measured part begins) minus its RSS then. Ratios are ours ÷ peer of the metric shown
 (for times lower is better, for rates higher is better). Steady-state commands run `true`
 in a login shell on both sides (the SDK's `commands.run` starts `bash -l -c`). Stream, pull,
-recovery, load and Hermes run at the first latency only. {hermes_note}
+recovery, load, scale and Hermes run at the first latency only. {hermes_note}
 
 {table}
 """
@@ -742,6 +928,7 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: proves the harness runs")
     parser.add_argument("--hermes-python", help="python of a venv with Hermes and the wheel (the Hermes rows)")
     parser.add_argument("--only", help="comma-separated scenarios to run (default: all)")
+    parser.add_argument("--scale-ns", help="comma-separated scope counts of the scale scenario (default: 1,50,200,500; smoke 1,5)")
     parser.add_argument("--pull-peers", default="bytes,stream,curl",
                         help="the pull's peers to run (default: bytes,stream,curl; `curl` alone for quick repeats)")
     args = parser.parse_args()

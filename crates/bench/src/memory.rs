@@ -33,7 +33,7 @@ impl Mark {
 }
 
 /// One `kB` field of `/proc/self/status`.
-fn status_kib(field: &str) -> Option<u64> {
+pub(crate) fn status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status.lines().find_map(|line| {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;

@@ -18,7 +18,9 @@ use serde_json::{Map, Value, json};
 use crate::{BenchError, Protocol};
 
 mod checkpoints;
+mod scale;
 use checkpoints::{checkpoint, rollback, snapshot};
+use scale::scale;
 
 /// A command's deadline in the steady-state scenarios (the lease covers it plus the grace).
 const COMMAND_DEADLINE: Duration = Duration::from_secs(60);
@@ -45,6 +47,7 @@ pub(crate) fn run(
         "checkpoint" => checkpoint(params, protocol),
         "rollback" => rollback(params, protocol),
         "snapshot" => snapshot(params, protocol),
+        "scale" => scale(params, protocol),
         other => Err(format!("unknown scenario {other:?}").into()),
     }
 }
