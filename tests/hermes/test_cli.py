@@ -319,7 +319,8 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
                         "lease_left_seconds", "duplicate_of", "host"):
                 assert key in entry, key
             assert entry["state"] == "running" and entry["paused_at"] is None
-            assert entry["last_used_source"] == "lease" and entry["running_command"] is False
+            # The backend records each command's start and end on this host.
+            assert entry["last_used_source"] == "host" and entry["running_command"] is False
             assert 0 <= entry["idle_seconds"] <= 120, entry
         assert alpha["idle_seconds"] < beta["idle_seconds"], (alpha, beta)
         assert alpha["last_used_at"] > beta["last_used_at"]
@@ -327,12 +328,12 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
         header, rows = list_rows(home)
         assert header.split() == ["SESSION", "STATE", "LAST", "USE", "IDLE", "SANDBOX", "TEMPLATE", "MODE", "LEASE"]
         assert [row.split()[0] for row in rows] == tasks
-        # One line per sandbox, aligned: each column starts where its header does; `~` marks a
-        # last use estimated from E2B's lease end.
+        # One line per sandbox, aligned: each column starts where its header does; a last use
+        # this host recorded has no `~` (which marks one estimated from E2B's lease end).
         for row, entry in zip(rows, listed):
             assert row.index(entry["sandbox_id"]) == header.index("SANDBOX"), (header, row)
             assert row[header.index("STATE"):].startswith("running ")
-            assert row[header.index("LAST USE"):].startswith("~20")
+            assert row[header.index("LAST USE"):].startswith("20")
             assert row[header.index("LEASE"):].startswith("lease ")
 
         # This host's record of alpha's last command: started a moment ago, not ended, and a

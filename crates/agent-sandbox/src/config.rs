@@ -195,7 +195,7 @@ impl Config {
         Ok(e2b_client::redact(&self.client_config()?.api_base_url()))
     }
 
-    fn client_config(&self) -> Result<e2b_client::Config, crate::error::Error> {
+    pub(crate) fn client_config(&self) -> Result<e2b_client::Config, crate::error::Error> {
         let key = self
             .api_key
             .resolve()

@@ -22,8 +22,8 @@ pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{
-    Backend, CallDeadline, Fleet, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, STALLED_RETRY,
-    TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore,
+    Backend, CallDeadline, Fleet, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT,
+    STALLED_RETRY, TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore,
 };
 pub use checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT, Discarded,
@@ -34,9 +34,9 @@ pub use command::{
 };
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
-    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_SLOT_WAIT, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE, DEFAULT_WATCHDOG_GRACE,
-    E2B_DEFAULT_HOME, Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode, Scope, Services,
-    WriterArbitration,
+    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_SLOT_WAIT, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE,
+    DEFAULT_WATCHDOG_GRACE, E2B_DEFAULT_HOME, Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode,
+    Scope, Services, WriterArbitration,
 };
 pub use sandbox_identity::CheckpointReason;
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.

@@ -70,6 +70,18 @@ impl fmt::Debug for Client {
 impl Client {
     /// A client for the given configuration. Fails on an empty key or an unusable URL.
     pub fn new(config: Config) -> Result<Client, Error> {
+        Client::build(config, None)
+    }
+
+    /// A client for `config` on this client's connection pools: its open connections and its
+    /// parsed trust roots are shared (requests carry their own key and deadline), so many
+    /// clients of one process, for one key or several, cost one pool. New pools when the
+    /// connect timeout `config` implies differs.
+    pub fn sharing_pools(&self, config: Config) -> Result<Client, Error> {
+        Client::build(config, Some(&self.inner.http))
+    }
+
+    fn build(config: Config, pools: Option<&Http>) -> Result<Client, Error> {
         if config.api_key.is_empty() {
             return Err(Error::InvalidConfig {
                 reason: "the API key is empty".to_owned(),
@@ -87,7 +99,10 @@ impl Client {
         api_key_header.set_sensitive(true);
         Ok(Client {
             inner: Arc::new(Inner {
-                http: Arc::new(Http::new(&config)?),
+                http: Arc::new(match pools {
+                    Some(pools) => pools.sharing(&config)?,
+                    None => Http::new(&config)?,
+                }),
                 api_base,
                 api_key_header,
                 config,

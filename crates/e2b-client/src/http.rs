@@ -2,7 +2,7 @@
 
 use std::error::Error as _;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -294,7 +294,7 @@ pub(crate) struct Http {
     /// Built on first use: only downloads take it, and building a pool loads and parses the
     /// trust roots (the platform's store and the bundled ones), tens of milliseconds that a
     /// cold start would otherwise pay twice before its first request.
-    http1: OnceLock<reqwest::Client>,
+    http1: Arc<OnceLock<reqwest::Client>>,
     connect_timeout: Duration,
     retry: RetryPolicy,
     /// Kept to scrub it from every error text, envd's included.
@@ -311,7 +311,25 @@ impl Http {
         let connect_timeout = config.request_deadline.min(Duration::from_secs(10));
         Ok(Http {
             default: build_pool(Pool::Default, connect_timeout)?,
-            http1: OnceLock::new(),
+            http1: Arc::new(OnceLock::new()),
+            connect_timeout,
+            retry: config.retry.clone(),
+            api_key: config.api_key.clone(),
+            deadline: config.request_deadline,
+            limits: config.limits.clone(),
+        })
+    }
+
+    /// An `Http` for `config` on these pools (their connections and parsed trust roots),
+    /// when they were built with the connect timeout `config` asks for; else new pools.
+    pub(crate) fn sharing(&self, config: &Config) -> Result<Http, Error> {
+        let connect_timeout = config.request_deadline.min(Duration::from_secs(10));
+        if connect_timeout != self.connect_timeout {
+            return Http::new(config);
+        }
+        Ok(Http {
+            default: self.default.clone(),
+            http1: Arc::clone(&self.http1),
             connect_timeout,
             retry: config.retry.clone(),
             api_key: config.api_key.clone(),

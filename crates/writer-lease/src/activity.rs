@@ -145,8 +145,9 @@ impl ScopeFiles {
             .ensure_private_dir(self.dir())
             .map_err(|source| Error::io("create coordination directory", self.dir(), source))?;
         let path = self.path(ScopeFile::Activity);
+        // Per command: no disk sync; a lost update only leaves the record stale.
         self.host()
-            .write_atomic(&path, &record.encode())
+            .write_replace(&path, &record.encode())
             .map_err(|source| Error::io("write activity record", &path, source))
     }
 }

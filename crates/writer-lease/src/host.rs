@@ -27,6 +27,13 @@ pub trait Host: fmt::Debug + Send + Sync {
     /// Replaces `path` atomically with `contents` (0600): the file holds
     /// either its old content or all of the new one, even after a crash.
     fn write_atomic(&self, path: &Path, contents: &[u8]) -> io::Result<()>;
+    /// Replaces `path` with `contents` (0600) through a rename, without waiting for the
+    /// disk: a reader sees the old content or all of the new one, and a crash may lose the
+    /// update. For records whose loss only makes them stale (the activity record, written
+    /// per command). By default as [`Host::write_atomic`].
+    fn write_replace(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
+        self.write_atomic(path, contents)
+    }
     /// Reads a small file whole; `NotFound` when absent.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>>;
     /// Removes a file durably; `NotFound` when absent.
@@ -116,6 +123,17 @@ impl Host for OsHost {
 
     fn try_lock_shared(&self, file: &File) -> Result<(), TryLockError> {
         file.try_lock_shared()
+    }
+
+    fn write_replace(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
+        let temp = temp_path(path, "tmp")?;
+        let result = create_private(&temp)
+            .and_then(|mut file| file.write_all(contents))
+            .and_then(|()| fs::rename(&temp, path));
+        if result.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+        result
     }
 
     fn write_atomic(&self, path: &Path, contents: &[u8]) -> io::Result<()> {

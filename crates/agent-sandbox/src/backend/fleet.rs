@@ -41,9 +41,15 @@ const MAX_PAUSES_PER_START: usize = 8;
 /// [`Services`](crate::Services) carries one: backends built from clones of the same
 /// `Services` share it, and a create or resume refused for the limit may pause another
 /// member's idle sandbox. A member is held weakly: dropping a backend leaves the fleet.
+///
+/// Its members also share one set of connection pools: every member's client is made on
+/// the first one's pools, so a scope costs no pool, trust-root copy or idle connection of
+/// its own however many a process holds.
 #[derive(Clone, Default)]
 pub struct Fleet {
     members: Arc<Mutex<Vec<Weak<Inner>>>>,
+    /// The client whose pools every member's clients share; made on first use.
+    pools: Arc<Mutex<Option<e2b_client::Client>>>,
 }
 
 impl fmt::Debug for Fleet {
@@ -67,6 +73,21 @@ impl Fleet {
             .iter()
             .filter(|member| member.believed_running())
             .count()
+    }
+
+    /// A client for `config` (its key resolved now) on the fleet's shared pools.
+    pub(super) fn client(&self, config: &crate::Config) -> Result<e2b_client::Client, Error> {
+        let wanted = config.client_config()?;
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        let made = match &*pools {
+            Some(seed) => seed.sharing_pools(wanted),
+            None => e2b_client::Client::new(wanted),
+        }
+        .map_err(|source| Error::e2b("configure client", None, source))?;
+        if pools.is_none() {
+            *pools = Some(made.clone());
+        }
+        Ok(made)
     }
 
     pub(super) fn join(&self, member: &Arc<Inner>) {
@@ -144,7 +165,9 @@ impl Inner {
         );
         if !owned_and_settled
             || !self.inflight.is_idle()
-            || !attached.lease.covers(self.services.clock.now(), Duration::ZERO)
+            || !attached
+                .lease
+                .covers(self.services.clock.now(), Duration::ZERO)
         {
             return None;
         }

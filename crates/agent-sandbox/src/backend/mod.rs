@@ -184,6 +184,16 @@ struct Counters {
     network_updates: AtomicU64,
 }
 
+/// The activity record is best effort: a failed write leaves `list` an estimate.
+fn record_activity(written: Result<(), writer_lease::Error>) {
+    if let Err(error) = written {
+        tracing::debug!(
+            "the scope's activity record was not written: {}",
+            ErrorChain(&error)
+        );
+    }
+}
+
 fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
@@ -322,24 +332,24 @@ impl Backend {
         let last_use = Arc::new(AtomicU64::new(0));
         fleet::touch(&last_use, &*services.clock);
         let inner = Arc::new(Inner {
-                config,
-                scope,
-                services,
-                hooks,
-                identity,
-                policy,
-                files,
-                state: Mutex::new(Phase::Detached),
-                holder: StateHolder::default(),
-                stalls: watchdog::Stalls::default(),
-                inflight: Arc::new(Inflight::default()),
-                handoff: Handoff::default(),
-                arbitration: ArbitrationMemory::default(),
-                note_serial: Mutex::new(()),
-                egress,
-                last_checkpoint_ms: AtomicU64::new(0),
-                last_use,
-                stats: Counters::default(),
+            config,
+            scope,
+            services,
+            hooks,
+            identity,
+            policy,
+            files,
+            state: Mutex::new(Phase::Detached),
+            holder: StateHolder::default(),
+            stalls: watchdog::Stalls::default(),
+            inflight: Arc::new(Inflight::default()),
+            handoff: Handoff::default(),
+            arbitration: ArbitrationMemory::default(),
+            note_serial: Mutex::new(()),
+            egress,
+            last_checkpoint_ms: AtomicU64::new(0),
+            last_use,
+            stats: Counters::default(),
         });
         inner.services.fleet.join(&inner);
         Ok(Backend { inner })
@@ -493,9 +503,19 @@ impl Backend {
         };
         bump(&inner.stats.commands);
         inner.touch();
+        let activity = inner
+            .files
+            .clone()
+            .map(|files| (files, attached.id.as_str().to_owned()));
+        if let Some((files, sandbox_id)) = &activity {
+            record_activity(files.record_command_started(sandbox_id, inner.services.clock.wall()));
+        }
         let token = inner.inflight.enter(describe_command(pid, command));
         let inflight = Arc::clone(&inner.inflight);
-        let (last_use, clock) = (Arc::clone(&inner.last_use), Arc::clone(&inner.services.clock));
+        let (last_use, clock) = (
+            Arc::clone(&inner.last_use),
+            Arc::clone(&inner.services.clock),
+        );
         let launched = command::spawn(Launch {
             runtime: inner.services.runtime.clone(),
             sandbox: attached.sandbox.clone(),
@@ -507,6 +527,13 @@ impl Backend {
             on_done: Box::new(move || {
                 fleet::touch(&last_use, &*clock);
                 inflight.leave(token);
+                // The host's record of the scope's last use (what `list` shows): ended once
+                // nothing of the scope runs.
+                if let Some((files, sandbox_id)) = &activity
+                    && inflight.is_idle()
+                {
+                    record_activity(files.record_command_ended(sandbox_id, clock.wall()));
+                }
             }),
         });
         if launched.is_err() {
@@ -684,7 +711,8 @@ impl Inner {
     }
 
     pub(super) fn client(&self) -> Result<Client, Error> {
-        self.config.client()
+        // On the process's shared pools: a scope holds no connection pool of its own.
+        self.services.fleet.client(&self.config)
     }
 
     pub(super) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {

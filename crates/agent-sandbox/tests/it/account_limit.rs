@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    Backend, ChannelSink, Fleet, NoStateHooks, Progress, ProgressObserver, RunOptions,
-    SandboxMode, Services,
+    Backend, ChannelSink, Fleet, NoStateHooks, Progress, ProgressObserver, RunOptions, SandboxMode,
+    Services,
 };
 use e2b_client::SandboxState;
 
@@ -24,8 +24,13 @@ fn state_of(world: &World, backend: &Backend) -> SandboxState {
 fn member(world: &World, task: &str, adjust: impl FnOnce(&mut agent_sandbox::Config)) -> Backend {
     let mut config = world.config(SandboxMode::Persistent);
     adjust(&mut config);
-    Backend::new(config, world.scope(task), world.services(), Arc::new(NoStateHooks))
-        .expect("backend")
+    Backend::new(
+        config,
+        world.scope(task),
+        world.services(),
+        Arc::new(NoStateHooks),
+    )
+    .expect("backend")
 }
 
 /// A persistent backend standing for another process: a fleet of its own.
@@ -48,7 +53,10 @@ fn other_process(world: &World, task: &str) -> Backend {
 fn hold_until(
     backend: &Backend,
     release: &str,
-) -> (agent_sandbox::RunningCommand, mpsc::Receiver<agent_sandbox::Chunk>) {
+) -> (
+    agent_sandbox::RunningCommand,
+    mpsc::Receiver<agent_sandbox::Chunk>,
+) {
     let (tx, rx) = mpsc::channel();
     let command = backend
         .run(
@@ -176,8 +184,13 @@ fn a_start_waits_for_a_slot_and_takes_it_when_a_command_ends() {
         })),
         ..world.services()
     };
-    let waiting = Backend::new(config, world.scope("waiting"), services, Arc::new(NoStateHooks))
-        .expect("backend");
+    let waiting = Backend::new(
+        config,
+        world.scope("waiting"),
+        services,
+        Arc::new(NoStateHooks),
+    )
+    .expect("backend");
     let waiter = std::thread::spawn(move || {
         let result = waiting.attach().map(|info| info.sandbox_id);
         (waiting, result)

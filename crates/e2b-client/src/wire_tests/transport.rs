@@ -264,3 +264,41 @@ async fn hostile_json_is_refused_without_buffering_it_all() {
     let error = client.get(&sandbox_id()).await.expect_err("too big");
     assert!(error.is_limit_exceeded(), "{error:?}");
 }
+
+#[tokio::test]
+async fn a_client_sharing_pools_reuses_the_connection_and_sends_its_own_key() {
+    // Many scopes of one process cost one pool: the second client's request goes out on the
+    // first one's idle connection, with the second client's own key.
+    let server = TestServer::start(|_, _| json(200, &detail_json())).await;
+    let first = client(&server.url);
+    first.get(&sandbox_id()).await.expect("first");
+    let mut config = Config::new(ApiKey::new("e2b_second_key_0123456789".to_owned()));
+    config.api_url = Some(server.url.clone());
+    config.sandbox_url = Some(server.url.clone());
+    config.retry = fast_retry();
+    config.request_deadline = Duration::from_secs(10);
+    let second = first.sharing_pools(config).expect("shares");
+    second.get(&sandbox_id()).await.expect("second");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0].peer, requests[1].peer,
+        "one connection for both clients"
+    );
+    let key = |index: usize| {
+        requests[index].headers["x-api-key"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(key(0), KEY);
+    assert_eq!(key(1), "e2b_second_key_0123456789");
+
+    // A different connect timeout gets pools of its own.
+    let mut config = Config::new(ApiKey::new(KEY.to_owned()));
+    config.api_url = Some(server.url.clone());
+    config.request_deadline = Duration::from_secs(2);
+    let apart = first.sharing_pools(config).expect("new pools");
+    apart.get(&sandbox_id()).await.expect("third");
+    assert_ne!(server.requests()[2].peer, requests[0].peer);
+}
