@@ -24,6 +24,15 @@ struct Planned {
 
 impl Campaign {
     pub(crate) fn cycle(&mut self, cycle: u64) -> Result<(), Error> {
+        let result = self.cycle_inner(cycle);
+        if result.is_err() {
+            // The campaign stops at an error; the account limit goes with the cycle anyway.
+            let _ = self.lift_limit(true);
+        }
+        result
+    }
+
+    fn cycle_inner(&mut self, cycle: u64) -> Result<(), Error> {
         self.previous_trace = std::mem::take(&mut self.trace);
         self.cycle_start = Instant::now();
         self.edit(cycle)?;
@@ -127,6 +136,7 @@ impl Campaign {
             let holding = self.poll_hold(&mut hosts)?;
             let now = Instant::now();
             self.resume_due(&hosts, now)?;
+            self.lift_limit(false)?;
             self.observe_generations();
             // Due faults first.
             let mut i = 0;
@@ -154,6 +164,7 @@ impl Campaign {
                 .filter(|p| p.armed)
                 .map(|p| p.at)
                 .chain(self.stopped.iter().map(|(at, _)| *at))
+                .chain(self.limit_until)
                 .map(|at| at.saturating_duration_since(now))
                 .min()
                 .unwrap_or(Duration::from_secs(1))
@@ -227,6 +238,8 @@ impl Campaign {
         }
         // Phase kills that never met their phase are not counted.
         self.stopped.clear();
+        // Before the recovery host and the checks: they run without the limit.
+        self.lift_limit(true)?;
         self.server.admin_retrying("faults/clear", "{}")?;
         self.recover_and_check_adoption()?;
         self.check()?;

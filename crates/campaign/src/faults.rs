@@ -17,11 +17,13 @@ pub(crate) enum Fault {
     Pause,
     LeaseExpiry,
     ServerRestart,
+    /// maxRunning at or below the running count, lifted after a drawn span (`lift_limit`).
+    AccountLimit,
     /// Two-host mode only.
     StopWriter,
 }
 
-pub(crate) const FAULTS: [Fault; 10] = [
+pub(crate) const FAULTS: [Fault; 11] = [
     Fault::KillHostTimed,
     Fault::KillHostAtPush,
     Fault::KillHostAtPull,
@@ -32,6 +34,7 @@ pub(crate) const FAULTS: [Fault; 10] = [
     Fault::Pause,
     Fault::LeaseExpiry,
     Fault::ServerRestart,
+    Fault::AccountLimit,
 ];
 
 impl Fault {
@@ -47,6 +50,7 @@ impl Fault {
             Fault::Pause => "sandbox paused",
             Fault::LeaseExpiry => "lease expired (clock jump)",
             Fault::ServerRestart => "e2b-local killed and restarted (refusing meanwhile)",
+            Fault::AccountLimit => "account's limit of running sandboxes reached",
             Fault::StopWriter => "SIGSTOP host past its term, then SIGCONT",
         }
     }

@@ -91,6 +91,43 @@ impl Campaign {
                     self.violations.push(violation);
                 }
             }
+            Fault::AccountLimit => {
+                // A running sandbox keeps its slot, so the limit bites at a create or a resume:
+                // half the time the scope's sandbox is paused first (as its timeout would), and
+                // its hosts' next request must resume it past the limit.
+                if let Some(id) = self.sandbox.clone()
+                    && self.rng.random_bool(0.5)
+                    && self
+                        .server
+                        .admin_retrying(&format!("sandboxes/{id}/pause"), "{}")?
+                        == 204
+                {
+                    self.note(format!("paused {id} before the limit"));
+                }
+                // The admin GET may meet an injected fault too: a few attempts, else nothing
+                // was injected.
+                let Some(running) = (0..5)
+                    .find_map(|_| self.server.admin_get("limits").ok())
+                    .and_then(|limits| limits["running"].as_u64())
+                else {
+                    return Ok(());
+                };
+                // At or below what runs now: creates and resumes are refused (E2B's 429) and
+                // the hosts wait for a slot (L14) until the limit is lifted.
+                let max = self.rng.random_range(0..=running);
+                let hold = Duration::from_millis(self.rng.random_range(200..2500));
+                // Lifted by the cycle (`lift_limit`) when due, at its end in any case.
+                self.limit_until = Some(Instant::now() + hold);
+                if self
+                    .server
+                    .admin_retrying("limits", &format!(r#"{{"maxRunning":{max}}}"#))?
+                    != 200
+                {
+                    self.limit_until = None;
+                    return Ok(());
+                }
+                self.note(format!("maxRunning {max} ({running} running) for {hold:?}"));
+            }
             Fault::StopWriter => {
                 let live: Vec<usize> = (0..hosts.len())
                     .filter(|&i| {
@@ -111,6 +148,22 @@ impl Campaign {
             }
         }
         self.count(fault);
+        Ok(())
+    }
+
+    /// Lifts the account limit `Fault::AccountLimit` set, if any, when `force` or once its
+    /// span is over. An e2b-local restarted meanwhile has no limit: lifting is idempotent.
+    pub(crate) fn lift_limit(&mut self, force: bool) -> Result<(), Error> {
+        let Some(until) = self.limit_until else {
+            return Ok(());
+        };
+        if !force && Instant::now() < until {
+            return Ok(());
+        }
+        self.server
+            .admin_retrying("limits", r#"{"maxRunning":null}"#)?;
+        self.limit_until = None;
+        self.note("limit lifted (maxRunning null)".to_owned());
         Ok(())
     }
 }

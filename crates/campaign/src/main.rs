@@ -202,6 +202,7 @@ fn run() -> Result<usize, Error> {
         step_stats: step_plan::StepStats::default(),
         step_share: args.step_share,
         cycle_no: 0,
+        limit_until: None,
     };
     if let Some(python) = &args.hermes_python {
         campaign.hermes_home_entries = campaign.bootstrap_hermes(python)?;

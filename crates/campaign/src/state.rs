@@ -67,6 +67,8 @@ pub(crate) struct Campaign {
     pub(crate) step_stats: StepStats,
     /// `--step-share`.
     pub(crate) step_share: f64,
+    /// When the account limit set by `Fault::AccountLimit` is lifted (`None`: no limit set).
+    pub(crate) limit_until: Option<Instant>,
     /// The cycle being run.
     pub(crate) cycle_no: u64,
 }
