@@ -39,22 +39,18 @@ pub enum Error {
     /// to free a slot within the wait (L14). `running` is how many run on the account, when
     /// one bounded list request at the time of the error could tell.
     #[error(
-        "E2B {operation} failed{}: the account's limit of concurrently running sandboxes is reached{}; {this_process} other sandbox(es) of this process run and none could be paused (each has a command running or is busy), waited {} s for a slot",
-        ForSandbox(.sandbox_id.as_deref()),
-        Running(*.running),
-        .waited.as_secs()
+        "E2B {operation} failed{}: the account's limit of concurrently running sandboxes is reached{}; {} other sandbox(es) of this process run and none could be paused (each has a command running or is busy), waited {} s for a slot",
+        ForSandbox(.detail.sandbox_id.as_deref()),
+        Running(.detail.running),
+        .detail.this_process,
+        .detail.waited.as_secs()
     )]
     ConcurrencyLimit {
         /// The backend step (`create`, `connect`).
         operation: &'static str,
-        /// The sandbox being resumed; `None` for a create.
-        sandbox_id: Option<String>,
-        /// Sandboxes running on the account, if known.
-        running: Option<u64>,
-        /// Other sandboxes of this process's fleet running at the time.
-        this_process: usize,
-        /// How long the start waited for a slot.
-        waited: std::time::Duration,
+        /// The sandbox, how many ran and how long the start waited (boxed: a rare error
+        /// keeps `Error` small).
+        detail: Box<LimitDetail>,
         /// The client's error (HTTP 429).
         #[source]
         source: e2b_client::Error,
@@ -315,8 +311,8 @@ impl Error {
             | Error::FileRefused { sandbox_id, .. }
             | Error::CheckpointRefused { sandbox_id, .. }
             | Error::Stalled { sandbox_id, .. }
-            | Error::ConcurrencyLimit { sandbox_id, .. }
             | Error::Closed { sandbox_id, .. } => sandbox_id.as_deref(),
+            Error::ConcurrencyLimit { detail, .. } => detail.sandbox_id.as_deref(),
             Error::Recovery { sandbox_id, .. }
             | Error::StateSync { sandbox_id, .. }
             | Error::StateHook { sandbox_id, .. }
@@ -441,7 +437,7 @@ impl Error {
     /// How many sandboxes were running when the concurrency limit refused a create, if known.
     pub fn running_sandboxes(&self) -> Option<u64> {
         match self {
-            Error::ConcurrencyLimit { running, .. } => *running,
+            Error::ConcurrencyLimit { detail, .. } => detail.running,
             _ => None,
         }
     }
@@ -669,6 +665,20 @@ impl fmt::Display for ForSandbox<'_> {
             None => Ok(()),
         }
     }
+}
+
+/// What [`Error::ConcurrencyLimit`] knew when it gave up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitDetail {
+    /// The sandbox being resumed; `None` for a create.
+    pub sandbox_id: Option<String>,
+    /// Sandboxes running on the account, if one bounded list request could tell.
+    pub running: Option<u64>,
+    /// Other sandboxes of this process's fleet running at the time.
+    pub this_process: usize,
+    /// How long the start waited for a slot.
+    pub waited: std::time::Duration,
 }
 
 /// Renders " (<n> running now)" or nothing.

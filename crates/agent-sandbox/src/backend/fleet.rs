@@ -284,10 +284,12 @@ impl Inner {
         let running = self.count_running();
         Error::ConcurrencyLimit {
             operation,
-            sandbox_id: sandbox_id.map(|id| id.as_str().to_owned()),
-            running,
-            this_process: self.services.fleet.running_besides(self),
-            waited,
+            detail: Box::new(crate::error::LimitDetail {
+                sandbox_id: sandbox_id.map(|id| id.as_str().to_owned()),
+                running,
+                this_process: self.services.fleet.running_besides(self),
+                waited,
+            }),
             source,
         }
     }
