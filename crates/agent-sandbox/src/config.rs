@@ -333,7 +333,7 @@ pub struct Services {
     pub progress: Option<crate::progress::ProgressObserver>,
     /// The backends this one shares the account's limit of concurrently running sandboxes
     /// with: a create or resume refused for it may pause another member's idle sandbox (L14).
-    pub fleet: crate::backend::Fleet,
+    pub fleet: crate::fleet::Fleet,
 }
 
 impl Services {
@@ -343,7 +343,7 @@ impl Services {
             runtime,
             clock: Arc::new(SystemClock),
             progress: None,
-            fleet: crate::backend::Fleet::new(),
+            fleet: crate::fleet::Fleet::new(),
         }
     }
 }

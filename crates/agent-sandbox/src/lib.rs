@@ -8,6 +8,7 @@ mod command;
 mod config;
 mod egress;
 mod error;
+mod fleet;
 mod home;
 mod hooks;
 mod inventory;
@@ -22,8 +23,8 @@ pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{
-    Backend, CallDeadline, Fleet, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT,
-    STALLED_RETRY, TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore,
+    Backend, CallDeadline, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, STALLED_RETRY,
+    TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore,
 };
 pub use checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT, Discarded,
@@ -45,6 +46,7 @@ pub use e2b_client::{ApiKey, SandboxId};
 pub use e2b_client::{REDACTED, redact};
 pub use egress::{ALL_TRAFFIC, EGRESS_KEY, EgressList, EgressPolicy, MAX_EGRESS_ENTRIES};
 pub use error::{CheckpointRefusal, Error, ErrorChain, FileRefusal, LimitDetail};
+pub use fleet::Fleet;
 pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{

@@ -1,5 +1,5 @@
-//! The account's limit of concurrently running sandboxes (L14): the backends of one process
-//! form a [`Fleet`], and a create or resume that E2B refuses for the limit (or that
+//! The account's limit of concurrently running sandboxes (L14), the backend's side: the
+//! backends of one process form a [`Fleet`](crate::Fleet), and a create or resume that E2B refuses for the limit (or that
 //! `max_running` would take past this process's own cap) pauses the fleet's sandbox that
 //! has been idle longest and tries again; when none can be paused it waits a bounded time
 //! for a slot.
@@ -15,9 +15,7 @@
 //! files and the scope keeps its attachment with a forgotten lease, so its next use
 //! reconnects first, which resumes it: the cost is one resume.
 
-use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use e2b_client::SandboxId;
@@ -25,6 +23,7 @@ use e2b_client::SandboxId;
 use super::holder::StateGuard;
 use super::{Inner, Phase, Role};
 use crate::error::{Error, ErrorChain};
+use crate::fleet::Member;
 use crate::progress::{Meter, ProgressUnit};
 
 /// How often a create or resume that found no sandbox to pause tries again while it waits
@@ -35,103 +34,30 @@ const SLOT_POLL: Duration = Duration::from_secs(1);
 /// case slots freed by this process are taken by others as fast as they are freed.
 const MAX_PAUSES_PER_START: usize = 8;
 
-/// The backends of one process that share an E2B account, and so its limit of concurrently
-/// running sandboxes (L14).
-///
-/// [`Services`](crate::Services) carries one: backends built from clones of the same
-/// `Services` share it, and a create or resume refused for the limit may pause another
-/// member's idle sandbox. A member is held weakly: dropping a backend leaves the fleet.
-///
-/// Its members also share one set of connection pools: every member's client is made on
-/// the first one's pools, so a scope costs no pool, trust-root copy or idle connection of
-/// its own however many a process holds.
-#[derive(Clone, Default)]
-pub struct Fleet {
-    members: Arc<Mutex<Vec<Weak<Inner>>>>,
-    /// The client whose pools every member's clients share; made on first use.
-    pools: Arc<Mutex<Option<e2b_client::Client>>>,
-}
-
-impl fmt::Debug for Fleet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fleet")
-            .field("members", &self.members().len())
-            .finish()
-    }
-}
-
-impl Fleet {
-    /// An empty fleet.
-    pub fn new() -> Fleet {
-        Fleet::default()
+impl Member for Inner {
+    fn last_use(&self) -> u64 {
+        self.last_use.load(Ordering::Relaxed)
     }
 
-    /// How many members' sandboxes run now as far as this process knows (attached, with a
-    /// lease that has not run out). A member busy with an operation counts as running.
-    pub fn running(&self) -> usize {
-        self.members()
-            .iter()
-            .filter(|member| member.believed_running())
-            .count()
+    fn believed_running(&self) -> bool {
+        Inner::believed_running(self)
     }
 
-    /// A client for `config` (its key resolved now) on the fleet's shared pools.
-    pub(super) fn client(&self, config: &crate::Config) -> Result<e2b_client::Client, Error> {
-        let wanted = config.client_config()?;
-        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
-        let made = match &*pools {
-            Some(seed) => seed.sharing_pools(wanted),
-            None => e2b_client::Client::new(wanted),
-        }
-        .map_err(|source| Error::e2b("configure client", None, source))?;
-        if pools.is_none() {
-            *pools = Some(made.clone());
-        }
-        Ok(made)
-    }
-
-    pub(super) fn join(&self, member: &Arc<Inner>) {
-        let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
-        // Dropped backends are swept when the list would grow, so it stays proportional to
-        // the live members however many come and go.
-        if members.len() == members.capacity() {
-            members.retain(|weak| weak.strong_count() > 0);
-        }
-        members.push(Arc::downgrade(member));
-    }
-
-    fn members(&self) -> Vec<Arc<Inner>> {
-        self.members
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect()
-    }
-
-    /// Pauses the sandbox of the member (other than `asking`) idle longest that may be
-    /// paused; its id, or `None` when no member's may.
-    fn pause_idlest(&self, asking: &Inner) -> Option<SandboxId> {
-        let mut members: Vec<Arc<Inner>> = self
-            .members()
-            .into_iter()
-            .filter(|member| !std::ptr::eq(Arc::as_ptr(member), asking))
-            .collect();
-        members.sort_by_key(|member| member.last_use.load(Ordering::Relaxed));
-        members.iter().find_map(|member| member.pause_if_idle())
-    }
-
-    /// Members other than `asking` whose sandboxes run now.
-    fn running_besides(&self, asking: &Inner) -> usize {
-        self.members()
-            .iter()
-            .filter(|member| !std::ptr::eq(Arc::as_ptr(member), asking))
-            .filter(|member| member.believed_running())
-            .count()
+    fn pause_if_idle(&self) -> Option<SandboxId> {
+        Inner::pause_if_idle(self)
     }
 }
 
 impl Inner {
+    /// A client for these settings (the key resolved now) on the process's shared pools.
+    pub(super) fn shared_client(&self) -> Result<e2b_client::Client, Error> {
+        let wanted = self.config.client_config()?;
+        self.services
+            .fleet
+            .client(wanted)
+            .map_err(|source| Error::e2b("configure client", None, source))
+    }
+
     /// Records a use of the scope now: what "idle longest" is measured from.
     pub(super) fn touch(&self) {
         touch(&self.last_use, &*self.services.clock);
@@ -219,7 +145,7 @@ impl Inner {
                 Err(error) if error.is_limit_refusal() => error,
                 Err(error) => return Err(error),
             };
-            if paused < MAX_PAUSES_PER_START && fleet.pause_idlest(self).is_some() {
+            if paused < MAX_PAUSES_PER_START && fleet.pause_idlest(self as &dyn Member).is_some() {
                 paused += 1;
                 continue;
             }
@@ -262,8 +188,8 @@ impl Inner {
         let fleet = &self.services.fleet;
         let mut paused = 0;
         while paused < MAX_PAUSES_PER_START
-            && fleet.running_besides(self) >= cap
-            && fleet.pause_idlest(self).is_some()
+            && fleet.running_besides(self as &dyn Member) >= cap
+            && fleet.pause_idlest(self as &dyn Member).is_some()
         {
             paused += 1;
         }
@@ -287,7 +213,7 @@ impl Inner {
             detail: Box::new(crate::error::LimitDetail {
                 sandbox_id: sandbox_id.map(|id| id.as_str().to_owned()),
                 running,
-                this_process: self.services.fleet.running_besides(self),
+                this_process: self.services.fleet.running_besides(self as &dyn Member),
                 waited,
             }),
             source,

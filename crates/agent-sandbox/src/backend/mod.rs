@@ -16,7 +16,6 @@ pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRest
 mod fence;
 mod fetch;
 mod fleet;
-pub use fleet::Fleet;
 mod gates;
 mod holder;
 use holder::{StateGuard, StateHolder};
@@ -351,7 +350,8 @@ impl Backend {
             last_use,
             stats: Counters::default(),
         });
-        inner.services.fleet.join(&inner);
+        let member: std::sync::Weak<dyn crate::fleet::Member> = Arc::downgrade(&inner) as _;
+        inner.services.fleet.join(member);
         Ok(Backend { inner })
     }
 
@@ -712,7 +712,7 @@ impl Inner {
 
     pub(super) fn client(&self) -> Result<Client, Error> {
         // On the process's shared pools: a scope holds no connection pool of its own.
-        self.services.fleet.client(&self.config)
+        self.shared_client()
     }
 
     pub(super) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {

@@ -1,0 +1,117 @@
+//! The backends of one process that share an E2B account (L14): its limit of concurrently
+//! running sandboxes, and one set of connection pools. Below `config` and `backend`: a
+//! member is whatever implements [`Member`] (the backend's core does), so this module knows
+//! nothing of a backend's insides.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use e2b_client::SandboxId;
+
+/// What the fleet asks of a member. Each call decides under the member's own locks, taken
+/// without waiting (a member busy with an operation is skipped or counted as running).
+pub(crate) trait Member: Send + Sync {
+    /// When the member was last used (milliseconds on its clock's boot time).
+    fn last_use(&self) -> u64;
+    /// Whether its sandbox runs as far as this process knows.
+    fn believed_running(&self) -> bool;
+    /// Pauses its sandbox if it may be paused now; its id when it was.
+    fn pause_if_idle(&self) -> Option<SandboxId>;
+}
+
+/// The backends of one process that share an E2B account, and so its limit of concurrently
+/// running sandboxes (L14).
+///
+/// [`Services`](crate::Services) carries one: backends built from clones of the same
+/// `Services` share it, and a create or resume refused for the limit may pause another
+/// member's idle sandbox. A member is held weakly: dropping a backend leaves the fleet.
+///
+/// Its members also share one set of connection pools: every member's client is made on
+/// the first one's pools, so a scope costs no pool, trust-root copy or idle connection of
+/// its own however many a process holds.
+#[derive(Clone, Default)]
+pub struct Fleet {
+    members: Arc<Mutex<Vec<Weak<dyn Member>>>>,
+    /// The client whose pools every member's clients share; made on first use.
+    pools: Arc<Mutex<Option<e2b_client::Client>>>,
+}
+
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet")
+            .field("members", &self.members().len())
+            .finish()
+    }
+}
+
+impl Fleet {
+    /// An empty fleet.
+    pub fn new() -> Fleet {
+        Fleet::default()
+    }
+
+    /// How many members' sandboxes run now as far as this process knows (attached, with a
+    /// lease that has not run out). A member busy with an operation counts as running.
+    pub fn running(&self) -> usize {
+        self.members()
+            .iter()
+            .filter(|member| member.believed_running())
+            .count()
+    }
+
+    /// A client for `wanted` on the fleet's shared pools (made on the first call's).
+    pub(crate) fn client(
+        &self,
+        wanted: e2b_client::Config,
+    ) -> Result<e2b_client::Client, e2b_client::Error> {
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        let made = match &*pools {
+            Some(seed) => seed.sharing_pools(wanted),
+            None => e2b_client::Client::new(wanted),
+        }?;
+        if pools.is_none() {
+            *pools = Some(made.clone());
+        }
+        Ok(made)
+    }
+
+    pub(crate) fn join(&self, member: Weak<dyn Member>) {
+        let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+        // Dropped backends are swept when the list would grow, so it stays proportional to
+        // the live members however many come and go.
+        if members.len() == members.capacity() {
+            members.retain(|weak| weak.strong_count() > 0);
+        }
+        members.push(member);
+    }
+
+    fn members(&self) -> Vec<Arc<dyn Member>> {
+        self.members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    /// Pauses the sandbox of the member (other than `asking`) idle longest that may be
+    /// paused; its id, or `None` when no member's may.
+    pub(crate) fn pause_idlest(&self, asking: &dyn Member) -> Option<SandboxId> {
+        let mut members: Vec<Arc<dyn Member>> = self
+            .members()
+            .into_iter()
+            .filter(|member| !std::ptr::addr_eq(Arc::as_ptr(member), asking))
+            .collect();
+        members.sort_by_key(|member| member.last_use());
+        members.iter().find_map(|member| member.pause_if_idle())
+    }
+
+    /// Members other than `asking` whose sandboxes run now.
+    pub(crate) fn running_besides(&self, asking: &dyn Member) -> usize {
+        self.members()
+            .iter()
+            .filter(|member| !std::ptr::addr_eq(Arc::as_ptr(member), asking))
+            .filter(|member| member.believed_running())
+            .count()
+    }
+}
