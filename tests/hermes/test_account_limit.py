@@ -7,14 +7,13 @@ running is never paused. Real Hermes, real e2b-local."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 import uuid
 
 import pytest
 
 from conftest import LocalServer
 from test_environment import run, sandboxes
+from test_first_contact import limits
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +21,6 @@ def limited():
     server = LocalServer("--max-running", "3")
     yield server
     server.stop()
-
-
-def limits(server) -> dict:
-    request = urllib.request.Request(f"{server.api_url}/_e2b_local/limits", headers={"X-API-Key": "e2b_test_listing"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
 
 
 def test_five_sessions_share_three_slots_and_lose_nothing(home, limited):

@@ -97,21 +97,23 @@ impl Fleet {
     /// Pauses the sandbox of the member (other than `asking`) idle longest that may be
     /// paused; its id, or `None` when no member's may.
     pub(crate) fn pause_idlest(&self, asking: &dyn Member) -> Option<SandboxId> {
-        let mut members: Vec<Arc<dyn Member>> = self
-            .members()
-            .into_iter()
-            .filter(|member| !std::ptr::addr_eq(Arc::as_ptr(member), asking))
-            .collect();
+        let mut members = self.members_besides(asking);
         members.sort_by_key(|member| member.last_use());
         members.iter().find_map(|member| member.pause_if_idle())
     }
 
     /// Members other than `asking` whose sandboxes run now.
     pub(crate) fn running_besides(&self, asking: &dyn Member) -> usize {
-        self.members()
+        self.members_besides(asking)
             .iter()
-            .filter(|member| !std::ptr::addr_eq(Arc::as_ptr(member), asking))
             .filter(|member| member.believed_running())
             .count()
+    }
+
+    /// The live members other than `asking`.
+    fn members_besides(&self, asking: &dyn Member) -> Vec<Arc<dyn Member>> {
+        let mut members = self.members();
+        members.retain(|member| !std::ptr::addr_eq(Arc::as_ptr(member), asking));
+        members
     }
 }

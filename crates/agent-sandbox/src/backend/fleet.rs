@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use e2b_client::SandboxId;
 
 use super::holder::StateGuard;
-use super::{Inner, Phase, Role};
+use super::{Attached, Inner, Phase, Role};
 use crate::error::{Error, ErrorChain};
 use crate::fleet::Member;
 use crate::progress::{Meter, ProgressUnit};
@@ -70,11 +70,17 @@ impl Inner {
             return true;
         };
         match &*guard {
-            Phase::Attached(attached) | Phase::Closing(Some(attached)) => attached
-                .lease
-                .covers(self.services.clock.now(), Duration::ZERO),
+            Phase::Attached(attached) | Phase::Closing(Some(attached)) => self.lease_live(attached),
             _ => false,
         }
+    }
+
+    /// Whether the sandbox's known lease has not run out (a forgotten one, after a pause
+    /// for the limit, has).
+    fn lease_live(&self, attached: &Attached) -> bool {
+        attached
+            .lease
+            .covers(self.services.clock.now(), Duration::ZERO)
     }
 
     /// Pauses this scope's sandbox if it may be paused now (see the module docs); its id
@@ -89,12 +95,7 @@ impl Inner {
             attached.role,
             Role::Writer(_) | Role::Owner { pushed: true }
         );
-        if !owned_and_settled
-            || !self.inflight.is_idle()
-            || !attached
-                .lease
-                .covers(self.services.clock.now(), Duration::ZERO)
-        {
+        if !owned_and_settled || !self.inflight.is_idle() || !self.lease_live(attached) {
             return None;
         }
         let id = attached.id.clone();
