@@ -395,7 +395,10 @@ async fn an_update_that_cannot_hold_every_process_is_a_409_saying_why() {
     let host = Host::start("127.61.7.2", 0);
     // Created without rules: its commands run unfiltered, so rules cannot come while one runs.
     let plain = new_sandbox(&api).await;
-    let mut running = api.start(&plain, "sleep 30", &[]).await;
+    // No login shell: a SIGKILL landing while its profile runs would orphan the profile's
+    // own children, which run unfiltered too and would rightly keep the update refused.
+    let body = json!({"process": {"cmd": "/bin/sleep", "args": ["30"]}, "stdin": false});
+    let mut running = api.start_request(&plain, &body, &[]).await;
     let path = format!("/sandboxes/{}/network", plain.id);
     let deny = r#"{"denyOut": ["0.0.0.0/0"]}"#;
     let reply = api.rest(Method::PUT, &path, Some(deny)).await;
