@@ -17,6 +17,15 @@ pub(crate) trait Member: Send + Sync {
     fn believed_running(&self) -> bool;
     /// Pauses its sandbox if it may be paused now; its id when it was.
     fn pause_if_idle(&self) -> Option<SandboxId>;
+    /// Runs `start`, a resume of the member's sandbox made outside its own start path (a
+    /// state transfer's reconnect at teardown), within the account's limit as its own
+    /// starts are: a refusal for the limit pauses another member's idle sandbox, or waits.
+    fn start_within_limit(
+        &self,
+        operation: &'static str,
+        sandbox_id: &SandboxId,
+        start: &mut dyn FnMut() -> Result<(), crate::error::Error>,
+    ) -> Result<(), crate::error::Error>;
 }
 
 /// The backends of one process that share an E2B account, and so its limit of concurrently

@@ -437,6 +437,7 @@ impl Inner {
             transfer_lease: self.policy.transfer_lease(TRANSFER_WINDOW),
             failures: Arc::clone(&self.handoff.failures),
             progress: self.services.progress.clone(),
+            slots: self.me.clone(),
         });
         *self
             .handoff

@@ -46,6 +46,15 @@ impl Member for Inner {
     fn pause_if_idle(&self) -> Option<SandboxId> {
         Inner::pause_if_idle(self)
     }
+
+    fn start_within_limit(
+        &self,
+        operation: &'static str,
+        sandbox_id: &SandboxId,
+        start: &mut dyn FnMut() -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.within_limit(operation, Some(sandbox_id), start)
+    }
 }
 
 impl Inner {

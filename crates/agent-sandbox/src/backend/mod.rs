@@ -143,6 +143,9 @@ struct Inner {
     /// which records a command's end; the fleet pauses the idlest first (L14).
     last_use: Arc<AtomicU64>,
     stats: Counters,
+    /// This core as the fleet and the state transport hold it: weakly, so neither keeps a
+    /// dropped backend alive.
+    me: std::sync::Weak<Inner>,
 }
 
 /// What the state hooks and other threads reach without the state lock (leaf locks).
@@ -330,7 +333,7 @@ impl Backend {
         let egress = Mutex::new(config.egress.clone());
         let last_use = Arc::new(AtomicU64::new(0));
         fleet::touch(&last_use, &*services.clock);
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me| Inner {
             config,
             scope,
             services,
@@ -349,9 +352,9 @@ impl Backend {
             last_checkpoint_ms: AtomicU64::new(0),
             last_use,
             stats: Counters::default(),
+            me: me.clone(),
         });
-        let member: std::sync::Weak<dyn crate::fleet::Member> = Arc::downgrade(&inner) as _;
-        inner.services.fleet.join(member);
+        inner.services.fleet.join(inner.me.clone());
         Ok(Backend { inner })
     }
 

@@ -59,6 +59,7 @@ struct Inner {
     transfer_lease: Duration,
     failures: FailureLog,
     progress: Option<ProgressObserver>,
+    slots: std::sync::Weak<dyn crate::fleet::Member>,
     /// A fenced writer's staging (`writer_arbitration: sandbox`): uploads under the Hermes
     /// home go to the staging directory and deletes wait, until a commit applies both under
     /// the generation check (contract C10).
@@ -102,6 +103,9 @@ pub(crate) struct TransportParts {
     pub(crate) transfer_lease: Duration,
     pub(crate) failures: FailureLog,
     pub(crate) progress: Option<ProgressObserver>,
+    /// The backend whose sandbox this is: a transfer's reconnect resumes within the
+    /// account's limit as the backend's own starts do (L14).
+    pub(crate) slots: std::sync::Weak<dyn crate::fleet::Member>,
 }
 
 impl StateTransport {
@@ -118,6 +122,7 @@ impl StateTransport {
                 transfer_lease: parts.transfer_lease,
                 failures: parts.failures,
                 progress: parts.progress,
+                slots: parts.slots,
                 staging: Mutex::new(None),
                 push_base: Mutex::new(None),
                 transfer_connected: AtomicBool::new(false),

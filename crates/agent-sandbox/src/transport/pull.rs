@@ -102,19 +102,29 @@ impl StateTransport {
         Ok(pull_summary(summary))
     }
 
+    /// The connect resumes a paused sandbox, so it may meet the account's limit: it is
+    /// made within it, as the backend's own resumes are (L14).
     fn reconnect_for_transfer(&self) -> Result<(), Error> {
         let id = &self.inner.sandbox_id;
-        let connected = self
-            .inner
-            .runtime
-            .block_on(self.inner.client.connect(id, self.inner.transfer_lease))
-            .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
-        let sandbox = self
-            .inner
-            .client
-            .sandbox(connected.sandbox.envd_access())
-            .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
-        self.replace_sandbox(sandbox);
+        let mut connect = || {
+            let connected = self
+                .inner
+                .runtime
+                .block_on(self.inner.client.connect(id, self.inner.transfer_lease))
+                .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+            let sandbox = self
+                .inner
+                .client
+                .sandbox(connected.sandbox.envd_access())
+                .map_err(|source| Error::e2b("connect", Some(id.as_str()), source))?;
+            self.replace_sandbox(sandbox);
+            Ok(())
+        };
+        match self.inner.slots.upgrade() {
+            Some(backend) => backend.start_within_limit("connect", id, &mut connect)?,
+            // The backend is gone: nothing of this process to pause for a slot.
+            None => connect()?,
+        }
         self.inner.transfer_connected.store(true, Ordering::SeqCst);
         Ok(())
     }

@@ -227,3 +227,41 @@ fn max_running_keeps_the_process_under_its_own_cap() {
     assert_eq!(ok(&backends[0], "echo back"), "back\n");
     assert_eq!(state_of(&world, &backends[2]), SandboxState::Paused);
 }
+
+#[test]
+fn a_teardown_pull_resumes_its_paused_sandbox_within_the_limit() {
+    // contract: L14
+    let world = World::new();
+    world.server().set_max_running(Some(1));
+    let leaving = world.persistent_task("leaving");
+    ok(
+        &leaving,
+        "mkdir -p ~/.hermes/memories && echo kept > ~/.hermes/memories/MEMORY.md",
+    );
+    world.advance(Duration::from_secs(1));
+    // Another session takes the only slot: the leaving one, idle, is paused for it.
+    let staying = world.persistent_task("staying");
+    ok(&staying, "true");
+    assert_eq!(state_of(&world, &leaving), SandboxState::Paused);
+
+    // The teardown pull resumes the paused sandbox: refused for the limit, it pauses the
+    // idle other session's rather than failing the session's last transfer.
+    let mut archive = Vec::new();
+    leaving
+        .transport()
+        .expect("attached")
+        .download_state(&mut archive)
+        .expect("the pull finds a slot");
+    assert_eq!(state_of(&world, &staying), SandboxState::Paused);
+    assert_eq!(state_of(&world, &leaving), SandboxState::Running);
+    let mut names = Vec::new();
+    for entry in tar::Archive::new(archive.as_slice()).entries().unwrap() {
+        names.push(entry.unwrap().path().unwrap().display().to_string());
+    }
+    assert!(
+        names
+            .iter()
+            .any(|name| name.ends_with("memories/MEMORY.md")),
+        "{names:?}"
+    );
+}
