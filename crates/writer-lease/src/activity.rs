@@ -14,6 +14,7 @@
 //! `ended` is absent until the first command ends. A command runs when `started` is later
 //! than `ended` (or there is no `ended`) and a process still holds the scope.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::Error;
@@ -97,6 +98,54 @@ fn time(text: &str) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::from_millis(millis))
 }
 
+/// Records one process's command starts and ends in the scope's activity record. The record
+/// is read once, on the first use, and kept in memory after: each start and end is one
+/// write and no read (they are on every command's path). Another process's updates made
+/// meanwhile are overwritten by the next one of this; the record is diagnostics.
+#[derive(Debug)]
+pub struct ActivityRecorder {
+    files: ScopeFiles,
+    /// What the record holds as this process last wrote or read it; `None` until read.
+    known: Mutex<Option<Option<ScopeActivity>>>,
+}
+
+impl ActivityRecorder {
+    /// Records that a command started in `sandbox_id` at `at` (keeps the last end when it
+    /// was in the same sandbox).
+    pub fn command_started(&self, sandbox_id: &str, at: SystemTime) -> Result<(), Error> {
+        self.update(|last| ScopeActivity {
+            sandbox_id: sandbox_id.to_owned(),
+            started: at,
+            ended: last
+                .filter(|record| record.sandbox_id == sandbox_id)
+                .and_then(|record| record.ended),
+        })
+    }
+
+    /// Records that a command in `sandbox_id` ended at `at`.
+    pub fn command_ended(&self, sandbox_id: &str, at: SystemTime) -> Result<(), Error> {
+        self.update(|last| ScopeActivity {
+            sandbox_id: sandbox_id.to_owned(),
+            started: last
+                .filter(|record| record.sandbox_id == sandbox_id)
+                .map_or(at, |record| record.started),
+            ended: Some(at),
+        })
+    }
+
+    fn update(
+        &self,
+        next: impl FnOnce(Option<&ScopeActivity>) -> ScopeActivity,
+    ) -> Result<(), Error> {
+        let mut known = self.known.lock().unwrap_or_else(PoisonError::into_inner);
+        let last = known.get_or_insert_with(|| self.files.activity().ok().flatten());
+        let record = next(last.as_ref());
+        // Remembered even when the write fails: the next one carries it.
+        *last = Some(record.clone());
+        self.files.write_activity(&record)
+    }
+}
+
 impl ScopeFiles {
     /// The scope's activity record, if this host wrote one (an unreadable record reads as
     /// none).
@@ -109,35 +158,12 @@ impl ScopeFiles {
         }
     }
 
-    /// Records that a command started in `sandbox_id` at `at` (keeps the last end when it
-    /// was in the same sandbox).
-    pub fn record_command_started(&self, sandbox_id: &str, at: SystemTime) -> Result<(), Error> {
-        let ended = self
-            .activity()
-            .ok()
-            .flatten()
-            .filter(|record| record.sandbox_id == sandbox_id)
-            .and_then(|record| record.ended);
-        self.write_activity(&ScopeActivity {
-            sandbox_id: sandbox_id.to_owned(),
-            started: at,
-            ended,
-        })
-    }
-
-    /// Records that a command in `sandbox_id` ended at `at`.
-    pub fn record_command_ended(&self, sandbox_id: &str, at: SystemTime) -> Result<(), Error> {
-        let started = self
-            .activity()
-            .ok()
-            .flatten()
-            .filter(|record| record.sandbox_id == sandbox_id)
-            .map_or(at, |record| record.started);
-        self.write_activity(&ScopeActivity {
-            sandbox_id: sandbox_id.to_owned(),
-            started,
-            ended: Some(at),
-        })
+    /// A recorder of this scope's command starts and ends for one process.
+    pub fn activity_recorder(&self) -> ActivityRecorder {
+        ActivityRecorder {
+            files: self.clone(),
+            known: Mutex::new(None),
+        }
     }
 
     fn write_activity(&self, record: &ScopeActivity) -> Result<(), Error> {
@@ -168,32 +194,53 @@ mod tests {
         let files = ScopeFiles::new(dir.path().join("e2b"), ScopeKey::from_bytes([5; 32]));
         assert_eq!(files.activity().expect("read"), None);
 
-        files
-            .record_command_started("sbx1", at(100))
-            .expect("start");
+        let recorder = files.activity_recorder();
+        recorder.command_started("sbx1", at(100)).expect("start");
         let record = files.activity().expect("read").expect("record");
         assert!(record.command_running());
         assert_eq!(record.last_used(), at(100));
 
-        files.record_command_ended("sbx1", at(130)).expect("end");
+        recorder.command_ended("sbx1", at(130)).expect("end");
         let record = files.activity().expect("read").expect("record");
         assert!(!record.command_running());
         assert_eq!((record.started, record.ended), (at(100), Some(at(130))));
         assert_eq!(record.last_used(), at(130));
 
-        files
-            .record_command_started("sbx1", at(200))
-            .expect("start");
+        recorder.command_started("sbx1", at(200)).expect("start");
         let record = files.activity().expect("read").expect("record");
         assert!(record.command_running(), "a start after the last end runs");
         assert_eq!(record.ended, Some(at(130)));
 
         // A command in another sandbox (a replacement) starts a fresh record.
-        files
-            .record_command_started("sbx2", at(300))
-            .expect("start");
+        recorder.command_started("sbx2", at(300)).expect("start");
         let record = files.activity().expect("read").expect("record");
         assert_eq!((record.sandbox_id.as_str(), record.ended), ("sbx2", None));
+    }
+
+    #[test]
+    fn a_recorder_reads_the_record_once_then_writes_from_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = ScopeFiles::new(dir.path().join("e2b"), ScopeKey::from_bytes([7; 32]));
+        // An earlier process's record: its last end is kept by this process's first start.
+        files
+            .activity_recorder()
+            .command_ended("sbx1", at(50))
+            .expect("end");
+        let recorder = files.activity_recorder();
+        recorder.command_started("sbx1", at(100)).expect("start");
+        assert_eq!(
+            files.activity().expect("read").expect("record").ended,
+            Some(at(50))
+        );
+        // Changed behind its back: not read again, the next write comes from memory.
+        std::fs::write(
+            files.path(ScopeFile::Activity),
+            "hermes-e2b activity v1\nsandbox: sbx1\nstarted: 999000\n",
+        )
+        .expect("write");
+        recorder.command_ended("sbx1", at(130)).expect("end");
+        let record = files.activity().expect("read").expect("record");
+        assert_eq!((record.started, record.ended), (at(100), Some(at(130))));
     }
 
     #[test]

@@ -13,7 +13,7 @@ mod records;
 mod scope;
 mod writer;
 
-pub use activity::ScopeActivity;
+pub use activity::{ActivityRecorder, ScopeActivity};
 pub use arbitration::{
     Arbitration, Holder, HostFileArbitration, MAX_RECORD_LINE, Request, Verdict, WriterRecord,
     decide,

@@ -119,6 +119,8 @@ struct Inner {
     identity: ScopeIdentity,
     policy: LeasePolicy,
     files: Option<ScopeFiles>,
+    /// Leaf lock inside: the scope's activity record as this process keeps it (with `files`).
+    activity: Option<Arc<writer_lease::ActivityRecorder>>,
     /// Lock 1.
     state: Mutex<Phase>,
     /// Leaf lock: lock 1's holder, operation and step (O7).
@@ -340,6 +342,9 @@ impl Backend {
             hooks,
             identity,
             policy,
+            activity: files
+                .as_ref()
+                .map(|files| Arc::new(files.activity_recorder())),
             files,
             state: Mutex::new(Phase::Detached),
             holder: StateHolder::default(),
@@ -507,11 +512,11 @@ impl Backend {
         bump(&inner.stats.commands);
         inner.touch();
         let activity = inner
-            .files
+            .activity
             .clone()
-            .map(|files| (files, attached.id.as_str().to_owned()));
-        if let Some((files, sandbox_id)) = &activity {
-            record_activity(files.record_command_started(sandbox_id, inner.services.clock.wall()));
+            .map(|recorder| (recorder, attached.id.as_str().to_owned()));
+        if let Some((recorder, sandbox_id)) = &activity {
+            record_activity(recorder.command_started(sandbox_id, inner.services.clock.wall()));
         }
         let token = inner.inflight.enter(describe_command(pid, command));
         let inflight = Arc::clone(&inner.inflight);
@@ -532,10 +537,10 @@ impl Backend {
                 inflight.leave(token);
                 // The host's record of the scope's last use (what `list` shows): ended once
                 // nothing of the scope runs.
-                if let Some((files, sandbox_id)) = &activity
+                if let Some((recorder, sandbox_id)) = &activity
                     && inflight.is_idle()
                 {
-                    record_activity(files.record_command_ended(sandbox_id, clock.wall()));
+                    record_activity(recorder.command_ended(sandbox_id, clock.wall()));
                 }
             }),
         });
