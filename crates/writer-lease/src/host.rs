@@ -24,6 +24,15 @@ pub trait Host: fmt::Debug + Send + Sync {
     fn try_lock(&self, file: &File) -> Result<(), TryLockError>;
     /// Takes a shared lock on `file` without blocking.
     fn try_lock_shared(&self, file: &File) -> Result<(), TryLockError>;
+    /// Locks byte `offset` of `file` exclusively without blocking: a record lock that
+    /// excludes other processes (other open files on Linux), released by
+    /// [`Host::unlock_byte`] or when the file closes.
+    fn try_lock_byte(&self, file: &File, offset: u64) -> Result<(), TryLockError>;
+    /// Releases byte `offset` of `file`, locked by [`Host::try_lock_byte`].
+    fn unlock_byte(&self, file: &File, offset: u64) -> io::Result<()>;
+    /// Whether another process (another open file on Linux) holds byte `offset` of `file`
+    /// locked; asks without locking.
+    fn byte_locked_elsewhere(&self, file: &File, offset: u64) -> Result<bool, TryLockError>;
     /// Replaces `path` atomically with `contents` (0600): the file holds
     /// either its old content or all of the new one, even after a crash.
     fn write_atomic(&self, path: &Path, contents: &[u8]) -> io::Result<()>;
@@ -125,6 +134,24 @@ impl Host for OsHost {
         file.try_lock_shared()
     }
 
+    fn try_lock_byte(&self, file: &File, offset: u64) -> Result<(), TryLockError> {
+        record_lock::set(file, offset, record_lock::Kind::Write).map_err(|error| {
+            if record_lock::is_contention(&error) {
+                TryLockError::WouldBlock
+            } else {
+                TryLockError::Error(error)
+            }
+        })
+    }
+
+    fn unlock_byte(&self, file: &File, offset: u64) -> io::Result<()> {
+        record_lock::set(file, offset, record_lock::Kind::Unlock)
+    }
+
+    fn byte_locked_elsewhere(&self, file: &File, offset: u64) -> Result<bool, TryLockError> {
+        record_lock::held_elsewhere(file, offset).map_err(TryLockError::Error)
+    }
+
     fn write_replace(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
         let temp = temp_path(path, "tmp")?;
         let result = create_private(&temp)
@@ -178,6 +205,104 @@ impl Host for OsHost {
 
     fn sleep(&self, duration: Duration) {
         std::thread::sleep(duration);
+    }
+}
+
+/// POSIX record locks on one byte: open-file-description locks on Linux (held by the open
+/// file, like `flock`), classic process locks elsewhere on Unix; none on other systems
+/// (every call fails as unsupported, which the caller reads as a host that cannot lock).
+mod record_lock {
+    use std::fs::File;
+    use std::io;
+
+    #[derive(Clone, Copy)]
+    pub(super) enum Kind {
+        Write,
+        Unlock,
+    }
+
+    /// Whether a failed lock means someone else holds it (rather than no locking here).
+    pub(super) fn is_contention(error: &io::Error) -> bool {
+        #[cfg(unix)]
+        {
+            matches!(error.raw_os_error(), Some(code) if code == libc::EAGAIN || code == libc::EACCES)
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = error;
+            false
+        }
+    }
+
+    #[cfg(unix)]
+    mod os {
+        use std::fs::File;
+        use std::io;
+        use std::os::fd::AsRawFd;
+
+        #[cfg(target_os = "linux")]
+        pub(super) const SET: libc::c_int = libc::F_OFD_SETLK;
+        #[cfg(target_os = "linux")]
+        pub(super) const GET: libc::c_int = libc::F_OFD_GETLK;
+        #[cfg(not(target_os = "linux"))]
+        pub(super) const SET: libc::c_int = libc::F_SETLK;
+        #[cfg(not(target_os = "linux"))]
+        pub(super) const GET: libc::c_int = libc::F_GETLK;
+
+        /// Runs `command` on a one-byte record at `offset`; the record as the call left it.
+        pub(super) fn fcntl(
+            file: &File,
+            command: libc::c_int,
+            offset: u64,
+            kind: libc::c_short,
+        ) -> io::Result<libc::flock> {
+            let start = libc::off_t::try_from(offset).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, "lock offset too large")
+            })?;
+            // SAFETY: a plain C struct for which all zeroes is a valid value (and l_pid must
+            // be 0 for open-file-description locks).
+            let mut record: libc::flock = unsafe { std::mem::zeroed() };
+            record.l_type = kind;
+            record.l_whence = libc::SEEK_SET as libc::c_short;
+            record.l_start = start;
+            record.l_len = 1;
+            // SAFETY: the descriptor is open for the duration of the call and `record` is
+            // a valid flock the call may write to.
+            let result = unsafe { libc::fcntl(file.as_raw_fd(), command, &mut record) };
+            if result == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(record)
+        }
+    }
+
+    pub(super) fn set(file: &File, offset: u64, kind: Kind) -> io::Result<()> {
+        #[cfg(unix)]
+        {
+            let kind = match kind {
+                Kind::Write => libc::F_WRLCK,
+                Kind::Unlock => libc::F_UNLCK,
+            };
+            os::fcntl(file, os::SET, offset, kind as libc::c_short).map(|_| ())
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (file, offset, kind);
+            Err(io::Error::from(io::ErrorKind::Unsupported))
+        }
+    }
+
+    pub(super) fn held_elsewhere(file: &File, offset: u64) -> io::Result<bool> {
+        #[cfg(unix)]
+        {
+            let record = os::fcntl(file, os::GET, offset, libc::F_WRLCK as libc::c_short)?;
+            Ok(record.l_type != libc::F_UNLCK as libc::c_short)
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (file, offset);
+            Err(io::Error::from(io::ErrorKind::Unsupported))
+        }
     }
 }
 

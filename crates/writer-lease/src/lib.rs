@@ -12,6 +12,7 @@ mod phase;
 mod records;
 mod scope;
 mod writer;
+mod writers_lock;
 
 pub use activity::{ActivityRecorder, ScopeActivity};
 pub use arbitration::{

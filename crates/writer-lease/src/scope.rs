@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::host::{Host, MAX_RECORD_BYTES, OsHost};
 use crate::key::{ScopeFile, ScopeKey};
 use crate::records::{DirtyMarker, Generation, PreparedStamp, parse_generation};
+use crate::writers_lock::{self, WriterHold, WritersFile};
 
 /// Why this host cannot protect concurrent same-scope sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -190,11 +191,53 @@ impl ScopeFiles {
     /// at that very instant is told the role is held and, like any reader,
     /// tries again at its next command.
     pub fn writer_status(&self) -> Result<WriterStatus, Error> {
-        Ok(match self.lock(ScopeFile::WriterLock, LockKind::Shared)? {
-            LockAttempt::Locked(_) => WriterStatus::Free,
-            LockAttempt::Busy => WriterStatus::Held,
-            LockAttempt::Degraded(degradation) => WriterStatus::Unknown(degradation),
-        })
+        // The scope's own lock file first: a writer of an older version holds it.
+        match self.lock(ScopeFile::WriterLock, LockKind::Shared)? {
+            LockAttempt::Locked(_) => {}
+            LockAttempt::Busy => return Ok(WriterStatus::Held),
+            LockAttempt::Degraded(degradation) => return Ok(WriterStatus::Unknown(degradation)),
+        }
+        let path = self.dir.join(writers_lock::FILE_NAME);
+        let file = match WritersFile::open(self.host(), &self.dir) {
+            Ok(file) => file,
+            Err(error) => {
+                return degradation_or_error("open lock file", &path, error)
+                    .map(WriterStatus::Unknown);
+            }
+        };
+        Ok(
+            match file.is_held(self.host(), writers_lock::byte_of(self.key)) {
+                Ok(true) => WriterStatus::Held,
+                Ok(false) => WriterStatus::Free,
+                Err(TryLockError::WouldBlock) => WriterStatus::Held,
+                Err(TryLockError::Error(error)) => WriterStatus::Unknown(Degradation::new(
+                    DegradationCause::LockingUnsupported,
+                    &path,
+                    &error,
+                )),
+            },
+        )
+    }
+
+    /// Takes the scope's byte of the directory's writers' lock ([`writers_lock`]).
+    pub(crate) fn hold_writer_byte(&self) -> Result<LockAttempt<WriterHold>, Error> {
+        // The directory exists: the scope's own lock file was just taken in it.
+        let path = self.dir.join(writers_lock::FILE_NAME);
+        let file = match WritersFile::open(self.host(), &self.dir) {
+            Ok(file) => file,
+            Err(error) => return unusable_or_error("open lock file", &path, error),
+        };
+        Ok(
+            match file.try_hold(Arc::clone(&self.host), writers_lock::byte_of(self.key)) {
+                Ok(Some(hold)) => LockAttempt::Locked(hold),
+                Ok(None) | Err(TryLockError::WouldBlock) => LockAttempt::Busy,
+                Err(TryLockError::Error(error)) => LockAttempt::Degraded(Degradation::new(
+                    DegradationCause::LockingUnsupported,
+                    &path,
+                    &error,
+                )),
+            },
+        )
     }
 
     /// Decides whether a reader attached to `sandbox_id` may run a command
@@ -339,17 +382,25 @@ pub(crate) fn is_unusable(error: &io::Error) -> bool {
     )
 }
 
-fn unusable_or_error(
+fn unusable_or_error<T>(
     operation: &'static str,
     path: &Path,
     error: io::Error,
-) -> Result<LockAttempt, Error> {
+) -> Result<LockAttempt<T>, Error> {
+    degradation_or_error(operation, path, error).map(LockAttempt::Degraded)
+}
+
+fn degradation_or_error(
+    operation: &'static str,
+    path: &Path,
+    error: io::Error,
+) -> Result<Degradation, Error> {
     if is_unusable(&error) {
-        Ok(LockAttempt::Degraded(Degradation::new(
+        Ok(Degradation::new(
             DegradationCause::MarkerDirUnusable,
             path,
             &error,
-        )))
+        ))
     } else {
         Err(Error::io(operation, path, error))
     }
@@ -399,8 +450,8 @@ impl ScopeFiles {
 }
 
 #[derive(Debug)]
-pub(crate) enum LockAttempt {
-    Locked(File),
+pub(crate) enum LockAttempt<T = File> {
+    Locked(T),
     Busy,
     Degraded(Degradation),
 }

@@ -12,6 +12,7 @@ use crate::records::{
 use crate::scope::{
     Degradation, DegradationCause, GateHold, LockAttempt, LockKind, ScopeFiles, is_unusable,
 };
+use crate::writers_lock::WriterHold;
 
 /// The role a session gets for a scope.
 #[derive(Debug)]
@@ -47,8 +48,20 @@ impl ScopeFiles {
             GateHold::Busy => return Ok(Role::Reader),
             GateHold::Unsupported => None,
         };
-        let lock = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
-            LockAttempt::Locked(file) => file,
+        // The scope's own lock file, for an instant: a writer of an older version of this
+        // crate holds it for its session (it also marks the scope known on this host).
+        match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
+            LockAttempt::Locked(_) => {}
+            LockAttempt::Busy => return Ok(Role::Reader),
+            LockAttempt::Degraded(degradation) => {
+                return Ok(Role::Writer(WriterLease::unprotected(
+                    self.clone(),
+                    degradation,
+                )));
+            }
+        }
+        let lock = match self.hold_writer_byte()? {
+            LockAttempt::Locked(hold) => hold,
             LockAttempt::Busy => return Ok(Role::Reader),
             LockAttempt::Degraded(degradation) => {
                 return Ok(Role::Writer(WriterLease::unprotected(
@@ -96,8 +109,8 @@ impl ScopeFiles {
 #[derive(Debug)]
 pub struct WriterLease {
     files: ScopeFiles,
-    // Never read: holding the open file is what holds the lock.
-    _lock: Option<File>,
+    // Never read: holding it is what holds the scope's byte of the writers' lock.
+    _lock: Option<WriterHold>,
     // The gate, held exclusively from taking the role until the transition began.
     gate: Option<File>,
     degradation: Option<Degradation>,
@@ -106,7 +119,7 @@ pub struct WriterLease {
 }
 
 impl WriterLease {
-    pub(crate) fn exclusive(files: ScopeFiles, lock: File, gate: Option<File>) -> Self {
+    pub(crate) fn exclusive(files: ScopeFiles, lock: WriterHold, gate: Option<File>) -> Self {
         WriterLease {
             files,
             _lock: Some(lock),

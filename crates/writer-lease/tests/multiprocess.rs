@@ -31,10 +31,14 @@ struct Session {
 
 impl Session {
     fn spawn(dir: &Path) -> Session {
+        Session::spawn_for(dir, &scope_hex())
+    }
+
+    fn spawn_for(dir: &Path, scope: &str) -> Session {
         let mut child = Command::new(BIN)
             .arg("session")
             .arg(dir)
-            .arg(scope_hex())
+            .arg(scope)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -196,6 +200,30 @@ fn a_reader_process_is_refused_while_dirty_or_unprepared_and_admitted_after_a_st
 }
 
 // contract: I6
+// contract: C1
+#[test]
+fn the_scopes_of_a_directory_are_held_and_freed_one_by_one_across_processes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = ("3c".repeat(32), "5d".repeat(32));
+    let mut writer_a = Session::spawn_for(dir.path(), &a);
+    let mut writer_b = Session::spawn_for(dir.path(), &b);
+    assert_eq!(writer_a.ask("acquire"), "writer");
+    // Another scope's byte of the same lock file is free.
+    assert_eq!(writer_b.ask("acquire"), "writer");
+    let mut other_a = Session::spawn_for(dir.path(), &a);
+    let mut other_b = Session::spawn_for(dir.path(), &b);
+    assert_eq!(other_a.ask("acquire"), "reader");
+    assert_eq!(other_b.ask("acquire"), "reader");
+    // Releasing one scope frees that scope only.
+    assert_eq!(writer_a.ask("release"), "ok");
+    assert_eq!(other_b.ask("status"), "held");
+    assert_eq!(other_a.ask("status"), "free");
+    assert_eq!(other_a.ask("acquire"), "writer");
+    assert_eq!(other_b.ask("acquire"), "reader");
+    writer_b.sigkill();
+    assert_eq!(other_b.ask("acquire"), "writer");
+}
+
 #[test]
 fn the_creation_lock_excludes_other_processes_until_released_or_killed() {
     let dir = tempfile::tempdir().expect("tempdir");

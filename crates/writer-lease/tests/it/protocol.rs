@@ -312,6 +312,73 @@ fn corrupt_or_lost_files_refuse_admission_and_never_revive_an_old_stamp() {
     assert!(reader.admission("sbx1").is_admitted());
 }
 
+/// The descriptors this process has open on files under `dir`.
+#[cfg(target_os = "linux")]
+fn open_under(dir: &std::path::Path) -> usize {
+    fs::read_dir("/proc/self/fd")
+        .expect("list descriptors")
+        .filter_map(|entry| fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
+}
+
+// contract: C1
+#[cfg(target_os = "linux")]
+#[test]
+fn a_process_holds_one_descriptor_for_every_writer_role_of_a_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let coordination = dir.path().join("e2b");
+    let scope = |n: u8| ScopeFiles::new(coordination.clone(), ScopeKey::from_bytes([n; 32]));
+    // As a backend's writers are once brought up: their transitions began (which gives
+    // the gate back).
+    let leases: Vec<WriterLease> = (0..200)
+        .map(|n| {
+            let mut lease = writer(&scope(n));
+            lease.begin_transition().expect("begin");
+            lease
+        })
+        .collect();
+    assert_eq!(
+        open_under(dir.path()),
+        1,
+        "one writers' lock file, open once"
+    );
+    // Each role is exclusive in the process all the same, and ends alone.
+    assert!(matches!(scope(7).try_acquire_writer(), Ok(Role::Reader)));
+    assert_eq!(scope(7).writer_status().ok(), Some(WriterStatus::Held));
+    let mut leases = leases;
+    drop(leases.remove(7));
+    assert_eq!(scope(7).writer_status().ok(), Some(WriterStatus::Free));
+    assert_eq!(scope(8).writer_status().ok(), Some(WriterStatus::Held));
+    let mut again = writer(&scope(7));
+    again.begin_transition().expect("begin");
+    drop(leases);
+    assert_eq!(open_under(dir.path()), 1, "held while any role is");
+    drop(again);
+    assert_eq!(open_under(dir.path()), 0, "closed with the last role");
+}
+
+// contract: C1
+#[test]
+fn a_writer_of_an_older_version_holding_the_scopes_own_lock_file_is_respected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scope = files(&dir);
+    // What an older version's writer holds for its whole session.
+    fs::create_dir_all(scope.dir()).expect("dir");
+    let legacy = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(scope.path(ScopeFile::WriterLock))
+        .expect("open");
+    // Another open file of the lock: excluded as another process would be.
+    legacy.try_lock().expect("lock");
+    assert!(matches!(scope.try_acquire_writer(), Ok(Role::Reader)));
+    assert_eq!(scope.writer_status().ok(), Some(WriterStatus::Held));
+    drop(legacy);
+    let _lease = writer(&scope);
+}
+
 // contract: C1
 #[test]
 fn files_are_private_and_named_from_the_key_only() {
@@ -336,6 +403,8 @@ fn files_are_private_and_named_from_the_key_only() {
             format!("{hex}.generation"),
             format!("{hex}.prepared"),
             format!("{hex}.writer.lock"),
+            // The directory's one writers' lock, shared by its scopes (a byte each).
+            "writers.lock".to_owned(),
         ]
     );
     #[cfg(unix)]
@@ -351,6 +420,7 @@ fn files_are_private_and_named_from_the_key_only() {
         ] {
             assert_eq!(mode(scope.path(file)), 0o600, "{file:?}");
         }
+        assert_eq!(mode(scope.dir().join("writers.lock")), 0o600);
     }
 }
 

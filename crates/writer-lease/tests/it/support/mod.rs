@@ -163,6 +163,20 @@ impl Host for FaultyHost {
         OsHost.try_lock_shared(file)
     }
 
+    fn try_lock_byte(&self, file: &File, offset: u64) -> Result<(), TryLockError> {
+        self.lock_fault()?;
+        OsHost.try_lock_byte(file, offset)
+    }
+
+    fn unlock_byte(&self, file: &File, offset: u64) -> io::Result<()> {
+        OsHost.unlock_byte(file, offset)
+    }
+
+    fn byte_locked_elsewhere(&self, file: &File, offset: u64) -> Result<bool, TryLockError> {
+        self.lock_fault()?;
+        OsHost.byte_locked_elsewhere(file, offset)
+    }
+
     fn write_atomic(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
         self.check(Op::Write, path)?;
         OsHost.write_atomic(path, contents)
