@@ -16,6 +16,7 @@ mod notify;
 mod proxy;
 pub(crate) mod rules;
 mod sock;
+pub(crate) mod transform;
 
 pub(crate) use self::proxy::Proxy;
 pub(crate) use self::rules::{NetworkRecord, Policy};

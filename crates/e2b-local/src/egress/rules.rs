@@ -1,9 +1,12 @@
 //! E2B's egress rules: the `network` a sandbox was created or updated with, checked as E2B
 //! documents them, and the policy they make (which destination a connection may reach).
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
+
+use super::transform::{EgressProxy, Rule};
 
 /// The ports where a domain entry of `allowOut` is matched, by HTTP `Host` (80) and TLS
 /// SNI (443), as E2B documents; other ports fall back to address rules.
@@ -25,6 +28,12 @@ pub(crate) struct NetworkRecord {
     /// E2B 2.63's `dnsServers`: reachable on every port when `allowOut` has a domain.
     #[serde(default)]
     pub(crate) dns_servers: Option<Vec<String>>,
+    /// `rules`: per-domain transforms (headers set on the domain's requests).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) rules: BTreeMap<String, Vec<Rule>>,
+    /// `egressProxy`, password included (the detail leaves it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) egress_proxy: Option<EgressProxy>,
 }
 
 /// An address block.
@@ -287,6 +296,8 @@ mod tests {
             allow_public_traffic: None,
             mask_request_host: None,
             dns_servers: None,
+            rules: BTreeMap::new(),
+            egress_proxy: None,
         }
     }
 
