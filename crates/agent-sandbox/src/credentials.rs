@@ -247,6 +247,12 @@ impl Credentials {
         })
     }
 
+    /// The same values and source with another list (a re-read setting), checked as
+    /// [`Credentials::new`] checks.
+    pub fn with_list(&self, list: Vec<Credential>) -> Result<Credentials, Error> {
+        Credentials::new(list, Arc::clone(&self.values), self.source.clone())
+    }
+
     /// The credentials, sorted by name.
     pub fn list(&self) -> &[Credential] {
         &self.list

@@ -61,6 +61,11 @@ impl Inventory {
         }))
     }
 
+    /// The configured credentials (their values resolve on demand, never kept).
+    pub fn credentials(&self) -> crate::credentials::Credentials {
+        self.config.credentials.clone()
+    }
+
     /// Which of `sandbox_id`'s rule hosts carry which header names, as E2B reports them
     /// (one request); never a value (X16).
     pub fn sandbox_credential_headers(
