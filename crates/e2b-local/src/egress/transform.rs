@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn rules_within_the_limits_are_kept_and_matched_by_name() {
-        // contract: X12
+        // contract: X12, X14 (Debug redacts the value)
         let parsed = rules(json!({"api.example.test": [{"transform": {"headers": {"Authorization": "Bearer s3cr3t"}}}]}))
             .expect("valid");
         let headers = headers_for(&parsed, "API.example.test.").expect("matched");
