@@ -56,6 +56,14 @@ async fn rules_and_egress_proxy_are_stored_reported_and_survive_pause_and_restar
     let detail = api.get(&format!("/sandboxes/{id}")).await;
     assert_eq!(detail.json["network"], expected);
     assert!(!detail.text.contains("hunter2-pw"), "{}", detail.text);
+    // The proxy is stored, not used: the sandbox's log says so.
+    let logs = api.get(&format!("/v2/sandboxes/{id}/logs")).await;
+    assert!(
+        logs.text.contains("egressProxy is recorded but not used"),
+        "{}",
+        logs.text
+    );
+    assert!(!logs.text.contains("hunter2-pw") && !logs.text.contains("sk-e2b-local"));
 
     // The record on disk holds the secret (it must survive a restart): owner-only.
     let record = std::fs::read_dir(dir.path().join("sandboxes"))
