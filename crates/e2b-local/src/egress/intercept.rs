@@ -93,6 +93,9 @@ impl Interceptor {
         policy: Arc<LivePolicy>,
     ) {
         let tls = dest.port() != super::rules::HTTP_PORT;
+        // Requests and answers are small writes each way: without this, Nagle's algorithm
+        // and the peer's delayed ACK hold them back tens of milliseconds.
+        let _ = stream.set_nodelay(true);
         let (read, write) = stream.into_split();
         let replayed = tokio::io::join(std::io::Cursor::new(prefix).chain(read), write);
         let downstream: Box<dyn Io> = if tls {
