@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
-use super::transform::{EgressProxy, Rule};
+use super::transform::{EgressProxy, Rule, Secret};
 
 /// The ports where a domain entry of `allowOut` is matched, by HTTP `Host` (80) and TLS
 /// SNI (443), as E2B documents; other ports fall back to address rules.
@@ -117,6 +117,8 @@ pub(crate) struct Policy {
     deny_nets: Vec<Net>,
     /// Reachable on port 53 (`None`: any port, E2B's `dnsServers`).
     dns: Vec<(IpAddr, Option<u16>)>,
+    /// `rules`: names whose HTTP(S) requests get headers set (see `super::intercept`).
+    rules: BTreeMap<String, Vec<Rule>>,
 }
 
 /// What a connection to one destination gets.
@@ -142,8 +144,10 @@ impl Policy {
             allow_domains: Vec::new(),
             deny_nets: Vec::new(),
             dns: Vec::new(),
+            rules: BTreeMap::new(),
         };
         if let Some(network) = network {
+            policy.rules = network.rules.clone();
             for raw in &network.allow_out {
                 match parse_entry(raw) {
                     Some(Entry::Net(net)) => policy.allow_nets.push(net),
@@ -209,9 +213,21 @@ impl Policy {
                 .any(|net| net.prefix == 0 && net.addr.is_ipv4())
     }
 
-    /// Whether anything is denied at all (a policy that denies nothing needs no filter).
+    /// Whether anything is denied or rewritten at all (a policy that does neither needs no
+    /// filter; one with header rules needs it to see the connections it rewrites).
     pub(crate) fn restricts(&self) -> bool {
-        !self.deny_nets.is_empty()
+        !self.deny_nets.is_empty() || !self.rules.is_empty()
+    }
+
+    /// Whether connections to ports 80 and 443 must go through the proxy even when
+    /// allowed, because some name has header rules.
+    pub(crate) fn has_header_rules(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
+    /// The headers a request for `host` gets set (HTTP `Host` or TLS SNI).
+    pub(crate) fn headers_for(&self, host: &str) -> Option<&BTreeMap<String, Secret>> {
+        super::transform::headers_for(&self.rules, host)
     }
 
     /// The verdict for a TCP connection to `ip:port`. The sandbox's own loopback address

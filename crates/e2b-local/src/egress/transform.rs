@@ -29,8 +29,6 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-// The proxy is the one user (`super::intercept`).
-#[allow(dead_code)]
 impl Secret {
     /// The value itself, for the one place that sends it on.
     pub(crate) fn expose(&self) -> &str {
@@ -250,7 +248,6 @@ fn shown(key: &str) -> String {
 
 /// The headers to set on requests for `host` (HTTP `Host` or TLS SNI), if a rule names it;
 /// matched without case and a trailing dot, exactly (E2B's keys are plain names).
-#[allow(dead_code)]
 pub(crate) fn headers_for<'a>(
     rules: &'a BTreeMap<String, Vec<Rule>>,
     host: &str,
@@ -278,7 +275,7 @@ mod tests {
 
     #[test]
     fn rules_within_the_limits_are_kept_and_matched_by_name() {
-        // contract: X12
+        // contract: X12, X14 (Debug redacts the value)
         let parsed = rules(json!({"api.example.test": [{"transform": {"headers": {"Authorization": "Bearer s3cr3t"}}}]}))
             .expect("valid");
         let headers = headers_for(&parsed, "API.example.test.").expect("matched");
