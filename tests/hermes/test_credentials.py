@@ -14,9 +14,11 @@ import json
 import urllib.request
 import uuid
 
+from pathlib import Path
+
 from conftest import assert_no_key
 from test_cli import e2b
-from test_environment import run
+from test_environment import PRELUDE, run
 
 GITHUB_VALUE = "plaingithubvalue5c81"
 OPENAI_VALUE = "plainopenaivalue93d2"
@@ -52,6 +54,19 @@ def pattern(value: str) -> str:
     return f"{value[:5]}[{value[5]}]{value[6:]}"
 
 
+def run_logged(home, body: str) -> dict:
+    """``run``, also checking every log record the driver captured (debug level) and every log
+    file of the profile for a value."""
+    import textwrap
+
+    out = home.driver(PRELUDE + textwrap.dedent(body))
+    assert_no_key(out["log"], json.dumps(out["result"]))
+    no_value(out["log"])
+    for path in Path(home.path).rglob("*.log"):
+        no_value(path.read_text(errors="replace"))
+    return out["result"]
+
+
 def network_of(e2b_local, sandbox_id: str) -> dict:
     """What e2b-local's detail says the sandbox's network is (rules verbatim, as E2B)."""
     request = urllib.request.Request(f"{e2b_local.api_url}/sandboxes/{sandbox_id}",
@@ -63,7 +78,7 @@ def network_of(e2b_local, sandbox_id: str) -> dict:
 # contract: X16
 def test_the_sandbox_sees_only_stand_ins_and_its_rules_carry_the_real_headers(home, e2b_local):
     profile(home, e2b_local, credentials=CREDENTIALS)
-    result = run(home, """
+    result = run_logged(home, """
         r = {}
         r["env"] = T("printenv GITHUB_TOKEN; printenv OPENAI_API_KEY; "
                      "printenv ANTHROPIC_API_KEY || echo no-anthropic", task_id="default")
@@ -235,7 +250,7 @@ def test_the_agents_curl_python_and_git_reach_the_api_with_the_real_credential(h
         assert json.loads(isolation.read())["egressRules"] is True, "this host cannot enforce rules"
         profile(home, server, credentials={"GITHUB_TOKEN": {"hosts": ["api.example.test"]}})
         ca_pem = upstream.ca_path.read_text()
-        result = run(home, """
+        result = run_logged(home, """
             r = {}
             r["curl"] = T("curl -sS -H \\"Authorization: Bearer $GITHUB_TOKEN\\" https://api.example.test/curl", task_id="default")
             r["python"] = T("/usr/bin/python3 -c \\"import urllib.request as u; "
