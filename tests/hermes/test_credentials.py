@@ -286,3 +286,36 @@ def test_the_agents_curl_python_and_git_reach_the_api_with_the_real_credential(h
     finally:
         server.stop()
         upstream.close()
+
+
+# contract: X17
+def test_hermes_own_egress_firewall_mappings_apply_without_a_second_setup(home, e2b_local):
+    """``hermes egress`` (``proxy.enabled`` and its ``mappings.json``) configured, no
+    ``credentials`` setting: the mapped provider key reaches the sandbox as a stand-in and its
+    host's rule carries the real header. The mapping's own proxy token is not used."""
+    profile(home, e2b_local)
+    config = json.loads((home.path / "config.yaml").read_text())
+    config["proxy"] = {"enabled": True}
+    (home.path / "config.yaml").write_text(json.dumps(config, indent=2))
+    (home.path / "proxy").mkdir()
+    (home.path / "proxy" / "mappings.json").write_text(json.dumps({"version": 1, "tokens": [
+        {"proxy_token": "hermes-proxy-token-openai", "env_name": "OPENAI_API_KEY",
+         "upstream_hosts": ["api.openai.com"], "match_headers": ["Authorization"], "alias_env_names": []},
+        {"proxy_token": "hermes-proxy-token-router", "env_name": "OPENROUTER_API_KEY",
+         "upstream_hosts": ["*.openrouter.ai"], "match_headers": ["Authorization"], "alias_env_names": []},
+    ]}))
+    result = run_logged(home, """
+        r = {"env": T("printenv OPENAI_API_KEY", task_id="default")["output"].strip(),
+             "sid": T("echo $E2B_SANDBOX_ID", task_id="default")["output"].strip()}
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        cleanup_vm("default")
+        finish(r)
+    """)
+    assert result["env"].startswith("e2b-stand-in-"), result
+    rules = network_of(e2b_local, result["sid"]).get("rules") or {}
+    assert rules == {"api.openai.com": [{"transform": {"headers": {"Authorization": f"Bearer {OPENAI_VALUE}"}}}]}, rules
+    shown = e2b(home, "credentials", "--json")
+    assert shown.returncode == 0, shown.stderr
+    [entry] = json.loads(shown.stdout)["credentials"]
+    assert (entry["name"], entry["source"], entry["has_value"]) == ("OPENAI_API_KEY", "hermes-proxy", True)
+    no_value(shown.stdout, shown.stderr)
