@@ -85,6 +85,9 @@ pub struct Config {
     /// Allowed and denied destinations beyond `internet` (X9, X10). Not part of the
     /// identity: a sandbox whose rules differ is adopted and updated live, once.
     pub egress: crate::egress::EgressPolicy,
+    /// Variables whose real value E2B's egress adds as a header for their hosts, while the
+    /// sandbox's commands see a stand-in (X16). Not part of the identity, like `egress`.
+    pub credentials: crate::credentials::Credentials,
     /// Extra metadata stamped on created sandboxes; identity keys always win.
     pub metadata: BTreeMap<String, String>,
     /// Persistent, ephemeral, or attached to an externally owned sandbox.
@@ -145,7 +148,7 @@ impl Config {
     /// Persistent mode on template `base`, cwd and state root following the sandbox user's
     /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
     /// a 45 s watchdog grace, no process cap on running sandboxes and a 30 s wait for a
-    /// slot under the account's limit, internet allowed, secure, no egress rules, no extra metadata, E2B's public endpoints
+    /// slot under the account's limit, internet allowed, secure, no egress rules, no credentials, no extra metadata, E2B's public endpoints
     /// (`E2B_*` variables are not read here), a 2 GiB state cap. (The values are the
     /// `DEFAULT_*` constants.)
     pub fn new(api_key: ApiKeySource) -> Config {
@@ -161,6 +164,7 @@ impl Config {
             internet: DEFAULT_INTERNET,
             security: DEFAULT_SECURITY,
             egress: crate::egress::EgressPolicy::none(),
+            credentials: crate::credentials::Credentials::none(),
             metadata: BTreeMap::new(),
             mode: SandboxMode::Persistent,
             endpoints: Endpoints::e2b_cloud(),
@@ -334,6 +338,8 @@ pub struct Services {
     /// The backends this one shares the account's limit of concurrently running sandboxes
     /// with: a create or resume refused for it may pause another member's idle sandbox (L14).
     pub fleet: crate::fleet::Fleet,
+    /// Where credential stand-ins' randomness comes from (X16).
+    pub random: Arc<dyn crate::credentials::RandomSource>,
 }
 
 impl Services {
@@ -344,6 +350,7 @@ impl Services {
             clock: Arc::new(SystemClock),
             progress: None,
             fleet: crate::fleet::Fleet::new(),
+            random: Arc::new(crate::credentials::SystemRandom),
         }
     }
 }

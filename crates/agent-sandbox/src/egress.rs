@@ -161,6 +161,85 @@ impl EgressPolicy {
     }
 }
 
+/// What E2B must hold on a sandbox's network: the egress policy and the credentials' header
+/// rules (X9, X16), sent together since an update clears what it omits.
+#[derive(Clone, Debug)]
+pub(crate) struct DesiredNetwork {
+    /// Allowed and denied destinations, effective.
+    pub(crate) policy: EgressPolicy,
+    /// Per-host headers with the real values.
+    pub(crate) rules: e2b_client::TransformRules,
+}
+
+impl DesiredNetwork {
+    /// `policy` with the rules `credentials` resolve to now (an error names a variable
+    /// without a value).
+    pub(crate) fn resolve(
+        policy: EgressPolicy,
+        credentials: &crate::credentials::Credentials,
+    ) -> Result<DesiredNetwork, Error> {
+        Ok(DesiredNetwork {
+            policy,
+            rules: credentials.rules()?,
+        })
+    }
+
+    /// The policy's digest alone when there are no rules (so sandboxes stamped before
+    /// credentials existed stay in force), else one digest of both.
+    pub(crate) fn digest(&self) -> String {
+        if self.rules.is_empty() {
+            return self.policy.digest();
+        }
+        let mut hasher = Sha256::new();
+        hasher.update(self.policy.digest().as_bytes());
+        hasher.update(b"+rules:");
+        hasher.update(crate::credentials::rules_digest(&self.rules).as_bytes());
+        hasher
+            .finalize()
+            .iter()
+            .take(8)
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
+
+    /// Whether a create request needs no `network` at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.policy.is_empty() && self.rules.is_empty()
+    }
+
+    fn egress_rules(&self) -> e2b_client::EgressRules {
+        e2b_client::EgressRules {
+            allow_out: self.policy.allow_out().to_vec(),
+            deny_out: self.policy.deny_out().to_vec(),
+        }
+    }
+
+    /// The create request's `network`.
+    pub(crate) fn network_config(&self) -> e2b_client::NetworkConfig {
+        let mut config = e2b_client::NetworkConfig::new(self.egress_rules());
+        config.rules = self.rules.clone();
+        config
+    }
+
+    /// The whole update.
+    pub(crate) fn update(&self) -> e2b_client::NetworkUpdate {
+        let mut update = e2b_client::NetworkUpdate::new(self.egress_rules());
+        update.rules = self.rules.clone();
+        update
+    }
+
+    /// One line for people and logs, without any value: `allow pypi.org; credential
+    /// headers for api.github.com`.
+    pub(crate) fn summary(&self) -> String {
+        let policy = self.policy.summary();
+        if self.rules.is_empty() {
+            return policy;
+        }
+        let hosts: Vec<&str> = self.rules.keys().map(String::as_str).collect();
+        format!("{policy}; credential headers for {}", hosts.join(", "))
+    }
+}
+
 fn canonical(list: EgressList, entries: Vec<String>) -> Result<Vec<String>, Error> {
     if entries.len() > MAX_EGRESS_ENTRIES {
         return Err(Error::InvalidEgress {

@@ -295,6 +295,25 @@ pub enum Error {
         reason: String,
     },
 
+    /// A `credentials` entry was refused: nothing was sent. Never holds a value.
+    #[error("E2B credential {name} is invalid: {reason}")]
+    InvalidCredential {
+        /// The variable name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A configured credential has no value where the host resolves it: no command runs
+    /// until it has one (or the setting no longer names it).
+    #[error("E2B credential {name} has no value: set {name} in {source_file}")]
+    MissingCredential {
+        /// The variable name.
+        name: String,
+        /// Where the value belongs (the profile's `.env`).
+        source_file: String,
+    },
+
     /// The API key source gave no key: nothing was sent. The host names where the key
     /// belongs (a Hermes profile's env file), so this error names no file.
     #[error("no E2B API key is configured for this profile")]
@@ -325,6 +344,8 @@ impl Error {
             Error::InvalidConfig { .. }
             | Error::MissingApiKey
             | Error::InvalidEgress { .. }
+            | Error::InvalidCredential { .. }
+            | Error::MissingCredential { .. }
             | Error::Io { .. }
             | Error::NotAttached { .. }
             | Error::NoSandbox { .. } => None,
@@ -347,6 +368,15 @@ impl Error {
     /// An `allow_out` / `deny_out` entry was refused ([`Error::InvalidEgress`]).
     pub fn is_invalid_egress(&self) -> bool {
         matches!(self, Error::InvalidEgress { .. })
+    }
+
+    /// A credential is refused or has no value ([`Error::InvalidCredential`],
+    /// [`Error::MissingCredential`]).
+    pub fn is_credential(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidCredential { .. } | Error::MissingCredential { .. }
+        )
     }
 
     /// The sandbox sent an answer the backend refused to use.

@@ -6,6 +6,7 @@ mod backend;
 mod checkpoint;
 mod command;
 mod config;
+mod credentials;
 mod egress;
 mod error;
 mod fleet;
@@ -38,6 +39,11 @@ pub use config::{
     DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_SLOT_WAIT, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE,
     DEFAULT_WATCHDOG_GRACE, E2B_DEFAULT_HOME, Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode,
     Scope, Services, WriterArbitration,
+};
+pub use credentials::{
+    Credential, CredentialValues, Credentials, DEFAULT_CREDENTIAL_FORMAT,
+    DEFAULT_CREDENTIAL_HEADER, MAX_CREDENTIAL_HOSTS, MAX_HEADER_NAME, MAX_HEADER_VALUE,
+    MAX_HEADERS_PER_HOST, RandomSource, STAND_IN_PREFIX, SystemRandom, VALUE_PLACEHOLDER,
 };
 pub use sandbox_identity::CheckpointReason;
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.

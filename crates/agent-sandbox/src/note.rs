@@ -18,6 +18,9 @@ pub(crate) const NOTE_SANDBOX: &str = "sandbox";
 /// <digest>`. It outlives the creation stamp in the sandbox's metadata, which E2B cannot
 /// change (X9).
 pub(crate) const NOTE_EGRESS: &str = "egress";
+/// The credential stand-ins of the scope's sandbox on this host: `<sandbox> NAME=stand-in
+/// ...` (X16). Not secrets: they are what the sandbox sees.
+pub(crate) const NOTE_STAND_INS: &str = "stand-ins";
 /// The last recovery: when, its counts or failure, and from which sandbox.
 pub(crate) const NOTE_RECOVERY: &str = "last-recovery";
 

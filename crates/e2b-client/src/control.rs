@@ -33,7 +33,10 @@ pub use self::answers::{
     SandboxInfo, SandboxState,
 };
 pub use self::metrics::SandboxMetric;
-pub use self::network::{ALL_TRAFFIC, EgressRules, NetworkConfig};
+pub use self::network::{
+    ALL_TRAFFIC, EgressProxy, EgressRules, HeaderTransform, NetworkConfig, NetworkUpdate,
+    TransformRules,
+};
 pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
 pub use self::snapshots::{DeleteOutcome, ForkOptions, SnapshotInfo, SnapshotQuery};
 
@@ -113,7 +116,13 @@ impl Client {
     /// Creates a sandbox (`POST /v2/sandboxes`). Not retried once the request may have reached
     /// E2B, so a lost response never makes two sandboxes; find it by metadata instead.
     pub async fn create(&self, options: CreateOptions) -> Result<SandboxInfo, Error> {
-        let ctx = self.ctx(Operation::Create, None);
+        let ctx = self.ctx(Operation::Create, None).with_secrets(
+            options
+                .network
+                .as_ref()
+                .map(NetworkConfig::secrets)
+                .unwrap_or_default(),
+        );
         let (auto_pause, auto_pause_memory) = match options.on_timeout {
             OnTimeout::ServerDefault => (None, None),
             OnTimeout::Kill => (Some(false), None),

@@ -17,7 +17,7 @@ use crate::error::{Error, Operation, TransportCause, TransportStage};
 use crate::ids::SandboxId;
 use crate::redact::clean_text;
 use crate::retry::{self, Decision, Idempotency, Outcome};
-use crate::secret::{AccessToken, ApiKey};
+use crate::secret::{AccessToken, ApiKey, SecretValue};
 
 /// `scheme://host:port` of a request URL: what a person needs to tell which host failed,
 /// without the path or any credentials in it.
@@ -74,6 +74,9 @@ pub(crate) struct Ctx {
     pub(crate) target: Target,
     api_key: ApiKey,
     token: Option<AccessToken>,
+    /// Further values the request carries (header values of transform rules, a proxy
+    /// password): removed from error text like the key.
+    secrets: Vec<SecretValue>,
 }
 
 impl fmt::Debug for Ctx {
@@ -98,7 +101,14 @@ impl Ctx {
             target,
             api_key,
             token,
+            secrets: Vec::new(),
         }
+    }
+
+    /// The same context, also scrubbing `secrets` from error text.
+    pub(crate) fn with_secrets(mut self, secrets: Vec<SecretValue>) -> Ctx {
+        self.secrets.extend(secrets);
+        self
     }
 
     fn sandbox_id(&self) -> Option<SandboxId> {
@@ -113,6 +123,12 @@ impl Ctx {
         let mut known = vec![self.api_key.expose()];
         if let Some(token) = &self.token {
             known.push(token.expose());
+        }
+        // A header value is often `<scheme> <credential>`: the credential alone, echoed
+        // back, is as secret as the whole.
+        for secret in &self.secrets {
+            known.push(secret.expose());
+            known.extend(secret.expose().split_whitespace());
         }
         clean_text(text, &known)
     }

@@ -25,10 +25,10 @@ pub use crate::config::{
     Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
 };
 pub use crate::control::{
-    ALL_TRAFFIC, Client, ConnectState, Connected, CreateOptions, DeleteOutcome, EgressRules,
-    ForkOptions, KillOutcome, Lifecycle, ListQuery, ListedSandbox, NetworkConfig, OnTimeout,
-    PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxMetric, SandboxState,
-    SnapshotInfo, SnapshotQuery, StateFilter,
+    ALL_TRAFFIC, Client, ConnectState, Connected, CreateOptions, DeleteOutcome, EgressProxy,
+    EgressRules, ForkOptions, HeaderTransform, KillOutcome, Lifecycle, ListQuery, ListedSandbox,
+    NetworkConfig, NetworkUpdate, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo,
+    SandboxMetric, SandboxState, SnapshotInfo, SnapshotQuery, StateFilter, TransformRules,
 };
 pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{
@@ -42,7 +42,7 @@ pub use crate::process::{
 pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, FileUrl, Health, InputStream, Sandbox};
-pub use crate::secret::{AccessToken, ApiKey};
+pub use crate::secret::{AccessToken, ApiKey, SecretValue};
 pub use crate::watch::{FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId};
 
 /// Entry points for the fuzz targets in `fuzz/`; not part of the API.

@@ -54,6 +54,14 @@ secret_type!(
     AccessToken
 );
 
+secret_type!(
+    /// A secret the control plane carries for a sandbox: a header value E2B's egress proxy
+    /// sets on requests to a domain (`network.rules`), or the egress proxy's password.
+    ///
+    /// `Debug` and `Display` print `[REDACTED]`; use [`SecretValue::expose`] to read it.
+    SecretValue
+);
+
 impl ApiKey {
     /// Reads `E2B_API_KEY` from the process environment; unset or empty gives `None`.
     pub fn from_env() -> Option<ApiKey> {
@@ -73,7 +81,10 @@ mod tests {
         // contract: X1
         let key = ApiKey::new("e2b_0123456789abcdef".to_owned());
         let token = AccessToken::new("tok-secret-value".to_owned());
+        let header = SecretValue::new("Bearer ghp_secret-value".to_owned());
         for shown in [
+            format!("{header:?}"),
+            format!("{header}"),
             format!("{key:?}"),
             format!("{key}"),
             format!("{token:?}"),

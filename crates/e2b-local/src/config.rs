@@ -52,11 +52,18 @@ pub struct ServerConfig {
     /// How many sandboxes may run at once, like an E2B account's concurrency limit:
     /// a create or a resume past it is answered 429. `None`: no limit.
     pub max_running: Option<u32>,
+    /// PEM files of extra roots trusted when e2b-local connects, for a sandbox's header
+    /// rules (`network.rules`), to the real upstream (besides the host's trust store).
+    pub upstream_ca: Vec<PathBuf>,
+    /// Names every sandbox resolves to the given address, as `docker run --add-host`
+    /// (commands in a mount namespace: their `/etc/hosts` gets these lines).
+    pub add_hosts: Vec<(String, IpAddr)>,
 }
 
 impl ServerConfig {
     /// 127.0.0.1 on a free port, any API key, a temporary state directory, template
-    /// `base`, the system clock, automatic isolation, no latency, no running limit.
+    /// `base`, the system clock, automatic isolation, no latency, no running limit, the
+    /// host's roots only and no added host.
     pub fn loopback() -> ServerConfig {
         ServerConfig {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
@@ -67,6 +74,8 @@ impl ServerConfig {
             isolation: IsolationMode::Auto,
             latency: Duration::ZERO,
             max_running: None,
+            upstream_ca: Vec::new(),
+            add_hosts: Vec::new(),
         }
     }
 }

@@ -103,6 +103,9 @@ pub(crate) struct CommandSpec<'a> {
     pub(crate) own_pid_namespace: bool,
     /// Start it under the egress filter (see [`crate::egress`]).
     pub(crate) egress: Option<EgressSpec<'a>>,
+    /// The CA bundle and hosts file every command gets, with the trust variables
+    /// (mount namespaces only; see [`crate::egress::Trust`]).
+    pub(crate) trust: Option<&'a crate::egress::Trust>,
 }
 
 /// What a command under the egress filter needs before exec.
@@ -272,6 +275,7 @@ impl Isolation {
             stdio: CommandStdio::Pipes { stdin: false },
             own_pid_namespace: ns.is_some(),
             egress: None,
+            trust: None,
         };
         let mut command = self.std_command(&spec)?;
         let output = match ns {
@@ -339,6 +343,12 @@ impl Isolation {
         if let Isolation::PathMapping = self {
             command.env("TMPDIR", spec.tmp);
         }
+        // Before the sandbox's and the request's variables, which may point elsewhere.
+        if let (Isolation::Namespace { .. }, Some(trust)) = (self, spec.trust) {
+            for name in crate::egress::TRUST_VARIABLES {
+                command.env(name, trust.bundle_path());
+            }
+        }
         command.envs(spec.sandbox_envs);
         command.envs(spec.request_envs);
         let terminal = match &spec.stdio {
@@ -387,6 +397,14 @@ impl Isolation {
                         Some(path) => Some(cstring(path)?),
                         None => None,
                     },
+                    ca_bundle: match spec.trust.filter(|t| t.bind_bundle) {
+                        Some(trust) => Some(cstring(&trust.bundle)?),
+                        None => None,
+                    },
+                    hosts: match spec.trust.and_then(|t| t.hosts.as_deref()) {
+                        Some(path) => Some(cstring(path)?),
+                        None => None,
+                    },
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -417,6 +435,10 @@ struct MountPlan {
     egress_handoff: Option<std::os::fd::RawFd>,
     /// Bind this over `/etc/resolv.conf`.
     resolv_conf: Option<CString>,
+    /// Bind this over the system CA bundle (the host's plus e2b-local's CA).
+    ca_bundle: Option<CString>,
+    /// Bind this over `/etc/hosts` (the host's plus `--add-host` lines).
+    hosts: Option<CString>,
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {
@@ -488,6 +510,24 @@ impl MountPlan {
                 check(libc::mount(
                     resolv.as_ptr(),
                     c"/etc/resolv.conf".as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+            }
+            if let Some(bundle) = &self.ca_bundle {
+                check(libc::mount(
+                    bundle.as_ptr(),
+                    c"/etc/ssl/certs/ca-certificates.crt".as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+            }
+            if let Some(hosts) = &self.hosts {
+                check(libc::mount(
+                    hosts.as_ptr(),
+                    c"/etc/hosts".as_ptr(),
                     none,
                     libc::MS_BIND,
                     std::ptr::null(),

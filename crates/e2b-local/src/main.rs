@@ -2,7 +2,7 @@
 #![allow(clippy::print_stdout)]
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -92,6 +92,13 @@ struct ServeArgs {
     /// Cut the next envd response after this many body bytes.
     #[arg(long)]
     drop_stream_after: Option<u64>,
+    /// Extra PEM roots trusted for the upstreams of a sandbox's header rules
+    /// (network.rules), besides the host's store; repeatable.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Vec<PathBuf>,
+    /// A name every sandbox resolves to IP, as `docker run --add-host`; repeatable.
+    #[arg(long, value_name = "NAME:IP", value_parser = parse_add_host)]
+    add_host: Vec<(String, IpAddr)>,
     /// Exit when standard input reaches end of file (so a test harness cannot leak it).
     #[arg(long)]
     exit_on_stdin_eof: bool,
@@ -134,6 +141,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// `NAME:IP` (an IPv6 address after the first colon is fine): a DNS name, no wildcard.
+fn parse_add_host(text: &str) -> Result<(String, IpAddr), String> {
+    let (name, ip) = text
+        .split_once(':')
+        .ok_or_else(|| format!("'{text}' is not NAME:IP"))?;
+    let ip: IpAddr = ip
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| format!("'{ip}' is not an IP address"))?;
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+        return Err(format!("'{name}' is not a host name"));
+    }
+    Ok((name.to_owned(), ip))
+}
+
 async fn serve(args: ServeArgs) -> Result<(), e2b_local::Error> {
     let mut templates = vec!["base".to_owned()];
     templates.extend(args.templates.iter().filter(|t| *t != "base").cloned());
@@ -153,6 +183,8 @@ async fn serve(args: ServeArgs) -> Result<(), e2b_local::Error> {
         },
         latency: Duration::from_millis(args.latency_ms),
         max_running: args.max_running,
+        upstream_ca: args.upstream_ca.clone(),
+        add_hosts: args.add_host.clone(),
     };
     // Handlers first: a signal that arrives right after the URL lines must stop the
     // server cleanly, not kill it with the default action.

@@ -104,6 +104,9 @@ impl Server {
                 (Some(temp), path)
             }
         };
+        // A bad --upstream-ca stops the start: it is the operator's mistake to see at once.
+        let upstream = crate::egress::upstream_tls(&config.upstream_ca)
+            .map_err(|reason| Error::InvalidConfig { reason })?;
         let etc_dir = state_dir.join("etc");
         let mode = config.isolation;
         let isolation = tokio::task::spawn_blocking(move || Isolation::prepare(mode, &etc_dir))
@@ -118,7 +121,12 @@ impl Server {
                 source,
             })?;
         let egress = if matches!(isolation, Isolation::Namespace { .. }) {
-            crate::egress::Egress::start(&state_dir.join("etc")).await
+            crate::egress::Egress::start(&crate::egress::Setup {
+                state_dir: &state_dir,
+                upstream,
+                add_hosts: &config.add_hosts,
+            })
+            .await
         } else {
             Err(crate::egress::PATH_MAPPING.to_owned())
         };

@@ -371,7 +371,18 @@ impl Store {
         let tmp = path.with_extension("json.tmp");
         let result = serde_json::to_vec_pretty(record)
             .map_err(io::Error::other)
-            .and_then(|bytes| fs::write(&tmp, bytes))
+            .and_then(|bytes| {
+                // Owner-only: a record can hold secrets (network.rules header values).
+                use std::io::Write as _;
+                use std::os::unix::fs::OpenOptionsExt as _;
+                let mut file = fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)?;
+                file.write_all(&bytes)
+            })
             .and_then(|()| fs::rename(&tmp, &path));
         if let Err(error) = result {
             tracing::warn!(sandbox_id = %record.id, %error, "persisting sandbox record failed");
@@ -493,6 +504,9 @@ impl Store {
             "sandbox created",
             &[("templateID", record.template.clone())],
         );
+        if let Some(network) = &record.network {
+            network::note_egress_proxy(&self.logs.of(&id), network);
+        }
         Ok(record)
     }
 

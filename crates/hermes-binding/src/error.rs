@@ -136,7 +136,12 @@ impl Error {
                 | Error::MissingApiKey { .. }
         ) || matches!(
             self.backend_source(),
-            Some(agent_sandbox::Error::InvalidConfig { .. } | agent_sandbox::Error::MissingApiKey)
+            Some(
+                agent_sandbox::Error::InvalidConfig { .. }
+                    | agent_sandbox::Error::MissingApiKey
+                    | agent_sandbox::Error::InvalidCredential { .. }
+                    | agent_sandbox::Error::MissingCredential { .. }
+            )
         )
     }
 

@@ -128,7 +128,8 @@ impl PyInventory {
     /// called as `progress(operation, unit, done, total, finished)` while transfers and
     /// creations run (`total` None while unknown), from the thread running them.
     #[new]
-    #[pyo3(signature = (settings, *, profile_home, lifetime_seconds, key_resolver, host_only, progress = None))]
+    #[pyo3(signature = (settings, *, profile_home, lifetime_seconds, key_resolver, host_only, progress = None, credential_resolver = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         settings: &PySettings,
         profile_home: PathBuf,
@@ -136,6 +137,7 @@ impl PyInventory {
         key_resolver: Py<PyAny>,
         host_only: Vec<PathBuf>,
         progress: Option<Py<PyAny>>,
+        credential_resolver: Option<Py<PyAny>>,
     ) -> PyResult<PyInventory> {
         let mut config = settings.settings.to_config(
             ApiKeySource::Resolver(python_key_resolver(key_resolver)),
@@ -143,6 +145,13 @@ impl PyInventory {
             idle_lifetime(lifetime_seconds),
         );
         config.host_only = host_only;
+        config.credentials = settings
+            .settings
+            .credentials_with(
+                crate::native::python_credential_values(credential_resolver),
+                crate::native::credential_source(&profile_home),
+            )
+            .map_err(|error| error.in_config_file(crate::error::config_file(&profile_home)))?;
         let mut services = Services::new(runtime::handle()?);
         services.progress = progress.map(python_progress);
         Ok(PyInventory {
@@ -150,6 +159,36 @@ impl PyInventory {
                 .with_idle_lifetime(idle_lifetime(lifetime_seconds)),
             profile_home,
         })
+    }
+
+    /// The configured credentials: a list of dicts (name, hosts, header, has_value). Never a
+    /// value: `has_value` only says whether the profile resolves one now.
+    fn credentials<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let credentials = self.inventory.credentials();
+        credentials
+            .list()
+            .iter()
+            .map(|credential| {
+                let dict = PyDict::new(py);
+                dict.set_item("name", credential.name())?;
+                dict.set_item("hosts", credential.hosts().to_vec())?;
+                dict.set_item("header", credential.header())?;
+                dict.set_item("has_value", credentials.has_value(credential.name()))?;
+                Ok(dict)
+            })
+            .collect()
+    }
+
+    /// The credential headers E2B holds for `sandbox_id` (one request): host to header
+    /// names. Never a value, though E2B's detail returns them.
+    fn sandbox_credential_headers(
+        &self,
+        py: Python<'_>,
+        sandbox_id: String,
+    ) -> PyResult<std::collections::BTreeMap<String, Vec<String>>> {
+        let inventory = self.inventory.clone();
+        py.detach(move || inventory.sandbox_credential_headers(&sandbox_id))
+            .map_err(|error| Error::in_profile(error, &self.profile_home).into())
     }
 
     /// The settings' egress policy as E2B must hold it: a dict of allow_out, deny_out

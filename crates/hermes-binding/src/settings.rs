@@ -3,9 +3,11 @@
 //! table ([`table::SETTINGS`]); parsing writes into an agent-sandbox [`Config`], so a key that
 //! is absent keeps the default [`Config::new`] applies and no default is written here.
 
+mod credentials;
 mod egress;
 pub mod table;
 
+pub use credentials::credentials;
 pub use egress::egress;
 
 use std::collections::BTreeMap;
@@ -71,6 +73,11 @@ pub struct Settings {
     pub unknown_keys: Vec<String>,
     /// What the Hermes adapter does about checkpoints.
     pub checkpoints: CheckpointSettings,
+    /// The `credentials` setting's entries, then those taken from Hermes' own egress
+    /// firewall ([`Settings::add_hermes_mappings`]); values come from the profile (X16).
+    pub credentials: Vec<agent_sandbox::Credential>,
+    /// The names in `credentials` that came from Hermes' egress firewall mappings.
+    pub credentials_from_hermes: Vec<String>,
 }
 
 /// The checkpoint settings: what the Hermes adapter does on its own (all off by default).
@@ -116,6 +123,7 @@ impl fmt::Debug for Settings {
             .field("sandbox_id", &self.sandbox_id)
             .field("writer_arbitration", &config.writer_arbitration)
             .field("checkpoints", &self.checkpoints)
+            .field("credentials", &self.credentials)
             .finish()
     }
 }
@@ -493,6 +501,7 @@ impl Settings {
             };
         }
         config.egress = egress(raw)?;
+        let credentials = credentials(raw)?;
         match raw.get("metadata") {
             None | Some(Value::Null) => {}
             Some(Value::Map(entries)) => {
@@ -553,7 +562,34 @@ impl Settings {
             sandbox_id,
             unknown_keys,
             checkpoints,
+            credentials,
+            credentials_from_hermes: Vec::new(),
         })
+    }
+
+    /// Adds the credentials of Hermes' own egress firewall (its `mappings.json` entries, read
+    /// by the Python layer only when `proxy.enabled` is set), for names the `credentials`
+    /// setting does not configure: the same mappings apply on E2B without a second setup.
+    pub fn add_hermes_mappings(&mut self, mappings: &[Value]) -> Result<(), Error> {
+        let added = credentials::from_hermes_mappings(mappings, &self.credentials)?;
+        let mut all = self.credentials.clone();
+        all.extend(added.iter().cloned());
+        agent_sandbox::Credentials::new(all.clone(), std::sync::Arc::new(|_| None), String::new())
+            .map_err(|error| invalid("credentials", error.to_string()))?;
+        self.credentials_from_hermes = added.iter().map(|c| c.name().to_owned()).collect();
+        self.credentials = all;
+        Ok(())
+    }
+
+    /// The credentials for one environment: values through `values`, a missing one named
+    /// with `source` (the profile's `.env`).
+    pub fn credentials_with(
+        &self,
+        values: agent_sandbox::CredentialValues,
+        source: String,
+    ) -> Result<agent_sandbox::Credentials, Error> {
+        agent_sandbox::Credentials::new(self.credentials.clone(), values, source)
+            .map_err(|error| invalid("credentials", error.to_string()))
     }
 
     /// [`Settings::parse`], then E2B's environment variables (`E2B_DOMAIN`, `E2B_API_URL`,

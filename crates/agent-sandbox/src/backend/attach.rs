@@ -333,7 +333,7 @@ impl Inner {
         ));
         // The policy travels with the create, so it holds before the sandbox's first
         // command, and its digest rides in the metadata adoption lists (X9).
-        let egress = self.stamp_egress(&mut options);
+        let egress = self.stamp_egress(&mut options)?;
         options.secure = Some(matches!(
             self.config.security,
             sandbox_identity::Security::Secure
@@ -478,6 +478,7 @@ impl Inner {
             fresh: matches!(origin, Origin::Created),
             grant: None,
             egress,
+            stand_ins: std::collections::BTreeMap::new(),
             home,
         })
     }

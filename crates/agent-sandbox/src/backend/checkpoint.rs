@@ -140,9 +140,11 @@ impl Backend {
         inner.top_up_lease(attached, TRANSFER_WINDOW)?;
         let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
         let parent = attached.id.as_str().to_owned();
+        // The branches are created under the policy and credentials in force (X9, X16).
+        let options =
+            inner.create_options(&checkpoint.snapshot_id, [(BRANCH_KEY, parent.as_str())])?;
         let creates = (0..count as usize).map(|index| {
-            let options =
-                inner.create_options(&checkpoint.snapshot_id, [(BRANCH_KEY, parent.as_str())]);
+            let options = options.clone();
             let client = attached.client.clone();
             bump(&inner.stats.creates);
             async move {
@@ -372,7 +374,7 @@ impl Inner {
         &self,
         snapshot_id: &str,
         extra: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> CreateOptions {
+    ) -> Result<CreateOptions, Error> {
         let mut options = CreateOptions::new(snapshot_id.to_owned());
         let mut metadata =
             sandbox_identity::stamp_scope(&self.config.metadata, &self.identity).metadata;
@@ -395,8 +397,8 @@ impl Inner {
             self.config.security,
             sandbox_identity::Security::Secure
         ));
-        self.stamp_egress(&mut options);
-        options
+        self.stamp_egress(&mut options)?;
+        Ok(options)
     }
 
     /// The scope's sandboxes that are fork branches (of any parent), from one list.

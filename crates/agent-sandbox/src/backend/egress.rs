@@ -10,9 +10,9 @@
 use e2b_client::{Client, SandboxId};
 
 use super::{Attached, Inner, bump};
-use crate::egress::{EGRESS_KEY, EgressPolicy};
+use crate::egress::{DesiredNetwork, EGRESS_KEY, EgressPolicy};
 use crate::error::Error;
-use crate::note::NOTE_EGRESS;
+use crate::note::{NOTE_EGRESS, NOTE_STAND_INS};
 
 /// What is known of a sandbox's rules when it is attached.
 pub(crate) enum EgressKnown {
@@ -33,21 +33,35 @@ impl Inner {
             .effective(self.config.internet)
     }
 
-    /// Puts the policy into a create request and its digest into the metadata; returns the
-    /// digest.
-    pub(super) fn stamp_egress(&self, options: &mut e2b_client::CreateOptions) -> String {
-        let desired = self.desired_egress();
+    /// The policy and the credentials' rules E2B must hold now (X9, X16); an error names a
+    /// credential without a value.
+    pub(crate) fn desired_network(&self) -> Result<DesiredNetwork, Error> {
+        let credentials = self
+            .credentials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        DesiredNetwork::resolve(self.desired_egress(), &credentials)
+    }
+
+    /// Puts the policy and the credentials' rules into a create request and their digest
+    /// into the metadata; returns the digest.
+    pub(super) fn stamp_egress(
+        &self,
+        options: &mut e2b_client::CreateOptions,
+    ) -> Result<String, Error> {
+        let desired = self.desired_network()?;
         let digest = desired.digest();
         // No rules, no `network`: on E2B the two are the same, while e2b-local filters the
         // commands of every sandbox created with a `network` (refusing UDP), which a
         // profile without a policy should not pay for. Rules set later reach it by update.
         if !desired.is_empty() {
-            options.network = Some(e2b_client::NetworkConfig::new(egress_rules(&desired)));
+            options.network = Some(desired.network_config());
         }
         options
             .metadata
             .insert(EGRESS_KEY.to_owned(), digest.clone());
-        digest
+        Ok(digest)
     }
 
     /// Makes the policy hold on a sandbox being attached, before anything is sent to its
@@ -59,7 +73,7 @@ impl Inner {
         id: &SandboxId,
         known: EgressKnown,
     ) -> Result<String, Error> {
-        let desired = self.desired_egress();
+        let desired = self.desired_network()?;
         let digest = desired.digest();
         let known = match known {
             EgressKnown::Created(digest) => Some(digest),
@@ -71,7 +85,8 @@ impl Inner {
                     .egress
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .is_empty() =>
+                    .is_empty()
+                    && desired.rules.is_empty() =>
             {
                 Some(digest.clone())
             }
@@ -88,7 +103,8 @@ impl Inner {
     /// no request when this host's note shows another process (`hermes e2b network`) has
     /// already applied it.
     pub(super) fn keep_egress(&self, attached: &mut Attached) -> Result<(), Error> {
-        let desired = self.desired_egress();
+        let desired = self.desired_network()?;
+        self.keep_stand_ins(attached);
         let digest = desired.digest();
         if attached.egress == digest {
             return Ok(());
@@ -108,15 +124,63 @@ impl Inner {
         &self,
         client: &Client,
         id: &SandboxId,
-        rules: &EgressPolicy,
+        desired: &DesiredNetwork,
     ) -> Result<(), Error> {
         bump(&self.stats.network_updates);
-        tracing::info!(sandbox_id = %id, "E2B egress policy applied to sandbox {id}: {}", rules.summary());
-        self.block_on(client.update_network(id, &egress_rules(rules)))
+        tracing::info!(sandbox_id = %id, "E2B egress policy applied to sandbox {id}: {}", desired.summary());
+        self.block_on(client.replace_network(id, &desired.update()))
             .map_err(|source| Error::e2b("apply egress policy", Some(id.as_str()), source))?;
-        let line = format!("{} {}", id.as_str(), rules.digest());
+        let line = format!("{} {}", id.as_str(), desired.digest());
         self.note(|note| note.set(NOTE_EGRESS, &line));
         Ok(())
+    }
+
+    /// Gives the attached sandbox a stand-in for every configured credential (X16): those
+    /// this host noted for it, else fresh random ones, noted. Costs nothing once each name
+    /// has one.
+    fn keep_stand_ins(&self, attached: &mut Attached) {
+        let names: Vec<String> = self
+            .credentials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .list()
+            .iter()
+            .map(|credential| credential.name().to_owned())
+            .collect();
+        if names
+            .iter()
+            .all(|name| attached.stand_ins.contains_key(name))
+        {
+            return;
+        }
+        if attached.stand_ins.is_empty() {
+            attached.stand_ins = self.noted_stand_ins(&attached.id);
+        }
+        let mut added = false;
+        for name in names {
+            attached.stand_ins.entry(name).or_insert_with(|| {
+                added = true;
+                crate::credentials::new_stand_in(&*self.services.random)
+            });
+        }
+        if added {
+            let line =
+                crate::credentials::stand_ins_line(attached.id.as_str(), &attached.stand_ins);
+            self.note(|note| note.set(NOTE_STAND_INS, &line));
+        }
+    }
+
+    /// The stand-ins this host noted for `id`.
+    fn noted_stand_ins(&self, id: &SandboxId) -> std::collections::BTreeMap<String, String> {
+        let note = self
+            .files
+            .as_ref()
+            .and_then(|files| files.note().ok().flatten());
+        note.and_then(|note| {
+            note.get(NOTE_STAND_INS)
+                .map(|line| crate::credentials::parse_stand_ins(line, id.as_str()))
+        })
+        .unwrap_or_default()
     }
 
     /// The digest this host last applied to `id`, from the scope note.
@@ -130,12 +194,4 @@ impl Inner {
 pub(crate) fn noted_for(line: &str, sandbox_id: &str) -> Option<String> {
     let (id, digest) = line.split_once(' ')?;
     (id == sandbox_id).then(|| digest.trim().to_owned())
-}
-
-/// A policy's rules as e2b-client sends them.
-pub(crate) fn egress_rules(rules: &EgressPolicy) -> e2b_client::EgressRules {
-    e2b_client::EgressRules {
-        allow_out: rules.allow_out().to_vec(),
-        deny_out: rules.deny_out().to_vec(),
-    }
 }

@@ -11,7 +11,7 @@ mod egress;
 mod replace;
 mod turns;
 pub use checkpoint::MAX_BRANCHES;
-pub(crate) use egress::{egress_rules, noted_for as noted_egress_for};
+pub(crate) use egress::noted_for as noted_egress_for;
 pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore};
 mod fence;
 mod fetch;
@@ -138,6 +138,9 @@ struct Inner {
     /// Leaf lock: the egress policy in force from now on (the config's, until
     /// [`Backend::set_egress`] changes it); read before every command (X10).
     egress: Mutex<crate::egress::EgressPolicy>,
+    /// Leaf lock: the credentials in force from now on (the config's, until
+    /// [`Backend::set_credentials`] changes them); read before every command (X16).
+    credentials: Mutex<crate::credentials::Credentials>,
     /// The last checkpoint time this process named (Unix milliseconds): names never repeat.
     last_checkpoint_ms: AtomicU64,
     /// When the scope was last used ([`Clock::since_boot`](crate::Clock::since_boot), in
@@ -229,6 +232,8 @@ struct Attached {
     grant: Option<fence::Grant>,
     /// The digest of the egress rules in force on the sandbox, as far as this host knows.
     egress: String,
+    /// The credential stand-ins its commands see, by variable name (X16).
+    stand_ins: std::collections::BTreeMap<String, String>,
     /// The sandbox's home: known, or asked at attach and waited for by the first step that
     /// needs it (`settle_home` completes `info` with it).
     home: Arc<crate::home::HomeSlot>,
@@ -333,6 +338,7 @@ impl Backend {
             _ => None,
         };
         let egress = Mutex::new(config.egress.clone());
+        let credentials = Mutex::new(config.credentials.clone());
         let last_use = Arc::new(AtomicU64::new(0));
         fleet::touch(&last_use, &*services.clock);
         let inner = Arc::new_cyclic(|me| Inner {
@@ -354,6 +360,7 @@ impl Backend {
             arbitration: ArbitrationMemory::default(),
             note_serial: Mutex::new(()),
             egress,
+            credentials,
             last_checkpoint_ms: AtomicU64::new(0),
             last_use,
             stats: Counters::default(),
@@ -438,6 +445,39 @@ impl Backend {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Replaces the credentials from the next command on (a re-read setting). Costs no
+    /// request: their rules reach the attached sandbox before the next command, together with
+    /// the egress policy, and a changed value too, since values are resolved at every
+    /// command (X16). Returns whether the setting changed.
+    pub fn set_credentials(&self, credentials: crate::credentials::Credentials) -> bool {
+        let mut current = self
+            .inner
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let changed = *current != credentials;
+        *current = credentials;
+        changed
+    }
+
+    /// The credentials in force from the next command on.
+    pub fn credentials(&self) -> crate::credentials::Credentials {
+        self.inner
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The stand-ins the attached sandbox's commands see, by variable name (X16); empty when
+    /// nothing is attached or no credential is configured.
+    pub fn stand_ins(&self) -> std::collections::BTreeMap<String, String> {
+        match &*self.inner.lock_state("stand-ins") {
+            Phase::Attached(attached) => attached.stand_ins.clone(),
+            _ => std::collections::BTreeMap::new(),
+        }
     }
 
     /// The transport of the attached sandbox, for a sync engine's callbacks. Does not attach.

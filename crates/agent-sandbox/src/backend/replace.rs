@@ -70,8 +70,15 @@ impl Inner {
         let mut created_egress = String::new();
         let (restored, new_id, created) = match replacement {
             Replacement::Restore(checkpoint) => {
-                let options = self
-                    .create_options(&checkpoint.snapshot_id, [(SUPERSEDES_KEY, old_id.as_str())]);
+                let options = match self
+                    .create_options(&checkpoint.snapshot_id, [(SUPERSEDES_KEY, old_id.as_str())])
+                {
+                    Ok(options) => options,
+                    Err(error) => {
+                        *state = Phase::Attached(old);
+                        return Err(error);
+                    }
+                };
                 created_egress = options
                     .metadata
                     .get(crate::egress::EGRESS_KEY)

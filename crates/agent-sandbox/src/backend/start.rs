@@ -36,10 +36,15 @@ impl Inner {
         } else {
             self.config.cwd.clone()
         };
-        let start = match &staged {
+        let mut start = match &staged {
             Some(path) => self.start_options(&redirect_stdin(path, command), options, default_cwd),
             None => self.start_options(command, options, default_cwd),
         };
+        // The credentials' stand-ins, over anything the caller passed under those names: the
+        // real value never reaches the sandbox (X16).
+        for (name, stand_in) in &attached.stand_ins {
+            start.envs.insert(name.clone(), stand_in.clone());
+        }
         let started = match self.start(&attached.sandbox, start.clone()) {
             Err(error) if error.is_sandbox_gone() => {
                 // Paused behind our back while the known lease still covered it: connect

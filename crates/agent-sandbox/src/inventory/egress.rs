@@ -8,8 +8,7 @@ use e2b_client::SandboxId;
 use writer_lease::ScopeNote;
 
 use super::{EntryState, Inventory, Listing, SandboxEntry};
-use crate::backend::egress_rules;
-use crate::egress::EgressPolicy;
+use crate::egress::{DesiredNetwork, EgressPolicy};
 use crate::error::{Error, ErrorChain};
 use crate::note::NOTE_EGRESS;
 
@@ -62,11 +61,51 @@ impl Inventory {
         }))
     }
 
-    /// Puts the settings' egress policy in force on this profile's running sandboxes whose
-    /// known rules differ (one request each); paused ones get it when resumed. Each update
-    /// is recorded in its scope note, so a running session finds it done and sends nothing.
+    /// The configured credentials (their values resolve on demand, never kept).
+    pub fn credentials(&self) -> crate::credentials::Credentials {
+        self.config.credentials.clone()
+    }
+
+    /// Which of `sandbox_id`'s rule hosts carry which header names, as E2B reports them
+    /// (one request); never a value (X16).
+    pub fn sandbox_credential_headers(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, Vec<String>>, Error> {
+        let id = SandboxId::parse(sandbox_id.to_owned()).ok_or_else(|| Error::InvalidConfig {
+            reason: format!("{sandbox_id:?} is not a valid sandbox id"),
+        })?;
+        let client = self.config.client()?;
+        let detail = self
+            .services
+            .runtime
+            .block_on(client.get(&id))
+            .map_err(|source| Error::e2b("read network rules", Some(sandbox_id), source))?;
+        Ok(detail
+            .network
+            .map(|network| {
+                network
+                    .rules
+                    .into_iter()
+                    .map(|(host, rules)| {
+                        let names = rules
+                            .into_iter()
+                            .flat_map(|rule| rule.headers.into_keys())
+                            .collect();
+                        (host, names)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Puts the settings' egress policy, with the credentials' header rules (X16), in force
+    /// on this profile's running sandboxes whose known rules differ (one request each);
+    /// paused ones get it when resumed. Each update is recorded in its scope note, so a
+    /// running session finds it done and sends nothing. A credential without a value is an
+    /// error before anything is sent.
     pub fn apply_egress(&self, now: SystemTime) -> Result<Vec<EgressApplied>, Error> {
-        let desired = self.egress_policy();
+        let desired = DesiredNetwork::resolve(self.egress_policy(), &self.config.credentials)?;
         let digest = desired.digest();
         let entries = self.list(Listing::ThisProfile, now)?;
         let client = self.config.client()?;
@@ -83,7 +122,7 @@ impl Inventory {
                         let sent = self
                             .services
                             .runtime
-                            .block_on(client.update_network(&id, &egress_rules(&desired)));
+                            .block_on(client.replace_network(&id, &desired.update()));
                         match sent {
                             Ok(()) => {
                                 self.note_egress(&entry, &digest);

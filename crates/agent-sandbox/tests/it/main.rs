@@ -6,6 +6,7 @@ mod arbitration;
 mod campaign;
 mod checkpoints;
 mod commands;
+mod credentials;
 mod egress;
 mod fencing;
 mod fetch;

@@ -1,7 +1,7 @@
 //! A sandbox's network: egress rules at create, replaced live with
 //! [`Client::update_network`], and read back from [`Client::get`](crate::Client::get).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
@@ -11,6 +11,7 @@ use crate::error::{Error, Operation};
 use crate::ids::SandboxId;
 use crate::json;
 use crate::retry::Idempotency;
+use crate::secret::SecretValue;
 
 /// Every IPv4 destination (`0.0.0.0/0`), E2B's `ALL_TRAFFIC`: `deny_out: [ALL_TRAFFIC]` blocks
 /// everything that `allow_out` does not allow.
@@ -60,6 +61,66 @@ impl EgressRules {
     }
 }
 
+/// One rule for a domain (E2B's `SandboxNetworkRule`): the headers E2B's egress proxy sets,
+/// replacing any of the same name, on the sandbox's HTTP and HTTPS requests to that domain
+/// (`{"transform": {"headers": {...}}}` on the wire). The values are secrets: `Debug` never
+/// shows them, and errors about a request carrying them have them removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderTransform {
+    /// Header name to value.
+    pub headers: BTreeMap<String, SecretValue>,
+}
+
+/// Per-domain transform rules (E2B's `rules`): an exact DNS name or `*.`-wildcard to its
+/// rules (E2B takes one per domain).
+pub type TransformRules = BTreeMap<String, Vec<HeaderTransform>>;
+
+/// A SOCKS5 proxy the sandbox's allowed TCP egress is tunnelled through (E2B's
+/// `egressProxy`). The password is a secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressProxy {
+    /// `host:port`.
+    pub address: String,
+    /// RFC 1929 user name, if any.
+    pub username: Option<String>,
+    /// RFC 1929 password, if any.
+    pub password: Option<SecretValue>,
+}
+
+/// Everything `PUT /sandboxes/{id}/network` replaces: E2B clears every field an update
+/// omits, so an update carries the whole policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NetworkUpdate {
+    /// Outbound traffic rules.
+    pub egress: EgressRules,
+    /// Per-domain header transforms; empty clears them.
+    pub rules: TransformRules,
+    /// The SOCKS5 egress proxy; `None` clears it.
+    pub egress_proxy: Option<EgressProxy>,
+}
+
+impl NetworkUpdate {
+    /// These egress rules, no transforms and no proxy.
+    pub fn new(egress: EgressRules) -> NetworkUpdate {
+        NetworkUpdate {
+            egress,
+            rules: TransformRules::new(),
+            egress_proxy: None,
+        }
+    }
+}
+
+/// Every secret value in `rules` and `proxy`, for scrubbing error text.
+fn secrets_of(rules: &TransformRules, proxy: Option<&EgressProxy>) -> Vec<SecretValue> {
+    rules
+        .values()
+        .flatten()
+        .flat_map(|rule| rule.headers.values().cloned())
+        .chain(proxy.and_then(|proxy| proxy.password.clone()))
+        .collect()
+}
+
 /// A sandbox's network configuration (E2B's `SandboxNetworkConfig`): its egress rules plus
 /// the settings of its public URLs. Start from [`NetworkConfig::new`]; there is no `Default`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +133,10 @@ pub struct NetworkConfig {
     pub allow_public_traffic: Option<bool>,
     /// The host the sandbox's public URLs are served under (`${PORT}` is replaced), when set.
     pub mask_request_host: Option<String>,
+    /// Per-domain header transforms (values are secrets).
+    pub rules: TransformRules,
+    /// The SOCKS5 egress proxy, if any.
+    pub egress_proxy: Option<EgressProxy>,
 }
 
 impl NetworkConfig {
@@ -81,7 +146,98 @@ impl NetworkConfig {
             egress,
             allow_public_traffic: None,
             mask_request_host: None,
+            rules: TransformRules::new(),
+            egress_proxy: None,
         }
+    }
+
+    /// The secret values this configuration carries, for scrubbing error text.
+    pub(super) fn secrets(&self) -> Vec<SecretValue> {
+        secrets_of(&self.rules, self.egress_proxy.as_ref())
+    }
+}
+
+/// `SandboxNetworkRule` on the wire.
+#[derive(Serialize, Deserialize)]
+struct RuleWire {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    transform: Option<TransformWire>,
+}
+
+/// `SandboxNetworkTransform` on the wire.
+#[derive(Serialize, Deserialize)]
+struct TransformWire {
+    #[serde(default, deserialize_with = "json::null_default")]
+    headers: BTreeMap<String, String>,
+}
+
+/// `SandboxEgressProxyConfig` on the wire.
+#[derive(Serialize, Deserialize)]
+struct ProxyWire {
+    address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    password: Option<String>,
+}
+
+fn rules_to_wire(rules: &TransformRules) -> BTreeMap<String, Vec<RuleWire>> {
+    rules
+        .iter()
+        .map(|(domain, list)| {
+            let list = list
+                .iter()
+                .map(|rule| RuleWire {
+                    transform: Some(TransformWire {
+                        headers: rule
+                            .headers
+                            .iter()
+                            .map(|(name, value)| (name.clone(), value.expose().to_owned()))
+                            .collect(),
+                    }),
+                })
+                .collect();
+            (domain.clone(), list)
+        })
+        .collect()
+}
+
+fn rules_from_wire(wire: BTreeMap<String, Vec<RuleWire>>) -> TransformRules {
+    wire.into_iter()
+        .map(|(domain, list)| {
+            let list = list
+                .into_iter()
+                .map(|rule| HeaderTransform {
+                    headers: rule
+                        .transform
+                        .map(|transform| transform.headers)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(name, value)| (name, SecretValue::new(value)))
+                        .collect(),
+                })
+                .collect();
+            (domain, list)
+        })
+        .collect()
+}
+
+fn proxy_to_wire(proxy: &EgressProxy) -> ProxyWire {
+    ProxyWire {
+        address: proxy.address.clone(),
+        username: proxy.username.clone(),
+        password: proxy
+            .password
+            .as_ref()
+            .map(|password| password.expose().to_owned()),
+    }
+}
+
+fn proxy_from_wire(wire: ProxyWire) -> EgressProxy {
+    EgressProxy {
+        address: wire.address,
+        username: wire.username,
+        password: wire.password.map(SecretValue::new),
     }
 }
 
@@ -118,6 +274,19 @@ pub(super) struct NetworkWire {
         skip_serializing_if = "Option::is_none"
     )]
     mask_request_host: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "json::null_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    rules: BTreeMap<String, Vec<RuleWire>>,
+    #[serde(
+        rename = "egressProxy",
+        alias = "egress_proxy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    egress_proxy: Option<ProxyWire>,
 }
 
 impl From<&NetworkConfig> for NetworkWire {
@@ -127,6 +296,8 @@ impl From<&NetworkConfig> for NetworkWire {
             deny_out: config.egress.deny_out.clone(),
             allow_public_traffic: config.allow_public_traffic,
             mask_request_host: config.mask_request_host.clone(),
+            rules: rules_to_wire(&config.rules),
+            egress_proxy: config.egress_proxy.as_ref().map(proxy_to_wire),
         }
     }
 }
@@ -140,24 +311,31 @@ impl From<NetworkWire> for NetworkConfig {
             },
             allow_public_traffic: wire.allow_public_traffic,
             mask_request_host: wire.mask_request_host,
+            rules: rules_from_wire(wire.rules),
+            egress_proxy: wire.egress_proxy.map(proxy_from_wire),
         }
     }
 }
 
 /// `SandboxNetworkUpdateConfig`: both lists always sent, so an empty one clears that list as
-/// E2B's replace semantics say.
+/// E2B's replace semantics say; `rules` and `egressProxy` only when set (omitted clears them).
 #[derive(Serialize)]
 struct UpdateWire<'a> {
     #[serde(rename = "allowOut")]
     allow_out: &'a [String],
     #[serde(rename = "denyOut")]
     deny_out: &'a [String],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    rules: BTreeMap<String, Vec<RuleWire>>,
+    #[serde(rename = "egressProxy", skip_serializing_if = "Option::is_none")]
+    egress_proxy: Option<ProxyWire>,
 }
 
 impl Client {
     /// Replaces a running sandbox's egress rules (`PUT /sandboxes/{id}/network`, 204): new
     /// connections follow `rules` from then on. It replaces the whole egress configuration, so
-    /// any transform rules or egress proxy set another way are cleared, as E2B documents.
+    /// any transform rules or egress proxy are cleared, as E2B documents
+    /// ([`Client::replace_network`] sends them too).
     /// A 404 is [`Error::is_sandbox_gone`]; a 409 (e.g. a paused sandbox) is
     /// [`Error::is_conflict`]. Retried like any idempotent request: sending the same rules
     /// twice leaves the same rules.
@@ -166,11 +344,28 @@ impl Client {
         sandbox_id: &SandboxId,
         rules: &EgressRules,
     ) -> Result<(), Error> {
-        let ctx = self.ctx(Operation::UpdateNetwork, Some(sandbox_id));
+        self.replace_network(sandbox_id, &NetworkUpdate::new(rules.clone()))
+            .await
+    }
+
+    /// Replaces a running sandbox's whole network policy (`PUT /sandboxes/{id}/network`,
+    /// 204): egress rules, per-domain header transforms and egress proxy together, since E2B
+    /// clears what an update omits. Errors never carry a header value or the proxy password;
+    /// otherwise as [`Client::update_network`].
+    pub async fn replace_network(
+        &self,
+        sandbox_id: &SandboxId,
+        update: &NetworkUpdate,
+    ) -> Result<(), Error> {
+        let ctx = self
+            .ctx(Operation::UpdateNetwork, Some(sandbox_id))
+            .with_secrets(secrets_of(&update.rules, update.egress_proxy.as_ref()));
         let path = format!("/sandboxes/{sandbox_id}/network");
         let body = UpdateWire {
-            allow_out: &rules.allow_out,
-            deny_out: &rules.deny_out,
+            allow_out: &update.egress.allow_out,
+            deny_out: &update.egress.deny_out,
+            rules: rules_to_wire(&update.rules),
+            egress_proxy: update.egress_proxy.as_ref().map(proxy_to_wire),
         };
         self.send_json(
             &ctx,

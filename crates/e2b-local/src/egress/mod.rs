@@ -11,12 +11,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
+mod ca;
 pub(crate) mod filter;
+mod intercept;
 mod notify;
 mod proxy;
 pub(crate) mod rules;
 mod sock;
+pub(crate) mod transform;
 
+pub(crate) use self::intercept::upstream_tls;
 pub(crate) use self::proxy::Proxy;
 pub(crate) use self::rules::{NetworkRecord, Policy};
 
@@ -71,14 +75,61 @@ pub(crate) fn host_name_servers() -> Vec<std::net::IpAddr> {
 pub(crate) const PATH_MAPPING: &str =
     "commands run with path mapping (e2b-local is not root), where egress rules cannot be enforced";
 
-/// The server's egress machinery: the proxy for domain rules and the resolv.conf that
-/// filtered commands see; absent where rules cannot be enforced.
+/// The bundle of trusted CAs that programs read by default (Debian's, and others').
+pub(crate) const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The variables that point common TLS stacks at a bundle (OpenSSL and curl, Python's
+/// requests, Node): set to the sandbox's bundle, unless the sandbox or command sets them.
+pub(crate) const TRUST_VARIABLES: [&str; 4] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "CURL_CA_BUNDLE",
+];
+
+/// What every command of a sandbox gets so that it trusts the CA and resolves the added
+/// hosts (mount-namespace commands only: path mapping cannot bind files).
+#[derive(Debug)]
+pub(crate) struct Trust {
+    /// The host's bundle plus the CA, bound over [`SYSTEM_BUNDLE`] when the host has one.
+    pub(crate) bundle: PathBuf,
+    pub(crate) bind_bundle: bool,
+    /// The host's hosts file plus `--add-host` lines, bound over `/etc/hosts` (`None`:
+    /// no host added).
+    pub(crate) hosts: Option<PathBuf>,
+}
+
+impl Trust {
+    /// The bundle's path as the sandbox sees it (what the variables say).
+    pub(crate) fn bundle_path(&self) -> &Path {
+        if self.bind_bundle {
+            Path::new(SYSTEM_BUNDLE)
+        } else {
+            &self.bundle
+        }
+    }
+}
+
+/// How the egress machinery is set up (from the server's config).
+#[derive(Debug)]
+pub(crate) struct Setup<'a> {
+    pub(crate) state_dir: &'a Path,
+    /// The TLS client side for upstreams of intercepted connections ([`upstream_tls`]).
+    pub(crate) upstream: Arc<rustls::ClientConfig>,
+    /// Names every sandbox (and the proxy) resolves to the given address.
+    pub(crate) add_hosts: &'a [(String, std::net::IpAddr)],
+}
+
+/// The server's egress machinery: the proxy for domain rules and header rules, the
+/// resolv.conf that filtered commands see, and the CA every command trusts; absent where
+/// rules cannot be enforced.
 #[derive(Debug)]
 pub(crate) struct Egress {
     pub(crate) proxy: Arc<Proxy>,
     task: tokio::task::JoinHandle<()>,
     /// Bound over `/etc/resolv.conf` for filtered commands (`None`: the host has none).
     pub(crate) resolv_conf: Option<PathBuf>,
+    pub(crate) trust: Trust,
 }
 
 impl Drop for Egress {
@@ -91,10 +142,13 @@ impl Egress {
     /// Starts the proxy, after checking that this kernel can enforce rules (for commands
     /// in a mount namespace; with path mapping, see [`PATH_MAPPING`]): the error is why
     /// not, said by every create or update that asks for rules.
-    pub(crate) async fn start(etc_dir: &Path) -> Result<Egress, String> {
+    pub(crate) async fn start(setup: &Setup<'_>) -> Result<Egress, String> {
         probe().map_err(|error| {
             format!("this kernel refuses the seccomp user-notification filter that enforces them ({error})")
         })?;
+        let etc_dir = setup.state_dir.join("etc");
+        std::fs::create_dir_all(&etc_dir)
+            .map_err(|error| format!("cannot create {}: {error}", etc_dir.display()))?;
         let resolv_conf = match std::fs::read_to_string("/etc/resolv.conf") {
             Ok(host) => {
                 let path = etc_dir.join("resolv.conf");
@@ -108,15 +162,57 @@ impl Egress {
             }
             Err(_) => None,
         };
-        let (proxy, task) = Proxy::start()
+        let ca = ca::Ca::open(&setup.state_dir.join("ca"))?;
+        let trust = trust_files(&etc_dir, ca.pem(), setup.add_hosts)?;
+        let interceptor = intercept::Interceptor::new(ca, Arc::clone(&setup.upstream));
+        let (proxy, task) = Proxy::start(interceptor)
             .await
             .map_err(|error| format!("cannot start the egress proxy: {error}"))?;
         Ok(Egress {
             proxy,
             task,
             resolv_conf,
+            trust,
         })
     }
+}
+
+/// Writes the sandbox's bundle (the host's plus the CA) and hosts file.
+fn trust_files(
+    etc_dir: &Path,
+    ca_pem: &str,
+    add_hosts: &[(String, std::net::IpAddr)],
+) -> Result<Trust, String> {
+    let write = |name: &str, text: String| {
+        let path = etc_dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+        Ok::<_, String>(path)
+    };
+    let host_bundle = std::fs::read_to_string(SYSTEM_BUNDLE).ok();
+    let mut bundle = host_bundle.clone().unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with('\n') {
+        bundle.push('\n');
+    }
+    bundle.push_str(ca_pem);
+    let bundle = write("ca-certificates.crt", bundle)?;
+    let hosts = if add_hosts.is_empty() {
+        None
+    } else {
+        let mut text = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        for (name, ip) in add_hosts {
+            text.push_str(&format!("{ip}\t{name}\n"));
+        }
+        Some(write("hosts", text)?)
+    };
+    Ok(Trust {
+        bundle,
+        bind_bundle: host_bundle.is_some(),
+        hosts,
+    })
 }
 
 /// The channel a filtered command sends its seccomp listener back through.

@@ -19,7 +19,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::rules::Verdict;
+use super::rules::{HTTP_PORT, TLS_PORT, Verdict};
 use super::sock::{connect, connect_unspec, parse_sockaddr, sockopt};
 use super::{LivePolicy, proxy::Proxy};
 
@@ -90,9 +90,9 @@ pub(crate) fn serve(listener: OwnedFd, policy: Arc<LivePolicy>, proxy: Arc<Proxy
             Step::Connect(socket, dest) => {
                 reply(&listener, notif.id, Some(connect(&socket, dest)));
             }
-            Step::Proxy(socket, domain, dest) => {
+            Step::Proxy(socket, domain, dest, by_name) => {
                 // To the proxy on loopback: answered at once, blocking or not.
-                let outcome = proxy.redirect(&socket, domain, dest, &policy);
+                let outcome = proxy.redirect(&socket, domain, dest, by_name, &policy);
                 reply(&listener, notif.id, Some(outcome));
             }
         }
@@ -108,8 +108,9 @@ enum Step {
     Answer(Outcome),
     /// Connect the socket to the destination, as asked.
     Connect(OwnedFd, SocketAddr),
-    /// Connect it to the proxy, which checks the name (socket domain, destination).
-    Proxy(OwnedFd, i32, SocketAddr),
+    /// Connect it to the proxy, which reads the name (socket domain, destination, and
+    /// whether a domain entry must allow the name).
+    Proxy(OwnedFd, i32, SocketAddr, bool),
 }
 
 /// Whether a socket's connect waits for the peer (no `O_NONBLOCK` on its open file).
@@ -176,13 +177,26 @@ fn judge(
     } else {
         policy.verdict(dest.ip(), dest.port())
     };
+    let ip = super::rules::unmapped(dest.ip());
+    let own = ip == std::net::Ipv4Addr::LOCALHOST
+        || ip == std::net::Ipv6Addr::LOCALHOST
+        || ip.is_unspecified();
     match verdict {
+        // A name with header rules is told only by what the connection asks for: every
+        // web connection out goes by the proxy (the sandbox's own loopback excepted).
+        Verdict::Allow
+            if policy.has_header_rules()
+                && !own
+                && (dest.port() == HTTP_PORT || dest.port() == TLS_PORT) =>
+        {
+            Step::Proxy(socket, domain, dest, false)
+        }
         Verdict::Allow => Step::Connect(socket, dest),
         Verdict::Deny => {
             live.refused(dest, None);
             Step::Answer(Some(Err(libc::ECONNREFUSED)))
         }
-        Verdict::ByName => Step::Proxy(socket, domain, dest),
+        Verdict::ByName => Step::Proxy(socket, domain, dest, true),
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::LivePolicy;
+use super::intercept::Interceptor;
 use super::rules::HTTP_PORT;
 use super::sock::{bind, connect, local_addr};
 
@@ -36,6 +37,8 @@ const PENDING_TTL: Duration = Duration::from_secs(60);
 
 struct Pending {
     dest: SocketAddr,
+    /// Whether the name must be allowed by a domain entry (else the address was).
+    by_name: bool,
     policy: Arc<LivePolicy>,
     since: Instant,
 }
@@ -46,6 +49,7 @@ pub(crate) struct Proxy {
     pending: Mutex<HashMap<SocketAddr, Pending>>,
     /// e2b-local's own listening address, set once it listens.
     api: std::sync::OnceLock<SocketAddr>,
+    interceptor: Interceptor,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -56,12 +60,15 @@ impl std::fmt::Debug for Proxy {
 
 impl Proxy {
     /// Binds the proxy on 127.0.0.1 and serves it on the current runtime until `stop`.
-    pub(crate) async fn start() -> std::io::Result<(Arc<Proxy>, tokio::task::JoinHandle<()>)> {
+    pub(crate) async fn start(
+        interceptor: Interceptor,
+    ) -> std::io::Result<(Arc<Proxy>, tokio::task::JoinHandle<()>)> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let proxy = Arc::new(Proxy {
             addr: listener.local_addr()?,
             pending: Mutex::new(HashMap::new()),
             api: std::sync::OnceLock::new(),
+            interceptor,
         });
         let serving = Arc::clone(&proxy);
         let relays = Arc::new(tokio::sync::Semaphore::new(MAX_RELAYS));
@@ -114,6 +121,7 @@ impl Proxy {
         socket: &OwnedFd,
         domain: i32,
         dest: SocketAddr,
+        by_name: bool,
         policy: &Arc<LivePolicy>,
     ) -> Result<(), i32> {
         let mapped = |addr: SocketAddr| match (domain, addr.ip()) {
@@ -139,6 +147,7 @@ impl Proxy {
                 source,
                 Pending {
                     dest,
+                    by_name,
                     policy: Arc::clone(policy),
                     since: Instant::now(),
                 },
@@ -189,12 +198,19 @@ impl Proxy {
         .ok()
         .flatten()
         .filter(|name| name.len() <= MAX_NAME);
-        let allowed = name
-            .as_deref()
-            .is_some_and(|name| pending.policy.current().allows_name(name));
+        let policy = pending.policy.current();
+        let allowed =
+            !pending.by_name || name.as_deref().is_some_and(|name| policy.allows_name(name));
         if !allowed {
             tracing::info!(dest = %pending.dest, name = ?name, "egress refused: no domain rule allows this name");
             pending.policy.refused(pending.dest, name.as_deref());
+            return;
+        }
+        if let Some(name) = name.filter(|name| policy.headers_for(name).is_some()) {
+            drop(policy);
+            self.interceptor
+                .serve(stream, prefix, name, pending.dest, pending.policy)
+                .await;
             return;
         }
         let Ok(mut upstream) = TcpStream::connect(pending.dest).await else {

@@ -1,9 +1,12 @@
 //! E2B's egress rules: the `network` a sandbox was created or updated with, checked as E2B
 //! documents them, and the policy they make (which destination a connection may reach).
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
+
+use super::transform::{EgressProxy, Rule, Secret};
 
 /// The ports where a domain entry of `allowOut` is matched, by HTTP `Host` (80) and TLS
 /// SNI (443), as E2B documents; other ports fall back to address rules.
@@ -25,6 +28,12 @@ pub(crate) struct NetworkRecord {
     /// E2B 2.63's `dnsServers`: reachable on every port when `allowOut` has a domain.
     #[serde(default)]
     pub(crate) dns_servers: Option<Vec<String>>,
+    /// `rules`: per-domain transforms (headers set on the domain's requests).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) rules: BTreeMap<String, Vec<Rule>>,
+    /// `egressProxy`, password included (the detail leaves it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) egress_proxy: Option<EgressProxy>,
 }
 
 /// An address block.
@@ -108,6 +117,8 @@ pub(crate) struct Policy {
     deny_nets: Vec<Net>,
     /// Reachable on port 53 (`None`: any port, E2B's `dnsServers`).
     dns: Vec<(IpAddr, Option<u16>)>,
+    /// `rules`: names whose HTTP(S) requests get headers set (see `super::intercept`).
+    rules: BTreeMap<String, Vec<Rule>>,
 }
 
 /// What a connection to one destination gets.
@@ -133,8 +144,10 @@ impl Policy {
             allow_domains: Vec::new(),
             deny_nets: Vec::new(),
             dns: Vec::new(),
+            rules: BTreeMap::new(),
         };
         if let Some(network) = network {
+            policy.rules = network.rules.clone();
             for raw in &network.allow_out {
                 match parse_entry(raw) {
                     Some(Entry::Net(net)) => policy.allow_nets.push(net),
@@ -200,9 +213,21 @@ impl Policy {
                 .any(|net| net.prefix == 0 && net.addr.is_ipv4())
     }
 
-    /// Whether anything is denied at all (a policy that denies nothing needs no filter).
+    /// Whether anything is denied or rewritten at all (a policy that does neither needs no
+    /// filter; one with header rules needs it to see the connections it rewrites).
     pub(crate) fn restricts(&self) -> bool {
-        !self.deny_nets.is_empty()
+        !self.deny_nets.is_empty() || !self.rules.is_empty()
+    }
+
+    /// Whether connections to ports 80 and 443 must go through the proxy even when
+    /// allowed, because some name has header rules.
+    pub(crate) fn has_header_rules(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
+    /// The headers a request for `host` gets set (HTTP `Host` or TLS SNI).
+    pub(crate) fn headers_for(&self, host: &str) -> Option<&BTreeMap<String, Secret>> {
+        super::transform::headers_for(&self.rules, host)
     }
 
     /// The verdict for a TCP connection to `ip:port`. The sandbox's own loopback address
@@ -287,6 +312,8 @@ mod tests {
             allow_public_traffic: None,
             mask_request_host: None,
             dns_servers: None,
+            rules: BTreeMap::new(),
+            egress_proxy: None,
         }
     }
 

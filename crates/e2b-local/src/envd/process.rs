@@ -310,6 +310,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
                 .as_ref()
                 .and_then(|e| e.resolv_conf.as_deref()),
         }),
+        trust: ctx.app.egress.as_ref().map(|e| &e.trust),
     };
     let command = match ctx.app.isolation.command(&spec) {
         Ok(command) => command,

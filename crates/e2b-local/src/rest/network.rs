@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::app::App;
+use crate::egress::transform::{parse_egress_proxy, parse_rules};
 use crate::egress::{NetworkRecord, Policy};
 use crate::parse::parse_body;
 use crate::reply::ApiError;
@@ -18,7 +19,10 @@ use crate::store::{Record, parse_sandbox_id};
 /// `SandboxNetworkConfig` (create) and `SandboxNetworkUpdateConfig` (update) in one: the
 /// update has no `allowPublicTraffic` nor `maskRequestHost`, and says
 /// `allow_internet_access` in snake case.
-#[derive(Debug, Deserialize)]
+///
+/// `rules` and `egressProxy` stay JSON until checked, so that no parse error can quote a
+/// header value or the password; `Debug` leaves them out.
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct NetworkBody {
     #[serde(default)]
@@ -43,31 +47,66 @@ pub(super) struct NetworkBody {
     allow_internet_access: Option<bool>,
 }
 
+impl std::fmt::Debug for NetworkBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetworkBody")
+            .field("allow_out", &self.allow_out)
+            .field("deny_out", &self.deny_out)
+            .field(
+                "rules",
+                &self
+                    .rules
+                    .as_ref()
+                    .map(|rules| rules.keys().collect::<Vec<_>>()),
+            )
+            .field(
+                "egress_proxy",
+                &self.egress_proxy.as_ref().map(|_| "<redacted>"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
 impl NetworkBody {
-    /// Refuses what e2b-local cannot do (never silently ignored), then the record.
+    /// Checks `rules` and `egressProxy` (with E2B's limits; the texts never quote a
+    /// header value or password), then the record.
     fn into_record(self) -> Result<NetworkRecord, ApiError> {
-        if self
-            .egress_proxy
-            .as_ref()
-            .is_some_and(|proxy| !proxy.is_null())
-        {
-            return Err(ApiError::bad_request(
-                "network.egressProxy is not supported by e2b-local: it has no SOCKS5 tunnel, and traffic meant for the proxy must not go out directly",
-            ));
-        }
-        if self.rules.as_ref().is_some_and(|rules| !rules.is_empty()) {
-            return Err(ApiError::bad_request(
-                "network.rules (per-domain request transforms) are not supported by e2b-local: it does not terminate the sandbox's TLS, so it cannot rewrite requests",
-            ));
-        }
+        let egress_proxy = match &self.egress_proxy {
+            Some(raw) => parse_egress_proxy(raw).map_err(ApiError::bad_request)?,
+            None => None,
+        };
+        let rules = match &self.rules {
+            Some(raw) => parse_rules(raw).map_err(ApiError::bad_request)?,
+            None => BTreeMap::new(),
+        };
         Ok(NetworkRecord {
             allow_out: self.allow_out.unwrap_or_default(),
             deny_out: self.deny_out.unwrap_or_default(),
             allow_public_traffic: self.allow_public_traffic,
             mask_request_host: self.mask_request_host,
             dns_servers: self.dns_servers,
+            rules,
+            egress_proxy,
         })
     }
+}
+
+/// Refuses rules where this host cannot hold commands to them (path mapping, an old
+/// kernel): the same reason the filter's rules get.
+fn enforceable(app: &App, record: &NetworkRecord, policy: &Policy) -> Result<(), ApiError> {
+    if let Some(why) = app.store.egress_unavailable() {
+        if !record.rules.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "network.rules cannot be enforced by e2b-local here: {why}"
+            )));
+        }
+        if policy.restricts() {
+            return Err(ApiError::bad_request(format!(
+                "egress rules cannot be enforced by e2b-local here: {why}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Checks a create's `network` (and `allow_internet_access`): the record to store, or a
@@ -82,13 +121,7 @@ pub(super) fn for_create(
     };
     let record = body.into_record()?;
     let policy = compile(Some(&record), allow_internet_access)?;
-    if let Some(why) = app.store.egress_unavailable()
-        && policy.restricts()
-    {
-        return Err(ApiError::bad_request(format!(
-            "egress rules cannot be enforced by e2b-local here: {why}"
-        )));
-    }
+    enforceable(app, &record, &policy)?;
     Ok(Some(record))
 }
 
@@ -117,6 +150,7 @@ pub(super) fn update(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiE
         record.mask_request_host = previous.mask_request_host.clone();
     }
     let policy = compile(Some(&record), allow_internet_access)?;
+    enforceable(app, &record, &policy)?;
     app.store
         .update_network(&id, record, allow_internet_access, policy)?;
     tracing::info!(sandbox_id = %id, "sandbox network updated");
@@ -138,6 +172,18 @@ pub(super) fn detail(record: &Record) -> Option<Value> {
     }
     if let Some(servers) = &network.dns_servers {
         value["dnsServers"] = json!(servers);
+    }
+    // As E2B does: the rules verbatim, values included (the caller set them).
+    if !network.rules.is_empty() {
+        value["rules"] = serde_json::to_value(&network.rules).unwrap_or_default();
+    }
+    // Without the password.
+    if let Some(proxy) = &network.egress_proxy {
+        let mut shown = json!({"address": proxy.address});
+        if let Some(username) = &proxy.username {
+            shown["username"] = json!(username);
+        }
+        value["egressProxy"] = shown;
     }
     Some(value)
 }

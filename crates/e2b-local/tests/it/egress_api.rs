@@ -67,11 +67,11 @@ async fn bad_rules_and_unenforceable_features_are_refused_with_the_reason() {
         (json!({"allowOut": ["not a host"]}), "'not a host'"),
         (json!({"denyOut": ["10.0.0.0/33"]}), "'10.0.0.0/33'"),
         (
-            json!({"egressProxy": {"address": "proxy.test:1080"}}),
+            json!({"egressProxy": {"address": "proxy.test"}}),
             "egressProxy",
         ),
         (
-            json!({"rules": {"api.test": [{"transform": {"headers": {"a": "b"}}}]}}),
+            json!({"rules": {"*.api.test": [{"transform": {"headers": {"a": "b"}}}]}}),
             "network.rules",
         ),
         (json!({"dnsServers": ["::1"]}), "dnsServers"),

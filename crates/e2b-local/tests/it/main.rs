@@ -16,6 +16,7 @@ mod metrics;
 mod namespaces;
 mod requests;
 mod rest_props;
+mod rules;
 mod snapshots;
 mod support;
 mod terminal;

@@ -87,6 +87,55 @@ def resolve_api_key() -> Optional[str]:
     return _lookup()[0]
 
 
+def resolve_credential(name: str) -> Optional[str]:
+    """The active profile's value of a ``credentials`` variable (its ``.env`` through Hermes'
+    profile-scoped secret lookup), or None. Called by the native core before every command;
+    the value goes only into the sandbox's E2B network rules, never into the sandbox."""
+    try:
+        from agent.secret_scope import UnscopedSecretError, get_secret
+    except ImportError:
+        return None
+    try:
+        value = get_secret(name)
+    except UnscopedSecretError:
+        # Fail closed, as for the API key: the process environment may be another profile's.
+        return None
+    return value or None
+
+
+def hermes_proxy_mappings() -> Optional[list[dict[str, Any]]]:
+    """The mappings of Hermes' own egress credential firewall (``hermes egress``:
+    ``proxy.enabled`` in ``config.yaml`` and its ``mappings.json``), without their proxy
+    tokens: ``env_name``, ``upstream_hosts``, ``match_headers``. None where this Hermes has no
+    such firewall or it is not enabled. Feature-detected: the module is Hermes'."""
+    try:
+        from hermes_cli.config import load_config_readonly
+
+        proxy = (load_config_readonly() or {}).get("proxy") or {}
+    except Exception as error:  # noqa: BLE001 - an unreadable config.yaml is reported elsewhere
+        logger.debug("hermes-e2b: cannot read Hermes' proxy settings: %s", type(error).__name__)
+        return None
+    if not isinstance(proxy, dict) or not proxy.get("enabled"):
+        return None
+    try:
+        from agent.proxy_sources.iron_proxy import load_mappings
+    except ImportError:
+        return None
+    try:
+        mappings = load_mappings()
+    except Exception as error:  # noqa: BLE001 - Hermes' own doctor reports its firewall
+        logger.warning("hermes-e2b: cannot read Hermes' egress mappings: %s", type(error).__name__)
+        return None
+    return [
+        {
+            "env_name": getattr(m, "real_env_name", None),
+            "upstream_hosts": list(getattr(m, "upstream_hosts", ()) or ()),
+            "match_headers": list(getattr(m, "match_headers", ()) or ()),
+        }
+        for m in mappings
+    ]
+
+
 def key_status() -> KeyStatus:
     """Whether the key is configured, without returning it."""
     return _lookup()[1]
@@ -115,22 +164,23 @@ def read_settings(ctx: Any) -> dict[str, Any]:
 
 
 #: The settings that may change while Hermes runs and are re-read before every command.
-EGRESS_KEYS = ("allow_out", "deny_out")
+EGRESS_KEYS = ("allow_out", "deny_out", "credentials")
 
 
-def read_egress(ctx: Any) -> tuple[Any, Any]:
-    """``allow_out`` and ``deny_out`` as ``config.yaml`` holds them now. Hermes' config cache
-    re-reads the file only when it changed, so this costs no file parse (and no request)."""
+def read_egress(ctx: Any) -> tuple[Any, Any, Any]:
+    """``allow_out``, ``deny_out`` and ``credentials`` as ``config.yaml`` holds them now.
+    Hermes' config cache re-reads the file only when it changed, so this costs no file parse
+    (and no request)."""
     get_config = getattr(ctx, "get_config", None)
     if get_config is None:
-        return (None, None)
+        return (None, None, None)
     values = []
     for key in EGRESS_KEYS:
         try:
             values.append(get_config(key, None))
         except Exception as error:  # noqa: BLE001 - an unreadable config.yaml keeps the policy
             raise RuntimeError(f"hermes-e2b: cannot read setting {key}: {type(error).__name__}") from None
-    return (values[0], values[1])
+    return (values[0], values[1], values[2])
 
 
 def _settings_keys(ctx: Any) -> list[str]:
@@ -154,7 +204,8 @@ def native_settings(raw: dict[str, Any]) -> Any:
     key, what is valid and this profile's ``config.yaml``."""
     from ._native import Settings
 
-    return Settings(raw, lifetime_seconds=lifetime_seconds(), profile_home=profile_home())
+    return Settings(raw, lifetime_seconds=lifetime_seconds(), profile_home=profile_home(),
+                    hermes_proxy_mappings=hermes_proxy_mappings())
 
 
 def command_timeout(value: Any = None) -> Optional[float]:
@@ -231,6 +282,7 @@ def inventory(settings: Any, progress: Optional[Callable[..., None]] = None) -> 
         key_resolver=resolve_api_key,
         host_only=host_only_paths(home),
         progress=progress,
+        credential_resolver=resolve_credential,
     )
 
 

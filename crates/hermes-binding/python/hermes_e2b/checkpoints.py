@@ -76,7 +76,7 @@ def scope_backend(settings: Any, task_id: str) -> Iterator[Any]:
     """The scope's native Backend as a session would hold it (persistent, Hermes' state
     transport), cleaned up at the end: the writer's pull and release."""
     from . import _native
-    from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_api_key
+    from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_api_key, resolve_credential
     from .environment import _StateHooks
 
     home = profile_home()
@@ -90,6 +90,7 @@ def scope_backend(settings: Any, task_id: str) -> Iterator[Any]:
         key_resolver=resolve_api_key,
         hooks=hooks,
         host_only=host_only_paths(home),
+        credential_resolver=resolve_credential,
     )
     hooks.sync_state = backend.sync_state
     try:

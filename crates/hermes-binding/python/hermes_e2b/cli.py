@@ -72,6 +72,8 @@ def setup(parser: argparse.ArgumentParser) -> None:
     network.add_argument("--clear", action="store_true", help="empty both lists first")
     network.add_argument("--apply", action="store_true", help="put the policy in force on the running sandboxes now, without changing it")
     network.add_argument("--json", action="store_true", help="print JSON")
+    credentials = sub.add_parser("credentials", help="the credentials the sandbox never holds: names, hosts, header, whether the profile has a value, which sandboxes have them (never a value)")
+    credentials.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(e2b_parser=parser)
 
 
@@ -555,6 +557,52 @@ def _network(ctx: Any, args: argparse.Namespace) -> int:
     return 0 if all(e["outcome"] != "failed" for e in sandboxes) else EXIT_INCOMPLETE
 
 
+def _credentials(ctx: Any, args: argparse.Namespace) -> int:
+    """``hermes e2b credentials``: what the ``credentials`` setting (and Hermes' own egress
+    firewall) configure, whether the profile's ``.env`` has each value, and which header
+    names E2B holds for each of the profile's sandboxes. E2B's detail returns the values
+    themselves; only header names are taken from it (X17)."""
+    from . import _native
+
+    inventory = _inventory(ctx)
+    configured = inventory.credentials()
+    sources = {c["name"]: c["source"] for c in _settings(ctx).credentials}
+    sandboxes = []
+    for entry in inventory.list("profile"):
+        headers: Optional[dict[str, list[str]]]
+        detail = None
+        try:
+            headers = inventory.sandbox_credential_headers(entry["sandbox_id"])
+        except _native.E2BError as error:
+            headers, detail = None, str(error)
+        sandboxes.append({"sandbox_id": entry["sandbox_id"], "state": entry["state"],
+                          "task_id": (entry.get("host") or {}).get("task_id"),
+                          "headers": headers, "detail": detail})
+    if args.json:
+        _print_json({
+            "credentials": [{**c, "source": sources.get(c["name"], "settings")} for c in configured],
+            "sandboxes": sandboxes,
+        })
+    else:
+        lines = []
+        if not configured:
+            lines.append("No credentials configured (plugins.entries.e2b.settings.credentials).")
+        for c in configured:
+            value = "value set" if c["has_value"] else "NO VALUE: set it in the profile's .env"
+            lines.append(f"{c['name']}: {', '.join(c['hosts'])} ({c['header']}; {value}; "
+                         f"from {sources.get(c['name'], 'settings')})")
+        for box in sandboxes:
+            lines.append(f"{box['sandbox_id']} {box['state']}")
+            if box["headers"] is None:
+                lines.append(f"  not read: {box['detail']}")
+            elif not box["headers"]:
+                lines.append("  no credential headers")
+            for host, names in sorted((box["headers"] or {}).items()):
+                lines.append(f"  {host}: {', '.join(names)}")
+        print("\n".join(lines))
+    return 0 if all(c["has_value"] for c in configured) else EXIT_INCOMPLETE
+
+
 _COMMANDS: dict[str, Callable[[Any, argparse.Namespace], int]] = {
     "status": _status,
     "list": _list,
@@ -565,4 +613,5 @@ _COMMANDS: dict[str, Callable[[Any, argparse.Namespace], int]] = {
     "checkpoints": _checkpoints,
     "rollback": _rollback,
     "network": _network,
+    "credentials": _credentials,
 }

@@ -26,6 +26,7 @@ from ._hermes import (
     profile_home,
     record_sandbox_home,
     resolve_api_key,
+    resolve_credential,
     session_identity,
 )
 
@@ -221,7 +222,7 @@ class E2BEnvironment(BaseEnvironment):
         timeout: int,
         task_id: str,
         persistent: bool,
-        egress_source: Optional[Callable[[], tuple[Any, Any]]] = None,
+        egress_source: Optional[Callable[[], tuple[Any, Any, Any]]] = None,
     ) -> None:
         # No configured cwd: the sandbox's real home, known once attached (below).
         requested_cwd = settings.session_cwd(cwd)
@@ -242,10 +243,11 @@ class E2BEnvironment(BaseEnvironment):
             key_resolver=resolve_api_key,
             hooks=self._hooks,
             host_only=host_only_paths(home),
+            credential_resolver=resolve_credential,
         )
         self._hooks.sync_state = _sync_through(weakref.ref(self))
         self._egress_source = egress_source
-        self._egress_seen: Optional[tuple[Any, Any]] = None
+        self._egress_seen: Optional[tuple[Any, Any, Any]] = None
         self._keep_egress()
         try:
             # A degradation found here (e.g. unprotected creation) is logged by the native core.
@@ -354,17 +356,18 @@ class E2BEnvironment(BaseEnvironment):
         super().init_session()
 
     def _keep_egress(self) -> None:
-        """The profile's ``allow_out`` / ``deny_out`` as they are now, handed to the native
-        core when they changed: it updates the sandbox before the next command (X10). An
-        invalid new value fails the command (ConfigurationError naming the key) rather than
-        let it run under a policy that is not the profile's."""
+        """The profile's ``allow_out`` / ``deny_out`` / ``credentials`` as they are now, handed
+        to the native core when they changed: it updates the sandbox before the next command
+        (X10, X16; credential values are resolved by the core at every command). An invalid
+        new value fails the command (ConfigurationError naming the key) rather than let it run
+        under a policy that is not the profile's."""
         if self._egress_source is None:
             return
         current = self._egress_source()
         if current == self._egress_seen:
             return
-        allow_out, deny_out = current
-        if self._native.set_egress(allow_out, deny_out) and self._egress_seen is not None:
+        allow_out, deny_out, credentials = current
+        if self._native.set_egress(allow_out, deny_out, credentials or {}) and self._egress_seen is not None:
             logger.info("hermes-e2b: the egress policy changed; it applies from the next command")
         self._egress_seen = current
 

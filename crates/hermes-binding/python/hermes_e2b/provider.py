@@ -28,6 +28,7 @@ from ._hermes import (
     profile_home,
     read_egress,
     read_settings,
+    resolve_credential,
     sandbox_home,
 )
 
@@ -202,9 +203,23 @@ class E2BProvider(TerminalEnvironmentProvider):
         if settings is not None:
             rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))
             rows.append((True, "E2B egress policy", settings.egress_summary()))
+            rows += self._credential_rows(settings)
         rows += self._other_plugin_rows()
         # Rows quote settings and errors, which may carry credentials (X4).
         return [(ok, redact(name), redact(detail) if ok else _doctor_text(redact(detail))) for ok, name, detail in rows]
+
+    def _credential_rows(self, settings: Any) -> list[tuple[bool, str, str]]:
+        """The "E2B credentials" row: each configured name, its hosts and whether the profile
+        has its value (never the value); a missing one fails the row (X16)."""
+        configured = settings.credentials
+        if not configured:
+            return []
+        missing = [c["name"] for c in configured if resolve_credential(c["name"]) is None]
+        names = "; ".join(f"{c['name']} for {', '.join(c['hosts'])}" for c in configured)
+        if missing:
+            return [(False, "E2B credentials", f"{names}; no value for {', '.join(missing)}: "
+                     f"set it in {profile_home() / '.env'}")]
+        return [(True, "E2B credentials", f"{names}; the sandbox sees stand-ins")]
 
     def _settings_rows(self, settings: Any, settings_error: Optional[str]) -> list[tuple[bool, str, str]]:
         """The "E2B settings" row: the plugin's settings and Hermes' ``terminal.timeout``, one

@@ -196,6 +196,46 @@ pub(crate) fn python_key_resolver(key_resolver: Py<PyAny>) -> agent_sandbox::Key
     })
 }
 
+/// The credential value source for a Python `credential_resolver(name)` (the profile's
+/// secret lookup), asked before every command; `None` resolves nothing.
+pub(crate) fn python_credential_values(
+    resolver: Option<Py<PyAny>>,
+) -> agent_sandbox::CredentialValues {
+    let Some(resolver) = resolver else {
+        return Arc::new(|_| None);
+    };
+    Arc::new(move |name: &str| -> Option<String> {
+        Python::try_attach(|py| {
+            let args = PyTuple::new(py, [name]).ok()?;
+            match call_in_context(py, resolver.bind(py), args) {
+                Ok(value) => value
+                    .extract::<Option<String>>()
+                    .ok()
+                    .flatten()
+                    .filter(|value| !value.is_empty()),
+                Err(error) => {
+                    // Python's error type only: its text could hold anything.
+                    tracing::warn!(
+                        "E2B credential lookup for {name} failed: {}",
+                        error
+                            .get_type(py)
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
+                    );
+                    None
+                }
+            }
+        })
+        .flatten()
+    })
+}
+
+/// Where a profile's credential values belong, for the error about a missing one.
+pub(crate) fn credential_source(profile_home: &std::path::Path) -> String {
+    profile_home.join(".env").display().to_string()
+}
+
 /// One Hermes environment's backend (one scope).
 #[pyclass(name = "Backend", module = "hermes_e2b._native", frozen)]
 #[derive(Debug)]
@@ -207,6 +247,9 @@ pub struct PyBackend {
     /// The sandbox whose replacement of a gone one was last handed to Hermes: an attachment
     /// keeps its `replaced` for its whole life, Hermes must hear of it once.
     replacement_reported: std::sync::Mutex<Option<String>>,
+    /// The credential names taken from Hermes' egress firewall, kept when the `credentials`
+    /// setting is re-read.
+    hermes_credentials: Vec<String>,
 }
 
 impl PyBackend {
@@ -293,7 +336,7 @@ impl PyBackend {
     /// called on first use and returns the profile's API key or None (unconfigured).
     /// `lifetime_seconds` is Hermes' `terminal.lifetime_seconds` (None: the default lease).
     #[new]
-    #[pyo3(signature = (settings, *, profile_home, task_id, mode, lifetime_seconds, key_resolver, hooks, host_only))]
+    #[pyo3(signature = (settings, *, profile_home, task_id, mode, lifetime_seconds, key_resolver, hooks, host_only, credential_resolver = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         settings: &PySettings,
@@ -304,6 +347,7 @@ impl PyBackend {
         key_resolver: Py<PyAny>,
         hooks: Py<PyAny>,
         host_only: Vec<PathBuf>,
+        credential_resolver: Option<Py<PyAny>>,
     ) -> PyResult<PyBackend> {
         let persistence = Persistence::parse(mode)?;
         let mut config = settings.settings.to_config(
@@ -312,6 +356,14 @@ impl PyBackend {
             idle_lifetime(lifetime_seconds),
         );
         config.host_only = host_only;
+        config.credentials = settings
+            .settings
+            .credentials_with(
+                python_credential_values(credential_resolver),
+                credential_source(&profile_home),
+            )
+            .map_err(|error| error.in_config_file(crate::error::config_file(&profile_home)))?;
+        let hermes_credentials = settings.settings.credentials_from_hermes.clone();
         let mut services = Services::new(runtime::handle()?);
         services.fleet = runtime::fleet();
         let deferred = Deferred::default();
@@ -330,6 +382,7 @@ impl PyBackend {
             profile_home,
             deferred,
             replacement_reported: std::sync::Mutex::new(None),
+            hermes_credentials,
         })
     }
 
@@ -337,18 +390,61 @@ impl PyBackend {
     /// (re-read before each command): validated like the settings (ConfigurationError naming
     /// the key); the attached sandbox is updated before the next command that finds its
     /// rules differ (X10). Contacts nothing. Returns whether the policy changed.
-    #[pyo3(signature = (allow_out, deny_out))]
+    /// `credentials`, when given, is the `credentials` setting as re-read: the credentials
+    /// taken from Hermes' egress firewall at construction are kept beside it (X16).
+    #[pyo3(signature = (allow_out, deny_out, credentials = None))]
     fn set_egress(
         &self,
         allow_out: &Bound<'_, PyAny>,
         deny_out: &Bound<'_, PyAny>,
+        credentials: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let raw = std::collections::BTreeMap::from([
             ("allow_out".to_owned(), settings::to_value(allow_out)?),
             ("deny_out".to_owned(), settings::to_value(deny_out)?),
         ]);
         let policy = crate::settings::egress(&raw)?;
-        Ok(self.backend.set_egress(policy))
+        let mut changed = false;
+        if let Some(credentials) = credentials {
+            let raw = std::collections::BTreeMap::from([(
+                "credentials".to_owned(),
+                settings::to_value(credentials)?,
+            )]);
+            let mut list = crate::settings::credentials(&raw)?;
+            let current = self.backend.credentials();
+            // Those Hermes' firewall gave (names the setting does not configure) stay.
+            for kept in current.list() {
+                if self.hermes_credentials.contains(&kept.name().to_owned())
+                    && !list.iter().any(|c| c.name() == kept.name())
+                {
+                    list.push(kept.clone());
+                }
+            }
+            let next = current.with_list(list).map_err(Error::from)?;
+            changed |= self.backend.set_credentials(next);
+        }
+        changed |= self.backend.set_egress(policy);
+        Ok(changed)
+    }
+
+    /// The credentials in force from the next command on, and the stand-ins the attached
+    /// sandbox's commands see: a list of dicts (name, hosts, header, stand_in). Never a value.
+    fn credentials<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let backend = Arc::clone(&self.backend);
+        let stand_ins = py.detach(move || backend.stand_ins());
+        self.backend
+            .credentials()
+            .list()
+            .iter()
+            .map(|credential| {
+                let dict = PyDict::new(py);
+                dict.set_item("name", credential.name())?;
+                dict.set_item("hosts", credential.hosts().to_vec())?;
+                dict.set_item("header", credential.header())?;
+                dict.set_item("stand_in", stand_ins.get(credential.name()))?;
+                Ok(dict)
+            })
+            .collect()
     }
 
     /// The egress policy in force from the next command on: `(allow_out, deny_out)`.
@@ -784,7 +880,14 @@ mod tests {
     /// or none: a new one is a decision to make here, not by accident.
     #[test]
     fn backend_methods_reached_with_the_gil_held_take_no_state_lock() {
-        const LEAF_ONLY: [&str; 4] = ["call_deadline", "set_egress", "egress", "scope_digest"];
+        const LEAF_ONLY: [&str; 6] = [
+            "call_deadline",
+            "set_egress",
+            "egress",
+            "scope_digest",
+            "credentials",
+            "set_credentials",
+        ];
         let source = include_str!("mod.rs");
         // The module's code, without these tests (whose text names the pattern).
         let code = &source[..source.find("#[cfg(test)]").expect("a test module")];

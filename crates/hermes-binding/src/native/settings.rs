@@ -54,11 +54,16 @@ impl PySettings {
     /// Validates the raw mapping; raises ConfigurationError naming the bad key, what is
     /// valid, and the profile's `config.yaml` when `profile_home` (the Hermes home) is given.
     #[new]
-    #[pyo3(signature = (raw, *, lifetime_seconds = None, profile_home = None))]
+    ///
+    /// `hermes_proxy_mappings`: the entries of Hermes' own egress firewall (`mappings.json`),
+    /// given only when its `proxy.enabled` is set; names the `credentials` setting does not
+    /// configure are taken from them (X16).
+    #[pyo3(signature = (raw, *, lifetime_seconds = None, profile_home = None, hermes_proxy_mappings = None))]
     fn new(
         raw: &Bound<'_, PyAny>,
         lifetime_seconds: Option<u64>,
         profile_home: Option<PathBuf>,
+        hermes_proxy_mappings: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PySettings> {
         let named = |error: Error| match &profile_home {
             Some(home) => error.in_config_file(config_file(home)),
@@ -77,7 +82,14 @@ impl PySettings {
             }
         };
         let env = |name: &str| std::env::var(name).ok();
-        let settings = Settings::parse_with_env(&raw, lifetime_seconds, &env).map_err(named)?;
+        let mut settings = Settings::parse_with_env(&raw, lifetime_seconds, &env).map_err(named)?;
+        if let Some(mappings) = hermes_proxy_mappings {
+            let mappings = match to_value(mappings)? {
+                Value::List(items) => items,
+                _ => Vec::new(),
+            };
+            settings.add_hermes_mappings(&mappings).map_err(named)?;
+        }
         settings.warn_unknown_keys_once();
         Ok(PySettings { settings })
     }
@@ -115,6 +127,35 @@ impl PySettings {
     #[getter]
     fn metadata(&self) -> BTreeMap<String, String> {
         self.settings.config.metadata.clone()
+    }
+
+    /// The configured credentials (the setting's and Hermes' egress firewall's): a list of
+    /// dicts (name, hosts, header, format, source: "settings" or "hermes-proxy"). No value.
+    #[getter]
+    fn credentials<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.settings
+            .credentials
+            .iter()
+            .map(|credential| {
+                let dict = PyDict::new(py);
+                dict.set_item("name", credential.name())?;
+                dict.set_item("hosts", credential.hosts().to_vec())?;
+                dict.set_item("header", credential.header())?;
+                dict.set_item("format", credential.format())?;
+                let source = if self
+                    .settings
+                    .credentials_from_hermes
+                    .iter()
+                    .any(|name| name == credential.name())
+                {
+                    "hermes-proxy"
+                } else {
+                    "settings"
+                };
+                dict.set_item("source", source)?;
+                Ok(dict)
+            })
+            .collect()
     }
 
     /// `allow_out`, canonical.

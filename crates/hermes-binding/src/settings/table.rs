@@ -196,6 +196,8 @@ impl Setting {
                 self.description,
                 read(&core_defaults()).render()
             )
+        } else if self.kind == SettingKind::Mapping && self.key == "credentials" {
+            format!("{} As text: a JSON object.", self.description)
         } else if self.kind == SettingKind::Mapping {
             format!(
                 "{} As text: key=value pairs separated by commas or new lines, or a JSON object.",
@@ -234,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 21] = [
+pub const SETTINGS: [Setting; 22] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -311,6 +313,13 @@ pub const SETTINGS: [Setting; 21] = [
         default: SettingDefault::Unset("none"),
         env: None,
         description: "Destinations the sandbox may not reach: IPv4 addresses and CIDR blocks (0.0.0.0/0: all). Applied live.",
+    },
+    Setting {
+        key: "credentials",
+        kind: SettingKind::Mapping,
+        default: SettingDefault::Unset("none"),
+        env: None,
+        description: "Variables whose real value E2B's egress adds as a header for their hosts while the sandbox sees only a stand-in: NAME: {hosts: [api.github.com], header: Authorization, format: \"Bearer {value}\"}. Values come from the profile's .env, never from here. Applied live.",
     },
     Setting {
         key: "secure",

@@ -94,6 +94,7 @@ impl World {
             clock: self.clock.clone(),
             progress: None,
             fleet: self.fleet.clone(),
+            random: Arc::new(agent_sandbox::SystemRandom),
         }
     }
 

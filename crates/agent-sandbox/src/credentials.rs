@@ -1,0 +1,519 @@
+//! Credentials the sandbox never holds (contract X16): each configured variable reaches the
+//! sandbox's commands as a random stand-in, while the sandbox's E2B network rules make E2B's
+//! egress proxy set the real header (`Authorization: Bearer <value>`) on requests to the
+//! variable's hosts. The real value is resolved on the host, through the binding's resolver
+//! (a Hermes profile's `.env`), at every command, never from configuration.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use e2b_client::{HeaderTransform, SecretValue, TransformRules};
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+
+/// The header a credential sets when none is configured.
+pub const DEFAULT_CREDENTIAL_HEADER: &str = "Authorization";
+
+/// How a credential's value becomes the header value when no format is configured.
+pub const DEFAULT_CREDENTIAL_FORMAT: &str = "Bearer {value}";
+
+/// The placeholder a format must hold once.
+pub const VALUE_PLACEHOLDER: &str = "{value}";
+
+/// Every stand-in starts with this: recognisably not a key.
+pub const STAND_IN_PREFIX: &str = "e2b-stand-in-";
+
+/// E2B's limit on the domains of one sandbox's rules.
+pub const MAX_CREDENTIAL_HOSTS: usize = 10;
+
+/// E2B's limit on the headers one rule sets.
+pub const MAX_HEADERS_PER_HOST: usize = 20;
+
+/// E2B's limit on a header name's length.
+pub const MAX_HEADER_NAME: usize = 64;
+
+/// E2B's limit on a header value's length.
+pub const MAX_HEADER_VALUE: usize = 2048;
+
+/// One variable whose value E2B's egress adds as a header for its hosts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credential {
+    name: String,
+    hosts: Vec<String>,
+    header: String,
+    format: String,
+}
+
+impl Credential {
+    /// Validates and canonicalises one credential: `name` an environment variable name,
+    /// `hosts` plain DNS names (no wildcard, no address; lower-cased, sorted), `header` an
+    /// HTTP header name (default [`DEFAULT_CREDENTIAL_HEADER`]), `format` holding
+    /// [`VALUE_PLACEHOLDER`] once (default [`DEFAULT_CREDENTIAL_FORMAT`]). The error names
+    /// the variable.
+    pub fn new(
+        name: String,
+        hosts: Vec<String>,
+        header: Option<String>,
+        format: Option<String>,
+    ) -> Result<Credential, Error> {
+        let invalid = |reason: String| Error::InvalidCredential {
+            name: name.clone(),
+            reason,
+        };
+        let name_ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok {
+            return Err(invalid(
+                "is not an environment variable name (letters, digits and _)".to_owned(),
+            ));
+        }
+        let mut canonical = Vec::with_capacity(hosts.len());
+        for host in hosts {
+            let host = host.trim().to_ascii_lowercase();
+            if !is_dns_name(&host) {
+                return Err(invalid(format!(
+                    "host {host:?} is not a plain DNS name (such as api.github.com; no wildcard, address or port)"
+                )));
+            }
+            canonical.push(host);
+        }
+        canonical.sort();
+        canonical.dedup();
+        if canonical.is_empty() {
+            return Err(invalid("lists no hosts".to_owned()));
+        }
+        let header = header.unwrap_or_else(|| DEFAULT_CREDENTIAL_HEADER.to_owned());
+        if header.is_empty()
+            || header.len() > MAX_HEADER_NAME
+            || !header
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(invalid(format!(
+                "header {header:?} is not a header name of at most {MAX_HEADER_NAME} letters, digits, - and _"
+            )));
+        }
+        let format = format.unwrap_or_else(|| DEFAULT_CREDENTIAL_FORMAT.to_owned());
+        if format.matches(VALUE_PLACEHOLDER).count() != 1 || format.chars().any(char::is_control) {
+            return Err(invalid(format!(
+                "format must hold {VALUE_PLACEHOLDER} exactly once and no control characters"
+            )));
+        }
+        Ok(Credential {
+            name,
+            hosts: canonical,
+            header,
+            format,
+        })
+    }
+
+    /// The variable name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The hosts whose requests get the header, canonical.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// The header name.
+    pub fn header(&self) -> &str {
+        &self.header
+    }
+
+    /// The header value's format.
+    pub fn format(&self) -> &str {
+        &self.format
+    }
+}
+
+fn is_dns_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.contains('.')
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+        && !host
+            .split('.')
+            .all(|label| label.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// Resolves a credential's real value by variable name, on the host (Hermes: the profile's
+/// `.env` and environment). `None`: no value.
+pub type CredentialValues = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The configured credentials and where their values come from.
+#[derive(Clone)]
+pub struct Credentials {
+    list: Vec<Credential>,
+    values: CredentialValues,
+    source: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("list", &self.list)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Credentials {
+    fn eq(&self, other: &Credentials) -> bool {
+        self.list == other.list && self.source == other.source
+    }
+}
+
+impl Credentials {
+    /// No credential.
+    pub fn none() -> Credentials {
+        Credentials {
+            list: Vec::new(),
+            values: Arc::new(|_| None),
+            source: String::new(),
+        }
+    }
+
+    /// `list`, whose values `values` resolves; `source` names where a value belongs (the
+    /// profile's `.env`), for the error about a missing one. Refused (naming a variable):
+    /// two credentials of one name, two setting the same header on one host, and more hosts
+    /// or headers than E2B takes.
+    pub fn new(
+        mut list: Vec<Credential>,
+        values: CredentialValues,
+        source: String,
+    ) -> Result<Credentials, Error> {
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        for pair in list.windows(2) {
+            if pair[0].name == pair[1].name {
+                return Err(Error::InvalidCredential {
+                    name: pair[0].name.clone(),
+                    reason: "is configured twice".to_owned(),
+                });
+            }
+        }
+        let mut per_host: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for credential in &list {
+            for host in &credential.hosts {
+                let headers = per_host.entry(host).or_default();
+                if headers
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case(&credential.header))
+                {
+                    return Err(Error::InvalidCredential {
+                        name: credential.name.clone(),
+                        reason: format!(
+                            "sets header {} on {host}, which another credential sets too",
+                            credential.header
+                        ),
+                    });
+                }
+                headers.push(&credential.header);
+                if headers.len() > MAX_HEADERS_PER_HOST {
+                    return Err(Error::InvalidCredential {
+                        name: credential.name.clone(),
+                        reason: format!(
+                            "makes more than {MAX_HEADERS_PER_HOST} headers for {host}, E2B's limit"
+                        ),
+                    });
+                }
+            }
+        }
+        if per_host.len() > MAX_CREDENTIAL_HOSTS {
+            let name = list.last().map(|c| c.name.clone()).unwrap_or_default();
+            return Err(Error::InvalidCredential {
+                name,
+                reason: format!(
+                    "the credentials name {} hosts; E2B takes at most {MAX_CREDENTIAL_HOSTS}",
+                    per_host.len()
+                ),
+            });
+        }
+        Ok(Credentials {
+            list,
+            values,
+            source,
+        })
+    }
+
+    /// The same values and source with another list (a re-read setting), checked as
+    /// [`Credentials::new`] checks.
+    pub fn with_list(&self, list: Vec<Credential>) -> Result<Credentials, Error> {
+        Credentials::new(list, Arc::clone(&self.values), self.source.clone())
+    }
+
+    /// The credentials, sorted by name.
+    pub fn list(&self) -> &[Credential] {
+        &self.list
+    }
+
+    /// Whether none is configured.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Where the values belong (for messages).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether `name`'s value resolves now (for a listing; the value is not kept).
+    pub fn has_value(&self, name: &str) -> bool {
+        (self.values)(name).is_some_and(|value| !value.is_empty())
+    }
+
+    /// The rules E2B must hold: for each host, the headers with the real values. A missing
+    /// or unusable value is an error naming the variable and the source, never the value.
+    pub(crate) fn rules(&self) -> Result<TransformRules, Error> {
+        let mut per_host: BTreeMap<String, BTreeMap<String, SecretValue>> = BTreeMap::new();
+        for credential in &self.list {
+            let value = (self.values)(&credential.name)
+                .filter(|value| !value.is_empty())
+                .ok_or_else(|| Error::MissingCredential {
+                    name: credential.name.clone(),
+                    source_file: self.source.clone(),
+                })?;
+            let header = credential.format.replace(VALUE_PLACEHOLDER, &value);
+            if header.len() > MAX_HEADER_VALUE || header.chars().any(char::is_control) {
+                return Err(Error::InvalidCredential {
+                    name: credential.name.clone(),
+                    reason: format!(
+                        "its header value is longer than {MAX_HEADER_VALUE} bytes or holds control characters"
+                    ),
+                });
+            }
+            for host in &credential.hosts {
+                per_host
+                    .entry(host.clone())
+                    .or_default()
+                    .insert(credential.header.clone(), SecretValue::new(header.clone()));
+            }
+        }
+        Ok(per_host
+            .into_iter()
+            .map(|(host, headers)| (host, vec![HeaderTransform { headers }]))
+            .collect())
+    }
+}
+
+/// A digest of transform rules (hosts, header names and a hash of each value): equal rules,
+/// equal digests; a changed value, another digest. 16 hex digits.
+pub(crate) fn rules_digest(rules: &TransformRules) -> String {
+    let mut hasher = Sha256::new();
+    for (host, list) in rules {
+        hasher.update(host.as_bytes());
+        hasher.update([0]);
+        for rule in list {
+            for (name, value) in &rule.headers {
+                hasher.update(name.to_ascii_lowercase().as_bytes());
+                hasher.update([0]);
+                hasher.update(Sha256::digest(value.expose().as_bytes()));
+            }
+            hasher.update([1]);
+        }
+        hasher.update([2]);
+    }
+    hex(&hasher.finalize()[..8])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Where stand-ins' randomness comes from: injected so tests can make it predictable.
+pub trait RandomSource: fmt::Debug + Send + Sync {
+    /// Fills `bytes` with random bytes.
+    fn fill(&self, bytes: &mut [u8]);
+}
+
+/// The operating system's randomness.
+#[derive(Debug, Clone, Copy)]
+pub struct SystemRandom;
+
+impl RandomSource for SystemRandom {
+    fn fill(&self, bytes: &mut [u8]) {
+        rand::RngCore::fill_bytes(&mut rand::rng(), bytes);
+    }
+}
+
+/// A fresh stand-in: [`STAND_IN_PREFIX`] and 32 random hex digits, nothing of any value.
+pub(crate) fn new_stand_in(random: &dyn RandomSource) -> String {
+    let mut bytes = [0u8; 16];
+    random.fill(&mut bytes);
+    format!("{STAND_IN_PREFIX}{}", hex(&bytes))
+}
+
+/// Stand-ins in a note line: `<sandbox> NAME=stand-in ...`, when the line is about
+/// `sandbox_id`.
+pub(crate) fn parse_stand_ins(line: &str, sandbox_id: &str) -> BTreeMap<String, String> {
+    let mut words = line.split_whitespace();
+    if words.next() != Some(sandbox_id) {
+        return BTreeMap::new();
+    }
+    words
+        .filter_map(|word| word.split_once('='))
+        .filter(|(_, stand_in)| stand_in.starts_with(STAND_IN_PREFIX))
+        .map(|(name, stand_in)| (name.to_owned(), stand_in.to_owned()))
+        .collect()
+}
+
+/// The note line for `stand_ins` of `sandbox_id`.
+pub(crate) fn stand_ins_line(sandbox_id: &str, stand_ins: &BTreeMap<String, String>) -> String {
+    let mut line = sandbox_id.to_owned();
+    for (name, stand_in) in stand_ins {
+        line.push(' ');
+        line.push_str(name);
+        line.push('=');
+        line.push_str(stand_in);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(pairs: &[(&str, &str)]) -> CredentialValues {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Arc::new(move |name| map.get(name).cloned())
+    }
+
+    fn github() -> Credential {
+        Credential::new(
+            "GITHUB_TOKEN".to_owned(),
+            vec!["API.GitHub.com".to_owned()],
+            None,
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn defaults_and_rules_carry_the_formatted_value_per_host() {
+        // contract: X16
+        let example = Credential::new(
+            "EXAMPLE_KEY".to_owned(),
+            vec!["api.example.test".to_owned(), "api.github.com".to_owned()],
+            Some("x-api-key".to_owned()),
+            Some("{value}".to_owned()),
+        )
+        .unwrap();
+        assert_eq!(github().hosts(), ["api.github.com"]);
+        assert_eq!(github().header(), "Authorization");
+        let credentials = Credentials::new(
+            vec![github(), example],
+            values(&[("GITHUB_TOKEN", "ghp_real1234"), ("EXAMPLE_KEY", "ex-real")]),
+            "/p/.env".to_owned(),
+        )
+        .unwrap();
+        let rules = credentials.rules().unwrap();
+        let github_headers = &rules["api.github.com"][0].headers;
+        assert_eq!(
+            github_headers["Authorization"].expose(),
+            "Bearer ghp_real1234"
+        );
+        assert_eq!(github_headers["x-api-key"].expose(), "ex-real");
+        assert_eq!(
+            rules["api.example.test"][0].headers["x-api-key"].expose(),
+            "ex-real"
+        );
+        // A changed value is another digest; the same value the same.
+        let changed = Credentials::new(
+            vec![github()],
+            values(&[("GITHUB_TOKEN", "ghp_other")]),
+            String::new(),
+        )
+        .unwrap();
+        let same = Credentials::new(
+            vec![github()],
+            values(&[("GITHUB_TOKEN", "ghp_real1234")]),
+            String::new(),
+        )
+        .unwrap();
+        assert_ne!(
+            rules_digest(&changed.rules().unwrap()),
+            rules_digest(&same.rules().unwrap())
+        );
+        assert_eq!(
+            rules_digest(&same.rules().unwrap()),
+            rules_digest(&same.rules().unwrap())
+        );
+        // Debug never shows a value.
+        let shown = format!("{rules:?} {credentials:?}");
+        assert!(
+            !shown.contains("ghp_real1234") && !shown.contains("ex-real"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_missing_value_names_the_variable_and_the_file() {
+        // contract: X16
+        let credentials =
+            Credentials::new(vec![github()], values(&[]), "/p/.env".to_owned()).unwrap();
+        let text = credentials.rules().unwrap_err().to_string();
+        assert!(
+            text.contains("GITHUB_TOKEN") && text.contains("/p/.env"),
+            "{text}"
+        );
+        assert!(!credentials.has_value("GITHUB_TOKEN"));
+    }
+
+    #[test]
+    fn bad_settings_are_refused_naming_the_variable() {
+        for (name, hosts, header, format) in [
+            ("1BAD", vec!["a.example"], None, None),
+            ("OK", vec!["*.example.com"], None, None),
+            ("OK", vec!["10.0.0.1"], None, None),
+            ("OK", vec!["a.example:443"], None, None),
+            ("OK", vec![], None, None),
+            ("OK", vec!["a.example"], Some("bad header"), None),
+            ("OK", vec!["a.example"], None, Some("no placeholder")),
+        ] {
+            let error = Credential::new(
+                name.to_owned(),
+                hosts.into_iter().map(str::to_owned).collect(),
+                header.map(str::to_owned),
+                format.map(str::to_owned),
+            )
+            .unwrap_err();
+            assert!(error.to_string().contains(name), "{error}");
+        }
+        let twice = Credentials::new(vec![github(), github()], values(&[]), String::new());
+        assert!(twice.unwrap_err().to_string().contains("GITHUB_TOKEN"));
+        let many: Vec<Credential> = (0..11)
+            .map(|i| {
+                Credential::new(format!("K{i}"), vec![format!("h{i}.example")], None, None).unwrap()
+            })
+            .collect();
+        assert!(Credentials::new(many, values(&[]), String::new()).is_err());
+    }
+
+    #[test]
+    fn stand_ins_are_random_prefixed_and_round_trip_through_the_note() {
+        // contract: X16
+        let a = new_stand_in(&SystemRandom);
+        let b = new_stand_in(&SystemRandom);
+        assert!(a.starts_with(STAND_IN_PREFIX) && a.len() == STAND_IN_PREFIX.len() + 32);
+        assert_ne!(a, b);
+        let mut stand_ins = BTreeMap::new();
+        stand_ins.insert("GITHUB_TOKEN".to_owned(), a.clone());
+        let line = stand_ins_line("isbx1", &stand_ins);
+        assert_eq!(parse_stand_ins(&line, "isbx1"), stand_ins);
+        assert!(parse_stand_ins(&line, "isbx2").is_empty());
+    }
+}

@@ -1,0 +1,574 @@
+//! `network.rules` (per-domain header transforms) and `network.egressProxy`: checked with
+//! E2B's limits, stored, reported, kept across pause, resume and a restart.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// The secret every test here hands over and then looks for where it must not be.
+const SECRET: &str = "Bearer sk-e2b-local-never-shown-7f3a";
+
+fn rules_with(value: &str) -> Value {
+    json!({"api.example.test": [{"transform": {"headers": {"Authorization": value}}}]})
+}
+
+/// Whether this server can enforce rules (namespaces and the seccomp filter).
+async fn enforces(api: &Api) -> bool {
+    api.get("/_e2b_local/isolation").await.json["egressRules"] == true
+}
+
+#[tokio::test]
+async fn rules_and_egress_proxy_are_stored_reported_and_survive_pause_and_restart() {
+    // contract: X12
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = e2b_local::ServerConfig::loopback();
+    config.state_dir = Some(dir.path().to_path_buf());
+    config.clock = e2b_local::Clock::manual(t0());
+    let server = e2b_local::Server::start(config.clone()).await.unwrap();
+    let api = Api::new(&server);
+    let network = json!({
+        "rules": rules_with(SECRET),
+        "egressProxy": {"address": "127.0.0.1:1080", "username": "u", "password": "hunter2-pw"},
+    });
+    let created = api
+        .post(
+            "/v2/sandboxes",
+            &json!({"templateID": "base", "timeout": 60, "network": network}).to_string(),
+        )
+        .await;
+    if !enforces(&api).await {
+        // Where commands cannot be held to rules, asking for them is refused, clearly.
+        assert_eq!(created.status, 400, "{}", created.text);
+        assert!(
+            created.text.contains("network.rules cannot be enforced"),
+            "{}",
+            created.text
+        );
+        assert!(!created.text.contains(SECRET), "{}", created.text);
+        server.shutdown().await.unwrap();
+        return;
+    }
+    assert_eq!(created.status, 201, "{}", created.text);
+    let id = created.json["sandboxID"].as_str().unwrap().to_owned();
+    let expected = json!({"allowOut": [], "denyOut": [], "rules": rules_with(SECRET),
+        "egressProxy": {"address": "127.0.0.1:1080", "username": "u"}});
+    let detail = api.get(&format!("/sandboxes/{id}")).await;
+    assert_eq!(detail.json["network"], expected);
+    assert!(!detail.text.contains("hunter2-pw"), "{}", detail.text);
+    // The proxy is stored, not used: the sandbox's log says so.
+    let logs = api.get(&format!("/v2/sandboxes/{id}/logs")).await;
+    assert!(
+        logs.text.contains("egressProxy is recorded but not used"),
+        "{}",
+        logs.text
+    );
+    assert!(!logs.text.contains("hunter2-pw") && !logs.text.contains("sk-e2b-local"));
+
+    // The record on disk holds the secret (it must survive a restart): owner-only.
+    let record = std::fs::read_dir(dir.path().join("sandboxes"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("sandbox.json"))
+        .find(|path| path.exists())
+        .expect("a record");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&record).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    assert_eq!(
+        api.post(&format!("/sandboxes/{id}/pause"), "{}")
+            .await
+            .status,
+        204
+    );
+    let resumed = api.post(&format!("/sandboxes/{id}/resume"), "{}").await;
+    assert!(resumed.status < 300, "{}", resumed.text);
+    assert_eq!(
+        api.get(&format!("/sandboxes/{id}")).await.json["network"],
+        expected
+    );
+    server.shutdown().await.unwrap();
+
+    let server = e2b_local::Server::start(config).await.unwrap();
+    let api = Api::new(&server);
+    assert_eq!(
+        api.get(&format!("/sandboxes/{id}")).await.json["network"],
+        expected
+    );
+
+    // The update replaces: new value; then rules left out are cleared.
+    let path = format!("/sandboxes/{id}/network");
+    let body = json!({"rules": rules_with("Bearer second")}).to_string();
+    let reply = api.rest(Method::PUT, &path, Some(&body)).await;
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    assert_eq!(
+        api.get(&format!("/sandboxes/{id}")).await.json["network"],
+        json!({"allowOut": [], "denyOut": [], "rules": rules_with("Bearer second")})
+    );
+    let reply = api.rest(Method::PUT, &path, Some("{}")).await;
+    assert_eq!(reply.status, 204, "{}", reply.text);
+    assert_eq!(
+        api.get(&format!("/sandboxes/{id}")).await.json["network"],
+        json!({"allowOut": [], "denyOut": []})
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn rules_past_e2b_limits_are_refused_naming_the_field_never_the_value() {
+    // contract: X12
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let many: serde_json::Map<String, Value> = (0..11)
+        .map(|i| {
+            (
+                format!("d{i}.example.test"),
+                rules_with(SECRET)["api.example.test"].clone(),
+            )
+        })
+        .collect();
+    let long = format!("{SECRET}{}", "x".repeat(2048));
+    let cases = [
+        (json!(many), "at most 10"),
+        (json!({"*.example.test": []}), "plain DNS name"),
+        (json!({"10.1.2.3": []}), "plain DNS name"),
+        (
+            json!({"a.test": [{"transform": {"headers": {"a": SECRET}}}, {}]}),
+            "at most one rule",
+        ),
+        (
+            json!({"a.test": [{"transform": {"headers": {"x".repeat(65): SECRET}}}]}),
+            "1 to 64",
+        ),
+        (
+            json!({"a.test": [{"transform": {"headers": {"x": long}}}]}),
+            "longer than 2048",
+        ),
+        (
+            json!({"a.test": [{"transform": {"headers": {"x": format!("{SECRET}\r\nInjected: 1")}}}]}),
+            "not a valid HTTP header value",
+        ),
+        (
+            json!({"a.test": [{"transform": {"headers": SECRET}}]}),
+            "headers must be an object",
+        ),
+    ];
+    for (rules, needle) in cases {
+        let body = json!({"templateID": "base", "timeout": 60, "network": {"rules": rules}});
+        let reply = api.post("/v2/sandboxes", &body.to_string()).await;
+        assert_eq!(reply.status, 400, "{needle}: {}", reply.text);
+        assert!(reply.text.contains("network.rules"), "{}", reply.text);
+        assert!(reply.text.contains(needle), "{needle}: {}", reply.text);
+        assert!(!reply.text.contains("sk-e2b-local"), "{}", reply.text);
+    }
+    server.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// Enforcement: a real HTTPS (and HTTP) service on a loopback address stands in for the
+// API; e2b-local (the binary, with --upstream-ca and --add-host) sits between it and the
+// sandbox.
+
+use std::net::IpAddr;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http_body_util::BodyExt as _;
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// One request the upstream saw: connection number, path, and its headers.
+#[derive(Clone, Debug)]
+pub(crate) struct Seen {
+    pub(crate) conn: usize,
+    pub(crate) path: String,
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+impl Seen {
+    pub(crate) fn header(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// A test CA and a service certificate it signed for `names`.
+pub(crate) struct TestPki {
+    pub(crate) ca_pem: String,
+    pub(crate) server: Arc<rustls::ServerConfig>,
+}
+
+pub(crate) fn test_pki(names: &[&str]) -> TestPki {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "test upstream CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf_params =
+        rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+            .unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::Pkcs8(rustls_pki_types::PrivatePkcs8KeyDer::from(
+        leaf_key.serialize_der(),
+    ));
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![leaf.der().clone()], key)
+    .unwrap();
+    TestPki {
+        ca_pem: ca_cert.pem(),
+        server: Arc::new(server),
+    }
+}
+
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+type TestBody = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;
+
+/// The service: records every request; `/bytes/N` answers N bytes (streamed in 64 KiB
+/// frames), anything else `ok <path> <request body length>`.
+pub(crate) async fn upstream(
+    ip: IpAddr,
+    port: u16,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Arc<Mutex<Vec<Seen>>> {
+    let listener = tokio::net::TcpListener::bind((ip, port))
+        .await
+        .expect("bind the upstream's loopback address");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let conns = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let conn = conns.fetch_add(1, Ordering::SeqCst);
+            let record = Arc::clone(&record);
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let io: Box<dyn Io> = match tls {
+                    Some(config) => match tokio_rustls::TlsAcceptor::from(config).accept(tcp).await
+                    {
+                        Ok(tls) => Box::new(tls),
+                        Err(_) => return,
+                    },
+                    None => Box::new(tcp),
+                };
+                let service = hyper::service::service_fn(move |request| {
+                    let record = Arc::clone(&record);
+                    async move {
+                        Ok::<_, std::convert::Infallible>(answer(request, conn, &record).await)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                    .await;
+            });
+        }
+    });
+    seen
+}
+
+async fn answer(
+    request: hyper::Request<hyper::body::Incoming>,
+    conn: usize,
+    record: &Mutex<Vec<Seen>>,
+) -> hyper::Response<TestBody> {
+    let path = request.uri().path().to_owned();
+    let headers = request
+        .headers()
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    record.lock().unwrap().push(Seen {
+        conn,
+        path: path.clone(),
+        headers,
+    });
+    if let Some(n) = path.strip_prefix("/bytes/") {
+        let total: usize = n.parse().unwrap_or(0);
+        let chunk = bytes::Bytes::from(vec![b'x'; 64 * 1024]);
+        let frames = futures::stream::unfold(total, move |left| {
+            let chunk = chunk.clone();
+            async move {
+                (left > 0).then(|| {
+                    let n = left.min(chunk.len());
+                    (
+                        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
+                            chunk.slice(..n),
+                        )),
+                        left - n,
+                    )
+                })
+            }
+        });
+        return hyper::Response::new(http_body_util::StreamBody::new(frames).boxed());
+    }
+    let mut body = request.into_body();
+    let mut length = 0usize;
+    while let Some(Ok(frame)) = body.frame().await {
+        length += frame.data_ref().map_or(0, bytes::Bytes::len);
+    }
+    hyper::Response::new(
+        http_body_util::Full::new(bytes::Bytes::from(format!("ok {path} {length}\n"))).boxed(),
+    )
+}
+
+/// e2b-local as a process (so its log, at debug, can be read), with the given flags.
+pub(crate) struct Binary {
+    child: std::process::Child,
+    pub(crate) api: Api,
+    pub(crate) log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Binary {
+    pub(crate) fn start(ca_pem: &str, hosts: &[(&str, IpAddr)]) -> Binary {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("upstream-ca.pem");
+        std::fs::write(&ca, ca_pem).unwrap();
+        let log = dir.path().join("e2b-local.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_e2b-local"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--exit-on-stdin-eof"])
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--upstream-ca")
+            .arg(&ca)
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (name, ip) in hosts {
+            command.arg("--add-host").arg(format!("{name}:{ip}"));
+        }
+        let mut child = command.spawn().expect("the binary starts");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+        let line = lines.next().expect("the URL line").unwrap();
+        let url = line.strip_prefix("E2B_API_URL=").unwrap().to_owned();
+        Binary {
+            child,
+            api: Api {
+                url,
+                http: reqwest::Client::new(),
+            },
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) async fn sandbox_with_rules(api: &Api, value: &str) -> Sandbox {
+    let body = json!({"templateID": "base", "timeout": 300,
+        "network": {"rules": rules_with(value)}});
+    let reply = api.post("/v2/sandboxes", &body.to_string()).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    Sandbox {
+        id: reply.json["sandboxID"].as_str().unwrap().to_owned(),
+        token: reply.json["envdAccessToken"].as_str().map(str::to_owned),
+    }
+}
+
+async fn sh(api: &Api, sandbox: &Sandbox, script: &str) -> String {
+    let run = api.run(sandbox, script).await;
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    )
+}
+
+fn take(seen: &Mutex<Vec<Seen>>) -> Vec<Seen> {
+    std::mem::take(&mut *seen.lock().unwrap())
+}
+
+#[tokio::test]
+async fn header_rules_set_the_header_on_every_request_to_the_named_host_only() {
+    // contract: X13
+    if !running_as_root() {
+        // Rules need the mount namespace and the filter: elsewhere they are refused (X12).
+        return;
+    }
+    let ip: IpAddr = "127.61.0.1".parse().unwrap();
+    let pki = test_pki(&["api.example.test", "other.example.test"]);
+    let tls_seen = upstream(ip, 443, Some(Arc::clone(&pki.server))).await;
+    let http_seen = upstream(ip, 80, None).await;
+    let server = Binary::start(
+        &pki.ca_pem,
+        &[("api.example.test", ip), ("other.example.test", ip)],
+    );
+    let api = &server.api;
+    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+        return;
+    }
+    let sandbox = sandbox_with_rules(api, SECRET).await;
+
+    // Two URLs in one curl: one kept-alive connection, both requests get the header, and
+    // the one the client sent is replaced.
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS -H 'Authorization: Bearer client-sent' https://api.example.test/one https://api.example.test/two",
+    )
+    .await;
+    assert_eq!(out, "ok /one 0\nok /two 0\n");
+    let seen = take(&tls_seen);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for request in &seen {
+        assert_eq!(
+            request.header("authorization"),
+            [SECRET],
+            "{}",
+            request.path
+        );
+    }
+    assert_eq!(
+        seen[0].conn, seen[1].conn,
+        "one kept-alive connection upstream"
+    );
+
+    // A streamed (chunked) upload, and plain HTTP on port 80.
+    let out = sh(
+        api,
+        &sandbox,
+        "head -c 300000 /dev/zero | curl -sS -T - https://api.example.test/upload && curl -sS http://api.example.test/plain",
+    )
+    .await;
+    assert_eq!(out, "ok /upload 300000\nok /plain 0\n");
+    assert_eq!(take(&tls_seen)[0].header("authorization"), [SECRET]);
+    assert_eq!(take(&http_seen)[0].header("authorization"), [SECRET]);
+
+    // Python's urllib trusts the CA through the variables too.
+    let out = sh(
+        api,
+        &sandbox,
+        "/usr/bin/python3 -c \"import urllib.request as u; print(u.urlopen('https://api.example.test/py').read().decode(), end='')\"",
+    )
+    .await;
+    assert_eq!(out, "ok /py 0\n");
+    assert_eq!(take(&tls_seen)[0].header("authorization"), [SECRET]);
+
+    // A host without rules is not intercepted: its own certificate (the test CA's) is
+    // what the sandbox sees, and the client's header is what arrives.
+    api.upload(
+        &sandbox,
+        "/home/user/upstream-ca.pem",
+        pki.ca_pem.as_bytes(),
+    )
+    .await;
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS --cacert /home/user/upstream-ca.pem -H 'Authorization: Bearer client-sent' https://other.example.test/other",
+    )
+    .await;
+    assert_eq!(out, "ok /other 0\n");
+    assert_eq!(
+        take(&tls_seen)[0].header("authorization"),
+        ["Bearer client-sent"]
+    );
+
+    // An update reaches the next request.
+    let path = format!("/sandboxes/{}/network", sandbox.id);
+    let body = json!({"rules": rules_with("Bearer rotated")}).to_string();
+    assert_eq!(api.rest(Method::PUT, &path, Some(&body)).await.status, 204);
+    let out = sh(api, &sandbox, "curl -sS https://api.example.test/after").await;
+    assert_eq!(out, "ok /after 0\n");
+    assert_eq!(
+        take(&tls_seen)[0].header("authorization"),
+        ["Bearer rotated"]
+    );
+}
+
+#[tokio::test]
+async fn header_values_reach_no_log_no_error_and_nothing_in_the_sandbox() {
+    // contract: X14
+    if !running_as_root() {
+        return;
+    }
+    let ip: IpAddr = "127.61.0.2".parse().unwrap();
+    let pki = test_pki(&["api.example.test"]);
+    let tls_seen = upstream(ip, 443, Some(Arc::clone(&pki.server))).await;
+    let server = Binary::start(&pki.ca_pem, &[("api.example.test", ip)]);
+    let api = &server.api;
+    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+        return;
+    }
+    let sandbox = sandbox_with_rules(api, SECRET).await;
+    let out = sh(api, &sandbox, "curl -sS https://api.example.test/x").await;
+    assert_eq!(out, "ok /x 0\n");
+    assert_eq!(take(&tls_seen)[0].header("authorization"), [SECRET]);
+    // A failing request (nothing listens on port 80 there) and a refused update.
+    let failed = sh(api, &sandbox, "curl -sS http://api.example.test/down").await;
+    assert!(
+        failed.contains("could not reach api.example.test"),
+        "{failed}"
+    );
+    let path = format!("/sandboxes/{}/network", sandbox.id);
+    let bad = json!({"rules": {"*.x.test": [{"transform": {"headers": {"a": SECRET}}}]}});
+    let reply = api.rest(Method::PUT, &path, Some(&bad.to_string())).await;
+    assert_eq!(reply.status, 400);
+    assert!(!reply.text.contains("sk-e2b-local"), "{}", reply.text);
+
+    // Nothing in the sandbox holds it: not its environment, not a file it can read.
+    let needle = "sk-e2b-local-never-shown";
+    let inside = sh(
+        api,
+        &sandbox,
+        &format!("env; cat /proc/self/environ | tr '\\0' '\\n'; grep -rIl --exclude-dir=proc --exclude-dir=sys '{needle}' /etc /home /tmp /root 2>/dev/null; echo done"),
+    )
+    .await;
+    assert!(!inside.contains(needle), "{inside}");
+    assert!(
+        inside.contains("SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"),
+        "{inside}"
+    );
+    // The sandbox's logs and e2b-local's own (at debug) never show it.
+    for path in [
+        format!("/sandboxes/{}/logs", sandbox.id),
+        format!("/v2/sandboxes/{}/logs", sandbox.id),
+    ] {
+        let logs = api.get(&path).await;
+        assert_eq!(logs.status, 200);
+        assert!(!logs.text.contains(needle), "{}", logs.text);
+    }
+    let log = server.log_text();
+    assert!(log.contains("DEBUG"), "the log is at debug: {log}");
+    assert!(!log.contains(needle), "{log}");
+}
