@@ -169,10 +169,11 @@ impl Upstream {
                 request.headers_mut().insert(name, value);
             }
         }
+        let via = policy.current().egress_proxy().cloned();
         let mut slot = self.sender.lock().await;
         let reusable = slot.as_ref().is_some_and(|sender| !sender.is_closed());
         if !reusable {
-            match self.connect().await {
+            match self.connect(via.as_ref()).await {
                 Ok(sender) => *slot = Some(sender),
                 Err(error) => {
                     tracing::info!(name = %self.name, dest = %self.dest, %error, "egress interception: upstream unreachable");
@@ -199,9 +200,12 @@ impl Upstream {
         }
     }
 
-    async fn connect(&self) -> Result<hyper::client::conn::http1::SendRequest<Incoming>, String> {
+    async fn connect(
+        &self,
+        via: Option<&super::transform::EgressProxy>,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Incoming>, String> {
         let connecting = async {
-            let tcp = TcpStream::connect(self.dest)
+            let tcp = super::socks::connect(self.dest, via)
                 .await
                 .map_err(|e| e.to_string())?;
             let _ = tcp.set_nodelay(true);
