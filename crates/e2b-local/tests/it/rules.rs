@@ -724,3 +724,48 @@ async fn allowed_tcp_goes_through_the_egress_proxy_with_its_credentials() {
         assert!(!logs.text.contains("p-socks-secret") && !logs.text.contains("wrong-pw-123"));
     }
 }
+
+#[tokio::test]
+async fn allow_and_deny_rules_still_decide_before_header_rules() {
+    // contract: X13
+    if !running_as_root() {
+        return;
+    }
+    let ip: IpAddr = "127.61.0.4".parse().unwrap();
+    let pki = test_pki(&["api.example.test", "other.example.test"]);
+    let tls_seen = upstream(ip, 443, Some(Arc::clone(&pki.server))).await;
+    let server = Binary::start(
+        &pki.ca_pem,
+        &[("api.example.test", ip), ("other.example.test", ip)],
+    );
+    let api = &server.api;
+    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+        return;
+    }
+    let body = json!({"templateID": "base", "timeout": 300, "network": {
+        "allowOut": ["api.example.test"], "denyOut": ["0.0.0.0/0"], "rules": rules_with(SECRET)}});
+    let reply = api.post("/v2/sandboxes", &body.to_string()).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let sandbox = Sandbox {
+        id: reply.json["sandboxID"].as_str().unwrap().to_owned(),
+        token: reply.json["envdAccessToken"].as_str().map(str::to_owned),
+    };
+    let out = sh(api, &sandbox, "curl -sS https://api.example.test/allowed").await;
+    assert_eq!(out, "ok /allowed 0\n");
+    assert_eq!(take(&tls_seen)[0].header("authorization"), [SECRET]);
+    // Same address, a name no domain entry allows: refused before anything is sent.
+    api.upload(
+        &sandbox,
+        "/home/user/upstream-ca.pem",
+        pki.ca_pem.as_bytes(),
+    )
+    .await;
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS --cacert /home/user/upstream-ca.pem https://other.example.test/denied; echo exit=$?",
+    )
+    .await;
+    assert!(!out.contains("ok /denied"), "{out}");
+    assert!(take(&tls_seen).is_empty());
+}
