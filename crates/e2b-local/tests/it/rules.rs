@@ -457,6 +457,32 @@ async fn header_rules_set_the_header_on_every_request_to_the_named_host_only() {
         "one kept-alive connection upstream"
     );
 
+    // HTTP/2 where the client offers it by ALPN (curl does), HTTP/1.1 where it asks for
+    // that alone; the upstream gets HTTP/1.1 with the header either way.
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS --http1.1 -w '%{http_version}\\n' https://api.example.test/h1 && curl -sS -w '%{http_version}\\n' https://api.example.test/h2a https://api.example.test/h2b",
+    )
+    .await;
+    assert_eq!(out, "ok /h1 0\n1.1\nok /h2a 0\n2\nok /h2b 0\n2\n");
+    let seen = take(&tls_seen);
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for request in &seen {
+        assert_eq!(
+            request.header("authorization"),
+            [SECRET],
+            "{}",
+            request.path
+        );
+        assert_eq!(
+            request.header("host"),
+            ["api.example.test"],
+            "{}",
+            request.path
+        );
+    }
+
     // A streamed (chunked) upload, and plain HTTP on port 80.
     let out = sh(
         api,
