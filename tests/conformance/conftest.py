@@ -20,13 +20,14 @@ API_KEY = "e2b_conformance_key"
 class LocalServer:
     """One running `e2b-local serve`: its URL and its admin routes."""
 
-    def __init__(self, state_dir=None):
+    def __init__(self, state_dir=None, extra_args=()):
         binary = os.environ.get("E2B_LOCAL_BIN")
         if not binary or not os.path.exists(binary):
             raise RuntimeError("E2B_LOCAL_BIN must name the e2b-local binary (run scripts/conformance)")
         args = [binary, "serve", "--listen", "127.0.0.1:0", "--exit-on-stdin-eof"]
         if state_dir is not None:
             args += ["--state-dir", str(state_dir)]
+        args += list(extra_args)
         self.proc = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )

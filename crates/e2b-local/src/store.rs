@@ -504,9 +504,6 @@ impl Store {
             "sandbox created",
             &[("templateID", record.template.clone())],
         );
-        if let Some(network) = &record.network {
-            network::note_egress_proxy(&self.logs.of(&id), network);
-        }
         Ok(record)
     }
 

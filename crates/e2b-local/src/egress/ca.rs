@@ -135,8 +135,8 @@ impl Ca {
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der().clone(), self.der.clone()], key)
         .map_err(|e| format!("cannot use the certificate for {name}: {e}"))?;
-        // HTTP/2 is not offered: requests are relayed as HTTP/1.1 (see `intercept`).
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 or HTTP/1.1, as the client prefers; upstream it is HTTP/1.1 (`intercept`).
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let config = Arc::new(config);
         let mut configs = self.configs.lock().unwrap_or_else(PoisonError::into_inner);
         if configs.len() >= MAX_LEAVES {

@@ -4,10 +4,11 @@
 //! dialled with the rule's headers set, replacing any the client sent. The upstream is
 //! verified as that name against the host's roots and `--upstream-ca`.
 //!
-//! Requests and responses are relayed by hyper as HTTP/1.1 (keep-alive, chunked), bodies
-//! streamed frame by frame with backpressure, so memory stays bounded whatever their size.
-//! HTTP/2 is not offered by ALPN (clients fall back to HTTP/1.1); protocol upgrades
-//! (WebSocket) are not relayed. Header values are never logged: only names and errors.
+//! Requests and responses are relayed by hyper, bodies streamed frame by frame with
+//! backpressure, so memory stays bounded whatever their size: HTTP/2 or HTTP/1.1
+//! (keep-alive, chunked) with the sandbox, as its client chose by ALPN, HTTP/1.1 upstream.
+//! Protocol upgrades (WebSocket) are not relayed. Header values are never logged: only
+//! names and errors.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -129,10 +130,11 @@ impl Interceptor {
             let policy = Arc::clone(&policy);
             async move { Ok::<_, std::convert::Infallible>(upstream.forward(request, &policy).await) }
         });
-        let served = hyper::server::conn::http1::Builder::new()
-            .keep_alive(true)
-            .serve_connection(TokioIo::new(downstream), service)
-            .await;
+        // HTTP/1.1, or HTTP/2 where the client chose it by ALPN (told by its preface).
+        let served =
+            hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .serve_connection(TokioIo::new(downstream), service)
+                .await;
         if let Err(error) = served {
             tracing::debug!(%name, %error, "egress interception: connection ended");
         }
@@ -157,6 +159,24 @@ impl Upstream {
         mut request: hyper::Request<Incoming>,
         policy: &LivePolicy,
     ) -> hyper::Response<Body> {
+        if request.version() == http::Version::HTTP_2 {
+            // Upstream speaks HTTP/1.1: the authority becomes `Host`, the target origin-form.
+            if let Some(authority) = request.uri().authority().cloned()
+                && !request.headers().contains_key(http::header::HOST)
+                && let Ok(host) = http::HeaderValue::from_str(authority.as_str())
+            {
+                request.headers_mut().insert(http::header::HOST, host);
+            }
+            let target = request
+                .uri()
+                .path_and_query()
+                .map_or("/", http::uri::PathAndQuery::as_str)
+                .to_owned();
+            if let Ok(uri) = target.parse() {
+                *request.uri_mut() = uri;
+            }
+            *request.version_mut() = http::Version::HTTP_11;
+        }
         if let Some(headers) = policy.current().headers_for(&self.name) {
             for (name, value) in headers {
                 let (Ok(name), Ok(value)) = (
@@ -169,10 +189,11 @@ impl Upstream {
                 request.headers_mut().insert(name, value);
             }
         }
+        let via = policy.current().egress_proxy().cloned();
         let mut slot = self.sender.lock().await;
         let reusable = slot.as_ref().is_some_and(|sender| !sender.is_closed());
         if !reusable {
-            match self.connect().await {
+            match self.connect(via.as_ref()).await {
                 Ok(sender) => *slot = Some(sender),
                 Err(error) => {
                     tracing::info!(name = %self.name, dest = %self.dest, %error, "egress interception: upstream unreachable");
@@ -199,9 +220,12 @@ impl Upstream {
         }
     }
 
-    async fn connect(&self) -> Result<hyper::client::conn::http1::SendRequest<Incoming>, String> {
+    async fn connect(
+        &self,
+        via: Option<&super::transform::EgressProxy>,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Incoming>, String> {
         let connecting = async {
-            let tcp = TcpStream::connect(self.dest)
+            let tcp = super::socks::connect(self.dest, via)
                 .await
                 .map_err(|e| e.to_string())?;
             let _ = tcp.set_nodelay(true);

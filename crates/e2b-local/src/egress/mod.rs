@@ -18,6 +18,7 @@ mod notify;
 mod proxy;
 pub(crate) mod rules;
 mod sock;
+mod socks;
 pub(crate) mod transform;
 
 pub(crate) use self::intercept::upstream_tls;

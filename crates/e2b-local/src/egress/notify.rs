@@ -184,10 +184,14 @@ fn judge(
     match verdict {
         // A name with header rules is told only by what the connection asks for: every
         // web connection out goes by the proxy (the sandbox's own loopback excepted).
+        //
+        // With an `egressProxy`, every allowed TCP connection out goes by the proxy too,
+        // which connects through it (DNS to the sandbox's resolvers excepted).
         Verdict::Allow
-            if policy.has_header_rules()
-                && !own
-                && (dest.port() == HTTP_PORT || dest.port() == TLS_PORT) =>
+            if !own
+                && ((policy.has_header_rules()
+                    && (dest.port() == HTTP_PORT || dest.port() == TLS_PORT))
+                    || (policy.egress_proxy().is_some() && !policy.is_dns(ip, dest.port()))) =>
         {
             Step::Proxy(socket, domain, dest, false)
         }

@@ -174,30 +174,39 @@ impl Proxy {
             return;
         };
         let mut prefix = Vec::with_capacity(2048);
-        let name = tokio::time::timeout(NAME_TIMEOUT, async {
-            let mut chunk = [0u8; 4096];
-            loop {
-                let found = if pending.dest.port() == HTTP_PORT {
-                    http_host(&prefix)
-                } else {
-                    tls_sni(&prefix)
-                };
-                match found {
-                    Found::Name(name) => return Some(name),
-                    Found::Never => return None,
-                    Found::NeedMore if prefix.len() >= MAX_PREFIX => return None,
-                    Found::NeedMore => {}
+        // The name matters on the web ports only, and only to a domain entry or a header
+        // rule: anything else (a connection only tunnelled) is relayed unread, so a
+        // protocol whose server speaks first is not held up.
+        let web = pending.dest.port() == HTTP_PORT || pending.dest.port() == super::rules::TLS_PORT;
+        let wanted = web && (pending.by_name || pending.policy.current().has_header_rules());
+        let name = if !wanted {
+            None
+        } else {
+            tokio::time::timeout(NAME_TIMEOUT, async {
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let found = if pending.dest.port() == HTTP_PORT {
+                        http_host(&prefix)
+                    } else {
+                        tls_sni(&prefix)
+                    };
+                    match found {
+                        Found::Name(name) => return Some(name),
+                        Found::Never => return None,
+                        Found::NeedMore if prefix.len() >= MAX_PREFIX => return None,
+                        Found::NeedMore => {}
+                    }
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return None,
+                        Ok(n) => prefix.extend_from_slice(&chunk[..n]),
+                    }
                 }
-                match stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return None,
-                    Ok(n) => prefix.extend_from_slice(&chunk[..n]),
-                }
-            }
-        })
-        .await
-        .ok()
-        .flatten()
-        .filter(|name| name.len() <= MAX_NAME);
+            })
+            .await
+            .ok()
+            .flatten()
+            .filter(|name| name.len() <= MAX_NAME)
+        };
         let policy = pending.policy.current();
         let allowed =
             !pending.by_name || name.as_deref().is_some_and(|name| policy.allows_name(name));
@@ -213,8 +222,14 @@ impl Proxy {
                 .await;
             return;
         }
-        let Ok(mut upstream) = TcpStream::connect(pending.dest).await else {
-            return;
+        let via = policy.egress_proxy().cloned();
+        drop(policy);
+        let mut upstream = match super::socks::connect(pending.dest, via.as_ref()).await {
+            Ok(upstream) => upstream,
+            Err(error) => {
+                tracing::info!(dest = %pending.dest, %error, "egress: the destination is unreachable");
+                return;
+            }
         };
         if upstream.write_all(&prefix).await.is_err() {
             return;

@@ -119,6 +119,10 @@ pub(crate) struct Policy {
     dns: Vec<(IpAddr, Option<u16>)>,
     /// `rules`: names whose HTTP(S) requests get headers set (see `super::intercept`).
     rules: BTreeMap<String, Vec<Rule>>,
+    /// `egressProxy`: the SOCKS5 proxy allowed TCP goes through.
+    egress_proxy: Option<EgressProxy>,
+    /// The sandbox's resolvers, whose DNS is never tunnelled.
+    resolvers: Vec<IpAddr>,
 }
 
 /// What a connection to one destination gets.
@@ -145,9 +149,12 @@ impl Policy {
             deny_nets: Vec::new(),
             dns: Vec::new(),
             rules: BTreeMap::new(),
+            egress_proxy: None,
+            resolvers: name_servers.to_vec(),
         };
         if let Some(network) = network {
             policy.rules = network.rules.clone();
+            policy.egress_proxy = network.egress_proxy.clone();
             for raw in &network.allow_out {
                 match parse_entry(raw) {
                     Some(Entry::Net(net)) => policy.allow_nets.push(net),
@@ -213,10 +220,26 @@ impl Policy {
                 .any(|net| net.prefix == 0 && net.addr.is_ipv4())
     }
 
-    /// Whether anything is denied or rewritten at all (a policy that does neither needs no
-    /// filter; one with header rules needs it to see the connections it rewrites).
+    /// Whether anything is denied, rewritten or tunnelled at all (a policy that does none
+    /// needs no filter; header rules and a proxy need it to see the connections).
     pub(crate) fn restricts(&self) -> bool {
-        !self.deny_nets.is_empty() || !self.rules.is_empty()
+        !self.deny_nets.is_empty() || !self.rules.is_empty() || self.egress_proxy.is_some()
+    }
+
+    /// The SOCKS5 proxy allowed TCP goes through, if any.
+    pub(crate) fn egress_proxy(&self) -> Option<&EgressProxy> {
+        self.egress_proxy.as_ref()
+    }
+
+    /// Whether `ip:port` is one of the sandbox's name servers for DNS (not tunnelled: the
+    /// resolver the sandbox was given is the host's, which a proxy elsewhere may not reach).
+    pub(crate) fn is_dns(&self, ip: IpAddr, port: u16) -> bool {
+        let ip = unmapped(ip);
+        (port == DNS_PORT && self.resolvers.contains(&ip))
+            || self
+                .dns
+                .iter()
+                .any(|(server, only)| *server == ip && only.is_none_or(|p| p == port))
     }
 
     /// Whether connections to ports 80 and 443 must go through the proxy even when

@@ -100,6 +100,11 @@ fn enforceable(app: &App, record: &NetworkRecord, policy: &Policy) -> Result<(),
                 "network.rules cannot be enforced by e2b-local here: {why}"
             )));
         }
+        if record.egress_proxy.is_some() {
+            return Err(ApiError::bad_request(format!(
+                "network.egressProxy cannot be enforced by e2b-local here: {why}"
+            )));
+        }
         if policy.restricts() {
             return Err(ApiError::bad_request(format!(
                 "egress rules cannot be enforced by e2b-local here: {why}"

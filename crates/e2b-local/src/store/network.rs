@@ -94,7 +94,6 @@ impl Store {
                     )))?;
             }
         }
-        let proxied = network.egress_proxy.is_some();
         entry.record.network = Some(network);
         entry.record.allow_internet_access = allow_internet_access;
         self.logs.of(id).push(
@@ -102,9 +101,6 @@ impl Store {
             "network rules updated",
             &[],
         );
-        if proxied {
-            note_unused_egress_proxy(&self.logs.of(id));
-        }
         let record = entry.record.clone();
         self.persist(&record);
         Ok(())
@@ -115,20 +111,4 @@ impl Store {
 fn deny_everything() -> Policy {
     Policy::compile(None, Some(false), &[])
         .unwrap_or_else(|_| unreachable!("rules without a network config always compile"))
-}
-
-/// Says in the sandbox's log that its `egressProxy` is stored but not used (e2b-local has
-/// no SOCKS5 tunnel): allowed traffic goes out directly.
-pub(super) fn note_egress_proxy(log: &crate::sandbox_log::SandboxLog, network: &NetworkRecord) {
-    if network.egress_proxy.is_some() {
-        note_unused_egress_proxy(log);
-    }
-}
-
-fn note_unused_egress_proxy(log: &crate::sandbox_log::SandboxLog) {
-    log.push(
-        crate::sandbox_log::Level::Warn,
-        "network.egressProxy is recorded but not used: e2b-local has no SOCKS5 tunnel, allowed traffic goes out directly",
-        &[],
-    );
 }

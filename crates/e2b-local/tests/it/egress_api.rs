@@ -155,7 +155,15 @@ async fn a_process_a_finished_command_left_behind_keeps_rules_away_with_a_409() 
     let reply = api.rest(Method::PUT, &path, Some(deny)).await;
     assert_eq!(reply.status, 409, "{}", reply.text);
     assert!(reply.text.contains("run unfiltered"), "{}", reply.text);
-    let killed = api.run(&plain, "pkill -x sleep; echo done").await;
+    // pkill only sends the signal: wait until the sleep is gone (reaped by the sandbox's
+    // init, pid 1, itself a `sleep`), which is what the update looks at; under load it
+    // can outlive pkill.
+    let killed = api
+        .run(
+            &plain,
+            "pkill -x sleep; timeout 30 sh -c 'while pgrep -x sleep | grep -qvx 1; do :; done'; echo done",
+        )
+        .await;
     assert_eq!(String::from_utf8_lossy(&killed.stdout), "done\n");
     let reply = api.rest(Method::PUT, &path, Some(deny)).await;
     assert_eq!(reply.status, 204, "{}", reply.text);

@@ -56,13 +56,7 @@ async fn rules_and_egress_proxy_are_stored_reported_and_survive_pause_and_restar
     let detail = api.get(&format!("/sandboxes/{id}")).await;
     assert_eq!(detail.json["network"], expected);
     assert!(!detail.text.contains("hunter2-pw"), "{}", detail.text);
-    // The proxy is stored, not used: the sandbox's log says so.
     let logs = api.get(&format!("/v2/sandboxes/{id}/logs")).await;
-    assert!(
-        logs.text.contains("egressProxy is recorded but not used"),
-        "{}",
-        logs.text
-    );
     assert!(!logs.text.contains("hunter2-pw") && !logs.text.contains("sk-e2b-local"));
 
     // The record on disk holds the secret (it must survive a restart): owner-only.
@@ -463,6 +457,32 @@ async fn header_rules_set_the_header_on_every_request_to_the_named_host_only() {
         "one kept-alive connection upstream"
     );
 
+    // HTTP/2 where the client offers it by ALPN (curl does), HTTP/1.1 where it asks for
+    // that alone; the upstream gets HTTP/1.1 with the header either way.
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS --http1.1 -w '%{http_version}\\n' https://api.example.test/h1 && curl -sS -w '%{http_version}\\n' https://api.example.test/h2a https://api.example.test/h2b",
+    )
+    .await;
+    assert_eq!(out, "ok /h1 0\n1.1\nok /h2a 0\n2\nok /h2b 0\n2\n");
+    let seen = take(&tls_seen);
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for request in &seen {
+        assert_eq!(
+            request.header("authorization"),
+            [SECRET],
+            "{}",
+            request.path
+        );
+        assert_eq!(
+            request.header("host"),
+            ["api.example.test"],
+            "{}",
+            request.path
+        );
+    }
+
     // A streamed (chunked) upload, and plain HTTP on port 80.
     let out = sh(
         api,
@@ -571,4 +591,207 @@ async fn header_values_reach_no_log_no_error_and_nothing_in_the_sandbox() {
     let log = server.log_text();
     assert!(log.contains("DEBUG"), "the log is at debug: {log}");
     assert!(!log.contains(needle), "{log}");
+}
+
+/// A SOCKS5 server (RFC 1928, CONNECT only) that wants RFC 1929 username `u` and
+/// `password`, and records (username, target) of every tunnel it opened.
+async fn socks_server(
+    password: &'static str,
+) -> (
+    std::net::SocketAddr,
+    Arc<Mutex<Vec<(String, std::net::SocketAddr)>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let record = Arc::clone(&record);
+            tokio::spawn(async move {
+                let mut head = [0u8; 2];
+                client.read_exact(&mut head).await.ok()?;
+                let mut methods = vec![0u8; usize::from(head[1])];
+                client.read_exact(&mut methods).await.ok()?;
+                if head[0] != 5 || !methods.contains(&2) {
+                    client.write_all(&[5, 0xff]).await.ok()?;
+                    return None;
+                }
+                client.write_all(&[5, 2]).await.ok()?;
+                let mut len = [0u8; 2];
+                client.read_exact(&mut len).await.ok()?;
+                let mut user = vec![0u8; usize::from(len[1])];
+                client.read_exact(&mut user).await.ok()?;
+                let mut plen = [0u8; 1];
+                client.read_exact(&mut plen).await.ok()?;
+                let mut pass = vec![0u8; usize::from(plen[0])];
+                client.read_exact(&mut pass).await.ok()?;
+                if user != b"u" || pass != password.as_bytes() {
+                    client.write_all(&[1, 1]).await.ok()?;
+                    return None;
+                }
+                client.write_all(&[1, 0]).await.ok()?;
+                let mut request = [0u8; 4];
+                client.read_exact(&mut request).await.ok()?;
+                let ip: IpAddr = match request[3] {
+                    1 => {
+                        let mut octets = [0u8; 4];
+                        client.read_exact(&mut octets).await.ok()?;
+                        octets.into()
+                    }
+                    4 => {
+                        let mut octets = [0u8; 16];
+                        client.read_exact(&mut octets).await.ok()?;
+                        octets.into()
+                    }
+                    _ => return None,
+                };
+                let mut port = [0u8; 2];
+                client.read_exact(&mut port).await.ok()?;
+                let target = std::net::SocketAddr::new(ip, u16::from_be_bytes(port));
+                let mut upstream = tokio::net::TcpStream::connect(target).await.ok()?;
+                record
+                    .lock()
+                    .unwrap()
+                    .push((String::from_utf8_lossy(&user).into_owned(), target));
+                client
+                    .write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0])
+                    .await
+                    .ok()?;
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                Some(())
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn allowed_tcp_goes_through_the_egress_proxy_with_its_credentials() {
+    // contract: X18
+    if !running_as_root() {
+        return;
+    }
+    let ip: IpAddr = "127.61.0.3".parse().unwrap();
+    let pki = test_pki(&["api.example.test"]);
+    let plain_seen = upstream(ip, 8080, None).await;
+    let tls_seen = upstream(ip, 443, Some(Arc::clone(&pki.server))).await;
+    let (socks, tunnels) = socks_server("p-socks-secret").await;
+    let server = Binary::start(&pki.ca_pem, &[("api.example.test", ip)]);
+    let api = &server.api;
+    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+        return;
+    }
+    let create = |network: Value| {
+        let body = json!({"templateID": "base", "timeout": 300, "network": network});
+        async move {
+            let reply = api.post("/v2/sandboxes", &body.to_string()).await;
+            assert_eq!(reply.status, 201, "{}", reply.text);
+            Sandbox {
+                id: reply.json["sandboxID"].as_str().unwrap().to_owned(),
+                token: reply.json["envdAccessToken"].as_str().map(str::to_owned),
+            }
+        }
+    };
+    let proxy =
+        json!({"address": socks.to_string(), "username": "u", "password": "p-socks-secret"});
+    let sandbox = create(json!({"egressProxy": proxy, "rules": rules_with(SECRET)})).await;
+
+    // Any port: the tunnel is the proxy's, with its credentials.
+    let out = sh(api, &sandbox, "curl -sS http://127.61.0.3:8080/via").await;
+    assert_eq!(out, "ok /via 0\n");
+    assert_eq!(take(&plain_seen).len(), 1);
+    let opened = std::mem::take(&mut *tunnels.lock().unwrap());
+    assert_eq!(
+        opened,
+        [("u".to_owned(), "127.61.0.3:8080".parse().unwrap())]
+    );
+
+    // Header rules and the proxy together: the intercepted request goes through it too.
+    let out = sh(api, &sandbox, "curl -sS https://api.example.test/both").await;
+    assert_eq!(out, "ok /both 0\n");
+    assert_eq!(take(&tls_seen)[0].header("authorization"), [SECRET]);
+    let opened = std::mem::take(&mut *tunnels.lock().unwrap());
+    assert_eq!(
+        opened,
+        [("u".to_owned(), "127.61.0.3:443".parse().unwrap())]
+    );
+
+    // Without the proxy (an update clears it), connections go out directly.
+    let path = format!("/sandboxes/{}/network", sandbox.id);
+    assert_eq!(api.rest(Method::PUT, &path, Some("{}")).await.status, 204);
+    let out = sh(api, &sandbox, "curl -sS http://127.61.0.3:8080/direct").await;
+    assert_eq!(out, "ok /direct 0\n");
+    assert_eq!(take(&plain_seen).len(), 1);
+    assert!(tunnels.lock().unwrap().is_empty());
+
+    // Credentials the proxy refuses: nothing gets out, and the password is nowhere.
+    let wrong = json!({"address": socks.to_string(), "username": "u", "password": "wrong-pw-123"});
+    let refused = create(json!({"egressProxy": wrong})).await;
+    let out = sh(
+        api,
+        &refused,
+        "curl -sS -m 20 http://127.61.0.3:8080/refused; echo exit=$?",
+    )
+    .await;
+    assert!(!out.contains("ok /refused"), "{out}");
+    assert!(take(&plain_seen).is_empty());
+    let log = server.log_text();
+    assert!(
+        !log.contains("p-socks-secret") && !log.contains("wrong-pw-123"),
+        "{log}"
+    );
+    for id in [&sandbox.id, &refused.id] {
+        let logs = api.get(&format!("/v2/sandboxes/{id}/logs")).await;
+        assert!(!logs.text.contains("p-socks-secret") && !logs.text.contains("wrong-pw-123"));
+    }
+}
+
+#[tokio::test]
+async fn allow_and_deny_rules_still_decide_before_header_rules() {
+    // contract: X13
+    if !running_as_root() {
+        return;
+    }
+    let ip: IpAddr = "127.61.0.4".parse().unwrap();
+    let pki = test_pki(&["api.example.test", "other.example.test"]);
+    let tls_seen = upstream(ip, 443, Some(Arc::clone(&pki.server))).await;
+    let server = Binary::start(
+        &pki.ca_pem,
+        &[("api.example.test", ip), ("other.example.test", ip)],
+    );
+    let api = &server.api;
+    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+        return;
+    }
+    let body = json!({"templateID": "base", "timeout": 300, "network": {
+        "allowOut": ["api.example.test"], "denyOut": ["0.0.0.0/0"], "rules": rules_with(SECRET)}});
+    let reply = api.post("/v2/sandboxes", &body.to_string()).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let sandbox = Sandbox {
+        id: reply.json["sandboxID"].as_str().unwrap().to_owned(),
+        token: reply.json["envdAccessToken"].as_str().map(str::to_owned),
+    };
+    let out = sh(api, &sandbox, "curl -sS https://api.example.test/allowed").await;
+    assert_eq!(out, "ok /allowed 0\n");
+    assert_eq!(take(&tls_seen)[0].header("authorization"), [SECRET]);
+    // Same address, a name no domain entry allows: refused before anything is sent.
+    api.upload(
+        &sandbox,
+        "/home/user/upstream-ca.pem",
+        pki.ca_pem.as_bytes(),
+    )
+    .await;
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS --cacert /home/user/upstream-ca.pem https://other.example.test/denied; echo exit=$?",
+    )
+    .await;
+    assert!(!out.contains("ok /denied"), "{out}");
+    assert!(take(&tls_seen).is_empty());
 }
