@@ -85,6 +85,7 @@ def fetch(sbx, name, path):
 
 
 def test_rules_at_create_and_in_update_network_set_the_header_for_their_domain_only(rules_server):
+    # contract: X13
     upstream, other = Upstream(ADDRESS), Upstream(OTHER_ADDRESS)
     sbx = Sandbox.create(timeout=120, network={"rules": rules("real-one")})
     try:
