@@ -12,6 +12,7 @@ mod phase;
 mod records;
 mod scope;
 mod writer;
+#[cfg(target_os = "linux")]
 mod writers_lock;
 
 pub use activity::{ActivityRecorder, ScopeActivity};

@@ -11,7 +11,19 @@ use crate::error::Error;
 use crate::host::{Host, MAX_RECORD_BYTES, OsHost};
 use crate::key::{ScopeFile, ScopeKey};
 use crate::records::{DirtyMarker, Generation, PreparedStamp, parse_generation};
-use crate::writers_lock::{self, WriterHold, WritersFile};
+#[cfg(target_os = "linux")]
+use crate::writers_lock::{self, WritersFile};
+
+/// What holds a writer's role for its session (never read: holding it is the lock).
+#[derive(Debug)]
+pub(crate) enum WriterHold {
+    /// The scope's byte of the directory's writers' lock (Linux).
+    #[cfg(target_os = "linux")]
+    Byte { _held: writers_lock::ByteHold },
+    /// The scope's own lock file, open with its `flock` (elsewhere).
+    #[cfg(not(target_os = "linux"))]
+    OwnFile { _held: File },
+}
 
 /// Why this host cannot protect concurrent same-scope sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -197,6 +209,18 @@ impl ScopeFiles {
             LockAttempt::Busy => return Ok(WriterStatus::Held),
             LockAttempt::Degraded(degradation) => return Ok(WriterStatus::Unknown(degradation)),
         }
+        self.writer_byte_status()
+    }
+
+    /// Elsewhere the scope's own lock file is the writer's lock, and it was free.
+    #[cfg(not(target_os = "linux"))]
+    fn writer_byte_status(&self) -> Result<WriterStatus, Error> {
+        Ok(WriterStatus::Free)
+    }
+
+    /// Whether the scope's byte of the writers' lock is held.
+    #[cfg(target_os = "linux")]
+    fn writer_byte_status(&self) -> Result<WriterStatus, Error> {
         let path = self.dir.join(writers_lock::FILE_NAME);
         let file = match WritersFile::open(self.host(), &self.dir) {
             Ok(file) => file,
@@ -219,8 +243,24 @@ impl ScopeFiles {
         )
     }
 
-    /// Takes the scope's byte of the directory's writers' lock ([`writers_lock`]).
-    pub(crate) fn hold_writer_byte(&self) -> Result<LockAttempt<WriterHold>, Error> {
+    /// Takes the writer's lock for the session, given the scope's own lock file just
+    /// taken exclusively (`own`): elsewhere than on Linux, that file itself, held open.
+    ///
+    /// There record locks belong to the process, and closing any descriptor of the file
+    /// anywhere in it (a backup reading the Hermes home, say) would drop them all; `flock`
+    /// has no such hole, so a scope keeps its own file open there, as before.
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) fn hold_writer(&self, own: File) -> Result<LockAttempt<WriterHold>, Error> {
+        Ok(LockAttempt::Locked(WriterHold::OwnFile { _held: own }))
+    }
+
+    /// Takes the writer's lock for the session, given the scope's own lock file just
+    /// taken exclusively (`own`, given back here): the scope's byte of the directory's
+    /// writers' lock ([`writers_lock`]), so the process holds one descriptor for all its
+    /// scopes.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn hold_writer(&self, own: File) -> Result<LockAttempt<WriterHold>, Error> {
+        drop(own);
         // The directory exists: the scope's own lock file was just taken in it.
         let path = self.dir.join(writers_lock::FILE_NAME);
         let file = match WritersFile::open(self.host(), &self.dir) {
@@ -229,7 +269,7 @@ impl ScopeFiles {
         };
         Ok(
             match file.try_hold(Arc::clone(&self.host), writers_lock::byte_of(self.key)) {
-                Ok(Some(hold)) => LockAttempt::Locked(hold),
+                Ok(Some(hold)) => LockAttempt::Locked(WriterHold::Byte { _held: hold }),
                 Ok(None) | Err(TryLockError::WouldBlock) => LockAttempt::Busy,
                 Err(TryLockError::Error(error)) => LockAttempt::Degraded(Degradation::new(
                     DegradationCause::LockingUnsupported,

@@ -10,9 +10,9 @@ use crate::records::{
     DirtyMarker, DirtyReason, Generation, PreparedStamp, encode_generation, valid_sandbox_id,
 };
 use crate::scope::{
-    Degradation, DegradationCause, GateHold, LockAttempt, LockKind, ScopeFiles, is_unusable,
+    Degradation, DegradationCause, GateHold, LockAttempt, LockKind, ScopeFiles, WriterHold,
+    is_unusable,
 };
-use crate::writers_lock::WriterHold;
 
 /// The role a session gets for a scope.
 #[derive(Debug)]
@@ -48,10 +48,11 @@ impl ScopeFiles {
             GateHold::Busy => return Ok(Role::Reader),
             GateHold::Unsupported => None,
         };
-        // The scope's own lock file, for an instant: a writer of an older version of this
-        // crate holds it for its session (it also marks the scope known on this host).
-        match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
-            LockAttempt::Locked(_) => {}
+        // The scope's own lock file first: a writer of an older version of this crate
+        // holds it for its session (it also marks the scope known on this host). On Linux
+        // it is given back once the scope's byte of the writers' lock is taken.
+        let own = match self.lock(ScopeFile::WriterLock, LockKind::Exclusive)? {
+            LockAttempt::Locked(own) => own,
             LockAttempt::Busy => return Ok(Role::Reader),
             LockAttempt::Degraded(degradation) => {
                 return Ok(Role::Writer(WriterLease::unprotected(
@@ -59,8 +60,8 @@ impl ScopeFiles {
                     degradation,
                 )));
             }
-        }
-        let lock = match self.hold_writer_byte()? {
+        };
+        let lock = match self.hold_writer(own)? {
             LockAttempt::Locked(hold) => hold,
             LockAttempt::Busy => return Ok(Role::Reader),
             LockAttempt::Degraded(degradation) => {

@@ -1,4 +1,4 @@
-//! The writers' lock of a coordination directory: one file, `writers.lock`, with one byte
+//! The writers' lock of a coordination directory (Linux): one file, `writers.lock`, with one byte
 //! per scope that the scope's writer holds locked (a POSIX record lock; open-file-description
 //! locks on Linux) for its whole session.
 //!
@@ -79,7 +79,7 @@ impl WritersFile {
         self: &Arc<Self>,
         host: Arc<dyn Host>,
         byte: u64,
-    ) -> Result<Option<WriterHold>, TryLockError> {
+    ) -> Result<Option<ByteHold>, TryLockError> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if held.contains(&byte) {
             return Ok(None);
@@ -90,7 +90,7 @@ impl WritersFile {
             Err(error) => return Err(error),
         }
         held.insert(byte);
-        Ok(Some(WriterHold {
+        Ok(Some(ByteHold {
             file: Arc::clone(self),
             host,
             byte,
@@ -110,13 +110,13 @@ impl WritersFile {
 /// A scope's byte of the writers' lock, held until dropped (and by the operating system
 /// until the process ends, however it ends).
 #[derive(Debug)]
-pub(crate) struct WriterHold {
+pub(crate) struct ByteHold {
     file: Arc<WritersFile>,
     host: Arc<dyn Host>,
     byte: u64,
 }
 
-impl Drop for WriterHold {
+impl Drop for ByteHold {
     fn drop(&mut self) {
         let mut held = self
             .file
