@@ -53,7 +53,10 @@ impl Member for Inner {
         sandbox_id: &SandboxId,
         start: &mut dyn FnMut() -> Result<(), Error>,
     ) -> Result<(), Error> {
-        self.within_limit(operation, Some(sandbox_id), start)
+        // No wait here: the sandboxes of scopes already closed hold their slots until
+        // their leases end, and a teardown waiting for them would hold up the process's
+        // cleanup of every other scope.
+        self.within_limit_waiting(operation, Some(sandbox_id), Duration::ZERO, start)
     }
 }
 
@@ -138,6 +141,17 @@ impl Inner {
         &self,
         operation: &'static str,
         sandbox_id: Option<&SandboxId>,
+        start: impl FnMut() -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.within_limit_waiting(operation, sandbox_id, self.config.slot_wait, start)
+    }
+
+    /// [`within_limit`](Self::within_limit) waiting at most `slot_wait` for a slot.
+    fn within_limit_waiting<T>(
+        &self,
+        operation: &'static str,
+        sandbox_id: Option<&SandboxId>,
+        slot_wait: Duration,
         mut start: impl FnMut() -> Result<T, Error>,
     ) -> Result<T, Error> {
         let fleet = &self.services.fleet;
@@ -159,28 +173,31 @@ impl Inner {
                 paused += 1;
                 continue;
             }
+            if slot_wait.is_zero() {
+                return Err(self.limit_error(operation, sandbox_id, Duration::ZERO, error));
+            }
             let (since, meter) = waiting.get_or_insert_with(|| {
                 tracing::info!(
                     sandbox_id = sandbox_id.map(SandboxId::as_str).unwrap_or(""),
                     "E2B {operation}: the account's limit of concurrently running sandboxes is reached and none of this process's can be paused now; waiting up to {} s for a slot",
-                    self.config.slot_wait.as_secs()
+                    slot_wait.as_secs()
                 );
                 let meter = Meter::start(
                     self.services.progress.clone(),
                     "wait for a sandbox slot",
                     sandbox_id.map(SandboxId::as_str),
                     ProgressUnit::Seconds,
-                    Some(self.config.slot_wait.as_secs()),
+                    Some(slot_wait.as_secs()),
                 );
                 (Instant::now(), meter)
             });
             let waited = since.elapsed();
-            if waited >= self.config.slot_wait {
+            if waited >= slot_wait {
                 let (_, meter) = waiting.take().expect("set just above");
                 meter.finish();
                 return Err(self.limit_error(operation, sandbox_id, waited, error));
             }
-            let pause = SLOT_POLL.min(self.config.slot_wait - waited);
+            let pause = SLOT_POLL.min(slot_wait - waited);
             // The timer is made inside the runtime (a sleep made outside it has no reactor).
             self.block_on(async move { tokio::time::sleep(pause).await });
             meter.advance(pause.as_secs().max(1));

@@ -102,8 +102,9 @@ impl StateTransport {
         Ok(pull_summary(summary))
     }
 
-    /// The connect resumes a paused sandbox, so it may meet the account's limit: it is
-    /// made within it, as the backend's own resumes are (L14).
+    /// The connect resumes a paused sandbox, so it may meet the account's limit: refused
+    /// for it, another idle sandbox of the process is paused and the connect made again
+    /// (L14), without waiting for a slot.
     fn reconnect_for_transfer(&self) -> Result<(), Error> {
         let id = &self.inner.sandbox_id;
         let mut connect = || {
