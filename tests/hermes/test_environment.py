@@ -348,8 +348,8 @@ def test_two_processes_on_one_profile_one_writer_one_reader(configured):
 
 #: Driver for the L10 test. At the moment the exception reaches the caller (first thing in the
 #: `except` block) it observes the server (the sandbox's status) and the host (whether a fresh
-#: handle can take the scope's writer lock: flock locks belong to the open file, so a second
-#: open conflicts with the backend's own even inside this process).
+#: handle can take the scope's writer lock: the backend's is an open-file-description lock,
+#: which a record lock taken by this same process conflicts with).
 L10_DRIVER = """
 import fcntl, os, urllib.error, urllib.request
 EXC = {exc}
