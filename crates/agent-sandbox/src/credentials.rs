@@ -133,7 +133,9 @@ impl Credential {
     }
 }
 
-fn is_dns_name(host: &str) -> bool {
+/// Whether `host` is a DNS name E2B takes in egress and header rules: two labels or more
+/// (letters, digits and inner hyphens, at most 63 each, 253 in all), not all digits.
+pub(crate) fn is_dns_name(host: &str) -> bool {
     host.len() <= 253
         && host.contains('.')
         && host.split('.').all(|label| {

@@ -294,21 +294,7 @@ fn destination(list: EgressList, entry: &str) -> Result<String, String> {
     }
     let name = entry.to_ascii_lowercase();
     let host = name.strip_prefix("*.").unwrap_or(&name);
-    let labels_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.contains('.')
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    if !labels_ok
-        || host
-            .split('.')
-            .all(|label| label.chars().all(|c| c.is_ascii_digit()))
-    {
+    if !crate::credentials::is_dns_name(host) {
         return Err(
             "is neither an IPv4 address, an IPv4 CIDR block nor a domain name (such as pypi.org or *.github.com)"
                 .to_owned(),
