@@ -94,16 +94,8 @@ fn parse_entry(raw: &str) -> Option<Entry> {
         Some(rest) => (rest.to_owned(), true),
         None => (lower, false),
     };
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    let valid = !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok);
+    let valid =
+        !name.is_empty() && name.len() <= 253 && name.split('.').all(super::transform::label_ok);
     // A name of digits and dots only is a malformed address, not a domain.
     let numeric = name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
     (valid && !numeric).then_some(Entry::Domain { name, wildcard })

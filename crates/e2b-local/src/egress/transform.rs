@@ -220,17 +220,20 @@ pub(crate) fn parse_egress_proxy(raw: &Value) -> Result<Option<EgressProxy>, Str
     }))
 }
 
+/// One label of a domain name as the rules take it: 1 to 63 letters, digits, `-` and
+/// `_`, no hyphen at either end.
+pub(super) fn label_ok(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// A domain key of `rules`: a DNS name, not a wildcard, an address or with a port.
 fn plain_domain(domain: &str) -> bool {
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
     let name = domain.strip_suffix('.').unwrap_or(domain);
     !name.is_empty()
         && name.len() <= 253
