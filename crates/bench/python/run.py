@@ -47,6 +47,8 @@ SIZES = {
         "scale_ns": [1, 50, 200, 500],
         "scale_min_commands": 200,
         "scale_settle_ms": 1000,
+        "intercept_requests": 200,
+        "intercept_mib": 100,
     },
     "smoke": {
         "steady_commands": 5,
@@ -67,6 +69,8 @@ SIZES = {
         "scale_ns": [1, 5],
         "scale_min_commands": 10,
         "scale_settle_ms": 200,
+        "intercept_requests": 5,
+        "intercept_mib": 4,
     },
 }
 
@@ -227,8 +231,12 @@ def measure(server, argv, params, log_path):
 #: Runs of each side of the checkpoint and rollback scenarios (alternated; rows take the median).
 REPEATS = 3
 
+#: Runs of the intercept scenario (each measures all three ways; rows take the medians):
+#: its figures are small and this machine's noise large.
+INTERCEPT_REPEATS = 5
+
 #: Scenarios that run against the first latency only (they do not depend on it).
-FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot", "scale"}
+FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot", "scale", "intercept"}
 
 #: The scale scenario's worker pool: commands in flight at once, at every N (fewer only when
 #: there are fewer scopes), so that N changes the number of scopes held, not the concurrency.
@@ -314,6 +322,7 @@ class Bench:
                  {"files": s["snapshot_files"], "bytes": s["snapshot_bytes"], "rounds": s["snapshot_rounds"]})
         self.load(server, latency)
         self.scale(server, latency)
+        self.intercept(latency)
         if self.hermes is not None:
             with tempfile.TemporaryDirectory() as home:
                 self.run(server, latency, "hermes", "ours", self.hermes + ["hermes"],
@@ -362,6 +371,35 @@ class Bench:
                     kill_all(server)
                     if home is not None:
                         home.cleanup()
+
+    def intercept(self, latency):
+        """Header rules (`network.rules`): e2b-local's `intercept_bench` example, which runs
+        its own e2b-local process and HTTPS service (on 127.62.0.1:443, so it needs root)
+        and measures curl in a sandbox reaching that service intercepted, relayed and
+        directly, all three in each run; run `INTERCEPT_REPEATS` times, rows take the medians."""
+        if not self.want("intercept"):
+            return
+        argv = [self.args.intercept, "--e2b-local", self.args.e2b_local, "--json",
+                "--requests", str(self.sizes["intercept_requests"]), "--mib", str(self.sizes["intercept_mib"])]
+        log = os.path.join(self.logs, f"intercept-{latency}ms.log")
+        for repeat in range(INTERCEPT_REPEATS):
+            key = f"intercept | ours #{repeat} | {latency} ms"
+            started = time.monotonic()
+            try:
+                with open(log, "a") as err:
+                    err.write(f"$ {' '.join(argv)}\n")
+                    err.flush()
+                    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, text=True,
+                                          timeout=STEP_TIMEOUT)
+                if done.returncode != 0:
+                    raise RuntimeError(f"intercept_bench exited with {done.returncode} (log: {log})")
+                figures = json.loads(done.stdout.strip().splitlines()[-1])
+            except Exception as error:  # reported per scenario; the run goes on
+                figures = {"error": str(error)}
+                self.errors.append(f"{key}: {error}")
+            figures["scenario_s"] = time.monotonic() - started
+            self.results[key] = figures
+            print(f"  {key}: {figures.get('error', 'ok')} ({figures['scenario_s']:.1f} s)", flush=True)
 
     def load(self, server, latency):
         if not self.want("load"):
@@ -547,6 +585,43 @@ def checkpoint_rows(rows, results, latency):
     bare_wall = median_of(results, "rollback", "sdk-bare", latency, "wall_s")
     row(rows, "rollback", latency, "median wall", "`Backend::rollback` + state push",
         ours_wall and ours_wall * 1000, peer, bare_wall and bare_wall * 1000, unit="ms")
+
+
+def intercept_way(results, latency, way, key):
+    """The median over the repeats of one way's figure, or None if a run failed."""
+    values = []
+    for repeat in range(INTERCEPT_REPEATS):
+        figures = get(results, "intercept", f"ours #{repeat}", latency)
+        if figures is None:
+            return None
+        values.append(figures["ways"][way][key])
+    values.sort()
+    return values[len(values) // 2]
+
+
+def intercept_rows(rows, results, latency):
+    """Header rules against the same HTTPS service reached without them: curl in a sandbox,
+    a request on a new connection, one on a kept-alive connection, a download; and how far
+    e2b-local's RSS rose while the downloads passed (bounded: not the bytes passed)."""
+    first = get(results, "intercept", "ours #0", latency)
+    mib_each = first and first["mib"]
+    direct = "same service, a sandbox without rules"
+    for way, label, judged in (("intercepted", "header rule (TLS terminated, headers set)", True),
+                               ("relayed", "rule-less name of that sandbox (relayed, not terminated)", False)):
+        for metric, key, unit, target, check in (
+                ("request, new connection", "new_connection_ms", "ms", "≤ 2.0×",
+                 lambda v, r: r is not None and r <= 2.0),
+                ("request, kept-alive connection", "kept_alive_ms", "ms", "≤ 1.3×",
+                 lambda v, r: r is not None and r <= 1.3),
+                (f"download of {mib_each or '?'} MiB", "mib_per_s", "MiB/s", "≥ 0.8×",
+                 lambda v, r: r is not None and r >= 0.8)):
+            row(rows, "intercept", latency, metric, label, intercept_way(results, latency, way, key),
+                direct, intercept_way(results, latency, "direct", key),
+                target if judged else None, check if judged else None, unit=unit)
+        growth = intercept_way(results, latency, way, "rss_growth_kib")
+        # No peer: direct passes nothing through e2b-local (its rise is the noise, ~0).
+        row(rows, "intercept", latency, f"e2b-local RSS rise, 3 × {mib_each or '?'} MiB", label, mib(growth),
+            target="< 16 MiB" if judged else None, check=(lambda v, r: v < 16) if judged else None, unit="MiB")
 
 
 #: The scale scenario's sides: (result key, the row's variant label, judged against the
@@ -761,6 +836,7 @@ def build_rows(results, latencies, with_hermes, scale_ns=()):
         row(rows, "load", latency, "server RSS growth", variant, mib(load and load.get("server_rss_growth_kib")),
             unit="MiB")
         scale_rows(rows, results, latency, scale_ns)
+        intercept_rows(rows, results, latency)
         if with_hermes:
             hermes_rows(rows, results, latency)
     return rows
@@ -929,6 +1005,7 @@ def main():
     parser.add_argument("--hermes-python", help="python of a venv with Hermes and the wheel (the Hermes rows)")
     parser.add_argument("--only", help="comma-separated scenarios to run (default: all)")
     parser.add_argument("--scale-ns", help="comma-separated scope counts of the scale scenario (default: 1,50,200,500; smoke 1,5)")
+    parser.add_argument("--intercept", required=True, help="e2b-local's intercept_bench example (the intercept rows; needs root)")
     parser.add_argument("--pull-peers", default="bytes,stream,curl",
                         help="the pull's peers to run (default: bytes,stream,curl; `curl` alone for quick repeats)")
     args = parser.parse_args()

@@ -1,23 +1,31 @@
 //! What header rules cost: curl in a sandbox against one HTTPS service on a loopback
 //! address, reached three ways in one run: intercepted (a name with `network.rules`),
 //! relayed (another name of the same sandbox: by the proxy, not terminated) and direct (a
-//! sandbox without rules: no filter, no proxy). Needs root (namespaces and the filter).
+//! sandbox without rules: no filter, no proxy). e2b-local runs as its own process (the
+//! binary beside this example, or `--e2b-local`), so its memory is measured alone. Needs
+//! root (namespaces, the filter, the service on port 443).
 //!
-//!   cargo run --release -p e2b-local --example intercept_bench [REQUESTS] [MIB]
+//!   cargo run --release -p e2b-local --example intercept_bench -- [--requests N] [--mib M] [--json]
 //!
 //! Prints, per way: the median time of a request on a new connection (TCP + TLS + request),
-//! on a kept-alive connection, and of downloading MIB MiB (three times, kept alive); then
-//! the ratios against direct. Each curl trusts one root, so the figures are the proxy's,
-//! and asks for HTTP/1.1 (the service's protocol; over HTTP/2 `Connection: close` would
-//! not open a new connection).
+//! on a kept-alive connection, and of downloading M MiB (three times, kept alive), and how
+//! far e2b-local's resident memory rose above its level before the downloads (its peak,
+//! `VmHWM` after a reset); then the ratios against direct. `--json` prints the figures as
+//! one JSON line instead (`scripts/bench` reads it). Each curl trusts one root, so the
+//! figures are the proxy's, and asks for HTTP/1.1 (the service's protocol; over HTTP/2
+//! `Connection: close` would not open a new connection).
 #![allow(clippy::print_stdout, missing_docs)]
 
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
+use std::io::{BufRead as _, BufReader};
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
+use clap::Parser;
 use http_body_util::BodyExt as _;
 use serde_json::json;
 
@@ -25,32 +33,60 @@ use support::{Api, Sandbox};
 
 const UPSTREAM_IP: &str = "127.62.0.1";
 
+#[derive(Parser)]
+struct Args {
+    /// Requests per way on new connections, and again on one kept-alive connection.
+    #[arg(long, default_value_t = 30)]
+    requests: usize,
+    /// MiB of each of the three downloads per way.
+    #[arg(long, default_value_t = 100)]
+    mib: usize,
+    /// The e2b-local binary (default: the one beside this example's directory).
+    #[arg(long)]
+    e2b_local: Option<PathBuf>,
+    /// One JSON line of figures instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let requests: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(30);
-    let mib: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(run(requests, mib));
+    runtime.block_on(run(args));
 }
 
-async fn run(requests: usize, mib: usize) {
+/// One way's figures.
+struct Way {
+    name: &'static str,
+    fresh_s: f64,
+    kept_s: f64,
+    bulk_s: f64,
+    rss_growth_kib: u64,
+}
+
+async fn run(args: Args) {
     let ip: IpAddr = UPSTREAM_IP.parse().expect("ip");
     let (ca_pem, server_tls) = pki(&["api.bench.test", "plain.bench.test"]);
     serve_upstream(ip, server_tls).await;
     let dir = tempfile::tempdir().expect("dir");
     let ca_file = dir.path().join("upstream-ca.pem");
     std::fs::write(&ca_file, &ca_pem).expect("write");
-    let mut config = e2b_local::ServerConfig::loopback();
-    config.upstream_ca = vec![ca_file];
-    config.add_hosts = vec![
-        ("api.bench.test".to_owned(), ip),
-        ("plain.bench.test".to_owned(), ip),
-    ];
-    let server = e2b_local::Server::start(config).await.expect("server");
-    let api = Api::new(&server);
+    let binary = args.e2b_local.clone().unwrap_or_else(|| {
+        let exe = std::env::current_exe().expect("own path");
+        exe.parent()
+            .and_then(Path::parent)
+            .expect("examples directory")
+            .join("e2b-local")
+    });
+    let (mut child, url) = start_e2b_local(&binary, &ca_file, ip);
+    let pid = child.id();
+    let api = Api {
+        url,
+        http: reqwest::Client::new(),
+    };
     let ruled = create(
         &api,
         json!({"rules": {"api.bench.test": [{"transform": {"headers": {"Authorization": "Bearer bench"}}}]}}),
@@ -88,8 +124,8 @@ async fn run(requests: usize, mib: usize) {
         ),
     ];
     let mut rows = Vec::new();
-    for (way, sandbox, host, extra) in ways {
-        let urls = vec![format!("https://{host}/small"); requests].join(" ");
+    for (name, sandbox, host, extra) in ways {
+        let urls = vec![format!("https://{host}/small"); args.requests].join(" ");
         let fresh = times(
             &api,
             sandbox,
@@ -102,7 +138,8 @@ async fn run(requests: usize, mib: usize) {
             &format!("curl -sS --http1.1 {extra} -o /dev/null -w '%{{time_total}}\\n' {urls}"),
         )
         .await;
-        let bytes = mib * 1024 * 1024;
+        let bytes = args.mib * 1024 * 1024;
+        let before = reset_peak(pid);
         let bulk = times(
             &api,
             sandbox,
@@ -111,30 +148,110 @@ async fn run(requests: usize, mib: usize) {
             ),
         )
         .await;
-        rows.push((way, median(&fresh), median(&kept[1..]), median(&bulk)));
+        let peak = status_kib(pid, "VmHWM");
+        rows.push(Way {
+            name,
+            fresh_s: median(&fresh),
+            kept_s: median(&kept[1..]),
+            bulk_s: median(&bulk),
+            rss_growth_kib: peak.saturating_sub(before),
+        });
     }
+    // End of standard input stops e2b-local, which kills its sandboxes.
+    drop(child.stdin.take());
+    let status = child.wait().expect("e2b-local exits");
+    assert!(status.success(), "e2b-local exited with {status}");
+    if args.json {
+        let ways: serde_json::Map<String, serde_json::Value> = rows
+            .iter()
+            .map(|way| {
+                (
+                    way.name.to_owned(),
+                    json!({
+                        "new_connection_ms": way.fresh_s * 1e3,
+                        "kept_alive_ms": way.kept_s * 1e3,
+                        "download_s": way.bulk_s,
+                        "mib_per_s": args.mib as f64 / way.bulk_s,
+                        "rss_growth_kib": way.rss_growth_kib,
+                    }),
+                )
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"requests": args.requests, "mib": args.mib, "ways": ways})
+        );
+        return;
+    }
+    let mib = args.mib;
     println!(
-        "| way | new connection (median ms) | kept-alive (median ms) | {mib} MiB (s) | MiB/s |"
+        "| way | new connection (median ms) | kept-alive (median ms) | {mib} MiB (s) | MiB/s | e2b-local RSS rise (MiB) |"
     );
-    println!("|---|---|---|---|---|");
-    for (way, fresh, kept, bulk) in &rows {
+    println!("|---|---|---|---|---|---|");
+    for way in &rows {
         println!(
-            "| {way} | {:.2} | {:.2} | {bulk:.2} | {:.0} |",
-            fresh * 1e3,
-            kept * 1e3,
-            mib as f64 / bulk
+            "| {} | {:.2} | {:.2} | {:.2} | {:.0} | {:.1} |",
+            way.name,
+            way.fresh_s * 1e3,
+            way.kept_s * 1e3,
+            way.bulk_s,
+            mib as f64 / way.bulk_s,
+            way.rss_growth_kib as f64 / 1024.0
         );
     }
-    let (_, fresh0, kept0, bulk0) = rows[2];
-    for (way, fresh, kept, bulk) in &rows[..2] {
+    let direct = &rows[2];
+    for way in &rows[..2] {
         println!(
-            "{way} / direct: new connection {:.2}x, kept-alive {:.2}x, download time {:.2}x",
-            fresh / fresh0,
-            kept / kept0,
-            bulk / bulk0
+            "{} / direct: new connection {:.2}x, kept-alive {:.2}x, throughput {:.2}x",
+            way.name,
+            way.fresh_s / direct.fresh_s,
+            way.kept_s / direct.kept_s,
+            direct.bulk_s / way.bulk_s
         );
     }
-    server.shutdown().await.expect("shutdown");
+}
+
+/// Starts `e2b-local serve` trusting the service's CA and resolving its names; returns it
+/// and its URL.
+fn start_e2b_local(binary: &Path, ca_file: &Path, ip: IpAddr) -> (Child, String) {
+    let mut child = Command::new(binary)
+        .args(["serve", "--listen", "127.0.0.1:0", "--exit-on-stdin-eof"])
+        .arg("--upstream-ca")
+        .arg(ca_file)
+        .args(["--add-host", &format!("api.bench.test:{ip}")])
+        .args(["--add-host", &format!("plain.bench.test:{ip}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("e2b-local printed its URL")
+            .expect("read");
+        if let Some(url) = line.strip_prefix("E2B_API_URL=") {
+            break url.to_owned();
+        }
+    };
+    (child, url)
+}
+
+/// Resets the process's peak resident size to its current one (`clear_refs` 5) and
+/// returns that, in KiB.
+fn reset_peak(pid: u32) -> u64 {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset the peak RSS");
+    status_kib(pid, "VmRSS")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 async fn create(api: &Api, network: serde_json::Value) -> Sandbox {
