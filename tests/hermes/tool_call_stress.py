@@ -44,7 +44,7 @@ CALL_TIMEOUT = 20
 GRACE = 45 + 14
 
 DRIVER = """
-import faulthandler, json, random, sys, threading, time, urllib.request
+import faulthandler, http.client, json, random, sys, threading, time, urllib.request
 from hermes_cli.env_loader import load_hermes_dotenv
 load_hermes_dotenv()
 from hermes_cli.plugins import discover_plugins
@@ -61,11 +61,19 @@ api = CFG["api_url"]
 
 def rest(method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(api + path, data=data, method=method,
-                                     headers={"X-API-Key": "e2b_stress_admin", "Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        raw = response.read()
-    return json.loads(raw) if raw else None
+    # An armed drop-connections fault takes the next connection e2b-local accepts, before
+    # it sees the path: when the plugin's pooled connections left it unused, that is this
+    # driver's own. A dropped connection was never handled, so sending again is safe.
+    for attempt in range(3):
+        request = urllib.request.Request(api + path, data=data, method=method,
+                                         headers={"X-API-Key": "e2b_stress_admin", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+            return json.loads(raw) if raw else None
+        except (ConnectionResetError, http.client.RemoteDisconnected):
+            if attempt == 2:
+                raise
 
 def ours():
     listed = rest("GET", "/v2/sandboxes?state=running,paused") or []
@@ -207,8 +215,13 @@ def run(home: Any, server: Any, *, variant: str, iterations: int, faults: bool, 
         if line.startswith("RESULT:"):
             shutil.rmtree(workdir, ignore_errors=True)
             return json.loads(line[len("RESULT:"):])
+    dumped = stacks.read_text()
+    if not dumped:
+        # faulthandler writes the stacks before it ends a driver whose call outlived its
+        # deadline; without them the driver itself failed, which is not a hang.
+        raise RuntimeError(f"the stress driver failed (rc {proc.returncode}) before its report:\n{stderr[-4000:]}")
     raise AssertionError(f"a call outlived its deadline (driver rc {proc.returncode}); every Python thread's "
-                         f"stack when it did:\n{stacks.read_text()}\nstderr:\n{stderr[-4000:]}")
+                         f"stack when it did:\n{dumped}\nstderr:\n{stderr[-4000:]}")
 
 
 def main() -> int:
@@ -238,6 +251,10 @@ def main() -> int:
                                  seed=args.seed)
                 except AssertionError as error:
                     print(f"HANG {variant} faults={'on' if faults else 'off'}:\n{error}")
+                    status = 1
+                    continue
+                except RuntimeError as error:
+                    print(f"FAILED {variant} faults={'on' if faults else 'off'}:\n{error}")
                     status = 1
                     continue
                 wall = time.monotonic() - started
