@@ -99,55 +99,81 @@ impl Interceptor {
         let _ = stream.set_nodelay(true);
         let (read, write) = stream.into_split();
         let replayed = tokio::io::join(std::io::Cursor::new(prefix).chain(read), write);
-        let downstream: Box<dyn Io> = if tls {
-            let config = match self.ca.server_config(&name) {
-                Ok(config) => config,
-                Err(error) => {
-                    tracing::warn!(%error, "egress interception: no certificate");
-                    return;
-                }
-            };
-            let acceptor = tokio_rustls::TlsAcceptor::from(config);
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(replayed)).await {
-                Ok(Ok(tls)) => Box::new(tls),
-                Ok(Err(error)) => {
-                    tracing::info!(%name, %error, "egress interception: the sandbox's TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            }
-        } else {
-            Box::new(replayed)
-        };
         let upstream = Arc::new(Upstream {
             dest,
             name: name.clone(),
             tls: tls.then(|| Arc::clone(&self.upstream)),
             sender: tokio::sync::Mutex::new(None),
+            failed: std::sync::Mutex::new(None),
         });
-        let service = hyper::service::service_fn(move |request| {
+        let downstream = async {
+            if !tls {
+                return Some(Box::new(replayed) as Box<dyn Io>);
+            }
+            let config = match self.ca.server_config(&name) {
+                Ok(config) => config,
+                Err(error) => {
+                    tracing::warn!(%error, "egress interception: no certificate");
+                    return None;
+                }
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(replayed)).await {
+                Ok(Ok(tls)) => Some(Box::new(tls) as Box<dyn Io>),
+                Ok(Err(error)) => {
+                    tracing::info!(%name, %error, "egress interception: the sandbox's TLS handshake failed");
+                    None
+                }
+                Err(_) => None,
+            }
+        };
+        // The upstream's handshakes run beside the sandbox's, so a new connection waits for
+        // the slower of the two, not for both in turn. The slot stays locked until then, so
+        // the first request waits for this connection (or its failure) and opens no other.
+        let via = policy.current().egress_proxy().cloned();
+        let mut slot = upstream.sender.lock().await;
+        let early = async {
+            match upstream.connect(via.as_ref()).await {
+                Ok(sender) => *slot = Some(sender),
+                Err(error) => upstream.early_failure(error),
+            }
+            drop(slot);
+        };
+        let serving = async {
+            let Some(downstream) = downstream.await else {
+                return;
+            };
             let upstream = Arc::clone(&upstream);
-            let policy = Arc::clone(&policy);
-            async move { Ok::<_, std::convert::Infallible>(upstream.forward(request, &policy).await) }
-        });
-        // HTTP/1.1, or HTTP/2 where the client chose it by ALPN (told by its preface).
-        let served =
-            hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .serve_connection(TokioIo::new(downstream), service)
-                .await;
-        if let Err(error) = served {
-            tracing::debug!(%name, %error, "egress interception: connection ended");
-        }
+            let service = hyper::service::service_fn(move |request| {
+                let upstream = Arc::clone(&upstream);
+                let policy = Arc::clone(&policy);
+                async move {
+                    Ok::<_, std::convert::Infallible>(upstream.forward(request, &policy).await)
+                }
+            });
+            // HTTP/1.1, or HTTP/2 where the client chose it by ALPN (told by its preface).
+            let served =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(TokioIo::new(downstream), service)
+                    .await;
+            if let Err(error) = served {
+                tracing::debug!(%name, %error, "egress interception: connection ended");
+            }
+        };
+        tokio::join!(early, serving);
     }
 }
 
-/// The upstream of one intercepted connection: connected at its first request and kept
-/// while both sides keep the connection alive.
+/// The upstream of one intercepted connection: connected while the sandbox's side is,
+/// again at a request after it closed, and kept while both sides keep theirs alive.
 struct Upstream {
     dest: std::net::SocketAddr,
     name: String,
     tls: Option<Arc<rustls::ClientConfig>>,
     sender: tokio::sync::Mutex<Option<hyper::client::conn::http1::SendRequest<Incoming>>>,
+    /// Why the connection made beside the sandbox's handshake failed, until a request
+    /// answers it (a 502 naming it, at once: not a second wait for the same failure).
+    failed: std::sync::Mutex<Option<String>>,
 }
 
 impl Upstream {
@@ -192,6 +218,14 @@ impl Upstream {
         let via = policy.current().egress_proxy().cloned();
         let mut slot = self.sender.lock().await;
         let reusable = slot.as_ref().is_some_and(|sender| !sender.is_closed());
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(error) = failed.filter(|_| !reusable) {
+            return bad_gateway(&format!("e2b-local could not reach {}: {error}", self.name));
+        }
         if !reusable {
             match self.connect(via.as_ref()).await {
                 Ok(sender) => *slot = Some(sender),
@@ -218,6 +252,14 @@ impl Upstream {
                 bad_gateway(&format!("the request to {} failed: {error}", self.name))
             }
         }
+    }
+
+    fn early_failure(&self, error: String) {
+        tracing::info!(name = %self.name, dest = %self.dest, %error, "egress interception: upstream unreachable");
+        *self
+            .failed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
     }
 
     async fn connect(

@@ -795,3 +795,49 @@ async fn allow_and_deny_rules_still_decide_before_header_rules() {
     assert!(!out.contains("ok /denied"), "{out}");
     assert!(take(&tls_seen).is_empty());
 }
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_502_naming_it_and_is_reached_once_it_listens() {
+    // contract: X13
+    if !running_as_root() {
+        return;
+    }
+    // Nothing listens on this address's port 443 yet: the connection made beside the
+    // sandbox's handshake is refused.
+    let ip: IpAddr = "127.61.0.5".parse().unwrap();
+    let pki = test_pki(&["api.example.test"]);
+    let server = Binary::start(&pki.ca_pem, &[("api.example.test", ip)]);
+    let api = &server.api;
+    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+        return;
+    }
+    let sandbox = sandbox_with_rules(api, SECRET).await;
+    // Two requests on one connection: the first answers the failure of the connection
+    // made beside the handshake, the second tries again and fails the same way.
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS -w '%{http_code} %{num_connects}\\n' https://api.example.test/a https://api.example.test/b",
+    )
+    .await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    for (body, status) in [(lines[0], lines[1]), (lines[2], lines[3])] {
+        assert!(
+            body.starts_with("e2b-local could not reach api.example.test: "),
+            "{out}"
+        );
+        assert!(!body.contains(SECRET), "{out}");
+        assert!(status.starts_with("502 "), "{out}");
+    }
+    assert_eq!(
+        lines[3], "502 0",
+        "the second request reused the connection: {out}"
+    );
+
+    // Once the service listens, the next connection reaches it, with the header.
+    let seen = upstream(ip, 443, Some(Arc::clone(&pki.server))).await;
+    let out = sh(api, &sandbox, "curl -sS https://api.example.test/up").await;
+    assert_eq!(out, "ok /up 0\n");
+    assert_eq!(take(&seen)[0].header("authorization"), [SECRET]);
+}
