@@ -8,28 +8,34 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    ApiKey, ApiKeySource, Backend, CallDeadline, Checkpoint, CheckpointReason, CheckpointRequest,
-    CheckpointTarget, CleanupReport, CommandResult, DEFAULT_CHECKPOINT_WAIT, KillOutcomeReport,
-    PullOutcome, RoleKind, RunOptions, RunningCommand, Scope, Services, Shell, TeardownRecovery,
-    Termination, TurnCheckpoint, TurnRequest, WriteSink,
+    ApiKeySource, Backend, CallDeadline, CheckpointReason, CheckpointRequest, CheckpointTarget,
+    DEFAULT_CHECKPOINT_WAIT, RunOptions, RunningCommand, Scope, Services, Shell, TurnRequest,
+    WriteSink,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict};
 
-use context::{CallerContext, call_in_context};
+use context::CallerContext;
 
 use crate::error::{Error, without_time_words};
 use crate::runtime;
 use crate::settings::{Persistence, idle_lifetime};
 
+mod command;
 mod context;
 mod hooks;
+mod reports;
+mod resolvers;
 mod settings;
 
+pub(crate) use command::PyCommand;
 pub(crate) use hooks::PyTransport;
 pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
 pub(crate) use settings::PySettings;
 pub(crate) use settings::{command_timeout, missing_key_message};
+
+use reports::{checkpoint_dict, cleanup_dict, role_name, turn_dict};
+pub(crate) use resolvers::{credential_source, python_credential_values, python_key_resolver};
 
 /// The cap of a fetch whose caller names none (a Hermes whose gateway leaves the cap to the
 /// backend): Hermes' own delivery limit, the 50 MB a Telegram bot may upload.
@@ -74,166 +80,12 @@ impl PyDeadline {
     }
 }
 
-fn role_name(role: RoleKind) -> &'static str {
-    match role {
-        RoleKind::Writer => "writer",
-        RoleKind::Reader => "reader",
-        RoleKind::Owner => "owner",
-        RoleKind::Probe => "probe",
-        RoleKind::External => "external",
-    }
-}
-
-fn cleanup_dict<'py>(py: Python<'py>, report: &CleanupReport) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    dict.set_item("sandbox_id", report.sandbox_id.clone())?;
-    dict.set_item("repeated", report.repeated)?;
-    let (pull, pull_error) = match &report.pull {
-        PullOutcome::NotAttempted => ("not_attempted", None),
-        PullOutcome::Pulled => ("pulled", None),
-        PullOutcome::Failed(reason) => ("failed", Some(without_time_words(reason))),
-    };
-    dict.set_item("pull", pull)?;
-    dict.set_item("pull_error", pull_error)?;
-    let (recovery, recovery_error) = match &report.recovery {
-        TeardownRecovery::NotAttempted => ("not_attempted", None),
-        TeardownRecovery::Recovered(summary) => {
-            let counts = PyDict::new(py);
-            counts.set_item("restored", summary.restored)?;
-            counts.set_item("unchanged", summary.unchanged)?;
-            counts.set_item("superseded", summary.superseded)?;
-            counts.set_item("quarantined", summary.quarantined)?;
-            counts.set_item("skipped", summary.skipped)?;
-            dict.set_item("recovered", counts)?;
-            ("recovered", None)
-        }
-        TeardownRecovery::Failed(reason) => ("failed", Some(without_time_words(reason))),
-    };
-    dict.set_item("recovery", recovery)?;
-    dict.set_item("recovery_error", recovery_error)?;
-    let (sandbox, kill_error) = match &report.sandbox {
-        KillOutcomeReport::LeftRunning => ("left_running", None),
-        KillOutcomeReport::Killed => ("killed", None),
-        KillOutcomeReport::AlreadyGone => ("already_gone", None),
-        KillOutcomeReport::Failed(reason) => ("kill_failed", Some(without_time_words(reason))),
-    };
-    dict.set_item("sandbox", sandbox)?;
-    dict.set_item("kill_error", kill_error)?;
-    Ok(dict)
-}
-
-fn epoch_seconds(time: std::time::SystemTime) -> f64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
-/// One checkpoint as `hermes e2b checkpoints --json` shows it.
-pub(crate) fn checkpoint_dict<'py>(
-    py: Python<'py>,
-    checkpoint: &Checkpoint,
-) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    dict.set_item("snapshot_id", &checkpoint.snapshot_id)?;
-    dict.set_item("name", checkpoint.display_name())?;
-    dict.set_item("label", checkpoint.label.clone())?;
-    dict.set_item("reason", checkpoint.reason.as_str())?;
-    dict.set_item("automatic", checkpoint.is_automatic())?;
-    dict.set_item("taken_at", epoch_seconds(checkpoint.taken_at))?;
-    dict.set_item("taken_at_utc", agent_sandbox::utc(checkpoint.taken_at))?;
-    dict.set_item("source_sandbox", &checkpoint.source_sandbox)?;
-    Ok(dict)
-}
-
-fn turn_dict<'py>(py: Python<'py>, turn: &TurnCheckpoint) -> PyResult<Bound<'py, PyDict>> {
-    let dict = PyDict::new(py);
-    dict.set_item("number", turn.number)?;
-    dict.set_item("label", &turn.label)?;
-    dict.set_item("directory", &turn.directory)?;
-    dict.set_item("entries", turn.entries)?;
-    dict.set_item("bytes", turn.bytes)?;
-    dict.set_item("taken_at", epoch_seconds(turn.taken_at))?;
-    dict.set_item("taken_at_utc", agent_sandbox::utc(turn.taken_at))?;
-    Ok(dict)
-}
-
 /// How long a checkpoint step waits for running commands: the caller's seconds, else the
 /// core's default.
 fn checkpoint_wait(wait_seconds: Option<f64>) -> Duration {
     wait_seconds
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map_or(DEFAULT_CHECKPOINT_WAIT, Duration::from_secs_f64)
-}
-
-/// The API key source for a Python `key_resolver()` (the profile's secret lookup), asked on
-/// first use.
-pub(crate) fn python_key_resolver(key_resolver: Py<PyAny>) -> agent_sandbox::KeyResolver {
-    Arc::new(move || -> Option<ApiKey> {
-        // In the calling Hermes thread's context: Hermes scopes the profile's secrets there.
-        Python::try_attach(|py| {
-            match call_in_context(py, key_resolver.bind(py), PyTuple::empty(py)) {
-                Ok(value) => value
-                    .extract::<Option<String>>()
-                    .ok()
-                    .flatten()
-                    .filter(|key| !key.is_empty())
-                    .map(ApiKey::new),
-                Err(error) => {
-                    // The error text is Python's; it names no key (resolvers never put it there).
-                    tracing::warn!(
-                        "E2B API key lookup failed: {}",
-                        error
-                            .get_type(py)
-                            .name()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default()
-                    );
-                    None
-                }
-            }
-        })
-        .flatten()
-    })
-}
-
-/// The credential value source for a Python `credential_resolver(name)` (the profile's
-/// secret lookup), asked before every command; `None` resolves nothing.
-pub(crate) fn python_credential_values(
-    resolver: Option<Py<PyAny>>,
-) -> agent_sandbox::CredentialValues {
-    let Some(resolver) = resolver else {
-        return Arc::new(|_| None);
-    };
-    Arc::new(move |name: &str| -> Option<String> {
-        Python::try_attach(|py| {
-            let args = PyTuple::new(py, [name]).ok()?;
-            match call_in_context(py, resolver.bind(py), args) {
-                Ok(value) => value
-                    .extract::<Option<String>>()
-                    .ok()
-                    .flatten()
-                    .filter(|value| !value.is_empty()),
-                Err(error) => {
-                    // Python's error type only: its text could hold anything.
-                    tracing::warn!(
-                        "E2B credential lookup for {name} failed: {}",
-                        error
-                            .get_type(py)
-                            .name()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default()
-                    );
-                    None
-                }
-            }
-        })
-        .flatten()
-    })
-}
-
-/// Where a profile's credential values belong, for the error about a missing one.
-pub(crate) fn credential_source(profile_home: &std::path::Path) -> String {
-    profile_home.join(".env").display().to_string()
 }
 
 /// One Hermes environment's backend (one scope).
@@ -633,7 +485,7 @@ impl PyBackend {
             return Err(interrupt);
         }
         let command = started.map_err(|error| Error::in_profile(error, &self.profile_home))?;
-        Ok(PyCommand { command })
+        Ok(PyCommand::new(command))
     }
 
     /// Cleanup (session close, reaper, exit): waits for running commands, then pulls, releases
@@ -781,91 +633,6 @@ impl PyBackend {
     fn finalize(&self, py: Python<'_>) {
         let backend = Arc::clone(&self.backend);
         py.detach(move || backend.finalize());
-    }
-}
-
-/// A command running in the sandbox. Deliberately has no `pid`: Hermes would kill that pid
-/// on the host.
-#[pyclass(name = "Command", module = "hermes_e2b._native", frozen)]
-#[derive(Debug)]
-pub struct PyCommand {
-    command: RunningCommand,
-}
-
-fn exit_code(result: CommandResult) -> PyResult<i32> {
-    match result {
-        Ok(exit) => {
-            if let Some(error) = &exit.sink_error {
-                tracing::debug!(
-                    sandbox_pid = exit.sandbox_pid,
-                    "output forwarding stopped early: {error}"
-                );
-            }
-            Ok(exit.exit_code)
-        }
-        Err(source) => Err(PyErr::from(Error::CommandLost(source))),
-    }
-}
-
-#[pymethods]
-impl PyCommand {
-    /// The pid inside the sandbox (not a host process).
-    #[getter]
-    fn sandbox_pid(&self) -> u32 {
-        self.command.sandbox_pid()
-    }
-
-    /// The sandbox the command runs in.
-    #[getter]
-    fn sandbox_id(&self) -> &str {
-        self.command.sandbox_id()
-    }
-
-    /// The exit code once finished (its output is then complete in the pipe), else None.
-    fn poll(&self) -> PyResult<Option<i32>> {
-        self.command.poll().map(exit_code).transpose()
-    }
-
-    /// Waits up to `timeout` seconds (forever if None); None if still running. Ctrl-C
-    /// interrupts the wait, not the command.
-    #[pyo3(signature = (timeout = None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<i32>> {
-        let limit = timeout
-            .filter(|t| t.is_finite() && *t >= 0.0)
-            .map(Duration::from_secs_f64);
-        let started = std::time::Instant::now();
-        loop {
-            let step = match limit {
-                Some(limit) => limit.saturating_sub(started.elapsed()).min(SIGNAL_CHECK),
-                None => SIGNAL_CHECK,
-            };
-            let command = self.command.clone();
-            if let Some(result) = py.detach(move || command.wait_for(step)) {
-                return exit_code(result).map(Some);
-            }
-            py.check_signals()?;
-            if limit.is_some_and(|limit| started.elapsed() >= limit) {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// Kills the command by its sandbox pid; the sandbox and its other processes survive.
-    fn kill(&self) {
-        self.command.kill();
-    }
-
-    /// How the command ended: "exited", "killed", "deadline", or None while running.
-    #[getter]
-    fn termination(&self) -> Option<&'static str> {
-        match self.command.poll()? {
-            Ok(exit) => Some(match exit.termination {
-                Termination::Exited => "exited",
-                Termination::Killed => "killed",
-                Termination::DeadlineExceeded => "deadline",
-            }),
-            Err(_) => Some("lost"),
-        }
     }
 }
 
