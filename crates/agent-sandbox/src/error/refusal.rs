@@ -1,4 +1,5 @@
-//! Why a change of the scope (checkpoint, rollback, fork, adoption) was refused.
+//! Why a change of the scope (checkpoint, rollback, fork, adoption) or a file fetch was
+//! refused.
 
 use std::fmt;
 
@@ -54,6 +55,33 @@ impl fmt::Display for CheckpointRefusal {
             }
             CheckpointRefusal::NotABranch { sandbox_id } => {
                 write!(f, "sandbox {sandbox_id} is not a started branch of this fork")
+            }
+        }
+    }
+}
+
+/// Why [`crate::Backend::fetch_file`] refused a sandbox file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FileRefusal {
+    /// Missing, or not a regular file once links are followed (a directory, a device, a fifo).
+    NotRegularFile,
+    /// The path asked for is no absolute sandbox path; nothing was contacted.
+    InvalidPath(&'static str),
+    /// More than `max_bytes` bytes: refused at the first byte past the cap.
+    OverCap {
+        /// The cap.
+        max_bytes: u64,
+    },
+}
+
+impl fmt::Display for FileRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileRefusal::NotRegularFile => f.write_str("missing or not a regular file"),
+            FileRefusal::InvalidPath(reason) => f.write_str(reason),
+            FileRefusal::OverCap { max_bytes } => {
+                write!(f, "larger than the cap of {max_bytes} bytes")
             }
         }
     }
