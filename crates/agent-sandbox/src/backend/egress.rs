@@ -7,9 +7,12 @@
 //! sandbox. A sandbox is therefore updated with one request when, and only when, what is
 //! known of it differs from the profile's policy; in steady state nothing is sent.
 
+use std::collections::BTreeMap;
+use std::sync::PoisonError;
+
 use e2b_client::{Client, SandboxId};
 
-use super::{Attached, Inner, bump};
+use super::{Attached, Backend, Inner, Phase, bump};
 use crate::egress::{DesiredNetwork, EGRESS_KEY, EgressPolicy};
 use crate::error::Error;
 use crate::note::{NOTE_EGRESS, NOTE_STAND_INS};
@@ -22,6 +25,64 @@ pub(crate) enum EgressKnown {
     Stamped(Option<String>),
     /// An externally owned sandbox (attach mode): its rules are not known.
     External,
+}
+
+impl Backend {
+    /// Replaces the egress policy from the next command on (a re-read setting, a change made
+    /// with `hermes e2b network`). Costs no request: the attached sandbox is updated before
+    /// the next command that finds its rules differ (X10). Returns whether it changed.
+    pub fn set_egress(&self, policy: EgressPolicy) -> bool {
+        let mut current = self
+            .inner
+            .egress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let changed = *current != policy;
+        *current = policy;
+        changed
+    }
+
+    /// The egress policy in force from the next command on.
+    pub fn egress(&self) -> EgressPolicy {
+        self.inner
+            .egress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the credentials from the next command on (a re-read setting). Costs no
+    /// request: their rules reach the attached sandbox before the next command, together with
+    /// the egress policy, and a changed value too, since values are resolved at every
+    /// command (X16). Returns whether the setting changed.
+    pub fn set_credentials(&self, credentials: crate::credentials::Credentials) -> bool {
+        let mut current = self
+            .inner
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let changed = *current != credentials;
+        *current = credentials;
+        changed
+    }
+
+    /// The credentials in force from the next command on.
+    pub fn credentials(&self) -> crate::credentials::Credentials {
+        self.inner
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The stand-ins the attached sandbox's commands see, by variable name (X16); empty when
+    /// nothing is attached or no credential is configured.
+    pub fn stand_ins(&self) -> BTreeMap<String, String> {
+        match &*self.inner.lock_state("stand-ins") {
+            Phase::Attached(attached) => attached.stand_ins.clone(),
+            _ => BTreeMap::new(),
+        }
+    }
 }
 
 impl Inner {

@@ -15,6 +15,7 @@ pub(crate) use egress::noted_for as noted_egress_for;
 pub use turns::{MAX_TURN_KEEP, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore};
 mod fence;
 mod fetch;
+mod files;
 mod fleet;
 mod gates;
 mod holder;
@@ -424,62 +425,6 @@ impl Backend {
         Ok(attached.info.clone())
     }
 
-    /// Replaces the egress policy from the next command on (a re-read setting, a change made
-    /// with `hermes e2b network`). Costs no request: the attached sandbox is updated before
-    /// the next command that finds its rules differ (X10). Returns whether it changed.
-    pub fn set_egress(&self, policy: crate::egress::EgressPolicy) -> bool {
-        let mut current = self
-            .inner
-            .egress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let changed = *current != policy;
-        *current = policy;
-        changed
-    }
-
-    /// The egress policy in force from the next command on.
-    pub fn egress(&self) -> crate::egress::EgressPolicy {
-        self.inner
-            .egress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Replaces the credentials from the next command on (a re-read setting). Costs no
-    /// request: their rules reach the attached sandbox before the next command, together with
-    /// the egress policy, and a changed value too, since values are resolved at every
-    /// command (X16). Returns whether the setting changed.
-    pub fn set_credentials(&self, credentials: crate::credentials::Credentials) -> bool {
-        let mut current = self
-            .inner
-            .credentials
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let changed = *current != credentials;
-        *current = credentials;
-        changed
-    }
-
-    /// The credentials in force from the next command on.
-    pub fn credentials(&self) -> crate::credentials::Credentials {
-        self.inner
-            .credentials
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The stand-ins the attached sandbox's commands see, by variable name (X16); empty when
-    /// nothing is attached or no credential is configured.
-    pub fn stand_ins(&self) -> std::collections::BTreeMap<String, String> {
-        match &*self.inner.lock_state("stand-ins") {
-            Phase::Attached(attached) => attached.stand_ins.clone(),
-            _ => std::collections::BTreeMap::new(),
-        }
-    }
-
     /// The transport of the attached sandbox, for a sync engine's callbacks. Does not attach.
     pub fn transport(&self) -> Result<StateTransport, Error> {
         self.inner
@@ -588,69 +533,6 @@ impl Backend {
             inner.inflight.leave(token);
         }
         launched
-    }
-
-    /// Reads a sandbox file, refusing it the moment it passes `max_bytes` (checked while
-    /// downloading). Admitted like a command: attach, lease, gates, sync (C2, C7).
-    pub fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, Error> {
-        self.file_operation("read file", FILE_OPERATION_WINDOW, |inner, sandbox| {
-            let id = sandbox.id().as_str().to_owned();
-            inner
-                .block_on(sandbox.read_file(path, max_bytes))
-                .map(|bytes| bytes.to_vec())
-                .map_err(|source| Error::e2b("read file", Some(&id), source))
-        })
-    }
-
-    /// Writes a sandbox file (parents created, replaced if present). Admitted like a command.
-    pub fn write_file(&self, path: &str, data: Vec<u8>) -> Result<(), Error> {
-        self.file_operation("write file", FILE_OPERATION_WINDOW, |inner, sandbox| {
-            let id = sandbox.id().as_str().to_owned();
-            let file = e2b_client::UploadFile::bytes(path.to_owned(), data.clone().into());
-            inner
-                .block_on(sandbox.write_files(vec![file]))
-                .map(|_| ())
-                .map_err(|source| Error::e2b("write file", Some(&id), source))
-        })
-    }
-
-    /// Runs the per-command admission and sync now, without a command: attach if needed, then
-    /// what [`run`](Self::run) does before it starts anything (lease, a reader's gates or
-    /// takeover, the writer's or ephemeral owner's push through the [`StateHooks`]). For a
-    /// framework that asks for a sync outside a command (Hermes forces one so a file it just
-    /// wrote on the host is visible in the sandbox). A reader pushes nothing; a refused reader
-    /// gets [`Error::NotReady`].
-    pub fn sync_state(&self) -> Result<(), Error> {
-        self.file_operation("sync state", FILE_OPERATION_WINDOW, |_, _| Ok(()))
-    }
-
-    fn file_operation<T>(
-        &self,
-        operation: &'static str,
-        window: Duration,
-        op: impl Fn(&Inner, &Sandbox) -> Result<T, Error>,
-    ) -> Result<T, Error> {
-        let inner = &*self.inner;
-        let mut state = inner.lock_state(operation);
-        let attached = inner.ensure_attached(&mut state, operation)?;
-        inner.touch();
-        let result =
-            inner
-                .prepare(attached, window)
-                .and_then(|()| match op(inner, &attached.sandbox) {
-                    Err(error) if error.is_sandbox_gone() => {
-                        attached.lease.forget();
-                        inner.top_up_lease(attached, window)?;
-                        op(inner, &attached.sandbox)
-                    }
-                    other => other,
-                });
-        if let Err(error) = &result
-            && (error.is_sandbox_gone() || attached.stale)
-        {
-            inner.detach(&mut state);
-        }
-        result
     }
 }
 
