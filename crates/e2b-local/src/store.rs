@@ -11,8 +11,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::StatusCode;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -21,7 +19,10 @@ use crate::clock::{Clock, nanos};
 use crate::egress::NetworkRecord;
 use crate::sandbox_log::{Level, SandboxLogs};
 
+mod list;
 mod network;
+
+pub(crate) use self::list::{Cursor, ListQuery};
 
 use self::network::process_table;
 use crate::process_table::ProcessTable;
@@ -131,49 +132,6 @@ pub(crate) struct CreateParams {
     pub(crate) network: Option<NetworkRecord>,
     /// A directory holding `home/` and `tmp/` to start from (a snapshot's), copied in.
     pub(crate) files_from: Option<PathBuf>,
-}
-
-/// A list query, already parsed.
-#[derive(Debug)]
-pub(crate) struct ListQuery {
-    pub(crate) metadata: Vec<(String, String)>,
-    pub(crate) states: Vec<SbState>,
-    pub(crate) ascending: bool,
-    pub(crate) started_after: Option<u64>,
-    pub(crate) template: Option<String>,
-    pub(crate) cursor: Option<Cursor>,
-    pub(crate) limit: usize,
-}
-
-/// A position in the list order: (startedAt, creation sequence).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Cursor {
-    pub(crate) started_at: u64,
-    pub(crate) seq: u64,
-}
-
-impl Cursor {
-    pub(crate) fn encode(self, id: &str) -> String {
-        URL_SAFE_NO_PAD.encode(format!("{}__{}__{id}", self.started_at, self.seq))
-    }
-
-    pub(crate) fn decode(token: &str) -> Option<Cursor> {
-        let raw = URL_SAFE_NO_PAD.decode(token.trim_end_matches('=')).ok()?;
-        let text = String::from_utf8(raw).ok()?;
-        let mut parts = text.splitn(3, "__");
-        let started_at = parts.next()?.parse().ok()?;
-        let seq = parts.next()?.parse().ok()?;
-        parts.next()?;
-        Some(Cursor { started_at, seq })
-    }
-}
-
-/// One page of a list answer.
-#[derive(Debug)]
-pub(crate) struct Page {
-    pub(crate) items: Vec<Record>,
-    pub(crate) next_token: Option<String>,
-    pub(crate) total_running: usize,
 }
 
 /// What envd handlers need to serve a running sandbox.
@@ -526,55 +484,6 @@ impl Store {
             .get(id)
             .map(|e| e.record.clone())
             .ok_or_else(|| ApiError::sandbox_not_found(id))
-    }
-
-    pub(crate) fn list(&self, query: &ListQuery) -> Page {
-        self.sweep();
-        let inner = self.lock();
-        let total_running = inner.running_count();
-        let mut items: Vec<&Record> = inner
-            .entries
-            .values()
-            .map(|e| &e.record)
-            .filter(|r| query.states.contains(&r.state))
-            .filter(|r| {
-                query
-                    .metadata
-                    .iter()
-                    .all(|(k, v)| r.metadata.get(k).is_some_and(|have| have == v))
-            })
-            .filter(|r| query.started_after.is_none_or(|t| r.started_at > t))
-            .filter(|r| query.template.as_ref().is_none_or(|t| &r.template == t))
-            .collect();
-        let key = |r: &Record| Cursor {
-            started_at: r.started_at,
-            seq: r.seq,
-        };
-        items.sort_by_key(|r| key(r));
-        if !query.ascending {
-            items.reverse();
-        }
-        if let Some(cursor) = query.cursor {
-            items.retain(|r| {
-                if query.ascending {
-                    key(r) > cursor
-                } else {
-                    key(r) < cursor
-                }
-            });
-        }
-        let more = items.len() > query.limit;
-        items.truncate(query.limit);
-        let next_token = if more {
-            items.last().map(|r| key(r).encode(&r.id))
-        } else {
-            None
-        };
-        Page {
-            items: items.into_iter().cloned().collect(),
-            next_token,
-            total_running,
-        }
     }
 
     /// Extend-only connect; resumes a paused sandbox. Returns the record and whether it resumed.
