@@ -428,7 +428,7 @@ async fn header_rules_set_the_header_on_every_request_to_the_named_host_only() {
         &[("api.example.test", ip), ("other.example.test", ip)],
     );
     let api = &server.api;
-    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+    if !enforces(api).await {
         return;
     }
     let sandbox = sandbox_with_rules(api, SECRET).await;
@@ -547,7 +547,7 @@ async fn header_values_reach_no_log_no_error_and_nothing_in_the_sandbox() {
     let tls_seen = upstream(ip, 443, Some(Arc::clone(&pki.server))).await;
     let server = Binary::start(&pki.ca_pem, &[("api.example.test", ip)]);
     let api = &server.api;
-    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+    if !enforces(api).await {
         return;
     }
     let sandbox = sandbox_with_rules(api, SECRET).await;
@@ -683,7 +683,7 @@ async fn allowed_tcp_goes_through_the_egress_proxy_with_its_credentials() {
     let (socks, tunnels) = socks_server("p-socks-secret").await;
     let server = Binary::start(&pki.ca_pem, &[("api.example.test", ip)]);
     let api = &server.api;
-    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+    if !enforces(api).await {
         return;
     }
     let create = |network: Value| {
@@ -765,7 +765,7 @@ async fn allow_and_deny_rules_still_decide_before_header_rules() {
         &[("api.example.test", ip), ("other.example.test", ip)],
     );
     let api = &server.api;
-    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+    if !enforces(api).await {
         return;
     }
     let body = json!({"templateID": "base", "timeout": 300, "network": {
@@ -808,7 +808,7 @@ async fn an_unreachable_upstream_is_a_502_naming_it_and_is_reached_once_it_liste
     let pki = test_pki(&["api.example.test"]);
     let server = Binary::start(&pki.ca_pem, &[("api.example.test", ip)]);
     let api = &server.api;
-    if api.get("/_e2b_local/isolation").await.json["egressRules"] != true {
+    if !enforces(api).await {
         return;
     }
     let sandbox = sandbox_with_rules(api, SECRET).await;
