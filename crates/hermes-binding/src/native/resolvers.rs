@@ -13,30 +13,7 @@ use super::context::call_in_context;
 /// first use.
 pub(crate) fn python_key_resolver(key_resolver: Py<PyAny>) -> agent_sandbox::KeyResolver {
     Arc::new(move || -> Option<ApiKey> {
-        // In the calling Hermes thread's context: Hermes scopes the profile's secrets there.
-        Python::try_attach(|py| {
-            match call_in_context(py, key_resolver.bind(py), PyTuple::empty(py)) {
-                Ok(value) => value
-                    .extract::<Option<String>>()
-                    .ok()
-                    .flatten()
-                    .filter(|key| !key.is_empty())
-                    .map(ApiKey::new),
-                Err(error) => {
-                    // The error text is Python's; it names no key (resolvers never put it there).
-                    tracing::warn!(
-                        "E2B API key lookup failed: {}",
-                        error
-                            .get_type(py)
-                            .name()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default()
-                    );
-                    None
-                }
-            }
-        })
-        .flatten()
+        lookup(&key_resolver, &[], || "API key lookup".to_owned()).map(ApiKey::new)
     })
 }
 
@@ -49,30 +26,40 @@ pub(crate) fn python_credential_values(
         return Arc::new(|_| None);
     };
     Arc::new(move |name: &str| -> Option<String> {
-        Python::try_attach(|py| {
-            let args = PyTuple::new(py, [name]).ok()?;
-            match call_in_context(py, resolver.bind(py), args) {
-                Ok(value) => value
-                    .extract::<Option<String>>()
-                    .ok()
-                    .flatten()
-                    .filter(|value| !value.is_empty()),
-                Err(error) => {
-                    // Python's error type only: its text could hold anything.
-                    tracing::warn!(
-                        "E2B credential lookup for {name} failed: {}",
-                        error
-                            .get_type(py)
-                            .name()
-                            .map(|n| n.to_string())
-                            .unwrap_or_default()
-                    );
-                    None
-                }
-            }
+        lookup(&resolver, &[name], || {
+            format!("credential lookup for {name}")
         })
-        .flatten()
     })
+}
+
+/// `resolver(*args)`, called in the calling Hermes thread's context (Hermes scopes the
+/// profile's secrets there): a non-empty string, else nothing. A failure is logged as
+/// `what` with Python's error type only, never its text, which could hold anything (a
+/// resolver never puts a secret there, but nothing makes it so).
+fn lookup(resolver: &Py<PyAny>, args: &[&str], what: impl FnOnce() -> String) -> Option<String> {
+    Python::try_attach(|py| {
+        let args = PyTuple::new(py, args).ok()?;
+        match call_in_context(py, resolver.bind(py), args) {
+            Ok(value) => value
+                .extract::<Option<String>>()
+                .ok()
+                .flatten()
+                .filter(|value| !value.is_empty()),
+            Err(error) => {
+                tracing::warn!(
+                    "E2B {} failed: {}",
+                    what(),
+                    error
+                        .get_type(py)
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                );
+                None
+            }
+        }
+    })
+    .flatten()
 }
 
 /// Where a profile's credential values belong, for the error about a missing one.
