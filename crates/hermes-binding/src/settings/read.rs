@@ -122,51 +122,50 @@ pub(super) fn seconds(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option
         Some(SettingKind::Seconds { min }) => min,
         _ => 0,
     };
-    let value = match raw.get(key) {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Int(value)) => *value,
-        Some(Value::Float(value)) if value.fract() == 0.0 && value.is_finite() => *value as i64,
-        Some(other) => {
-            return Err(invalid(
-                key,
-                format!("must be a whole number of seconds, not {}", other.kind()),
-            ));
-        }
-    };
-    match u64::try_from(value) {
-        Ok(seconds) if (min..=MAX_SETTING_SECONDS).contains(&seconds) => {
-            Ok(Some(Duration::from_secs(seconds)))
-        }
-        _ => Err(invalid(
-            key,
-            format!("must be between {min} and {MAX_SETTING_SECONDS} seconds, not {value}"),
-        )),
-    }
+    Ok(
+        whole_number(raw, key, (min, MAX_SETTING_SECONDS), Some("seconds"))?
+            .map(Duration::from_secs),
+    )
 }
 
 /// A whole number within the setting's bounds; absent or null is `None`.
 pub(super) fn count(raw: &BTreeMap<String, Value>, key: &str) -> Result<Option<usize>, Error> {
-    let (min, max) = match Setting::find(key).map(|setting| setting.kind) {
+    let bounds = match Setting::find(key).map(|setting| setting.kind) {
         Some(SettingKind::Count { min, max }) => (min, max),
         _ => (0, u64::MAX),
     };
+    Ok(whole_number(raw, key, bounds, None)?.map(|n| n as usize))
+}
+
+/// A whole number (an integer, or a float without a fraction) within `(min, max)`, refused
+/// naming the `unit` it counts when there is one; absent or null is `None`.
+fn whole_number(
+    raw: &BTreeMap<String, Value>,
+    key: &str,
+    (min, max): (u64, u64),
+    unit: Option<&str>,
+) -> Result<Option<u64>, Error> {
     let value = match raw.get(key) {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Int(value)) => *value,
         Some(Value::Float(value)) if value.fract() == 0.0 && value.is_finite() => *value as i64,
         Some(other) => {
+            let of = unit.map(|unit| format!(" of {unit}")).unwrap_or_default();
             return Err(invalid(
                 key,
-                format!("must be a whole number, not {}", other.kind()),
+                format!("must be a whole number{of}, not {}", other.kind()),
             ));
         }
     };
     match u64::try_from(value) {
-        Ok(n) if (min..=max).contains(&n) => Ok(Some(n as usize)),
-        _ => Err(invalid(
-            key,
-            format!("must be between {min} and {max}, not {value}"),
-        )),
+        Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        _ => {
+            let unit = unit.map(|unit| format!(" {unit}")).unwrap_or_default();
+            Err(invalid(
+                key,
+                format!("must be between {min} and {max}{unit}, not {value}"),
+            ))
+        }
     }
 }
 
