@@ -8,7 +8,7 @@
 //! known of it differs from the profile's policy; in steady state nothing is sent.
 
 use std::collections::BTreeMap;
-use std::sync::PoisonError;
+use std::sync::{Mutex, PoisonError};
 
 use e2b_client::{Client, SandboxId};
 
@@ -32,14 +32,7 @@ impl Backend {
     /// with `hermes e2b network`). Costs no request: the attached sandbox is updated before
     /// the next command that finds its rules differ (X10). Returns whether it changed.
     pub fn set_egress(&self, policy: EgressPolicy) -> bool {
-        let mut current = self
-            .inner
-            .egress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let changed = *current != policy;
-        *current = policy;
-        changed
+        replace(&self.inner.egress, policy)
     }
 
     /// The egress policy in force from the next command on.
@@ -56,14 +49,7 @@ impl Backend {
     /// the egress policy, and a changed value too, since values are resolved at every
     /// command (X16). Returns whether the setting changed.
     pub fn set_credentials(&self, credentials: crate::credentials::Credentials) -> bool {
-        let mut current = self
-            .inner
-            .credentials
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let changed = *current != credentials;
-        *current = credentials;
-        changed
+        replace(&self.inner.credentials, credentials)
     }
 
     /// The credentials in force from the next command on.
@@ -83,6 +69,14 @@ impl Backend {
             _ => BTreeMap::new(),
         }
     }
+}
+
+/// Puts `value` in `slot`; whether it differed from what was there.
+fn replace<T: PartialEq>(slot: &Mutex<T>, value: T) -> bool {
+    let mut current = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    let changed = *current != value;
+    *current = value;
+    changed
 }
 
 impl Inner {
