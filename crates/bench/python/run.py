@@ -547,12 +547,17 @@ def hermes_rows(rows, results, latency):
 
 def median_of(results, scenario, who, latency, key):
     """The median per-operation `key` over the repeats of one side, or None if any failed."""
+    return median_over(results, scenario, who, latency, REPEATS, lambda figures: figures[key] / figures["ops"])
+
+
+def median_over(results, scenario, who, latency, repeats, value):
+    """The median of `value(figures)` over runs `who #0` .. `#repeats-1`, or None if any failed."""
     values = []
-    for repeat in range(REPEATS):
+    for repeat in range(repeats):
         figures = get(results, scenario, f"{who} #{repeat}", latency)
         if figures is None:
             return None
-        values.append(figures[key] / figures["ops"])
+        values.append(value(figures))
     values.sort()
     return values[len(values) // 2]
 
@@ -589,14 +594,8 @@ def checkpoint_rows(rows, results, latency):
 
 def intercept_way(results, latency, way, key):
     """The median over the repeats of one way's figure, or None if a run failed."""
-    values = []
-    for repeat in range(INTERCEPT_REPEATS):
-        figures = get(results, "intercept", f"ours #{repeat}", latency)
-        if figures is None:
-            return None
-        values.append(figures["ways"][way][key])
-    values.sort()
-    return values[len(values) // 2]
+    return median_over(results, "intercept", "ours", latency, INTERCEPT_REPEATS,
+                       lambda figures: figures["ways"][way][key])
 
 
 def intercept_rows(rows, results, latency):
