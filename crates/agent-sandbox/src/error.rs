@@ -41,10 +41,11 @@ pub enum Error {
     /// to free a slot within the wait (L14). `running` is how many run on the account, when
     /// one bounded list request at the time of the error could tell.
     #[error(
-        "E2B {operation} failed{}: the account's limit of concurrently running sandboxes is reached{}; {} other sandbox(es) of this process run and none could be paused (each has a command running or is busy), waited {} s for a slot",
+        "E2B {operation} failed{}: the account's limit of concurrently running sandboxes is reached{}; {} other sandbox(es) of this process run and none could be paused (each has a command running or is busy); {}; waited {} s for a slot",
         ForSandbox(.detail.sandbox_id.as_deref()),
         Running(.detail.running),
         .detail.this_process,
+        Census(.detail),
         .detail.waited.as_secs()
     )]
     ConcurrencyLimit {
@@ -592,8 +593,47 @@ pub struct LimitDetail {
     pub running: Option<u64>,
     /// Other sandboxes of this process's fleet running at the time.
     pub this_process: usize,
+    /// This profile's running sandboxes of other processes held by a live session on this
+    /// host (L15).
+    pub held_elsewhere: usize,
+    /// This profile's running sandboxes of no live session that run a command, as this
+    /// host's activity record says (L15).
+    pub busy_elsewhere: usize,
+    /// This profile's running sandboxes of scopes this host never coordinated (another
+    /// host's) or whose records it cannot read (L15).
+    pub unknown: usize,
     /// How long the start waited for a slot.
     pub waited: std::time::Duration,
+}
+
+/// Renders the leftover census of a limit error.
+struct Census<'a>(&'a LimitDetail);
+
+impl fmt::Display for Census<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_census(
+            f,
+            self.0.held_elsewhere,
+            self.0.busy_elsewhere,
+            self.0.unknown,
+        )
+    }
+}
+
+/// Says why none of this profile's running sandboxes of other processes could be paused.
+pub(crate) fn write_census(
+    f: &mut fmt::Formatter<'_>,
+    held: usize,
+    busy: usize,
+    unknown: usize,
+) -> fmt::Result {
+    if held + busy + unknown == 0 {
+        return f.write_str("no sandbox of this profile left by another process runs");
+    }
+    write!(
+        f,
+        "of this profile's sandboxes of other processes, {held} are held by a live Hermes session on this host, {busy} run a command and {unknown} belong to another host"
+    )
 }
 
 /// Renders " (<n> running now)" or nothing.

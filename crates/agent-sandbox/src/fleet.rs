@@ -15,6 +15,9 @@ pub(crate) trait Member: Send + Sync {
     fn last_use(&self) -> u64;
     /// Whether its sandbox runs as far as this process knows.
     fn believed_running(&self) -> bool;
+    /// Its scope: a leftover search never takes the writer role of a scope of its own
+    /// process (L15).
+    fn scope(&self) -> sandbox_identity::ScopeDigest;
     /// Pauses its sandbox if it may be paused now; its id when it was.
     fn pause_if_idle(&self) -> Option<SandboxId>;
     /// Runs `start`, a resume of the member's sandbox made outside its own start path (a
@@ -109,6 +112,11 @@ impl Fleet {
         let mut members = self.members_besides(asking);
         members.sort_by_key(|member| member.last_use());
         members.iter().find_map(|member| member.pause_if_idle())
+    }
+
+    /// The scopes of the live members.
+    pub(crate) fn scopes(&self) -> Vec<sandbox_identity::ScopeDigest> {
+        self.members().iter().map(|member| member.scope()).collect()
     }
 
     /// Members other than `asking` whose sandboxes run now.

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use e2b_client::SandboxId;
 
 use super::holder::StateGuard;
+use super::leftover::LeftoverCensus;
 use super::{Attached, Inner, Phase, Role};
 use crate::error::{Error, ErrorChain};
 use crate::fleet::Member;
@@ -41,6 +42,10 @@ impl Member for Inner {
 
     fn believed_running(&self) -> bool {
         Inner::believed_running(self)
+    }
+
+    fn scope(&self) -> sandbox_identity::ScopeDigest {
+        self.identity.digest()
     }
 
     fn pause_if_idle(&self) -> Option<SandboxId> {
@@ -173,13 +178,20 @@ impl Inner {
                 paused += 1;
                 continue;
             }
+            // None of this process's: a sandbox an earlier process left running (L15).
+            let (leftover, census) = self.pause_leftover();
+            if paused < MAX_PAUSES_PER_START && leftover.is_some() {
+                paused += 1;
+                continue;
+            }
             if slot_wait.is_zero() {
-                return Err(self.limit_error(operation, sandbox_id, Duration::ZERO, error));
+                return Err(self.limit_error(operation, sandbox_id, Duration::ZERO, census, error));
             }
             let (since, meter) = waiting.get_or_insert_with(|| {
                 tracing::info!(
                     sandbox_id = sandbox_id.map(SandboxId::as_str).unwrap_or(""),
-                    "E2B {operation}: the account's limit of concurrently running sandboxes is reached and none of this process's can be paused now; waiting up to {} s for a slot",
+                    "E2B {operation}: the account's limit of concurrently running sandboxes is reached and no sandbox of this profile can be paused now ({}); waiting up to {} s for a slot",
+                    census,
                     slot_wait.as_secs()
                 );
                 let meter = Meter::start(
@@ -195,7 +207,7 @@ impl Inner {
             if waited >= slot_wait {
                 let (_, meter) = waiting.take().expect("set just above");
                 meter.finish();
-                return Err(self.limit_error(operation, sandbox_id, waited, error));
+                return Err(self.limit_error(operation, sandbox_id, waited, census, error));
             }
             let pause = SLOT_POLL.min(slot_wait - waited);
             // The timer is made inside the runtime (a sleep made outside it has no reactor).
@@ -229,6 +241,7 @@ impl Inner {
         operation: &'static str,
         sandbox_id: Option<&SandboxId>,
         waited: Duration,
+        census: LeftoverCensus,
         refused: Error,
     ) -> Error {
         let Error::E2b { source, .. } = refused else {
@@ -241,6 +254,9 @@ impl Inner {
                 sandbox_id: sandbox_id.map(|id| id.as_str().to_owned()),
                 running,
                 this_process: self.services.fleet.running_besides(self as &dyn Member),
+                held_elsewhere: census.held,
+                busy_elsewhere: census.busy,
+                unknown: census.unknown,
                 waited,
             }),
             source,

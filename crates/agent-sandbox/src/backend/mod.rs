@@ -24,6 +24,7 @@ mod watchdog;
 pub use watchdog::{CallDeadline, STALLED_RETRY};
 mod inflight;
 mod lease;
+mod leftover;
 pub(crate) mod pull;
 use inflight::{Inflight, describe_command};
 mod start;

@@ -265,3 +265,100 @@ fn a_teardown_pull_resumes_its_paused_sandbox_within_the_limit() {
         "{names:?}"
     );
 }
+
+#[test]
+fn a_sandbox_an_earlier_process_left_running_is_paused_for_a_slot_and_resumed_by_its_scope() {
+    // contract: L15
+    let world = World::new();
+    world.server().set_max_running(Some(1));
+    // An earlier process: its sandbox runs on its lease when the process dies (dropping the
+    // backend does what a crash does on the host: the writer's lock goes with it).
+    let crashed = other_process(&world, "crashed-chat");
+    ok(&crashed, "echo kept > ~/mark");
+    let left = crashed.info().expect("attached").sandbox_id;
+    drop(crashed);
+    assert_eq!(
+        world.detail(&left).expect("sandbox").summary.state,
+        SandboxState::Running
+    );
+
+    // The restarted process's first chat: E2B refuses the create, no sandbox of this
+    // process runs, and the leftover is paused instead of the chat waiting for its lease.
+    let restarted = member(&world, "new-chat", |config| {
+        config.slot_wait = Duration::ZERO
+    });
+    assert_eq!(ok(&restarted, "echo in"), "in\n");
+    assert_eq!(
+        world.detail(&left).expect("sandbox").summary.state,
+        SandboxState::Paused
+    );
+    assert_eq!(world.server().running_limit(), (Some(1), 1));
+
+    // The old chat's next session resumes the same sandbox with its files (the new chat,
+    // now idle, is paused for it).
+    world.advance(Duration::from_secs(1));
+    let again = member(&world, "crashed-chat", |config| {
+        config.slot_wait = Duration::ZERO
+    });
+    assert_eq!(ok(&again, "cat ~/mark"), "kept\n");
+    assert_eq!(again.info().expect("attached").sandbox_id, left);
+    assert_eq!(state_of(&world, &restarted), SandboxState::Paused);
+}
+
+#[test]
+fn a_leftover_whose_record_says_a_command_runs_is_not_paused_and_the_error_says_why() {
+    // contract: L15
+    let world = World::new();
+    world.server().set_max_running(Some(1));
+    let crashed = other_process(&world, "mid-command");
+    ok(&crashed, "true");
+    let left = crashed.info().expect("attached").sandbox_id;
+    // The process died while a command ran: its start is the record's last word.
+    let files = world.scope_files(&crashed);
+    let ended = files.activity().expect("read").expect("record").last_used();
+    files
+        .activity_recorder()
+        .command_started(&left, ended + Duration::from_secs(1))
+        .expect("record");
+    drop(crashed);
+
+    let restarted = member(&world, "new-chat", |config| {
+        config.slot_wait = Duration::ZERO
+    });
+    let error = restarted
+        .attach()
+        .expect_err("the only slot runs a command");
+    assert!(error.is_concurrency_limit(), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("0 are held by a live Hermes session on this host, 1 run a command"),
+        "{error}"
+    );
+    assert_eq!(
+        world.detail(&left).expect("sandbox").summary.state,
+        SandboxState::Running
+    );
+}
+
+#[test]
+fn a_sandbox_a_live_session_of_another_process_holds_is_counted_not_paused() {
+    // contract: L15
+    let world = World::new();
+    world.server().set_max_running(Some(1));
+    let live = other_process(&world, "live-chat");
+    ok(&live, "true");
+    let restarted = member(&world, "new-chat", |config| {
+        config.slot_wait = Duration::ZERO
+    });
+    let error = restarted
+        .attach()
+        .expect_err("the only slot is held by a live session");
+    assert!(
+        error
+            .to_string()
+            .contains("1 are held by a live Hermes session on this host"),
+        "{error}"
+    );
+    assert_eq!(state_of(&world, &live), SandboxState::Running);
+}

@@ -44,9 +44,12 @@ fn a_refused_key_names_the_step_once_and_is_classified() {
 fn the_concurrency_limit_says_how_many_run() {
     // contract: O5
     let world = World::new();
-    // Two run already (other sessions').
-    world.persistent_task("one").attach().expect("one");
-    world.persistent_task("two").attach().expect("two");
+    // Two run already (other sessions', alive: a leftover no session holds would be paused
+    // for the slot, L15).
+    let one = world.persistent_task("one");
+    one.attach().expect("one");
+    let two = world.persistent_task("two");
+    two.attach().expect("two");
     // An ephemeral backend creates at once: the fault meets the create. It stands for
     // another process (a fleet of its own: nothing of its own to pause) that waits for no
     // slot (L14 has its own tests).
@@ -78,7 +81,9 @@ fn the_concurrency_limit_says_how_many_run() {
         text,
         "E2B create failed: the account's limit of concurrently running sandboxes is reached \
          (2 running now); 0 other sandbox(es) of this process run and none could be paused (each \
-         has a command running or is busy), waited 0 s for a slot: HTTP 429: You have reached \
+         has a command running or is busy); of this profile's sandboxes of other processes, 2 \
+         are held by a live Hermes session on this host, 0 run a command and 0 belong to another \
+         host; waited 0 s for a slot: HTTP 429: You have reached \
          the maximum number of concurrent E2B sandboxes"
     );
 }
