@@ -77,7 +77,8 @@ def test_command_streams_into_the_pipe_and_kill_hits_only_that_pid(home, native_
     assert result["alive"] == "alive\n", "the sandbox survives a command kill (L6)"
     assert result["hooks"][0] == ["push", "initial", "/home/user/.hermes"]
     assert ["pull"] in result["hooks"]
-    assert result["report"]["sandbox"] == "left_running" and result["report"]["pull"] == "pulled"
+    # Pulled, and no one else uses it: paused at close, its slot and cost freed (L16).
+    assert result["report"]["sandbox"] == "paused" and result["report"]["pull"] == "pulled"
     assert result["again"] is True, "cleanup is idempotent (L7)"
 
 

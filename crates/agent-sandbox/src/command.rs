@@ -42,6 +42,23 @@ pub struct RunOptions {
     /// How long the command's end is waited for once it is killed (its kill requests
     /// included) before its output is given up ([`Error::CommandAbandoned`], O7).
     pub kill_grace: Duration,
+    /// Whether the command is the session's own use of the sandbox or a watcher's poll.
+    pub purpose: Purpose,
+}
+
+/// Why a command runs: what decides whether it counts as the session's use (L17).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Purpose {
+    /// The session's own command: it keeps the sandbox from its quiet pause and resumes a
+    /// paused one.
+    Use,
+    /// A poll of a process an earlier command started (a framework's background-process
+    /// watcher): it does not count as use, so a quiet sandbox is still paused on time, and
+    /// it never resumes a sandbox paused while quiet ([`Error::PausedWhileQuiet`]).
+    ///
+    /// [`Error::PausedWhileQuiet`]: crate::Error::PausedWhileQuiet
+    Watch,
 }
 
 impl RunOptions {
@@ -55,6 +72,7 @@ impl RunOptions {
             shell: Shell::Plain,
             stdin: None,
             kill_grace: KILL_GRACE,
+            purpose: Purpose::Use,
         }
     }
 }

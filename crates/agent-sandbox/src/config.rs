@@ -78,6 +78,10 @@ pub struct Config {
     /// How long a create or resume refused for the account's limit waits for a slot when
     /// no sandbox of the process can be paused (`slot_wait_seconds`, L14).
     pub slot_wait: Duration,
+    /// A quiet scope's sandbox is paused this long after its last command or file operation,
+    /// whatever lease that command's deadline asked for (`pause_after_idle_seconds`, L17):
+    /// off the command path, by the fleet's watcher. `None` leaves it to the lease.
+    pub pause_after_idle: Option<Duration>,
     /// Egress policy; part of the identity (X6, I3).
     pub internet: InternetAccess,
     /// envd access-token protection; part of the identity (X6, I3).
@@ -148,7 +152,7 @@ impl Config {
     /// Persistent mode on template `base`, cwd and state root following the sandbox user's
     /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
     /// a 45 s watchdog grace, no process cap on running sandboxes and a 30 s wait for a
-    /// slot under the account's limit, internet allowed, secure, no egress rules, no credentials, no extra metadata, E2B's public endpoints
+    /// slot under the account's limit, no pause when quiet (the lease ends it), internet allowed, secure, no egress rules, no credentials, no extra metadata, E2B's public endpoints
     /// (`E2B_*` variables are not read here), a 2 GiB state cap. (The values are the
     /// `DEFAULT_*` constants.)
     pub fn new(api_key: ApiKeySource) -> Config {
@@ -161,6 +165,7 @@ impl Config {
             watchdog_grace: DEFAULT_WATCHDOG_GRACE,
             max_running: None,
             slot_wait: DEFAULT_SLOT_WAIT,
+            pause_after_idle: None,
             internet: DEFAULT_INTERNET,
             security: DEFAULT_SECURITY,
             egress: crate::egress::EgressPolicy::none(),

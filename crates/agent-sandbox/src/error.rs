@@ -317,6 +317,21 @@ pub enum Error {
         source_file: String,
     },
 
+    /// A watcher's poll ([`Purpose::Watch`](crate::Purpose::Watch)) found the sandbox paused
+    /// after its quiet time (L17): the poll is not sent, since it must not resume the
+    /// sandbox; what runs in it is frozen with it and goes on once the session's next
+    /// command resumes it.
+    #[error(
+        "E2B poll not sent to sandbox {sandbox_id}: it was paused after {} s without a command (pause_after_idle_seconds); processes in it are frozen and go on when the session's next command resumes it",
+        .quiet.as_secs()
+    )]
+    PausedWhileQuiet {
+        /// The paused sandbox.
+        sandbox_id: String,
+        /// The quiet time after which it was paused.
+        quiet: std::time::Duration,
+    },
+
     /// The API key source gave no key: nothing was sent. The host names where the key
     /// belongs (a Hermes profile's env file), so this error names no file.
     #[error("no E2B API key is configured for this profile")]
@@ -343,7 +358,8 @@ impl Error {
             | Error::CommandLost { sandbox_id, .. }
             | Error::CommandAbandoned { sandbox_id, .. }
             | Error::Arbitration { sandbox_id, .. }
-            | Error::Fenced { sandbox_id, .. } => Some(sandbox_id),
+            | Error::Fenced { sandbox_id, .. }
+            | Error::PausedWhileQuiet { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
             | Error::MissingApiKey
             | Error::InvalidEgress { .. }
@@ -361,6 +377,11 @@ impl Error {
             Error::NotReady { retry_hint, .. } => Some(retry_hint),
             _ => None,
         }
+    }
+
+    /// A watcher's poll found the sandbox paused while quiet ([`Error::PausedWhileQuiet`]).
+    pub fn is_paused_while_quiet(&self) -> bool {
+        matches!(self, Error::PausedWhileQuiet { .. })
     }
 
     /// The API key source gave no key ([`Error::MissingApiKey`]).

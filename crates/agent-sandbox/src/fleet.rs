@@ -20,6 +20,11 @@ pub(crate) trait Member: Send + Sync {
     fn scope(&self) -> sandbox_identity::ScopeDigest;
     /// Pauses its sandbox if it may be paused now; its id when it was.
     fn pause_if_idle(&self) -> Option<SandboxId>;
+    /// Pauses its sandbox if it may be paused now and has been quiet for its
+    /// `pause_after_idle` (L17); its id when it was.
+    fn pause_if_quiet(&self) -> Option<SandboxId>;
+    /// Whether its settings ask for the quiet pause (the watcher runs only then).
+    fn pauses_when_quiet(&self) -> bool;
     /// Runs `start`, a resume of the member's sandbox made outside its own start path (a
     /// state transfer's reconnect at teardown), within the account's limit as its own
     /// starts are: a refusal for the limit pauses another member's idle sandbox, or waits.
@@ -46,7 +51,15 @@ pub struct Fleet {
     members: Arc<Mutex<Vec<Weak<dyn Member>>>>,
     /// The client whose pools every member's clients share; made on first use.
     pools: Arc<Mutex<Option<e2b_client::Client>>>,
+    /// How many teardown pulls the account's limit deferred in this process (L16): the
+    /// first is said at INFO, the rest at DEBUG.
+    deferred_pulls: Arc<std::sync::atomic::AtomicUsize>,
+    /// Whether the quiet watcher's thread has been started (L17).
+    watching: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// How often the quiet watcher looks at the members: the precision of the quiet pause.
+const QUIET_WATCH_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl fmt::Debug for Fleet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -54,6 +67,15 @@ impl fmt::Debug for Fleet {
             .field("members", &self.members().len())
             .finish()
     }
+}
+
+/// Pauses each of `members` that has been quiet long enough (L17); how many.
+fn pause_quiet(members: &[Arc<dyn Member>]) -> usize {
+    members
+        .iter()
+        .filter(|member| member.pauses_when_quiet())
+        .filter_map(|member| member.pause_if_quiet())
+        .count()
 }
 
 impl Fleet {
@@ -87,7 +109,60 @@ impl Fleet {
         Ok(made)
     }
 
+    /// One pass of the quiet watcher (L17): pauses every member's sandbox that has been
+    /// quiet for its `pause_after_idle` and may be paused now; how many it paused. The
+    /// watcher's thread makes one pass every second while the fleet has members that ask
+    /// for it; callers with a clock of their own (tests) may make one at any time.
+    pub fn pause_quiet(&self) -> usize {
+        pause_quiet(&self.members())
+    }
+
+    /// Starts the quiet watcher's thread once, when a member asks for the quiet pause. It
+    /// holds the member list weakly and ends once every clone of the fleet is gone. A
+    /// plain thread: a pause blocks on the runtime, which no runtime worker may do.
+    fn watch_quiet(&self) {
+        if self
+            .watching
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        let members = Arc::downgrade(&self.members);
+        let spawned = std::thread::Builder::new()
+            .name("e2b-quiet-watch".to_owned())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(QUIET_WATCH_PERIOD);
+                    let Some(list) = members.upgrade() else {
+                        return;
+                    };
+                    let live: Vec<Arc<dyn Member>> = list
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .iter()
+                        .filter_map(Weak::upgrade)
+                        .collect();
+                    drop(list);
+                    pause_quiet(&live);
+                }
+            });
+        if let Err(error) = spawned {
+            // Without the thread the lease still ends a quiet sandbox's running time.
+            self.watching
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+            tracing::warn!(
+                "the E2B quiet watcher could not start: {error}; quiet sandboxes run on until their leases end"
+            );
+        }
+    }
+
     pub(crate) fn join(&self, member: Weak<dyn Member>) {
+        if member
+            .upgrade()
+            .is_some_and(|member| member.pauses_when_quiet())
+        {
+            self.watch_quiet();
+        }
         let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
         // Dropped backends are swept when the list would grow, so it stays proportional to
         // the live members however many come and go.
@@ -112,6 +187,12 @@ impl Fleet {
         let mut members = self.members_besides(asking);
         members.sort_by_key(|member| member.last_use());
         members.iter().find_map(|member| member.pause_if_idle())
+    }
+
+    /// Counts one teardown pull deferred for the limit; how many were before it.
+    pub(crate) fn defer_pull(&self) -> usize {
+        self.deferred_pulls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The scopes of the live members.

@@ -32,7 +32,7 @@ pub use checkpoint::{
     Fork, RollbackReport, utc,
 };
 pub use command::{
-    CommandExit, CommandResult, KILL_GRACE, RunOptions, RunningCommand, Shell, Termination,
+    CommandExit, CommandResult, KILL_GRACE, Purpose, RunOptions, RunningCommand, Shell, Termination,
 };
 pub use config::{
     ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,

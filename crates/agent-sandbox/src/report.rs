@@ -119,6 +119,13 @@ pub enum PullOutcome {
     Pulled,
     /// The pull failed; logged with the sandbox id, recovered by the next resume (S12).
     Failed(String),
+    /// Nothing used the sandbox since the bring-up made its state the host's: there was
+    /// nothing to pull, and a paused sandbox was not resumed for it (L16).
+    Unchanged,
+    /// The sandbox was paused and the account's limit left no slot to resume it: the state
+    /// stays in it, brought back by its next use or `hermes e2b pull` (L16). The text is the
+    /// limit error.
+    Deferred(String),
 }
 
 /// What the backend's own recovery did at teardown, after the caller's pull hook: it brings
@@ -138,8 +145,12 @@ pub enum TeardownRecovery {
 /// What happened to the sandbox itself at cleanup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KillOutcomeReport {
-    /// Left alone (persistent, reader, attach mode: never paused or killed, L3, L12).
+    /// Left alone (a reader, attach mode, or a persistent sandbox another session may use:
+    /// never killed, L3, L12).
     LeftRunning,
+    /// Paused: a persistent writer's sandbox whose state is on the host and that no other
+    /// session uses (L16); its next use resumes it.
+    Paused,
     /// Killed (ephemeral, probe).
     Killed,
     /// It was already gone.

@@ -8,6 +8,7 @@ mod native;
 pub mod privacy;
 mod runtime;
 pub mod settings;
+mod watch;
 
 #[cfg(test)]
 mod redaction_tests;

@@ -313,6 +313,9 @@ impl Settings {
         if let Some(wait) = seconds(raw, "slot_wait_seconds")? {
             config.slot_wait = wait;
         }
+        // The quiet running time is the lease unless set: what the README's cost says (L17).
+        config.pause_after_idle =
+            Some(seconds(raw, "pause_after_idle_seconds")?.unwrap_or(config.lease));
         if let Some(allowed) = boolean(raw, "allow_internet_access")? {
             config.internet = if allowed {
                 InternetAccess::Allowed

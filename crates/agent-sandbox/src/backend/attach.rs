@@ -480,6 +480,9 @@ impl Inner {
             egress,
             stand_ins: std::collections::BTreeMap::new(),
             home,
+            attached_at: self.services.clock.wall(),
+            used: false,
+            quiet_paused: false,
         })
     }
 

@@ -56,6 +56,8 @@ impl Backend {
         let mut state = inner.lock_state(operation);
         let attached = inner.ensure_attached(&mut state, operation)?;
         inner.touch();
+        attached.used = true;
+        attached.quiet_paused = false;
         let result =
             inner
                 .prepare(attached, window)

@@ -27,6 +27,15 @@ use crate::error::{Error, ErrorChain};
 use crate::fleet::Member;
 use crate::progress::{Meter, ProgressUnit};
 
+/// Why an idle sandbox is paused.
+#[derive(Clone, Copy)]
+enum Why {
+    /// To free a slot under the account's limit (L14).
+    Limit,
+    /// It has been quiet this long (L17).
+    Quiet(Duration),
+}
+
 /// How often a create or resume that found no sandbox to pause tries again while it waits
 /// for a slot.
 const SLOT_POLL: Duration = Duration::from_secs(1);
@@ -49,7 +58,21 @@ impl Member for Inner {
     }
 
     fn pause_if_idle(&self) -> Option<SandboxId> {
-        Inner::pause_if_idle(self)
+        Inner::pause_if_idle(self, Why::Limit)
+    }
+
+    fn pause_if_quiet(&self) -> Option<SandboxId> {
+        let quiet = self.config.pause_after_idle?;
+        let now = u64::try_from(self.services.clock.since_boot().as_millis()).unwrap_or(u64::MAX);
+        let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
+        if now.saturating_sub(self.last_use.load(Ordering::Relaxed)) < quiet_ms {
+            return None;
+        }
+        Inner::pause_if_idle(self, Why::Quiet(quiet))
+    }
+
+    fn pauses_when_quiet(&self) -> bool {
+        self.config.pause_after_idle.is_some()
     }
 
     fn start_within_limit(
@@ -94,7 +117,7 @@ impl Inner {
 
     /// Whether the sandbox's known lease has not run out (a forgotten one, after a pause
     /// for the limit, has).
-    fn lease_live(&self, attached: &Attached) -> bool {
+    pub(super) fn lease_live(&self, attached: &Attached) -> bool {
         attached
             .lease
             .covers(self.services.clock.now(), Duration::ZERO)
@@ -102,9 +125,13 @@ impl Inner {
 
     /// Pauses this scope's sandbox if it may be paused now (see the module docs); its id
     /// when it was paused (or E2B had paused it already).
-    fn pause_if_idle(&self) -> Option<SandboxId> {
+    fn pause_if_idle(&self, why: Why) -> Option<SandboxId> {
         let guard = self.state.try_lock().ok()?;
-        let mut state = StateGuard::new(guard, &self.holder, "pause for the account's limit");
+        let operation = match why {
+            Why::Limit => "pause for the account's limit",
+            Why::Quiet(_) => "pause a quiet sandbox",
+        };
+        let mut state = StateGuard::new(guard, &self.holder, operation);
         let Phase::Attached(attached) = &mut *state else {
             return None;
         };
@@ -129,10 +156,20 @@ impl Inner {
         }
         // The next use reconnects first, which resumes it (or tells it is gone).
         attached.lease.forget();
-        tracing::info!(
-            sandbox_id = %id,
-            "E2B sandbox {id} paused to free a slot under the account's limit of concurrently running sandboxes; its next command resumes it"
-        );
+        match why {
+            Why::Limit => tracing::info!(
+                sandbox_id = %id,
+                "E2B sandbox {id} paused to free a slot under the account's limit of concurrently running sandboxes; its next command resumes it"
+            ),
+            Why::Quiet(quiet) => {
+                attached.quiet_paused = true;
+                tracing::debug!(
+                    sandbox_id = %id,
+                    "E2B sandbox {id} paused after {} s without a command (pause_after_idle_seconds); its next command resumes it",
+                    quiet.as_secs()
+                );
+            }
+        }
         Some(id)
     }
 

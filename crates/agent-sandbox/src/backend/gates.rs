@@ -97,7 +97,17 @@ impl Inner {
                     self.fence_acquire(attached)?;
                     self.track_empty_push_base(&id);
                 } else {
-                    self.acquire_and_recover(attached)?;
+                    match self.acquire_and_recover(attached) {
+                        Err(error) if error.is_sandbox_gone() => {
+                            // Paused behind this session while its known lease still covered
+                            // it (another session's close, L16, or a leftover's pause, L15):
+                            // the connect resumes it; a sandbox really gone fails it.
+                            attached.lease.forget();
+                            self.top_up_lease(attached, std::time::Duration::ZERO)?;
+                            self.acquire_and_recover(attached)?;
+                        }
+                        other => other?,
+                    }
                 }
                 self.run_hook("initial push", &id, |t| {
                     self.hooks.push(t, PushKind::Initial)

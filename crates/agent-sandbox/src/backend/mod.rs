@@ -239,6 +239,15 @@ struct Attached {
     /// The sandbox's home: known, or asked at attach and waited for by the first step that
     /// needs it (`settle_home` completes `info` with it).
     home: Arc<crate::home::HomeSlot>,
+    /// When this attachment was made (the clock's wall time): a teardown finds the state
+    /// unchanged when nothing used the sandbox since (L16).
+    attached_at: std::time::SystemTime,
+    /// Whether this process ran a command or a file operation in the sandbox, or replaced
+    /// its contents, since it attached: the teardown pull has something to bring back.
+    used: bool,
+    /// The fleet's watcher paused it after its quiet time (L17) and no use resumed it since:
+    /// a watcher's poll is refused rather than resuming it.
+    quiet_paused: bool,
 }
 
 impl Attached {
@@ -455,6 +464,13 @@ impl Backend {
         let mut state = inner.lock_state("start command");
         let attached =
             inner.ensure_attached_for(&mut state, "start command", HomeNeeded::AfterStart)?;
+        let watch = options.purpose == command::Purpose::Watch;
+        if watch && attached.quiet_paused && !inner.lease_live(attached) {
+            return Err(Error::PausedWhileQuiet {
+                sandbox_id: attached.id.as_str().to_owned(),
+                quiet: inner.config.pause_after_idle.unwrap_or_default(),
+            });
+        }
         // Kept only while the home is still being asked (to stop the command if it is refused).
         let pending = (!attached.home_settled()).then(|| attached.sandbox.clone());
         let started = inner.prepare_and_start(attached, command, &options);
@@ -496,10 +512,16 @@ impl Backend {
             unreachable!("attached above and not detached on success")
         };
         bump(&inner.stats.commands);
-        inner.touch();
+        // A watcher's poll is no use of the sandbox: it leaves the quiet time running (L17).
+        if !watch {
+            inner.touch();
+            attached.used = true;
+            attached.quiet_paused = false;
+        }
         let activity = inner
             .activity
             .clone()
+            .filter(|_| !watch)
             .map(|recorder| (recorder, attached.id.as_str().to_owned()));
         if let Some((recorder, sandbox_id)) = &activity {
             record_activity(recorder.command_started(sandbox_id, inner.services.clock.wall()));
@@ -519,7 +541,9 @@ impl Backend {
             kill_grace: options.kill_grace,
             sink,
             on_done: Box::new(move || {
-                fleet::touch(&last_use, &*clock);
+                if !watch {
+                    fleet::touch(&last_use, &*clock);
+                }
                 inflight.leave(token);
                 // The host's record of the scope's last use (what `list` shows): ended once
                 // nothing of the scope runs.

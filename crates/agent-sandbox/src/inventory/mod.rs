@@ -507,9 +507,9 @@ impl Inventory {
             let result = match report.sandbox {
                 KillOutcomeReport::Killed | KillOutcomeReport::AlreadyGone => Ok(()),
                 KillOutcomeReport::Failed(text) => Err(text),
-                KillOutcomeReport::LeftRunning => Err("the probe sandbox was left running; \
-                     its kill lease ends it"
-                    .to_owned()),
+                KillOutcomeReport::LeftRunning | KillOutcomeReport::Paused => {
+                    Err("the probe sandbox was left running; its kill lease ends it".to_owned())
+                }
             };
             steps.push(LiveStep {
                 step: "kill",

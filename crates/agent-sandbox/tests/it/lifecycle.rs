@@ -49,18 +49,18 @@ fn nothing_happens_before_first_use() {
 
 #[test]
 fn persistent_sandbox_is_found_again_and_resumed_after_a_restart() {
-    // contract: L2, L3
+    // contract: L2, L3, L16
     let world = World::new();
     let first = world.persistent();
     ok(&first, "echo kept > /home/user/kept.txt");
     let id = first.info().expect("attached").sandbox_id;
     let report = first.cleanup();
-    assert_eq!(report.sandbox, KillOutcomeReport::LeftRunning);
+    // Its state pulled and no other session on it: paused at close, never killed.
+    assert_eq!(report.sandbox, KillOutcomeReport::Paused);
     assert_eq!(first.stats().sandbox_kills, 0);
-    // Cleanup neither paused nor killed it.
     assert_eq!(
         world.detail(&id).expect("still there").summary.state,
-        SandboxState::Running
+        SandboxState::Paused
     );
     let lifecycle = world.detail(&id).unwrap().lifecycle.expect("lifecycle");
     assert_eq!(lifecycle.on_timeout, "pause");
@@ -68,7 +68,7 @@ fn persistent_sandbox_is_found_again_and_resumed_after_a_restart() {
     let stored = world.raw_detail(&id);
     assert!(stored.contains(r#""pauseMode":"filesystem""#), "{stored}");
 
-    // E2B pauses it at lease expiry; the next session resumes it with its files.
+    // Whenever it pauses, the next session resumes it with its files.
     world.advance(Duration::from_secs(3600));
     assert_eq!(
         world.detail(&id).unwrap().summary.state,

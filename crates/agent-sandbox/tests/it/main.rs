@@ -17,6 +17,7 @@ mod lifecycle;
 mod ownership;
 mod processes;
 mod push_base;
+mod quiet;
 mod redaction;
 mod requests;
 mod state;

@@ -126,8 +126,9 @@ fn an_ephemeral_cleanup_recovers_what_a_pull_of_pushed_files_only_leaves_out() {
 
 #[test]
 fn a_persistent_teardown_recovers_too_and_reconnects_a_sandbox_paused_behind_it() {
-    // contract: L4, L3, S5 — the hook downloads nothing, so the recovery itself must
-    // resume the sandbox E2B paused; the backend never pauses or kills it.
+    // contract: L4, L3, S5, L16 — the hook downloads nothing, so the recovery itself must
+    // resume the sandbox E2B paused; once the state is on the host the sandbox is paused
+    // again (no other session uses it), never killed.
     let world = World::new();
     let home = world.home.path();
     write(home, "memories/MEMORY.md", "host line\n");
@@ -139,7 +140,11 @@ fn a_persistent_teardown_recovers_too_and_reconnects_a_sandbox_paused_behind_it(
     let report = backend.cleanup();
     let summary = recovered(&report.recovery);
     assert_eq!((summary.restored, summary.quarantined), (2, 1), "{summary}");
-    assert_eq!(report.sandbox, KillOutcomeReport::LeftRunning);
+    assert_eq!(report.sandbox, KillOutcomeReport::Paused);
+    assert_eq!(
+        world.detail(&id).expect("kept").summary.state,
+        SandboxState::Paused
+    );
     assert_eq!(backend.stats().sandbox_kills, 0);
     assert_state_reached_the_host(home, &id);
 }

@@ -468,6 +468,7 @@ impl PyBackend {
         options.shell = if login { Shell::Login } else { Shell::Plain };
         options.cwd = cwd;
         options.stdin = stdin.map(|data| data.as_bytes().to_vec().into());
+        options.purpose = crate::watch::purpose(&command);
         let sink = Box::new(WriteSink::new(File::from(owned)));
         let given = PyDeadline { deadline };
         let started = self.watched_raw(

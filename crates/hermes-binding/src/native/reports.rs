@@ -33,6 +33,8 @@ pub(super) fn cleanup_dict<'py>(
         PullOutcome::NotAttempted => ("not_attempted", None),
         PullOutcome::Pulled => ("pulled", None),
         PullOutcome::Failed(reason) => ("failed", Some(without_time_words(reason))),
+        PullOutcome::Unchanged => ("unchanged", None),
+        PullOutcome::Deferred(reason) => ("deferred", Some(without_time_words(reason))),
     };
     dict.set_item("pull", pull)?;
     dict.set_item("pull_error", pull_error)?;
@@ -54,6 +56,7 @@ pub(super) fn cleanup_dict<'py>(
     dict.set_item("recovery_error", recovery_error)?;
     let (sandbox, kill_error) = match &report.sandbox {
         KillOutcomeReport::LeftRunning => ("left_running", None),
+        KillOutcomeReport::Paused => ("paused", None),
         KillOutcomeReport::Killed => ("killed", None),
         KillOutcomeReport::AlreadyGone => ("already_gone", None),
         KillOutcomeReport::Failed(reason) => ("kill_failed", Some(without_time_words(reason))),

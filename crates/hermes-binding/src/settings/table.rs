@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 22] = [
+pub const SETTINGS: [Setting; 23] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -290,6 +290,13 @@ pub const SETTINGS: [Setting; 22] = [
         default: SettingDefault::Config(|config| seconds(config.slot_wait)),
         env: None,
         description: "When E2B's limit of concurrently running sandboxes refuses a start and none of this process's sandboxes is idle to pause, how long the command waits for a slot before it fails.",
+    },
+    Setting {
+        key: "pause_after_idle_seconds",
+        kind: SettingKind::Seconds { min: 1 },
+        default: SettingDefault::Unset("lease_seconds"),
+        env: None,
+        description: "A chat's sandbox is paused this long after its last command or file operation, whatever a command's timeout asked of the lease (the quiet running time you pay for); polls of background processes do not count as commands. Its next command resumes it, with what ran in it frozen meanwhile.",
     },
     Setting {
         key: "allow_internet_access",

