@@ -318,7 +318,10 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
             for key in ("sandbox_id", "state", "template", "mode", "scope", "owner", "started_at",
                         "lease_left_seconds", "duplicate_of", "host"):
                 assert key in entry, key
-            assert entry["state"] == "running" and entry["paused_at"] is None
+        # Chat 2's session stopped: its state pulled, its sandbox was paused at close (L16).
+        assert alpha["state"] == "running" and alpha["paused_at"] is None
+        assert beta["state"] == "paused", beta
+        for entry in listed:
             # The backend records each command's start and end on this host.
             assert entry["last_used_source"] == "host" and entry["running_command"] is False
             assert 0 <= entry["idle_seconds"] <= 120, entry
@@ -332,9 +335,9 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
         # this host recorded has no `~` (which marks one estimated from E2B's lease end).
         for row, entry in zip(rows, listed):
             assert row.index(entry["sandbox_id"]) == header.index("SANDBOX"), (header, row)
-            assert row[header.index("STATE"):].startswith("running ")
+            assert row[header.index("STATE"):].startswith(entry["state"] + " ")
             assert row[header.index("LAST USE"):].startswith("20")
-            assert row[header.index("LEASE"):].startswith("lease ")
+        assert rows[0][header.index("LEASE"):].startswith("lease ")
 
         # This host's record of alpha's last command: started a moment ago, not ended, and a
         # session on this host holds alpha, so the command runs now.
@@ -355,8 +358,8 @@ def test_list_shows_each_sessions_state_last_use_and_idle_time_most_recent_first
     assert after[alpha["sandbox_id"]]["last_used_source"] == "host"
     assert 3 <= after[alpha["sandbox_id"]]["idle_seconds"] <= 120
 
-    # A paused sandbox says when it paused, and its last use is no later.
-    rest(e2b_local, "POST", f"/_e2b_local/sandboxes/{beta['sandbox_id']}/pause")
+    # A paused sandbox (beta, paused at its session's close) says when it paused, and its
+    # last use is no later.
     listed = json.loads(e2b(home, "list", "--json").stdout)
     assert [e["sandbox_id"] for e in listed] == [alpha["sandbox_id"], beta["sandbox_id"]]
     paused = listed[1]

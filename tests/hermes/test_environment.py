@@ -221,7 +221,8 @@ def test_persistent_cleanup_leaves_the_sandbox_and_ephemeral_kills_it(configured
         cleanup_vm("default")
         finish(r)
     """)
-    assert [s["state"] for s in sandboxes(e2b_local, tag)] == ["running"], "persistent: never killed (L3)"
+    # contract: L3, L16 — never killed; its state on the host, it is paused at close.
+    assert [s["state"] for s in sandboxes(e2b_local, tag)] == ["paused"], "persistent: paused, never killed"
 
     tag2 = uuid.uuid4().hex
     home.write_config(settings=e2b_local.settings(metadata={"test": tag2}),
@@ -274,7 +275,8 @@ def test_idle_reaper_pulls_state_and_leaves_the_persistent_sandbox(configured, e
     """)
     assert result["left"] == [], "the reaper evicted the idle environment"
     assert skill.read_text() == "v2\n", "the reaper's cleanup pulled state back (L7)"
-    assert [s["state"] for s in sandboxes(e2b_local, tag)] == ["running"]
+    # contract: L16 — the reaper's cleanup leaves no running time behind: paused, not killed.
+    assert [s["state"] for s in sandboxes(e2b_local, tag)] == ["paused"]
 
 
 def test_atexit_pulls_state_back(configured):

@@ -91,7 +91,8 @@ def test_ctrl_c_inside_the_teardown_pull_is_deferred_then_reraised(home, native_
                 raise KeyboardInterrupt
         hooks = Interrupting()
         b = backend(hooks)
-        b.attach()
+        # A command, so the cleanup has something to pull (L16).
+        r, w = os.pipe(); c = b.run("true", fd=w, timeout_seconds=30, login=False); read_all(r); c.wait()
         try:
             b.cleanup(); raised = False
         except KeyboardInterrupt:

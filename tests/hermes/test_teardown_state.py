@@ -68,6 +68,6 @@ def test_state_the_agent_wrote_in_the_sandbox_reaches_the_host_at_cleanup(home, 
         assert quarantined.read_text() == "sandbox line\n"
     states = [s["state"] for s in sandboxes(e2b_local, tag)]
     if persistent:
-        assert states == ["running"], "persistent: never killed (L3)"
+        assert states == ["paused"], "persistent: paused at close once pulled, never killed (L3, L16)"
     else:
         assert states == [], "ephemeral: killed after the recovery (L4)"

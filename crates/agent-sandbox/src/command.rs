@@ -55,9 +55,10 @@ pub enum Purpose {
     Use,
     /// A poll of a process an earlier command started (a framework's background-process
     /// watcher): it does not count as use, so a quiet sandbox is still paused on time, and
-    /// it never resumes a sandbox paused while quiet ([`Error::PausedWhileQuiet`]).
+    /// it never resumes a sandbox this process paused, while quiet or for the account's
+    /// limit ([`Error::PausedByBackend`]).
     ///
-    /// [`Error::PausedWhileQuiet`]: crate::Error::PausedWhileQuiet
+    /// [`Error::PausedByBackend`]: crate::Error::PausedByBackend
     Watch,
 }
 

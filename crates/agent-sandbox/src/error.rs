@@ -318,18 +318,18 @@ pub enum Error {
     },
 
     /// A watcher's poll ([`Purpose::Watch`](crate::Purpose::Watch)) found the sandbox paused
-    /// after its quiet time (L17): the poll is not sent, since it must not resume the
-    /// sandbox; what runs in it is frozen with it and goes on once the session's next
+    /// by this process, after its quiet time (L17) or for the account's limit (L14): the
+    /// poll is not sent, since it must not resume the sandbox; what runs in it is frozen
+    /// with it (E2B keeps memory on such a pause) and goes on once the session's next
     /// command resumes it.
     #[error(
-        "E2B poll not sent to sandbox {sandbox_id}: it was paused after {} s without a command (pause_after_idle_seconds); processes in it are frozen and go on when the session's next command resumes it",
-        .quiet.as_secs()
+        "E2B poll not sent to sandbox {sandbox_id}: {paused_for}; processes in it are frozen with it and go on when the session's next command resumes it"
     )]
-    PausedWhileQuiet {
+    PausedByBackend {
         /// The paused sandbox.
         sandbox_id: String,
-        /// The quiet time after which it was paused.
-        quiet: std::time::Duration,
+        /// Why this process paused it.
+        paused_for: PausedFor,
     },
 
     /// The API key source gave no key: nothing was sent. The host names where the key
@@ -359,7 +359,7 @@ impl Error {
             | Error::CommandAbandoned { sandbox_id, .. }
             | Error::Arbitration { sandbox_id, .. }
             | Error::Fenced { sandbox_id, .. }
-            | Error::PausedWhileQuiet { sandbox_id, .. } => Some(sandbox_id),
+            | Error::PausedByBackend { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
             | Error::MissingApiKey
             | Error::InvalidEgress { .. }
@@ -379,9 +379,10 @@ impl Error {
         }
     }
 
-    /// A watcher's poll found the sandbox paused while quiet ([`Error::PausedWhileQuiet`]).
-    pub fn is_paused_while_quiet(&self) -> bool {
-        matches!(self, Error::PausedWhileQuiet { .. })
+    /// A watcher's poll found the sandbox paused by this process
+    /// ([`Error::PausedByBackend`]).
+    pub fn is_paused_by_backend(&self) -> bool {
+        matches!(self, Error::PausedByBackend { .. })
     }
 
     /// The API key source gave no key ([`Error::MissingApiKey`]).
@@ -625,6 +626,31 @@ pub struct LimitDetail {
     pub unknown: usize,
     /// How long the start waited for a slot.
     pub waited: std::time::Duration,
+}
+
+/// Why this process paused a sandbox behind its session ([`Error::PausedByBackend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PausedFor {
+    /// It was quiet this long (`pause_after_idle`, L17).
+    Quiet(std::time::Duration),
+    /// To free a slot under the account's limit of running sandboxes (L14).
+    Limit,
+}
+
+impl fmt::Display for PausedFor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PausedFor::Quiet(quiet) => write!(
+                f,
+                "it was paused after {} s without a command (pause_after_idle_seconds)",
+                quiet.as_secs()
+            ),
+            PausedFor::Limit => f.write_str(
+                "it was paused to free a slot under the account's limit of concurrently running sandboxes",
+            ),
+        }
+    }
 }
 
 /// Renders the leftover census of a limit error.

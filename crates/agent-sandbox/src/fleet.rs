@@ -25,6 +25,9 @@ pub(crate) trait Member: Send + Sync {
     fn pause_if_quiet(&self) -> Option<SandboxId>;
     /// Whether its settings ask for the quiet pause (the watcher runs only then).
     fn pauses_when_quiet(&self) -> bool;
+    /// Whether a watcher polled a background process in its sandbox lately: such a sandbox
+    /// is paused for the limit only after every idle one without (L17).
+    fn serves_background(&self) -> bool;
     /// Runs `start`, a resume of the member's sandbox made outside its own start path (a
     /// state transfer's reconnect at teardown), within the account's limit as its own
     /// starts are: a refusal for the limit pauses another member's idle sandbox, or waits.
@@ -182,10 +185,11 @@ impl Fleet {
     }
 
     /// Pauses the sandbox of the member (other than `asking`) idle longest that may be
-    /// paused; its id, or `None` when no member's may.
+    /// paused, those serving a background process last; its id, or `None` when no
+    /// member's may.
     pub(crate) fn pause_idlest(&self, asking: &dyn Member) -> Option<SandboxId> {
         let mut members = self.members_besides(asking);
-        members.sort_by_key(|member| member.last_use());
+        members.sort_by_cached_key(|member| (member.serves_background(), member.last_use()));
         members.iter().find_map(|member| member.pause_if_idle())
     }
 

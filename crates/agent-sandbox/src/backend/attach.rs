@@ -482,7 +482,7 @@ impl Inner {
             home,
             attached_at: self.services.clock.wall(),
             used: false,
-            quiet_paused: false,
+            paused_for: None,
         })
     }
 

@@ -57,7 +57,7 @@ impl Backend {
         let attached = inner.ensure_attached(&mut state, operation)?;
         inner.touch();
         attached.used = true;
-        attached.quiet_paused = false;
+        attached.paused_for = None;
         let result =
             inner
                 .prepare(attached, window)

@@ -23,18 +23,14 @@ use e2b_client::SandboxId;
 use super::holder::StateGuard;
 use super::leftover::LeftoverCensus;
 use super::{Attached, Inner, Phase, Role};
+use crate::error::PausedFor;
 use crate::error::{Error, ErrorChain};
 use crate::fleet::Member;
 use crate::progress::{Meter, ProgressUnit};
 
-/// Why an idle sandbox is paused.
-#[derive(Clone, Copy)]
-enum Why {
-    /// To free a slot under the account's limit (L14).
-    Limit,
-    /// It has been quiet this long (L17).
-    Quiet(Duration),
-}
+/// For how long after a watcher's poll a scope counts as serving a background process:
+/// Hermes polls each one every 2 s, so a few missed polls still count (L17).
+const BACKGROUND_WINDOW_MS: u64 = 10_000;
 
 /// How often a create or resume that found no sandbox to pause tries again while it waits
 /// for a slot.
@@ -58,7 +54,7 @@ impl Member for Inner {
     }
 
     fn pause_if_idle(&self) -> Option<SandboxId> {
-        Inner::pause_if_idle(self, Why::Limit)
+        Inner::pause_if_idle(self, PausedFor::Limit)
     }
 
     fn pause_if_quiet(&self) -> Option<SandboxId> {
@@ -68,11 +64,17 @@ impl Member for Inner {
         if now.saturating_sub(self.last_use.load(Ordering::Relaxed)) < quiet_ms {
             return None;
         }
-        Inner::pause_if_idle(self, Why::Quiet(quiet))
+        Inner::pause_if_idle(self, PausedFor::Quiet(quiet))
     }
 
     fn pauses_when_quiet(&self) -> bool {
         self.config.pause_after_idle.is_some()
+    }
+
+    fn serves_background(&self) -> bool {
+        let watched = self.last_watch.load(Ordering::Relaxed);
+        let now = u64::try_from(self.services.clock.since_boot().as_millis()).unwrap_or(u64::MAX);
+        watched != 0 && now.saturating_sub(watched) < BACKGROUND_WINDOW_MS
     }
 
     fn start_within_limit(
@@ -96,6 +98,11 @@ impl Inner {
             .fleet
             .client(wanted)
             .map_err(|source| Error::e2b("configure client", None, source))
+    }
+
+    /// Records a watcher's poll now: the scope serves a background process (L17).
+    pub(super) fn watched(&self) {
+        touch(&self.last_watch, &*self.services.clock);
     }
 
     /// Records a use of the scope now: what "idle longest" is measured from.
@@ -125,11 +132,11 @@ impl Inner {
 
     /// Pauses this scope's sandbox if it may be paused now (see the module docs); its id
     /// when it was paused (or E2B had paused it already).
-    fn pause_if_idle(&self, why: Why) -> Option<SandboxId> {
+    fn pause_if_idle(&self, why: PausedFor) -> Option<SandboxId> {
         let guard = self.state.try_lock().ok()?;
         let operation = match why {
-            Why::Limit => "pause for the account's limit",
-            Why::Quiet(_) => "pause a quiet sandbox",
+            PausedFor::Limit => "pause for the account's limit",
+            PausedFor::Quiet(_) => "pause a quiet sandbox",
         };
         let mut state = StateGuard::new(guard, &self.holder, operation);
         let Phase::Attached(attached) = &mut *state else {
@@ -156,19 +163,20 @@ impl Inner {
         }
         // The next use reconnects first, which resumes it (or tells it is gone).
         attached.lease.forget();
+        attached.paused_for = Some(why);
         match why {
-            Why::Limit => tracing::info!(
-                sandbox_id = %id,
-                "E2B sandbox {id} paused to free a slot under the account's limit of concurrently running sandboxes; its next command resumes it"
-            ),
-            Why::Quiet(quiet) => {
-                attached.quiet_paused = true;
+            PausedFor::Quiet(quiet) => {
                 tracing::debug!(
                     sandbox_id = %id,
                     "E2B sandbox {id} paused after {} s without a command (pause_after_idle_seconds); its next command resumes it",
                     quiet.as_secs()
                 );
             }
+            // The limit, and anything `PausedFor` may grow to, is said at INFO.
+            _ => tracing::info!(
+                sandbox_id = %id,
+                "E2B sandbox {id} paused to free a slot under the account's limit of concurrently running sandboxes; its next command resumes it"
+            ),
         }
         Some(id)
     }

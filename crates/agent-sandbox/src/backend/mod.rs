@@ -149,6 +149,9 @@ struct Inner {
     /// milliseconds): a command's start and end, a file operation. Shared with the pump,
     /// which records a command's end; the fleet pauses the idlest first (L14).
     last_use: Arc<AtomicU64>,
+    /// When a watcher last polled a background process in the sandbox (as `last_use`; 0:
+    /// never): the fleet pauses such a scope for the limit last (L17).
+    last_watch: AtomicU64,
     stats: Counters,
     /// This core as the fleet and the state transport hold it: weakly, so neither keeps a
     /// dropped backend alive.
@@ -245,9 +248,10 @@ struct Attached {
     /// Whether this process ran a command or a file operation in the sandbox, or replaced
     /// its contents, since it attached: the teardown pull has something to bring back.
     used: bool,
-    /// The fleet's watcher paused it after its quiet time (L17) and no use resumed it since:
-    /// a watcher's poll is refused rather than resuming it.
-    quiet_paused: bool,
+    /// Why this process paused it behind the session (its quiet time, L17, or the account's
+    /// limit, L14), until a use resumes it: a watcher's poll is refused rather than
+    /// resuming it.
+    paused_for: Option<crate::error::PausedFor>,
 }
 
 impl Attached {
@@ -374,6 +378,7 @@ impl Backend {
             credentials,
             last_checkpoint_ms: AtomicU64::new(0),
             last_use,
+            last_watch: AtomicU64::new(0),
             stats: Counters::default(),
             me: me.clone(),
         });
@@ -465,11 +470,17 @@ impl Backend {
         let attached =
             inner.ensure_attached_for(&mut state, "start command", HomeNeeded::AfterStart)?;
         let watch = options.purpose == command::Purpose::Watch;
-        if watch && attached.quiet_paused && !inner.lease_live(attached) {
-            return Err(Error::PausedWhileQuiet {
+        if watch
+            && !inner.lease_live(attached)
+            && let Some(paused_for) = attached.paused_for
+        {
+            return Err(Error::PausedByBackend {
                 sandbox_id: attached.id.as_str().to_owned(),
-                quiet: inner.config.pause_after_idle.unwrap_or_default(),
+                paused_for,
             });
+        }
+        if watch {
+            inner.watched();
         }
         // Kept only while the home is still being asked (to stop the command if it is refused).
         let pending = (!attached.home_settled()).then(|| attached.sandbox.clone());
@@ -516,7 +527,7 @@ impl Backend {
         if !watch {
             inner.touch();
             attached.used = true;
-            attached.quiet_paused = false;
+            attached.paused_for = None;
         }
         let activity = inner
             .activity

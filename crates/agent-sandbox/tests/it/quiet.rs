@@ -99,7 +99,7 @@ fn a_watchers_poll_neither_keeps_a_sandbox_running_nor_resumes_it() {
     );
     let before = world.server().requests();
     let error = run_for(&backend, "echo poll", Purpose::Watch).expect_err("not resumed");
-    assert!(error.is_paused_while_quiet(), "{error:?}");
+    assert!(error.is_paused_by_backend(), "{error:?}");
     assert!(
         error
             .to_string()
@@ -231,4 +231,44 @@ fn a_pull_the_limit_leaves_no_slot_for_is_deferred_and_the_sandbox_keeps_its_sta
         std::fs::read_to_string(world.home.path().join("memories/MEMORY.md")).expect("recovered"),
         "later\n"
     );
+}
+
+#[test]
+fn a_sandbox_serving_a_background_process_is_paused_for_the_limit_last_and_polls_do_not_resume_it()
+{
+    // contract: L17, L14
+    let world = World::new();
+    world.server().set_max_running(Some(2));
+    // The older chat serves something its watcher polls; the newer one is plainly idle.
+    let serving = world.persistent_task("serving");
+    ok(&serving, "true");
+    world.advance(Duration::from_secs(1));
+    let idle = world.persistent_task("idle");
+    ok(&idle, "true");
+    world.advance(Duration::from_secs(1));
+    assert_eq!(
+        run_for(&serving, "echo poll", Purpose::Watch).expect("poll"),
+        "poll\n"
+    );
+    // A third chat needs a slot: the idle one is paused although the serving one has been
+    // idle longer by its own commands.
+    let third = world.persistent_task("third");
+    ok(&third, "true");
+    assert_eq!(state(&world, &idle), SandboxState::Paused);
+    assert_eq!(state(&world, &serving), SandboxState::Running);
+    // Once its watcher has not polled for 10 s it is idle like any other and, idle longest,
+    // goes next; its watcher's polls then leave it paused and say why.
+    world.advance(Duration::from_secs(11));
+    let fourth = world.persistent_task("fourth");
+    ok(&fourth, "true");
+    assert_eq!(state(&world, &serving), SandboxState::Paused);
+    let error = run_for(&serving, "echo poll", Purpose::Watch).expect_err("not resumed");
+    assert!(error.is_paused_by_backend(), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("to free a slot under the account's limit"),
+        "{error}"
+    );
+    assert_eq!(state(&world, &serving), SandboxState::Paused);
 }
