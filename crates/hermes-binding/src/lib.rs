@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod chats;
 pub mod error;
 mod inventory;
 pub mod logging;
@@ -56,6 +57,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(redact, module)?)?;
     module.add_function(wrap_pyfunction!(native::command_timeout, module)?)?;
     module.add_function(wrap_pyfunction!(native::missing_key_message, module)?)?;
+    module.add_function(wrap_pyfunction!(native::note_chat_texts, module)?)?;
     logging::install();
     Ok(())
 }

@@ -118,6 +118,12 @@ def register(ctx: Any) -> None:
         checkpoints.register(ctx)
     except Exception as error:  # noqa: BLE001 - checkpoints are extras; the backend must load
         logger.warning("hermes-e2b: checkpoint commands are not registered: %s", error)
+    try:
+        from . import chats
+
+        chats.register(ctx)
+    except Exception as error:  # noqa: BLE001 - the backend must load
+        logger.warning("hermes-e2b: per-chat attachments are not tracked: %s", error)
     registrar = getattr(ctx, "register_terminal_environment_provider", None)
     try:
         from .provider import E2BProvider

@@ -160,6 +160,10 @@ class _StateHooks:
             bulk_download_fn=lambda dest: self._transport.download_state(str(dest)),
         )
 
+    def force_next_push(self) -> None:
+        """The next push syncs whatever Hermes' sync interval says."""
+        self._forced = True
+
     def serving(self) -> bool:
         """True on the thread the native core is calling back on (transport in place)."""
         return getattr(self._local, "serving", False)
@@ -244,6 +248,8 @@ class E2BEnvironment(BaseEnvironment):
             hooks=self._hooks,
             host_only=host_only_paths(home),
             credential_resolver=resolve_credential,
+            # A gateway chat's key: its sandbox gets only the attachments it named (X19).
+            chat=session_identity()[0] or None,
         )
         self._hooks.sync_state = _sync_through(weakref.ref(self))
         self._egress_source = egress_source
@@ -275,6 +281,11 @@ class E2BEnvironment(BaseEnvironment):
             self._session_start_checkpoint(attached["role"])
 
     # --- checkpoints (contract R1-R11; the steps are the native core's) ---------------------
+
+    def force_next_push(self) -> None:
+        """The next command's push is not held back by Hermes' sync interval (a file the chat
+        just named, X19)."""
+        self._hooks.force_next_push()
 
     def _session_start_checkpoint(self, role: str) -> None:
         """``checkpoint_at_start``: one checkpoint, then retention (R7). A failure is logged,

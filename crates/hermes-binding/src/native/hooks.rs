@@ -21,6 +21,9 @@ pub struct PyTransport {
     transport: StateTransport,
     /// The profile's Hermes home on this host, for the never-uploaded table (X7).
     host_home: PathBuf,
+    /// The gateway chat the sandbox serves, if it serves one: its per-conversation files
+    /// are only those the chat named (X19).
+    chat: Option<String>,
 }
 
 #[pymethods]
@@ -50,7 +53,8 @@ impl PyTransport {
     ) -> PyResult<Vec<(PathBuf, String)>> {
         let transport = self.transport.clone();
         let host_home = self.host_home.clone();
-        py.detach(move || keep_uploadable(&transport, &host_home, files))
+        let chat = self.chat.clone();
+        py.detach(move || keep_uploadable(&transport, &host_home, chat.as_deref(), files))
             .map_err(|source| Error::from(source).into())
     }
 
@@ -59,8 +63,9 @@ impl PyTransport {
     fn upload_many(&self, py: Python<'_>, files: Vec<(PathBuf, String)>) -> PyResult<usize> {
         let transport = self.transport.clone();
         let host_home = self.host_home.clone();
+        let chat = self.chat.clone();
         py.detach(move || {
-            let files = keep_uploadable(&transport, &host_home, files)?;
+            let files = keep_uploadable(&transport, &host_home, chat.as_deref(), files)?;
             if files.is_empty() {
                 return Ok(0);
             }
@@ -101,15 +106,18 @@ impl PyTransport {
 }
 
 /// `files` without those the privacy table keeps on the host, judged by the host path and by
-/// where the file would land in the sandbox; each one left out is named in a warning.
+/// where the file would land in the sandbox, each one left out named in a warning; and, for
+/// a gateway chat's sandbox, without the per-conversation files its chat never named (X19).
 fn keep_uploadable(
     transport: &StateTransport,
     host_home: &Path,
+    chat: Option<&str>,
     files: Vec<(PathBuf, String)>,
 ) -> Result<Vec<(PathBuf, String)>, agent_sandbox::Error> {
     let remote_home = transport.remote_hermes_home()?;
     Ok(files
         .into_iter()
+        .filter(|(host, _)| chat.is_none_or(|chat| crate::chats::visible(chat, host_home, host)))
         .filter(|(host, remote)| {
             let kept = privacy::never_uploaded(host_home, host)
                 .or_else(|| privacy::never_uploaded_remote(remote_home, remote));
@@ -134,6 +142,8 @@ pub(crate) struct PyHooks {
     pub(super) target: Py<PyAny>,
     /// The profile's Hermes home, handed to each transport (X7).
     pub(super) host_home: PathBuf,
+    /// The gateway chat the backend serves, handed to each transport (X19).
+    pub(super) chat: Option<String>,
     /// A KeyboardInterrupt / SystemExit (anything not an `Exception`) raised inside a hook:
     /// the backend finishes its mandatory work first, then the binding re-raises it.
     pub(super) deferred: Deferred,
@@ -162,6 +172,7 @@ impl PyHooks {
                 PyTransport {
                     transport: transport.clone(),
                     host_home: self.host_home.clone(),
+                    chat: self.chat.clone(),
                 },
             )?;
             let callable = self.target.bind(py).getattr(method)?;

@@ -32,7 +32,7 @@ pub(crate) use command::PyCommand;
 pub(crate) use hooks::PyTransport;
 pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
 pub(crate) use settings::PySettings;
-pub(crate) use settings::{command_timeout, missing_key_message};
+pub(crate) use settings::{command_timeout, missing_key_message, note_chat_texts};
 
 use reports::{checkpoint_dict, cleanup_dict, role_name, turn_dict};
 pub(crate) use resolvers::{credential_source, python_credential_values, python_key_resolver};
@@ -188,7 +188,7 @@ impl PyBackend {
     /// called on first use and returns the profile's API key or None (unconfigured).
     /// `lifetime_seconds` is Hermes' `terminal.lifetime_seconds` (None: the default lease).
     #[new]
-    #[pyo3(signature = (settings, *, profile_home, task_id, mode, lifetime_seconds, key_resolver, hooks, host_only, credential_resolver = None))]
+    #[pyo3(signature = (settings, *, profile_home, task_id, mode, lifetime_seconds, key_resolver, hooks, host_only, credential_resolver = None, chat = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         settings: &PySettings,
@@ -200,6 +200,7 @@ impl PyBackend {
         hooks: Py<PyAny>,
         host_only: Vec<PathBuf>,
         credential_resolver: Option<Py<PyAny>>,
+        chat: Option<String>,
     ) -> PyResult<PyBackend> {
         let persistence = Persistence::parse(mode)?;
         let mut config = settings.settings.to_config(
@@ -222,6 +223,7 @@ impl PyBackend {
         let hooks = Arc::new(PyHooks {
             target: hooks,
             host_home: profile_home.clone(),
+            chat: chat.filter(|chat| !chat.is_empty()),
             deferred: Arc::clone(&deferred),
         });
         let scope = Scope {

@@ -261,3 +261,12 @@ pub(crate) fn missing_key_message(profile_home: PathBuf) -> String {
     }
     .message()
 }
+
+/// Records the texts of a turn in gateway chat `chat` (its messages, as Hermes'
+/// `pre_llm_call` hands them): the per-conversation files they name may reach that chat's
+/// sandbox (X19). Whether they named anything new. Never fails: a text that names nothing
+/// adds nothing.
+#[pyfunction]
+pub(crate) fn note_chat_texts(chat: &str, texts: Vec<String>) -> bool {
+    !chat.is_empty() && crate::chats::note_texts(chat, texts.iter().map(String::as_str))
+}
