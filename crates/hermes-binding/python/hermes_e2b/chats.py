@@ -14,6 +14,14 @@ from ._hermes import session_identity
 
 logger = logging.getLogger("hermes_e2b")
 
+#: Whether this Hermes hands the plugin each turn's messages: only then is a chat's sandbox
+#: limited to what the chat named (else it would get none of its own attachments either).
+_tracking = False
+
+
+def tracking() -> bool:
+    return _tracking
+
 
 def _texts(user_message: Any, history: Any) -> Iterator[str]:
     """The text of every message: a string content, or the text parts of a list of parts."""
@@ -54,8 +62,10 @@ def register(ctx: Any) -> None:
         logger.warning("hermes-e2b: this Hermes has no plugin hooks; a gateway chat's sandbox gets "
                        "every chat's attachments")
         return
+    global _tracking
     try:
         hook("pre_llm_call", on_pre_llm_call)
+        _tracking = True
     except Exception as error:  # noqa: BLE001 - a refused hook must not fail the load
         logger.warning("hermes-e2b: pre_llm_call refused (%s); a gateway chat's sandbox gets every "
                        "chat's attachments", error)

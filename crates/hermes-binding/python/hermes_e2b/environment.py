@@ -19,7 +19,7 @@ from typing import IO, Any, Callable, Optional
 from tools.environments.base import BaseEnvironment
 from tools.environments.file_sync import FileSyncManager, iter_sync_files
 
-from . import _native, live
+from . import _native, chats, live
 from ._hermes import (
     host_only_paths,
     lifetime_seconds,
@@ -248,8 +248,9 @@ class E2BEnvironment(BaseEnvironment):
             hooks=self._hooks,
             host_only=host_only_paths(home),
             credential_resolver=resolve_credential,
-            # A gateway chat's key: its sandbox gets only the attachments it named (X19).
-            chat=session_identity()[0] or None,
+            # A gateway chat's key: its sandbox gets only the attachments it named (X19),
+            # where this Hermes hands the plugin each turn's messages.
+            chat=(session_identity()[0] or None) if chats.tracking() else None,
         )
         self._hooks.sync_state = _sync_through(weakref.ref(self))
         self._egress_source = egress_source
