@@ -5,6 +5,7 @@ commands, the agent's tool and the pre_tool_call turn hook."""
 from __future__ import annotations
 
 import json
+import shlex
 import textwrap
 import uuid
 
@@ -205,6 +206,10 @@ def test_in_a_gateway_with_many_chats_a_slash_command_acts_on_its_own_chats_sand
         r["listed_2"] = in_chat("2", lambda: slash("sandbox-checkpoints"))
         r["chat_3"] = in_chat("3", lambda: slash("sandbox-checkpoints"))
         r["no_chat"] = slash("sandbox-checkpoints")
+        # As a chat user types it (the CLI's --yes): the rollback of chat two's own sandbox.
+        in_chat("2", lambda: T("echo later > ~/who", task_id="turn-2"))
+        r["rolled_2"] = in_chat("2", lambda: slash("sandbox-rollback", "from-chat-two --yes"))
+        r["who_2"] = in_chat("2", lambda: T("cat ~/who", task_id="turn-2"))["output"]
         for key in list(terminal._active_environments):
             cleanup_vm(key)
         finish(r)
@@ -216,6 +221,14 @@ def test_in_a_gateway_with_many_chats_a_slash_command_acts_on_its_own_chats_sand
     assert "from-chat-two" not in result["listed_1"] and result["listed_1"] == "No checkpoints of this scope."
     assert "no E2B sandbox is attached in this chat's session yet" in result["chat_3"]
     assert "2 E2B sandboxes are live in this process" in result["no_chat"]
+    assert result["rolled_2"].startswith("Rolled back to from-chat-two"), result["rolled_2"]
+    assert result["who_2"] == "chat 2"
+    # The undo line runs as printed: it names the chat's task (issue 34).
+    undo = next(line for line in result["rolled_2"].splitlines() if line.startswith("Undo: "))
+    command = shlex.split(undo[len("Undo: "):])
+    assert command[:3] == ["hermes", "e2b", "rollback"] and command[-2:] == ["--task", "session:agent:main:telegram:dm:2"], undo
+    undone = e2b(home, *command[2:], "--yes")
+    assert undone.returncode == 0 and "Rolled back to" in undone.stdout, undone.stdout + undone.stderr
 
 
 # contract: R11, R13

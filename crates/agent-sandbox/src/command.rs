@@ -44,6 +44,12 @@ pub struct RunOptions {
     pub kill_grace: Duration,
     /// Whether the command is the session's own use of the sandbox or a watcher's poll.
     pub purpose: Purpose,
+    /// For a [`Purpose::Watch`] command that finds the sandbox paused by this process: the
+    /// output it answers with (exit 0) without running, in place of
+    /// [`Error::PausedByBackend`](crate::Error::PausedByBackend), so a watcher that takes any
+    /// failure for the process's death reads "still running" (what is frozen with the
+    /// sandbox goes on when it resumes). `None`: the error.
+    pub answer_while_paused: Option<Bytes>,
 }
 
 /// Why a command runs: what decides whether it counts as the session's use (L17).
@@ -74,6 +80,7 @@ impl RunOptions {
             stdin: None,
             kill_grace: KILL_GRACE,
             purpose: Purpose::Use,
+            answer_while_paused: None,
         }
     }
 }
@@ -234,6 +241,42 @@ pub(crate) struct Launch {
     pub(crate) sink: Box<dyn OutputSink>,
     /// Called once when the command is over, after the result is published.
     pub(crate) on_done: Box<dyn FnOnce() + Send>,
+}
+
+/// A command that did not run: `output` stands for what it printed, handed to `sink` now,
+/// and it has finished with exit code 0 (pid 0: no process).
+pub(crate) fn answered(
+    sandbox_id: &str,
+    output: &[u8],
+    mut sink: Box<dyn OutputSink>,
+) -> RunningCommand {
+    let sink_error = sink
+        .chunk(OutputStream::Stdout, output)
+        .and_then(|()| sink.finish())
+        .err()
+        .map(|error| e2b_client::redact(&error.to_string()));
+    let exit = CommandExit {
+        sandbox_pid: 0,
+        exit_code: 0,
+        termination: Termination::Exited,
+        forwarded_bytes: if sink_error.is_none() {
+            output.len() as u64
+        } else {
+            0
+        },
+        sink_error,
+    };
+    let (kill, _) = mpsc::unbounded_channel();
+    RunningCommand {
+        shared: Arc::new(Shared {
+            result: Mutex::new(Some(Ok(exit))),
+            done: Condvar::new(),
+        }),
+        pump: Arc::new(PumpSlot::default()),
+        kill,
+        sandbox_pid: 0,
+        sandbox_id: Arc::from(sandbox_id),
+    }
 }
 
 /// Starts the pump on its own thread and returns the handle.

@@ -495,6 +495,9 @@ fn loss_text(loss: &Loss) -> String {
                 "its files and processes, including Hermes state not yet pulled ({pulled}; `hermes e2b pull` first keeps skills and memories)"
             )
         }
+        Loss::PulledState { last_pull } => format!(
+            "its files and processes (its Hermes state was pulled back after its last use: {last_pull})"
+        ),
         _ => loss.to_string(),
     }
 }

@@ -28,6 +28,29 @@ pub(crate) fn purpose(script: &str) -> Purpose {
     }
 }
 
+/// What a poll answers, without running, while this process keeps the sandbox paused: "still
+/// running, nothing new". The log read's header is `<size> <offset>` and its bytes follow; a
+/// size equal to the offset it was asked from says nothing was written (true: the process
+/// is frozen). The `kill -0` check prints `0`, alive (true: it goes on when the sandbox
+/// resumes). Without such an answer Hermes takes the poll's failure for the process's end
+/// and stops watching it for good. `None` for any other command (the exit-file read comes
+/// only after a `kill -0` said the process is gone).
+pub(crate) fn answer_while_paused(script: &str) -> Option<Vec<u8>> {
+    if purpose(script) != Purpose::Watch {
+        return None;
+    }
+    if script.contains("kill -0 \"$(cat ") {
+        return Some(b"0\n".to_vec());
+    }
+    if script.contains("wc -c <") && script.contains("tail -c +") {
+        let offset = script.split("O=").nth(1)?;
+        let digits: String = offset.chars().take_while(char::is_ascii_digit).collect();
+        let offset: u64 = digits.parse().ok()?;
+        return Some(format!("{offset} {offset}\n").into_bytes());
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +86,14 @@ mod tests {
         ];
         for command in &uses {
             assert_eq!(purpose(command), Purpose::Use, "{command}");
+            assert_eq!(answer_while_paused(command), None, "{command}");
         }
+        // While paused: the log read says nothing new from its offset, the check says alive.
+        assert_eq!(
+            answer_while_paused(&polls[0]).as_deref(),
+            Some(&b"120 120\n"[..])
+        );
+        assert_eq!(answer_while_paused(&polls[1]).as_deref(), Some(&b"0\n"[..]));
+        assert_eq!(answer_while_paused(&polls[2]), None);
     }
 }

@@ -474,10 +474,17 @@ impl Backend {
             && !inner.lease_live(attached)
             && let Some(paused_for) = attached.paused_for
         {
-            return Err(Error::PausedByBackend {
-                sandbox_id: attached.id.as_str().to_owned(),
-                paused_for,
-            });
+            let sandbox_id = attached.id.as_str().to_owned();
+            return match &options.answer_while_paused {
+                Some(answer) => {
+                    inner.watched();
+                    Ok(command::answered(&sandbox_id, answer, sink))
+                }
+                None => Err(Error::PausedByBackend {
+                    sandbox_id,
+                    paused_for,
+                }),
+            };
         }
         if watch {
             inner.watched();

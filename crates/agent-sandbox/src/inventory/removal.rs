@@ -94,6 +94,12 @@ pub enum Loss {
         /// The scope note's last pull line, when this host recorded one.
         last_pull: Option<String>,
     },
+    /// A persistent sandbox whose agent state this host pulled back (or found unchanged) at
+    /// or after its last use: its files and processes, nothing of the state.
+    PulledState {
+        /// The scope note's last pull line.
+        last_pull: String,
+    },
 }
 
 impl fmt::Display for Loss {
@@ -114,6 +120,10 @@ impl fmt::Display for Loss {
                     "its files and processes, including agent state not yet pulled ({pulled})"
                 )
             }
+            Loss::PulledState { last_pull } => write!(
+                f,
+                "its files and processes (its agent state was pulled back after its last use: {last_pull})"
+            ),
         }
     }
 }
@@ -225,9 +235,81 @@ fn verdict(entry: &SandboxEntry, force: Force) -> Verdict {
             newest: newest.to_owned(),
         },
         None if entry.mode == Mode::Ephemeral => Loss::Ephemeral,
-        None => Loss::UnpulledState {
-            last_pull: entry.host.as_ref().and_then(|host| host.last_pull.clone()),
-        },
+        None => {
+            let last_pull = entry.host.as_ref().and_then(|host| host.last_pull.clone());
+            match last_pull {
+                Some(line)
+                    if pulled_after_last_use(&line, &entry.sandbox_id, entry.usage.last_used) =>
+                {
+                    Loss::PulledState { last_pull: line }
+                }
+                last_pull => Loss::UnpulledState { last_pull },
+            }
+        }
     };
     Verdict::Kill { loses }
+}
+
+/// Whether the scope note's last pull line (`<RFC 3339 time> pulled from <id>`, or
+/// `unchanged in <id> since attach`) brought `sandbox_id`'s state back at or after its last
+/// known use. An unknown last use, or a line of another form, says no.
+fn pulled_after_last_use(
+    line: &str,
+    sandbox_id: &str,
+    last_used: Option<std::time::SystemTime>,
+) -> bool {
+    let Some((when, what)) = line.split_once(' ') else {
+        return false;
+    };
+    let settled = what == format!("pulled from {sandbox_id}")
+        || what == format!("unchanged in {sandbox_id} since attach");
+    let Ok(when) =
+        time::OffsetDateTime::parse(when, &time::format_description::well_known::Rfc3339)
+    else {
+        return false;
+    };
+    // The note's time has whole seconds: a use within the same second counts as before it.
+    let pulled = std::time::SystemTime::from(when) + std::time::Duration::from_secs(1);
+    settled && last_used.is_some_and(|used| used <= pulled)
+}
+
+#[cfg(test)]
+mod pull_tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use super::pulled_after_last_use;
+
+    fn at(secs: u64) -> Option<SystemTime> {
+        Some(UNIX_EPOCH + Duration::from_secs(secs))
+    }
+
+    // contract: L16 (what `rm` says of a sandbox whose state was just pulled)
+    #[test]
+    fn a_pull_of_this_sandbox_after_its_last_use_means_nothing_unpulled() {
+        // 2026-12-01T00:00:00Z is 1796083200.
+        let pulled = "2026-12-01T00:00:00Z pulled from i1";
+        assert!(pulled_after_last_use(pulled, "i1", at(1_796_083_190)));
+        assert!(pulled_after_last_use(pulled, "i1", at(1_796_083_200)));
+        assert!(
+            !pulled_after_last_use(pulled, "i1", at(1_796_083_260)),
+            "used after"
+        );
+        assert!(
+            !pulled_after_last_use(pulled, "i2", at(1_796_083_190)),
+            "another sandbox"
+        );
+        assert!(!pulled_after_last_use(pulled, "i1", None), "no known use");
+        let unchanged = "2026-12-01T00:00:00Z unchanged in i1 since attach";
+        assert!(pulled_after_last_use(unchanged, "i1", at(1_796_083_190)));
+        for other in [
+            "2026-12-01T00:00:00Z failed from i1: boom",
+            "2026-12-01T00:00:00Z deferred from i1: no slot under the account's limit",
+            "soon pulled from i1",
+        ] {
+            assert!(
+                !pulled_after_last_use(other, "i1", at(1_796_083_190)),
+                "{other}"
+            );
+        }
+    }
 }

@@ -271,4 +271,28 @@ fn a_sandbox_serving_a_background_process_is_paused_for_the_limit_last_and_polls
         "{error}"
     );
     assert_eq!(state(&world, &serving), SandboxState::Paused);
+    // A watcher that gives its stand-in answer gets it, still without a request: it reads
+    // "still running" while the process is frozen with the sandbox.
+    let before = world.server().requests();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut options = RunOptions::new(Duration::from_secs(30));
+    options.purpose = Purpose::Watch;
+    options.answer_while_paused = Some(bytes::Bytes::from_static(b"0\n"));
+    let answered = serving
+        .run(
+            "kill -0 1; echo $?",
+            options,
+            Box::new(ChannelSink::unbounded(tx)),
+        )
+        .expect("answered");
+    let exit = answered.wait().expect("ends");
+    assert_eq!((exit.exit_code, exit.sandbox_pid), (0, 0));
+    let bytes: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
+    assert_eq!(bytes, b"0\n");
+    assert_eq!(
+        world.server().requests().since(&before).total(),
+        0,
+        "nothing sent"
+    );
+    assert_eq!(state(&world, &serving), SandboxState::Paused);
 }

@@ -59,8 +59,8 @@ def register(ctx: Any) -> None:
     """Registers the turn hook where the host has it (feature-detected)."""
     hook = getattr(ctx, "register_hook", None)
     if hook is None:
-        logger.warning("hermes-e2b: this Hermes has no plugin hooks; a gateway chat's sandbox gets "
-                       "every chat's attachments")
+        # A host this old has no gateway sessions either: nothing to keep apart.
+        logger.debug("hermes-e2b: this Hermes has no plugin hooks; chats' attachments are not tracked")
         return
     global _tracking
     try:

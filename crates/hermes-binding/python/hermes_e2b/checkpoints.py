@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shlex
 from typing import Any, Callable, Iterator, Optional
 
 from ._core import redact
@@ -119,13 +120,16 @@ def describe_turn(turn: dict) -> str:
             f"{turn['directory']} ({turn['entries']} entries, {turn['bytes'] // 1024} KiB)")
 
 
-def rollback_lines(report: dict) -> list[str]:
+def rollback_lines(report: dict, task_id: str = "default") -> list[str]:
+    """What a rollback did, and the command that undoes it as it can be pasted: with the
+    task when it is not the CLI's default (a gateway chat's scope)."""
     undo = report["undo"]
+    task = "" if task_id == "default" else f" --task {shlex.quote(task_id)}"
     lines = [
         f"Rolled back to {describe(report['restored'])}.",
         f"Sandbox {report['retired_sandbox']} was replaced by {report['sandbox_id']}; "
         f"skills/ and memories/ are the newest ({report['recovered']['restored']} files recovered from the old one).",
-        f"Undo: hermes e2b rollback {undo['snapshot_id']}",
+        f"Undo: hermes e2b rollback {shlex.quote(undo['snapshot_id'])}{task}",
     ]
     return lines + [f"Warning: {w}" for w in report["warnings"]]
 
@@ -210,14 +214,15 @@ def slash_rollback(raw_args: str = "", *, task_id: Optional[str] = None, session
     env, why = _session_env(task_id, session_id)
     if env is None:
         return f"/{SLASH_ROLLBACK}: {why}"
-    words = raw_args.split()
+    # A chat user adds --yes as on the CLI; a slash command never asks anyway.
+    words = [word for word in raw_args.split() if word != "--yes"]
     try:
         if words[:1] == ["--turn"] and len(words) == 2 and words[1].isdigit():
             return "\n".join(turn_restore_lines(env.restore_turn(int(words[1]))))
         if len(words) > 1 or (words and words[0].startswith("-") and words[0] != "--last"):
             return f"usage: /{SLASH_ROLLBACK} NAME | --last | --turn N"
         name = None if not words or words[0] == "--last" else words[0]
-        return "\n".join(rollback_lines(env.rollback(name)))
+        return "\n".join(rollback_lines(env.rollback(name), getattr(env, "_task_id", "default")))
     except Exception as error:  # noqa: BLE001
         return f"/{SLASH_ROLLBACK}: {_message(error)}"
 

@@ -459,7 +459,7 @@ def _rollback(ctx: Any, args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"task": args.task, **report})
     else:
-        print("\n".join(rollback_lines(report)))
+        print("\n".join(rollback_lines(report, args.task)))
     return 0 if not report["warnings"] else EXIT_INCOMPLETE
 
 

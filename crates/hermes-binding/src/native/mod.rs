@@ -471,6 +471,7 @@ impl PyBackend {
         options.cwd = cwd;
         options.stdin = stdin.map(|data| data.as_bytes().to_vec().into());
         options.purpose = crate::watch::purpose(&command);
+        options.answer_while_paused = crate::watch::answer_while_paused(&command).map(Into::into);
         let sink = Box::new(WriteSink::new(File::from(owned)));
         let given = PyDeadline { deadline };
         let started = self.watched_raw(
