@@ -47,6 +47,7 @@ def test_one_chats_attachment_never_reaches_another_chats_sandbox(home, e2b_loca
         r["alice_later"] = turn("1", "thanks", listing)
         for key in list(tt._active_environments):
             cleanup_vm(key)
+        r["log"] = _log.getvalue()
         finish(r)
     """)
     alice = result["alice"]["output"]
@@ -56,6 +57,12 @@ def test_one_chats_attachment_never_reaches_another_chats_sandbox(home, e2b_loca
     assert "doc_f5e4d3c2b1a0_payslip.pdf" in result["bob_later"]["output"], result["bob_later"]
     assert "contract" not in result["bob_later"]["output"], result["bob_later"]
     assert "payslip" not in result["alice_later"]["output"], result["alice_later"]
+    # The plugin's debug lines name the chat whose call they come from (issue 34).
+    plugin_lines = [line for line in result["log"].splitlines() if line.startswith("hermes_e2b ")]
+    for chat in ("1", "2"):
+        task = f"task=session:agent:main:telegram:dm:{chat}"
+        assert any(line.endswith(task) or f"{task} " in line for line in plugin_lines), \
+            "\n".join(plugin_lines[-40:])
     # Skills are profile-wide by design: every chat's agent has them.
     for chat in ("alice", "bob"):
         assert "shared" in result[chat]["output"].split("--")[1], result[chat]

@@ -11,10 +11,12 @@ use std::fmt::{self, Write as _};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// The Python logger every record goes to.
@@ -80,16 +82,36 @@ pub fn record_text(event: &Event<'_>) -> String {
     agent_sandbox::redact(&render(event))
 }
 
+/// The fields of a span, rendered once when it opens (` task=...`), appended to the lines
+/// of the events inside it: which chat a line is about (a binding call's task).
+struct SpanFields(String);
+
 /// The layer that calls `logging.getLogger("hermes_e2b").log(level, text)`.
 #[derive(Debug, Clone, Copy)]
 pub struct PythonLogging;
 
-impl<S: Subscriber> Layer<S> for PythonLogging {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for PythonLogging {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut line = Line::default();
+        attrs.record(&mut line);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanFields(line.fields));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         let level = python_level(event.metadata().level());
+        let mut rendered = render(event);
+        if let Some(scope) = ctx.event_scope(event) {
+            for span in scope.from_root() {
+                if let Some(fields) = span.extensions().get::<SpanFields>() {
+                    rendered.push_str(&fields.0);
+                }
+            }
+        }
         // Every record, its fields included, passes the redaction pass before Python sees
         // it (X4): a field may carry text a sandbox or a hook chose.
-        let text = record_text(event);
+        let text = agent_sandbox::redact(&rendered);
         // `try_attach` returns None while the interpreter shuts down: the record is dropped
         // rather than touching a finalising interpreter.
         let _ = Python::try_attach(|py| {

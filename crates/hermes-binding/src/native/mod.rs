@@ -102,6 +102,9 @@ pub struct PyBackend {
     /// The credential names taken from Hermes' egress firewall, kept when the `credentials`
     /// setting is re-read.
     hermes_credentials: Vec<String>,
+    /// The task (Hermes' container key: a gateway chat's `session:<key>`), named by every
+    /// log line of a call on this backend.
+    task_id: Arc<str>,
 }
 
 impl PyBackend {
@@ -157,12 +160,15 @@ impl PyBackend {
         );
         let context = CallerContext::capture(py)?;
         let backend = Arc::clone(&self.backend);
+        let task = Arc::clone(&self.task_id);
         let result = py.detach(move || {
             backend.within(
                 operation,
                 deadline,
                 move |backend| {
                     let _entered = context.enter();
+                    // Every line the call logs names its task: a gateway chat's key.
+                    let _span = tracing::info_span!("call", task = %task).entered();
                     call(backend)
                 },
                 late,
@@ -226,6 +232,7 @@ impl PyBackend {
             chat: chat.filter(|chat| !chat.is_empty()),
             deferred: Arc::clone(&deferred),
         });
+        let task: Arc<str> = Arc::from(task_id.as_str());
         let scope = Scope {
             profile_home: profile_home.clone(),
             task_id,
@@ -237,6 +244,7 @@ impl PyBackend {
             deferred,
             replacement_reported: std::sync::Mutex::new(None),
             hermes_credentials,
+            task_id: task,
         })
     }
 
