@@ -21,7 +21,7 @@ def test_auto_pause_at_lease_end_keeps_files_and_drops_processes(own_server, uni
         Sandbox.connect(sbx.sandbox_id, timeout=60)
         assert sbx.get_info().state == SandboxState.RUNNING
         assert sbx.files.read(f"state-{unique}.txt") == "survives"
-        assert sbx.commands.list() == []  # memory is never kept
+        assert sbx.commands.list() == []  # a filesystem-only pause keeps no process
     finally:
         Sandbox.kill(sbx.sandbox_id)
 

@@ -119,7 +119,9 @@ impl Faults {
             })
     }
 
-    /// Pauses a running sandbox behind its client's back, as a lease expiry would.
+    /// Pauses a running sandbox behind its client's back, as another client's pause (or
+    /// the lease end of a sandbox that keeps its memory) would: its processes are frozen
+    /// and go on when it is resumed.
     pub fn pause_sandbox(&self, sandbox_id: &str) -> Result<(), Error> {
         self.app
             .store

@@ -106,6 +106,8 @@ pub(crate) struct CommandSpec<'a> {
     /// The CA bundle and hosts file every command gets, with the trust variables
     /// (mount namespaces only; see [`crate::egress::Trust`]).
     pub(crate) trust: Option<&'a crate::egress::Trust>,
+    /// The file bound over [`crate::paths::BOOT_ID`] (mount namespaces only).
+    pub(crate) boot_id: Option<&'a Path>,
 }
 
 /// What a command under the egress filter needs before exec.
@@ -276,6 +278,7 @@ impl Isolation {
             own_pid_namespace: ns.is_some(),
             egress: None,
             trust: None,
+            boot_id: None,
         };
         let mut command = self.std_command(&spec)?;
         let output = match ns {
@@ -405,6 +408,10 @@ impl Isolation {
                         Some(path) => Some(cstring(path)?),
                         None => None,
                     },
+                    boot_id: match spec.boot_id.filter(|path| path.is_file()) {
+                        Some(path) => Some(cstring(path)?),
+                        None => None,
+                    },
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -439,6 +446,8 @@ struct MountPlan {
     ca_bundle: Option<CString>,
     /// Bind this over `/etc/hosts` (the host's plus `--add-host` lines).
     hosts: Option<CString>,
+    /// Bind this over `/proc/sys/kernel/random/boot_id` (the sandbox's boot id).
+    boot_id: Option<CString>,
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {
@@ -476,6 +485,17 @@ impl MountPlan {
                     libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                     std::ptr::null(),
                 ))?;
+            }
+            // Over the /proc the command sees, fresh or the host's. A host that refuses it
+            // leaves the host's boot id in view, which is no reason to refuse the command.
+            if let Some(boot_id) = &self.boot_id {
+                libc::mount(
+                    boot_id.as_ptr(),
+                    c"/proc/sys/kernel/random/boot_id".as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                );
             }
             check(libc::mount(
                 c"tmpfs".as_ptr(),

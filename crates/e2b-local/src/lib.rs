@@ -12,6 +12,7 @@ mod envd;
 mod error;
 mod fault_state;
 mod faults;
+mod freeze;
 mod isolation;
 mod metrics;
 mod parse;

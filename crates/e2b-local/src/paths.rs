@@ -31,6 +31,11 @@ pub(crate) fn home_for_template(template: &str) -> &'static str {
     }
 }
 
+/// Where a sandbox reads its boot id: its own (one per boot, see
+/// [`crate::process_table::ProcessTable::boot_id`]), bound there for mount-namespace
+/// commands and served for this path by `/files`.
+pub(crate) const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
 /// Why a path could not be mapped.
 #[derive(Debug)]
 pub(crate) enum PathError {

@@ -1,22 +1,27 @@
 //! The processes of each sandbox: spawning under the table lock, pumping output to
 //! subscribers with backpressure, retaining finished processes for late `Connect`
-//! calls, and killing everything a sandbox started when it pauses or dies.
+//! calls, freezing everything a sandbox started when it pauses with its memory (and
+//! thawing it on resume), and killing everything when it dies or pauses without memory.
 //!
 //! Below both the store (which owns one table per sandbox) and the envd Process RPCs
 //! (which serve it): it knows nothing of HTTP or the Connect wire format. A table
-//! also holds the sandbox's namespaces ([`SandboxNs`]) while it has any.
+//! also holds the sandbox's namespaces ([`SandboxNs`]) while it has any. One table is one
+//! boot of the sandbox: it carries the boot id its commands read, kept across a freeze,
+//! new with the next table.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use rand::Rng;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStdin};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::egress::LivePolicy;
+use crate::freeze::{Frozen, all_processes};
 use crate::pty::PtyMaster;
 use crate::sandbox_ns::{self, NsPlan, SandboxNs};
 
@@ -174,13 +179,29 @@ pub(crate) struct ProcessTable {
     /// The sandbox's event log (commands started and ended).
     log: crate::sandbox_log::SandboxLog,
     plan: NsPlan,
+    /// This boot's id, as `/proc/sys/kernel/random/boot_id` shows it (see [`new_boot_id`]).
+    boot_id: String,
     inner: Mutex<TableInner>,
+    /// Whether the sandbox is frozen, and how many times it was: streams break off at a
+    /// freeze, and deadlines stand still while frozen.
+    life: watch::Sender<Life>,
+}
+
+/// What [`ProcessTable::life`] tells its watchers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Life {
+    /// Freezes so far.
+    freezes: u64,
+    frozen: bool,
 }
 
 #[derive(Debug, Default)]
 struct TableInner {
-    /// Set when the sandbox paused or died: no new process may start.
+    /// Set when the sandbox died or paused without its memory: its processes were killed
+    /// and no new process may start.
     closed: bool,
+    /// Set while the sandbox is paused with its memory: the processes it stopped.
+    frozen: Option<Frozen>,
     /// Started with the first command when the plan asks for namespaces.
     ns: Option<SandboxNs>,
     /// The egress policy every command is filtered by, when the sandbox has one.
@@ -211,11 +232,18 @@ impl ProcessTable {
             sandbox_id: sandbox_id.to_owned(),
             log,
             plan,
+            boot_id: new_boot_id(),
             inner: Mutex::new(TableInner {
                 egress,
                 ..TableInner::default()
             }),
+            life: watch::Sender::new(Life::default()),
         }
+    }
+
+    /// This boot's id (lowercase hex UUID, no newline).
+    pub(crate) fn boot_id(&self) -> &str {
+        &self.boot_id
     }
 
     /// The policy new commands are filtered by (`None`: they are not filtered).
@@ -263,9 +291,87 @@ impl ProcessTable {
         self.plan.pid
     }
 
-    /// True once the sandbox paused or died (its processes were killed).
+    /// True once the sandbox died or paused without its memory (its processes were
+    /// killed). A sandbox paused with its memory is frozen, not closed.
     pub(crate) fn is_closed(&self) -> bool {
         self.lock().closed
+    }
+
+    /// True while the sandbox is paused with its memory ([`ProcessTable::freeze`]).
+    pub(crate) fn is_frozen(&self) -> bool {
+        self.lock().frozen.is_some()
+    }
+
+    /// Watches for the sandbox's next freeze, from now on (see [`PauseWatch`]).
+    pub(crate) fn pause_watch(&self) -> PauseWatch {
+        let rx = self.life.subscribe();
+        let since = rx.borrow().freezes;
+        PauseWatch { rx, since }
+    }
+
+    /// Pauses the sandbox keeping its memory: refuses new processes and stops every
+    /// process of the sandbox (SIGSTOP; see [`crate::freeze`]), which keep their pids,
+    /// pipes and output; every stream of the sandbox breaks off (its [`PauseWatch`]es
+    /// fire), as envd's connections go with E2B's paused VM. The processes' deadlines
+    /// stand still until [`ProcessTable::thaw`]. Nothing happens to a table already
+    /// frozen or closed.
+    pub(crate) fn freeze(&self) {
+        let mut inner = self.lock();
+        if inner.closed || inner.frozen.is_some() {
+            return;
+        }
+        let frozen = Frozen::freeze(|| self.members(&inner));
+        tracing::debug!(sandbox_id = %self.sandbox_id, stopped = frozen.len(), "sandbox frozen");
+        inner.frozen = Some(frozen);
+        self.life.send_modify(|life| {
+            life.freezes += 1;
+            life.frozen = true;
+        });
+    }
+
+    /// Resumes a frozen sandbox: continues (SIGCONT) what the freeze stopped, children
+    /// before parents, and lets new processes start. Their output is read on as before,
+    /// by whoever re-attaches (`Connect`) or by nobody.
+    pub(crate) fn thaw(&self) {
+        let mut inner = self.lock();
+        let Some(frozen) = inner.frozen.take() else {
+            return;
+        };
+        self.life.send_modify(|life| life.frozen = false);
+        // Under the lock, so a snapshot's hold cannot take them for stopped by the sandbox.
+        frozen.thaw();
+    }
+
+    /// The host pids of every process of the sandbox: its PID namespace's, where it has
+    /// one; else each running command, what shares its process group, their descendants,
+    /// and every process carrying the sandbox's `E2B_SANDBOX_ID`.
+    fn members(&self, inner: &TableInner) -> Vec<u32> {
+        let commands = inner.running.values().map(|p| p.host_pid);
+        if let Some(Ok(mut pids)) = inner.ns.as_ref().map(SandboxNs::member_pids) {
+            pids.extend(commands);
+            return pids;
+        }
+        let mut found: HashSet<u32> = commands.filter(|pid| *pid > 0).collect();
+        let all = all_processes();
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        let roots = found.clone();
+        for (pid, stat) in &all {
+            if roots.contains(&stat.pgrp) {
+                found.insert(*pid);
+            }
+            children.entry(stat.ppid).or_default().push(*pid);
+        }
+        let mut parents: Vec<u32> = found.iter().copied().collect();
+        while let Some(parent) = parents.pop() {
+            for child in children.get(&parent).into_iter().flatten() {
+                if found.insert(*child) {
+                    parents.push(*child);
+                }
+            }
+        }
+        found.extend(sandbox_pids(&self.sandbox_id));
+        found.remove(&std::process::id());
+        found.into_iter().collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, TableInner> {
@@ -279,6 +385,8 @@ impl ProcessTable {
         let (pids, ns): (Vec<u32>, _) = {
             let mut inner = self.lock();
             inner.closed = true;
+            // Stopped or not, SIGKILL ends them.
+            inner.frozen = None;
             let pids = inner.running.values().map(|p| p.host_pid).collect();
             (pids, inner.ns.take())
         };
@@ -298,24 +406,22 @@ impl ProcessTable {
         kill_tagged(&self.sandbox_id);
     }
 
-    /// Stops every running command of the sandbox (SIGSTOP to its process group) until the
-    /// returned guard is dropped (SIGCONT): a snapshot copies files that nothing writes
-    /// meanwhile, as E2B's brief pause gives, and no process is killed.
-    pub(crate) fn hold_still(&self) -> HeldStill {
-        let groups: Vec<i32> = self
-            .lock()
-            .running
-            .values()
-            .filter_map(|p| i32::try_from(p.host_pid).ok())
-            .filter(|pid| *pid > 0)
-            .collect();
-        for pid in &groups {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-pid, libc::SIGSTOP);
-            }
+    /// Stops every process of the sandbox (as [`ProcessTable::freeze`] does, but
+    /// breaking no stream) until the returned guard is dropped (SIGCONT): a snapshot
+    /// copies files that nothing writes meanwhile, as E2B's brief pause gives, and no
+    /// process is killed. A sandbox paused meanwhile keeps them stopped until its resume.
+    pub(crate) fn hold_still(self: &Arc<Self>) -> HeldStill {
+        let inner = self.lock();
+        let held = if inner.closed || inner.frozen.is_some() {
+            Frozen::default()
+        } else {
+            Frozen::freeze(|| self.members(&inner))
+        };
+        drop(inner);
+        HeldStill {
+            table: Arc::clone(self),
+            held: Some(held),
         }
-        HeldStill { groups }
     }
 
     /// The process named by `pid`, else by `tag` (envd's `ProcessSelector`), running
@@ -370,7 +476,7 @@ impl ProcessTable {
         egress: Option<&Arc<LivePolicy>>,
     ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), SpawnError> {
         let mut inner = self.lock();
-        if inner.closed {
+        if inner.closed || inner.frozen.is_some() {
             return Err(SpawnError::Closed);
         }
         // Rules set while the command was being prepared: it must not start unfiltered.
@@ -483,7 +589,12 @@ async fn supervise(
     let mut err_buf = vec![0u8; CHUNK];
     let mut tty_buf = vec![0u8; if tty.is_some() { PTY_CHUNK } else { 0 }];
     let mut status = None;
+    let mut deadline = deadline;
     let mut deadline_fired = false;
+    // The deadline stands still while the sandbox is frozen, as time does for a paused VM.
+    let mut life = table.life.subscribe();
+    let mut life_open = true;
+    let mut frozen_since = life.borrow_and_update().frozen.then(Instant::now);
     loop {
         if status.is_some() && stdout.is_none() && stderr.is_none() && tty.is_none() {
             break;
@@ -492,6 +603,20 @@ async fn supervise(
             result = child.wait(), if status.is_none() => {
                 status = Some(result);
             }
+            changed = life.changed(), if life_open => match changed {
+                Err(_) => life_open = false,
+                Ok(()) => {
+                    let frozen = life.borrow_and_update().frozen;
+                    match frozen_since {
+                        None if frozen => frozen_since = Some(Instant::now()),
+                        Some(since) if !frozen => {
+                            deadline = deadline.map(|at| at + since.elapsed());
+                            frozen_since = None;
+                        }
+                        _ => {}
+                    }
+                }
+            },
             read = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => match read {
                 Some(n) => proc.broadcast(Event::Stdout(Bytes::copy_from_slice(&out_buf[..n]))).await,
                 None => stdout = None,
@@ -504,7 +629,7 @@ async fn supervise(
                 Some(n) => proc.broadcast(Event::Pty(Bytes::copy_from_slice(&tty_buf[..n]))).await,
                 None => tty = None,
             },
-            () = sleep_until_opt(deadline), if !deadline_fired && status.is_none() => {
+            () = sleep_until_opt(deadline), if !deadline_fired && status.is_none() && frozen_since.is_none() => {
                 deadline_fired = true;
                 // envd cancels the command's context: SIGKILL to the process itself.
                 if let Ok(pid) = i32::try_from(proc.host_pid) {
@@ -573,19 +698,66 @@ pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// Continues the process groups [`ProcessTable::hold_still`] stopped, when dropped.
+/// Continues the processes [`ProcessTable::hold_still`] stopped, when dropped; if the
+/// sandbox was paused with its memory meanwhile, its resume continues them.
 #[derive(Debug)]
 pub(crate) struct HeldStill {
-    groups: Vec<i32>,
+    table: Arc<ProcessTable>,
+    held: Option<Frozen>,
 }
 
 impl Drop for HeldStill {
     fn drop(&mut self) {
-        for pid in &self.groups {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(-pid, libc::SIGCONT);
-            }
+        let Some(held) = self.held.take() else {
+            return;
+        };
+        let mut inner = self.table.lock();
+        let closed = inner.closed;
+        match &mut inner.frozen {
+            Some(frozen) => frozen.merge(held),
+            // Killed with the sandbox.
+            None if closed => {}
+            None => held.thaw(),
         }
     }
+}
+
+/// Fires once its sandbox has been frozen since the watch was taken (or at once when it
+/// is frozen now): a stream of the sandbox then breaks off, as envd's connections do
+/// when E2B pauses the VM.
+#[derive(Debug)]
+pub(crate) struct PauseWatch {
+    rx: watch::Receiver<Life>,
+    since: u64,
+}
+
+impl PauseWatch {
+    /// Resolves at the freeze; never, for a table that is gone (cancel-safe).
+    pub(crate) async fn paused(&mut self) {
+        let since = self.since;
+        if self
+            .rx
+            .wait_for(|life| life.frozen || life.freezes != since)
+            .await
+            .is_err()
+        {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// A random boot id as Linux makes one: a version 4 UUID, lowercase hex with dashes.
+fn new_boot_id() -> String {
+    let mut bytes: [u8; 16] = rand::rng().random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }

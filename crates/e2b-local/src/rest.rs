@@ -140,13 +140,14 @@ fn route(
             if record.state != SbState::Running {
                 return Err(ApiError::sandbox_not_found(&id));
             }
-            app.store.connect(&id, duration)?;
+            app.store.connect(&id, duration, true)?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Method::POST, ["sandboxes", id, "pause"]) => {
             let id = parse_sandbox_id(id)?;
-            let _: Value = parse_body(body)?;
-            app.store.pause(&id)?;
+            let req: PauseBody = parse_body(body)?;
+            // E2B's `SandboxPauseRequest`: only `memory: false` drops the memory.
+            app.store.pause(&id, req.memory.unwrap_or(true))?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         (Method::POST, ["sandboxes", id, "snapshots"]) => snapshots::create(app, id, body),
@@ -390,6 +391,16 @@ fn detail_json(record: &Record) -> Value {
 #[derive(Debug, Deserialize)]
 struct TimeoutBody {
     timeout: Option<i64>,
+    /// Connect's and resume's `memory` (newer E2B APIs): `false` resumes a sandbox paused
+    /// with its memory from its files only, a fresh boot.
+    memory: Option<bool>,
+}
+
+/// `SandboxPauseRequest` (the body is optional): `memory: false` pauses keeping the
+/// files only, so the resume boots the sandbox afresh.
+#[derive(Debug, Deserialize)]
+struct PauseBody {
+    memory: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -406,7 +417,9 @@ fn connect(app: &App, version: ApiVersion, id: &str, body: &Bytes) -> Result<Res
         (ApiVersion::V2, None) => 300,
     };
     let timeout = validate_timeout(timeout)?;
-    let (record, resumed) = app.store.connect(&id, timeout)?;
+    let (record, resumed) = app
+        .store
+        .connect(&id, timeout, req.memory.unwrap_or(true))?;
     let status = if resumed {
         StatusCode::CREATED
     } else {
@@ -426,7 +439,9 @@ fn resume(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiError> {
             format!("Sandbox {id} is already running"),
         ));
     }
-    let (record, _) = app.store.connect(&id, timeout)?;
+    let (record, _) = app
+        .store
+        .connect(&id, timeout, req.memory.unwrap_or(true))?;
     Ok(json_response(StatusCode::CREATED, &sandbox_json(&record)))
 }
 

@@ -210,6 +210,26 @@ impl SandboxNs {
     /// The host pids of the namespace's processes (its init left out) that run under no
     /// seccomp filter: ones a sandbox's egress rules could not hold.
     pub(crate) fn unfiltered_pids(&self) -> io::Result<Vec<u32>> {
+        let mut found = Vec::new();
+        for pid in self.member_pids()? {
+            // Gone meanwhile: nothing left to hold.
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                continue;
+            };
+            let mode = status
+                .lines()
+                .find_map(|line| line.strip_prefix("Seccomp:"))
+                .map(str::trim);
+            if mode != Some("2") {
+                found.push(pid);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The host pids of the namespace's processes, its init left out: every process of
+    /// the sandbox, whatever group, session or environment it has.
+    pub(crate) fn member_pids(&self) -> io::Result<Vec<u32>> {
         let own = std::fs::read_link(format!("/proc/{}/ns/pid", self.init_pid))?;
         let mut found = Vec::new();
         for entry in std::fs::read_dir("/proc")? {
@@ -220,20 +240,12 @@ impl SandboxNs {
             else {
                 continue;
             };
-            if pid == self.init_pid
-                || std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok() != Some(own.clone())
+            if pid != self.init_pid
+                && std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+                    .ok()
+                    .as_ref()
+                    == Some(&own)
             {
-                continue;
-            }
-            // Gone meanwhile: nothing left to hold.
-            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-                continue;
-            };
-            let mode = status
-                .lines()
-                .find_map(|line| line.strip_prefix("Seccomp:"))
-                .map(str::trim);
-            if mode != Some("2") {
                 found.push(pid);
             }
         }

@@ -2,8 +2,13 @@
 //!
 //! Every operation first applies lease expiry against the injected clock (lazy
 //! evaluation); a periodic sweep does the same for idle servers. At `endAt` a sandbox
-//! with `autoPause` becomes paused (files kept, processes killed: memory is never
-//! kept), any other sandbox is killed (files deleted).
+//! with `autoPause` becomes paused, any other sandbox is killed (files deleted).
+//!
+//! A pause keeps the files, and as on E2B either the memory too (the default, and at
+//! `endAt` unless created with `autoPauseMemory: false`: the processes are frozen, and
+//! the resume thaws them, same boot) or the files only (the processes are killed, and the
+//! resume is a fresh boot: a new process table with a new boot id). Memory does not
+//! outlive the server: after a restart every sandbox boots afresh.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -37,6 +42,10 @@ pub(crate) const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
 pub(crate) const CLIENT_ID: &str = "6532622b";
 
 const RECORD_FILE: &str = "sandbox.json";
+
+/// The file holding the sandbox's boot id, bound over `/proc/sys/kernel/random/boot_id`
+/// for its commands (mount namespaces) and served for that path by `/files`.
+const BOOT_ID_FILE: &str = "boot_id";
 
 /// The two states a client can observe (anything else is "gone").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +154,8 @@ pub(crate) struct RunningSandbox {
     /// What the sandbox calls that home (its template's, [`crate::paths::home_for_template`]).
     pub(crate) virt_home: &'static str,
     pub(crate) tmp: PathBuf,
+    /// The file holding this boot's id ([`crate::paths::BOOT_ID`] in the sandbox).
+    pub(crate) boot_id: PathBuf,
     pub(crate) procs: Arc<ProcessTable>,
 }
 
@@ -254,8 +265,17 @@ impl Store {
         let dir = state_dir.join("sandboxes");
         fs::create_dir_all(&dir)?;
         let logs = SandboxLogs::new(clock.clone());
+        let store = Store {
+            inner: Mutex::new(Inner::default()),
+            clock,
+            dir,
+            owner,
+            ns,
+            egress_unavailable,
+            logs,
+        };
         let mut inner = Inner::default();
-        for entry in fs::read_dir(&dir)? {
+        for entry in fs::read_dir(&store.dir)? {
             let entry = entry?;
             let record_path = entry.path().join(RECORD_FILE);
             let Ok(text) = fs::read_to_string(&record_path) else {
@@ -264,12 +284,9 @@ impl Store {
             match serde_json::from_str::<Record>(&text) {
                 Ok(record) => {
                     inner.next_seq = inner.next_seq.max(record.seq + 1);
-                    let procs = Arc::new(process_table(
-                        &record,
-                        ns,
-                        egress_unavailable.is_none(),
-                        logs.of(&record.id),
-                    ));
+                    // No process outlives a server: a running sandbox boots afresh, and a
+                    // paused one, whatever its pause kept, resumes with a fresh boot.
+                    let procs = store.boot(&record);
                     if record.state == SbState::Paused {
                         procs.close_and_kill();
                     }
@@ -282,15 +299,34 @@ impl Store {
                 }
             }
         }
-        Ok(Store {
-            inner: Mutex::new(inner),
-            clock,
-            dir,
-            owner,
-            ns,
-            egress_unavailable,
-            logs,
-        })
+        *store.lock() = inner;
+        Ok(store)
+    }
+
+    /// A new boot of a sandbox: a process table with a new boot id, written where its
+    /// commands and `/files` read it.
+    fn boot(&self, record: &Record) -> Arc<ProcessTable> {
+        let procs = Arc::new(process_table(
+            record,
+            self.ns,
+            self.egress_unavailable.is_none(),
+            self.logs.of(&record.id),
+        ));
+        let path = self.boot_id_file(&record.id);
+        // A new file (not the old one rewritten): a command of an earlier boot that
+        // still had it bound would see its own id to the end.
+        let tmp = path.with_extension("tmp");
+        let _ = fs::remove_file(&tmp);
+        let written = fs::write(&tmp, format!("{}\n", procs.boot_id()))
+            .and_then(|()| {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&tmp, fs::Permissions::from_mode(0o444))
+            })
+            .and_then(|()| fs::rename(&tmp, &path));
+        if let Err(error) = written {
+            tracing::warn!(sandbox_id = %record.id, %error, "writing the sandbox's boot id failed");
+        }
+        procs
     }
 
     /// Sets (or with `None` lifts) the limit on running sandboxes. Sandboxes already
@@ -322,6 +358,11 @@ impl Store {
     /// The host directory a sandbox sees as `/tmp`.
     pub(crate) fn tmp_dir(&self, id: &str) -> PathBuf {
         self.sandbox_dir(id).join("tmp")
+    }
+
+    /// The host file holding a sandbox's boot id.
+    fn boot_id_file(&self, id: &str) -> PathBuf {
+        self.sandbox_dir(id).join(BOOT_ID_FILE)
     }
 
     fn persist(&self, record: &Record) {
@@ -372,15 +413,20 @@ impl Store {
                 let Some(entry) = inner.entries.get_mut(&id) else {
                     continue;
                 };
-                entry.procs.close_and_kill();
                 if entry.record.auto_pause {
-                    tracing::info!(sandbox_id = %id, "lease expired: pausing");
+                    tracing::info!(sandbox_id = %id, memory = entry.record.auto_pause_memory, "lease expired: pausing");
+                    if entry.record.auto_pause_memory {
+                        entry.procs.freeze();
+                    } else {
+                        entry.procs.close_and_kill();
+                    }
                     entry.record.state = SbState::Paused;
                     entry.record.end_at = now;
                     let record = entry.record.clone();
                     self.persist(&record);
                 } else {
                     tracing::info!(sandbox_id = %id, "lease expired: killing");
+                    entry.procs.close_and_kill();
                     inner.entries.remove(&id);
                     killed.push(id);
                 }
@@ -449,12 +495,7 @@ impl Store {
             id.clone(),
             Entry {
                 record: record.clone(),
-                procs: Arc::new(process_table(
-                    &record,
-                    self.ns,
-                    self.egress_unavailable.is_none(),
-                    self.logs.of(&id),
-                )),
+                procs: self.boot(&record),
             },
         );
         self.logs.of(&id).push(
@@ -486,8 +527,15 @@ impl Store {
             .ok_or_else(|| ApiError::sandbox_not_found(id))
     }
 
-    /// Extend-only connect; resumes a paused sandbox. Returns the record and whether it resumed.
-    pub(crate) fn connect(&self, id: &str, timeout_secs: i64) -> Result<(Record, bool), ApiError> {
+    /// Extend-only connect; resumes a paused sandbox (thawing its processes when its pause
+    /// kept them and `memory` asks for them, else booting it afresh). Returns the record and
+    /// whether it resumed.
+    pub(crate) fn connect(
+        &self,
+        id: &str,
+        timeout_secs: i64,
+        memory: bool,
+    ) -> Result<(Record, bool), ApiError> {
         self.sweep();
         let now = nanos(self.clock.now());
         let wanted_end = now.saturating_add(secs_to_nanos(timeout_secs));
@@ -514,12 +562,13 @@ impl Store {
             SbState::Paused => {
                 entry.record.state = SbState::Running;
                 entry.record.end_at = wanted_end;
-                entry.procs = Arc::new(process_table(
-                    &entry.record,
-                    self.ns,
-                    self.egress_unavailable.is_none(),
-                    self.logs.of(id),
-                ));
+                if memory && entry.procs.is_frozen() {
+                    entry.procs.thaw();
+                } else {
+                    // The memory left behind, as E2B's resume from disk ignores it.
+                    entry.procs.close_and_kill();
+                    entry.procs = self.boot(&entry.record);
+                }
                 self.logs.of(id).push(Level::Info, "sandbox resumed", &[]);
                 true
             }
@@ -549,7 +598,10 @@ impl Store {
         Ok(())
     }
 
-    pub(crate) fn pause(&self, id: &str) -> Result<(), ApiError> {
+    /// Pauses a running sandbox: with `memory` its processes are frozen for the resume to
+    /// thaw (E2B's default), else they are killed and the resume boots it afresh (E2B's
+    /// `memory: false`, a filesystem-only snapshot). 409 when it is paused already.
+    pub(crate) fn pause(&self, id: &str, memory: bool) -> Result<(), ApiError> {
         self.sweep();
         let now = nanos(self.clock.now());
         let mut inner = self.lock();
@@ -563,7 +615,11 @@ impl Store {
                 format!("Error pausing sandbox - sandbox '{id}' is already paused"),
             ));
         }
-        entry.procs.close_and_kill();
+        if memory {
+            entry.procs.freeze();
+        } else {
+            entry.procs.close_and_kill();
+        }
         entry.record.state = SbState::Paused;
         entry.record.end_at = now;
         let record = entry.record.clone();
@@ -598,6 +654,7 @@ impl Store {
             home: self.home_dir(id),
             virt_home: crate::paths::home_for_template(entry.record.base_template()),
             tmp: self.tmp_dir(id),
+            boot_id: self.boot_id_file(id),
             procs: Arc::clone(&entry.procs),
         })
     }
@@ -635,9 +692,9 @@ impl Store {
         self.kill(id).map_err(|_| "does not exist")
     }
 
-    /// Fault knob: pauses a running sandbox.
+    /// Fault knob: pauses a running sandbox (keeping its memory, as E2B's pause does).
     pub(crate) fn force_pause(&self, id: &str) -> Result<(), &'static str> {
-        match self.pause(id) {
+        match self.pause(id, true) {
             Ok(()) => Ok(()),
             Err(e) if e.status == StatusCode::CONFLICT => Err("is already paused"),
             Err(_) => Err("does not exist"),

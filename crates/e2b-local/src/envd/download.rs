@@ -12,7 +12,7 @@ use super::ctx::Ctx;
 use super::encoding::{self, Coding};
 use super::files::{path_error, user_of};
 use super::signing::{self, FilesQuery, parse_query};
-use crate::paths::{Last, SandboxFs};
+use crate::paths::{self, Last, PathError, Resolved, SandboxFs};
 use crate::reply::ApiError;
 
 /// Buffer size for streaming a file out (bounded memory whatever the file size).
@@ -67,6 +67,12 @@ pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
     };
     let resolved = match fs.resolve(&requested, Last::Follow) {
         Ok(resolved) => resolved,
+        // The one file outside the sandbox's areas it serves: its own boot id.
+        Err(PathError::Outside(virt)) if virt == paths::BOOT_ID => Resolved {
+            host: ctx.sandbox.boot_id.clone(),
+            area_root: ctx.sandbox.boot_id.clone(),
+            virt,
+        },
         Err(error) => return path_error(&error),
     };
     let meta = match tokio::fs::metadata(&resolved.host).await {

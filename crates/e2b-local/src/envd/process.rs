@@ -21,7 +21,7 @@ use super::ctx::Ctx;
 use crate::isolation::{CommandSpec, CommandStdio, EgressSpec};
 use crate::paths::{Last, SandboxFs};
 use crate::process_table::{
-    EndInfo, Event, Proc, ProcConfig, ProcessTable, SpawnError, sleep_until_opt,
+    EndInfo, Event, PauseWatch, Proc, ProcConfig, ProcessTable, SpawnError, sleep_until_opt,
 };
 use crate::pty::{self, TermSize};
 
@@ -311,6 +311,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
                 .and_then(|e| e.resolv_conf.as_deref()),
         }),
         trust: ctx.app.egress.as_ref().map(|e| &e.trust),
+        boot_id: Some(&sandbox.boot_id),
     };
     let command = match ctx.app.isolation.command(&spec) {
         Ok(command) => command,
@@ -328,6 +329,8 @@ async fn start(ctx: Ctx, request: Request) -> Response {
     // The slave stays open here until the command has been spawned (and dropped with it):
     // from then on only the process holds it, so the master reads EOF when it is gone.
     let (master, _slave) = terminal.unzip();
+    // Before the spawn: a pause from then on breaks the stream off.
+    let pauses = sandbox.procs.pause_watch();
     let (proc, events) = match sandbox.procs.spawn(
         command,
         config,
@@ -370,7 +373,7 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         .stream();
     }
     tracing::debug!(sandbox_id = %sandbox.id, pid = proc.pid, "process started");
-    stream_events(proc.pid, Ok(events), deadline, keepalive, break_off)
+    stream_events(proc.pid, Ok(events), pauses, deadline, keepalive, break_off)
 }
 
 /// Maps a requested working directory; it must exist and be a directory.
@@ -403,10 +406,12 @@ fn resolve_cwd(
 }
 
 /// Writes `start`, the events, keepalives on silence and the end-stream frame; breaks the
-/// response off instead when the sandbox dies under the process (envd dies with it).
+/// response off instead when the sandbox dies under the process (envd dies with it) or
+/// pauses (envd's connections go with the paused VM; the process lives on, frozen).
 fn stream_events(
     pid: u32,
     events: Result<mpsc::Receiver<Event>, EndInfo>,
+    mut pauses: PauseWatch,
     deadline: Option<Instant>,
     keepalive: Duration,
     break_off: BreakOff,
@@ -433,6 +438,13 @@ fn stream_events(
                 () = sleep_until_opt(deadline) => {
                     let error = ConnectError::new(Code::DeadlineExceeded, "context deadline exceeded");
                     let _ = send(connect::end_frame(Some(&error))).await;
+                    return;
+                }
+                () = pauses.paused() => {
+                    // Unsubscribed first: after the resume the process's output must not
+                    // wait for a client that may never read this response again.
+                    drop(events);
+                    let _ = tx.send(Outgoing::Cut).await;
                     return;
                 }
                 next = tokio::time::timeout(keepalive, events.recv()) => next,
@@ -474,7 +486,15 @@ async fn connect_rpc(ctx: Ctx, request: Request) -> Response {
     let Some(proc) = req.process.find(&ctx.sandbox.procs) else {
         return ConnectError::new(Code::NotFound, req.process.describe()).stream();
     };
-    stream_events(proc.pid, proc.subscribe(), deadline, keepalive, break_off)
+    let pauses = ctx.sandbox.procs.pause_watch();
+    stream_events(
+        proc.pid,
+        proc.subscribe(),
+        pauses,
+        deadline,
+        keepalive,
+        break_off,
+    )
 }
 
 fn list(ctx: &Ctx) -> Response {

@@ -141,6 +141,7 @@ pub(crate) async fn watch_dir(ctx: Ctx, request: Request) -> Response {
         Ok(watch) => watch,
         Err(error) => return error.stream(),
     };
+    let mut pauses = ctx.sandbox.procs.pause_watch();
     let (tx, rx) = mpsc::channel::<Outgoing>(2);
     tokio::spawn(async move {
         let send = |frame: Bytes| tx.send(Outgoing::Frame(frame));
@@ -155,6 +156,11 @@ pub(crate) async fn watch_dir(ctx: Ctx, request: Request) -> Response {
                     return;
                 }
                 () = tx.closed() => return,
+                // Gone with the paused VM's connections, as on E2B.
+                () = pauses.paused() => {
+                    let _ = tx.send(Outgoing::Cut).await;
+                    return;
+                }
                 next = tokio::time::timeout(keepalive, watch.next()) => match next {
                     // Gone with its sandbox, as envd is: the response breaks off.
                     Err(_silence) if ctx.sandbox.procs.is_closed() => {
@@ -198,7 +204,8 @@ fn watchers() -> std::sync::MutexGuard<'static, HashMap<String, Polled>> {
     WATCHERS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Ends the watchers whose sandbox is gone or paused.
+/// Ends the watchers whose sandbox is gone or paused without its memory (a pause that
+/// keeps it keeps envd's watchers too, as on E2B).
 fn prune(all: &mut HashMap<String, Polled>) {
     all.retain(|_, polled| {
         let alive = polled

@@ -286,7 +286,8 @@ async fn sigkill_by_pid_affects_only_that_pid() {
         .await;
     assert_eq!(bad_signal.json["code"], "unimplemented");
 
-    // Pausing the sandbox kills everything in it, background children included.
+    // Pausing the sandbox without its memory kills everything in it, background children
+    // included (a pause that keeps it freezes them: tests/it/pausing.rs).
     let marker = api
         .run(
             &sandbox,
@@ -295,9 +296,12 @@ async fn sigkill_by_pid_affects_only_that_pid() {
         .await;
     assert_eq!(marker.stdout, b"started\n");
     assert_eq!(
-        api.post(&format!("/sandboxes/{}/pause", sandbox.id), "{}")
-            .await
-            .status,
+        api.post(
+            &format!("/sandboxes/{}/pause", sandbox.id),
+            r#"{"memory":false}"#
+        )
+        .await
+        .status,
         204
     );
     // contract: O3 — as on E2B, envd's streams die with the sandbox: the survivor's stream

@@ -14,6 +14,7 @@ mod limits;
 mod logs;
 mod metrics;
 mod namespaces;
+mod pausing;
 mod requests;
 mod rest_props;
 mod rules;

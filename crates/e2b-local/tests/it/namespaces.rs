@@ -170,8 +170,11 @@ async fn pause_and_kill_reach_processes_that_left_the_group_and_the_tag() {
         let reply = if action == "kill" {
             api.delete(&format!("/sandboxes/{}", sandbox.id)).await
         } else {
-            api.post(&format!("/sandboxes/{}/pause", sandbox.id), "{}")
-                .await
+            api.post(
+                &format!("/sandboxes/{}/pause", sandbox.id),
+                r#"{"memory":false}"#,
+            )
+            .await
         };
         assert_eq!(reply.status, 204, "{action}: {}", reply.text);
         assert_gone(&unique, action).await;

@@ -198,7 +198,8 @@ async fn polling_watchers_collect_events_until_removed() {
         json!({"code": "not_found", "message": format!("watcher with id {id} not found")})
     );
 
-    // A pause ends the sandbox's watchers (no memory is kept).
+    // contract: L18 — a pause that keeps memory keeps envd's watchers with it, as on E2B;
+    // one that keeps the files only ends them (envd boots afresh).
     let again = api
         .rpc(
             &sandbox,
@@ -207,28 +208,34 @@ async fn polling_watchers_collect_events_until_removed() {
         )
         .await;
     let again = again.json["watcherId"].as_str().unwrap().to_owned();
-    assert_eq!(
-        api.post(&format!("/sandboxes/{}/pause", sandbox.id), "{}")
+    for (body, kept) in [("{}", true), (r#"{"memory":false}"#, false)] {
+        assert_eq!(
+            api.post(&format!("/sandboxes/{}/pause", sandbox.id), body)
+                .await
+                .status,
+            204
+        );
+        assert_eq!(
+            api.post(
+                &format!("/sandboxes/{}/connect", sandbox.id),
+                r#"{"timeout": 300}"#
+            )
             .await
             .status,
-        204
-    );
-    assert_eq!(
-        api.post(
-            &format!("/sandboxes/{}/connect", sandbox.id),
-            r#"{"timeout": 300}"#
-        )
-        .await
-        .status,
-        201
-    );
-    let after = api
-        .rpc(
-            &sandbox,
-            "filesystem.Filesystem/GetWatcherEvents",
-            json!({"watcherId": again}),
-        )
-        .await;
-    assert_eq!(after.json["code"], "not_found", "{}", after.text);
+            201
+        );
+        let after = api
+            .rpc(
+                &sandbox,
+                "filesystem.Filesystem/GetWatcherEvents",
+                json!({"watcherId": again}),
+            )
+            .await;
+        if kept {
+            assert_eq!(after.status, 200, "{body}: {}", after.text);
+        } else {
+            assert_eq!(after.json["code"], "not_found", "{body}: {}", after.text);
+        }
+    }
     server.shutdown().await.unwrap();
 }
