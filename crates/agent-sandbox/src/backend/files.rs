@@ -39,8 +39,17 @@ impl Backend {
     /// framework that asks for a sync outside a command (Hermes forces one so a file it just
     /// wrote on the host is visible in the sandbox). A reader pushes nothing; a refused reader
     /// gets [`Error::NotReady`].
+    ///
+    /// It is no use of the sandbox by itself (the command or file operation it comes before
+    /// is): it leaves the quiet time running, and a sandbox this process paused (quiet, or
+    /// for the limit) is not resumed for it; the next use resumes and syncs it (L17).
     pub fn sync_state(&self) -> Result<(), Error> {
-        self.file_operation("sync state", FILE_OPERATION_WINDOW, |_, _| Ok(()))
+        self.file_operation_for(
+            "sync state",
+            FILE_OPERATION_WINDOW,
+            Operation::Sync(()),
+            |_, _| Ok(()),
+        )
     }
 
     /// One file operation admitted like a command: `op` runs on the attached sandbox once
@@ -52,12 +61,31 @@ impl Backend {
         window: Duration,
         op: impl Fn(&Inner, &Sandbox) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        self.file_operation_for(operation, window, Operation::Use, op)
+    }
+
+    fn file_operation_for<T>(
+        &self,
+        operation: &'static str,
+        window: Duration,
+        kind: Operation<T>,
+        op: impl Fn(&Inner, &Sandbox) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let inner = &*self.inner;
         let mut state = inner.lock_state(operation);
         let attached = inner.ensure_attached(&mut state, operation)?;
-        inner.touch();
-        attached.used = true;
-        attached.paused_for = None;
+        match kind {
+            Operation::Use => {
+                inner.touch();
+                attached.used = true;
+                attached.paused_for = None;
+            }
+            Operation::Sync(skipped) => {
+                if attached.paused_for.is_some() && !inner.lease_live(attached) {
+                    return Ok(skipped);
+                }
+            }
+        }
         let result =
             inner
                 .prepare(attached, window)
@@ -76,4 +104,13 @@ impl Backend {
         }
         result
     }
+}
+
+/// Whether a file operation is a use of the sandbox (L17).
+enum Operation<T> {
+    /// The session's own: it counts as use and resumes a paused sandbox.
+    Use,
+    /// A sync before something else: it neither counts nor resumes what this process paused
+    /// (then it returns the value it carries).
+    Sync(T),
 }

@@ -478,6 +478,7 @@ impl Backend {
             return match &options.answer_while_paused {
                 Some(answer) => {
                     inner.watched();
+                    tracing::debug!(sandbox_id = %sandbox_id, "E2B poll answered on the host: sandbox {sandbox_id} is paused ({paused_for}) and the poll must not resume it");
                     Ok(command::answered(&sandbox_id, answer, sink))
                 }
                 None => Err(Error::PausedByBackend {

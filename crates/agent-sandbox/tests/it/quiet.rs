@@ -86,6 +86,8 @@ fn a_watchers_poll_neither_keeps_a_sandbox_running_nor_resumes_it() {
     let backend = quiet_after(&world, "server", Duration::from_secs(60));
     ok(&backend, "echo started");
     world.advance(Duration::from_secs(40));
+    // The host's sync before each of Hermes' commands, polls included: no use either.
+    backend.sync_state().expect("sync");
     assert_eq!(
         run_for(&backend, "echo poll", Purpose::Watch).expect("poll"),
         "poll\n"
@@ -106,6 +108,8 @@ fn a_watchers_poll_neither_keeps_a_sandbox_running_nor_resumes_it() {
             .contains("paused after 60 s without a command"),
         "{error}"
     );
+    // Nor does the sync before it resume what this process paused.
+    backend.sync_state().expect("sync skipped");
     assert_eq!(
         world.server().requests().since(&before).total(),
         0,
