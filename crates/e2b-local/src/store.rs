@@ -701,16 +701,18 @@ impl Store {
         }
     }
 
-    /// Kills the processes of every sandbox (server shutdown); records stay as they are.
-    /// Processes still running in every sandbox (a killed client's commands included).
+    /// Processes running in the running sandboxes (a killed client's commands included); a
+    /// paused sandbox's frozen processes run nothing until it resumes.
     pub(crate) fn running_processes(&self) -> usize {
         self.lock()
             .entries
             .values()
+            .filter(|entry| entry.record.state == SbState::Running)
             .map(|entry| entry.procs.running().len())
             .sum()
     }
 
+    /// Kills the processes of every sandbox (server shutdown); records stay as they are.
     pub(crate) fn kill_all_processes(&self) {
         for entry in self.lock().entries.values() {
             entry.procs.close_and_kill();

@@ -196,3 +196,36 @@ async fn a_process_whose_client_went_away_counts_as_running_until_it_ends() {
     }
     assert_eq!(now, Some(0), "the process ended");
 }
+
+#[tokio::test]
+async fn a_paused_sandboxs_frozen_processes_do_not_count_as_running_until_it_resumes() {
+    // contract: L18 — frozen, they run nothing: the campaign's quiet point can be reached
+    // while a sandbox holding a killed client's command is paused with its memory.
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let running = |json: &serde_json::Value| json["runningProcesses"].as_u64();
+    let stream = api.start(&sandbox, "sleep 600", &[]).await;
+    drop(stream);
+    assert_eq!(
+        running(&api.get("/_e2b_local/requests").await.json),
+        Some(1)
+    );
+    let path = format!("/sandboxes/{}", sandbox.id);
+    assert_eq!(api.post(&format!("{path}/pause"), "{}").await.status, 204);
+    assert_eq!(
+        running(&api.get("/_e2b_local/requests").await.json),
+        Some(0)
+    );
+    assert_eq!(
+        api.post(&format!("{path}/resume"), r#"{"timeout":60}"#)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        running(&api.get("/_e2b_local/requests").await.json),
+        Some(1),
+        "the same process goes on"
+    );
+}
