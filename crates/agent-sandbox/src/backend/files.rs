@@ -81,7 +81,7 @@ impl Backend {
                 attached.paused_for = None;
             }
             Operation::Sync(skipped) => {
-                if attached.paused_for.is_some() && !inner.lease_live(attached) {
+                if inner.paused_by_backend(attached).is_some() {
                     return Ok(skipped);
                 }
             }

@@ -59,7 +59,7 @@ impl Member for Inner {
 
     fn pause_if_quiet(&self) -> Option<SandboxId> {
         let quiet = self.config.pause_after_idle?;
-        let now = u64::try_from(self.services.clock.since_boot().as_millis()).unwrap_or(u64::MAX);
+        let now = since_boot_ms(&*self.services.clock);
         let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
         if now.saturating_sub(self.last_use.load(Ordering::Relaxed)) < quiet_ms {
             return None;
@@ -73,7 +73,7 @@ impl Member for Inner {
 
     fn serves_background(&self) -> bool {
         let watched = self.last_watch.load(Ordering::Relaxed);
-        let now = u64::try_from(self.services.clock.since_boot().as_millis()).unwrap_or(u64::MAX);
+        let now = since_boot_ms(&*self.services.clock);
         watched != 0 && now.saturating_sub(watched) < BACKGROUND_WINDOW_MS
     }
 
@@ -120,6 +120,12 @@ impl Inner {
             Phase::Attached(attached) | Phase::Closing(Some(attached)) => self.lease_live(attached),
             _ => false,
         }
+    }
+
+    /// Why this process paused the attached sandbox, while it still is: what a watcher's
+    /// poll and a sync must not resume (L17).
+    pub(super) fn paused_by_backend(&self, attached: &Attached) -> Option<PausedFor> {
+        attached.paused_for.filter(|_| !self.lease_live(attached))
     }
 
     /// Whether the sandbox's known lease has not run out (a forgotten one, after a pause
@@ -327,6 +333,10 @@ const COUNT_RUNNING_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Stores "now" (the clock's boot time, in milliseconds) in `last_use`.
 pub(super) fn touch(last_use: &std::sync::atomic::AtomicU64, clock: &dyn crate::Clock) {
-    let now = u64::try_from(clock.since_boot().as_millis()).unwrap_or(u64::MAX);
-    last_use.store(now, Ordering::Relaxed);
+    last_use.store(since_boot_ms(clock), Ordering::Relaxed);
+}
+
+/// The clock's boot time in milliseconds: what `last_use` and `last_watch` hold.
+fn since_boot_ms(clock: &dyn crate::Clock) -> u64 {
+    u64::try_from(clock.since_boot().as_millis()).unwrap_or(u64::MAX)
 }

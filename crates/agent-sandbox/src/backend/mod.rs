@@ -470,10 +470,7 @@ impl Backend {
         let attached =
             inner.ensure_attached_for(&mut state, "start command", HomeNeeded::AfterStart)?;
         let watch = options.purpose == command::Purpose::Watch;
-        if watch
-            && !inner.lease_live(attached)
-            && let Some(paused_for) = attached.paused_for
-        {
+        if watch && let Some(paused_for) = inner.paused_by_backend(attached) {
             let sandbox_id = attached.id.as_str().to_owned();
             return match &options.answer_while_paused {
                 Some(answer) => {
