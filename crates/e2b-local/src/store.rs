@@ -24,6 +24,7 @@ use crate::clock::{Clock, nanos};
 use crate::egress::NetworkRecord;
 use crate::sandbox_log::{Level, SandboxLogs};
 
+mod knobs;
 mod list;
 mod network;
 
@@ -685,37 +686,5 @@ impl Store {
             dir: self.sandbox_dir(id),
             procs: Arc::clone(&entry.procs),
         })
-    }
-
-    /// Fault knob: removes a sandbox as if it had been killed.
-    pub(crate) fn vanish(&self, id: &str) -> Result<(), &'static str> {
-        self.kill(id).map_err(|_| "does not exist")
-    }
-
-    /// Fault knob: pauses a running sandbox (keeping its memory, as E2B's pause does).
-    pub(crate) fn force_pause(&self, id: &str) -> Result<(), &'static str> {
-        match self.pause(id, true) {
-            Ok(()) => Ok(()),
-            Err(e) if e.status == StatusCode::CONFLICT => Err("is already paused"),
-            Err(_) => Err("does not exist"),
-        }
-    }
-
-    /// Processes running in the running sandboxes (a killed client's commands included); a
-    /// paused sandbox's frozen processes run nothing until it resumes.
-    pub(crate) fn running_processes(&self) -> usize {
-        self.lock()
-            .entries
-            .values()
-            .filter(|entry| entry.record.state == SbState::Running)
-            .map(|entry| entry.procs.running().len())
-            .sum()
-    }
-
-    /// Kills the processes of every sandbox (server shutdown); records stay as they are.
-    pub(crate) fn kill_all_processes(&self) {
-        for entry in self.lock().entries.values() {
-            entry.procs.close_and_kill();
-        }
     }
 }
