@@ -8,12 +8,11 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use agent_sandbox::{
-    Backend, ChannelSink, Fleet, NoStateHooks, Progress, ProgressObserver, RunOptions, SandboxMode,
-    Services,
+    Backend, Fleet, NoStateHooks, Progress, ProgressObserver, SandboxMode, Services,
 };
 use e2b_client::SandboxState;
 
-use crate::support::{World, ok};
+use crate::support::{World, hold_until, ok, output};
 
 fn state_of(world: &World, backend: &Backend) -> SandboxState {
     let id = backend.info().expect("attached").sandbox_id;
@@ -46,31 +45,6 @@ fn other_process(world: &World, task: &str) -> Backend {
         Arc::new(NoStateHooks),
     )
     .expect("backend")
-}
-
-/// Starts a command that runs until `release` exists in its sandbox; its output comes on
-/// the returned channel once it ends.
-fn hold_until(
-    backend: &Backend,
-    release: &str,
-) -> (
-    agent_sandbox::RunningCommand,
-    mpsc::Receiver<agent_sandbox::Chunk>,
-) {
-    let (tx, rx) = mpsc::channel();
-    let command = backend
-        .run(
-            &format!("while [ ! -e {release} ]; do sleep 0.05; done; echo released"),
-            RunOptions::new(Duration::from_secs(120)),
-            Box::new(ChannelSink::unbounded(tx)),
-        )
-        .expect("held command starts");
-    (command, rx)
-}
-
-fn output(rx: &mpsc::Receiver<agent_sandbox::Chunk>) -> String {
-    let bytes: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[test]

@@ -12,7 +12,7 @@ use agent_sandbox::{
 };
 use e2b_client::SandboxState;
 
-use crate::support::{RecordingHooks, World, ok};
+use crate::support::{RecordingHooks, World, hold_until, ok, output};
 
 fn state(world: &World, backend: &Backend) -> SandboxState {
     let id = backend.info().expect("attached").sandbox_id;
@@ -43,8 +43,7 @@ fn run_for(
     options.purpose = purpose;
     let running = backend.run(command, options, Box::new(ChannelSink::unbounded(tx)))?;
     running.wait().expect("ends");
-    let bytes: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    Ok(output(&rx))
 }
 
 #[test]
@@ -199,14 +198,7 @@ fn a_pull_the_limit_leaves_no_slot_for_is_deferred_and_the_sandbox_keeps_its_sta
     // Another chat of the process takes the only slot (mine, idle, is paused for it) and
     // keeps it with a command running.
     let busy = world.persistent_task("busy");
-    let (tx, _rx) = std::sync::mpsc::channel();
-    let held = busy
-        .run(
-            "while [ ! -e /tmp/go ]; do sleep 0.05; done",
-            RunOptions::new(Duration::from_secs(120)),
-            Box::new(ChannelSink::unbounded(tx)),
-        )
-        .expect("held command starts");
+    let (held, _rx) = hold_until(&busy, "/tmp/go");
     assert_eq!(
         world.detail(&id).expect("kept").summary.state,
         SandboxState::Paused
@@ -291,8 +283,7 @@ fn a_sandbox_serving_a_background_process_is_paused_for_the_limit_last_and_polls
         .expect("answered");
     let exit = answered.wait().expect("ends");
     assert_eq!((exit.exit_code, exit.sandbox_pid), (0, 0));
-    let bytes: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
-    assert_eq!(bytes, b"0\n");
+    assert_eq!(output(&rx), "0\n");
     assert_eq!(
         world.server().requests().since(&before).total(),
         0,

@@ -222,6 +222,32 @@ fn direct_sandbox(world: &World, id: &str) -> e2b_client::Sandbox {
     })
 }
 
+/// Starts a command that runs until `release` exists in its sandbox; its output comes on
+/// the returned channel once it ends.
+pub fn hold_until(
+    backend: &Backend,
+    release: &str,
+) -> (
+    agent_sandbox::RunningCommand,
+    mpsc::Receiver<agent_sandbox::Chunk>,
+) {
+    let (tx, rx) = mpsc::channel();
+    let command = backend
+        .run(
+            &format!("while [ ! -e {release} ]; do sleep 0.05; done; echo released"),
+            RunOptions::new(Duration::from_secs(120)),
+            Box::new(ChannelSink::unbounded(tx)),
+        )
+        .expect("held command starts");
+    (command, rx)
+}
+
+/// What a command sent on a channel sink, as text.
+pub fn output(rx: &mpsc::Receiver<agent_sandbox::Chunk>) -> String {
+    let bytes: Vec<u8> = rx.try_iter().flat_map(|chunk| chunk.bytes).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 pub fn ok(backend: &Backend, command: &str) -> String {
     let (exit, output) = run(backend, command).expect("command runs");
     assert_eq!(exit.exit_code, 0, "{command}: {output}");
