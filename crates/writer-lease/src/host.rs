@@ -36,11 +36,12 @@ pub trait Host: fmt::Debug + Send + Sync {
     /// Replaces `path` atomically with `contents` (0600): the file holds
     /// either its old content or all of the new one, even after a crash.
     fn write_atomic(&self, path: &Path, contents: &[u8]) -> io::Result<()>;
-    /// Replaces `path` with `contents` (0600) through a rename, without waiting for the
-    /// disk: a reader sees the old content or all of the new one, and a crash may lose the
-    /// update. For records whose loss only makes them stale (the activity record, written
-    /// per command). By default as [`Host::write_atomic`].
-    fn write_replace(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
+    /// Overwrites `path` with `contents` in place (created 0600), without waiting for the
+    /// disk and without a new file per write: a reader may see a mix of the old and the new
+    /// bytes (the record must carry its own check), and a crash may lose the update. For
+    /// records written per command (the activity record), where a new inode per write costs
+    /// more than the command. By default as [`Host::write_atomic`].
+    fn write_in_place(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
         self.write_atomic(path, contents)
     }
     /// Reads a small file whole; `NotFound` when absent.
@@ -152,15 +153,19 @@ impl Host for OsHost {
         record_lock::held_elsewhere(file, offset).map_err(TryLockError::Error)
     }
 
-    fn write_replace(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
-        let temp = temp_path(path, "tmp")?;
-        let result = create_private(&temp)
-            .and_then(|mut file| file.write_all(contents))
-            .and_then(|()| fs::rename(&temp, path));
-        if result.is_err() {
-            let _ = fs::remove_file(&temp);
+    fn write_in_place(&self, path: &Path, contents: &[u8]) -> io::Result<()> {
+        let mut options = OpenOptions::new();
+        options.write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
         }
-        result
+        let mut file = options.open(path)?;
+        // The new bytes first, then the length: a reader never finds the file shorter than
+        // the old content or the new.
+        file.write_all(contents)?;
+        file.set_len(contents.len() as u64)
     }
 
     fn write_atomic(&self, path: &Path, contents: &[u8]) -> io::Result<()> {

@@ -183,8 +183,14 @@ impl Inner {
     /// a record that cannot be written leaves an older one, which only makes the next
     /// recovery quarantine more.
     pub(super) fn store_push_base(&self, id: &str) {
-        let (Some(path), Ok(transport)) = (self.push_base_path(), self.current_transport(id))
-        else {
+        // Asked after every sync: the look at the directory only when there is news.
+        let Ok(transport) = self.current_transport(id) else {
+            return;
+        };
+        if !transport.push_base_changed() {
+            return;
+        }
+        let Some(path) = self.push_base_path() else {
             return;
         };
         let Some(base) = transport.take_changed_push_base() else {

@@ -241,6 +241,18 @@ impl StateTransport {
             .unwrap_or_else(PoisonError::into_inner) = Some((base, false));
     }
 
+    /// Whether the tracked push base changed since it was last taken.
+    pub(crate) fn push_base_changed(&self) -> bool {
+        matches!(
+            &*self
+                .inner
+                .push_base
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            Some((_, true))
+        )
+    }
+
     /// The tracked push base if uploads or deletes changed it since the last call.
     pub(crate) fn take_changed_push_base(&self) -> Option<recovery::PushBase> {
         match &mut *self
