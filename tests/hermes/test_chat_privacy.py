@@ -66,3 +66,36 @@ def test_one_chats_attachment_never_reaches_another_chats_sandbox(home, e2b_loca
     # Skills are profile-wide by design: every chat's agent has them.
     for chat in ("alice", "bob"):
         assert "shared" in result[chat]["output"].split("--")[1], result[chat]
+
+
+def test_skills_kept_out_of_chat_sandboxes_when_the_operator_says_so(home, e2b_local):
+    # contract: X19 (`skills_in_chat_sandboxes: false`): no chat's sandbox gets the profile's
+    # skills; the CLI's sandbox (no chat key) still does, and a skill a chat's agent writes is
+    # still pulled back into the profile.
+    tag = uuid.uuid4().hex
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag}, skills_in_chat_sandboxes=False),
+                      terminal={"timeout": 60})
+    home.write_key()
+    skill = home.path / "skills" / "shared" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("# profile-wide\n")
+    result = run(home, """
+        from gateway.session_context import clear_session_vars, set_session_vars
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        def turn(chat, command):
+            tokens = set_session_vars(platform="telegram", chat_id=chat, session_key=f"agent:main:telegram:dm:{chat}")
+            try:
+                return T(command, task_id=f"turn-{chat}")
+            finally:
+                clear_session_vars(tokens)
+        r = {}
+        r["chat"] = turn("1", "ls -R ~/.hermes/skills 2>&1; mkdir -p ~/.hermes/skills/mine && echo learned > ~/.hermes/skills/mine/SKILL.md")
+        r["cli"] = T("ls -R ~/.hermes/skills 2>&1", task_id="cli-task")
+        for key in list(tt._active_environments):
+            cleanup_vm(key)
+        finish(r)
+    """)
+    assert "SKILL.md" not in result["chat"]["output"], result["chat"]
+    assert "shared" not in result["chat"]["output"], result["chat"]
+    assert "shared" in result["cli"]["output"], result["cli"]
+    assert (home.path / "skills" / "mine" / "SKILL.md").read_text() == "learned\n"

@@ -78,17 +78,51 @@ pub(crate) fn note_texts<'a>(chat: &str, texts: impl IntoIterator<Item = &'a str
     new
 }
 
-/// Whether `host` (a file under the profile home `host_home`) may reach the sandbox of chat
-/// `chat`: always, unless it is a per-conversation file this chat's conversation never named.
-pub(crate) fn visible(chat: &str, host_home: &Path, host: &Path) -> bool {
+/// Whether a gateway chat's sandbox gets the profile's skills (`skills_in_chat_sandboxes`).
+/// Hermes shares skills profile-wide by design; an operator whose users must not see skills
+/// another user's agent wrote keeps them out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChatSkills {
+    /// Pushed as to any sandbox (Hermes' design; the default).
+    Pushed,
+    /// Never pushed into a chat's sandbox (skills the chat's agent writes are still pulled).
+    KeptOut,
+}
+
+/// The gateway chat a sandbox serves: its key and what of the profile's shared files it gets.
+#[derive(Debug, Clone)]
+pub(crate) struct Chat {
+    /// Hermes' session key of the chat.
+    pub(crate) key: String,
+    /// Whether the profile's skills reach the chat's sandbox.
+    pub(crate) skills: ChatSkills,
+}
+
+/// Whether the file bound for `remote` (in the sandbox whose Hermes home is `remote_home`)
+/// is a skill `chat` keeps out: external skill directories land under the sandbox's
+/// `skills/` too, though their host paths are outside the profile.
+pub(crate) fn remote_skill_kept_out(chat: &Chat, remote_home: &str, remote: &str) -> bool {
+    chat.skills == ChatSkills::KeptOut
+        && remote
+            .strip_prefix(remote_home.trim_end_matches('/'))
+            .is_some_and(|rest| rest.starts_with("/skills/"))
+}
+
+/// Whether `host` (a file under the profile home `host_home`) may reach the sandbox of
+/// `chat`: always, unless it is a per-conversation file this chat's conversation never named,
+/// or a skill the operator keeps out of chat sandboxes.
+pub(crate) fn visible(chat: &Chat, host_home: &Path, host: &Path) -> bool {
     let Ok(relative) = host.strip_prefix(host_home) else {
         return true;
     };
-    let per_conversation = relative
+    let first = relative
         .components()
         .next()
-        .and_then(|first| first.as_os_str().to_str())
-        .is_some_and(|first| PER_CONVERSATION_DIRS.contains(&first));
+        .and_then(|first| first.as_os_str().to_str());
+    if first == Some("skills") {
+        return chat.skills == ChatSkills::Pushed;
+    }
+    let per_conversation = first.is_some_and(|first| PER_CONVERSATION_DIRS.contains(&first));
     if !per_conversation {
         return true;
     }
@@ -97,7 +131,7 @@ pub(crate) fn visible(chat: &str, host_home: &Path, host: &Path) -> bool {
     };
     let registry = registry().lock().unwrap_or_else(PoisonError::into_inner);
     registry
-        .get(chat)
+        .get(&chat.key)
         .is_some_and(|names| names.set.contains(stem(name)) || names.set.contains(name))
 }
 
@@ -181,8 +215,8 @@ mod tests {
             ),
             "named before"
         );
-        let one = "agent:main:telegram:dm:1";
-        let two = "agent:main:telegram:dm:2";
+        let one = &chat("agent:main:telegram:dm:1", ChatSkills::Pushed);
+        let two = &chat("agent:main:telegram:dm:2", ChatSkills::Pushed);
         assert!(visible(one, home, &doc) && visible(one, home, &spill));
         assert!(!visible(one, home, &img), "chat 2's image");
         assert!(visible(two, home, &img));
@@ -191,11 +225,78 @@ mod tests {
             "chat 1's files"
         );
         assert!(
-            !visible("agent:main:slack:dm:3", home, &doc),
+            !visible(
+                &chat("agent:main:slack:dm:3", ChatSkills::Pushed),
+                home,
+                &doc
+            ),
             "a chat that named nothing"
         );
         // Not per-conversation: every chat sees it (skills are profile-wide by design).
         assert!(visible(two, home, &skill));
+    }
+
+    fn chat(key: &str, skills: ChatSkills) -> Chat {
+        Chat {
+            key: key.to_owned(),
+            skills,
+        }
+    }
+
+    // contract: X19
+    #[test]
+    fn skills_kept_out_of_chat_sandboxes_reach_none_and_nothing_else_changes() {
+        let home = Path::new("/home/op/.hermes");
+        let kept_out = chat("agent:main:telegram:dm:9", ChatSkills::KeptOut);
+        note_texts(
+            &kept_out.key,
+            ["see /home/op/.hermes/cache/documents/doc_aaaaaaaaaaaa_x.pdf"],
+        );
+        assert!(!visible(
+            &kept_out,
+            home,
+            &home.join("skills/demo/SKILL.md")
+        ));
+        assert!(!visible(
+            &kept_out,
+            home,
+            &home.join("skills/.bundled_manifest")
+        ));
+        assert!(visible(
+            &kept_out,
+            home,
+            &home.join("cache/documents/doc_aaaaaaaaaaaa_x.pdf")
+        ));
+        assert!(visible(&kept_out, home, &home.join("credentials/gh.json")));
+        // A directory named like it deeper down is not the profile's skills.
+        assert!(visible(
+            &kept_out,
+            home,
+            &home.join("hermes-agent/skills/a.md")
+        ));
+        // An external skill directory is judged by where it lands.
+        let remote_home = "/home/user/.hermes";
+        assert!(remote_skill_kept_out(
+            &kept_out,
+            remote_home,
+            "/home/user/.hermes/skills/ext/SKILL.md"
+        ));
+        assert!(!remote_skill_kept_out(
+            &kept_out,
+            remote_home,
+            "/home/user/.hermes/skillsets/x"
+        ));
+        assert!(!remote_skill_kept_out(
+            &kept_out,
+            remote_home,
+            "/home/user/.hermes/cache/documents/x"
+        ));
+        let pushed = chat("agent:main:telegram:dm:8", ChatSkills::Pushed);
+        assert!(!remote_skill_kept_out(
+            &pushed,
+            remote_home,
+            "/home/user/.hermes/skills/ext/SKILL.md"
+        ));
     }
 
     #[test]

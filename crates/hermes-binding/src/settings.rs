@@ -80,6 +80,31 @@ pub struct Settings {
     pub credentials: Vec<agent_sandbox::Credential>,
     /// The names in `credentials` that came from Hermes' egress firewall mappings.
     pub credentials_from_hermes: Vec<String>,
+    /// Whether a gateway chat's sandbox gets the profile's skills
+    /// (`skills_in_chat_sandboxes`, X19).
+    pub skills_in_chat_sandboxes: bool,
+}
+
+/// The settings of the Hermes adapter, not of the backend, as the settings table reads
+/// them ([`table::SettingDefault::Plugin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdapterSettings {
+    /// The checkpoint settings.
+    pub checkpoints: CheckpointSettings,
+    /// Whether a gateway chat's sandbox gets the profile's skills
+    /// (`skills_in_chat_sandboxes`, X19).
+    pub skills_in_chat_sandboxes: bool,
+}
+
+impl AdapterSettings {
+    /// The defaults the settings table states: Hermes shares skills profile-wide, and so do
+    /// its chats' sandboxes unless the operator says otherwise.
+    pub fn defaults() -> AdapterSettings {
+        AdapterSettings {
+            checkpoints: CheckpointSettings::defaults(),
+            skills_in_chat_sandboxes: true,
+        }
+    }
 }
 
 /// The checkpoint settings: what the Hermes adapter does on its own (all off by default).
@@ -126,6 +151,7 @@ impl fmt::Debug for Settings {
             .field("writer_arbitration", &config.writer_arbitration)
             .field("checkpoints", &self.checkpoints)
             .field("credentials", &self.credentials)
+            .field("skills_in_chat_sandboxes", &self.skills_in_chat_sandboxes)
             .finish()
     }
 }
@@ -262,6 +288,14 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 impl Settings {
+    /// The adapter's settings among these.
+    pub fn adapter(&self) -> AdapterSettings {
+        AdapterSettings {
+            checkpoints: self.checkpoints,
+            skills_in_chat_sandboxes: self.skills_in_chat_sandboxes,
+        }
+    }
+
     /// Validates the raw settings mapping. `lifetime_seconds` is Hermes'
     /// `terminal.lifetime_seconds`, the lease's fallback.
     ///
@@ -386,6 +420,8 @@ impl Settings {
         if let Some(turns) = count(raw, "turn_checkpoints")? {
             checkpoints.turns = turns;
         }
+        let skills_in_chat_sandboxes = boolean(raw, "skills_in_chat_sandboxes")?
+            .unwrap_or(AdapterSettings::defaults().skills_in_chat_sandboxes);
         Ok(Settings {
             config,
             endpoints_from,
@@ -394,6 +430,7 @@ impl Settings {
             checkpoints,
             credentials,
             credentials_from_hermes: Vec::new(),
+            skills_in_chat_sandboxes,
         })
     }
 

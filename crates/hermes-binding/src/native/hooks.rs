@@ -11,6 +11,7 @@ use pyo3::types::{PyString, PyTuple};
 
 use super::context::call_in_context;
 
+use crate::chats::Chat;
 use crate::error::Error;
 use crate::privacy;
 
@@ -23,7 +24,7 @@ pub struct PyTransport {
     host_home: PathBuf,
     /// The gateway chat the sandbox serves, if it serves one: its per-conversation files
     /// are only those the chat named (X19).
-    chat: Option<String>,
+    chat: Option<Chat>,
 }
 
 #[pymethods]
@@ -54,7 +55,7 @@ impl PyTransport {
         let transport = self.transport.clone();
         let host_home = self.host_home.clone();
         let chat = self.chat.clone();
-        py.detach(move || keep_uploadable(&transport, &host_home, chat.as_deref(), files))
+        py.detach(move || keep_uploadable(&transport, &host_home, chat.as_ref(), files))
             .map_err(|source| Error::from(source).into())
     }
 
@@ -65,7 +66,7 @@ impl PyTransport {
         let host_home = self.host_home.clone();
         let chat = self.chat.clone();
         py.detach(move || {
-            let files = keep_uploadable(&transport, &host_home, chat.as_deref(), files)?;
+            let files = keep_uploadable(&transport, &host_home, chat.as_ref(), files)?;
             if files.is_empty() {
                 return Ok(0);
             }
@@ -107,17 +108,23 @@ impl PyTransport {
 
 /// `files` without those the privacy table keeps on the host, judged by the host path and by
 /// where the file would land in the sandbox, each one left out named in a warning; and, for
-/// a gateway chat's sandbox, without the per-conversation files its chat never named (X19).
+/// a gateway chat's sandbox, without the per-conversation files its chat never named and,
+/// when the operator keeps them out, without skills (X19).
 fn keep_uploadable(
     transport: &StateTransport,
     host_home: &Path,
-    chat: Option<&str>,
+    chat: Option<&Chat>,
     files: Vec<(PathBuf, String)>,
 ) -> Result<Vec<(PathBuf, String)>, agent_sandbox::Error> {
     let remote_home = transport.remote_hermes_home()?;
     Ok(files
         .into_iter()
-        .filter(|(host, _)| chat.is_none_or(|chat| crate::chats::visible(chat, host_home, host)))
+        .filter(|(host, remote)| {
+            chat.is_none_or(|chat| {
+                crate::chats::visible(chat, host_home, host)
+                    && !crate::chats::remote_skill_kept_out(chat, remote_home, remote)
+            })
+        })
         .filter(|(host, remote)| {
             let kept = privacy::never_uploaded(host_home, host)
                 .or_else(|| privacy::never_uploaded_remote(remote_home, remote));
@@ -143,7 +150,7 @@ pub(crate) struct PyHooks {
     /// The profile's Hermes home, handed to each transport (X7).
     pub(super) host_home: PathBuf,
     /// The gateway chat the backend serves, handed to each transport (X19).
-    pub(super) chat: Option<String>,
+    pub(super) chat: Option<Chat>,
     /// A KeyboardInterrupt / SystemExit (anything not an `Exception`) raised inside a hook:
     /// the backend finishes its mandatory work first, then the binding re-raises it.
     pub(super) deferred: Deferred,

@@ -17,6 +17,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use context::CallerContext;
 
+use crate::chats::{Chat, ChatSkills};
 use crate::error::{Error, without_time_words};
 use crate::runtime;
 use crate::settings::{Persistence, idle_lifetime};
@@ -229,7 +230,14 @@ impl PyBackend {
         let hooks = Arc::new(PyHooks {
             target: hooks,
             host_home: profile_home.clone(),
-            chat: chat.filter(|chat| !chat.is_empty()),
+            chat: chat.filter(|chat| !chat.is_empty()).map(|key| Chat {
+                key,
+                skills: if settings.settings.skills_in_chat_sandboxes {
+                    ChatSkills::Pushed
+                } else {
+                    ChatSkills::KeptOut
+                },
+            }),
             deferred: Arc::clone(&deferred),
         });
         let task: Arc<str> = Arc::from(task_id.as_str());

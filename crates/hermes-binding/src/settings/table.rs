@@ -8,7 +8,7 @@
 
 use agent_sandbox::{ApiKeySource, Config, InternetAccess, MAX_TURN_KEEP, Security};
 
-use super::CheckpointSettings;
+use super::AdapterSettings;
 use std::sync::Arc;
 
 /// The longest lease or grace a setting may ask for: one day (E2B's own maximum is
@@ -122,9 +122,9 @@ pub enum SettingDefault {
     /// Hermes' `terminal.lifetime_seconds`, else the value [`Config::new`] applies. No schema
     /// states it: a stated default would be filled in by Hermes and win over the lifetime.
     Lifetime(fn(&Config) -> Fixed),
-    /// The plugin's own value ([`CheckpointSettings::defaults`]): settings of the Hermes
+    /// The plugin's own value ([`AdapterSettings::defaults`]): settings of the Hermes
     /// adapter, not of the backend.
-    Plugin(fn(&CheckpointSettings) -> Fixed),
+    Plugin(fn(&AdapterSettings) -> Fixed),
     /// Unset; what applies instead, as the README says it.
     Unset(&'static str),
 }
@@ -135,7 +135,7 @@ impl std::fmt::Debug for SettingDefault {
             SettingDefault::Config(read) => write!(f, "Config({:?})", read(&core_defaults())),
             SettingDefault::Lifetime(read) => write!(f, "Lifetime({:?})", read(&core_defaults())),
             SettingDefault::Plugin(read) => {
-                write!(f, "Plugin({:?})", read(&CheckpointSettings::defaults()))
+                write!(f, "Plugin({:?})", read(&AdapterSettings::defaults()))
             }
             SettingDefault::Unset(instead) => write!(f, "Unset({instead:?})"),
         }
@@ -181,7 +181,7 @@ impl Setting {
     pub fn fixed_default(&self) -> Option<Fixed> {
         match self.default {
             SettingDefault::Config(read) => Some(read(&core_defaults())),
-            SettingDefault::Plugin(read) => Some(read(&CheckpointSettings::defaults())),
+            SettingDefault::Plugin(read) => Some(read(&AdapterSettings::defaults())),
             SettingDefault::Lifetime(_) | SettingDefault::Unset(_) => None,
         }
     }
@@ -218,7 +218,7 @@ impl Setting {
         let core = core_defaults();
         let unset = match self.default {
             SettingDefault::Config(read) => return read(&core).readme(),
-            SettingDefault::Plugin(read) => return read(&CheckpointSettings::defaults()).readme(),
+            SettingDefault::Plugin(read) => return read(&AdapterSettings::defaults()).readme(),
             SettingDefault::Lifetime(read) => {
                 return format!("`terminal.lifetime_seconds`, else {}", read(&core).readme());
             }
@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 23] = [
+pub const SETTINGS: [Setting; 24] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -297,6 +297,13 @@ pub const SETTINGS: [Setting; 23] = [
         default: SettingDefault::Unset("lease_seconds"),
         env: None,
         description: "A chat's sandbox is paused this long after its last command or file operation, whatever a command's timeout asked of the lease (the quiet running time you pay for); polls of background processes do not count as commands. Its next command resumes it, with what ran in it frozen meanwhile.",
+    },
+    Setting {
+        key: "skills_in_chat_sandboxes",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Plugin(|a| Fixed::Flag(a.skills_in_chat_sandboxes)),
+        env: None,
+        description: "Push the profile's skills into gateway chats' sandboxes. Hermes shares skills profile-wide (a skill one chat's agent writes is every chat's); false keeps them out of every chat's sandbox (the CLI's sandbox still gets them; skills a chat's agent writes are still pulled).",
     },
     Setting {
         key: "allow_internet_access",
@@ -382,7 +389,7 @@ pub const SETTINGS: [Setting; 23] = [
     Setting {
         key: "checkpoint_at_start",
         kind: SettingKind::Flag,
-        default: SettingDefault::Plugin(|c| Fixed::Flag(c.at_session_start)),
+        default: SettingDefault::Plugin(|a| Fixed::Flag(a.checkpoints.at_session_start)),
         env: None,
         description: "Take a checkpoint (an E2B snapshot) when a session first uses its sandbox; older automatic ones beyond checkpoint_keep are deleted.",
     },
@@ -392,14 +399,14 @@ pub const SETTINGS: [Setting; 23] = [
             min: 1,
             max: MAX_KEEP,
         },
-        default: SettingDefault::Plugin(|c| Fixed::Count(c.keep as u64)),
+        default: SettingDefault::Plugin(|a| Fixed::Count(a.checkpoints.keep as u64)),
         env: None,
         description: "Automatic checkpoints kept per scope; named ones are never deleted.",
     },
     Setting {
         key: "checkpoint_tool",
         kind: SettingKind::Flag,
-        default: SettingDefault::Plugin(|c| Fixed::Flag(c.agent_tool)),
+        default: SettingDefault::Plugin(|a| Fixed::Flag(a.checkpoints.agent_tool)),
         env: None,
         description: "Give the agent the sandbox_checkpoint tool (checkpoint before a risky step, list, restore after a failure).",
     },
@@ -409,7 +416,7 @@ pub const SETTINGS: [Setting; 23] = [
             min: 0,
             max: MAX_TURN_KEEP as u64,
         },
-        default: SettingDefault::Plugin(|c| Fixed::Count(c.turns as u64)),
+        default: SettingDefault::Plugin(|a| Fixed::Count(a.checkpoints.turns as u64)),
         env: None,
         description: "Turn-level file checkpoints kept inside the sandbox (a tar of the working directory before each turn's first file change); 0 turns them off.",
     },

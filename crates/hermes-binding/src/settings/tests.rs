@@ -89,9 +89,9 @@ fn the_checkpoint_settings_are_off_by_default_and_reach_their_fields() {
         let SettingDefault::Plugin(read) = setting.default else {
             continue;
         };
-        let default = read(&CheckpointSettings::defaults());
+        let default = read(&AdapterSettings::defaults());
         let given = raw(&[(setting.key, other_value(setting.key, &default))]);
-        let changed = read(&Settings::parse(&given, None).unwrap().checkpoints);
+        let changed = read(&Settings::parse(&given, None).unwrap().adapter());
         assert_ne!(changed, default, "{} does not reach its field", setting.key);
     }
     for (key, value) in [
