@@ -47,6 +47,7 @@ SIZES = {
         "scale_ns": [1, 50, 200, 500],
         "scale_min_commands": 200,
         "scale_settle_ms": 1000,
+        "quiet_ms": 5000,
         "intercept_requests": 200,
         "intercept_mib": 100,
     },
@@ -69,6 +70,7 @@ SIZES = {
         "scale_ns": [1, 5],
         "scale_min_commands": 10,
         "scale_settle_ms": 200,
+        "quiet_ms": 2000,
         "intercept_requests": 5,
         "intercept_mib": 4,
     },
@@ -236,7 +238,14 @@ REPEATS = 3
 INTERCEPT_REPEATS = 5
 
 #: Scenarios that run against the first latency only (they do not depend on it).
-FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot", "scale", "intercept"}
+FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot", "scale", "intercept",
+                      "quiet"}
+
+#: The quiet scenario's last command asks this long a deadline (a terminal call's timeout),
+#: which the lease covers: what the quiet pause must not wait for.
+QUIET_DEADLINE_S = 600
+#: Hermes' background-process poller's interval, for the polled variant.
+QUIET_POLL_MS = 2000
 
 #: The scale scenario's worker pool: commands in flight at once, at every N (fewer only when
 #: there are fewer scopes), so that N changes the number of scopes held, not the concurrency.
@@ -322,6 +331,9 @@ class Bench:
                  {"files": s["snapshot_files"], "bytes": s["snapshot_bytes"], "rounds": s["snapshot_rounds"]})
         self.load(server, latency)
         self.scale(server, latency)
+        quiet = {"quiet_ms": s["quiet_ms"], "deadline_s": QUIET_DEADLINE_S}
+        self.run(server, latency, "quiet", "ours quiet", self.ours + ["quiet"], dict(quiet, poll_ms=0))
+        self.run(server, latency, "quiet", "ours polled", self.ours + ["quiet"], dict(quiet, poll_ms=QUIET_POLL_MS))
         self.intercept(latency)
         if self.hermes is not None:
             with tempfile.TemporaryDirectory() as home:
@@ -634,6 +646,23 @@ SCALE_SIDES = (("ours", "Rust `Backend`", True), ("hermes", "Hermes terminal env
 SCALE_HELD_PER_SCOPE = 0.05
 
 
+def quiet_rows(rows, results, latency):
+    """What a quiet chat costs (L17): its sandbox's running seconds after its last command,
+    which is what it runs in an hour it stays quiet, against the `pause_after_idle` setting;
+    beside it, what the lease alone would have left it running (its last command asked a
+    600 s deadline)."""
+    for who, label in (("ours quiet", "left alone"),
+                       ("ours polled", f"a background process polled every {QUIET_POLL_MS / 1000:g} s")):
+        figures = get(results, "quiet", who, latency)
+        setting = None if figures is None else figures["setting_s"]
+        variant = f"{label}, last command's timeout {QUIET_DEADLINE_S} s"
+        row(rows, "quiet", latency, "running s per quiet chat per hour", variant,
+            figures and figures["running_after_last_s"], "`pause_after_idle_seconds`", setting,
+            "≤ setting + 2 s", lambda v, r, setting=setting: v <= setting + 2, unit="s")
+        row(rows, "quiet", latency, "running s the lease alone would leave", variant,
+            figures and figures["lease_left_s"], unit="s")
+
+
 def scale_rows(rows, results, latency, ns):
     """Per N: memory, threads and descriptors per scope (over the same process kind's
     baseline before any scope), throughput and latency with every scope active, and
@@ -835,6 +864,7 @@ def build_rows(results, latencies, with_hermes, scale_ns=()):
         row(rows, "load", latency, "server RSS growth", variant, mib(load and load.get("server_rss_growth_kib")),
             unit="MiB")
         scale_rows(rows, results, latency, scale_ns)
+        quiet_rows(rows, results, latency)
         intercept_rows(rows, results, latency)
         if with_hermes:
             hermes_rows(rows, results, latency)

@@ -18,8 +18,10 @@ use serde_json::{Map, Value, json};
 use crate::{BenchError, Protocol};
 
 mod checkpoints;
+mod quiet;
 mod scale;
 use checkpoints::{checkpoint, rollback, snapshot};
+use quiet::quiet;
 use scale::scale;
 
 /// A command's deadline in the steady-state scenarios (the lease covers it plus the grace).
@@ -48,6 +50,7 @@ pub(crate) fn run(
         "rollback" => rollback(params, protocol),
         "snapshot" => snapshot(params, protocol),
         "scale" => scale(params, protocol),
+        "quiet" => quiet(params, protocol),
         other => Err(format!("unknown scenario {other:?}").into()),
     }
 }
