@@ -15,6 +15,10 @@ use crate::{API_KEY, EPOCH_FILE, Error, TWO_HOST_TERM};
 /// Longest wait for one answer of a host process (every operation has its own deadline).
 const ANSWER_BOUND: Duration = Duration::from_secs(90);
 
+/// The pause a host idles in when a restart under the limit is drawn: the fault kills it
+/// there.
+pub(crate) const IDLE_PAUSE: &str = "pause 3000";
+
 /// A fault scheduled in this cycle.
 struct Planned {
     fault: Fault,
@@ -56,7 +60,15 @@ impl Campaign {
             drawn.push((fault, Duration::from_millis(self.rng.random_range(0..600))));
         }
         let stops = drawn.iter().any(|(f, _)| *f == Fault::StopWriter);
-        let processes = if stops { 2 } else { processes };
+        // The restart under the limit kills the scope's only session while it is idle.
+        let restart = self.hosts == 1 && drawn.iter().any(|(f, _)| *f == Fault::RestartUnderLimit);
+        let processes = if stops {
+            2
+        } else if restart {
+            1
+        } else {
+            processes
+        };
         let (tx, rx): (Sender<Msg>, Receiver<Msg>) = channel();
         let mut hosts = Vec::new();
         self.machine_pids.clear();
@@ -80,6 +92,10 @@ impl Campaign {
                         "run cat ~/.hermes/{EPOCH_FILE} 2>/dev/null || echo NOSTATE"
                     ));
                 }
+            }
+            if restart {
+                // The idle moment the fault is armed by (the host waits between commands).
+                script.push(IDLE_PAUSE.to_owned());
             }
             script.push("cleanup".to_owned());
             script.push("quit".to_owned());
@@ -121,7 +137,10 @@ impl Campaign {
         let start = Instant::now();
         let mut planned = Vec::new();
         for (fault, delay) in drawn {
-            let armed = !matches!(fault, Fault::KillHostAtPush | Fault::KillHostAtPull);
+            let armed = !matches!(
+                fault,
+                Fault::KillHostAtPush | Fault::KillHostAtPull | Fault::RestartUnderLimit
+            );
             planned.push(Planned {
                 fault,
                 at: start + delay,
@@ -210,6 +229,16 @@ impl Campaign {
                     }
                     if !hosts[index].killed {
                         self.send_next(&mut hosts, index)?;
+                        let sent = hosts[index].script.get(hosts[index].next.saturating_sub(1));
+                        if sent.is_some_and(|op| op == IDLE_PAUSE)
+                            && let Some(due) = planned
+                                .iter_mut()
+                                .find(|p| p.fault == Fault::RestartUnderLimit && !p.armed)
+                        {
+                            // A moment into the pause: its last command's end is on record.
+                            due.armed = true;
+                            due.at = Instant::now() + Duration::from_millis(200);
+                        }
                     }
                 }
                 Ok(Msg::Eof(index)) => {

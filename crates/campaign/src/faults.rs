@@ -19,11 +19,15 @@ pub(crate) enum Fault {
     ServerRestart,
     /// maxRunning at or below the running count, lifted after a drawn span (`lift_limit`).
     AccountLimit,
+    /// One-host mode only: the host SIGKILLed while idle (a gateway crashed), the limit set
+    /// at the running count, and a new session of another task of the profile must start
+    /// without waiting (it pauses the killed host's leftover, L15).
+    RestartUnderLimit,
     /// Two-host mode only.
     StopWriter,
 }
 
-pub(crate) const FAULTS: [Fault; 11] = [
+pub(crate) const FAULTS: [Fault; 12] = [
     Fault::KillHostTimed,
     Fault::KillHostAtPush,
     Fault::KillHostAtPull,
@@ -35,6 +39,7 @@ pub(crate) const FAULTS: [Fault; 11] = [
     Fault::LeaseExpiry,
     Fault::ServerRestart,
     Fault::AccountLimit,
+    Fault::RestartUnderLimit,
 ];
 
 impl Fault {
@@ -51,6 +56,7 @@ impl Fault {
             Fault::LeaseExpiry => "lease expired (clock jump)",
             Fault::ServerRestart => "e2b-local killed and restarted (refusing meanwhile)",
             Fault::AccountLimit => "account's limit of running sandboxes reached",
+            Fault::RestartUnderLimit => "idle host SIGKILLed, a new session under the limit",
             Fault::StopWriter => "SIGSTOP host past its term, then SIGCONT",
         }
     }

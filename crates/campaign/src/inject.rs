@@ -1,15 +1,28 @@
 //! How each fault drawn from the seed is injected into a running cycle.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use agent_sandbox::{
+    ApiKey, ApiKeySource, Backend, Config, DiscardSink, Endpoints, ErrorChain, NoStateHooks,
+    RunOptions, SandboxMode, Scope, Services,
+};
+
 use crate::checks::contents;
+use crate::cycle::IDLE_PAUSE;
 use crate::faults::{Fault, signal};
 use crate::hosts::Host;
 use crate::state::Campaign;
-use crate::{Error, TWO_HOST_TERM};
+use crate::{API_KEY, Error, TWO_HOST_TERM};
+
+/// The task of the new session a restart under the limit starts.
+const NEWCOMER_TASK: &str = "campaign-newcomer";
+/// How long the new session may wait for a slot: far below a lease, so waiting on the killed
+/// host's sandbox fails it.
+const NEWCOMER_WAIT: Duration = Duration::from_secs(20);
 
 impl Campaign {
     pub(crate) fn count(&mut self, fault: Fault) {
@@ -128,6 +141,26 @@ impl Campaign {
                 }
                 self.note(format!("maxRunning {max} ({running} running) for {hold:?}"));
             }
+            Fault::RestartUnderLimit => {
+                let idle = (0..hosts.len()).find(|&i| {
+                    let host = &hosts[i];
+                    !host.done
+                        && !host.killed
+                        && host.waiting_since.is_some()
+                        && host
+                            .script
+                            .get(host.next.wrapping_sub(1))
+                            .map(String::as_str)
+                            == Some(IDLE_PAUSE)
+                });
+                let Some(i) = idle else {
+                    return Ok(());
+                };
+                self.kill(&mut hosts[i])?;
+                if !self.restart_under_limit()? {
+                    return Ok(());
+                }
+            }
             Fault::StopWriter => {
                 let live: Vec<usize> = (0..hosts.len())
                     .filter(|&i| {
@@ -153,6 +186,85 @@ impl Campaign {
 
     /// Lifts the account limit `Fault::AccountLimit` set, if any, when `force` or once its
     /// span is over. An e2b-local restarted meanwhile has no limit: lifting is idempotent.
+    /// After an idle host's SIGKILL: the limit at what runs now, and a new session of another
+    /// task of the profile (as a restarted gateway's next chat) runs a command; it must not
+    /// wait for a slot (L15: the killed host's sandbox is an idle leftover, paused for it).
+    /// Whether the fault was injected (nothing runs: nothing to test).
+    fn restart_under_limit(&mut self) -> Result<bool, Error> {
+        // Other faults would fail the new session for their own reasons.
+        self.server.admin_retrying("faults/clear", "{}")?;
+        let Some(running) = (0..5)
+            .find_map(|_| self.server.admin_get("limits").ok())
+            .and_then(|limits| limits["running"].as_u64())
+            .filter(|running| *running > 0)
+        else {
+            return Ok(false);
+        };
+        self.limit_until = Some(Instant::now() + NEWCOMER_WAIT * 2);
+        if self
+            .server
+            .admin_retrying("limits", &format!(r#"{{"maxRunning":{running}}}"#))?
+            != 200
+        {
+            self.limit_until = None;
+            return Ok(false);
+        }
+        let outcome = self.newcomer();
+        self.lift_limit(true)?;
+        match outcome {
+            Ok(took) => self.note(format!(
+                "maxRunning {running}: a new session ran its command in {took:?}"
+            )),
+            Err(error) => self.violations.push(format!(
+                "a new session under the limit ({running} running) after an idle host was \
+                 killed did not get a slot (L15): {error}"
+            )),
+        }
+        Ok(true)
+    }
+
+    /// The new session: a persistent backend of task [`NEWCOMER_TASK`] on the campaign's
+    /// profile, without state hooks (the ledger's files are the scope's), that runs `true`
+    /// and cleans up (pausing its sandbox); how long the command took.
+    fn newcomer(&self) -> Result<Duration, String> {
+        let runtime = tokio::runtime::Runtime::new().map_err(|error| error.to_string())?;
+        let mut config = Config::new(ApiKeySource::Key(ApiKey::new(API_KEY.to_owned())));
+        config.endpoints = Endpoints::single(self.server.url());
+        config.mode = SandboxMode::Persistent;
+        config.slot_wait = NEWCOMER_WAIT;
+        let scope = Scope {
+            profile_home: self.home.clone(),
+            task_id: NEWCOMER_TASK.to_owned(),
+        };
+        let backend = Backend::new(
+            config,
+            scope,
+            Services::new(runtime.handle().clone()),
+            Arc::new(NoStateHooks),
+        )
+        .map_err(|error| ErrorChain(&error).to_string())?;
+        let started = Instant::now();
+        let ran = backend
+            .run(
+                "true",
+                RunOptions::new(Duration::from_secs(30)),
+                Box::new(DiscardSink),
+            )
+            .map_err(|error| ErrorChain(&error).to_string())
+            .and_then(|command| {
+                command
+                    .wait()
+                    .map_err(|error| ErrorChain(&*error).to_string())
+            });
+        let took = started.elapsed();
+        backend.cleanup();
+        match ran {
+            Ok(exit) if exit.exit_code == 0 => Ok(took),
+            Ok(exit) => Err(format!("`true` exited {}", exit.exit_code)),
+            Err(error) => Err(error),
+        }
+    }
+
     pub(crate) fn lift_limit(&mut self, force: bool) -> Result<(), Error> {
         let Some(until) = self.limit_until else {
             return Ok(());

@@ -86,6 +86,8 @@ impl Queue {
 }
 
 struct Writer {
+    /// The process whose thread writes: a child forked after it started has no such thread.
+    pid: u32,
     queue: Mutex<Queue>,
     /// Signalled when a record is queued.
     work: Condvar,
@@ -138,11 +140,13 @@ impl Writer {
 
 static WRITER: OnceLock<Option<&'static Writer>> = OnceLock::new();
 
-/// The process's writer, started on first use; `None` when its thread could not start
-/// (records are then written by the caller, as before the writer existed).
+/// The process's writer, started on first use; `None` when its thread could not start, or
+/// in a child forked from the process that started it (records are then written by the
+/// caller, as before the writer existed).
 fn writer() -> Option<&'static Writer> {
-    *WRITER.get_or_init(|| {
+    let writer = *WRITER.get_or_init(|| {
         let writer: &'static Writer = Box::leak(Box::new(Writer {
+            pid: std::process::id(),
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
             written: Condvar::new(),
@@ -152,7 +156,8 @@ fn writer() -> Option<&'static Writer> {
             .spawn(move || writer.run())
             .ok()
             .map(|_| writer)
-    })
+    });
+    writer.filter(|writer| writer.pid == std::process::id())
 }
 
 /// When a queued record is written.
@@ -199,7 +204,12 @@ pub(super) fn queue(
 /// Waits until no write of the record at `path` is queued or under way in this process.
 pub(super) fn wait_for(path: &Path) {
     // A process that never recorded has nothing queued (and starts no thread to read).
-    let Some(writer) = WRITER.get().copied().flatten() else {
+    let Some(writer) = WRITER
+        .get()
+        .copied()
+        .flatten()
+        .filter(|writer| writer.pid == std::process::id())
+    else {
         return;
     };
     let mut queue = writer.lock();
