@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from ._core import NATIVE_IMPORT_ERROR, redact
-from ._hermes import inventory, native_settings, read_settings
+from ._hermes import inventory, native_settings, profile_settings, read_settings
 from .checkpoints import describe
 
 #: The exit code of a command that did not do everything asked (a refusal, a failure).
@@ -204,9 +204,7 @@ def _scope_name(entry: dict) -> str:
 
 
 def _settings(ctx: Any) -> Any:
-    if NATIVE_IMPORT_ERROR is not None:
-        raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
-    return native_settings(read_settings(ctx))
+    return profile_settings(ctx)
 
 
 def _newest_checkpoints(ctx: Any, entries: list) -> None:
