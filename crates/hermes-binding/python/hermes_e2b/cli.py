@@ -39,7 +39,10 @@ def setup(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON")
     rm = sub.add_parser("rm", help="kill sandboxes (asks first; --yes to skip)")
     rm.add_argument("ids", nargs="*", metavar="ID", help="sandbox ids")
-    rm.add_argument("--paused", action="store_true", help="this profile's paused sandboxes")
+    rm.add_argument("--paused", action="store_true", help="this profile's paused sandboxes (all, or those --older-than and --task select)")
+    rm.add_argument("--older-than", metavar="DURATION", help="with --paused: only those unused (last use and pause) at least this long: 30m, 2h, 1d, 1d12h")
+    rm.add_argument("--task", action="append", default=[], metavar="ID", help="with --paused: only this task's (as `hermes e2b list` shows it); repeatable")
+    rm.add_argument("--dry-run", action="store_true", help="show what would be killed and what it loses; kill nothing")
     rm.add_argument("--duplicates", action="store_true", help="this profile's duplicates (the newest of each scope is kept)")
     rm.add_argument("--yes", action="store_true", help="do not ask")
     rm.add_argument("--force", action="store_true", help="also kill one a live session on this host writes to")
@@ -174,9 +177,9 @@ def _duration(seconds: Optional[int]) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _last_use(entry: dict) -> str:
+def _last_use(entry: Optional[dict]) -> str:
     """When the entry was last used; `~` marks an estimate from E2B's lease end."""
-    if entry["last_used_at"] is None:
+    if entry is None or entry["last_used_at"] is None:
         return "-"
     return ("~" if entry["last_used_source"] == "lease" else "") + _when(entry["last_used_at"])
 
@@ -301,10 +304,16 @@ def _rm(ctx: Any, args: argparse.Namespace) -> int:
     if sum(chosen) != 1:
         print("hermes e2b rm: name sandbox ids, or --paused, or --duplicates (one of them)", file=sys.stderr)
         return EXIT_UNCONFIRMED
+    if (args.older_than is not None or args.task) and not args.paused:
+        print("hermes e2b rm: --older-than and --task select among paused sandboxes; add --paused", file=sys.stderr)
+        return EXIT_UNCONFIRMED
     target = "ids" if args.ids else "paused" if args.paused else "duplicates"
+    selection = {"force": args.force, "older_than": args.older_than, "tasks": list(args.task)}
     inventory = _inventory(ctx)
-    plan = inventory.plan_removal(target, list(args.ids), force=args.force)
+    plan = inventory.plan_removal(target, list(args.ids), **selection)
     kills = [item for item in plan if item["action"] == "kill"]
+    if args.dry_run:
+        return _rm_dry_run(plan, kills, args.json)
     if kills and not args.yes:
         print("This kills, for good:")
         for item in kills:
@@ -316,7 +325,7 @@ def _rm(ctx: Any, args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing killed.")
             return EXIT_UNCONFIRMED
-    removed = inventory.remove(target, list(args.ids), force=args.force)
+    removed = inventory.remove(target, list(args.ids), **selection)
     if args.json:
         _print_json(removed)
     else:
@@ -327,6 +336,25 @@ def _rm(ctx: Any, args: argparse.Namespace) -> int:
             print(f"{item['sandbox_id']}: {item['outcome'].replace('_', ' ')}{detail}")
     ok = all(item["outcome"] in ("killed", "already_gone") for item in removed)
     return 0 if ok else EXIT_INCOMPLETE
+
+
+def _rm_dry_run(plan: list, kills: list, as_json: bool) -> int:
+    """``rm --dry-run``: the plan, as the confirmation shows it, with the refusals; nothing
+    is killed."""
+    if as_json:
+        _print_json([{k: v for k, v in item.items() if k != "entry"} for item in plan])
+        return 0
+    if not plan:
+        print("Nothing to remove.")
+    if kills:
+        print("Would kill, for good (--dry-run: nothing killed):")
+        for item in kills:
+            print(f"  {item['sandbox_id']} ({_scope_name(item['entry'])}, last use {_last_use(item['entry'])}): {item['detail']}")
+    for item in plan:
+        if item["action"] != "kill":
+            detail = f": {item['detail']}" if item["detail"] else ""
+            print(f"{item['sandbox_id']}: would be {'refused' if item['action'] == 'refuse' else 'already gone'}{detail}")
+    return 0
 
 
 def _pull(ctx: Any, args: argparse.Namespace) -> int:
