@@ -105,6 +105,32 @@ def test_cli_checkpoint_break_rollback_restores_the_workspace_and_keeps_new_memo
     assert in_sandbox(home, "ls ~/work 2>&1 || true").strip().endswith("No such file or directory")
 
 
+# contract: R12
+def test_checkpoints_without_a_task_lists_every_task_of_the_profile(home, e2b_local):
+    profile_with(home, e2b_local)
+    for chat in ("1", "2"):
+        Session(home, chat=chat).stop()
+    tasks = sorted(e["host"]["task_id"] for e in json.loads(e2b(home, "list", "--json").stdout))
+    assert len(tasks) == 2 and all(t.startswith("session:") for t in tasks), tasks
+    for n, task in enumerate(tasks):
+        taken = e2b(home, "checkpoint", f"cp-{n}", "--task", task)
+        assert taken.returncode == 0, taken.stderr
+
+    everything = e2b(home, "checkpoints", "--json")
+    assert everything.returncode == 0, everything.stderr
+    listed = json.loads(everything.stdout)
+    assert sorted((c["task"], c["label"]) for c in listed["checkpoints"]) == [(tasks[0], "cp-0"), (tasks[1], "cp-1")]
+    text = e2b(home, "checkpoints").stdout
+    for n, task in enumerate(tasks):
+        assert f"Task {task}:\n  cp-{n}  [manual]" in text, text
+
+    narrowed = json.loads(e2b(home, "checkpoints", "--task", tasks[1], "--json").stdout)
+    assert (narrowed["task"], [c["label"] for c in narrowed["checkpoints"]]) == (tasks[1], ["cp-1"])
+    # --turns reads one sandbox: the named task's, else task default's (none here).
+    turns = json.loads(e2b(home, "checkpoints", "--turns", "--json").stdout)
+    assert (turns["task"], turns["checkpoints"]) == ("default", []), turns
+
+
 # contract: R1, R13
 def test_a_live_sessions_scope_is_refused_to_the_cli_with_the_slash_command_hint(home, e2b_local):
     profile_with(home, e2b_local)

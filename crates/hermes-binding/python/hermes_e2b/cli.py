@@ -57,9 +57,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
     checkpoint.add_argument("name", nargs="?", help="a name (lowercase letters, digits, '-')")
     checkpoint.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
     checkpoint.add_argument("--json", action="store_true", help="print JSON")
-    checkpoints = sub.add_parser("checkpoints", help="a scope's checkpoints, newest first")
-    checkpoints.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
-    checkpoints.add_argument("--turns", action="store_true", help="also the turn checkpoints kept in the sandbox (attaches to it)")
+    checkpoints = sub.add_parser("checkpoints", help="the checkpoints of every task of this profile, or of one (--task), newest first")
+    checkpoints.add_argument("--task", default=None, metavar="ID", help="only this task (container key); default: every task this host knows of the profile's sandboxes")
+    checkpoints.add_argument("--turns", action="store_true", help="also the turn checkpoints kept in the sandbox (attaches to it): one task's, default: default")
     checkpoints.add_argument("--json", action="store_true", help="print JSON")
     rollback = sub.add_parser("rollback", help="roll a scope's sandbox back to a checkpoint (asks first; --yes to skip)")
     rollback.add_argument("name", nargs="?", help="a checkpoint's name or snapshot id")
@@ -210,22 +210,34 @@ def _settings(ctx: Any) -> Any:
     return profile_settings(ctx)
 
 
-def _newest_checkpoints(ctx: Any, entries: list) -> None:
-    """Adds ``newest_checkpoint`` (a dict or None) to each entry: one snapshot list per task."""
+def _profile_tasks(entries: list) -> list[str]:
+    """The tasks (container keys) of the listed sandboxes this host knows, in listing order."""
+    tasks: list[str] = []
+    for entry in entries:
+        task = (entry.get("host") or {}).get("task_id")
+        if task is not None and task not in tasks:
+            tasks.append(task)
+    return tasks
+
+
+def _task_checkpoints(ctx: Any, tasks: list[str]) -> dict[str, list]:
+    """Each task's checkpoints, newest first: one snapshot list per task."""
     from .checkpoints import scope_backend
 
     settings = _settings(ctx)
-    by_task: dict[str, Any] = {}
+    found: dict[str, list] = {}
+    for task in tasks:
+        with scope_backend(settings, task) as backend:
+            found[task] = backend.checkpoints()
+    return found
+
+
+def _newest_checkpoints(ctx: Any, entries: list) -> None:
+    """Adds ``newest_checkpoint`` (a dict or None) to each entry: one snapshot list per task."""
+    by_task = _task_checkpoints(ctx, _profile_tasks(entries))
     for entry in entries:
-        task = (entry.get("host") or {}).get("task_id")
-        if task is None:
-            entry["newest_checkpoint"] = None
-            continue
-        if task not in by_task:
-            with scope_backend(settings, task) as backend:
-                listed = backend.checkpoints()
-            by_task[task] = listed[0] if listed else None
-        entry["newest_checkpoint"] = by_task[task]
+        listed = by_task.get((entry.get("host") or {}).get("task_id"))
+        entry["newest_checkpoint"] = listed[0] if listed else None
 
 
 def _status(ctx: Any, args: argparse.Namespace) -> int:
@@ -406,6 +418,9 @@ def _checkpoint(ctx: Any, args: argparse.Namespace) -> int:
 def _checkpoints(ctx: Any, args: argparse.Namespace) -> int:
     from .checkpoints import describe_turn, describe_with_id, scope_backend
 
+    if args.task is None and not args.turns:
+        return _all_checkpoints(ctx, args)
+    args.task = args.task or "default"
     with scope_backend(_settings(ctx), args.task) as backend:
         listed = backend.checkpoints()
         turns = backend.turn_checkpoints() if args.turns else None
@@ -420,6 +435,29 @@ def _checkpoints(ctx: Any, args: argparse.Namespace) -> int:
         print("Turn checkpoints (in the sandbox):" if turns else "No turn checkpoints in the sandbox.")
         for turn in turns:
             print(f"  {describe_turn(turn)}")
+    return 0
+
+
+def _all_checkpoints(ctx: Any, args: argparse.Namespace) -> int:
+    """``checkpoints`` without ``--task``: every task of the profile's sandboxes this host knows
+    (``hermes e2b list`` shows them), each checkpoint with its task."""
+    from .checkpoints import describe_with_id
+
+    tasks = _profile_tasks(_inventory(ctx).list("profile", by_last_use=True))
+    by_task = _task_checkpoints(ctx, tasks)
+    if args.json:
+        listed = [{**c, "task": task} for task in tasks for c in by_task[task]]
+        listed.sort(key=lambda c: c["taken_at"], reverse=True)
+        _print_json({"task": None, "tasks": tasks, "checkpoints": listed})
+        return 0
+    if not any(by_task.values()):
+        print("No checkpoints of this profile's tasks." if tasks else "No E2B sandboxes for this profile.")
+    for task in tasks:
+        if not by_task[task]:
+            continue
+        print(f"Task {task}:")
+        for checkpoint in by_task[task]:
+            print("  " + describe_with_id(checkpoint).replace("\n", "\n  "))
     return 0
 
 
