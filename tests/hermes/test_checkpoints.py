@@ -105,6 +105,32 @@ def test_cli_checkpoint_break_rollback_restores_the_workspace_and_keeps_new_memo
     assert in_sandbox(home, "ls ~/work 2>&1 || true").strip().endswith("No such file or directory")
 
 
+# contract: R12
+def test_checkpoints_without_a_task_lists_every_task_of_the_profile(home, e2b_local):
+    profile_with(home, e2b_local)
+    for chat in ("1", "2"):
+        Session(home, chat=chat).stop()
+    tasks = sorted(e["host"]["task_id"] for e in json.loads(e2b(home, "list", "--json").stdout))
+    assert len(tasks) == 2 and all(t.startswith("session:") for t in tasks), tasks
+    for n, task in enumerate(tasks):
+        taken = e2b(home, "checkpoint", f"cp-{n}", "--task", task)
+        assert taken.returncode == 0, taken.stderr
+
+    everything = e2b(home, "checkpoints", "--json")
+    assert everything.returncode == 0, everything.stderr
+    listed = json.loads(everything.stdout)
+    assert sorted((c["task"], c["label"]) for c in listed["checkpoints"]) == [(tasks[0], "cp-0"), (tasks[1], "cp-1")]
+    text = e2b(home, "checkpoints").stdout
+    for n, task in enumerate(tasks):
+        assert f"Task {task}:\n  cp-{n}  [manual]" in text, text
+
+    narrowed = json.loads(e2b(home, "checkpoints", "--task", tasks[1], "--json").stdout)
+    assert (narrowed["task"], [c["label"] for c in narrowed["checkpoints"]]) == (tasks[1], ["cp-1"])
+    # --turns reads one sandbox: the named task's, else task default's (none here).
+    turns = json.loads(e2b(home, "checkpoints", "--turns", "--json").stdout)
+    assert (turns["task"], turns["checkpoints"]) == ("default", []), turns
+
+
 # contract: R1, R13
 def test_a_live_sessions_scope_is_refused_to_the_cli_with_the_slash_command_hint(home, e2b_local):
     profile_with(home, e2b_local)
@@ -161,7 +187,8 @@ def test_slash_commands_and_the_agent_tool_in_a_session(home, e2b_local):
     """)
     assert result["ours"] == ["sandbox-checkpoint", "sandbox-checkpoints", "sandbox-rollback"]
     assert result["builtin_rollback"], "Hermes' own /rollback stays Hermes'"
-    assert "no E2B sandbox is attached in this session yet" in result["before_attach"]
+    # No environment yet: the command acts on the session's scope, as `hermes e2b checkpoint`.
+    assert result["before_attach"].startswith("Checkpoint taken: early  [manual]"), result["before_attach"]
     assert result["taken"].startswith("Checkpoint taken: good  [manual]"), result["taken"]
     assert result["listed"].splitlines()[0].startswith("good  [manual]"), result["listed"]
     assert result["rolled"].startswith("Rolled back to good  [manual]"), result["rolled"]
@@ -219,7 +246,8 @@ def test_in_a_gateway_with_many_chats_a_slash_command_acts_on_its_own_chats_sand
     assert result["taken_2"].startswith("Checkpoint taken: from-chat-two"), result["taken_2"]
     assert "from-chat-two" in result["listed_2"]
     assert "from-chat-two" not in result["listed_1"] and result["listed_1"] == "No checkpoints of this scope."
-    assert "no E2B sandbox is attached in this chat's session yet" in result["chat_3"]
+    # A chat without a sandbox has its own scope, with no checkpoints: never another chat's.
+    assert result["chat_3"] == "No checkpoints of this scope.", result["chat_3"]
     assert "2 E2B sandboxes are live in this process" in result["no_chat"]
     assert result["rolled_2"].startswith("Rolled back to from-chat-two"), result["rolled_2"]
     assert result["who_2"] == "chat 2"
@@ -229,6 +257,66 @@ def test_in_a_gateway_with_many_chats_a_slash_command_acts_on_its_own_chats_sand
     assert command[:3] == ["hermes", "e2b", "rollback"] and command[-2:] == ["--task", "session:agent:main:telegram:dm:2"], undo
     undone = e2b(home, *command[2:], "--yes")
     assert undone.returncode == 0 and "Rolled back to" in undone.stdout, undone.stdout + undone.stderr
+
+
+CHAT = """
+from gateway.session_context import clear_session_vars, set_session_vars
+from hermes_cli.plugins import get_plugin_command_handler
+from tools.terminal_tool_lifecycle import cleanup_vm
+import tools.terminal_tool as terminal
+slash = lambda name, args="": get_plugin_command_handler(name)(args)
+def in_chat(chat, call):
+    tokens = set_session_vars(platform="telegram", chat_id=chat, session_key=f"agent:main:telegram:dm:{chat}")
+    try:
+        return call()
+    finally:
+        clear_session_vars(tokens)
+"""
+
+
+# contract: R13
+def test_a_chats_slash_commands_work_after_the_reaper_and_a_gateway_restart(home, e2b_local):
+    """A chat's slash commands act on the chat's scope, found by E2B metadata, when no
+    environment of it is live: after Hermes' idle reaper closed it, and in a restarted
+    gateway process that has run nothing for the chat yet."""
+    profile_with(home, e2b_local)
+    first = drive(home, CHAT + textwrap.dedent("""
+        r = {}
+        r["made"] = in_chat("2", lambda: T("echo good > ~/who; cat ~/who", task_id="turn-2"))["output"]
+        r["taken"] = in_chat("2", lambda: slash("sandbox-checkpoint", "good"))
+        in_chat("2", lambda: T("echo broken > ~/who", task_id="turn-2"))
+        # Hermes' idle reaper: the environment is torn down, the chat stays.
+        keys = list(terminal._active_environments)
+        for key in keys:
+            terminal._last_activity[key] -= 100_000
+        from tools.terminal_tool_lifecycle import _cleanup_inactive_envs
+        _cleanup_inactive_envs(300)
+        r["live_after_reaper"] = sorted(terminal._active_environments)
+        r["listed_after_reaper"] = in_chat("2", lambda: slash("sandbox-checkpoints"))
+        finish(r)
+    """))
+    assert first["made"] == "good" and first["taken"].startswith("Checkpoint taken: good"), first
+    assert first["live_after_reaper"] == [], first
+    assert first["listed_after_reaper"].startswith("good  [manual]"), first["listed_after_reaper"]
+
+    # The gateway restarted: a new process, nothing run for the chat yet.
+    second = drive(home, CHAT + textwrap.dedent("""
+        r = {}
+        r["other_chat"] = in_chat("3", lambda: slash("sandbox-checkpoints"))
+        r["rolled"] = in_chat("2", lambda: slash("sandbox-rollback", "good --yes"))
+        r["live_after_rollback"] = sorted(terminal._active_environments)
+        r["who"] = in_chat("2", lambda: T("cat ~/who", task_id="turn-2"))["output"]
+        for key in list(terminal._active_environments):
+            cleanup_vm(key)
+        finish(r)
+    """))
+    assert second["other_chat"] == "No checkpoints of this scope.", second["other_chat"]
+    assert second["rolled"].startswith("Rolled back to good  [manual]"), second["rolled"]
+    assert "no E2B sandbox" not in second["rolled"]
+    undo = next(line for line in second["rolled"].splitlines() if line.startswith("Undo: "))
+    assert undo.endswith("--task session:agent:main:telegram:dm:2"), undo
+    assert second["live_after_rollback"] == [], "the rollback left no environment behind"
+    assert second["who"] == "good", second
 
 
 # contract: R11, R13

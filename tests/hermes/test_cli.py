@@ -164,6 +164,44 @@ def test_rm_duplicates_keeps_the_newest(profile, e2b_local):
 
 
 # contract: I8
+def test_rm_paused_selects_by_age_and_task_and_a_dry_run_kills_nothing(profile, e2b_local):
+    home, tag = profile
+    for chat in ("1", "2"):
+        Session(home, chat=chat).stop()
+    listed = json.loads(e2b(home, "list", "--json").stdout)
+    assert [e["state"] for e in listed] == ["paused", "paused"], listed
+    (task_1, id_1), (task_2, id_2) = sorted((e["host"]["task_id"], e["sandbox_id"]) for e in listed)
+
+    dry = e2b(home, "rm", "--paused", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("Would kill, for good (--dry-run: nothing killed):"), dry.stdout
+    for task, sandbox in ((task_1, id_1), (task_2, id_2)):
+        assert f"  {sandbox} ({task}, last use " in dry.stdout, dry.stdout
+    assert len(tagged(e2b_local, tag)) == 2, "a dry run kills nothing"
+
+    # Paused a moment ago: a day's age takes neither, with or without --dry-run.
+    assert json.loads(e2b(home, "rm", "--paused", "--older-than", "1d", "--dry-run", "--json").stdout) == []
+    aged = e2b(home, "rm", "--paused", "--older-than", "1d", "--yes")
+    assert aged.returncode == 0 and aged.stdout.strip() == "Nothing to remove.", aged.stdout
+    assert len(tagged(e2b_local, tag)) == 2
+
+    planned = json.loads(e2b(home, "rm", "--paused", "--task", task_2, "--dry-run", "--json").stdout)
+    assert [(p["sandbox_id"], p["action"]) for p in planned] == [(id_2, "kill")], planned
+    unconfirmed = e2b(home, "rm", "--paused", "--task", task_2)
+    assert unconfirmed.returncode == 2 and "This kills, for good:" in unconfirmed.stdout
+    assert id_2 in unconfirmed.stdout and id_1 not in unconfirmed.stdout
+    done = e2b(home, "rm", "--paused", "--task", task_2, "--yes")
+    assert done.returncode == 0 and done.stdout.strip() == f"{id_2}: killed", done.stdout
+    assert [s["sandboxID"] for s in tagged(e2b_local, tag)] == [id_1]
+
+    wrong = e2b(home, "rm", "--paused", "--older-than", "soon")
+    assert wrong.returncode == 1 and "is not a duration" in wrong.stderr, wrong.stderr
+    mixed = e2b(home, "rm", "--duplicates", "--older-than", "1d")
+    assert mixed.returncode == 2 and "add --paused" in mixed.stderr, mixed.stderr
+    assert [s["sandboxID"] for s in tagged(e2b_local, tag)] == [id_1]
+
+
+# contract: I8
 def test_rm_of_a_sandbox_a_live_writer_holds_is_refused(profile, e2b_local):
     home, tag = profile
     session = Session(home)

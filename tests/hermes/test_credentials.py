@@ -145,6 +145,37 @@ def test_a_missing_value_runs_nothing_and_says_which_variable_and_file(home, e2b
     assert "no value for MISSING_TOKEN" in doctor.stdout, doctor.stdout
 
 
+# contract: X16
+def test_execute_code_with_a_missing_value_returns_the_error_as_the_terminal_does(home, e2b_local):
+    """Hermes' execute_code creates its environment outside any handler: a refusal there
+    must still come back as the tool's result naming the variable and the file, never as a
+    raised EnvironmentConnectionError (a traceback in the agent's log), and the terminal tool
+    answers at once (no retries) with the same words."""
+    profile(home, e2b_local, credentials={"MISSING_TOKEN": {"hosts": ["api.example.test"]}})
+    result = run_logged(home, """
+        from tools.code_execution_tool import execute_code
+        r = {}
+        try:
+            r["code"] = json.loads(execute_code("print('ran' * 2)", task_id="default"))
+        except Exception as error:
+            r["raised"] = f"{type(error).__name__}: {error}"
+        r["terminal"] = T("echo ran", task_id="default")
+        finish(r)
+    """)
+    assert "raised" not in result, result["raised"]
+    code = result["code"]
+    assert code["status"] == "error", code
+    # The operation, the variable and the file (no sandbox exists yet: the create is refused).
+    assert "E2B create refused: credential MISSING_TOKEN has no value: set MISSING_TOKEN in " in code["error"], code
+    assert code["error"].rstrip().endswith(".env") or ".env\n" in code["error"], code
+    assert "ranran" not in json.dumps(code)
+    terminal = result["terminal"]
+    assert terminal["exit_code"] == 126, terminal
+    assert "E2B create refused: credential MISSING_TOKEN has no value" in terminal["output"], terminal
+    assert ".env" in terminal["output"], terminal
+    assert "Command execution failed" not in json.dumps(terminal), "no retries: the refusal is the result"
+
+
 # contract: X17
 def test_a_bad_credentials_setting_names_the_setting_and_the_variable(home, e2b_local):
     profile(home, e2b_local, credentials={"GITHUB_TOKEN": {"hosts": ["*.github.com"]}})

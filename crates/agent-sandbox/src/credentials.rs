@@ -285,6 +285,8 @@ impl Credentials {
                 .ok_or_else(|| Error::MissingCredential {
                     name: credential.name.clone(),
                     source_file: self.source.clone(),
+                    operation: "network rules",
+                    sandbox_id: None,
                 })?;
             let header = credential.format.replace(VALUE_PLACEHOLDER, &value);
             if header.len() > MAX_HEADER_VALUE || header.chars().any(char::is_control) {
@@ -473,6 +475,17 @@ mod tests {
             "{text}"
         );
         assert!(!credentials.has_value("GITHUB_TOKEN"));
+        // What needed the value, and for which sandbox, once the backend says so.
+        let error = credentials.rules().unwrap_err();
+        assert_eq!(
+            error.needed_by("command", Some("i1")).to_string(),
+            "E2B command refused for sandbox i1: credential GITHUB_TOKEN has no value: set GITHUB_TOKEN in /p/.env"
+        );
+        let error = credentials.rules().unwrap_err();
+        assert_eq!(
+            error.needed_by("create", None).to_string(),
+            "E2B create refused: credential GITHUB_TOKEN has no value: set GITHUB_TOKEN in /p/.env"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::io;
 use std::path::PathBuf;
 
 mod chain;
+mod credential;
 mod limit;
 mod refusal;
 pub use chain::ErrorChain;
@@ -313,12 +314,19 @@ pub enum Error {
 
     /// A configured credential has no value where the host resolves it: no command runs
     /// until it has one (or the setting no longer names it).
-    #[error("E2B credential {name} has no value: set {name} in {source_file}")]
+    #[error(
+        "E2B {operation} refused{}: credential {name} has no value: set {name} in {source_file}",
+        credential::for_sandbox(sandbox_id.as_deref())
+    )]
     MissingCredential {
         /// The variable name.
         name: String,
         /// Where the value belongs (the profile's `.env`).
         source_file: String,
+        /// What needed it: `create`, `attach`, `command`, ...
+        operation: &'static str,
+        /// The sandbox it was for, once there is one.
+        sandbox_id: Option<String>,
     },
 
     /// A watcher's poll ([`Purpose::Watch`](crate::Purpose::Watch)) found the sandbox paused

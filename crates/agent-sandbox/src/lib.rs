@@ -57,8 +57,9 @@ pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{
     ACCESS_CHECK_DEADLINE, Access, Activity, EgressApplied, EgressOutcome, EntryState, Force,
-    HostScope, Inventory, Listing, LiveStep, Loss, Owner, PlannedRemoval, Refusal, RemovalOutcome,
-    RemovalTarget, Removed, SandboxEntry, TEMPLATE_TOOLS, Usage, UseSource, Verdict, WriterHolder,
+    HostScope, Inventory, Listing, LiveStep, Loss, Owner, PausedSelection, PlannedRemoval, Refusal,
+    RemovalOutcome, RemovalTarget, Removed, SandboxEntry, TEMPLATE_TOOLS, Usage, UseSource,
+    Verdict, WriterHolder,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 /// The directories of the Hermes home that come back from a sandbox (`skills`, `memories`).

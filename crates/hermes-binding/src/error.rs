@@ -22,6 +22,12 @@ create_exception!(
 );
 create_exception!(
     _native,
+    CredentialError,
+    ConfigurationError,
+    "A configured credential has no value (or an unusable one): the profile's `.env` fixes it, no new session needed."
+);
+create_exception!(
+    _native,
     NotReadyError,
     E2BError,
     "A reader session's command was refused because the scope's state is being rebuilt or is stale; the message ends with what to do."
@@ -456,7 +462,12 @@ impl From<Error> for PyErr {
     fn from(error: Error) -> PyErr {
         let message = error.message();
         let (reason, hint) = error.reason_and_hint();
-        let exception = if error.is_configuration() {
+        let exception = if error
+            .backend_source()
+            .is_some_and(agent_sandbox::Error::is_credential)
+        {
+            CredentialError::new_err(message)
+        } else if error.is_configuration() {
             ConfigurationError::new_err(message)
         } else if error.is_not_ready() {
             NotReadyError::new_err(message)

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_sandbox::{
-    Activity, ApiKeySource, EgressOutcome, Force, HostScope, Inventory, Listing, Loss, Progress,
-    ProgressObserver, Refusal, RemovalOutcome, RemovalTarget, SandboxEntry, Services, Verdict,
-    WriterHolder,
+    Activity, ApiKeySource, EgressOutcome, Force, HostScope, Inventory, Listing, Loss,
+    PausedSelection, Progress, ProgressObserver, Refusal, RemovalOutcome, RemovalTarget,
+    SandboxEntry, Services, Verdict, WriterHolder,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -105,16 +105,71 @@ fn python_progress(callable: Py<PyAny>) -> ProgressObserver {
     })
 }
 
-fn target(kind: &str, ids: Vec<String>) -> Result<RemovalTarget, Error> {
+/// What `rm` acts on: `kind` is "ids" (with `ids`), "paused" or "duplicates";
+/// `older_than` (a duration such as `2h`, `1d12h`, `90m`) and `tasks` narrow "paused" only.
+fn target(
+    kind: &str,
+    ids: Vec<String>,
+    older_than: Option<&str>,
+    tasks: Vec<String>,
+) -> Result<RemovalTarget, Error> {
+    let invalid = |reason: String| Error::InvalidArgument {
+        operation: "remove sandboxes",
+        reason,
+    };
+    if kind != "paused" && (older_than.is_some() || !tasks.is_empty()) {
+        return Err(invalid(
+            "--older-than and --task select among paused sandboxes (--paused)".to_owned(),
+        ));
+    }
     match kind {
         "ids" if !ids.is_empty() => Ok(RemovalTarget::Ids(ids)),
-        "paused" => Ok(RemovalTarget::Paused),
+        "paused" => {
+            let unused_for = older_than.map(parse_age).transpose().map_err(invalid)?;
+            Ok(RemovalTarget::Paused(PausedSelection::new(
+                unused_for, tasks,
+            )))
+        }
         "duplicates" => Ok(RemovalTarget::Duplicates),
-        other => Err(Error::InvalidArgument {
-            operation: "remove sandboxes",
-            reason: format!("name sandbox ids, paused or duplicates (got {other:?})"),
-        }),
+        other => Err(invalid(format!(
+            "name sandbox ids, paused or duplicates (got {other:?})"
+        ))),
     }
+}
+
+/// A duration as an operator writes it: whole numbers with units `d`, `h`, `m` or `s`, in
+/// any combination (`2h`, `1d12h`, `90m`, `45s`), above zero.
+fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    let wrong = || {
+        format!(
+            "--older-than {text:?} is not a duration: write e.g. 30m, 2h, 1d or 1d12h (units d, h, m, s)"
+        )
+    };
+    let mut total: u64 = 0;
+    let mut digits = String::new();
+    for c in text.trim().chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let unit: u64 = match c {
+            'd' => 86_400,
+            'h' => 3_600,
+            'm' => 60,
+            's' => 1,
+            _ => return Err(wrong()),
+        };
+        let amount: u64 = digits.parse().map_err(|_| wrong())?;
+        total = amount
+            .checked_mul(unit)
+            .and_then(|part| total.checked_add(part))
+            .ok_or_else(wrong)?;
+        digits.clear();
+    }
+    if !digits.is_empty() || total == 0 {
+        return Err(wrong());
+    }
+    Ok(std::time::Duration::from_secs(total))
 }
 
 fn force(yes: bool) -> Force {
@@ -291,17 +346,20 @@ impl PyInventory {
     }
 
     /// What removing would do, touching nothing: `target` is "ids" (with `ids`), "paused"
-    /// or "duplicates". Each dict: sandbox_id, action ("kill", "already_gone", "refuse"),
-    /// detail (what is lost, or why refused), entry.
-    #[pyo3(signature = (target, ids, *, force))]
+    /// or "duplicates"; `older_than` (e.g. "2h") and `tasks` narrow "paused" to those unused
+    /// that long and of those tasks. Each dict: sandbox_id, action ("kill", "already_gone",
+    /// "refuse"), detail (what is lost, or why refused), entry.
+    #[pyo3(signature = (target, ids, *, force, older_than = None, tasks = Vec::new()))]
     fn plan_removal<'py>(
         &self,
         py: Python<'py>,
         target: &str,
         ids: Vec<String>,
         force: bool,
+        older_than: Option<String>,
+        tasks: Vec<String>,
     ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let target = self::target(target, ids)?;
+        let target = self::target(target, ids, older_than.as_deref(), tasks)?;
         let inventory = self.inventory.clone();
         let force = self::force(force);
         let plan = py
@@ -329,17 +387,19 @@ impl PyInventory {
     }
 
     /// Plans again (the listing may have changed since the confirmation) and carries the
-    /// plan out. Each dict: sandbox_id, outcome ("killed", "already_gone", "refused",
-    /// "failed"), detail.
-    #[pyo3(signature = (target, ids, *, force))]
+    /// plan out; the arguments are [`plan_removal`](Self::plan_removal)'s. Each dict:
+    /// sandbox_id, outcome ("killed", "already_gone", "refused", "failed"), detail.
+    #[pyo3(signature = (target, ids, *, force, older_than = None, tasks = Vec::new()))]
     fn remove<'py>(
         &self,
         py: Python<'py>,
         target: &str,
         ids: Vec<String>,
         force: bool,
+        older_than: Option<String>,
+        tasks: Vec<String>,
     ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let target = self::target(target, ids)?;
+        let target = self::target(target, ids, older_than.as_deref(), tasks)?;
         let inventory = self.inventory.clone();
         let force = self::force(force);
         let removed = py
@@ -505,6 +565,42 @@ fn loss_text(loss: &Loss) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn older_than_reads_an_operators_durations_and_refuses_the_rest() {
+        // contract: I8 — `hermes e2b rm --paused --older-than DURATION`.
+        let secs = |text: &str| parse_age(text).map(|d| d.as_secs());
+        assert_eq!(secs("45s"), Ok(45));
+        assert_eq!(secs("90m"), Ok(5_400));
+        assert_eq!(secs("2h"), Ok(7_200));
+        assert_eq!(secs("1d12h"), Ok(129_600));
+        assert_eq!(secs(" 1h30m "), Ok(5_400));
+        for wrong in [
+            "",
+            "0h",
+            "2",
+            "h",
+            "2x",
+            "1.5h",
+            "-2h",
+            "99999999999999999999d",
+        ] {
+            let error = parse_age(wrong).unwrap_err();
+            assert!(
+                error.contains("--older-than") && error.contains("1d12h"),
+                "{wrong}: {error}"
+            );
+        }
+        assert!(target("ids", vec!["i1".to_owned()], Some("2h"), Vec::new()).is_err());
+        assert!(target("duplicates", Vec::new(), None, vec!["t".to_owned()]).is_err());
+        assert_eq!(
+            target("paused", Vec::new(), Some("2h"), vec!["t".to_owned()]).ok(),
+            Some(RemovalTarget::Paused(PausedSelection::new(
+                Some(std::time::Duration::from_secs(7_200)),
+                vec!["t".to_owned()]
+            )))
+        );
+    }
 
     #[test]
     fn refusals_and_losses_carry_the_plugin_commands_and_the_core_says_none() {

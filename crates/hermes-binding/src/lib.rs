@@ -39,6 +39,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "ConfigurationError",
         py.get_type::<error::ConfigurationError>(),
     )?;
+    module.add("CredentialError", py.get_type::<error::CredentialError>())?;
     module.add("NotReadyError", py.get_type::<error::NotReadyError>())?;
     module.add("SandboxGoneError", py.get_type::<error::SandboxGoneError>())?;
     module.add("StateSyncError", py.get_type::<error::StateSyncError>())?;

@@ -88,15 +88,21 @@ impl Inner {
             .effective(self.config.internet)
     }
 
-    /// The policy and the credentials' rules E2B must hold now (X9, X16); an error names a
-    /// credential without a value.
-    pub(crate) fn desired_network(&self) -> Result<DesiredNetwork, Error> {
+    /// The policy and the credentials' rules E2B must hold now (X9, X16) for `operation` on
+    /// `sandbox` (None before a create); an error names a credential without a value, the
+    /// operation and the sandbox.
+    pub(crate) fn desired_network(
+        &self,
+        operation: &'static str,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<DesiredNetwork, Error> {
         let credentials = self
             .credentials
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         DesiredNetwork::resolve(self.desired_egress(), &credentials)
+            .map_err(|error| error.needed_by(operation, sandbox.map(SandboxId::as_str)))
     }
 
     /// Puts the policy and the credentials' rules into a create request and their digest
@@ -105,7 +111,7 @@ impl Inner {
         &self,
         options: &mut e2b_client::CreateOptions,
     ) -> Result<String, Error> {
-        let desired = self.desired_network()?;
+        let desired = self.desired_network("create", None)?;
         let digest = desired.digest();
         // No rules, no `network`: on E2B the two are the same, while e2b-local filters the
         // commands of every sandbox created with a `network` (refusing UDP), which a
@@ -128,7 +134,7 @@ impl Inner {
         id: &SandboxId,
         known: EgressKnown,
     ) -> Result<String, Error> {
-        let desired = self.desired_network()?;
+        let desired = self.desired_network("attach", Some(id))?;
         let digest = desired.digest();
         let known = match known {
             EgressKnown::Created(digest) => Some(digest),
@@ -158,7 +164,7 @@ impl Inner {
     /// no request when this host's note shows another process (`hermes e2b network`) has
     /// already applied it.
     pub(super) fn keep_egress(&self, attached: &mut Attached) -> Result<(), Error> {
-        let desired = self.desired_network()?;
+        let desired = self.desired_network("command", Some(&attached.id))?;
         self.keep_stand_ins(attached);
         let digest = desired.digest();
         if attached.egress == digest {

@@ -105,7 +105,8 @@ impl Inventory {
     /// running session finds it done and sends nothing. A credential without a value is an
     /// error before anything is sent.
     pub fn apply_egress(&self, now: SystemTime) -> Result<Vec<EgressApplied>, Error> {
-        let desired = DesiredNetwork::resolve(self.egress_policy(), &self.config.credentials)?;
+        let desired = DesiredNetwork::resolve(self.egress_policy(), &self.config.credentials)
+            .map_err(|error| error.needed_by("network update", None))?;
         let digest = desired.digest();
         let entries = self.list(Listing::ThisProfile, now)?;
         let client = self.config.client()?;

@@ -35,7 +35,8 @@ pub use usage::{Activity, Usage, UseSource};
 
 pub(crate) use removal::plan;
 pub use removal::{
-    Force, Loss, PlannedRemoval, Refusal, RemovalOutcome, RemovalTarget, Removed, Verdict,
+    Force, Loss, PausedSelection, PlannedRemoval, Refusal, RemovalOutcome, RemovalTarget, Removed,
+    Verdict,
 };
 
 /// Who a listed sandbox belongs to.
@@ -349,7 +350,7 @@ impl Inventory {
         now: SystemTime,
     ) -> Result<Vec<PlannedRemoval>, Error> {
         let all = self.list(Listing::AllProfiles, now)?;
-        Ok(plan(&all, target, force))
+        Ok(plan(&all, target, force, now))
     }
 
     /// Carries out a plan: kills what it says to kill, one request per sandbox; a sandbox

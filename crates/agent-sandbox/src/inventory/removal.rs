@@ -2,6 +2,7 @@
 //! ([`Verdict`]), refused ([`Refusal`]) or with what it takes along ([`Loss`]).
 
 use std::fmt;
+use std::time::{Duration, SystemTime};
 
 use sandbox_identity::Mode;
 
@@ -12,10 +13,42 @@ use super::{EntryState, Owner, SandboxEntry, WriterHolder};
 pub enum RemovalTarget {
     /// These sandbox ids.
     Ids(Vec<String>),
-    /// This profile's paused sandboxes.
-    Paused,
+    /// This profile's paused sandboxes, those the selection takes.
+    Paused(PausedSelection),
     /// This profile's duplicates (the newest of each scope is kept).
     Duplicates,
+}
+
+/// Which of the profile's paused sandboxes [`RemovalTarget::Paused`] takes; the default
+/// takes every one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PausedSelection {
+    /// Only those unused for at least this long: the later of their last use and their
+    /// pause is that long before the plan's time. One with neither known is not taken.
+    pub unused_for: Option<Duration>,
+    /// Only those of these tasks, as this host recorded them; empty: any task.
+    pub tasks: Vec<String>,
+}
+
+impl PausedSelection {
+    /// Every paused sandbox unused for at least `unused_for` (None: any), of `tasks` (empty:
+    /// any).
+    pub fn new(unused_for: Option<Duration>, tasks: Vec<String>) -> PausedSelection {
+        PausedSelection { unused_for, tasks }
+    }
+
+    fn takes(&self, entry: &SandboxEntry, now: SystemTime) -> bool {
+        let task = entry.host.as_ref().and_then(|host| host.task_id.as_deref());
+        if !self.tasks.is_empty() && !task.is_some_and(|t| self.tasks.iter().any(|w| w == t)) {
+            return false;
+        }
+        let Some(unused_for) = self.unused_for else {
+            return true;
+        };
+        let latest = entry.usage.last_used.max(entry.usage.paused_at);
+        latest.is_some_and(|at| now.duration_since(at).is_ok_and(|idle| idle >= unused_for))
+    }
 }
 
 /// Whether refusals that protect a live session on this host are overridden.
@@ -172,11 +205,12 @@ impl RemovalOutcome {
 }
 
 /// The removal decision for every sandbox `target` names, against a listing of all
-/// profiles. Pure.
+/// profiles made at `now`. Pure.
 pub(crate) fn plan(
     all: &[SandboxEntry],
     target: &RemovalTarget,
     force: Force,
+    now: SystemTime,
 ) -> Vec<PlannedRemoval> {
     let ours = |entry: &&SandboxEntry| entry.owner == Owner::ThisProfile;
     let chosen: Vec<(String, Option<&SandboxEntry>)> = match target {
@@ -184,10 +218,10 @@ pub(crate) fn plan(
             .iter()
             .map(|id| (id.clone(), all.iter().find(|e| &e.sandbox_id == id)))
             .collect(),
-        RemovalTarget::Paused => all
+        RemovalTarget::Paused(selection) => all
             .iter()
             .filter(ours)
-            .filter(|e| e.state == EntryState::Paused)
+            .filter(|e| e.state == EntryState::Paused && selection.takes(e, now))
             .map(|e| (e.sandbox_id.clone(), Some(e)))
             .collect(),
         RemovalTarget::Duplicates => all

@@ -74,7 +74,7 @@ fn removal_refuses_other_profiles_unknown_owners_and_live_writers() {
             .map(str::to_owned)
             .to_vec(),
     );
-    let plan_no = plan(&all, &ids, Force::No);
+    let plan_no = plan(&all, &ids, Force::No, SystemTime::UNIX_EPOCH);
     let got = verdicts(&plan_no);
     assert_eq!(got[0].1, &Verdict::Refused(Refusal::OtherProfile));
     assert_eq!(got[1].1, &Verdict::Refused(Refusal::UnknownOwner));
@@ -95,7 +95,7 @@ fn removal_refuses_other_profiles_unknown_owners_and_live_writers() {
     );
     assert_eq!(got[4], ("gone", &Verdict::AlreadyGone));
 
-    let forced = plan(&all, &ids, Force::Yes);
+    let forced = plan(&all, &ids, Force::Yes, SystemTime::UNIX_EPOCH);
     let got = verdicts(&forced);
     assert!(
         matches!(got[0].1, Verdict::Refused(_)),
@@ -120,13 +120,62 @@ fn paused_and_duplicates_select_only_this_profiles() {
         entry("theirs", Owner::OtherProfile, EntryState::Paused, 3),
     ];
     let ids = |target| {
-        plan(&all, &target, Force::No)
+        plan(&all, &target, Force::No, SystemTime::UNIX_EPOCH)
             .into_iter()
             .map(|p| p.sandbox_id)
             .collect::<Vec<_>>()
     };
     assert_eq!(ids(RemovalTarget::Duplicates), ["dup"]);
-    assert_eq!(ids(RemovalTarget::Paused), ["paused"]);
+    assert_eq!(
+        ids(RemovalTarget::Paused(PausedSelection::default())),
+        ["paused"]
+    );
+}
+
+// contract: I8
+#[test]
+fn paused_selection_takes_those_unused_long_enough_and_of_the_named_tasks() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(100_000);
+    let ago = |secs: u64| Some(now - Duration::from_secs(secs));
+    let paused =
+        |id: &str, task: &str, last_used: Option<SystemTime>, paused_at: Option<SystemTime>| {
+            let mut entry = held(entry(id, Owner::ThisProfile, EntryState::Paused, 1));
+            if let Some(host) = entry.host.as_mut() {
+                host.task_id = Some(task.to_owned());
+                host.writer = WriterHolder::Free;
+            }
+            entry.usage.last_used = last_used;
+            entry.usage.paused_at = paused_at;
+            entry
+        };
+    let all = [
+        // Used three hours ago, paused two hours ago: unused for two hours.
+        paused("old", "session:a", ago(3 * 3600), ago(2 * 3600)),
+        // Paused ten minutes ago.
+        paused("recent", "session:b", ago(3 * 3600), ago(600)),
+        // Nothing known of its use: never taken by age.
+        paused("unknown", "session:a", None, None),
+        entry("running", Owner::ThisProfile, EntryState::Running, 2),
+        entry("theirs", Owner::OtherProfile, EntryState::Paused, 3),
+    ];
+    let ids = |unused_for: Option<u64>, tasks: &[&str]| {
+        let selection = PausedSelection::new(
+            unused_for.map(Duration::from_secs),
+            tasks.iter().map(|t| (*t).to_owned()).collect(),
+        );
+        plan(&all, &RemovalTarget::Paused(selection), Force::No, now)
+            .into_iter()
+            .map(|p| p.sandbox_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(None, &[]), ["old", "recent", "unknown"]);
+    assert_eq!(ids(Some(3600), &[]), ["old"]);
+    assert_eq!(ids(Some(2 * 3600), &[]), ["old"], "exactly as long counts");
+    assert_eq!(ids(Some(300), &[]), ["old", "recent"]);
+    assert_eq!(ids(Some(3 * 3600), &[]), Vec::<String>::new());
+    assert_eq!(ids(None, &["session:a"]), ["old", "unknown"]);
+    assert_eq!(ids(Some(300), &["session:b"]), ["recent"]);
+    assert_eq!(ids(None, &["session:none"]), Vec::<String>::new());
 }
 
 #[test]
@@ -185,7 +234,7 @@ fn a_kill_names_what_each_kind_of_sandbox_loses() {
         dup,
     ];
     let ids = RemovalTarget::Ids(["eph", "kept", "dup"].map(str::to_owned).to_vec());
-    let losses: Vec<Verdict> = plan(&all, &ids, Force::No)
+    let losses: Vec<Verdict> = plan(&all, &ids, Force::No, SystemTime::UNIX_EPOCH)
         .into_iter()
         .map(|p| p.verdict)
         .collect();

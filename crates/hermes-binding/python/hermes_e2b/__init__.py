@@ -21,6 +21,7 @@ if NATIVE_IMPORT_ERROR is None:
     from ._native import (
         BackendClosedError,
         ConfigurationError,
+        CredentialError,
         E2BError,
         NotReadyError,
         SandboxGoneError,
@@ -30,6 +31,7 @@ if NATIVE_IMPORT_ERROR is None:
     __all__ += [
         "E2BError",
         "ConfigurationError",
+        "CredentialError",
         "NotReadyError",
         "SandboxGoneError",
         "StateSyncError",

@@ -199,6 +199,29 @@ def _settings_keys(ctx: Any) -> list[str]:
     return [key for key in node if isinstance(key, str)] if isinstance(node, dict) else []
 
 
+def profile_settings(ctx: Any) -> Any:
+    """The native ``Settings`` of the plugin's ``config.yaml`` entry as it is now; raises
+    RuntimeError when the native core is not importable."""
+    from ._core import NATIVE_IMPORT_ERROR
+
+    if NATIVE_IMPORT_ERROR is not None:
+        raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
+    return native_settings(read_settings(ctx))
+
+
+def container_key(task_id: Optional[str] = None) -> str:
+    """The key Hermes gives the calling session's terminal scope (``task_id``, else its
+    default): a gateway chat's ``session:<key>``, the CLI's ``default``. Hermes' own
+    resolution where this Hermes has it, so a slash command finds the scope the chat's tools
+    used; else ``task_id`` itself."""
+    task = task_id or "default"
+    try:
+        from tools.terminal_tool import _resolve_container_task_id
+    except ImportError:
+        return task
+    return str(_resolve_container_task_id(task))
+
+
 def native_settings(raw: dict[str, Any]) -> Any:
     """The native core's validated ``Settings`` for ``raw``; a ConfigurationError names the
     key, what is valid and this profile's ``config.yaml``."""

@@ -73,9 +73,10 @@ def on_pre_tool_call(tool_name: str = "", args: Any = None, task_id: str = "", s
 
 
 @contextlib.contextmanager
-def scope_backend(settings: Any, task_id: str) -> Iterator[Any]:
+def scope_backend(settings: Any, task_id: str, chat: Optional[str] = None) -> Iterator[Any]:
     """The scope's native Backend as a session would hold it (persistent, Hermes' state
-    transport), cleaned up at the end: the writer's pull and release."""
+    transport), cleaned up at the end: the writer's pull and release. ``chat``: a gateway
+    chat's key, whose sandbox gets only the attachments it named (X19), as its session's."""
     from . import _native
     from ._hermes import host_only_paths, lifetime_seconds, profile_home, resolve_api_key, resolve_credential
     from .environment import _StateHooks
@@ -92,6 +93,7 @@ def scope_backend(settings: Any, task_id: str) -> Iterator[Any]:
         hooks=hooks,
         host_only=host_only_paths(home),
         credential_resolver=resolve_credential,
+        chat=chat,
     )
     hooks.sync_state = backend.sync_state
     try:
@@ -150,9 +152,11 @@ def _message(error: Exception) -> str:
 
 
 def _session_env(task_id: Optional[str] = None, session_id: Optional[str] = None) -> tuple[Optional[Any], Optional[str]]:
-    """The calling session's environment: the one Hermes names (a host that passes the task),
-    else the one created in this chat (the gateway's session key) or this session (its id),
-    else the only one live. In a chat, never another chat's sandbox."""
+    """The calling session's live environment: the one Hermes names (a host that passes the
+    task), else the one created in this chat (the gateway's session key) or this session (its
+    id), else the only one live. In a chat, never another chat's sandbox. ``(None, None)``
+    when none is live for the caller: the commands then act on the caller's scope directly
+    (:func:`_session_scope`); ``(None, why)`` when the caller's sandbox cannot be told."""
     envs = live_environments()
     if task_id and task_id in envs:
         return envs[task_id], None
@@ -168,26 +172,78 @@ def _session_env(task_id: Optional[str] = None, session_id: Optional[str] = None
         if len(mine) == 1:
             return mine[0], None
         if key:
-            return None, ("no E2B sandbox is attached in this chat's session yet (run a command first)"
-                          if not mine else f"{len(mine)} E2B sandboxes are live for this chat's session; "
+            return None, (None if not mine else f"{len(mine)} E2B sandboxes are live for this chat's session; "
                           "use `hermes e2b checkpoint --task ID` instead")
     if len(envs) == 1:
         return next(iter(envs.values())), None
     if not envs:
-        return None, ("no E2B sandbox is attached in this session yet (run a command first), "
-                      "or use `hermes e2b checkpoint` outside a session")
+        return None, None
     return None, (f"{len(envs)} E2B sandboxes are live in this process ({', '.join(sorted(envs))}); "
                   "use `hermes e2b checkpoint --task ID` instead")
 
 
+class _ScopeTarget:
+    """The caller's scope when no environment of it is live (a gateway restarted, Hermes'
+    idle reaper closed it): the environment's checkpoint calls on a scope backend, the one
+    ``hermes e2b … --task`` uses, found by the scope's E2B metadata."""
+
+    def __init__(self, backend: Any, settings: Any, task_id: str) -> None:
+        self._native = backend
+        self._settings = settings
+        self._task_id = task_id
+
+    @property
+    def turns_enabled(self) -> bool:
+        return self._settings.turn_checkpoints > 0
+
+    def checkpoint(self, label: Optional[str] = None, reason: str = "manual") -> dict:
+        return self._native.checkpoint(label, reason=reason)
+
+    def checkpoints(self) -> list:
+        return self._native.checkpoints()
+
+    def rollback(self, name: Optional[str] = None) -> dict:
+        return self._native.rollback(name)
+
+    def turn_checkpoints(self) -> list:
+        return self._native.turn_checkpoints()
+
+    def restore_turn(self, number: int) -> dict:
+        return self._native.restore_turn(number, keep=max(1, self._settings.turn_checkpoints))
+
+
+#: The plugin context ``register`` was given: the slash commands read the settings through it.
+_context: Any = None
+
+
+@contextlib.contextmanager
+def _session_scope(task_id: Optional[str], session_id: Optional[str]) -> Iterator[Any]:
+    """What a slash command acts on: the caller's live environment, else its scope as Hermes
+    keys it for this chat or session (the chat's ``session:<key>``), through a scope backend
+    cleaned up at the end. Raises ``LookupError`` with the reason when the caller's sandbox
+    cannot be told apart."""
+    env, why = _session_env(task_id, session_id)
+    if env is not None:
+        yield env
+        return
+    if why is not None:
+        raise LookupError(why)
+    from . import chats
+    from ._hermes import container_key, profile_settings
+
+    settings = profile_settings(_context)
+    task = container_key(task_id)
+    chat = (session_identity()[0] or None) if chats.tracking() else None
+    with scope_backend(settings, task, chat) as backend:
+        yield _ScopeTarget(backend, settings, task)
+
+
 def slash_checkpoint(raw_args: str = "", *, task_id: Optional[str] = None, session_id: Optional[str] = None,
                      **_: Any) -> str:
-    env, why = _session_env(task_id, session_id)
-    if env is None:
-        return f"/{SLASH_CHECKPOINT}: {why}"
     label = raw_args.strip() or None
     try:
-        checkpoint = env.checkpoint(label=label, reason="manual")
+        with _session_scope(task_id, session_id) as env:
+            checkpoint = env.checkpoint(label=label, reason="manual")
     except Exception as error:  # noqa: BLE001 - the error is the answer
         return f"/{SLASH_CHECKPOINT}: {_message(error)}"
     return f"Checkpoint taken: {describe(checkpoint)}"
@@ -195,12 +251,10 @@ def slash_checkpoint(raw_args: str = "", *, task_id: Optional[str] = None, sessi
 
 def slash_checkpoints(raw_args: str = "", *, task_id: Optional[str] = None, session_id: Optional[str] = None,
                       **_: Any) -> str:
-    env, why = _session_env(task_id, session_id)
-    if env is None:
-        return f"/{SLASH_CHECKPOINTS}: {why}"
     try:
-        checkpoints = env.checkpoints()
-        turns = env.turn_checkpoints() if env.turns_enabled else []
+        with _session_scope(task_id, session_id) as env:
+            checkpoints = env.checkpoints()
+            turns = env.turn_checkpoints() if env.turns_enabled else []
     except Exception as error:  # noqa: BLE001
         return f"/{SLASH_CHECKPOINTS}: {_message(error)}"
     lines = [describe_with_id(c) for c in checkpoints] or ["No checkpoints of this scope."]
@@ -211,18 +265,17 @@ def slash_checkpoints(raw_args: str = "", *, task_id: Optional[str] = None, sess
 
 def slash_rollback(raw_args: str = "", *, task_id: Optional[str] = None, session_id: Optional[str] = None,
                    **_: Any) -> str:
-    env, why = _session_env(task_id, session_id)
-    if env is None:
-        return f"/{SLASH_ROLLBACK}: {why}"
     # A chat user adds --yes as on the CLI; a slash command never asks anyway.
     words = [word for word in raw_args.split() if word != "--yes"]
+    turn = words[:1] == ["--turn"] and len(words) == 2 and words[1].isdigit()
+    if not turn and (len(words) > 1 or (words and words[0].startswith("-") and words[0] != "--last")):
+        return f"usage: /{SLASH_ROLLBACK} NAME | --last | --turn N"
     try:
-        if words[:1] == ["--turn"] and len(words) == 2 and words[1].isdigit():
-            return "\n".join(turn_restore_lines(env.restore_turn(int(words[1]))))
-        if len(words) > 1 or (words and words[0].startswith("-") and words[0] != "--last"):
-            return f"usage: /{SLASH_ROLLBACK} NAME | --last | --turn N"
-        name = None if not words or words[0] == "--last" else words[0]
-        return "\n".join(rollback_lines(env.rollback(name), getattr(env, "_task_id", "default")))
+        with _session_scope(task_id, session_id) as env:
+            if turn:
+                return "\n".join(turn_restore_lines(env.restore_turn(int(words[1]))))
+            name = None if not words or words[0] == "--last" else words[0]
+            return "\n".join(rollback_lines(env.rollback(name), getattr(env, "_task_id", "default")))
     except Exception as error:  # noqa: BLE001
         return f"/{SLASH_ROLLBACK}: {_message(error)}"
 
@@ -252,23 +305,20 @@ def tool_handler(args: dict, task_id: Optional[str] = None, **_: Any) -> str:
     """The tool's handler: JSON in Hermes' tool-result shape."""
     action = (args or {}).get("action")
     name = (args or {}).get("name") or None
-    env = live_environments().get(task_id or "default")
-    if env is None:
-        env, why = _session_env(task_id)
-        if env is None:
-            return json.dumps({"error": why})
+    if action not in ("create", "list", "restore"):
+        return json.dumps({"error": "action must be create, list or restore"})
+    live = live_environments().get(task_id or "default")
     try:
-        if action == "create":
-            return json.dumps({"checkpoint": env.checkpoint(label=name, reason="agent")})
-        if action == "list":
-            return json.dumps({"checkpoints": env.checkpoints()})
-        if action == "restore":
+        with (contextlib.nullcontext(live) if live is not None else _session_scope(task_id, None)) as env:
+            if action == "create":
+                return json.dumps({"checkpoint": env.checkpoint(label=name, reason="agent")})
+            if action == "list":
+                return json.dumps({"checkpoints": env.checkpoints()})
             report = env.rollback(name)
             return json.dumps({"restored": report["restored"], "undo": report["undo"],
                                "sandbox_id": report["sandbox_id"], "warnings": report["warnings"]})
     except Exception as error:  # noqa: BLE001 - the agent reads the error
         return json.dumps({"error": _message(error)})
-    return json.dumps({"error": "action must be create, list or restore"})
 
 
 def _setting(ctx: Any, key: str) -> bool:
@@ -301,6 +351,8 @@ def tool_available(ctx: Any) -> Callable[[], bool]:
 def register(ctx: Any) -> None:
     """Registers what the host supports (each feature-detected): the slash commands, the
     agent's tool and the turn hook."""
+    global _context
+    _context = ctx
     command = getattr(ctx, "register_command", None)
     if command is not None:
         for name, handler, description, hint in (

@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from ._core import NATIVE_IMPORT_ERROR, redact
-from ._hermes import inventory, native_settings, read_settings
+from ._hermes import inventory, native_settings, profile_settings, read_settings
 from .checkpoints import describe
 
 #: The exit code of a command that did not do everything asked (a refusal, a failure).
@@ -39,7 +39,10 @@ def setup(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON")
     rm = sub.add_parser("rm", help="kill sandboxes (asks first; --yes to skip)")
     rm.add_argument("ids", nargs="*", metavar="ID", help="sandbox ids")
-    rm.add_argument("--paused", action="store_true", help="this profile's paused sandboxes")
+    rm.add_argument("--paused", action="store_true", help="this profile's paused sandboxes (all, or those --older-than and --task select)")
+    rm.add_argument("--older-than", metavar="DURATION", help="with --paused: only those unused (last use and pause) at least this long: 30m, 2h, 1d, 1d12h")
+    rm.add_argument("--task", action="append", default=[], metavar="ID", help="with --paused: only this task's (as `hermes e2b list` shows it); repeatable")
+    rm.add_argument("--dry-run", action="store_true", help="show what would be killed and what it loses; kill nothing")
     rm.add_argument("--duplicates", action="store_true", help="this profile's duplicates (the newest of each scope is kept)")
     rm.add_argument("--yes", action="store_true", help="do not ask")
     rm.add_argument("--force", action="store_true", help="also kill one a live session on this host writes to")
@@ -54,9 +57,9 @@ def setup(parser: argparse.ArgumentParser) -> None:
     checkpoint.add_argument("name", nargs="?", help="a name (lowercase letters, digits, '-')")
     checkpoint.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
     checkpoint.add_argument("--json", action="store_true", help="print JSON")
-    checkpoints = sub.add_parser("checkpoints", help="a scope's checkpoints, newest first")
-    checkpoints.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
-    checkpoints.add_argument("--turns", action="store_true", help="also the turn checkpoints kept in the sandbox (attaches to it)")
+    checkpoints = sub.add_parser("checkpoints", help="the checkpoints of every task of this profile, or of one (--task), newest first")
+    checkpoints.add_argument("--task", default=None, metavar="ID", help="only this task (container key); default: every task this host knows of the profile's sandboxes")
+    checkpoints.add_argument("--turns", action="store_true", help="also the turn checkpoints kept in the sandbox (attaches to it): one task's, default: default")
     checkpoints.add_argument("--json", action="store_true", help="print JSON")
     rollback = sub.add_parser("rollback", help="roll a scope's sandbox back to a checkpoint (asks first; --yes to skip)")
     rollback.add_argument("name", nargs="?", help="a checkpoint's name or snapshot id")
@@ -174,9 +177,9 @@ def _duration(seconds: Optional[int]) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _last_use(entry: dict) -> str:
+def _last_use(entry: Optional[dict]) -> str:
     """When the entry was last used; `~` marks an estimate from E2B's lease end."""
-    if entry["last_used_at"] is None:
+    if entry is None or entry["last_used_at"] is None:
         return "-"
     return ("~" if entry["last_used_source"] == "lease" else "") + _when(entry["last_used_at"])
 
@@ -204,27 +207,37 @@ def _scope_name(entry: dict) -> str:
 
 
 def _settings(ctx: Any) -> Any:
-    if NATIVE_IMPORT_ERROR is not None:
-        raise RuntimeError(f"the native core is not importable: {NATIVE_IMPORT_ERROR}")
-    return native_settings(read_settings(ctx))
+    return profile_settings(ctx)
+
+
+def _profile_tasks(entries: list) -> list[str]:
+    """The tasks (container keys) of the listed sandboxes this host knows, in listing order."""
+    tasks: list[str] = []
+    for entry in entries:
+        task = (entry.get("host") or {}).get("task_id")
+        if task is not None and task not in tasks:
+            tasks.append(task)
+    return tasks
+
+
+def _task_checkpoints(ctx: Any, tasks: list[str]) -> dict[str, list]:
+    """Each task's checkpoints, newest first: one snapshot list per task."""
+    from .checkpoints import scope_backend
+
+    settings = _settings(ctx)
+    found: dict[str, list] = {}
+    for task in tasks:
+        with scope_backend(settings, task) as backend:
+            found[task] = backend.checkpoints()
+    return found
 
 
 def _newest_checkpoints(ctx: Any, entries: list) -> None:
     """Adds ``newest_checkpoint`` (a dict or None) to each entry: one snapshot list per task."""
-    from .checkpoints import scope_backend
-
-    settings = _settings(ctx)
-    by_task: dict[str, Any] = {}
+    by_task = _task_checkpoints(ctx, _profile_tasks(entries))
     for entry in entries:
-        task = (entry.get("host") or {}).get("task_id")
-        if task is None:
-            entry["newest_checkpoint"] = None
-            continue
-        if task not in by_task:
-            with scope_backend(settings, task) as backend:
-                listed = backend.checkpoints()
-            by_task[task] = listed[0] if listed else None
-        entry["newest_checkpoint"] = by_task[task]
+        listed = by_task.get((entry.get("host") or {}).get("task_id"))
+        entry["newest_checkpoint"] = listed[0] if listed else None
 
 
 def _status(ctx: Any, args: argparse.Namespace) -> int:
@@ -303,10 +316,16 @@ def _rm(ctx: Any, args: argparse.Namespace) -> int:
     if sum(chosen) != 1:
         print("hermes e2b rm: name sandbox ids, or --paused, or --duplicates (one of them)", file=sys.stderr)
         return EXIT_UNCONFIRMED
+    if (args.older_than is not None or args.task) and not args.paused:
+        print("hermes e2b rm: --older-than and --task select among paused sandboxes; add --paused", file=sys.stderr)
+        return EXIT_UNCONFIRMED
     target = "ids" if args.ids else "paused" if args.paused else "duplicates"
+    selection = {"force": args.force, "older_than": args.older_than, "tasks": list(args.task)}
     inventory = _inventory(ctx)
-    plan = inventory.plan_removal(target, list(args.ids), force=args.force)
+    plan = inventory.plan_removal(target, list(args.ids), **selection)
     kills = [item for item in plan if item["action"] == "kill"]
+    if args.dry_run:
+        return _rm_dry_run(plan, kills, args.json)
     if kills and not args.yes:
         print("This kills, for good:")
         for item in kills:
@@ -318,7 +337,7 @@ def _rm(ctx: Any, args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing killed.")
             return EXIT_UNCONFIRMED
-    removed = inventory.remove(target, list(args.ids), force=args.force)
+    removed = inventory.remove(target, list(args.ids), **selection)
     if args.json:
         _print_json(removed)
     else:
@@ -329,6 +348,25 @@ def _rm(ctx: Any, args: argparse.Namespace) -> int:
             print(f"{item['sandbox_id']}: {item['outcome'].replace('_', ' ')}{detail}")
     ok = all(item["outcome"] in ("killed", "already_gone") for item in removed)
     return 0 if ok else EXIT_INCOMPLETE
+
+
+def _rm_dry_run(plan: list, kills: list, as_json: bool) -> int:
+    """``rm --dry-run``: the plan, as the confirmation shows it, with the refusals; nothing
+    is killed."""
+    if as_json:
+        _print_json([{k: v for k, v in item.items() if k != "entry"} for item in plan])
+        return 0
+    if not plan:
+        print("Nothing to remove.")
+    if kills:
+        print("Would kill, for good (--dry-run: nothing killed):")
+        for item in kills:
+            print(f"  {item['sandbox_id']} ({_scope_name(item['entry'])}, last use {_last_use(item['entry'])}): {item['detail']}")
+    for item in plan:
+        if item["action"] != "kill":
+            detail = f": {item['detail']}" if item["detail"] else ""
+            print(f"{item['sandbox_id']}: would be {'refused' if item['action'] == 'refuse' else 'already gone'}{detail}")
+    return 0
 
 
 def _pull(ctx: Any, args: argparse.Namespace) -> int:
@@ -380,6 +418,9 @@ def _checkpoint(ctx: Any, args: argparse.Namespace) -> int:
 def _checkpoints(ctx: Any, args: argparse.Namespace) -> int:
     from .checkpoints import describe_turn, describe_with_id, scope_backend
 
+    if args.task is None and not args.turns:
+        return _all_checkpoints(ctx, args)
+    args.task = args.task or "default"
     with scope_backend(_settings(ctx), args.task) as backend:
         listed = backend.checkpoints()
         turns = backend.turn_checkpoints() if args.turns else None
@@ -394,6 +435,29 @@ def _checkpoints(ctx: Any, args: argparse.Namespace) -> int:
         print("Turn checkpoints (in the sandbox):" if turns else "No turn checkpoints in the sandbox.")
         for turn in turns:
             print(f"  {describe_turn(turn)}")
+    return 0
+
+
+def _all_checkpoints(ctx: Any, args: argparse.Namespace) -> int:
+    """``checkpoints`` without ``--task``: every task of the profile's sandboxes this host knows
+    (``hermes e2b list`` shows them), each checkpoint with its task."""
+    from .checkpoints import describe_with_id
+
+    tasks = _profile_tasks(_inventory(ctx).list("profile", by_last_use=True))
+    by_task = _task_checkpoints(ctx, tasks)
+    if args.json:
+        listed = [{**c, "task": task} for task in tasks for c in by_task[task]]
+        listed.sort(key=lambda c: c["taken_at"], reverse=True)
+        _print_json({"task": None, "tasks": tasks, "checkpoints": listed})
+        return 0
+    if not any(by_task.values()):
+        print("No checkpoints of this profile's tasks." if tasks else "No E2B sandboxes for this profile.")
+    for task in tasks:
+        if not by_task[task]:
+            continue
+        print(f"Task {task}:")
+        for checkpoint in by_task[task]:
+            print("  " + describe_with_id(checkpoint).replace("\n", "\n  "))
     return 0
 
 

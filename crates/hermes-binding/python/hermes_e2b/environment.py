@@ -27,6 +27,7 @@ from ._hermes import (
     record_sandbox_home,
     resolve_api_key,
     resolve_credential,
+    sandbox_home,
     session_identity,
 )
 
@@ -208,6 +209,27 @@ class _StateHooks:
         self.manager.sync_back()
 
 
+#: The exit code of a command the environment refused to start (a credential refusal):
+#: the shell's "cannot execute".
+REFUSED_EXIT_CODE = 126
+
+
+def _refusal_text(error: Exception) -> str:
+    """The refusal with its hint, as one text (the native core's words)."""
+    reason = getattr(error, "reason", None) or str(error)
+    hint = getattr(error, "hint", None)
+    return f"{reason}\nHint: {hint}" if hint and hint not in reason else reason
+
+
+def _connection_error(error: Exception) -> Exception:
+    """Hermes' ``EnvironmentConnectionError`` for a native error: the core's hint (what to do
+    about this failure) becomes Hermes' retry hint, so the user reads it once."""
+    if _ConnectionError is None:
+        return error
+    return _ConnectionError(getattr(error, "reason", None) or str(error),
+                            retry_hint=getattr(error, "hint", None) or "Check `hermes e2b doctor`, then retry.")
+
+
 class E2BEnvironment(BaseEnvironment):
     """One Hermes scope's E2B sandbox."""
 
@@ -256,30 +278,51 @@ class E2BEnvironment(BaseEnvironment):
         self._egress_source = egress_source
         self._egress_seen: Optional[tuple[Any, Any, Any]] = None
         self._keep_egress()
+        self._requested_cwd = requested_cwd
+        # Until an attach reports them: E2B's usual home, and whose session this is.
+        self._remote_home = sandbox_home(home)
+        self._session_identity = session_identity()
+        #: A credential refusal of the attach (a credential without a value), kept while it
+        #: lasts: the profile's ``.env`` fixes it without a new environment.
+        self._refused: Optional[Exception] = None
         try:
             # A degradation found here (e.g. unprotected creation) is logged by the native core.
-            attached = self._native.attach(deadline=self._native.call_deadline(float(timeout)))
+            self._attach(float(timeout))
+        except _native.CredentialError as error:
+            # Not raised here: Hermes' execute_code creates its environment outside any
+            # handler, so a creation error would reach the agent as a traceback. Every call
+            # reports it instead, the same way for every tool, until the value is there.
+            self._refused = error
         except _native.E2BError as error:
-            if _ConnectionError is not None:
-                # Hermes renders creation-time connection errors as a retryable "degraded".
-                # The core's hint (what to do about this failure) becomes Hermes' retry hint,
-                # so the user reads it once.
-                raise _ConnectionError(getattr(error, "reason", str(error)),
-                                       retry_hint=getattr(error, "hint", None) or "Check `hermes e2b doctor`, then retry.") from None
-            raise
+            raise _connection_error(error) from None
+
+    def _attach(self, seconds: float) -> None:
+        attached = self._native.attach(deadline=self._native.call_deadline(seconds))
+        self._refused = None
         # The sandbox's real home, as it reported it (Hermes' image tool maps its cache under
         # `<_remote_home>/.hermes`; the provider's hints follow the latest answer).
         self._remote_home = attached["home"]
-        record_sandbox_home(home, attached["home"])
-        if not requested_cwd:
+        record_sandbox_home(profile_home(), attached["home"])
+        if not self._requested_cwd:
             self.cwd = attached["default_cwd"]
         self.init_session()
         # Whose session this is (a gateway chat's key): the slash commands act on the sandbox
         # of the chat that calls them, never on another chat's.
         self._session_identity = session_identity()
-        live.register_environment(task_id, self)
-        if settings.checkpoint_at_start:
+        live.register_environment(self._task_id, self)
+        if self._settings.checkpoint_at_start:
             self._session_start_checkpoint(attached["role"])
+
+    def _still_refused(self, seconds: float) -> Optional[Exception]:
+        """The attach a configuration refusal held back, tried again (the value may be set
+        now); the refusal when it holds."""
+        if self._refused is None:
+            return None
+        try:
+            self._attach(seconds)
+        except _native.CredentialError as error:
+            self._refused = error
+        return self._refused
 
     # --- checkpoints (contract R1-R11; the steps are the native core's) ---------------------
 
@@ -343,6 +386,14 @@ class E2BEnvironment(BaseEnvironment):
             seconds = float(timeout)
         except (TypeError, ValueError):
             seconds = 0.0  # the start refuses it, naming the setting
+        refused = self._still_refused(seconds)
+        if refused is not None:
+            if kwargs.get("bounded_capture"):
+                # Hermes' terminal tool (the only caller that bounds its capture) retries a
+                # raised error three times, sleeping; a refusal no retry fixes is its result.
+                return {"output": _refusal_text(refused), "returncode": REFUSED_EXIT_CODE}
+            # execute_code, the file tools: they report a raised error as the tool's error.
+            raise _connection_error(refused)
         token = _CALL_DEADLINE.set(self._native.call_deadline(seconds))
         try:
             return super().execute(command, *args, **kwargs)
