@@ -4,7 +4,7 @@ use std::fmt;
 use std::fs::{File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::Error;
@@ -165,6 +165,9 @@ pub struct ScopeFiles {
     dir: PathBuf,
     key: ScopeKey,
     host: Arc<dyn Host>,
+    /// `dir` resolved, once (the writers' lock file's name in this process): a reader asks
+    /// at every command, and resolving costs a system call per path component.
+    resolved_dir: Arc<OnceLock<PathBuf>>,
 }
 
 impl ScopeFiles {
@@ -175,12 +178,28 @@ impl ScopeFiles {
 
     /// The files of scope `key` in `dir`, through a substitute [`Host`].
     pub fn with_host(dir: PathBuf, key: ScopeKey, host: Arc<dyn Host>) -> Self {
-        ScopeFiles { dir, key, host }
+        ScopeFiles {
+            dir,
+            key,
+            host,
+            resolved_dir: Arc::new(OnceLock::new()),
+        }
     }
 
     /// The coordination directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The coordination directory resolved (links followed), once it exists; as given before.
+    fn resolved_dir(&self) -> &Path {
+        if let Some(resolved) = self.resolved_dir.get() {
+            return resolved;
+        }
+        match std::fs::canonicalize(&self.dir) {
+            Ok(resolved) => self.resolved_dir.get_or_init(|| resolved),
+            Err(_) => &self.dir,
+        }
     }
 
     /// The scope key.
@@ -222,7 +241,7 @@ impl ScopeFiles {
     #[cfg(target_os = "linux")]
     fn writer_byte_status(&self) -> Result<WriterStatus, Error> {
         let path = self.dir.join(writers_lock::FILE_NAME);
-        let file = match WritersFile::open(self.host(), &self.dir) {
+        let file = match WritersFile::open(self.host(), self.resolved_dir()) {
             Ok(file) => file,
             Err(error) => {
                 return degradation_or_error("open lock file", &path, error)
@@ -263,7 +282,7 @@ impl ScopeFiles {
         drop(own);
         // The directory exists: the scope's own lock file was just taken in it.
         let path = self.dir.join(writers_lock::FILE_NAME);
-        let file = match WritersFile::open(self.host(), &self.dir) {
+        let file = match WritersFile::open(self.host(), self.resolved_dir()) {
             Ok(file) => file,
             Err(error) => return unusable_or_error("open lock file", &path, error),
         };
@@ -378,11 +397,19 @@ impl ScopeFiles {
     }
 
     pub(crate) fn lock(&self, file: ScopeFile, kind: LockKind) -> Result<LockAttempt, Error> {
-        if let Err(error) = self.host.ensure_private_dir(&self.dir) {
-            return unusable_or_error("create coordination directory", &self.dir, error);
-        }
         let path = self.path(file);
-        let handle = match self.host.open_lock_file(&path) {
+        // The directory is made only when the file cannot be opened for its absence: a reader
+        // locks at every command, and the directory exists after the first.
+        let opened = match self.host.open_lock_file(&path) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                if let Err(error) = self.host.ensure_private_dir(&self.dir) {
+                    return unusable_or_error("create coordination directory", &self.dir, error);
+                }
+                self.host.open_lock_file(&path)
+            }
+            opened => opened,
+        };
+        let handle = match opened {
             Ok(handle) => handle,
             Err(error) => return unusable_or_error("open lock file", &path, error),
         };

@@ -50,12 +50,10 @@ pub(crate) fn byte_of(key: ScopeKey) -> u64 {
 
 impl WritersFile {
     /// The directory's writers' lock file, opened (and created, 0600) unless this process
-    /// has it open already.
+    /// has it open already. `dir` is resolved (links followed): one name per file, however
+    /// the directory was spelled, so it is opened once.
     pub(crate) fn open(host: &dyn Host, dir: &Path) -> io::Result<Arc<WritersFile>> {
-        // One name per file, however the directory was spelled, so it is opened once.
-        let path = std::fs::canonicalize(dir)
-            .unwrap_or_else(|_| dir.to_path_buf())
-            .join(FILE_NAME);
+        let path = dir.join(FILE_NAME);
         let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         let open = open.get_or_insert_with(HashMap::new);
         if let Some(file) = open.get(&path).and_then(Weak::upgrade) {

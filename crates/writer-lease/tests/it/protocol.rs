@@ -65,6 +65,30 @@ fn one_writer_per_scope_and_the_role_frees_on_release() {
     assert!(matches!(b.try_acquire_writer(), Ok(Role::Writer(_))));
 }
 
+// contract: C1
+#[test]
+fn one_writer_per_scope_however_its_directory_is_spelled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let real = dir.path().join("e2b");
+    std::fs::create_dir(&real).expect("dir");
+    let link = dir.path().join("linked");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let key = ScopeKey::from_bytes([7; 32]);
+    let (a, b) = (
+        ScopeFiles::new(real, key),
+        ScopeFiles::new(link.clone(), key),
+    );
+    let lease = writer(&a);
+    // Asked again and again (a reader's every command), through the other spelling.
+    for _ in 0..3 {
+        assert_eq!(b.writer_status().ok(), Some(WriterStatus::Held));
+        assert!(matches!(b.try_acquire_writer(), Ok(Role::Reader)));
+    }
+    lease.release();
+    assert_eq!(b.writer_status().ok(), Some(WriterStatus::Free));
+    assert!(matches!(b.try_acquire_writer(), Ok(Role::Writer(_))));
+}
+
 // contract: C2, C3
 // Found by the crash/fault campaign: a reader that read the markers after a new writer
 // took the role but before it marked the scope dirty was admitted on the previous
