@@ -12,11 +12,13 @@
 //! check: <FNV-1a 64 of the lines above, 16 hex digits>
 //! ```
 //!
-//! `ended` is absent until the first command ends. The record is overwritten in place (a new
-//! file per write cost more than the command, `writer.rs`), so a reader may catch a write
-//! half done: `check` tells, and the reader reads again. Anything after `check` is an older,
-//! longer record's tail. A record without `check` (an older writer's) is taken as it is. A command runs when `started` is later
+//! `ended` is absent until the first command ends. A command runs when `started` is later
 //! than `ended` (or there is no `ended`) and a process still holds the scope.
+//!
+//! The record is overwritten in place (a new file per write cost more than the command,
+//! `writer.rs`), so a reader may catch a write half done: `check` tells, and the reader reads
+//! again. Anything after `check` is an older, longer record's tail. A record without `check`
+//! (an older writer's) is taken as it is.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
