@@ -155,7 +155,7 @@ impl ActivityRecorder {
     /// Records that a command started in `sandbox_id` at `at` (keeps the last end when it
     /// was in the same sandbox). An error is an earlier write's failure, reported once.
     pub fn command_started(&self, sandbox_id: &str, at: SystemTime) -> Result<(), Error> {
-        self.update(writer::Urgency::Gather, |last| ScopeActivity {
+        self.update(|last| ScopeActivity {
             sandbox_id: sandbox_id.to_owned(),
             started: at,
             ended: last
@@ -164,11 +164,10 @@ impl ActivityRecorder {
         })
     }
 
-    /// Records that a command in `sandbox_id` ended at `at`: written as soon as the writer
-    /// can, a start only with the next write or after a while. An error is an earlier
-    /// write's failure, reported once.
+    /// Records that a command in `sandbox_id` ended at `at`. An error is an earlier write's
+    /// failure, reported once.
     pub fn command_ended(&self, sandbox_id: &str, at: SystemTime) -> Result<(), Error> {
-        self.update(writer::Urgency::Now, |last| ScopeActivity {
+        self.update(|last| ScopeActivity {
             sandbox_id: sandbox_id.to_owned(),
             started: last
                 .filter(|record| record.sandbox_id == sandbox_id)
@@ -186,7 +185,6 @@ impl ActivityRecorder {
 
     fn update(
         &self,
-        urgency: writer::Urgency,
         next: impl FnOnce(Option<&ScopeActivity>) -> ScopeActivity,
     ) -> Result<(), Error> {
         let earlier = self.slot.take_failure();
@@ -197,7 +195,7 @@ impl ActivityRecorder {
         let record = next(last.as_ref());
         // Remembered even when the write fails: the next one carries it.
         *last = Some(record.clone());
-        writer::queue(&self.slot, record, urgency)?;
+        writer::queue(&self.slot, record)?;
         earlier.map_or(Ok(()), Err)
     }
 }

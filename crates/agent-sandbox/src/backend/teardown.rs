@@ -57,6 +57,11 @@ impl Backend {
         };
         // Outside the state lock: commands finishing need nothing from it.
         inner.inflight.wait_idle();
+        // The last command's end on record now, not after the writer's gathering: a process
+        // that exits right after its cleanup must not leave the scope reading "running".
+        if let Some(recorder) = &inner.activity {
+            super::record_activity(recorder.flush());
+        }
         let taken = {
             let mut state = inner.lock_state("cleanup");
             let previous = std::mem::replace(

@@ -420,3 +420,24 @@ fn the_teardown_pull_reconnects_a_sandbox_paused_behind_the_backend() {
     assert_eq!(backend.stats().sandbox_kills, 0);
     assert_eq!(world.list().len(), 1);
 }
+
+#[test]
+fn a_cleanup_leaves_the_last_commands_end_on_record_at_once() {
+    // contract: I9 (the writer gathers a scope's updates; a cleanup does not wait for it)
+    let world = World::new();
+    let backend = world.persistent_task("ended-on-record");
+    ok(&backend, "true");
+    backend.cleanup();
+    // Read as another process would, without waiting for this process's writer.
+    let path = world
+        .scope_files(&backend)
+        .path(writer_lease::ScopeFile::Activity);
+    let text = std::fs::read_to_string(&path).expect("the record is on disk");
+    let field = |name: &str| -> u128 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text:?}"))
+    };
+    assert!(field("ended:") >= field("started:"), "{text:?}");
+}

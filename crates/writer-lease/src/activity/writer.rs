@@ -2,12 +2,16 @@
 //! command's start and end never wait for the file system (a replace on ext4 writes the new
 //! file's blocks out before the rename returns: most of a command's client time under load).
 //!
-//! Each recorder has at most one record queued: a newer one replaces it. The writer lets a
-//! start gather for [`GATHER`] before it writes it, so a short command's start and end, and
-//! every other scope's updates meanwhile, cost one write each, not one per update; an end
-//! is written as soon as the writer can. A read
-//! of a record in this process ([`ScopeFiles::activity`](crate::ScopeFiles::activity)) has
-//! that record's queued write made at once and waits for it: a process reads what it wrote. Another process may read a record a
+//! Each recorder has at most one record queued: a newer one replaces it. The writer lets
+//! updates gather for [`GATHER`] before it writes them, so a short command's start and end,
+//! and every other scope's updates meanwhile, cost one write each and one wake of the
+//! writer, not one per update. A read
+//! of a record in this process ([`ScopeFiles::activity`](crate::ScopeFiles::activity)), and
+//! a recorder's flush (a session's cleanup) or drop, has that record's queued write made at
+//! once and waits for it: a process reads what it wrote, and a session that ended leaves its
+//! end on record. A process killed within [`GATHER`] of a command's end may leave the record
+//! saying a command runs: the safe side (no other process pauses that sandbox as a leftover,
+//! L15). Another process may read a record a
 //! few milliseconds old (it is diagnostics, and its gates never read it).
 
 use std::path::{Path, PathBuf};
@@ -160,23 +164,9 @@ fn writer() -> Option<&'static Writer> {
     writer.filter(|writer| writer.pid == std::process::id())
 }
 
-/// When a queued record is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Urgency {
-    /// After [`GATHER`], with what else comes meanwhile.
-    Gather,
-    /// As soon as the writer can: an end, which a process killed just after must not leave
-    /// reading "running" (a restarted process then never pauses that sandbox, L15).
-    Now,
-}
-
 /// Queues `record` as `slot`'s next write (replacing one still queued), or writes it now
 /// when the process has no writer.
-pub(super) fn queue(
-    slot: &Arc<Slot>,
-    record: ScopeActivity,
-    urgency: Urgency,
-) -> Result<(), Error> {
+pub(super) fn queue(slot: &Arc<Slot>, record: ScopeActivity) -> Result<(), Error> {
     let Some(writer) = writer() else {
         return slot.write(&record);
     };
@@ -190,12 +180,9 @@ pub(super) fn queue(
         Some((_, queued)) => *queued = record,
         None => queue.pending.push((Arc::clone(slot), record)),
     }
-    let hurry = urgency == Urgency::Now && !queue.urgent;
-    queue.urgent |= urgency == Urgency::Now;
     drop(queue);
-    // The writer gathers by itself once it has something: only an idle one is woken, or one
-    // told to hurry.
-    if was_idle || hurry {
+    // The writer gathers by itself once it has something: only an idle one is woken.
+    if was_idle {
         writer.work.notify_one();
     }
     Ok(())
