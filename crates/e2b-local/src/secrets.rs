@@ -3,7 +3,8 @@
 //! Kept in `<state_dir>/secrets.json`, owner-only (0600), written to a temporary file and
 //! renamed, so a restart finds every secret and a crash never leaves half a record. Values
 //! are write-only as on E2B: every answer is [`Stored::info_json`], which has no value, and
-//! no error message quotes one.
+//! no error message quotes one. Header rules name a secret as `${e2b.secrets.<name>}`; the
+//! egress proxy resolves it at each request ([`Secrets::resolve`]).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -33,7 +34,8 @@ const MAX_METADATA_KEY: usize = 128;
 const MAX_METADATA_VALUE: usize = 1024;
 const MAX_METADATA_TOTAL: usize = 8192;
 
-/// One secret as persisted; its value never leaves this module.
+/// One secret as persisted; its value leaves this module only through
+/// [`Secrets::resolve`], for the egress proxy.
 #[derive(Clone, Serialize, Deserialize)]
 struct Stored {
     id: String,
@@ -246,6 +248,46 @@ impl Secrets {
         *index = next;
         Ok(())
     }
+
+    /// `text` with every `${e2b.secrets.<name>}` replaced by that secret's current value
+    /// (text around a placeholder is kept), for the egress proxy at each request; the
+    /// error names a secret that does not exist (never a value).
+    pub(crate) fn resolve(&self, text: &str) -> Result<String, String> {
+        if !text.contains(PLACEHOLDER_START) {
+            return Ok(text.to_owned());
+        }
+        let index = self.lock();
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(PLACEHOLDER_START) {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + PLACEHOLDER_START.len()..];
+            let Some(end) = after.find('}') else {
+                return Err("a secret placeholder is not closed with '}'".to_owned());
+            };
+            let name = after[..end].to_ascii_lowercase();
+            let secret = index
+                .secrets
+                .iter()
+                .find(|secret| secret.name == name)
+                .ok_or_else(|| format!("the secret '{}' does not exist", shown(&name)))?;
+            out.push_str(&secret.value);
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+/// What opens a placeholder; `}` closes it.
+const PLACEHOLDER_START: &str = "${e2b.secrets.";
+
+/// A name from a rule, cut and stripped of control characters for an error message.
+fn shown(name: &str) -> String {
+    name.chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_NAME)
+        .collect()
 }
 
 fn not_found(selector: &str) -> ApiError {
@@ -327,4 +369,53 @@ fn parse_metadata(
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_resolve_to_current_values_with_the_text_around_kept() {
+        // contract: X21
+        let dir = tempfile::tempdir().unwrap();
+        let secrets = Secrets::open(dir.path(), Clock::system()).unwrap();
+        secrets
+            .create(&json!({"name": "GH", "value": "v1-secret"}))
+            .unwrap();
+        secrets
+            .create(&json!({"name": "other", "value": "o-secret"}))
+            .unwrap();
+        assert_eq!(secrets.resolve("plain").unwrap(), "plain");
+        assert_eq!(
+            secrets.resolve("Bearer ${e2b.secrets.gh}").unwrap(),
+            "Bearer v1-secret"
+        );
+        assert_eq!(
+            secrets
+                .resolve("${e2b.secrets.GH}:${e2b.secrets.other};")
+                .unwrap(),
+            "v1-secret:o-secret;"
+        );
+        secrets
+            .update("gh", &json!({"value": "v2-secret"}))
+            .unwrap();
+        assert_eq!(
+            secrets.resolve("token ${e2b.secrets.gh}").unwrap(),
+            "token v2-secret"
+        );
+        for (text, why) in [
+            (
+                "Bearer ${e2b.secrets.nope}",
+                "the secret 'nope' does not exist",
+            ),
+            (
+                "Bearer ${e2b.secrets.gh",
+                "a secret placeholder is not closed with '}'",
+            ),
+        ] {
+            let error = secrets.resolve(text).unwrap_err();
+            assert_eq!(error, why);
+        }
+    }
 }

@@ -121,6 +121,7 @@ impl Server {
                 path: state_dir.join("etc"),
                 source,
             })?;
+        // Before egress: header rules resolve secret placeholders at each request.
         let secrets = Arc::new(Secrets::open(&state_dir, config.clock.clone()).map_err(
             |source| Error::StateDir {
                 operation: "open secrets",
@@ -133,6 +134,7 @@ impl Server {
                 state_dir: &state_dir,
                 upstream,
                 add_hosts: &config.add_hosts,
+                secrets: Arc::clone(&secrets),
             })
             .await
         } else {
