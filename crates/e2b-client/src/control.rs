@@ -1,5 +1,5 @@
 //! The control plane: create, list, get, connect, set the lease, pause, kill; snapshots and
-//! forks in [`snapshots`].
+//! forks in [`snapshots`]; E2B Secrets in [`secrets`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,6 +26,7 @@ mod answers;
 mod metrics;
 mod network;
 mod options;
+mod secrets;
 mod snapshots;
 
 pub use self::answers::{
@@ -38,6 +39,10 @@ pub use self::network::{
     TransformRules,
 };
 pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
+pub use self::secrets::{
+    MAX_SECRET_NAME, NewSecret, SecretInfo, SecretQuery, SecretUpdate, canonical_secret_name,
+    secret_placeholder,
+};
 pub use self::snapshots::{DeleteOutcome, ForkOptions, SnapshotInfo, SnapshotQuery};
 
 /// Python's `quote(s)` keeps letters, digits, `_.-~` and `/`.

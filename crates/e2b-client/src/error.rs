@@ -80,6 +80,16 @@ pub enum Operation {
     CloseStdin,
     /// A signed `/files` URL (made locally, nothing sent).
     FileUrl,
+    /// `POST /secrets`.
+    CreateSecret,
+    /// `GET /secrets`.
+    ListSecrets,
+    /// `GET /secrets/{id}`.
+    GetSecret,
+    /// `POST /secrets/{id}`.
+    UpdateSecret,
+    /// `DELETE /secrets/{id}`.
+    DeleteSecret,
 }
 
 impl Operation {
@@ -141,6 +151,11 @@ impl fmt::Display for Operation {
             Operation::StreamInput => "stream process input",
             Operation::CloseStdin => "close process stdin",
             Operation::FileUrl => "make file URL",
+            Operation::CreateSecret => "create secret",
+            Operation::ListSecrets => "list secrets",
+            Operation::GetSecret => "get secret",
+            Operation::UpdateSecret => "update secret",
+            Operation::DeleteSecret => "delete secret",
         })
     }
 }
@@ -409,6 +424,27 @@ impl Error {
             }
             _ => false,
         }
+    }
+
+    /// Creating a secret failed because the team has one of that name (HTTP 409 on create).
+    pub fn is_name_taken(&self) -> bool {
+        matches!(
+            self,
+            Error::Api {
+                operation: Operation::CreateSecret,
+                status: 409,
+                ..
+            }
+        )
+    }
+
+    /// The request was malformed for the server (control-plane HTTP 400) or refused before
+    /// sending ([`Error::InvalidInput`]); [`Error::reason`] names the field.
+    pub fn is_invalid_request(&self) -> bool {
+        matches!(
+            self,
+            Error::Api { status: 400, .. } | Error::InvalidInput { .. }
+        )
     }
 
     /// The sandbox itself is gone or not running: a control-plane 404 for an operation on one

@@ -27,8 +27,10 @@ pub use crate::config::{
 pub use crate::control::{
     ALL_TRAFFIC, Client, ConnectState, Connected, CreateOptions, DeleteOutcome, EgressProxy,
     EgressRules, ForkOptions, HeaderTransform, KillOutcome, Lifecycle, ListQuery, ListedSandbox,
-    NetworkConfig, NetworkUpdate, OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo,
-    SandboxMetric, SandboxState, SnapshotInfo, SnapshotQuery, StateFilter, TransformRules,
+    MAX_SECRET_NAME, NetworkConfig, NetworkUpdate, NewSecret, OnTimeout, PauseMemory, PauseOutcome,
+    SandboxDetail, SandboxInfo, SandboxMetric, SandboxState, SecretInfo, SecretQuery, SecretUpdate,
+    SnapshotInfo, SnapshotQuery, StateFilter, TransformRules, canonical_secret_name,
+    secret_placeholder,
 };
 pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{

@@ -7,6 +7,7 @@ mod first_contact;
 mod metrics;
 mod network;
 mod processes;
+mod secrets;
 mod snapshots;
 mod support;
 mod terminal;

@@ -7,6 +7,7 @@ use crate::config::ApiKeyPolicy;
 use crate::fault_state::FaultState;
 use crate::isolation::Isolation;
 use crate::requests::RequestCounter;
+use crate::secrets::Secrets;
 use crate::snapshots::Snapshots;
 use crate::store::Store;
 
@@ -15,6 +16,8 @@ use crate::store::Store;
 pub(crate) struct App {
     pub(crate) store: Store,
     pub(crate) snapshots: Snapshots,
+    /// The team's secrets (`/secrets`), shared with the egress proxy.
+    pub(crate) secrets: Arc<Secrets>,
     pub(crate) clock: Clock,
     pub(crate) faults: FaultState,
     pub(crate) api_key: ApiKeyPolicy,

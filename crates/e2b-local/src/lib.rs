@@ -25,6 +25,7 @@ mod requests;
 mod rest;
 mod sandbox_log;
 mod sandbox_ns;
+mod secrets;
 mod server;
 mod snapshots;
 mod store;

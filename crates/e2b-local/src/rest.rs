@@ -23,6 +23,7 @@ use crate::token::EnvdToken;
 
 mod logs;
 mod network;
+mod secrets;
 mod snapshots;
 
 /// The envd version reported: the current real one, so the SDK enables every feature.
@@ -157,7 +158,14 @@ fn route(
         (Method::GET, ["v2", "sandboxes", id, "logs"]) => logs::v2(app, id, query),
         (Method::GET, ["snapshots"]) => snapshots::list(app, query),
         (Method::DELETE, ["templates", id]) => snapshots::delete(app, id),
+        (Method::GET, ["secrets"]) => secrets::list(app, query),
+        (Method::POST, ["secrets"]) => secrets::create(app, body),
+        (Method::GET, ["secrets", selector]) => secrets::get(app, selector),
+        (Method::POST, ["secrets", selector]) => secrets::update(app, selector, body),
+        (Method::DELETE, ["secrets", selector]) => secrets::delete(app, selector),
         (_, ["_e2b_local", rest @ ..]) => crate::admin::route(app, method, rest, body),
+        (_, ["secrets"]) => Ok(method_not_allowed("GET, POST")),
+        (_, ["secrets", _]) => Ok(method_not_allowed("GET, POST, DELETE")),
         (_, ["snapshots"]) => Ok(method_not_allowed("GET")),
         (_, ["sandboxes"] | ["v2", "sandboxes"]) => Ok(method_not_allowed("GET, POST")),
         (_, ["sandboxes", _]) => Ok(method_not_allowed("GET, DELETE")),
@@ -190,6 +198,7 @@ fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
     match segments {
         // Served: the snapshot list and the template delete the SDK's delete_snapshot uses.
         ["snapshots"] => None,
+        ["secrets"] | ["secrets", _] => None,
         ["templates", _] if method == Method::DELETE => None,
         [
             first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"

@@ -30,6 +30,7 @@ use crate::faults::{self, Faults, FaultyListener};
 use crate::isolation::{Isolation, SandboxUser};
 use crate::plane::Plane;
 use crate::requests::{RequestCounter, RequestCounts};
+use crate::secrets::Secrets;
 use crate::snapshots::Snapshots;
 use crate::store::Store;
 use crate::{envd, rest};
@@ -120,11 +121,20 @@ impl Server {
                 path: state_dir.join("etc"),
                 source,
             })?;
+        // Before egress: header rules resolve secret placeholders at each request.
+        let secrets = Arc::new(Secrets::open(&state_dir, config.clock.clone()).map_err(
+            |source| Error::StateDir {
+                operation: "open secrets",
+                path: state_dir.join("secrets.json"),
+                source,
+            },
+        )?);
         let egress = if matches!(isolation, Isolation::Namespace { .. }) {
             crate::egress::Egress::start(&crate::egress::Setup {
                 state_dir: &state_dir,
                 upstream,
                 add_hosts: &config.add_hosts,
+                secrets: Arc::clone(&secrets),
             })
             .await
         } else {
@@ -156,6 +166,7 @@ impl Server {
         let app = Arc::new(App {
             store,
             snapshots,
+            secrets,
             clock: config.clock.clone(),
             faults: FaultState::new(config.latency),
             api_key: config.api_key.clone(),

@@ -57,13 +57,13 @@ impl SnapshotQuery {
     }
 }
 
-/// The result of [`Client::delete_snapshot`].
+/// The result of [`Client::delete_snapshot`] and [`Client::delete_secret`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DeleteOutcome {
     /// Deleted now.
     Deleted,
-    /// HTTP 404: no such snapshot (already gone).
+    /// HTTP 404: no such snapshot or secret (already gone).
     NotFound,
 }
 

@@ -22,15 +22,18 @@ use tokio::net::TcpStream;
 
 use super::LivePolicy;
 use super::ca::Ca;
+use crate::secrets::Secrets;
 
 /// How long a sandbox's TLS handshake with the proxy, or the proxy's with an upstream,
 /// may take.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// What interception needs: the CA that signs the leaves, and the upstream TLS side.
+/// What interception needs: the CA that signs the leaves, the upstream TLS side, and the
+/// team's secrets that header values name by placeholder.
 pub(crate) struct Interceptor {
     ca: Ca,
     upstream: Arc<rustls::ClientConfig>,
+    secrets: Arc<Secrets>,
 }
 
 impl std::fmt::Debug for Interceptor {
@@ -79,8 +82,16 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 type Body = BoxBody<Bytes, hyper::Error>;
 
 impl Interceptor {
-    pub(crate) fn new(ca: Ca, upstream: Arc<rustls::ClientConfig>) -> Interceptor {
-        Interceptor { ca, upstream }
+    pub(crate) fn new(
+        ca: Ca,
+        upstream: Arc<rustls::ClientConfig>,
+        secrets: Arc<Secrets>,
+    ) -> Interceptor {
+        Interceptor {
+            ca,
+            upstream,
+            secrets,
+        }
     }
 
     /// Serves one connection for `name` to `dest` (443: TLS; else plain HTTP) whose
@@ -103,6 +114,7 @@ impl Interceptor {
             dest,
             name: name.clone(),
             tls: tls.then(|| Arc::clone(&self.upstream)),
+            secrets: Arc::clone(&self.secrets),
             sender: tokio::sync::Mutex::new(None),
             failed: std::sync::Mutex::new(None),
         });
@@ -170,6 +182,7 @@ struct Upstream {
     dest: std::net::SocketAddr,
     name: String,
     tls: Option<Arc<rustls::ClientConfig>>,
+    secrets: Arc<Secrets>,
     sender: tokio::sync::Mutex<Option<hyper::client::conn::http1::SendRequest<Incoming>>>,
     /// Why the connection made beside the sandbox's handshake failed, until a request
     /// answers it (a 502 naming it, at once: not a second wait for the same failure).
@@ -205,9 +218,21 @@ impl Upstream {
         }
         if let Some(headers) = policy.current().headers_for(&self.name) {
             for (name, value) in headers {
+                // Placeholders are resolved at every request, so a secret's update reaches
+                // the next one; an unknown secret sends nothing, the placeholder least of all.
+                let value = match self.secrets.resolve(value.expose()) {
+                    Ok(value) => value,
+                    Err(why) => {
+                        tracing::info!(name = %self.name, header = %name, %why, "egress interception: a header rule's secret is missing");
+                        return bad_gateway(&format!(
+                            "e2b-local could not apply the {name} header rule for {}: {why}",
+                            self.name
+                        ));
+                    }
+                };
                 let (Ok(name), Ok(value)) = (
                     http::HeaderName::from_bytes(name.as_bytes()),
-                    http::HeaderValue::from_str(value.expose()),
+                    http::HeaderValue::from_str(&value),
                 ) else {
                     // Checked when the rules were taken; never sent half-applied.
                     return bad_gateway("the rule's header could not be applied");

@@ -119,6 +119,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) upstream: Arc<rustls::ClientConfig>,
     /// Names every sandbox (and the proxy) resolves to the given address.
     pub(crate) add_hosts: &'a [(String, std::net::IpAddr)],
+    /// The team's secrets, which header values name as `${e2b.secrets.<name>}`.
+    pub(crate) secrets: Arc<crate::secrets::Secrets>,
 }
 
 /// The server's egress machinery: the proxy for domain rules and header rules, the
@@ -165,7 +167,11 @@ impl Egress {
         };
         let ca = ca::Ca::open(&setup.state_dir.join("ca"))?;
         let trust = trust_files(&etc_dir, ca.pem(), setup.add_hosts)?;
-        let interceptor = intercept::Interceptor::new(ca, Arc::clone(&setup.upstream));
+        let interceptor = intercept::Interceptor::new(
+            ca,
+            Arc::clone(&setup.upstream),
+            Arc::clone(&setup.secrets),
+        );
         let (proxy, task) = Proxy::start(interceptor)
             .await
             .map_err(|error| format!("cannot start the egress proxy: {error}"))?;

@@ -320,7 +320,7 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
         ),
         (reqwest::Method::GET, "/teams".to_owned(), "/teams"),
         (reqwest::Method::GET, "/volumes".to_owned(), "/volumes"),
-        (reqwest::Method::GET, "/secrets".to_owned(), "/secrets"),
+        (reqwest::Method::GET, "/api-keys".to_owned(), "/api-keys"),
     ];
     for (method, path, route) in cases {
         let reply = api.rest(method.clone(), &path, Some("{}")).await;

@@ -18,6 +18,8 @@ mod pausing;
 mod requests;
 mod rest_props;
 mod rules;
+mod secret_rules;
+mod secrets;
 mod snapshots;
 mod support;
 mod terminal;

@@ -9,12 +9,12 @@ use crate::support::*;
 /// The secret every test here hands over and then looks for where it must not be.
 const SECRET: &str = "Bearer sk-e2b-local-never-shown-7f3a";
 
-fn rules_with(value: &str) -> Value {
+pub(crate) fn rules_with(value: &str) -> Value {
     json!({"api.example.test": [{"transform": {"headers": {"Authorization": value}}}]})
 }
 
 /// Whether this server can enforce rules (namespaces and the seccomp filter).
-async fn enforces(api: &Api) -> bool {
+pub(crate) async fn enforces(api: &Api) -> bool {
     api.get("/_e2b_local/isolation").await.json["egressRules"] == true
 }
 
@@ -172,7 +172,7 @@ use std::sync::{Arc, Mutex};
 
 use http_body_util::BodyExt as _;
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
@@ -399,7 +399,7 @@ pub(crate) async fn sandbox_with_rules(api: &Api, value: &str) -> Sandbox {
     }
 }
 
-async fn sh(api: &Api, sandbox: &Sandbox, script: &str) -> String {
+pub(crate) async fn sh(api: &Api, sandbox: &Sandbox, script: &str) -> String {
     let run = api.run(sandbox, script).await;
     format!(
         "{}{}",
@@ -408,7 +408,7 @@ async fn sh(api: &Api, sandbox: &Sandbox, script: &str) -> String {
     )
 }
 
-fn take(seen: &Mutex<Vec<Seen>>) -> Vec<Seen> {
+pub(crate) fn take(seen: &Mutex<Vec<Seen>>) -> Vec<Seen> {
     std::mem::take(&mut *seen.lock().unwrap())
 }
 
