@@ -398,14 +398,21 @@ impl ScopeFiles {
 
     pub(crate) fn lock(&self, file: ScopeFile, kind: LockKind) -> Result<LockAttempt, Error> {
         let path = self.path(file);
-        // The directory is made only when the file cannot be opened for its absence: a reader
-        // locks at every command, and the directory exists after the first.
+        // The directory is made (or its failure told) only when the file cannot be opened: a
+        // reader locks at every command, and the directory exists after the first. A failure
+        // is the directory's when it has one, the same for every scope of the directory.
         let opened = match self.host.open_lock_file(&path) {
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            Err(error) => {
                 if let Err(error) = self.host.ensure_private_dir(&self.dir) {
                     return unusable_or_error("create coordination directory", &self.dir, error);
                 }
-                self.host.open_lock_file(&path)
+                // Opened again only when the directory was missing: any other failure (out
+                // of descriptors) is the file's, reported as it was.
+                if error.kind() == io::ErrorKind::NotFound {
+                    self.host.open_lock_file(&path)
+                } else {
+                    Err(error)
+                }
             }
             opened => opened,
         };
