@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from ._core import redact
 from ._hermes import session_identity
-from .live import live_environments, request_turn
+from .live import CheckpointCalls, live_environments, request_turn
 
 logger = logging.getLogger("hermes_e2b")
 
@@ -182,7 +182,7 @@ def _session_env(task_id: Optional[str] = None, session_id: Optional[str] = None
                   "use `hermes e2b checkpoint --task ID` instead")
 
 
-class _ScopeTarget:
+class _ScopeTarget(CheckpointCalls):
     """The caller's scope when no environment of it is live (a gateway restarted, Hermes'
     idle reaper closed it): the environment's checkpoint calls on a scope backend, the one
     ``hermes e2b … --task`` uses, found by the scope's E2B metadata."""
@@ -191,25 +191,6 @@ class _ScopeTarget:
         self._native = backend
         self._settings = settings
         self._task_id = task_id
-
-    @property
-    def turns_enabled(self) -> bool:
-        return self._settings.turn_checkpoints > 0
-
-    def checkpoint(self, label: Optional[str] = None, reason: str = "manual") -> dict:
-        return self._native.checkpoint(label, reason=reason)
-
-    def checkpoints(self) -> list:
-        return self._native.checkpoints()
-
-    def rollback(self, name: Optional[str] = None) -> dict:
-        return self._native.rollback(name)
-
-    def turn_checkpoints(self) -> list:
-        return self._native.turn_checkpoints()
-
-    def restore_turn(self, number: int) -> dict:
-        return self._native.restore_turn(number, keep=max(1, self._settings.turn_checkpoints))
 
 
 #: The plugin context ``register`` was given: the slash commands read the settings through it.

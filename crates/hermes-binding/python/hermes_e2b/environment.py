@@ -230,7 +230,7 @@ def _connection_error(error: Exception) -> Exception:
                             retry_hint=getattr(error, "hint", None) or "Check `hermes e2b doctor`, then retry.")
 
 
-class E2BEnvironment(BaseEnvironment):
+class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
     """One Hermes scope's E2B sandbox."""
 
     # Hermes hands stdin (file contents, scripts, spilled results) to _run_bash; the native
@@ -343,25 +343,6 @@ class E2BEnvironment(BaseEnvironment):
             logger.info("hermes-e2b: session-start checkpoint %s", taken["snapshot_id"])
         except _native.E2BError as error:
             logger.warning("hermes-e2b: the session-start checkpoint failed: %s", error)
-
-    @property
-    def turns_enabled(self) -> bool:
-        return self._settings.turn_checkpoints > 0
-
-    def checkpoint(self, label: Optional[str] = None, reason: str = "manual") -> dict:
-        return self._native.checkpoint(label, reason=reason)
-
-    def checkpoints(self) -> list:
-        return self._native.checkpoints()
-
-    def rollback(self, name: Optional[str] = None) -> dict:
-        return self._native.rollback(name)
-
-    def turn_checkpoints(self) -> list:
-        return self._native.turn_checkpoints()
-
-    def restore_turn(self, number: int) -> dict:
-        return self._native.restore_turn(number, keep=max(1, self._settings.turn_checkpoints))
 
     def _turn_checkpoint(self) -> None:
         """The first file-changing tool call of a turn (marked by the pre_tool_call hook):

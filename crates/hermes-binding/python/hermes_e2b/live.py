@@ -1,5 +1,6 @@
 """The live E2B environments of this process, by task, and the turn checkpoints asked of
-them: what the environment writes and the checkpoint commands read.
+them: what the environment writes and the checkpoint commands read; and the checkpoint calls
+both a live environment and the commands' scope stand-in make (``CheckpointCalls``).
 
 Below both ``environment`` and ``checkpoints`` (it imports neither), so neither has to
 import the other.
@@ -45,3 +46,31 @@ def request_turn(task_id: str, session_id: str, turn_id: str, label: str) -> boo
 def take_pending_turn(task_id: str) -> Optional[str]:
     """The label of a turn checkpoint the hook asked for, once."""
     return _turn_pending.pop(task_id, None)
+
+
+class CheckpointCalls:
+    """The checkpoint calls the slash commands and the agent's tool make, on ``_native`` (a
+    native Backend) with ``_settings`` (the plugin's settings): shared by a live environment
+    and the scope stand-in the slash commands use when none is live."""
+
+    _native: Any
+    _settings: Any
+
+    @property
+    def turns_enabled(self) -> bool:
+        return self._settings.turn_checkpoints > 0
+
+    def checkpoint(self, label: Optional[str] = None, reason: str = "manual") -> dict:
+        return self._native.checkpoint(label, reason=reason)
+
+    def checkpoints(self) -> list:
+        return self._native.checkpoints()
+
+    def rollback(self, name: Optional[str] = None) -> dict:
+        return self._native.rollback(name)
+
+    def turn_checkpoints(self) -> list:
+        return self._native.turn_checkpoints()
+
+    def restore_turn(self, number: int) -> dict:
+        return self._native.restore_turn(number, keep=max(1, self._settings.turn_checkpoints))
