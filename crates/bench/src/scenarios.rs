@@ -96,9 +96,21 @@ fn backend_with(
     home: &Path,
     hooks: Arc<dyn StateHooks>,
 ) -> Result<Backend, BenchError> {
+    backend_configured(runtime, mode, home, hooks, |_| {})
+}
+
+/// [`backend_with`], its configuration changed by `configure` first.
+fn backend_configured(
+    runtime: &tokio::runtime::Runtime,
+    mode: SandboxMode,
+    home: &Path,
+    hooks: Arc<dyn StateHooks>,
+    configure: impl FnOnce(&mut Config),
+) -> Result<Backend, BenchError> {
     let mut config = Config::new(ApiKeySource::Key(ApiKey::new(env("E2B_API_KEY")?)));
     config.endpoints = Endpoints::single(env("E2B_API_URL")?);
     config.mode = mode;
+    configure(&mut config);
     let scope = Scope {
         profile_home: home.to_path_buf(),
         task_id: TASK.to_owned(),

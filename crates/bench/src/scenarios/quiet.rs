@@ -21,19 +21,12 @@ pub(super) fn quiet(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     let poll = Duration::from_millis(param_u64(params, "poll_ms")?);
     let runtime = runtime()?;
     let home = tempfile::tempdir()?;
-    let mut config = Config::new(ApiKeySource::Key(ApiKey::new(env("E2B_API_KEY")?)));
-    config.endpoints = Endpoints::single(env("E2B_API_URL")?);
-    config.mode = SandboxMode::Persistent;
-    config.pause_after_idle = Some(quiet);
-    let scope = Scope {
-        profile_home: home.path().to_path_buf(),
-        task_id: TASK.to_owned(),
-    };
-    let backend = Backend::new(
-        config,
-        scope,
-        Services::new(runtime.handle().clone()),
+    let backend = backend_configured(
+        &runtime,
+        SandboxMode::Persistent,
+        home.path(),
         Arc::new(NoStateHooks),
+        |config| config.pause_after_idle = Some(quiet),
     )?;
     let client = e2b_client::Client::new(e2b_client::Config::from_env(ApiKey::new(env(
         "E2B_API_KEY",
