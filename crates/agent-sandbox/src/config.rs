@@ -92,6 +92,9 @@ pub struct Config {
     /// Variables whose real value E2B's egress adds as a header for their hosts, while the
     /// sandbox's commands see a stand-in (X16). Not part of the identity, like `egress`.
     pub credentials: crate::credentials::Credentials,
+    /// Where the credentials' values are kept for E2B's egress (X22): E2B Secrets, with a
+    /// placeholder in each sandbox's rules, or the rules themselves.
+    pub credential_store: crate::secret_store::CredentialStore,
     /// Extra metadata stamped on created sandboxes; identity keys always win.
     pub metadata: BTreeMap<String, String>,
     /// Persistent, ephemeral, or attached to an externally owned sandbox.
@@ -152,7 +155,7 @@ impl Config {
     /// Persistent mode on template `base`, cwd and state root following the sandbox user's
     /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
     /// a 45 s watchdog grace, no process cap on running sandboxes and a 30 s wait for a
-    /// slot under the account's limit, no pause when quiet (the lease ends it), internet allowed, secure, no egress rules, no credentials, no extra metadata, E2B's public endpoints
+    /// slot under the account's limit, no pause when quiet (the lease ends it), internet allowed, secure, no egress rules, no credentials (kept in E2B Secrets where offered), no extra metadata, E2B's public endpoints
     /// (`E2B_*` variables are not read here), a 2 GiB state cap. (The values are the
     /// `DEFAULT_*` constants.)
     pub fn new(api_key: ApiKeySource) -> Config {
@@ -170,6 +173,7 @@ impl Config {
             security: DEFAULT_SECURITY,
             egress: crate::egress::EgressPolicy::none(),
             credentials: crate::credentials::Credentials::none(),
+            credential_store: crate::secret_store::CredentialStore::Auto,
             metadata: BTreeMap::new(),
             mode: SandboxMode::Persistent,
             endpoints: Endpoints::e2b_cloud(),
@@ -202,6 +206,27 @@ impl Config {
     /// The control-plane URL these settings reach (credentials in it redacted).
     pub(crate) fn api_url(&self) -> Result<String, crate::error::Error> {
         Ok(e2b_client::redact(&self.client_config()?.api_base_url()))
+    }
+
+    /// The coordination directory for `profile_home`: the configured one, else
+    /// `<profile home>/cache/e2b`.
+    pub(crate) fn coordination_dir_for(&self, profile_home: &std::path::Path) -> PathBuf {
+        self.coordination_dir
+            .clone()
+            .unwrap_or_else(|| profile_home.join("cache").join("e2b"))
+    }
+
+    /// The process's credential store of `profile_home` on these settings' endpoint.
+    pub(crate) fn secret_store(
+        &self,
+        profile_home: &std::path::Path,
+    ) -> Result<std::sync::Arc<crate::secret_store::ProfileStore>, crate::error::Error> {
+        let dir = self.coordination_dir_for(profile_home);
+        Ok(crate::secret_store::profile_store(
+            &self.api_url()?,
+            profile_home,
+            Some(dir.as_path()),
+        ))
     }
 
     pub(crate) fn client_config(&self) -> Result<e2b_client::Config, crate::error::Error> {

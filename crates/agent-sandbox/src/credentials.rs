@@ -28,6 +28,10 @@ pub const STAND_IN_PREFIX: &str = "e2b-stand-in-";
 /// E2B's limit on the domains of one sandbox's rules.
 pub const MAX_CREDENTIAL_HOSTS: usize = 10;
 
+/// The longest variable name: its E2B secret's name (prefix, profile, name) must stay
+/// within E2B's 128 characters.
+pub const MAX_VARIABLE_NAME: usize = 100;
+
 /// E2B's limit on the headers one rule sets.
 pub const MAX_HEADERS_PER_HOST: usize = 20;
 
@@ -67,10 +71,10 @@ impl Credential {
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !name_ok {
-            return Err(invalid(
-                "is not an environment variable name (letters, digits and _)".to_owned(),
-            ));
+        if !name_ok || name.len() > MAX_VARIABLE_NAME {
+            return Err(invalid(format!(
+                "is not an environment variable name of at most {MAX_VARIABLE_NAME} letters, digits and _"
+            )));
         }
         let mut canonical = Vec::with_capacity(hosts.len());
         for host in hosts {
@@ -197,11 +201,13 @@ impl Credentials {
         source: String,
     ) -> Result<Credentials, Error> {
         list.sort_by(|a, b| a.name.cmp(&b.name));
-        for pair in list.windows(2) {
-            if pair[0].name == pair[1].name {
+        let mut seen = std::collections::BTreeSet::new();
+        for credential in &list {
+            // E2B's secret names are case-insensitive: one secret per name, whatever its case.
+            if !seen.insert(credential.name.to_ascii_lowercase()) {
                 return Err(Error::InvalidCredential {
-                    name: pair[0].name.clone(),
-                    reason: "is configured twice".to_owned(),
+                    name: credential.name.clone(),
+                    reason: "is configured twice (names are compared without case)".to_owned(),
                 });
             }
         }
@@ -275,21 +281,64 @@ impl Credentials {
         (self.values)(name).is_some_and(|value| !value.is_empty())
     }
 
-    /// The rules E2B must hold: for each host, the headers with the real values. A missing
-    /// or unusable value is an error naming the variable and the source, never the value.
-    pub(crate) fn rules(&self) -> Result<TransformRules, Error> {
+    /// Every credential's value, resolved now, with the secret that holds it in `store`. A
+    /// missing value is an error naming the variable and the source, never the value.
+    pub(crate) fn resolve(
+        &self,
+        store: &crate::secret_store::ProfileStore,
+    ) -> Result<Vec<crate::secret_store::Resolved>, Error> {
+        self.list
+            .iter()
+            .map(|credential| {
+                let value = (self.values)(&credential.name)
+                    .filter(|value| !value.is_empty())
+                    .ok_or_else(|| Error::MissingCredential {
+                        name: credential.name.clone(),
+                        source_file: self.source.clone(),
+                        operation: "network rules",
+                        sandbox_id: None,
+                    })?;
+                Ok(crate::secret_store::Resolved {
+                    variable: credential.name.clone(),
+                    secret: store.secret_name(&credential.name),
+                    value: SecretValue::new(value),
+                })
+            })
+            .collect()
+    }
+
+    /// The rules E2B must hold for `resolved` (this list's values, in order): for each host,
+    /// the headers, holding the secret's placeholder when `in_force` is E2B Secrets (X22),
+    /// else the value itself. A header E2B would refuse is an error naming the variable.
+    pub(crate) fn rules_for(
+        &self,
+        resolved: &[crate::secret_store::Resolved],
+        in_force: &crate::secret_store::StoreInForce,
+    ) -> Result<TransformRules, Error> {
         let mut per_host: BTreeMap<String, BTreeMap<String, SecretValue>> = BTreeMap::new();
-        for credential in &self.list {
-            let value = (self.values)(&credential.name)
-                .filter(|value| !value.is_empty())
-                .ok_or_else(|| Error::MissingCredential {
-                    name: credential.name.clone(),
-                    source_file: self.source.clone(),
-                    operation: "network rules",
-                    sandbox_id: None,
-                })?;
+        for (credential, resolved) in self.list.iter().zip(resolved) {
+            let value = match in_force {
+                crate::secret_store::StoreInForce::Secrets => {
+                    e2b_client::secret_placeholder(&resolved.secret).map_err(|reason| {
+                        Error::InvalidCredential {
+                            name: credential.name.clone(),
+                            reason,
+                        }
+                    })?
+                }
+                crate::secret_store::StoreInForce::Rules { .. } => {
+                    resolved.value.expose().to_owned()
+                }
+            };
             let header = credential.format.replace(VALUE_PLACEHOLDER, &value);
-            if header.len() > MAX_HEADER_VALUE || header.chars().any(char::is_control) {
+            let real_length = credential
+                .format
+                .replace(VALUE_PLACEHOLDER, resolved.value.expose())
+                .len();
+            if header.len().max(real_length) > MAX_HEADER_VALUE
+                || header.chars().any(char::is_control)
+                || resolved.value.expose().chars().any(char::is_control)
+            {
                 return Err(Error::InvalidCredential {
                     name: credential.name.clone(),
                     reason: format!(
@@ -309,6 +358,47 @@ impl Credentials {
             .map(|(host, headers)| (host, vec![HeaderTransform { headers }]))
             .collect())
     }
+
+    /// The rules with the values themselves (the `rules` store), for tests.
+    #[cfg(test)]
+    pub(crate) fn rules(&self) -> Result<TransformRules, Error> {
+        let store = crate::secret_store::profile_store("test:", std::path::Path::new("/p"), None);
+        let resolved = self.resolve(&store)?;
+        self.rules_for(
+            &resolved,
+            &crate::secret_store::StoreInForce::Rules { why: String::new() },
+        )
+    }
+}
+
+/// The rules `credentials` need now for `operation` on `sandbox` (None before a create),
+/// their values put in `store` first when E2B Secrets are in force (X22). `client` is asked
+/// only when a request must be sent.
+pub(crate) fn credential_rules(
+    store: &crate::secret_store::ProfileStore,
+    choice: crate::secret_store::CredentialStore,
+    credentials: &Credentials,
+    runtime: &tokio::runtime::Handle,
+    client: impl FnOnce() -> Result<e2b_client::Client, Error>,
+    operation: &'static str,
+    sandbox: Option<&str>,
+) -> Result<e2b_client::TransformRules, Error> {
+    if credentials.is_empty() {
+        return Ok(e2b_client::TransformRules::new());
+    }
+    let resolved = credentials
+        .resolve(store)
+        .map_err(|error| error.needed_by(operation, sandbox))?;
+    let in_force = match store.settled_for(choice, &resolved) {
+        Some(in_force) => in_force,
+        None => {
+            let client = client()?;
+            runtime
+                .block_on(store.sync(&client, choice, &resolved))
+                .map_err(|error| error.needed_by(operation, sandbox))?
+        }
+    };
+    credentials.rules_for(&resolved, &in_force)
 }
 
 /// A digest of transform rules (hosts, header names and a hash of each value): equal rules,

@@ -167,23 +167,11 @@ impl EgressPolicy {
 pub(crate) struct DesiredNetwork {
     /// Allowed and denied destinations, effective.
     pub(crate) policy: EgressPolicy,
-    /// Per-host headers with the real values.
+    /// Per-host headers: placeholders of E2B Secrets, or the real values (X22).
     pub(crate) rules: e2b_client::TransformRules,
 }
 
 impl DesiredNetwork {
-    /// `policy` with the rules `credentials` resolve to now (an error names a variable
-    /// without a value).
-    pub(crate) fn resolve(
-        policy: EgressPolicy,
-        credentials: &crate::credentials::Credentials,
-    ) -> Result<DesiredNetwork, Error> {
-        Ok(DesiredNetwork {
-            policy,
-            rules: credentials.rules()?,
-        })
-    }
-
     /// The policy's digest alone when there are no rules (so sandboxes stamped before
     /// credentials existed stay in force), else one digest of both.
     pub(crate) fn digest(&self) -> String {

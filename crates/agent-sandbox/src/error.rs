@@ -329,6 +329,21 @@ pub enum Error {
         sandbox_id: Option<String>,
     },
 
+    /// `credential_store: secrets`, and the account or server offers no E2B Secrets: no
+    /// command runs, rather than putting the values in the sandbox's rules (X22).
+    #[error(
+        "E2B {operation} refused{}: credential_store is secrets, but {why}; set credential_store to auto or rules",
+        credential::for_sandbox(sandbox_id.as_deref())
+    )]
+    SecretsUnavailable {
+        /// What needed the credentials: `create`, `attach`, `command`, ...
+        operation: &'static str,
+        /// The sandbox it was for, once there is one.
+        sandbox_id: Option<String>,
+        /// E2B's answer to the probe.
+        why: String,
+    },
+
     /// A watcher's poll ([`Purpose::Watch`](crate::Purpose::Watch)) found the sandbox paused
     /// by this process, after its quiet time (L17) or for the account's limit (L14): the
     /// poll is not sent, since it must not resume the sandbox; what runs in it is frozen
@@ -377,6 +392,7 @@ impl Error {
             | Error::InvalidEgress { .. }
             | Error::InvalidCredential { .. }
             | Error::MissingCredential { .. }
+            | Error::SecretsUnavailable { .. }
             | Error::Io { .. }
             | Error::NotAttached { .. }
             | Error::NoSandbox { .. } => None,
@@ -412,7 +428,9 @@ impl Error {
     pub fn is_credential(&self) -> bool {
         matches!(
             self,
-            Error::InvalidCredential { .. } | Error::MissingCredential { .. }
+            Error::InvalidCredential { .. }
+                | Error::MissingCredential { .. }
+                | Error::SecretsUnavailable { .. }
         )
     }
 

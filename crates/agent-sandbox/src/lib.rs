@@ -18,6 +18,7 @@ pub mod line_driver;
 mod note;
 mod progress;
 mod report;
+mod secret_store;
 mod sink;
 mod transport;
 pub mod warn_once;
@@ -43,7 +44,8 @@ pub use config::{
 pub use credentials::{
     Credential, CredentialValues, Credentials, DEFAULT_CREDENTIAL_FORMAT,
     DEFAULT_CREDENTIAL_HEADER, MAX_CREDENTIAL_HOSTS, MAX_HEADER_NAME, MAX_HEADER_VALUE,
-    MAX_HEADERS_PER_HOST, RandomSource, STAND_IN_PREFIX, SystemRandom, VALUE_PLACEHOLDER,
+    MAX_HEADERS_PER_HOST, MAX_VARIABLE_NAME, RandomSource, STAND_IN_PREFIX, SystemRandom,
+    VALUE_PLACEHOLDER,
 };
 pub use sandbox_identity::CheckpointReason;
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.
@@ -56,10 +58,10 @@ pub use fleet::Fleet;
 pub use home::{MAX_HOME_BYTES, SandboxHome};
 pub use hooks::{HookError, NoStateHooks, PushKind, StateHooks};
 pub use inventory::{
-    ACCESS_CHECK_DEADLINE, Access, Activity, EgressApplied, EgressOutcome, EntryState, Force,
-    HostScope, Inventory, Listing, LiveStep, Loss, Owner, PausedSelection, PlannedRemoval, Refusal,
-    RemovalOutcome, RemovalTarget, Removed, SandboxEntry, TEMPLATE_TOOLS, Usage, UseSource,
-    Verdict, WriterHolder,
+    ACCESS_CHECK_DEADLINE, Access, Activity, CredentialHeaders, EgressApplied, EgressOutcome,
+    EntryState, Force, HostScope, Inventory, Listing, LiveStep, Loss, Owner, PausedSelection,
+    PlannedRemoval, Refusal, RemovalOutcome, RemovalTarget, Removed, SandboxEntry, TEMPLATE_TOOLS,
+    Usage, UseSource, Verdict, WriterHolder,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 /// The directories of the Hermes home that come back from a sandbox (`skills`, `memories`).
@@ -69,6 +71,10 @@ pub use report::{
     ScopeHolder, Stats, TeardownRecovery,
 };
 pub use sandbox_identity::{Clock, InternetAccess, ManualClock, Mode, Security, SystemClock};
+pub use secret_store::{
+    CredentialStore, SECRET_NAME_PREFIX, SECRET_VARIABLE_KEY, StoreInForce, StoreReport,
+    StoredSecret, secret_name,
+};
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
 pub use transport::{PullSummary, StateTransport, host_state_files};
 

@@ -23,6 +23,7 @@ use crate::plane::Plane;
 /// |---|---|
 /// | `create`, `list`, `get`, `connect`, `resume`, `timeout`, `refreshes`, `pause`, `kill` | the control-plane operation (v1 and v2 alike) |
 /// | `snapshot`, `fork`, `list snapshots`, `delete template` | `POST /sandboxes/{id}/snapshots`, `POST /sandboxes/{id}/fork`, `GET /snapshots`, `DELETE /templates/{id}` |
+/// | `list secrets`, `create secret`, `get secret`, `update secret`, `delete secret` | `GET`/`POST /secrets`, `GET`/`POST`/`DELETE /secrets/{id or name}` |
 /// | `health` | control-plane `GET /health` |
 /// | `Process/<Rpc>`, `Filesystem/<Rpc>` | envd RPCs, e.g. `Process/Start`, `Process/SendSignal`, `Filesystem/Stat` |
 /// | `files GET`, `files POST` | envd `/files` download and upload (pre-signed ones too) |
@@ -239,6 +240,11 @@ fn rest_route(method: &Method, path: &str) -> &'static str {
         (&Method::PUT, ["sandboxes", _, "network"]) => "update network",
         (&Method::GET, ["snapshots"]) => "list snapshots",
         (&Method::DELETE, ["templates", _]) => "delete template",
+        (&Method::GET, ["secrets"]) => "list secrets",
+        (&Method::POST, ["secrets"]) => "create secret",
+        (&Method::GET, ["secrets", _]) => "get secret",
+        (&Method::POST, ["secrets", _]) => "update secret",
+        (&Method::DELETE, ["secrets", _]) => "delete secret",
         _ => "rest other",
     }
 }
@@ -276,6 +282,11 @@ mod tests {
             (false, Method::GET, "/snapshots"),
             (false, Method::DELETE, "/templates/local%2Fsnap%3Adefault"),
             (false, Method::GET, "/health"),
+            (false, Method::GET, "/secrets"),
+            (false, Method::POST, "/secrets"),
+            (false, Method::GET, "/secrets/hermes-e2b-x"),
+            (false, Method::POST, "/secrets/hermes-e2b-x"),
+            (false, Method::DELETE, "/secrets/hermes-e2b-x"),
             (false, Method::PUT, "/sandboxes/abc"),
             (false, Method::GET, "/nowhere"),
         ]);
@@ -295,6 +306,11 @@ mod tests {
             ("list snapshots", 1),
             ("delete template", 1),
             ("health", 1),
+            ("list secrets", 1),
+            ("create secret", 1),
+            ("get secret", 1),
+            ("update secret", 1),
+            ("delete secret", 1),
             ("rest other", 2),
         ] {
             assert_eq!(counts.get(route), expected, "{route}");

@@ -234,16 +234,55 @@ impl PyInventory {
             .collect()
     }
 
-    /// The credential headers E2B holds for `sandbox_id` (one request): host to header
-    /// names. Never a value, though E2B's detail returns them.
-    fn sandbox_credential_headers(
+    /// The credential headers E2B holds for `sandbox_id` (one request): a dict of `headers`
+    /// (host to header names) and `values_in_rules` (hosts whose headers hold a value, not
+    /// an E2B Secrets placeholder). Never a value, though E2B's detail returns them.
+    fn sandbox_credential_headers<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         sandbox_id: String,
-    ) -> PyResult<std::collections::BTreeMap<String, Vec<String>>> {
+    ) -> PyResult<Bound<'py, PyDict>> {
         let inventory = self.inventory.clone();
-        py.detach(move || inventory.sandbox_credential_headers(&sandbox_id))
-            .map_err(|error| Error::in_profile(error, &self.profile_home).into())
+        let held = py
+            .detach(move || inventory.sandbox_credential_headers(&sandbox_id))
+            .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))?;
+        let dict = PyDict::new(py);
+        dict.set_item("headers", held.headers)?;
+        dict.set_item("values_in_rules", held.values_in_rules)?;
+        Ok(dict)
+    }
+
+    /// Where the credentials' values are kept (X22), as E2B reports it now (one request
+    /// unless `credential_store: rules`): a dict of `store` (`secrets` or `rules`), `summary`,
+    /// `why` (None for Secrets) and `secrets` (name, variable, updated_at as RFC 3339,
+    /// version). Never a value.
+    fn credential_store<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inventory = self.inventory.clone();
+        let report = py
+            .detach(move || inventory.credential_store())
+            .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))?;
+        let dict = PyDict::new(py);
+        dict.set_item("store", report.in_force.as_str())?;
+        dict.set_item("summary", report.in_force.summary())?;
+        let why = match &report.in_force {
+            agent_sandbox::StoreInForce::Rules { why } => Some(why.clone()),
+            _ => None,
+        };
+        dict.set_item("why", why)?;
+        let secrets = report
+            .secrets
+            .iter()
+            .map(|secret| {
+                let entry = PyDict::new(py);
+                entry.set_item("name", &secret.name)?;
+                entry.set_item("variable", &secret.variable)?;
+                entry.set_item("updated_at", &secret.updated_at)?;
+                entry.set_item("version", secret.version)?;
+                Ok(entry)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        dict.set_item("secrets", secrets)?;
+        Ok(dict)
     }
 
     /// The settings' egress policy as E2B must hold it: a dict of allow_out, deny_out

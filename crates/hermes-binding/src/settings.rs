@@ -151,6 +151,7 @@ impl fmt::Debug for Settings {
             .field("writer_arbitration", &config.writer_arbitration)
             .field("checkpoints", &self.checkpoints)
             .field("credentials", &self.credentials)
+            .field("credential_store", &config.credential_store)
             .field("skills_in_chat_sandboxes", &self.skills_in_chat_sandboxes)
             .finish()
     }
@@ -398,6 +399,10 @@ impl Settings {
                 )
             })?),
         };
+        if let Some(value) = string(raw, "credential_store")? {
+            config.credential_store = agent_sandbox::CredentialStore::parse(&value)
+                .ok_or_else(|| invalid("credential_store", "must be auto, secrets or rules"))?;
+        }
         if let Some(value) = string(raw, "writer_arbitration")? {
             config.writer_arbitration = WriterArbitration::parse(&value)
                 .ok_or_else(|| invalid("writer_arbitration", "must be host or sandbox"))?;

@@ -8,7 +8,7 @@
 //! known of it differs from the profile's policy; in steady state nothing is sent.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use e2b_client::{Client, SandboxId};
 
@@ -101,8 +101,30 @@ impl Inner {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        DesiredNetwork::resolve(self.desired_egress(), &credentials)
-            .map_err(|error| error.needed_by(operation, sandbox.map(SandboxId::as_str)))
+        let rules = if credentials.is_empty() {
+            e2b_client::TransformRules::new()
+        } else {
+            let store = match self.secret_store.get() {
+                Some(store) => Arc::clone(store),
+                None => {
+                    let store = self.config.secret_store(&self.scope.profile_home)?;
+                    Arc::clone(self.secret_store.get_or_init(|| store))
+                }
+            };
+            crate::credentials::credential_rules(
+                &store,
+                self.config.credential_store,
+                &credentials,
+                &self.services.runtime,
+                || self.shared_client(),
+                operation,
+                sandbox.map(SandboxId::as_str),
+            )?
+        };
+        Ok(DesiredNetwork {
+            policy: self.desired_egress(),
+            rules,
+        })
     }
 
     /// Puts the policy and the credentials' rules into a create request and their digest

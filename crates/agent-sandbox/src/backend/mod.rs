@@ -143,6 +143,8 @@ struct Inner {
     /// Leaf lock: the credentials in force from now on (the config's, until
     /// [`Backend::set_credentials`] changes them); read before every command (X16).
     credentials: Mutex<crate::credentials::Credentials>,
+    /// The process's credential store of this profile, found on first need (X22).
+    secret_store: std::sync::OnceLock<Arc<crate::secret_store::ProfileStore>>,
     /// The last checkpoint time this process named (Unix milliseconds): names never repeat.
     last_checkpoint_ms: AtomicU64,
     /// When the scope was last used ([`Clock::since_boot`](crate::Clock::since_boot), in
@@ -376,6 +378,7 @@ impl Backend {
             note_serial: Mutex::new(()),
             egress,
             credentials,
+            secret_store: std::sync::OnceLock::new(),
             last_checkpoint_ms: AtomicU64::new(0),
             last_use,
             last_watch: AtomicU64::new(0),

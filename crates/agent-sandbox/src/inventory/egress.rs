@@ -26,6 +26,16 @@ pub enum EgressOutcome {
     Failed(String),
 }
 
+/// A sandbox's credential headers as E2B reports them, without a value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CredentialHeaders {
+    /// Host to header names.
+    pub headers: std::collections::BTreeMap<String, Vec<String>>,
+    /// The hosts whose headers hold a value rather than E2B Secrets placeholders.
+    pub values_in_rules: Vec<String>,
+}
+
 /// One sandbox of [`Inventory::apply_egress`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -66,12 +76,21 @@ impl Inventory {
         self.config.credentials.clone()
     }
 
+    /// Where the credentials' values are kept for this profile, and its secrets as E2B lists
+    /// them (one request unless the setting says `rules`); never a value (X22).
+    pub fn credential_store(&self) -> Result<crate::secret_store::StoreReport, Error> {
+        let store = self.config.secret_store(&self.profile_home)?;
+        let client = self.config.client()?;
+        self.services
+            .runtime
+            .block_on(store.report(&client, self.config.credential_store))
+            .map_err(|error| error.needed_by("credentials listing", None))
+    }
+
     /// Which of `sandbox_id`'s rule hosts carry which header names, as E2B reports them
-    /// (one request); never a value (X16).
-    pub fn sandbox_credential_headers(
-        &self,
-        sandbox_id: &str,
-    ) -> Result<std::collections::BTreeMap<String, Vec<String>>, Error> {
+    /// (one request), and the hosts whose headers hold something other than an E2B Secrets
+    /// placeholder (a value: a sandbox not yet moved to Secrets, X22); never a value (X16).
+    pub fn sandbox_credential_headers(&self, sandbox_id: &str) -> Result<CredentialHeaders, Error> {
         let id = SandboxId::parse(sandbox_id.to_owned()).ok_or_else(|| Error::InvalidConfig {
             reason: format!("{sandbox_id:?} is not a valid sandbox id"),
         })?;
@@ -81,22 +100,20 @@ impl Inventory {
             .runtime
             .block_on(client.get(&id))
             .map_err(|source| Error::e2b("read network rules", Some(sandbox_id), source))?;
-        Ok(detail
-            .network
-            .map(|network| {
-                network
-                    .rules
-                    .into_iter()
-                    .map(|(host, rules)| {
-                        let names = rules
-                            .into_iter()
-                            .flat_map(|rule| rule.headers.into_keys())
-                            .collect();
-                        (host, names)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default())
+        let mut out = CredentialHeaders::default();
+        for (host, rules) in detail.network.map(|n| n.rules).unwrap_or_default() {
+            let mut names = Vec::new();
+            let mut holds_value = false;
+            for (name, value) in rules.into_iter().flat_map(|rule| rule.headers) {
+                holds_value |= !value.expose().contains("${e2b.secrets.");
+                names.push(name);
+            }
+            if holds_value {
+                out.values_in_rules.push(host.clone());
+            }
+            out.headers.insert(host, names);
+        }
+        Ok(out)
     }
 
     /// Puts the settings' egress policy, with the credentials' header rules (X16), in force
@@ -105,8 +122,20 @@ impl Inventory {
     /// running session finds it done and sends nothing. A credential without a value is an
     /// error before anything is sent.
     pub fn apply_egress(&self, now: SystemTime) -> Result<Vec<EgressApplied>, Error> {
-        let desired = DesiredNetwork::resolve(self.egress_policy(), &self.config.credentials)
-            .map_err(|error| error.needed_by("network update", None))?;
+        let store = self.config.secret_store(&self.profile_home)?;
+        let rules = crate::credentials::credential_rules(
+            &store,
+            self.config.credential_store,
+            &self.config.credentials,
+            &self.services.runtime,
+            || self.config.client(),
+            "network update",
+            None,
+        )?;
+        let desired = DesiredNetwork {
+            policy: self.egress_policy(),
+            rules,
+        };
         let digest = desired.digest();
         let entries = self.list(Listing::ThisProfile, now)?;
         let client = self.config.client()?;

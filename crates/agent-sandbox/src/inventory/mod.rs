@@ -30,7 +30,7 @@ mod egress;
 mod removal;
 mod usage;
 
-pub use egress::{EgressApplied, EgressOutcome};
+pub use egress::{CredentialHeaders, EgressApplied, EgressOutcome};
 pub use usage::{Activity, Usage, UseSource};
 
 pub(crate) use removal::plan;

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use agent_sandbox::{
-    Backend, Credential, Credentials, Inventory, NoStateHooks, RunOptions, STAND_IN_PREFIX,
-    SandboxMode,
+    Backend, Credential, CredentialStore, Credentials, Inventory, NoStateHooks, RunOptions,
+    STAND_IN_PREFIX, SandboxMode,
 };
 
 use crate::support::{World, run};
@@ -22,18 +22,18 @@ const SOURCE: &str = "/profile/.env";
 
 /// A value the test can change while the backend runs.
 #[derive(Clone)]
-struct Value(Arc<Mutex<Option<String>>>);
+pub(crate) struct Value(Arc<Mutex<Option<String>>>);
 
 impl Value {
-    fn new(value: Option<&str>) -> Value {
+    pub(crate) fn new(value: Option<&str>) -> Value {
         Value(Arc::new(Mutex::new(value.map(str::to_owned))))
     }
 
-    fn set(&self, value: &str) {
+    pub(crate) fn set(&self, value: &str) {
         *self.0.lock().expect("lock") = Some(value.to_owned());
     }
 
-    fn credentials(&self) -> Credentials {
+    pub(crate) fn credentials(&self) -> Credentials {
         let github = Credential::new(
             "GITHUB_TOKEN".to_owned(),
             vec!["api.github.com".to_owned()],
@@ -58,6 +58,9 @@ impl Value {
 fn backend_with(world: &World, mode: SandboxMode, credentials: Credentials) -> Backend {
     let mut config = world.config(mode);
     config.credentials = credentials;
+    // These tests are about the `rules` store (the value in the rules); X22's tests
+    // (secret_store.rs) cover E2B Secrets.
+    config.credential_store = CredentialStore::Rules;
     Backend::new(
         config,
         world.scope("default"),
@@ -265,6 +268,7 @@ fn the_inventory_keeps_the_header_rule_when_it_applies_a_policy() {
     let id = backend.info().expect("attached").sandbox_id;
     let mut config = world.config(SandboxMode::Persistent);
     config.credentials = value.credentials();
+    config.credential_store = CredentialStore::Rules;
     config.egress =
         agent_sandbox::EgressPolicy::new(vec![], vec!["127.0.0.2".to_owned()]).expect("policy");
     let inventory = Inventory::new(config, world.home.path().to_path_buf(), world.services());
@@ -275,7 +279,9 @@ fn the_inventory_keeps_the_header_rule_when_it_applies_a_policy() {
         Some(format!("Bearer {VALUE}").as_str())
     );
     let names = inventory.sandbox_credential_headers(&id).expect("read");
-    assert_eq!(names["api.github.com"], ["Authorization"]);
+    assert_eq!(names.headers["api.github.com"], ["Authorization"]);
+    // The `rules` store: the value is in the rules, and the listing says so by host.
+    assert_eq!(names.values_in_rules, ["api.github.com"]);
     assert!(!format!("{names:?}").contains(VALUE));
     backend.cleanup();
 }

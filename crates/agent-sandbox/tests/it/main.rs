@@ -20,6 +20,7 @@ mod push_base;
 mod quiet;
 mod redaction;
 mod requests;
+mod secret_store;
 mod state;
 mod state_failures;
 mod support;

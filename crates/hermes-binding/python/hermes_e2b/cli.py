@@ -623,28 +623,39 @@ def _network(ctx: Any, args: argparse.Namespace) -> int:
 
 def _credentials(ctx: Any, args: argparse.Namespace) -> int:
     """``hermes e2b credentials``: what the ``credentials`` setting (and Hermes' own egress
-    firewall) configure, whether the profile's ``.env`` has each value, and which header
-    names E2B holds for each of the profile's sandboxes. E2B's detail returns the values
-    themselves; only header names are taken from it (X17)."""
+    firewall) configure, whether the profile's ``.env`` has each value, where the values are
+    kept (E2B Secrets: each secret's name and last update; or the rules, and why), and which
+    header names E2B holds for each of the profile's sandboxes, with the hosts whose rules
+    still hold a value. Never a value (X17, X22)."""
     from . import _native
 
     inventory = _inventory(ctx)
     configured = inventory.credentials()
     sources = {c["name"]: c["source"] for c in _settings(ctx).credentials}
+    store: Optional[dict[str, Any]] = None
+    store_error = None
+    if configured:
+        try:
+            store = inventory.credential_store()
+        except _native.E2BError as error:
+            store_error = str(error)
     sandboxes = []
     for entry in inventory.list("profile"):
-        headers: Optional[dict[str, list[str]]]
+        held: Optional[dict[str, Any]]
         detail = None
         try:
-            headers = inventory.sandbox_credential_headers(entry["sandbox_id"])
+            held = inventory.sandbox_credential_headers(entry["sandbox_id"])
         except _native.E2BError as error:
-            headers, detail = None, str(error)
+            held, detail = None, str(error)
         sandboxes.append({"sandbox_id": entry["sandbox_id"], "state": entry["state"],
                           "task_id": (entry.get("host") or {}).get("task_id"),
-                          "headers": headers, "detail": detail})
+                          "headers": held["headers"] if held else None,
+                          "values_in_rules": held["values_in_rules"] if held else None,
+                          "detail": detail})
     if args.json:
         _print_json({
             "credentials": [{**c, "source": sources.get(c["name"], "settings")} for c in configured],
+            "store": store if store is not None else ({"error": store_error} if store_error else None),
             "sandboxes": sandboxes,
         })
     else:
@@ -655,6 +666,13 @@ def _credentials(ctx: Any, args: argparse.Namespace) -> int:
             value = "value set" if c["has_value"] else "NO VALUE: set it in the profile's .env"
             lines.append(f"{c['name']}: {', '.join(c['hosts'])} ({c['header']}; {value}; "
                          f"from {sources.get(c['name'], 'settings')})")
+        if store is not None:
+            lines.append(f"Values kept in: {store['summary']}")
+            for secret in store["secrets"]:
+                lines.append(f"  {secret['name']} ({secret['variable'] or '?'}; version "
+                             f"{secret['version']}, updated {secret['updated_at']})")
+        elif store_error is not None:
+            lines.append(f"Values kept in: not read: {store_error}")
         for box in sandboxes:
             lines.append(f"{box['sandbox_id']} {box['state']}")
             if box["headers"] is None:
@@ -662,9 +680,10 @@ def _credentials(ctx: Any, args: argparse.Namespace) -> int:
             elif not box["headers"]:
                 lines.append("  no credential headers")
             for host, names in sorted((box["headers"] or {}).items()):
-                lines.append(f"  {host}: {', '.join(names)}")
+                held_as = "value in the rules" if host in (box["values_in_rules"] or []) else "E2B secret"
+                lines.append(f"  {host}: {', '.join(names)} ({held_as})")
         print("\n".join(lines))
-    return 0 if all(c["has_value"] for c in configured) else EXIT_INCOMPLETE
+    return 0 if all(c["has_value"] for c in configured) and store_error is None else EXIT_INCOMPLETE
 
 
 _COMMANDS: dict[str, Callable[[Any, argparse.Namespace], int]] = {

@@ -200,6 +200,8 @@ class E2BProvider(TerminalEnvironmentProvider):
         if (settings is not None and status is KeyStatus.CONFIGURED and NATIVE_IMPORT_ERROR is None
                 and not os.environ.get(OFFLINE_DOCTOR_VARIABLE)):
             rows.append(self._access_row(settings))
+            if settings.credentials:
+                rows.append(self._credential_store_row(settings))
         if settings is not None:
             rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))
             rows.append((True, "E2B egress policy", settings.egress_summary()))
@@ -246,6 +248,19 @@ class E2BProvider(TerminalEnvironmentProvider):
         running = "" if access["running"] is None else f", {access['running']} sandboxes running"
         return (True, "E2B API access",
                 f"the key is accepted by {access['api_url']} ({access['seconds'] * 1000:.0f} ms{running})")
+
+    @staticmethod
+    def _credential_store_row(settings: Any) -> tuple[bool, str, str]:
+        """Where the credentials' values are kept (X22), as E2B answers now: its Secrets, or
+        the rules and why. A failed look fails the row; the fallback does not."""
+        try:
+            store = inventory(settings).credential_store()
+        except Exception as error:  # noqa: BLE001 - a doctor row never raises
+            return (False, "E2B credential store", f"not read: {error}")
+        if store["store"] == "secrets":
+            names = ", ".join(s["name"] for s in store["secrets"]) or "none stored yet"
+            return (True, "E2B credential store", f"E2B Secrets ({names}); sandboxes' rules hold placeholders only")
+        return (True, "E2B credential store", store["summary"])
 
     @staticmethod
     def _interpreter_row() -> tuple[bool, str, str]:

@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 24] = [
+pub const SETTINGS: [Setting; 25] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -334,6 +334,15 @@ pub const SETTINGS: [Setting; 24] = [
         default: SettingDefault::Unset("none"),
         env: None,
         description: "Variables whose real value E2B's egress adds as a header for their hosts while the sandbox sees only a stand-in: NAME: {hosts: [api.github.com], header: Authorization, format: \"Bearer {value}\"}. Values come from the profile's .env, never from here. Applied live.",
+    },
+    Setting {
+        key: "credential_store",
+        kind: SettingKind::Text,
+        default: SettingDefault::Config(|config| {
+            Fixed::Text(config.credential_store.as_str().to_owned())
+        }),
+        env: None,
+        description: "Where credentials' values are kept for E2B's egress: auto (E2B Secrets, one per profile and variable, so sandboxes' rules hold only a placeholder; the rules themselves where the account or server has no Secrets), secrets (Secrets or no command), rules (the value in each sandbox's rules, which E2B's sandbox detail shows).",
     },
     Setting {
         key: "secure",
