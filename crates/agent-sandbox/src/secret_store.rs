@@ -5,10 +5,12 @@
 //! Secrets API (a 404 or 403 to `GET /secrets`) or the setting says so, in the rules
 //! themselves, as before.
 //!
-//! What this host last stored is kept in a record beside the coordination files (owner-only;
-//! a salted digest of each value, never the value), so a process that starts with the same
-//! values and names sends nothing, and a changed value is pushed once. The record is a
-//! cache: losing it costs one update per secret.
+//! A process lists the profile's secrets once (the probe, which also finds secrets deleted
+//! behind its back and deletes those of variables no longer configured). What this host last
+//! stored is kept in a record beside the coordination files (owner-only, per endpoint; a
+//! salted digest of each value, never the value), so a process that starts with the same
+//! values sends nothing more, and a changed value is pushed once. The record is a cache:
+//! losing it costs one update per secret.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -30,7 +32,7 @@ pub const SECRET_VARIABLE_KEY: &str = "hermes.variable";
 
 /// The record of what this host stored, in the coordination directory.
 const RECORD_FILE: &str = "credential-secrets";
-const RECORD_HEADER: &str = "hermes-e2b credential secrets 1";
+const RECORD_HEADER: &str = "hermes-e2b credential secrets 2";
 
 /// Where credentials' values are kept (`credential_store`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +134,8 @@ pub struct StoreReport {
 /// One profile's store on one E2B endpoint, shared by every backend of the process.
 pub(crate) struct ProfileStore {
     profile: ProfileDigest,
+    /// The endpoint the record is about: another endpoint's record is not this one's.
+    endpoint: String,
     record: Option<PathBuf>,
     synced: tokio::sync::Mutex<Synced>,
     /// The fast path's copy: the store in force and the digests pushed, read without the
@@ -144,7 +148,7 @@ struct Synced {
     loaded: bool,
     in_force: Option<StoreInForce>,
     salt: String,
-    /// Variables whose stale secrets were deleted last (the record's `names`).
+    /// The variables configured when this process last listed the profile's secrets.
     names: Option<BTreeSet<String>>,
     /// Secret name → salted digest of the value stored.
     pushed: BTreeMap<String, String>,
@@ -166,6 +170,7 @@ pub(crate) fn profile_store(
     Arc::clone(stores.entry(key).or_insert_with(|| {
         Arc::new(ProfileStore {
             profile: ProfileDigest::of(&profile_home.to_string_lossy()),
+            endpoint: api_url.to_owned(),
             record: coordination_dir.map(|dir| dir.join(RECORD_FILE)),
             synced: tokio::sync::Mutex::new(Synced::default()),
             settled: Mutex::new(None),
@@ -188,8 +193,9 @@ impl ProfileStore {
 
     /// Makes the store hold `values` (every configured credential, resolved) and returns the
     /// store in force. Steady state: no request and no lock held across an await. The first
-    /// call of a process with no usable record lists the profile's secrets (the probe), and
-    /// deletes those of variables no longer configured; a changed value is one update.
+    /// call of a process, and the first after the configured names change, lists the
+    /// profile's secrets (the probe), deletes those of variables no longer configured and
+    /// stores any missing one; a changed value is one update.
     pub(crate) async fn sync(
         &self,
         client: &Client,
@@ -202,11 +208,10 @@ impl ProfileStore {
         let mut synced = self.synced.lock().await;
         if !synced.loaded {
             synced.loaded = true;
-            if let Some(record) = self.record.as_deref().and_then(read_record) {
+            let record = self.record.as_deref().and_then(read_record);
+            if let Some(record) = record.filter(|r| r.endpoint == self.endpoint) {
                 synced.salt = record.salt;
-                synced.names = Some(record.names);
                 synced.pushed = record.pushed;
-                synced.in_force = Some(StoreInForce::Secrets);
             }
         }
         if synced.salt.is_empty() {
@@ -259,7 +264,10 @@ impl ProfileStore {
         let mut changed = existing.is_some();
         for resolved in values {
             let digest = value_digest(&synced.salt, &resolved.secret, &resolved.value);
-            if synced.pushed.get(&resolved.secret) == Some(&digest) {
+            let missing = existing
+                .as_ref()
+                .is_some_and(|e| !e.contains(&resolved.secret));
+            if !missing && synced.pushed.get(&resolved.secret) == Some(&digest) {
                 continue;
             }
             let known = existing.as_ref().map(|e| e.contains(&resolved.secret));
@@ -419,12 +427,10 @@ impl ProfileStore {
         let Some(path) = &self.record else {
             return;
         };
-        let mut text = format!("{RECORD_HEADER}\nsalt {}\nnames", synced.salt);
-        for name in synced.names.iter().flatten() {
-            text.push(' ');
-            text.push_str(name);
-        }
-        text.push('\n');
+        let mut text = format!(
+            "{RECORD_HEADER}\nendpoint {}\nsalt {}\n",
+            self.endpoint, synced.salt
+        );
         for (secret, digest) in &synced.pushed {
             text.push_str(&format!("{secret} {digest}\n"));
         }
@@ -487,8 +493,8 @@ fn new_salt() -> String {
 }
 
 struct Record {
+    endpoint: String,
     salt: String,
-    names: BTreeSet<String>,
     pushed: BTreeMap<String, String>,
 }
 
@@ -499,21 +505,16 @@ fn read_record(path: &Path) -> Option<Record> {
     if lines.next()? != RECORD_HEADER {
         return None;
     }
+    let endpoint = lines.next()?.strip_prefix("endpoint ")?.to_owned();
     let salt = lines.next()?.strip_prefix("salt ")?.to_owned();
-    let names = lines
-        .next()?
-        .strip_prefix("names")?
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
     let mut pushed = BTreeMap::new();
     for line in lines {
         let (secret, digest) = line.split_once(' ')?;
         pushed.insert(secret.to_owned(), digest.to_owned());
     }
     (!salt.is_empty()).then_some(Record {
+        endpoint,
         salt,
-        names,
         pushed,
     })
 }
@@ -560,6 +561,7 @@ mod tests {
         let path = dir.path().join(RECORD_FILE);
         let store = ProfileStore {
             profile: ProfileDigest::of("/p"),
+            endpoint: "http://127.0.0.1:1".to_owned(),
             record: Some(path.clone()),
             synced: tokio::sync::Mutex::new(Synced::default()),
             settled: Mutex::new(None),
@@ -586,7 +588,7 @@ mod tests {
         }
         let record = read_record(&path).unwrap();
         assert_eq!(record.salt, synced.salt);
-        assert_eq!(Some(record.names), synced.names);
+        assert_eq!(record.endpoint, store.endpoint);
         assert_eq!(record.pushed, synced.pushed);
         // Another value, another digest; another salt, another digest.
         let other = SecretValue::new("ghp_other".to_owned());
