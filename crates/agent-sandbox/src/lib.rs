@@ -20,13 +20,15 @@ mod progress;
 mod report;
 mod secret_store;
 mod sink;
+mod subagent;
 mod transport;
 pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{
-    Backend, CallDeadline, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP, RETRY_HINT, STALLED_RETRY,
-    TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest, TurnRestore,
+    Backend, BringBack, CallDeadline, ChildSandbox, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP,
+    RETRY_HINT, STALLED_RETRY, TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest,
+    TurnRestore,
 };
 pub use checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT, Discarded,
@@ -76,6 +78,10 @@ pub use secret_store::{
     StoredSecret, secret_name,
 };
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
+pub use subagent::{
+    CONFLICT_SUFFIX, ChildId, Conflict, MAX_MANIFEST_ENTRIES, Manifest, Mark, NOT_BROUGHT_BACK,
+    Plan, SUBAGENT_BRANCH_PREFIX, SUBAGENT_KEY,
+};
 pub use transport::{PullSummary, StateTransport, host_state_files};
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ pub(super) mod attach;
 mod checkpoint;
 mod egress;
 mod replace;
+mod subagent;
+pub use subagent::{BringBack, ChildSandbox};
 mod turns;
 pub use checkpoint::MAX_BRANCHES;
 pub(crate) use egress::noted_for as noted_egress_for;

@@ -23,6 +23,7 @@ mod requests;
 mod secret_store;
 mod state;
 mod state_failures;
+mod subagents;
 mod support;
 mod teardown;
 mod turns;

@@ -1,0 +1,527 @@
+//! Delegated children in forks of the scope's sandbox (R15): one checkpoint of the parent
+//! and one create per child (the branches of [`Backend::fork`], stamped with the child's
+//! id), the base each child's work is measured from (read in its fork before anything runs
+//! there), and the bring-back into the parent's sandbox under the parent's state lock, so no
+//! command of the parent runs while it lands.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use e2b_client::{Sandbox, SandboxId, StartOptions};
+use sandbox_identity::{BRANCH_KEY, CheckpointReason};
+
+use super::{Backend, Inner, TRANSFER_WINDOW, bump};
+use crate::config::{SandboxMode, Scope};
+use crate::error::Error;
+use crate::hooks::NoStateHooks;
+use crate::subagent::{ChildId, Manifest, Plan, SUBAGENT_KEY, manifest_script, shell_quote};
+
+/// The most a script's answer may print (a manifest of [`crate::subagent::MAX_MANIFEST_ENTRIES`]
+/// paths fits).
+const ANSWER_LIMIT: u64 = 64 << 20;
+
+/// What [`Backend::fork_children`] made for one child: its sandbox, a backend to run its
+/// commands there, and what its work is measured from.
+pub struct ChildSandbox {
+    /// The child.
+    pub id: ChildId,
+    /// Its fork.
+    pub sandbox_id: SandboxId,
+    /// The working directory, the same path in the parent's sandbox and the fork.
+    pub dir: String,
+    /// The parent's sandbox when it was forked.
+    pub parent: SandboxId,
+    base: Base,
+    backend: Backend,
+}
+
+impl std::fmt::Debug for ChildSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildSandbox")
+            .field("id", &self.id)
+            .field("sandbox_id", &self.sandbox_id)
+            .field("dir", &self.dir)
+            .field("parent", &self.parent)
+            .field("git", &matches!(self.base, Base::Git { .. }))
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChildSandbox {
+    /// A backend whose commands and file operations run in the child's fork (attach mode:
+    /// it never kills the fork; [`Backend::end_child`] does).
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// Whether the working directory is in a git work tree (the work comes back as a
+    /// branch).
+    pub fn is_git(&self) -> bool {
+        matches!(self.base, Base::Git { .. })
+    }
+}
+
+/// What the child's work is measured from.
+#[derive(Clone, Debug)]
+enum Base {
+    /// The work tree's top and its `HEAD` at the fork.
+    Git { top: String, head: String },
+    /// The directory's files at the fork.
+    Files(Manifest),
+}
+
+/// What came back of one child's work: what the parent's model is told.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BringBack {
+    /// The child.
+    pub child: String,
+    /// The branch holding its commits, in the parent's repository (git work trees).
+    pub branch: Option<String>,
+    /// How many commits the branch has beyond the fork's `HEAD`.
+    pub commits: u64,
+    /// Files the child created or changed, now the parent's (relative to the directory).
+    pub written: Vec<String>,
+    /// Files the child deleted, now deleted in the parent's directory.
+    pub deleted: Vec<String>,
+    /// Files both changed: the path (the parent's version stays), and where the child's
+    /// version is, unless the child deleted it.
+    pub conflicts: Vec<(String, Option<String>)>,
+}
+
+impl BringBack {
+    /// One paragraph for the parent's model: what came back and where.
+    pub fn summary(&self) -> String {
+        let mut lines = Vec::new();
+        if let Some(branch) = &self.branch {
+            if self.commits == 0 {
+                lines.push(format!(
+                    "Subagent {} changed nothing in the git work tree: no branch was made.",
+                    self.child
+                ));
+            } else {
+                lines.push(format!(
+                    "Subagent {}'s work is on branch {branch} ({} commit(s), its uncommitted changes included); merge it to use it.",
+                    self.child, self.commits
+                ));
+            }
+            return lines.join("\n");
+        }
+        if self.written.is_empty() && self.deleted.is_empty() && self.conflicts.is_empty() {
+            return format!(
+                "Subagent {} changed no file in its working directory.",
+                self.child
+            );
+        }
+        lines.push(format!(
+            "Subagent {}'s file changes were applied: {} written, {} deleted.",
+            self.child,
+            self.written.len(),
+            self.deleted.len()
+        ));
+        for path in self.written.iter().take(50) {
+            lines.push(format!("  written: {path}"));
+        }
+        for path in self.deleted.iter().take(50) {
+            lines.push(format!("  deleted: {path}"));
+        }
+        for (path, beside) in &self.conflicts {
+            match beside {
+                Some(beside) => lines.push(format!(
+                    "  conflict: {path} was changed here too; kept this version, the subagent's is at {beside}"
+                )),
+                None => lines.push(format!(
+                    "  conflict: {path} was changed here and deleted by the subagent; kept this version"
+                )),
+            }
+        }
+        lines.join("\n")
+    }
+}
+
+impl Backend {
+    /// Forks the scope's sandbox for `children`, working in `dir` (an absolute path): one
+    /// checkpoint (R6's fork: the parent's commands are waited for up to `wait`, never cut,
+    /// R2) and one create per child, stamped with `hermes.branch` (the parent) and
+    /// `hermes.subagent` (the child). Each child's base is read in its fork before anything
+    /// runs there. The outer error is the fork's; each entry is that child's sandbox or why
+    /// it has none.
+    pub fn fork_children(
+        &self,
+        children: &[ChildId],
+        dir: &str,
+        wait: Duration,
+    ) -> Result<Vec<Result<ChildSandbox, Error>>, Error> {
+        const OP: &str = "subagent fork";
+        if !dir.starts_with('/') || dir.chars().any(char::is_control) {
+            return Err(Error::InvalidConfig {
+                reason: format!("a subagent's working directory must be absolute, not {dir:?}"),
+            });
+        }
+        let inner = &*self.inner;
+        let (parent, created) = {
+            let mut state = inner.lock_state(OP);
+            let attached = inner.attach_to_change(&mut state, OP, wait)?;
+            inner.top_up_lease(attached, TRANSFER_WINDOW)?;
+            let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
+            let parent = attached.id.clone();
+            let mut creates = Vec::with_capacity(children.len());
+            for child in children {
+                let options = inner.create_options(
+                    &checkpoint.snapshot_id,
+                    [
+                        (BRANCH_KEY, parent.as_str()),
+                        (SUBAGENT_KEY, child.as_str()),
+                    ],
+                )?;
+                let client = attached.client.clone();
+                bump(&inner.stats.creates);
+                creates.push(async move { client.create(options).await });
+            }
+            let created = inner.block_on(futures::future::join_all(creates));
+            (parent, created)
+        };
+        Ok(children
+            .iter()
+            .zip(created)
+            .map(|(child, created)| {
+                let info =
+                    created.map_err(|source| Error::e2b(OP, Some(parent.as_str()), source))?;
+                self.child_sandbox(child.clone(), info.sandbox_id, dir, parent.clone())
+            })
+            .collect())
+    }
+
+    /// The backend on a child's fork, and its base.
+    fn child_sandbox(
+        &self,
+        id: ChildId,
+        sandbox_id: SandboxId,
+        dir: &str,
+        parent: SandboxId,
+    ) -> Result<ChildSandbox, Error> {
+        let mut config = self.inner.config.clone();
+        config.mode = SandboxMode::Attach {
+            sandbox_id: sandbox_id.clone(),
+        };
+        let backend = Backend::new(
+            config,
+            Scope {
+                task_id: format!("{}-subagent-{id}", self.inner.scope.task_id),
+                ..self.inner.scope.clone()
+            },
+            self.inner.services.clone(),
+            std::sync::Arc::new(NoStateHooks),
+        )?;
+        let script = format!(
+            "cd -- {dir} || exit 3; \
+             if top=$(git rev-parse --show-toplevel 2>/dev/null) && head=$(git rev-parse HEAD 2>/dev/null); \
+             then printf 'git\\0%s\\0%s\\0' \"$top\" \"$head\"; \
+             else printf 'files\\0'; {manifest}; fi",
+            dir = shell_quote(dir),
+            manifest = manifest_script(dir),
+        );
+        let output =
+            backend.file_operation("subagent base", TRANSFER_WINDOW, |inner, sandbox| {
+                inner.script(sandbox, "subagent base", &script)
+            })?;
+        let base = parse_base(&output).map_err(|reason| Error::UntrustedAnswer {
+            operation: "subagent base",
+            sandbox_id: sandbox_id.as_str().to_owned(),
+            reason,
+        })?;
+        Ok(ChildSandbox {
+            id,
+            sandbox_id,
+            dir: dir.to_owned(),
+            parent,
+            base,
+            backend,
+        })
+    }
+
+    /// Brings `child`'s work back into the scope's sandbox: in a git work tree its commits,
+    /// and one more of what it left uncommitted, as the branch `hermes-subagent/<id>` (the
+    /// parent's work tree and checked-out branch untouched); elsewhere its file changes, by
+    /// [`Plan`]: applied where the parent left the file as it was at the fork, else the
+    /// child's version beside the parent's. Runs under the scope's state lock, like a file
+    /// operation, so no parent command runs meanwhile.
+    pub fn bring_back(&self, child: &ChildSandbox) -> Result<BringBack, Error> {
+        match &child.base {
+            Base::Git { top, head } => self.bring_back_branch(child, top, head),
+            Base::Files(base) => self.bring_back_files(child, base),
+        }
+    }
+
+    fn bring_back_branch(
+        &self,
+        child: &ChildSandbox,
+        top: &str,
+        head: &str,
+    ) -> Result<BringBack, Error> {
+        let branch = child.id.branch();
+        let bundle = format!("/tmp/hermes-subagent-{}.bundle", child.id);
+        let script = format!(
+            "set -e; cd -- {top}; git checkout -q -B {branch}; git add -A; \
+             if ! git diff --cached --quiet; then \
+               git -c user.name=hermes-subagent -c user.email=hermes-subagent@e2b.invalid \
+                 commit -q --no-verify -m {message}; fi; \
+             n=$(git rev-list --count HEAD ^{head}); printf '%s' \"$n\"; \
+             if [ \"$n\" -gt 0 ]; then git bundle create {bundle} {head}..{branch} 2>/dev/null; fi",
+            top = shell_quote(top),
+            branch = shell_quote(&branch),
+            head = shell_quote(head),
+            bundle = shell_quote(&bundle),
+            message = shell_quote(&format!(
+                "hermes-subagent {}: work left uncommitted",
+                child.id
+            )),
+        );
+        let child_id = child.sandbox_id.as_str().to_owned();
+        let (commits, data) = child.backend.file_operation(
+            "subagent commit",
+            TRANSFER_WINDOW,
+            |inner, sandbox| {
+                let out = inner.script(sandbox, "subagent commit", &script)?;
+                let commits: u64 = std::str::from_utf8(&out)
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok())
+                    .ok_or_else(|| Error::UntrustedAnswer {
+                        operation: "subagent commit",
+                        sandbox_id: child_id.clone(),
+                        reason: "the commit count is not a number".to_owned(),
+                    })?;
+                if commits == 0 {
+                    return Ok((0, Bytes::new()));
+                }
+                let data = inner
+                    .block_on(sandbox.read_file(&bundle, inner.config.state_cap))
+                    .map_err(|source| {
+                        Error::e2b("subagent bundle download", Some(&child_id), source)
+                    })?;
+                Ok((commits, data))
+            },
+        )?;
+        let mut report = BringBack {
+            child: child.id.to_string(),
+            branch: Some(branch.clone()),
+            commits,
+            ..BringBack::default()
+        };
+        if commits == 0 {
+            return Ok(report);
+        }
+        let fetch = format!(
+            "set -e; cd -- {top}; git fetch -q {bundle} +{branch}:{branch}; rm -f {bundle}",
+            top = shell_quote(top),
+            bundle = shell_quote(&bundle),
+            branch = shell_quote(&branch),
+        );
+        self.file_operation("subagent branch", TRANSFER_WINDOW, |inner, sandbox| {
+            inner.upload(sandbox, "subagent branch", &bundle, data.clone())?;
+            inner.script(sandbox, "subagent branch", &fetch).map(drop)
+        })?;
+        report.commits = commits;
+        Ok(report)
+    }
+
+    fn bring_back_files(&self, child: &ChildSandbox, base: &Manifest) -> Result<BringBack, Error> {
+        let script = manifest_script(&child.dir);
+        let untrusted = |sandbox: &SandboxId| {
+            let sandbox = sandbox.as_str().to_owned();
+            move |reason| Error::UntrustedAnswer {
+                operation: "subagent manifest",
+                sandbox_id: sandbox.clone(),
+                reason,
+            }
+        };
+        let theirs = child.backend.file_operation(
+            "subagent manifest",
+            TRANSFER_WINDOW,
+            |inner, sandbox| inner.script(sandbox, "subagent manifest", &script),
+        )?;
+        let theirs = Manifest::parse(&theirs).map_err(untrusted(&child.sandbox_id))?;
+        let plan_and_ours =
+            self.file_operation("subagent manifest", TRANSFER_WINDOW, |inner, sandbox| {
+                inner.script(sandbox, "subagent manifest", &script)
+            })?;
+        let ours = Manifest::parse(&plan_and_ours).map_err(untrusted(&child.parent))?;
+        let plan = Plan::new(base, &ours, &theirs);
+        let mut report = BringBack {
+            child: child.id.to_string(),
+            written: plan.write.clone(),
+            deleted: plan.delete.clone(),
+            conflicts: plan
+                .conflicts
+                .iter()
+                .map(|c| {
+                    let beside = (!c.deleted_by_child).then(|| child.id.beside(&c.path));
+                    (c.path.clone(), beside)
+                })
+                .collect(),
+            ..BringBack::default()
+        };
+        if plan.is_empty() {
+            return Ok(report);
+        }
+        let stem = format!("/tmp/hermes-subagent-{}", child.id);
+        let carried = nul_list(plan.carried());
+        let archive = format!("{stem}.tar");
+        let list = format!("{stem}.carried");
+        let pack = format!(
+            "set -e; cd -- {dir}; tar -cf {archive} --null -T {list}; rm -f {list}",
+            dir = shell_quote(&child.dir),
+            archive = shell_quote(&archive),
+            list = shell_quote(&list),
+        );
+        let child_id = child.sandbox_id.as_str().to_owned();
+        let data =
+            child
+                .backend
+                .file_operation("subagent pack", TRANSFER_WINDOW, |inner, sandbox| {
+                    inner.upload(sandbox, "subagent pack", &list, carried.clone())?;
+                    inner.script(sandbox, "subagent pack", &pack)?;
+                    inner
+                        .block_on(sandbox.read_file(&archive, inner.config.state_cap))
+                        .map_err(|source| {
+                            Error::e2b("subagent pack download", Some(&child_id), source)
+                        })
+                })?;
+        let writes = nul_list(plan.write.iter().map(String::as_str));
+        let beside = nul_list(
+            plan.conflicts
+                .iter()
+                .filter(|c| !c.deleted_by_child)
+                .map(|c| c.path.as_str()),
+        );
+        let deletes = nul_list(plan.delete.iter().map(String::as_str));
+        let stage = format!("{stem}.stage");
+        let apply = format!(
+            "set -e; cd -- {dir}; rm -rf {stage}; mkdir -p {stage}; tar -xf {archive} -C {stage}; \
+             while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; rm -rf -- \"$p\"; \
+               mv -- {stage}/\"$p\" \"$p\"; done < {stem}.write; \
+             while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; \
+               mv -- {stage}/\"$p\" \"$p\"{suffix}; done < {stem}.beside; \
+             while IFS= read -r -d '' p; do rm -f -- \"$p\"; done < {stem}.delete; \
+             rm -rf {stage} {archive} {stem}.write {stem}.beside {stem}.delete",
+            dir = shell_quote(&child.dir),
+            stage = shell_quote(&stage),
+            archive = shell_quote(&archive),
+            stem = shell_quote(&stem),
+            suffix = shell_quote(&format!("{}{}", crate::subagent::CONFLICT_SUFFIX, child.id)),
+        );
+        self.file_operation("subagent apply", TRANSFER_WINDOW, |inner, sandbox| {
+            inner.upload(sandbox, "subagent apply", &archive, data.clone())?;
+            inner.upload(
+                sandbox,
+                "subagent apply",
+                &format!("{stem}.write"),
+                writes.clone(),
+            )?;
+            inner.upload(
+                sandbox,
+                "subagent apply",
+                &format!("{stem}.beside"),
+                beside.clone(),
+            )?;
+            inner.upload(
+                sandbox,
+                "subagent apply",
+                &format!("{stem}.delete"),
+                deletes.clone(),
+            )?;
+            inner.script(sandbox, "subagent apply", &apply).map(drop)
+        })?;
+        report.child = child.id.to_string();
+        Ok(report)
+    }
+
+    /// Kills a child's fork once its work is back (or given up on).
+    pub fn end_child(&self, child: ChildSandbox) -> Result<(), Error> {
+        let inner = &*self.inner;
+        let client = inner.client()?;
+        let (_, failed) = inner.kill_all(&client, std::slice::from_ref(&child.sandbox_id));
+        match failed.into_iter().next() {
+            None => Ok(()),
+            Some((id, why)) => Err(Error::InvalidConfig {
+                reason: format!("the subagent fork {id} was not killed: {why}"),
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// Runs `script` with `sh -c` in `sandbox` and returns its standard output; a failure
+    /// (not exit 0) is an error naming `operation`, the sandbox and the script's stderr.
+    fn script(
+        &self,
+        sandbox: &Sandbox,
+        operation: &'static str,
+        script: &str,
+    ) -> Result<Bytes, Error> {
+        let id = sandbox.id().as_str().to_owned();
+        let output = self
+            .block_on(sandbox.run(StartOptions::shell(script.to_owned()), ANSWER_LIMIT))
+            .map_err(|source| Error::e2b(operation, Some(&id), source))?;
+        if output.end.exit_code != 0 {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(Error::SandboxCommand {
+                operation,
+                sandbox_id: id,
+                exit_code: output.end.exit_code,
+                stderr: stderr.trim().chars().take(2000).collect(),
+            });
+        }
+        Ok(output.stdout)
+    }
+
+    fn upload(
+        &self,
+        sandbox: &Sandbox,
+        operation: &'static str,
+        path: &str,
+        data: Bytes,
+    ) -> Result<(), Error> {
+        let id = sandbox.id().as_str().to_owned();
+        self.block_on(sandbox.write_file(path, data))
+            .map(drop)
+            .map_err(|source| Error::e2b(operation, Some(&id), source))
+    }
+}
+
+/// NUL-terminated paths, as `read -d ''` and `tar --null -T` take them.
+fn nul_list<'a>(paths: impl IntoIterator<Item = &'a str>) -> Bytes {
+    let mut out = Vec::new();
+    for path in paths {
+        out.extend_from_slice(path.as_bytes());
+        out.push(0);
+    }
+    Bytes::from(out)
+}
+
+/// The base script's answer: `git\0<top>\0<head>\0` or `files\0` and a manifest.
+fn parse_base(output: &[u8]) -> Result<Base, String> {
+    if let Some(rest) = output.strip_prefix(b"git\0") {
+        let mut fields = rest.split(|byte| *byte == 0);
+        let top = fields.next().and_then(|f| std::str::from_utf8(f).ok());
+        let head = fields.next().and_then(|f| std::str::from_utf8(f).ok());
+        return match (top, head) {
+            (Some(top), Some(head))
+                if top.starts_with('/')
+                    && !top.chars().any(char::is_control)
+                    && (head.len() == 40 || head.len() == 64)
+                    && head.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                Ok(Base::Git {
+                    top: top.to_owned(),
+                    head: head.to_owned(),
+                })
+            }
+            _ => Err("the git work tree's top or HEAD is not what git prints".to_owned()),
+        };
+    }
+    match output.strip_prefix(b"files\0") {
+        Some(manifest) => Manifest::parse(manifest).map(Base::Files),
+        None => Err("the base answer is neither git nor files".to_owned()),
+    }
+}
