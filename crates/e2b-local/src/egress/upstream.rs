@@ -124,6 +124,7 @@ impl Upstream {
         if let Err(why) = self.set_headers(&mut request, policy) {
             return bad_gateway(&why);
         }
+        decline_h2c(&mut request);
         let via = policy.current().egress_proxy().cloned();
         let mut slot = self.sender.lock().await;
         let reusable = slot.as_ref().is_some_and(|sender| !sender.is_closed());
@@ -369,18 +370,56 @@ async fn http1_handshake(io: Box<dyn Io>) -> Result<Sender, String> {
     Ok(Sender::Http1(sender))
 }
 
+/// The comma-separated tokens of every `name` header.
+fn tokens(headers: &http::HeaderMap, name: http::header::HeaderName) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|token| token.trim().to_owned())
+        .filter(|token| !token.is_empty())
+        .collect()
+}
+
+/// Declines an `h2c` upgrade (HTTP/2 over plain HTTP) by dropping the offer, as a server
+/// may: the exchange stays HTTP/1.1, where every request gets the rule's headers; after a
+/// relayed switch the next requests would go by untouched.
+fn decline_h2c(request: &mut hyper::Request<Incoming>) {
+    let headers = request.headers_mut();
+    let upgrades = tokens(headers, http::header::UPGRADE);
+    if !upgrades
+        .iter()
+        .any(|token| token.eq_ignore_ascii_case("h2c"))
+    {
+        return;
+    }
+    let settings = http::HeaderName::from_static("http2-settings");
+    let kept: Vec<String> = tokens(headers, http::header::CONNECTION)
+        .into_iter()
+        .filter(|token| {
+            !token.eq_ignore_ascii_case("upgrade") && !token.eq_ignore_ascii_case(settings.as_str())
+        })
+        .collect();
+    headers.remove(http::header::UPGRADE);
+    headers.remove(&settings);
+    headers.remove(http::header::CONNECTION);
+    if let Ok(connection) = http::HeaderValue::from_str(&kept.join(", "))
+        && !kept.is_empty()
+    {
+        headers.insert(http::header::CONNECTION, connection);
+    }
+}
+
 /// Whether an HTTP/1.1 request asks to switch protocols (`Connection: upgrade` and an
 /// `Upgrade` header); HTTP/2 has no such request.
 fn asks_upgrade(request: &hyper::Request<Incoming>) -> bool {
     let headers = request.headers();
     request.version() == http::Version::HTTP_11
         && headers.contains_key(http::header::UPGRADE)
-        && headers
-            .get_all(http::header::CONNECTION)
+        && tokens(headers, http::header::CONNECTION)
             .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+            .any(|token| token.eq_ignore_ascii_case("upgrade"))
 }
 
 /// Shapes a request for HTTP/1.1 upstream: an HTTP/2 client's authority becomes `Host`,

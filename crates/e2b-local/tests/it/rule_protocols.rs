@@ -25,6 +25,8 @@ struct Seen {
     /// `:authority` in HTTP/2, `Host` in HTTP/1.1.
     authority: String,
     authorization: Vec<String>,
+    /// The `Upgrade` header, if any.
+    upgrade: Option<String>,
 }
 
 /// How the test upstream speaks.
@@ -138,6 +140,9 @@ async fn answer(
         path: path.clone(),
         authority,
         authorization,
+        upgrade: headers
+            .get(http::header::UPGRADE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
     });
     let text = |status: http::StatusCode, text: String| {
         let mut response =
@@ -376,6 +381,23 @@ async fn websocket_upgrades_through_a_named_host_get_the_rule_headers_and_relay_
             [SECRET],
             "{args}: the rule's, not the client's"
         );
+        assert_eq!(seen[0].upgrade.as_deref(), Some("websocket"), "{args}");
+    }
+
+    // An h2c upgrade (curl offers it on plain HTTP) is declined: after a switch, the next
+    // requests would go by without the rule's headers.
+    let out = sh(
+        api,
+        &sandbox,
+        "curl -sS --http2 http://ws.example.test/h2c http://ws.example.test/h2c-again",
+    )
+    .await;
+    assert_eq!(out, "ok /h2c HTTP/1.1 0\nok /h2c-again HTTP/1.1 0\n");
+    let requests = take(&plain_seen);
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    for request in requests {
+        assert_eq!(request.upgrade, None, "{}", request.path);
+        assert_eq!(request.authorization, [SECRET], "{}", request.path);
     }
 
     // A refused upgrade is the upstream's answer, passed back as is.
