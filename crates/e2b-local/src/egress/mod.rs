@@ -20,6 +20,7 @@ pub(crate) mod rules;
 mod sock;
 mod socks;
 pub(crate) mod transform;
+mod upstream;
 
 pub(crate) use self::intercept::upstream_tls;
 pub(crate) use self::proxy::Proxy;

@@ -17,6 +17,7 @@ mod namespaces;
 mod pausing;
 mod requests;
 mod rest_props;
+mod rule_protocols;
 mod rules;
 mod secret_rules;
 mod secrets;
