@@ -50,6 +50,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     module.add_class::<native::PySettings>()?;
     module.add_class::<native::PyBackend>()?;
+    module.add_class::<native::PyChild>()?;
     module.add_class::<native::PyCommand>()?;
     module.add_class::<native::PyDeadline>()?;
     module.add_class::<native::PyTransport>()?;

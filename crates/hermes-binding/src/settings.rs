@@ -83,6 +83,36 @@ pub struct Settings {
     /// Whether a gateway chat's sandbox gets the profile's skills
     /// (`skills_in_chat_sandboxes`, X19).
     pub skills_in_chat_sandboxes: bool,
+    /// Where delegated children work (`subagents`, R15).
+    pub subagents: Subagents,
+}
+
+/// Where a delegated child's tool calls run (`subagents`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subagents {
+    /// In the parent's sandbox, as Hermes does on every remote backend (`shared`).
+    Shared,
+    /// Each in a fork of the parent's sandbox, its work brought back (`fork`, R15).
+    Fork,
+}
+
+impl Subagents {
+    /// The setting's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Subagents::Shared => "shared",
+            Subagents::Fork => "fork",
+        }
+    }
+
+    /// Parses the setting's value.
+    pub fn parse(value: &str) -> Option<Subagents> {
+        match value {
+            "shared" => Some(Subagents::Shared),
+            "fork" => Some(Subagents::Fork),
+            _ => None,
+        }
+    }
 }
 
 /// The settings of the Hermes adapter, not of the backend, as the settings table reads
@@ -94,6 +124,8 @@ pub struct AdapterSettings {
     /// Whether a gateway chat's sandbox gets the profile's skills
     /// (`skills_in_chat_sandboxes`, X19).
     pub skills_in_chat_sandboxes: bool,
+    /// Where delegated children work (`subagents`, R15).
+    pub subagents: Subagents,
 }
 
 impl AdapterSettings {
@@ -103,6 +135,7 @@ impl AdapterSettings {
         AdapterSettings {
             checkpoints: CheckpointSettings::defaults(),
             skills_in_chat_sandboxes: true,
+            subagents: Subagents::Shared,
         }
     }
 }
@@ -153,6 +186,7 @@ impl fmt::Debug for Settings {
             .field("credentials", &self.credentials)
             .field("credential_store", &config.credential_store)
             .field("skills_in_chat_sandboxes", &self.skills_in_chat_sandboxes)
+            .field("subagents", &self.subagents)
             .finish()
     }
 }
@@ -294,6 +328,7 @@ impl Settings {
         AdapterSettings {
             checkpoints: self.checkpoints,
             skills_in_chat_sandboxes: self.skills_in_chat_sandboxes,
+            subagents: self.subagents,
         }
     }
 
@@ -427,6 +462,11 @@ impl Settings {
         }
         let skills_in_chat_sandboxes = boolean(raw, "skills_in_chat_sandboxes")?
             .unwrap_or(AdapterSettings::defaults().skills_in_chat_sandboxes);
+        let subagents = match string(raw, "subagents")? {
+            Some(value) => Subagents::parse(&value)
+                .ok_or_else(|| invalid("subagents", "must be shared or fork"))?,
+            None => AdapterSettings::defaults().subagents,
+        };
         Ok(Settings {
             config,
             endpoints_from,
@@ -436,6 +476,7 @@ impl Settings {
             credentials,
             credentials_from_hermes: Vec::new(),
             skills_in_chat_sandboxes,
+            subagents,
         })
     }
 

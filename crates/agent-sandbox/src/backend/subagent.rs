@@ -32,7 +32,7 @@ pub struct ChildSandbox {
     /// The parent's sandbox when it was forked.
     pub parent: SandboxId,
     base: Base,
-    backend: Backend,
+    backend: std::sync::Arc<Backend>,
 }
 
 impl std::fmt::Debug for ChildSandbox {
@@ -50,7 +50,7 @@ impl std::fmt::Debug for ChildSandbox {
 impl ChildSandbox {
     /// A backend whose commands and file operations run in the child's fork (attach mode:
     /// it never kills the fork; [`Backend::end_child`] does).
-    pub fn backend(&self) -> &Backend {
+    pub fn backend(&self) -> &std::sync::Arc<Backend> {
         &self.backend
     }
 
@@ -204,7 +204,7 @@ impl Backend {
         config.mode = SandboxMode::Attach {
             sandbox_id: sandbox_id.clone(),
         };
-        let backend = Backend::new(
+        let backend = std::sync::Arc::new(Backend::new(
             config,
             Scope {
                 task_id: format!("{}-subagent-{id}", self.inner.scope.task_id),
@@ -212,7 +212,7 @@ impl Backend {
             },
             self.inner.services.clone(),
             std::sync::Arc::new(NoStateHooks),
-        )?;
+        )?);
         let script = format!(
             "cd -- {dir} || exit 3; \
              if top=$(git rev-parse --show-toplevel 2>/dev/null) && head=$(git rev-parse HEAD 2>/dev/null); \

@@ -14,20 +14,15 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, combinators::BoxBody};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite};
+use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
 
 use super::LivePolicy;
 use super::ca::Ca;
+use super::relay::{HANDSHAKE_TIMEOUT, Io};
 use super::upstream::{Upstream, UpstreamTls};
 use crate::secrets::Secrets;
-
-/// How long a sandbox's TLS handshake with the proxy, or the proxy's with an upstream,
-/// may take.
-pub(super) const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What interception needs: the CA that signs the leaves, the upstream TLS side, and the
 /// team's secrets that header values name by placeholder.
@@ -76,12 +71,6 @@ pub(crate) fn upstream_tls(extra: &[PathBuf]) -> Result<Arc<rustls::ClientConfig
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
-
-/// A byte stream either way (the sandbox's side, an upstream).
-pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
-pub(super) type Body = BoxBody<Bytes, hyper::Error>;
 
 impl Interceptor {
     pub(crate) fn new(
@@ -169,15 +158,4 @@ impl Interceptor {
         };
         upstream.beside(via, serving).await;
     }
-}
-
-/// A response for the sandbox saying why its request went nowhere.
-pub(super) fn bad_gateway(why: &str) -> hyper::Response<Body> {
-    let mut response = hyper::Response::new(
-        Full::new(Bytes::from(format!("{why}\n")))
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *response.status_mut() = http::StatusCode::BAD_GATEWAY;
-    response
 }

@@ -16,6 +16,7 @@ pub(crate) mod filter;
 mod intercept;
 mod notify;
 mod proxy;
+mod relay;
 pub(crate) mod rules;
 mod sock;
 mod socks;

@@ -17,7 +17,7 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::LivePolicy;
-use super::intercept::{Body, HANDSHAKE_TIMEOUT, Io, bad_gateway};
+use super::relay::{Body, HANDSHAKE_TIMEOUT, Io, bad_gateway};
 use super::transform::EgressProxy;
 use crate::secrets::Secrets;
 

@@ -121,6 +121,12 @@ def register(ctx: Any) -> None:
     except Exception as error:  # noqa: BLE001 - checkpoints are extras; the backend must load
         logger.warning("hermes-e2b: checkpoint commands are not registered: %s", error)
     try:
+        from . import subagents
+
+        subagents.register(ctx)
+    except Exception as error:  # noqa: BLE001 - the backend must load
+        logger.warning("hermes-e2b: subagents share their parent's sandbox: %s", error)
+    try:
         from . import chats
 
         chats.register(ctx)

@@ -249,6 +249,7 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
         task_id: str,
         persistent: bool,
         egress_source: Optional[Callable[[], tuple[Any, Any, Any]]] = None,
+        native: Any = None,
     ) -> None:
         # No configured cwd: the sandbox's real home, known once attached (below).
         requested_cwd = settings.session_cwd(cwd)
@@ -260,7 +261,8 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
         home = profile_home()
         self._hooks = _StateHooks()
         self._sync_manager = self._hooks.manager
-        self._native = _native.Backend(
+        # A delegated child's environment comes with its fork's backend (R15).
+        self._native = native or _native.Backend(
             settings,
             profile_home=str(home),
             task_id=task_id,

@@ -205,6 +205,11 @@ class E2BProvider(TerminalEnvironmentProvider):
         if settings is not None:
             rows.append((True, "E2B writer arbitration", settings.arbitration_summary()))
             rows.append((True, "E2B egress policy", settings.egress_summary()))
+            from . import subagents
+
+            subagent_row = subagents.doctor_row(settings)
+            if subagent_row is not None:
+                rows.append(subagent_row)
             rows += self._credential_rows(settings)
         rows += self._other_plugin_rows()
         # Rows quote settings and errors, which may carry credentials (X4).
@@ -342,6 +347,15 @@ class E2BProvider(TerminalEnvironmentProvider):
 
         persistent = bool((container_config or {}).get("container_persistent", True))
         ctx = self._ctx
+        from . import subagents
+
+        child = subagents.claim(task_id)
+        if child is not None:
+            # A delegated child's first tool call (R15): its environment is a fork of the
+            # parent's sandbox, made now.
+            return subagents.child_environment(child, lambda native, parent: E2BEnvironment(
+                settings=settings, cwd=parent.cwd, timeout=int(timeout), task_id=task_id, persistent=persistent,
+                egress_source=lambda: read_egress(ctx), native=native))
         return E2BEnvironment(
             settings=settings,
             cwd=cwd,

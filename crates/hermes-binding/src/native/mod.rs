@@ -28,12 +28,14 @@ mod hooks;
 mod reports;
 mod resolvers;
 mod settings;
+mod subagents;
 
 pub(crate) use command::PyCommand;
 pub(crate) use hooks::PyTransport;
 pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
 pub(crate) use settings::PySettings;
 pub(crate) use settings::{command_timeout, missing_key_message, note_chat_texts};
+pub(crate) use subagents::PyChild;
 
 use reports::{checkpoint_dict, cleanup_dict, role_name, turn_dict};
 pub(crate) use resolvers::{credential_source, python_credential_values, python_key_resolver};
@@ -109,6 +111,22 @@ pub struct PyBackend {
 }
 
 impl PyBackend {
+    /// A Python backend around a core one made elsewhere (a subagent's fork).
+    pub(super) fn around(
+        backend: Arc<Backend>,
+        profile_home: PathBuf,
+        task_id: String,
+    ) -> PyBackend {
+        PyBackend {
+            backend,
+            profile_home,
+            deferred: Deferred::default(),
+            replacement_reported: std::sync::Mutex::new(None),
+            hermes_credentials: Vec::new(),
+            task_id: Arc::from(task_id.as_str()),
+        }
+    }
+
     /// Runs `call` on the backend with the GIL released. A Ctrl-C (or SystemExit) a hook held
     /// back during it is raised first; then the backend's error, in the plugin's words.
     fn detached<T: Send>(
@@ -254,6 +272,24 @@ impl PyBackend {
             hermes_credentials,
             task_id: task,
         })
+    }
+
+    /// Forks this scope's sandbox for the delegated child `child_id`, working in `dir` (R15):
+    /// the parent's commands are waited for up to `wait_seconds`, never cut. The child's tool
+    /// calls use `Child.backend()`; its work comes back with `Child.bring_back()`.
+    #[pyo3(signature = (child_id, dir, *, wait_seconds = None))]
+    fn fork_child(
+        &self,
+        py: Python<'_>,
+        child_id: String,
+        dir: String,
+        wait_seconds: Option<f64>,
+    ) -> PyResult<PyChild> {
+        let wait = checkpoint_wait(wait_seconds);
+        let profile_home = self.profile_home.clone();
+        let parent = Arc::clone(&self.backend);
+        py.detach(move || subagents::fork_child(&parent, &profile_home, &child_id, &dir, wait))
+            .map_err(|error| Error::in_profile(error, &self.profile_home).into())
     }
 
     /// Replaces the egress policy with `allow_out` / `deny_out` as the settings write them

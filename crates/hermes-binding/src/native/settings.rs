@@ -198,6 +198,12 @@ impl PySettings {
         self.settings.checkpoints.agent_tool
     }
 
+    /// `subagents`: `shared` or `fork` (R15).
+    #[getter]
+    fn subagents(&self) -> &'static str {
+        self.settings.subagents.as_str()
+    }
+
     /// `turn_checkpoints` (0: off).
     #[getter]
     fn turn_checkpoints(&self) -> usize {

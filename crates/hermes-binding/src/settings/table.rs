@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 25] = [
+pub const SETTINGS: [Setting; 26] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -304,6 +304,13 @@ pub const SETTINGS: [Setting; 25] = [
         default: SettingDefault::Plugin(|a| Fixed::Flag(a.skills_in_chat_sandboxes)),
         env: None,
         description: "Push the profile's skills into gateway chats' sandboxes. Hermes shares skills profile-wide (a skill one chat's agent writes is every chat's); false keeps them out of every chat's sandbox (the CLI's sandbox still gets them; skills a chat's agent writes are still pulled).",
+    },
+    Setting {
+        key: "subagents",
+        kind: SettingKind::Text,
+        default: SettingDefault::Plugin(|a| Fixed::Text(a.subagents.as_str().to_owned())),
+        env: None,
+        description: "Where delegated children (delegate_task) work: shared (the parent's sandbox, as Hermes does on remote backends) or fork (each in its own fork of the parent's sandbox, made at its first tool call; its work comes back when it ends: a hermes-subagent/<id> branch in a git work tree, else its file changes, a file both changed kept with the child's version beside it). Hermes' delegation.worktree_isolation: true also selects fork.",
     },
     Setting {
         key: "allow_internet_access",

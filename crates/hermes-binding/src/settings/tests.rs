@@ -59,6 +59,9 @@ fn other_value(key: &str, default: &table::Fixed) -> Value {
         table::Fixed::Text(text) if key == "writer_arbitration" => {
             Value::Str(if text == "host" { "sandbox" } else { "host" }.to_owned())
         }
+        table::Fixed::Text(text) if key == "subagents" => {
+            Value::Str(if text == "shared" { "fork" } else { "shared" }.to_owned())
+        }
         table::Fixed::Text(text) if key == "credential_store" => {
             Value::Str(if text == "auto" { "rules" } else { "auto" }.to_owned())
         }

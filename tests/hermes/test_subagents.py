@@ -1,0 +1,150 @@
+"""Delegated children each in a fork of the parent's sandbox (contract R15), through Hermes'
+own agent loop: `hermes chat -q` against the scripted model, whose parent script calls
+`delegate_task` with two children whose goals carry their own markers (so each child runs
+its own script), against e2b-local."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agent_harness import NetGuard, agent_config, hermes_chat, write_agent_config
+from scripted_model import Reply, ToolCall, scripted_model  # noqa: F401 - fixture
+from test_environment import run, sandboxes
+
+PROJECT = "/home/user/proj"
+PLAIN = "/home/user/plain"
+
+
+@pytest.fixture
+def guard(tmp_path: Path) -> NetGuard:
+    return NetGuard(tmp_path / "netguard")
+
+
+def child_script(name: str, directory: str, git: bool) -> list:
+    """A child that writes the same paths as its sibling, starts a server on the same port,
+    and leaves work for its parent."""
+    commit = (f" && git -c user.email=c@x -c user.name=c commit -qam 'child {name}'" if git else "")
+    return [
+        ToolCall("terminal", {"command": f"cd {directory} && echo {name} > /tmp/who && echo {name} >> shared.txt"
+                                         f"{commit} && echo {name}-new > {name}.txt && echo written"}),
+        ToolCall("terminal", {"command": "python3 -m http.server 8765", "background": True}),
+        ToolCall("terminal", {"command": "for i in $(seq 50); do python3 -c \"import urllib.request as u; "
+                                         "u.urlopen('http://127.0.0.1:8765/')\" 2>/dev/null && break; sleep 0.2; "
+                                         "done && echo serving && cat /tmp/who"}),
+        Reply(f"child {name} done"),
+    ]
+
+
+def delegate(marker_a: str, marker_b: str) -> ToolCall:
+    return ToolCall("delegate_task", {"tasks": [
+        {"goal": f"Run your scripted steps {marker_a}"},
+        {"goal": f"Run your scripted steps {marker_b}"},
+    ]})
+
+
+def run_parent(home, e2b_local, scripted_model, guard, tag, *, subagents: str, setup: str, directory: str,  # noqa: F811
+               git: bool):
+    marker = f"PARENT-{tag[:10]}"
+    marker_a, marker_b = f"CHILDA-{tag[:10]}", f"CHILDB-{tag[:10]}"
+    scripted_model.register(marker_a, child_script("a", directory, git))
+    scripted_model.register(marker_b, child_script("b", directory, git))
+    scripted_model.register(marker, [
+        ToolCall("terminal", {"command": setup}),
+        delegate(marker_a, marker_b),
+        ToolCall("terminal", {"command": f"cd {directory} && cat /tmp/who 2>/dev/null; cat shared.txt; ls; "
+                                         f"cat shared.txt.hermes-subagent-* 2>/dev/null; true"}),
+        Reply(f"parent done {marker}"),
+    ])
+    settings = e2b_local.settings(metadata={"test": tag}, subagents=subagents)
+    write_agent_config(home, agent_config(scripted_model, settings))
+    home.write_key()
+    proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
+    assert proc.returncode == 0, f"rc {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert f"parent done {marker}" in proc.stdout
+    return marker, marker_a, marker_b
+
+
+# contract: R15
+def test_two_children_in_a_git_work_tree_work_in_forks_and_come_back_as_branches(home, e2b_local, scripted_model,  # noqa: F811
+                                                                                 guard):
+    tag = uuid.uuid4().hex
+    setup = (f"mkdir -p {PROJECT} && cd {PROJECT} && git init -q -b main && git config user.email p@x && "
+             f"git config user.name p && echo base > shared.txt && git add . && git commit -qm base && echo ready")
+    marker, marker_a, marker_b = run_parent(home, e2b_local, scripted_model, guard, tag, subagents="fork",
+                                            setup=setup, directory=PROJECT, git=True)
+    # Each child saw only its own write, and both servers started on the same port.
+    for name, child in (("a", marker_a), ("b", marker_b)):
+        result = scripted_model.tool_result(child, 2)
+        assert result["exit_code"] == 0, result
+        assert result["output"].splitlines()[-2:] == ["serving", name], result
+    # The delegate_task result the parent's model read says what came back.
+    delegated = scripted_model.tool_result(marker, 1)
+    reports = {r["subagent"]: r for r in delegated["subagent_sandboxes"]}
+    assert len(reports) == 2, delegated
+    for report in reports.values():
+        assert report["branch"].startswith("hermes-subagent/"), report
+        assert "merge it" in report["came_back"], report
+    # The parent's own tree is as it was (no child's /tmp/who, shared.txt untouched); its
+    # repository has both branches.
+    after = scripted_model.tool_result(marker, 2)["output"].splitlines()
+    assert after == ["base", "shared.txt"], after
+    # A later process of the profile reads each branch: the child's commit, the commit of its
+    # uncommitted work, and its line in shared.txt.
+    for report in sorted(reports.values(), key=lambda r: r["subagent"]):
+        name = "a" if report["subagent"].startswith("sa-0") else "b"
+        shown = run(home, f"""
+            r = T("cd {PROJECT} && git log --format=%s main..{report['branch']} && "
+                  "git show {report['branch']}:shared.txt && git show {report['branch']}:{name}.txt")
+            finish(r)
+        """)
+        assert shown["output"].splitlines() == [
+            f"hermes-subagent {report['subagent']}: work left uncommitted", f"child {name}",
+            "base", name, f"{name}-new"], shown
+    # No fork is left running or paused.
+    left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left
+
+
+# contract: R15
+def test_outside_git_both_childrens_files_come_back_and_a_conflict_is_kept_beside(home, e2b_local,  # noqa: F811
+                                                                                  scripted_model, guard):
+    tag = uuid.uuid4().hex
+    setup = f"mkdir -p {PLAIN} && cd {PLAIN} && echo base > shared.txt && echo ready"
+    marker, marker_a, marker_b = run_parent(home, e2b_local, scripted_model, guard, tag, subagents="fork",
+                                            setup=setup, directory=PLAIN, git=False)
+    for name, child in (("a", marker_a), ("b", marker_b)):
+        result = scripted_model.tool_result(child, 2)
+        assert result["output"].splitlines()[-2:] == ["serving", name], result
+    # Children come back in task order: the first one's shared.txt is applied (the parent had
+    # not changed it); the second finds it changed, so its version is kept beside, and its
+    # report, which the parent's model reads, says where.
+    first, second = scripted_model.tool_result(marker, 1)["subagent_sandboxes"]
+    assert (first["written"], first["conflicts"]) == (["a.txt", "shared.txt"], []), first
+    assert second["written"] == ["b.txt"], second
+    [conflict] = second["conflicts"]
+    beside = f"shared.txt.hermes-subagent-{second['subagent']}"
+    assert conflict == {"path": "shared.txt", "subagent_version": beside}, second
+    assert beside in second["came_back"], second
+    listing = scripted_model.tool_result(marker, 2)["output"].splitlines()
+    assert listing == ["base", "a", "a.txt", "b.txt", "shared.txt", beside, "base", "b"], listing
+    left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left
+
+
+# contract: R15
+def test_shared_keeps_hermes_behaviour(home, e2b_local, scripted_model, guard):  # noqa: F811
+    tag = uuid.uuid4().hex
+    setup = f"mkdir -p {PLAIN} && cd {PLAIN} && echo base > shared.txt && echo ready"
+    marker, marker_a, marker_b = run_parent(home, e2b_local, scripted_model, guard, tag, subagents="shared",
+                                            setup=setup, directory=PLAIN, git=False)
+    delegated = scripted_model.tool_result(marker, 1)
+    assert "subagent_sandboxes" not in delegated, delegated
+    # One sandbox for all, as Hermes has it: both children appended to the one shared.txt,
+    # and the parent reads the last child's /tmp/who.
+    shared = scripted_model.tool_result(marker, 2)["output"].splitlines()
+    assert shared[0] in ("a", "b") and shared[1] == "base" and sorted(shared[2:4]) == ["a", "b"], shared
+    assert shared[4:] == ["a.txt", "b.txt", "shared.txt"], shared
+    assert len({s["sandboxID"] for s in sandboxes(e2b_local, tag)}) == 1
