@@ -12,6 +12,7 @@ import pytest
 
 from agent_harness import NetGuard, agent_config, hermes_chat, write_agent_config
 from scripted_model import Reply, ToolCall, scripted_model  # noqa: F401 - fixture
+from test_cli import e2b
 from test_environment import run, sandboxes
 
 PROJECT = "/home/user/proj"
@@ -46,7 +47,7 @@ def delegate(marker_a: str, marker_b: str) -> ToolCall:
 
 
 def run_parent(home, e2b_local, scripted_model, guard, tag, *, subagents: str, setup: str, directory: str,  # noqa: F811
-               git: bool):
+               git: bool, extra: dict | None = None):
     marker = f"PARENT-{tag[:10]}"
     marker_a, marker_b = f"CHILDA-{tag[:10]}", f"CHILDB-{tag[:10]}"
     scripted_model.register(marker_a, child_script("a", directory, git))
@@ -58,8 +59,8 @@ def run_parent(home, e2b_local, scripted_model, guard, tag, *, subagents: str, s
                                          f"cat shared.txt.hermes-subagent-* 2>/dev/null; true"}),
         Reply(f"parent done {marker}"),
     ])
-    settings = e2b_local.settings(metadata={"test": tag}, subagents=subagents)
-    write_agent_config(home, agent_config(scripted_model, settings))
+    settings = e2b_local.settings(metadata={"test": tag}, **({"subagents": subagents} if subagents else {}))
+    write_agent_config(home, agent_config(scripted_model, settings, extra=extra))
     home.write_key()
     proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
     assert proc.returncode == 0, f"rc {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
@@ -106,6 +107,8 @@ def test_two_children_in_a_git_work_tree_work_in_forks_and_come_back_as_branches
     # No fork is left running or paused.
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
     assert left == [], left
+    doctor = e2b(home, "doctor").stdout
+    assert "E2B subagents: fork: each delegated child works in its own fork" in doctor, doctor
 
 
 # contract: R15
@@ -132,6 +135,18 @@ def test_outside_git_both_childrens_files_come_back_and_a_conflict_is_kept_besid
     assert listing == ["base", "a", "a.txt", "b.txt", "shared.txt", beside, "base", "b"], listing
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
     assert left == [], left
+
+
+# contract: R15
+def test_hermes_worktree_isolation_selects_forks(home, e2b_local, scripted_model, guard):  # noqa: F811
+    """No `subagents` setting, but Hermes' own `delegation.worktree_isolation: true`: the user
+    asked for isolated children, so they get forks here too."""
+    tag = uuid.uuid4().hex
+    setup = f"mkdir -p {PLAIN} && cd {PLAIN} && echo base > shared.txt && echo ready"
+    marker, _, _ = run_parent(home, e2b_local, scripted_model, guard, tag, subagents="", setup=setup,
+                              directory=PLAIN, git=False, extra={"delegation": {"worktree_isolation": True}})
+    reports = scripted_model.tool_result(marker, 1).get("subagent_sandboxes")
+    assert reports and len(reports) == 2, reports
 
 
 # contract: R15

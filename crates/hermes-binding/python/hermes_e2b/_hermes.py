@@ -209,6 +209,18 @@ def profile_settings(ctx: Any) -> Any:
     return native_settings(read_settings(ctx))
 
 
+def worktree_isolation() -> bool:
+    """Hermes' own ``delegation.worktree_isolation`` in ``config.yaml`` (the user asked for
+    isolated children); False where it is unset or unreadable."""
+    try:
+        from hermes_cli.config import load_config_readonly
+
+        delegation = (load_config_readonly() or {}).get("delegation") or {}
+    except Exception:  # noqa: BLE001 - an unreadable config.yaml is reported elsewhere
+        return False
+    return isinstance(delegation, dict) and delegation.get("worktree_isolation") is True
+
+
 def container_key(task_id: Optional[str] = None) -> str:
     """The key Hermes gives the calling session's terminal scope (``task_id``, else its
     default): a gateway chat's ``session:<key>``, the CLI's ``default``. Hermes' own

@@ -27,6 +27,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ._hermes import container_key, worktree_isolation
 from .live import live_environments
 
 logger = logging.getLogger("hermes_e2b")
@@ -65,19 +66,6 @@ _reports: dict[str, list[dict[str, Any]]] = {}
 def unsupported() -> Optional[str]:
     """Why this host cannot fork children (None when it can)."""
     return _unsupported
-
-
-def worktree_isolation() -> bool:
-    """Hermes' own ``delegation.worktree_isolation`` (the user asked for isolated children);
-    False where this Hermes has no such setting."""
-    try:
-        from tools.delegate_tool_config import _get_worktree_isolation
-    except ImportError:
-        return False
-    try:
-        return bool(_get_worktree_isolation())
-    except Exception:  # noqa: BLE001 - an unreadable setting is not a request
-        return False
 
 
 def wanted(settings: Any) -> bool:
@@ -124,11 +112,8 @@ def _parent_environment(parent_subagent_id: Optional[str]) -> tuple[Any, Optiona
             parent = _children.get(parent_subagent_id)
         if parent is not None:
             return parent.env, None if parent.env is not None else "its parent subagent has no sandbox yet"
-    try:
-        from tools.terminal_tool import _resolve_container_task_id
-    except ImportError:
-        return None, "this Hermes does not say which environment is the parent's"
-    key = _resolve_container_task_id(None)
+    # The calling session's key, as the parent's own tool calls resolve it.
+    key = container_key()
     live = live_environments()
     env = live.get(key)
     if env is None and len(live) == 1:
