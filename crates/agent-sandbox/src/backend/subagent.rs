@@ -142,7 +142,7 @@ impl BringBack {
 impl Backend {
     /// Forks the scope's sandbox for `children`, working in `dir` (an absolute path): one
     /// checkpoint (R6's fork: the parent's commands are waited for up to `wait`, never cut,
-    /// R2) and one create per child, stamped with `hermes.branch` (the parent) and
+    /// R2) and one create per child, each within the account's limit and `max_running` (L14), stamped with `hermes.branch` (the parent) and
     /// `hermes.subagent` (the child). Each child's base is read in its fork before anything
     /// runs there. The outer error is the fork's; each entry is that child's sandbox or why
     /// it has none.
@@ -159,37 +159,41 @@ impl Backend {
             });
         }
         let inner = &*self.inner;
-        let (parent, created) = {
+        let (parent, checkpoint) = {
             let mut state = inner.lock_state(OP);
             let attached = inner.attach_to_change(&mut state, OP, wait)?;
             inner.top_up_lease(attached, TRANSFER_WINDOW)?;
             let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
-            let parent = attached.id.clone();
-            let mut creates = Vec::with_capacity(children.len());
-            for child in children {
-                let options = inner.create_options(
-                    &checkpoint.snapshot_id,
-                    [
-                        (BRANCH_KEY, parent.as_str()),
-                        (SUBAGENT_KEY, child.as_str()),
-                    ],
-                )?;
-                let client = attached.client.clone();
-                bump(&inner.stats.creates);
-                creates.push(async move { client.create(options).await });
-            }
-            let created = inner.block_on(futures::future::join_all(creates));
-            (parent, created)
+            (attached.id.clone(), checkpoint)
         };
-        Ok(children
-            .iter()
-            .zip(created)
-            .map(|(child, created)| {
-                let info =
-                    created.map_err(|source| Error::e2b(OP, Some(parent.as_str()), source))?;
-                self.child_sandbox(child.clone(), info.sandbox_id, dir, parent.clone())
-            })
-            .collect())
+        let client = inner.client()?;
+        let mut children_made = Vec::with_capacity(children.len());
+        for child in children {
+            let options = inner.create_options(
+                &checkpoint.snapshot_id,
+                [
+                    (BRANCH_KEY, parent.as_str()),
+                    (SUBAGENT_KEY, child.as_str()),
+                ],
+            )?;
+            // Each fork is a running sandbox like any other: it takes a slot under the
+            // account's limit and `max_running` (L14), pausing the fleet's idlest other
+            // sandbox (an earlier child's, between its tool calls) or waiting a bounded time,
+            // never forever; the parent keeps its own slot. Each is attached before the next
+            // is made, so the fleet knows it.
+            let made = inner
+                .within_limit(OP, Some(&parent), || {
+                    bump(&inner.stats.creates);
+                    inner
+                        .block_on(client.create(options.clone()))
+                        .map_err(|source| Error::e2b(OP, Some(parent.as_str()), source))
+                })
+                .and_then(|info| {
+                    self.child_sandbox(child.clone(), info.sandbox_id, dir, parent.clone())
+                });
+            children_made.push(made);
+        }
+        Ok(children_made)
     }
 
     /// The backend on a child's fork, and its base.
@@ -213,6 +217,8 @@ impl Backend {
             self.inner.services.clone(),
             std::sync::Arc::new(NoStateHooks),
         )?);
+        // Before its first attach: from then on the fleet counts it and may pause it.
+        let _ = backend.inner.fork_of.set(parent.clone());
         let script = format!(
             "cd -- {dir} || exit 3; \
              if top=$(git rev-parse --show-toplevel 2>/dev/null) && head=$(git rev-parse HEAD 2>/dev/null); \

@@ -202,3 +202,43 @@ fn a_child_that_changed_nothing_brings_nothing_back() {
     parent.end_child(child).expect("killed");
     parent.cleanup();
 }
+
+#[test]
+fn at_the_accounts_limit_a_childs_fork_takes_the_slot_of_an_idle_sibling_and_all_work_comes_back() {
+    // contract: R15, L14 — the account runs two sandboxes: the parent and one fork. The
+    // second fork pauses the first child's (idle between its tool calls), whose next command
+    // resumes it in turn; nothing waits forever and every child's work comes back.
+    let world = World::new();
+    let parent = world.persistent();
+    let home = ok(&parent, "echo -n $HOME");
+    let dir = format!("{home}/limited");
+    ok(
+        &parent,
+        &format!("mkdir -p {dir} && echo base > {dir}/base.txt"),
+    );
+    world.server().set_max_running(Some(2));
+    let children = forks(&parent, &["one", "two"], &dir);
+    assert_eq!(
+        world.server().running_limit().1,
+        2,
+        "never more than the limit"
+    );
+    for child in &children {
+        ok(
+            child.backend(),
+            &format!("echo {} > {dir}/{}.txt", child.id, child.id),
+        );
+    }
+    for child in &children {
+        let back = parent.bring_back(child).expect("brought back");
+        assert_eq!(back.written, [format!("{}.txt", child.id)]);
+    }
+    assert_eq!(
+        ok(&parent, &format!("cat {dir}/one.txt {dir}/two.txt")),
+        "one\ntwo\n"
+    );
+    for child in children {
+        parent.end_child(child).expect("killed");
+    }
+    parent.cleanup();
+}
