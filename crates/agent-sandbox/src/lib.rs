@@ -80,7 +80,7 @@ pub use secret_store::{
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
 pub use subagent::{
     CONFLICT_SUFFIX, ChildId, Conflict, MAX_MANIFEST_ENTRIES, Manifest, Mark, NOT_BROUGHT_BACK,
-    Plan, SUBAGENT_BRANCH_PREFIX, SUBAGENT_KEY,
+    Plan, SUBAGENT_BRANCH_PREFIX, SUBAGENT_KEY, parse_digests,
 };
 pub use transport::{PullSummary, StateTransport, host_state_files};
 

@@ -1,8 +1,11 @@
 //! A delegated child's work in a fork of its parent's sandbox, and how it comes back
-//! (contract R15): the pure half. What a directory held is a [`Manifest`] (read from the
-//! sandbox, trusted for nothing: every path is checked); what goes back is a [`Plan`] made
-//! from three manifests (at the fork, the parent's now, the child's now), so a file both
-//! changed keeps the parent's version and gets the child's beside it, never silently lost.
+//! (contract R15): the pure half. What a directory held is a [`Manifest`] of each file's
+//! size, times and mode (read from the sandbox, trusted for nothing: every path is checked),
+//! taken in the parent's sandbox and in the child's fork at the fork, and again at the
+//! bring-back: each side's changes are found within its own file system, without reading a
+//! file. What goes back is a [`Plan`]: what only the child changed is applied; a path both
+//! changed is compared by content ([`parse_digests`]), and when they differ the parent's
+//! version stays and the child's lands beside it, never silently lost.
 //! In a git work tree the child's commits, and one more of what it left uncommitted, come
 //! back as the branch `hermes-subagent/<id>` instead (Hermes' own worktree-isolation
 //! contract).
@@ -85,16 +88,21 @@ impl fmt::Display for ChildId {
     }
 }
 
-/// What one path held: a regular file's content digest (and whether it is executable), or
-/// a symbolic link's target.
+/// What one path held, as `find` reports it: a regular file's size, modification and
+/// change times and mode (any write or `chmod` changes one of them), or a symbolic link's
+/// target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mark {
-    /// A regular file: SHA-256 of its bytes, 64 hex digits, and its executable bit.
+    /// A regular file.
     File {
-        /// The digest.
-        sha256: String,
-        /// Whether the owner may execute it.
-        executable: bool,
+        /// Its size in bytes.
+        size: u64,
+        /// Its modification time, as `find` prints it (seconds, fraction).
+        modified: String,
+        /// Its status change time, likewise.
+        changed: String,
+        /// Its permission bits, octal.
+        mode: String,
     },
     /// A symbolic link and its target, unresolved.
     Link(String),
@@ -112,10 +120,11 @@ impl Manifest {
         &self.entries
     }
 
-    /// Parses [`manifest_script`]'s output: NUL-terminated records `f <sha256> <x|->
-    /// <path>` and `l <path>` followed by a record with the target. Refused, naming the
-    /// record: a path that is absolute, empty, holds `..` or a control character, or a
-    /// digest that is not 64 hex digits, and more than [`MAX_MANIFEST_ENTRIES`].
+    /// Parses [`manifest_script`]'s output, NUL-terminated records: `f <size> <mtime>
+    /// <ctime> <mode> <path>` for regular files, `l <path>` followed by a record with a
+    /// symbolic link's target. Refused, naming the record: a path that is absolute, empty,
+    /// holds `..` or a control character, a field that is not what `find` prints, and more
+    /// than [`MAX_MANIFEST_ENTRIES`].
     pub fn parse(output: &[u8]) -> Result<Manifest, String> {
         let mut entries = BTreeMap::new();
         let mut records = output
@@ -124,39 +133,45 @@ impl Manifest {
         while let Some(record) = records.next() {
             let text = std::str::from_utf8(record)
                 .map_err(|_| "a manifest record is not UTF-8".to_owned())?;
-            let (path, mark) = if let Some(rest) = text.strip_prefix("f ") {
-                let (sha256, rest) = rest
-                    .split_once(' ')
-                    .ok_or_else(|| format!("bad file record {text:?}"))?;
-                let (mode, path) = rest
-                    .split_once(' ')
-                    .ok_or_else(|| format!("bad file record {text:?}"))?;
-                if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(format!("bad digest in {text:?}"));
-                }
-                let executable = match mode {
-                    "x" => true,
-                    "-" => false,
-                    _ => return Err(format!("bad mode in {text:?}")),
-                };
-                let mark = Mark::File {
-                    sha256: sha256.to_ascii_lowercase(),
-                    executable,
-                };
-                (path, mark)
-            } else if let Some(path) = text.strip_prefix("l ") {
+            let (path, mark) = if let Some(path) = text.strip_prefix("l ") {
                 let target = records
                     .next()
                     .ok_or_else(|| format!("link {path:?} without its target"))?;
                 let target = std::str::from_utf8(target)
                     .map_err(|_| format!("link {path:?}: target is not UTF-8"))?;
                 (path, Mark::Link(target.to_owned()))
+            } else if let Some(rest) = text.strip_prefix("f ") {
+                let mut fields = rest.splitn(5, ' ');
+                let (Some(size), Some(modified), Some(changed), Some(mode), Some(path)) = (
+                    fields.next(),
+                    fields.next(),
+                    fields.next(),
+                    fields.next(),
+                    fields.next(),
+                ) else {
+                    return Err(format!("bad file record {text:?}"));
+                };
+                let time_ok =
+                    |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+                let size = size.parse().map_err(|_| format!("bad size in {text:?}"))?;
+                if !time_ok(modified)
+                    || !time_ok(changed)
+                    || mode.is_empty()
+                    || !mode.bytes().all(|b| (b'0'..=b'7').contains(&b))
+                {
+                    return Err(format!("bad file record {text:?}"));
+                }
+                let mark = Mark::File {
+                    size,
+                    modified: modified.to_owned(),
+                    changed: changed.to_owned(),
+                    mode: mode.to_owned(),
+                };
+                (path, mark)
             } else {
                 return Err(format!("unknown manifest record {text:?}"));
             };
-            let path = path.strip_prefix("./").unwrap_or(path);
-            check_path(path)?;
-            entries.insert(path.to_owned(), mark);
+            entries.insert(clean(path)?, mark);
             if entries.len() > MAX_MANIFEST_ENTRIES {
                 return Err(format!(
                     "more than {MAX_MANIFEST_ENTRIES} files: too many to bring back one by one"
@@ -165,6 +180,36 @@ impl Manifest {
         }
         Ok(Manifest { entries })
     }
+}
+
+/// Parses `sha256sum -z`'s output (`<64 hex>  <path>` records): each path's content digest.
+/// Refused, naming the record, as [`Manifest::parse`] refuses.
+pub fn parse_digests(output: &[u8]) -> Result<BTreeMap<String, String>, String> {
+    let mut digests = BTreeMap::new();
+    for record in output.split(|byte| *byte == 0).filter(|r| !r.is_empty()) {
+        let text =
+            std::str::from_utf8(record).map_err(|_| "a digest record is not UTF-8".to_owned())?;
+        let digest = text
+            .get(..64)
+            .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()));
+        let path = text
+            .get(64..)
+            .and_then(|rest| rest.strip_prefix("  ").or_else(|| rest.strip_prefix(" *")));
+        match (digest, path) {
+            (Some(digest), Some(path)) => {
+                digests.insert(clean(path)?, digest.to_ascii_lowercase());
+            }
+            _ => return Err(format!("unknown digest record {text:?}")),
+        }
+    }
+    Ok(digests)
+}
+
+/// A reported path without its `./`, checked.
+fn clean(path: &str) -> Result<String, String> {
+    let path = path.strip_prefix("./").unwrap_or(path);
+    check_path(path)?;
+    Ok(path.to_owned())
 }
 
 /// A relative path that stays inside its directory.
@@ -184,23 +229,31 @@ fn check_path(path: &str) -> Result<(), String> {
 
 /// A shell script printing the manifest of `dir` (see [`Manifest::parse`]): regular files
 /// and symbolic links, not following links, not crossing file systems, without
-/// [`NOT_BROUGHT_BACK`]'s directories.
+/// [`NOT_BROUGHT_BACK`]'s directories. One `find`, whatever the number of files; nothing is
+/// read.
 pub(crate) fn manifest_script(dir: &str) -> String {
     let prune: Vec<String> = NOT_BROUGHT_BACK
         .iter()
         .map(|name| format!("-name {name} -prune"))
         .collect();
     format!(
-        "set -e; cd -- {dir}; \
-         find . -xdev \\( {prune} \\) -o -type f -print0 | \
-         while IFS= read -r -d '' p; do \
-           h=$(sha256sum < \"$p\" | cut -d' ' -f1); \
-           if [ -x \"$p\" ]; then m=x; else m=-; fi; \
-           printf 'f %s %s %s\\0' \"$h\" \"$m\" \"$p\"; \
-         done; \
-         find . -xdev \\( {prune} \\) -o -type l -printf 'l %p\\0%l\\0'",
+        "set -e; cd -- {dir}; find . -xdev \\( {prune} \\) -o \\( -type f -printf 'f %s %T@ %C@ %m %p\\0' \\) \
+         -o \\( -type l -printf 'l %p\\0%l\\0' \\)",
         dir = shell_quote(dir),
         prune = prune.join(" -o "),
+    )
+}
+
+/// A shell script printing the content digests (`sha256sum -z`) of the files the
+/// NUL-separated list at `list` names under `dir`; a missing one is left out. The list is
+/// removed.
+pub(crate) fn digests_script(dir: &str, list: &str) -> String {
+    format!(
+        "trap \"rm -f -- {list}\" EXIT; cd -- {dir} || exit 3; while IFS= read -r -d '' p; do \
+           [ -f \"$p\" ] && [ ! -L \"$p\" ] && printf '%s\\0' \"$p\"; done < {list} | \
+         xargs -0 -r sha256sum -z",
+        dir = shell_quote(dir),
+        list = shell_quote(list),
     )
 }
 
@@ -220,6 +273,9 @@ pub struct Plan {
     /// Paths both changed differently: the parent's version stays, and the child's (when it
     /// has one) lands beside it ([`ChildId::beside`]).
     pub conflicts: Vec<Conflict>,
+    /// Paths both changed, to be compared by content before they count as conflicts
+    /// ([`Plan::settle`]).
+    pub undecided: Vec<String>,
 }
 
 /// One path both the parent and the child changed since the fork.
@@ -231,59 +287,74 @@ pub struct Conflict {
     pub deleted_by_child: bool,
 }
 
+/// The paths whose marks differ between two manifests of one file system.
+fn changed<'a>(before: &'a Manifest, after: &'a Manifest) -> std::collections::BTreeSet<&'a str> {
+    before
+        .entries
+        .keys()
+        .chain(after.entries.keys())
+        .filter(|path| before.entries.get(*path) != after.entries.get(*path))
+        .map(String::as_str)
+        .collect()
+}
+
 impl Plan {
-    /// The plan for a child whose directory went from `base` (at the fork) to `child`, while
-    /// the parent's went to `parent`.
-    pub fn new(base: &Manifest, parent: &Manifest, child: &Manifest) -> Plan {
+    /// The plan for a child whose directory went from `child_base` to `child` (its fork's
+    /// file system), while the parent's went from `parent_base` to `parent` (the parent's):
+    /// each side's changes are found within its own file system.
+    pub fn new(
+        child_base: &Manifest,
+        child: &Manifest,
+        parent_base: &Manifest,
+        parent: &Manifest,
+    ) -> Plan {
+        let ours = changed(parent_base, parent);
         let mut plan = Plan::default();
-        let paths = base
-            .entries
-            .keys()
-            .chain(child.entries.keys())
-            .collect::<std::collections::BTreeSet<_>>();
-        for path in paths {
-            let at_fork = base.entries.get(path);
-            let theirs = child.entries.get(path);
-            if at_fork == theirs {
-                continue;
-            }
-            let ours = parent.entries.get(path);
-            if ours == theirs {
-                // Both ended at the same place: nothing to do.
-                continue;
-            }
-            if ours == at_fork {
-                match theirs {
-                    Some(_) => plan.write.push(path.clone()),
-                    None => plan.delete.push(path.clone()),
-                }
+        for path in changed(child_base, child) {
+            if ours.contains(path) {
+                plan.undecided.push(path.to_owned());
+            } else if child.entries.contains_key(path) {
+                plan.write.push(path.to_owned());
             } else {
-                plan.conflicts.push(Conflict {
-                    path: path.clone(),
-                    deleted_by_child: theirs.is_none(),
-                });
+                plan.delete.push(path.to_owned());
             }
         }
         plan
     }
 
-    /// Whether nothing comes back.
-    pub fn is_empty(&self) -> bool {
-        self.write.is_empty() && self.delete.is_empty() && self.conflicts.is_empty()
+    /// Decides the paths both changed by their content now (`parent` and `child`: digests by
+    /// path, a path without one being absent or no regular file): the same content (or both
+    /// gone) is nothing to do; anything else a conflict.
+    pub fn settle(
+        &mut self,
+        parent: &BTreeMap<String, String>,
+        child: &BTreeMap<String, String>,
+        child_manifest: &Manifest,
+    ) {
+        for path in std::mem::take(&mut self.undecided) {
+            let theirs = child_manifest.entries.get(&path);
+            let same = match theirs {
+                None => !parent.contains_key(&path),
+                Some(Mark::Link(_)) => false,
+                Some(Mark::File { .. }) => {
+                    child.get(&path).is_some() && child.get(&path) == parent.get(&path)
+                }
+            };
+            if !same {
+                self.conflicts.push(Conflict {
+                    deleted_by_child: theirs.is_none(),
+                    path,
+                });
+            }
+        }
     }
 
-    /// The paths whose child version travels: written and conflicting ones it still has.
-    pub fn carried(&self) -> Vec<&str> {
-        self.write
-            .iter()
-            .map(String::as_str)
-            .chain(
-                self.conflicts
-                    .iter()
-                    .filter(|c| !c.deleted_by_child)
-                    .map(|c| c.path.as_str()),
-            )
-            .collect()
+    /// Whether nothing comes back.
+    pub fn is_empty(&self) -> bool {
+        self.write.is_empty()
+            && self.delete.is_empty()
+            && self.conflicts.is_empty()
+            && self.undecided.is_empty()
     }
 }
 
@@ -291,10 +362,12 @@ impl Plan {
 mod tests {
     use super::*;
 
-    fn file(hash: char) -> Mark {
+    fn file(version: u64) -> Mark {
         Mark::File {
-            sha256: hash.to_string().repeat(64),
-            executable: false,
+            size: version,
+            modified: format!("{version}.5"),
+            changed: format!("{version}.5"),
+            mode: "644".to_owned(),
         }
     }
 
@@ -307,55 +380,77 @@ mod tests {
         }
     }
 
+    fn digests(pairs: &[(&str, char)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(path, c)| ((*path).to_owned(), c.to_string().repeat(64)))
+            .collect()
+    }
+
     #[test]
     fn the_plan_applies_what_only_the_child_changed_and_keeps_both_where_both_did() {
-        // contract: R15
-        let base = manifest(&[
-            ("same", file('a')),
-            ("child-edits", file('a')),
-            ("child-deletes", file('a')),
-            ("both-edit", file('a')),
-            ("parent-edits", file('a')),
-            ("parent-deletes-child-edits", file('a')),
-            ("both-same", file('a')),
+        // contract: R15 — each side's changes within its own file system (the two file
+        // systems' stats need not agree); what both changed is compared by content.
+        let parent_base = manifest(&[
+            ("same", file(1)),
+            ("child-edits", file(1)),
+            ("child-deletes", file(1)),
+            ("both-edit", file(1)),
+            ("both-same", file(1)),
+            ("parent-deletes-child-edits", file(1)),
         ]);
         let parent = manifest(&[
-            ("same", file('a')),
-            ("child-edits", file('a')),
-            ("child-deletes", file('a')),
-            ("both-edit", file('b')),
-            ("parent-edits", file('b')),
-            ("both-same", file('c')),
+            ("same", file(1)),
+            ("child-edits", file(1)),
+            ("child-deletes", file(1)),
+            ("both-edit", file(2)),
+            ("both-same", file(2)),
+            ("parent-new", file(2)),
+        ]);
+        // The fork's file system reports other times for the same files.
+        let child_base = manifest(&[
+            ("same", file(7)),
+            ("child-edits", file(7)),
+            ("child-deletes", file(7)),
+            ("both-edit", file(7)),
+            ("both-same", file(7)),
+            ("parent-deletes-child-edits", file(7)),
         ]);
         let child = manifest(&[
-            ("same", file('a')),
-            ("child-edits", file('c')),
-            ("both-edit", file('c')),
-            ("parent-edits", file('a')),
-            ("parent-deletes-child-edits", file('d')),
-            ("both-same", file('c')),
-            ("child-new", file('e')),
+            ("same", file(7)),
+            ("child-edits", file(8)),
+            ("both-edit", file(8)),
+            ("both-same", file(8)),
+            ("parent-deletes-child-edits", file(8)),
+            ("child-new", file(8)),
         ]);
-        let plan = Plan::new(&base, &parent, &child);
+        let mut plan = Plan::new(&child_base, &child, &parent_base, &parent);
         assert_eq!(plan.write, ["child-edits", "child-new"]);
         assert_eq!(plan.delete, ["child-deletes"]);
+        assert_eq!(
+            plan.undecided,
+            ["both-edit", "both-same", "parent-deletes-child-edits"]
+        );
+        plan.settle(
+            &digests(&[("both-edit", 'a'), ("both-same", 'c')]),
+            &digests(&[
+                ("both-edit", 'b'),
+                ("both-same", 'c'),
+                ("parent-deletes-child-edits", 'd'),
+            ]),
+            &child,
+        );
         let conflicts: Vec<&str> = plan.conflicts.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(conflicts, ["both-edit", "parent-deletes-child-edits"]);
-        assert_eq!(
-            plan.carried(),
-            [
-                "child-edits",
-                "child-new",
-                "both-edit",
-                "parent-deletes-child-edits"
-            ]
-        );
+        assert!(plan.undecided.is_empty());
         // A file the parent changed and the child deleted: the parent's stays, nothing beside.
-        let plan = Plan::new(
-            &manifest(&[("f", file('a'))]),
-            &manifest(&[("f", file('b'))]),
+        let mut plan = Plan::new(
+            &manifest(&[("f", file(1))]),
             &manifest(&[]),
+            &manifest(&[("f", file(1))]),
+            &manifest(&[("f", file(2))]),
         );
+        plan.settle(&digests(&[("f", 'a')]), &digests(&[]), &manifest(&[]));
         assert_eq!(
             plan.conflicts,
             [Conflict {
@@ -363,36 +458,42 @@ mod tests {
                 deleted_by_child: true
             }]
         );
-        assert!(plan.carried().is_empty());
     }
 
     #[test]
     fn manifests_parse_strictly() {
         // contract: R15
-        let digest = "ab".repeat(32);
-        let output =
-            format!("f {digest} x ./bin/run\0f {digest} - ./a b.txt\0l ./link\0../target\0");
+        let output = "f 12 1700000000.1234567890 1700000000.1234567890 755 ./bin/run\0\
+                      f 0 1.0 1.0 644 ./a b.txt\0l ./link\0../target\0";
         let parsed = Manifest::parse(output.as_bytes()).unwrap();
         assert_eq!(parsed.entries().len(), 3);
         assert_eq!(
             parsed.entries()["bin/run"],
             Mark::File {
-                sha256: digest.clone(),
-                executable: true
+                size: 12,
+                modified: "1700000000.1234567890".to_owned(),
+                changed: "1700000000.1234567890".to_owned(),
+                mode: "755".to_owned()
             }
         );
         assert_eq!(parsed.entries()["link"], Mark::Link("../target".to_owned()));
         for bad in [
-            format!("f {digest} - ../escape\0"),
-            format!("f {digest} - /abs\0"),
-            format!("f {digest} - ./a/../b\0"),
-            "f short - ./a\0".to_owned(),
-            format!("f {digest} ? ./a\0"),
-            "l ./dangling\0".to_owned(),
-            "x ./what\0".to_owned(),
+            "f 1 1.0 1.0 644 ../escape\0",
+            "f 1 1.0 1.0 644 /abs\0",
+            "f 1 1.0 1.0 644 ./a/../b\0",
+            "f x 1.0 1.0 644 ./a\0",
+            "f 1 1.0 1.0 9z9 ./a\0",
+            "f 1 1.0 ./a\0",
+            "l ./dangling\0",
+            "what ./what\0",
         ] {
             assert!(Manifest::parse(bad.as_bytes()).is_err(), "{bad:?}");
         }
+        let digest = "ab".repeat(32);
+        let parsed = parse_digests(format!("{digest}  ./a b\0").as_bytes()).unwrap();
+        assert_eq!(parsed["a b"], digest);
+        assert!(parse_digests(format!("{digest}  ../x\0").as_bytes()).is_err());
+        assert!(parse_digests(b"short  ./x\0").is_err());
     }
 
     #[test]

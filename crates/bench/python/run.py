@@ -48,6 +48,7 @@ SIZES = {
         "scale_min_commands": 200,
         "scale_settle_ms": 1000,
         "quiet_ms": 5000,
+        "subagent_files": 1000,
         "intercept_requests": 200,
         "intercept_mib": 100,
     },
@@ -71,6 +72,7 @@ SIZES = {
         "scale_min_commands": 10,
         "scale_settle_ms": 200,
         "quiet_ms": 2000,
+        "subagent_files": 50,
         "intercept_requests": 5,
         "intercept_mib": 4,
     },
@@ -239,7 +241,10 @@ INTERCEPT_REPEATS = 5
 
 #: Scenarios that run against the first latency only (they do not depend on it).
 FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot", "scale", "intercept",
-                      "quiet"}
+                      "quiet", "subagents"}
+
+#: The subagents scenario's child counts (a row each).
+SUBAGENT_CHILDREN = (1, 3)
 
 #: The quiet scenario's last command asks this long a deadline (a terminal call's timeout),
 #: which the lease covers: what the quiet pause must not wait for.
@@ -334,6 +339,9 @@ class Bench:
         quiet = {"quiet_ms": s["quiet_ms"], "deadline_s": QUIET_DEADLINE_S}
         self.run(server, latency, "quiet", "ours quiet", self.ours + ["quiet"], dict(quiet, poll_ms=0))
         self.run(server, latency, "quiet", "ours polled", self.ours + ["quiet"], dict(quiet, poll_ms=QUIET_POLL_MS))
+        for children in SUBAGENT_CHILDREN:
+            self.run(server, latency, "subagents", f"ours {children}", self.ours + ["subagents"],
+                     {"children": children, "files": s["subagent_files"]})
         self.intercept(latency)
         if self.hermes is not None:
             with tempfile.TemporaryDirectory() as home:
@@ -663,6 +671,27 @@ def quiet_rows(rows, results, latency):
             figures and figures["lease_left_s"], unit="s")
 
 
+def subagent_rows(rows, results, latency):
+    """`subagents: fork` (R15): a delegated child's first command, shared (one command in the
+    parent's sandbox) and forked (its fork made, attached, its base read, its first command
+    run; per child when several fork at once), against e2b-local's own fork (`Backend::fork`:
+    one checkpoint, one create); and the bring-back of a child's new files against `tar`
+    moving as many between the same sandboxes."""
+    for children in SUBAGENT_CHILDREN:
+        figures = get(results, "subagents", f"ours {children}", latency)
+        variant = f"{children} child{'ren' if children > 1 else ''}"
+        row(rows, "subagents", latency, "delegate to a child's first command, fork", variant,
+            figures and figures["fork_first_ms_per_child"], "e2b-local's fork (`Backend::fork`)",
+            figures and figures["raw_fork_ms"], "≤ 2.0× the fork", lambda v, r: r is not None and r <= 2.0,
+            unit="ms")
+        row(rows, "subagents", latency, "delegate to a child's first command, shared", variant,
+            figures and figures["shared_first_ms"], unit="ms")
+        files = figures and figures["files"]
+        row(rows, "subagents", latency, f"bring-back of {files or '?'} new files", variant,
+            figures and figures["bring_back_ms"], "tar of as many, same two sandboxes",
+            figures and figures["tar_ms"], "≤ 1.0× tar", lambda v, r: r is not None and r <= 1.0, unit="ms")
+
+
 def scale_rows(rows, results, latency, ns):
     """Per N: memory, threads and descriptors per scope (over the same process kind's
     baseline before any scope), throughput and latency with every scope active, and
@@ -865,6 +894,7 @@ def build_rows(results, latencies, with_hermes, scale_ns=()):
             unit="MiB")
         scale_rows(rows, results, latency, scale_ns)
         quiet_rows(rows, results, latency)
+        subagent_rows(rows, results, latency)
         intercept_rows(rows, results, latency)
         if with_hermes:
             hermes_rows(rows, results, latency)

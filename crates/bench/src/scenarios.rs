@@ -20,9 +20,11 @@ use crate::{BenchError, Protocol};
 mod checkpoints;
 mod quiet;
 mod scale;
+mod subagents;
 use checkpoints::{checkpoint, rollback, snapshot};
 use quiet::quiet;
 use scale::scale;
+use subagents::subagents;
 
 /// A command's deadline in the steady-state scenarios (the lease covers it plus the grace).
 const COMMAND_DEADLINE: Duration = Duration::from_secs(60);
@@ -51,6 +53,7 @@ pub(crate) fn run(
         "snapshot" => snapshot(params, protocol),
         "scale" => scale(params, protocol),
         "quiet" => quiet(params, protocol),
+        "subagents" => subagents(params, protocol),
         other => Err(format!("unknown scenario {other:?}").into()),
     }
 }

@@ -151,7 +151,8 @@ impl Inner {
         let owned_and_settled = matches!(
             attached.role,
             Role::Writer(_) | Role::Owner { pushed: true }
-        ) || (matches!(attached.role, Role::External) && self.fork_of.get().is_some());
+        ) || (matches!(attached.role, Role::External)
+            && self.fork_of.get().is_some());
         if !owned_and_settled || !self.inflight.is_idle() || !self.lease_live(attached) {
             return None;
         }

@@ -14,7 +14,10 @@ use super::{Backend, Inner, TRANSFER_WINDOW, bump};
 use crate::config::{SandboxMode, Scope};
 use crate::error::Error;
 use crate::hooks::NoStateHooks;
-use crate::subagent::{ChildId, Manifest, Plan, SUBAGENT_KEY, manifest_script, shell_quote};
+use crate::subagent::{
+    ChildId, Manifest, Plan, SUBAGENT_KEY, digests_script, manifest_script, parse_digests,
+    shell_quote,
+};
 
 /// The most a script's answer may print (a manifest of [`crate::subagent::MAX_MANIFEST_ENTRIES`]
 /// paths fits).
@@ -66,8 +69,9 @@ impl ChildSandbox {
 enum Base {
     /// The work tree's top and its `HEAD` at the fork.
     Git { top: String, head: String },
-    /// The directory's files at the fork.
-    Files(Manifest),
+    /// The directory's files at the fork, as the fork's file system and the parent's report
+    /// them.
+    Files { child: Manifest, parent: Manifest },
 }
 
 /// What came back of one child's work: what the parent's model is told.
@@ -159,12 +163,32 @@ impl Backend {
             });
         }
         let inner = &*self.inner;
-        let (parent, checkpoint) = {
+        let (parent, checkpoint, parent_base) = {
             let mut state = inner.lock_state(OP);
             let attached = inner.attach_to_change(&mut state, OP, wait)?;
             inner.top_up_lease(attached, TRANSFER_WINDOW)?;
             let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
-            (attached.id.clone(), checkpoint)
+            // The parent's side of the base, in its own file system, while no command of it
+            // runs: what the forks start from.
+            let script = format!(
+                "cd -- {dir} || exit 3; if git rev-parse --show-toplevel >/dev/null 2>&1; \
+                 then printf 'git\\0'; else printf 'files\\0'; {manifest}; fi",
+                dir = shell_quote(dir),
+                manifest = manifest_script(dir),
+            );
+            let answer = inner.script(&attached.sandbox, "subagent base", &script)?;
+            let parent_base =
+                match answer.strip_prefix(b"files\0") {
+                    Some(manifest) => Some(Manifest::parse(manifest).map_err(|reason| {
+                        Error::UntrustedAnswer {
+                            operation: "subagent base",
+                            sandbox_id: attached.id.as_str().to_owned(),
+                            reason,
+                        }
+                    })?),
+                    None => None,
+                };
+            (attached.id.clone(), checkpoint, parent_base)
         };
         let client = inner.client()?;
         let mut children_made = Vec::with_capacity(children.len());
@@ -190,6 +214,20 @@ impl Backend {
                 })
                 .and_then(|info| {
                     self.child_sandbox(child.clone(), info.sandbox_id, dir, parent.clone())
+                })
+                .and_then(|mut made| {
+                    match (&mut made.base, &parent_base) {
+                        (Base::Files { parent, .. }, Some(base)) => *parent = base.clone(),
+                        (Base::Git { .. }, None) => {}
+                        _ => {
+                            return Err(Error::UntrustedAnswer {
+                                operation: "subagent base",
+                                sandbox_id: made.sandbox_id.as_str().to_owned(),
+                                reason: "the fork and its parent disagree on whether the directory is a git work tree".to_owned(),
+                            });
+                        }
+                    }
+                    Ok(made)
                 });
             children_made.push(made);
         }
@@ -255,7 +293,10 @@ impl Backend {
     pub fn bring_back(&self, child: &ChildSandbox) -> Result<BringBack, Error> {
         match &child.base {
             Base::Git { top, head } => self.bring_back_branch(child, top, head),
-            Base::Files(base) => self.bring_back_files(child, base),
+            Base::Files {
+                child: base,
+                parent,
+            } => self.bring_back_files(child, base, parent),
         }
     }
 
@@ -331,7 +372,12 @@ impl Backend {
         Ok(report)
     }
 
-    fn bring_back_files(&self, child: &ChildSandbox, base: &Manifest) -> Result<BringBack, Error> {
+    fn bring_back_files(
+        &self,
+        child: &ChildSandbox,
+        child_base: &Manifest,
+        parent_base: &Manifest,
+    ) -> Result<BringBack, Error> {
         let script = manifest_script(&child.dir);
         let untrusted = |sandbox: &SandboxId| {
             let sandbox = sandbox.as_str().to_owned();
@@ -341,18 +387,45 @@ impl Backend {
                 reason,
             }
         };
-        let theirs = child.backend.file_operation(
-            "subagent manifest",
-            TRANSFER_WINDOW,
-            |inner, sandbox| inner.script(sandbox, "subagent manifest", &script),
-        )?;
-        let theirs = Manifest::parse(&theirs).map_err(untrusted(&child.sandbox_id))?;
-        let plan_and_ours =
-            self.file_operation("subagent manifest", TRANSFER_WINDOW, |inner, sandbox| {
+        // The two sandboxes are read at once: two file systems, two state locks.
+        let manifest_of = |backend: &Backend| {
+            backend.file_operation("subagent manifest", TRANSFER_WINDOW, |inner, sandbox| {
                 inner.script(sandbox, "subagent manifest", &script)
-            })?;
-        let ours = Manifest::parse(&plan_and_ours).map_err(untrusted(&child.parent))?;
-        let plan = Plan::new(base, &ours, &theirs);
+            })
+        };
+        let (theirs, ours) = std::thread::scope(|scope| {
+            let theirs = scope.spawn(|| manifest_of(&child.backend));
+            let ours = manifest_of(self);
+            (
+                theirs
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                ours,
+            )
+        });
+        let theirs = Manifest::parse(&theirs?).map_err(untrusted(&child.sandbox_id))?;
+        let ours = Manifest::parse(&ours?).map_err(untrusted(&child.parent))?;
+        let mut plan = Plan::new(child_base, &theirs, parent_base, &ours);
+        if !plan.undecided.is_empty() {
+            // Both changed these: their content decides.
+            let list = format!("/tmp/hermes-subagent-{}.undecided", child.id);
+            let paths = nul_list(plan.undecided.iter().map(String::as_str));
+            let digests = digests_script(&child.dir, &list);
+            let read = |backend: &Backend, sandbox_id: &SandboxId| {
+                let answer = backend.file_operation(
+                    "subagent compare",
+                    TRANSFER_WINDOW,
+                    |inner, sandbox| {
+                        inner.upload(sandbox, "subagent compare", &list, paths.clone())?;
+                        inner.script(sandbox, "subagent compare", &digests)
+                    },
+                )?;
+                parse_digests(&answer).map_err(untrusted(sandbox_id))
+            };
+            let child_digests = read(&child.backend, &child.sandbox_id)?;
+            let parent_digests = read(self, &child.parent)?;
+            plan.settle(&parent_digests, &child_digests, &theirs);
+        }
         let mut report = BringBack {
             child: child.id.to_string(),
             written: plan.write.clone(),
@@ -371,71 +444,75 @@ impl Backend {
             return Ok(report);
         }
         let stem = format!("/tmp/hermes-subagent-{}", child.id);
-        let carried = nul_list(plan.carried());
-        let archive = format!("{stem}.tar");
-        let list = format!("{stem}.carried");
-        let pack = format!(
-            "set -e; cd -- {dir}; tar -cf {archive} --null -T {list}; rm -f {list}",
+        // One archive: what the parent takes as it is under its own paths, and the conflicting
+        // files under `aside`, to land beside the parent's; a constant number of processes
+        // and requests whatever the number of files.
+        let beside: Vec<&str> = plan
+            .conflicts
+            .iter()
+            .filter(|c| !c.deleted_by_child)
+            .map(|c| c.path.as_str())
+            .collect();
+        let quoted = shell_quote(&stem);
+        // The conflicting files' top directory in the archive: a name no child's file has.
+        let aside = format!(".hermes-subagent-{}.beside", child.id);
+        let mut lists = vec![(
+            format!("{stem}.write"),
+            nul_list(plan.write.iter().map(String::as_str)),
+        )];
+        let mut pack = format!(
+            "set -e; cd -- {dir}; tar -cf {quoted}.tar --null -T {quoted}.write",
             dir = shell_quote(&child.dir),
-            archive = shell_quote(&archive),
-            list = shell_quote(&list),
         );
+        if !beside.is_empty() {
+            lists.push((format!("{stem}.beside"), nul_list(beside.iter().copied())));
+            pack.push_str(&format!(
+                "; tar -rf {quoted}.tar --null --transform 's,^,{aside}/,' -T {quoted}.beside"
+            ));
+        }
+        pack.push_str(&format!("; rm -f {quoted}.write {quoted}.beside"));
         let child_id = child.sandbox_id.as_str().to_owned();
-        let data =
+        let archive =
             child
                 .backend
                 .file_operation("subagent pack", TRANSFER_WINDOW, |inner, sandbox| {
-                    inner.upload(sandbox, "subagent pack", &list, carried.clone())?;
+                    inner.upload_all(sandbox, "subagent pack", lists.clone())?;
                     inner.script(sandbox, "subagent pack", &pack)?;
                     inner
-                        .block_on(sandbox.read_file(&archive, inner.config.state_cap))
+                        .block_on(sandbox.read_file(&format!("{stem}.tar"), inner.config.state_cap))
                         .map_err(|source| {
                             Error::e2b("subagent pack download", Some(&child_id), source)
                         })
                 })?;
-        let writes = nul_list(plan.write.iter().map(String::as_str));
-        let beside = nul_list(
-            plan.conflicts
-                .iter()
-                .filter(|c| !c.deleted_by_child)
-                .map(|c| c.path.as_str()),
-        );
-        let deletes = nul_list(plan.delete.iter().map(String::as_str));
-        let stage = format!("{stem}.stage");
-        let apply = format!(
-            "set -e; cd -- {dir}; rm -rf {stage}; mkdir -p {stage}; tar -xf {archive} -C {stage}; \
-             while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; rm -rf -- \"$p\"; \
-               mv -- {stage}/\"$p\" \"$p\"; done < {stem}.write; \
-             while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; \
-               mv -- {stage}/\"$p\" \"$p\"{suffix}; done < {stem}.beside; \
-             while IFS= read -r -d '' p; do rm -f -- \"$p\"; done < {stem}.delete; \
-             rm -rf {stage} {archive} {stem}.write {stem}.beside {stem}.delete",
+        let mut uploads = vec![(format!("{stem}.tar"), archive)];
+        // Unpacked aside first, so the conflicting files never touch the parent's paths.
+        let mut apply = format!(
+            "set -e; cd -- {dir}; rm -rf {quoted}.stage; mkdir -p {quoted}.stage; \
+             tar -xf {quoted}.tar -C {quoted}.stage; \
+             if [ -d {quoted}.stage/{aside} ]; then mv {quoted}.stage/{aside} {quoted}.besides; fi; \
+             (cd {quoted}.stage && tar -cf - .) | tar -xf -",
             dir = shell_quote(&child.dir),
-            stage = shell_quote(&stage),
-            archive = shell_quote(&archive),
-            stem = shell_quote(&stem),
-            suffix = shell_quote(&format!("{}{}", crate::subagent::CONFLICT_SUFFIX, child.id)),
         );
+        if !beside.is_empty() {
+            uploads.push((format!("{stem}.beside"), nul_list(beside.iter().copied())));
+            apply.push_str(&format!(
+                "; while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; \
+                 mv -- {quoted}.besides/\"$p\" \"$p\"{suffix}; done < {quoted}.beside",
+                suffix = shell_quote(&format!("{}{}", crate::subagent::CONFLICT_SUFFIX, child.id)),
+            ));
+        }
+        if !plan.delete.is_empty() {
+            uploads.push((
+                format!("{stem}.delete"),
+                nul_list(plan.delete.iter().map(String::as_str)),
+            ));
+            apply.push_str(&format!("; xargs -0 -r rm -f -- < {quoted}.delete"));
+        }
+        apply.push_str(&format!(
+            "; rm -rf {quoted}.stage {quoted}.besides {quoted}.tar {quoted}.beside {quoted}.delete"
+        ));
         self.file_operation("subagent apply", TRANSFER_WINDOW, |inner, sandbox| {
-            inner.upload(sandbox, "subagent apply", &archive, data.clone())?;
-            inner.upload(
-                sandbox,
-                "subagent apply",
-                &format!("{stem}.write"),
-                writes.clone(),
-            )?;
-            inner.upload(
-                sandbox,
-                "subagent apply",
-                &format!("{stem}.beside"),
-                beside.clone(),
-            )?;
-            inner.upload(
-                sandbox,
-                "subagent apply",
-                &format!("{stem}.delete"),
-                deletes.clone(),
-            )?;
+            inner.upload_all(sandbox, "subagent apply", uploads.clone())?;
             inner.script(sandbox, "subagent apply", &apply).map(drop)
         })?;
         report.child = child.id.to_string();
@@ -488,8 +565,22 @@ impl Inner {
         path: &str,
         data: Bytes,
     ) -> Result<(), Error> {
+        self.upload_all(sandbox, operation, vec![(path.to_owned(), data)])
+    }
+
+    /// Several files in one request.
+    fn upload_all(
+        &self,
+        sandbox: &Sandbox,
+        operation: &'static str,
+        files: Vec<(String, Bytes)>,
+    ) -> Result<(), Error> {
         let id = sandbox.id().as_str().to_owned();
-        self.block_on(sandbox.write_file(path, data))
+        let files = files
+            .into_iter()
+            .map(|(path, data)| e2b_client::UploadFile::bytes(path, data))
+            .collect();
+        self.block_on(sandbox.write_files(files))
             .map(drop)
             .map_err(|source| Error::e2b(operation, Some(&id), source))
     }
@@ -527,7 +618,10 @@ fn parse_base(output: &[u8]) -> Result<Base, String> {
         };
     }
     match output.strip_prefix(b"files\0") {
-        Some(manifest) => Manifest::parse(manifest).map(Base::Files),
+        Some(manifest) => Manifest::parse(manifest).map(|child| Base::Files {
+            child,
+            parent: Manifest::default(),
+        }),
         None => Err("the base answer is neither git nor files".to_owned()),
     }
 }

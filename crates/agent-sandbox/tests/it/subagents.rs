@@ -133,7 +133,7 @@ fn outside_git_the_childs_files_are_applied_and_a_file_both_changed_keeps_both()
         &parent,
         &format!(
             "mkdir -p {dir}/sub && cd {dir} && echo base > shared.txt && echo old > old.txt && \
-             echo keep > keep.txt && echo kept > sub/x.txt"
+             echo keep > keep.txt && echo kept > sub/x.txt && echo base > both.txt"
         ),
     );
     let [child] = forks(&parent, &["c1"], &dir).try_into().expect("one child");
@@ -141,12 +141,15 @@ fn outside_git_the_childs_files_are_applied_and_a_file_both_changed_keeps_both()
     ok(
         child.backend(),
         &format!(
-            "cd {dir} && echo child > shared.txt && rm old.txt && echo new > sub/new.txt && \
+            "cd {dir} && echo child > shared.txt && echo same > both.txt && rm old.txt && echo new > sub/new.txt && \
              printf '#!/bin/sh\\necho run\\n' > tool.sh && chmod +x tool.sh && ln -s keep.txt link"
         ),
     );
-    // Meanwhile the parent changes one of the same files.
-    ok(&parent, &format!("cd {dir} && echo parent > shared.txt"));
+    // Meanwhile the parent changes two of the same files, one to what the child wrote.
+    ok(
+        &parent,
+        &format!("cd {dir} && echo parent > shared.txt && echo same > both.txt"),
+    );
     let back = parent.bring_back(&child).expect("brought back");
     assert_eq!(back.written, ["link", "sub/new.txt", "tool.sh"]);
     assert_eq!(back.deleted, ["old.txt"]);
