@@ -18,8 +18,7 @@ use crate::error::Error;
 /// The branch a child's commits come back on is this and the child's id.
 pub const SUBAGENT_BRANCH_PREFIX: &str = "hermes-subagent/";
 
-/// The metadata key naming the child a fork works for (beside `hermes.branch`, the parent).
-pub const SUBAGENT_KEY: &str = "hermes.subagent";
+pub use sandbox_identity::SUBAGENT_KEY;
 
 /// A child's version of a file the parent changed too lands beside it, named with this and
 /// the child's id: `notes.txt.hermes-subagent-<id>`.

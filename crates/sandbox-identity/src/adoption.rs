@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use crate::checkpoint::{BRANCH_KEY, CheckpointName, RESTORED_FROM_KEY, SUPERSEDES_KEY, alias_of};
+use crate::checkpoint::{
+    BRANCH_KEY, CheckpointName, RESTORED_FROM_KEY, SUBAGENT_KEY, SUPERSEDES_KEY, alias_of,
+};
 use crate::metadata::IdentityMetadata;
 use crate::scope::{Mode, ScopeIdentity};
 
@@ -230,17 +232,19 @@ fn retired_among<'a>(matches: &[&'a Candidate]) -> Vec<&'a Candidate> {
 }
 
 /// The branches that are not (yet) the scope's: their parent still exists, or the scope has
-/// a sandbox that is no branch (R6).
+/// a sandbox that is no branch (R6); and every delegated child's fork, which never is (R15).
 fn waiting_branches<'a>(live: &[&'a Candidate]) -> Vec<&'a Candidate> {
-    let unbranched = live
-        .iter()
-        .any(|candidate| !candidate.metadata.contains_key(BRANCH_KEY));
+    let unbranched = live.iter().any(|candidate| {
+        !candidate.metadata.contains_key(BRANCH_KEY)
+            && !candidate.metadata.contains_key(SUBAGENT_KEY)
+    });
     live.iter()
         .copied()
         .filter(|branch| {
-            branch.metadata.get(BRANCH_KEY).is_some_and(|parent| {
-                unbranched || live.iter().any(|other| &other.sandbox_id == parent)
-            })
+            branch.metadata.contains_key(SUBAGENT_KEY)
+                || branch.metadata.get(BRANCH_KEY).is_some_and(|parent| {
+                    unbranched || live.iter().any(|other| &other.sandbox_id == parent)
+                })
         })
         .collect()
 }
@@ -533,6 +537,28 @@ mod tests {
         assert_eq!(
             adopted(&[restored, branch("b1", "main", 20)]),
             ("r".to_owned(), 0)
+        );
+    }
+
+    // contract: R15
+    #[test]
+    fn a_delegated_childs_fork_is_never_adopted() {
+        let scope = identity(Mode::Persistent);
+        let child = |id: &str, secs| {
+            let mut c = candidate(id, &scope, secs);
+            c.metadata.insert(BRANCH_KEY.to_owned(), "main".to_owned());
+            c.metadata.insert(SUBAGENT_KEY.to_owned(), "sa-0".to_owned());
+            c
+        };
+        // Beside its parent, newer: the parent is adopted.
+        match choose(&scope, &[candidate("main", &scope, 10), child("f1", 20)]) {
+            Adoption::Adopt { candidate, .. } => assert_eq!(candidate.sandbox_id, "main"),
+            other => panic!("expected the parent, got {other:?}"),
+        }
+        // Its parent gone (a crash after a kill): still not adopted; a new sandbox is made.
+        assert!(
+            !matches!(choose(&scope, &[child("f1", 20)]), Adoption::Adopt { .. }),
+            "a child's fork is never the scope's"
         );
     }
 

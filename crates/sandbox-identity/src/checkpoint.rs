@@ -46,6 +46,10 @@ pub const SUPERSEDES_KEY: &str = "hermes.supersedes";
 /// no branch; `adopt` retires the other branches, then the parent, so the chosen branch is
 /// what is left (R6).
 pub const BRANCH_KEY: &str = "hermes.branch";
+/// Metadata key of a delegated child's fork (R15), beside [`BRANCH_KEY`]: the child's id. Such
+/// a fork is never adopted, whether its parent exists or not: it holds a child's work, which
+/// comes back to the parent, never the scope's sandbox in its place.
+pub const SUBAGENT_KEY: &str = "hermes.subagent";
 
 /// Prefix of every checkpoint name; the rest is `_`-separated fields.
 const PREFIX: &str = "hermes";

@@ -13,7 +13,8 @@ pub use adoption::{
     Adoption, Candidate, Mismatch, SandboxState, check, choose, retirable, superseded,
 };
 pub use checkpoint::{
-    BRANCH_KEY, CheckpointName, CheckpointReason, MAX_LABEL_LEN, RESTORED_FROM_KEY, SUPERSEDES_KEY,
+    BRANCH_KEY, CheckpointName, CheckpointReason, MAX_LABEL_LEN, RESTORED_FROM_KEY, SUBAGENT_KEY,
+    SUPERSEDES_KEY,
     alias_of,
 };
 pub use error::Error;

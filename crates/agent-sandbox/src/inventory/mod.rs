@@ -160,6 +160,9 @@ pub struct SandboxEntry {
     pub lease_left: Option<Duration>,
     /// Set on a duplicate: the newer sandbox of the same scope that sessions adopt.
     pub duplicate_of: Option<String>,
+    /// A delegated child's fork (R15): the child's id and the parent sandbox it was forked
+    /// from. Never a duplicate of its parent's scope, never adopted.
+    pub subagent: Option<(String, String)>,
     /// What this host knows about its scope (this profile's scopes only).
     pub host: Option<HostScope>,
     /// The digest of the egress policy it was created with (its `hermes.egress` metadata).
@@ -662,6 +665,17 @@ pub(crate) fn classify(
             lease_left: (state == EntryState::Running)
                 .then(|| end_at.duration_since(now).unwrap_or(Duration::ZERO)),
             duplicate_of: None,
+            subagent: sandbox
+                .metadata
+                .get(sandbox_identity::SUBAGENT_KEY)
+                .map(|child| {
+                    let parent = sandbox
+                        .metadata
+                        .get(sandbox_identity::BRANCH_KEY)
+                        .cloned()
+                        .unwrap_or_default();
+                    (child.clone(), parent)
+                }),
             host: if owner == Owner::ThisProfile {
                 host_view
             } else {
@@ -676,7 +690,9 @@ pub(crate) fn classify(
     entries.sort_by(|a, b| (b.started_at, &b.sandbox_id).cmp(&(a.started_at, &a.sandbox_id)));
     let mut keeper: BTreeMap<(String, Owner), String> = BTreeMap::new();
     for entry in &mut entries {
-        let adoptable = entry.mode == Mode::Persistent && entry.state != EntryState::Other;
+        let adoptable = entry.mode == Mode::Persistent
+            && entry.state != EntryState::Other
+            && entry.subagent.is_none();
         if !adoptable {
             continue;
         }

@@ -13,6 +13,7 @@ fn entry(id: &str, owner: Owner, state: EntryState, secs: u64) -> SandboxEntry {
         started_at: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
         lease_left: None,
         duplicate_of: None,
+        subagent: None,
         host: None,
         egress_stamp: None,
         usage: Usage {

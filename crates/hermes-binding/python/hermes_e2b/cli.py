@@ -299,6 +299,8 @@ def _list(ctx: Any, args: argparse.Namespace) -> int:
             marks.append(entry["owner"])
         if entry["duplicate_of"]:
             marks.append(f"duplicate of {entry['duplicate_of']}")
+        if entry.get("subagent"):
+            marks.append(f"subagent {entry['subagent']}'s fork of {entry['subagent_of']}")
         if entry["state"] == "running":
             lease = f"lease {_duration(entry['lease_left_seconds'])}"
         elif entry["paused_at"] is not None:
