@@ -5,6 +5,8 @@ its own script), against e2b-local."""
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from pathlib import Path
 
@@ -163,3 +165,64 @@ def test_shared_keeps_hermes_behaviour(home, e2b_local, scripted_model, guard): 
     assert shared[0] in ("a", "b") and shared[1] == "base" and sorted(shared[2:4]) == ["a", "b"], shared
     assert shared[4:] == ["a.txt", "b.txt", "shared.txt"], shared
     assert len({s["sandboxID"] for s in sandboxes(e2b_local, tag)}) == 1
+
+
+# contract: R15
+def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(home, e2b_local, scripted_model,  # noqa: F811
+                                                                              guard):
+    """Hermes is SIGKILLed while a child runs in its fork: `hermes e2b list` shows the fork as
+    that child's, with its parent; the next `hermes chat` works in the parent's sandbox, never
+    the fork."""
+    import signal
+    import subprocess
+    import time
+
+    from agent_harness import VENV_BIN
+    from test_environment import sandboxes as listed
+
+    tag = uuid.uuid4().hex
+    marker, child_marker = f"PARENT-{tag[:10]}", f"CHILDK-{tag[:10]}"
+    scripted_model.register(child_marker, [
+        ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt && sleep 100", "timeout": 150}),
+        Reply("never"),
+    ])
+    scripted_model.register(marker, [
+        ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && echo \"$E2B_SANDBOX_ID\""}),
+        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {child_marker}"}]}),
+        Reply("never"),
+    ])
+    write_agent_config(home, agent_config(scripted_model, e2b_local.settings(metadata={"test": tag}, subagents="fork")))
+    home.write_key()
+    proc = subprocess.Popen([str(VENV_BIN / "hermes"), "chat", "-q", f"Please run the scripted steps {marker}"],
+                            env=home.env(guard.env()), cwd=home.path, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        fork = None
+        deadline = time.monotonic() + 120
+        while fork is None and time.monotonic() < deadline and proc.poll() is None:
+            fork = next((s for s in listed(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")), None)
+            if fork is None:
+                time.sleep(0.2)
+        assert fork is not None, "the child's fork appeared"
+        # The child has its command: it runs in the fork when Hermes is killed.
+        while time.monotonic() < deadline and not scripted_model.conversation(child_marker):
+            time.sleep(0.2)
+        assert scripted_model.conversation(child_marker), "the child asked for its step"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    parent_id = scripted_model.tool_result(marker, 0)["output"].strip()
+    shown = e2b(home, "list", "--json")
+    assert shown.returncode == 0, shown.stderr
+    [entry] = [e for e in json.loads(shown.stdout) if e["sandbox_id"] == fork["sandboxID"]]
+    assert entry["subagent"] == fork["metadata"]["hermes.subagent"], entry
+    assert entry["subagent_of"] == parent_id, entry
+    assert entry["duplicate_of"] is None, entry
+    text = e2b(home, "list").stdout
+    assert f"fork of {parent_id}" in text, text
+    # The next session works in the parent's sandbox, not the fork.
+    again = f"AGAIN-{tag[:10]}"
+    scripted_model.register(again, [ToolCall("terminal", {"command": "echo \"$E2B_SANDBOX_ID\""}), Reply("ok")])
+    proc = hermes_chat(home, guard, f"Please run the scripted steps {again}")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert scripted_model.tool_result(again, 0)["output"].strip() == parent_id
