@@ -48,6 +48,12 @@ pub struct Credential {
     hosts: Vec<String>,
     header: String,
     format: String,
+    /// More headers the value sets on the same hosts (name, format), as Hermes' egress
+    /// mappings list several (`match_headers`).
+    more_headers: Vec<(String, String)>,
+    /// Other variable names the sandbox sees the same stand-in under (Hermes'
+    /// `alias_env_names`).
+    aliases: Vec<String>,
 }
 
 impl Credential {
@@ -113,7 +119,53 @@ impl Credential {
             hosts: canonical,
             header,
             format,
+            more_headers: Vec::new(),
+            aliases: Vec::new(),
         })
+    }
+
+    /// The same credential setting `header` too, with `format` (checked as [`Credential::new`]
+    /// checks its own); a header it sets already is left as it is.
+    pub fn with_header(mut self, header: String, format: String) -> Result<Credential, Error> {
+        let checked = Credential::new(
+            self.name.clone(),
+            self.hosts.clone(),
+            Some(header),
+            Some(format),
+        )?;
+        let taken = std::iter::once(&self.header)
+            .chain(self.more_headers.iter().map(|(name, _)| name))
+            .any(|name| name.eq_ignore_ascii_case(&checked.header));
+        if !taken {
+            self.more_headers.push((checked.header, checked.format));
+        }
+        Ok(self)
+    }
+
+    /// The same credential, its stand-in also under `aliases` (environment variable names).
+    pub fn with_aliases(mut self, aliases: Vec<String>) -> Result<Credential, Error> {
+        for alias in aliases {
+            let checked = Credential::new(alias, self.hosts.clone(), None, None)?;
+            if checked.name != self.name && !self.aliases.contains(&checked.name) {
+                self.aliases.push(checked.name);
+            }
+        }
+        self.aliases.sort();
+        Ok(self)
+    }
+
+    /// Every header it sets and its format: the first, then the others.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once((self.header.as_str(), self.format.as_str())).chain(
+            self.more_headers
+                .iter()
+                .map(|(name, format)| (name.as_str(), format.as_str())),
+        )
+    }
+
+    /// The other names its stand-in goes under.
+    pub fn aliases(&self) -> &[String] {
+        &self.aliases
     }
 
     /// The variable name.
@@ -203,6 +255,16 @@ impl Credentials {
         list.sort_by(|a, b| a.name.cmp(&b.name));
         let mut seen = std::collections::BTreeSet::new();
         for credential in &list {
+            for alias in &credential.aliases {
+                if list.iter().any(|other| other.name == *alias) {
+                    return Err(Error::InvalidCredential {
+                        name: credential.name.clone(),
+                        reason: format!(
+                            "names {alias} as an alias, which is a credential of its own"
+                        ),
+                    });
+                }
+            }
             // E2B's secret names are case-insensitive: one secret per name, whatever its case.
             if !seen.insert(credential.name.to_ascii_lowercase()) {
                 return Err(Error::InvalidCredential {
@@ -213,21 +275,21 @@ impl Credentials {
         }
         let mut per_host: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for credential in &list {
-            for host in &credential.hosts {
+            for (host, (header, _)) in credential
+                .hosts
+                .iter()
+                .flat_map(|host| credential.headers().map(move |header| (host, header)))
+            {
                 let headers = per_host.entry(host).or_default();
-                if headers
-                    .iter()
-                    .any(|h| h.eq_ignore_ascii_case(&credential.header))
-                {
+                if headers.iter().any(|h| h.eq_ignore_ascii_case(header)) {
                     return Err(Error::InvalidCredential {
                         name: credential.name.clone(),
                         reason: format!(
-                            "sets header {} on {host}, which another credential sets too",
-                            credential.header
+                            "sets header {header} on {host}, which another credential sets too"
                         ),
                     });
                 }
-                headers.push(&credential.header);
+                headers.push(header);
                 if headers.len() > MAX_HEADERS_PER_HOST {
                     return Err(Error::InvalidCredential {
                         name: credential.name.clone(),
@@ -330,27 +392,28 @@ impl Credentials {
                     resolved.value.expose().to_owned()
                 }
             };
-            let header = credential.format.replace(VALUE_PLACEHOLDER, &value);
-            let real_length = credential
-                .format
-                .replace(VALUE_PLACEHOLDER, resolved.value.expose())
-                .len();
-            if header.len().max(real_length) > MAX_HEADER_VALUE
-                || header.chars().any(char::is_control)
-                || resolved.value.expose().chars().any(char::is_control)
-            {
-                return Err(Error::InvalidCredential {
-                    name: credential.name.clone(),
-                    reason: format!(
-                        "its header value is longer than {MAX_HEADER_VALUE} bytes or holds control characters"
-                    ),
-                });
-            }
-            for host in &credential.hosts {
-                per_host
-                    .entry(host.clone())
-                    .or_default()
-                    .insert(credential.header.clone(), SecretValue::new(header.clone()));
+            for (name, format) in credential.headers() {
+                let header = format.replace(VALUE_PLACEHOLDER, &value);
+                let real_length = format
+                    .replace(VALUE_PLACEHOLDER, resolved.value.expose())
+                    .len();
+                if header.len().max(real_length) > MAX_HEADER_VALUE
+                    || header.chars().any(char::is_control)
+                    || resolved.value.expose().chars().any(char::is_control)
+                {
+                    return Err(Error::InvalidCredential {
+                        name: credential.name.clone(),
+                        reason: format!(
+                            "its header value is longer than {MAX_HEADER_VALUE} bytes or holds control characters"
+                        ),
+                    });
+                }
+                for host in &credential.hosts {
+                    per_host
+                        .entry(host.clone())
+                        .or_default()
+                        .insert(name.to_owned(), SecretValue::new(header.clone()));
+                }
             }
         }
         Ok(per_host

@@ -65,8 +65,14 @@ fn entry_dict<'py>(py: Python<'py>, entry: &SandboxEntry) -> PyResult<Bound<'py,
     dict.set_item("started_at", seconds_since_epoch(entry.started_at))?;
     dict.set_item("lease_left_seconds", entry.lease_left.map(|d| d.as_secs()))?;
     dict.set_item("duplicate_of", entry.duplicate_of.clone())?;
-    dict.set_item("subagent", entry.subagent.as_ref().map(|(child, _)| child.clone()))?;
-    dict.set_item("subagent_of", entry.subagent.as_ref().map(|(_, parent)| parent.clone()))?;
+    dict.set_item(
+        "subagent",
+        entry.subagent.as_ref().map(|(child, _)| child.clone()),
+    )?;
+    dict.set_item(
+        "subagent_of",
+        entry.subagent.as_ref().map(|(_, parent)| parent.clone()),
+    )?;
     dict.set_item("egress_stamp", entry.egress_stamp.clone())?;
     dict.set_item("egress_known", entry.egress_known())?;
     let usage = &entry.usage;

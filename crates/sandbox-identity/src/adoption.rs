@@ -547,7 +547,8 @@ mod tests {
         let child = |id: &str, secs| {
             let mut c = candidate(id, &scope, secs);
             c.metadata.insert(BRANCH_KEY.to_owned(), "main".to_owned());
-            c.metadata.insert(SUBAGENT_KEY.to_owned(), "sa-0".to_owned());
+            c.metadata
+                .insert(SUBAGENT_KEY.to_owned(), "sa-0".to_owned());
             c
         };
         // Beside its parent, newer: the parent is adopted.

@@ -14,8 +14,7 @@ pub use adoption::{
 };
 pub use checkpoint::{
     BRANCH_KEY, CheckpointName, CheckpointReason, MAX_LABEL_LEN, RESTORED_FROM_KEY, SUBAGENT_KEY,
-    SUPERSEDES_KEY,
-    alias_of,
+    SUPERSEDES_KEY, alias_of,
 };
 pub use error::Error;
 pub use labels::{Labels, POSTURE_KEY, PROFILE_KEY, Posture, ProfileDigest, stamp_scope};

@@ -222,29 +222,43 @@ impl Inner {
     /// this host noted for it, else fresh random ones, noted. Costs nothing once each name
     /// has one.
     fn keep_stand_ins(&self, attached: &mut Attached) {
-        let names: Vec<String> = self
+        // Each variable, and the aliases that see its stand-in too (Hermes' mappings).
+        let names: Vec<(String, Vec<String>)> = self
             .credentials
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .list()
             .iter()
-            .map(|credential| credential.name().to_owned())
+            .map(|credential| (credential.name().to_owned(), credential.aliases().to_vec()))
             .collect();
-        if names
-            .iter()
-            .all(|name| attached.stand_ins.contains_key(name))
-        {
+        if names.iter().all(|(name, aliases)| {
+            let own = attached.stand_ins.get(name);
+            own.is_some()
+                && aliases
+                    .iter()
+                    .all(|alias| attached.stand_ins.get(alias) == own)
+        }) {
             return;
         }
         if attached.stand_ins.is_empty() {
             attached.stand_ins = self.noted_stand_ins(&attached.id);
         }
         let mut added = false;
-        for name in names {
-            attached.stand_ins.entry(name).or_insert_with(|| {
-                added = true;
-                crate::credentials::new_stand_in(&*self.services.random)
-            });
+        for (name, aliases) in names {
+            let own = attached
+                .stand_ins
+                .entry(name)
+                .or_insert_with(|| {
+                    added = true;
+                    crate::credentials::new_stand_in(&*self.services.random)
+                })
+                .clone();
+            for alias in aliases {
+                if attached.stand_ins.get(&alias) != Some(&own) {
+                    attached.stand_ins.insert(alias, own.clone());
+                    added = true;
+                }
+            }
         }
         if added {
             let line =

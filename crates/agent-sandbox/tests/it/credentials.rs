@@ -285,3 +285,41 @@ fn the_inventory_keeps_the_header_rule_when_it_applies_a_policy() {
     assert!(!format!("{names:?}").contains(VALUE));
     backend.cleanup();
 }
+
+#[test]
+fn every_header_of_a_credential_is_set_and_its_aliases_see_its_stand_in() {
+    // contract: X17 — Hermes' egress mappings: several matched headers, alias names.
+    let world = World::new();
+    let gemini = Credential::new(
+        "GEMINI_API_KEY".to_owned(),
+        vec!["api.gemini.test".to_owned()],
+        Some("x-goog-api-key".to_owned()),
+        Some("{value}".to_owned()),
+    )
+    .expect("valid")
+    .with_header("Authorization".to_owned(), "Bearer {value}".to_owned())
+    .expect("valid")
+    .with_aliases(vec!["GOOGLE_API_KEY".to_owned()])
+    .expect("valid");
+    let credentials = Credentials::new(
+        vec![gemini],
+        Arc::new(|name| (name == "GEMINI_API_KEY").then(|| VALUE.to_owned())),
+        SOURCE.to_owned(),
+    )
+    .expect("valid");
+    let backend = backend_with(&world, SandboxMode::Persistent, credentials);
+    let (_, seen) =
+        run(&backend, "printenv GEMINI_API_KEY; printenv GOOGLE_API_KEY").expect("runs");
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(lines.len(), 2, "{seen}");
+    assert!(
+        lines[0].starts_with(STAND_IN_PREFIX) && lines[0] == lines[1],
+        "{seen}"
+    );
+    let id = backend.info().expect("attached").sandbox_id;
+    let detail = world.detail(&id).expect("detail");
+    let headers = &detail.network.expect("network").rules["api.gemini.test"][0].headers;
+    assert_eq!(headers["x-goog-api-key"].expose(), VALUE);
+    assert_eq!(headers["Authorization"].expose(), format!("Bearer {VALUE}"));
+    backend.cleanup();
+}

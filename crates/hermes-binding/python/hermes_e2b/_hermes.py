@@ -106,7 +106,7 @@ def resolve_credential(name: str) -> Optional[str]:
 def hermes_proxy_mappings() -> Optional[list[dict[str, Any]]]:
     """The mappings of Hermes' own egress credential firewall (``hermes egress``:
     ``proxy.enabled`` in ``config.yaml`` and its ``mappings.json``), without their proxy
-    tokens: ``env_name``, ``upstream_hosts``, ``match_headers``. None where this Hermes has no
+    tokens: ``env_name``, ``upstream_hosts``, ``match_headers``, ``alias_env_names``. None where this Hermes has no
     such firewall or it is not enabled. Feature-detected: the module is Hermes'."""
     try:
         from hermes_cli.config import load_config_readonly
@@ -131,6 +131,7 @@ def hermes_proxy_mappings() -> Optional[list[dict[str, Any]]]:
             "env_name": getattr(m, "real_env_name", None),
             "upstream_hosts": list(getattr(m, "upstream_hosts", ()) or ()),
             "match_headers": list(getattr(m, "match_headers", ()) or ()),
+            "alias_env_names": list(getattr(m, "alias_env_names", ()) or ()),
         }
         for m in mappings
     ]

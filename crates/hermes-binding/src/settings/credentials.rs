@@ -136,10 +136,11 @@ fn from_json(value: serde_json::Value) -> Value {
 }
 
 /// The credentials of Hermes' own egress firewall (`proxy:` in `config.yaml`, enabled, and
-/// its `mappings.json`: `env_name`, `upstream_hosts`, `match_headers`), as this backend
-/// applies them: the first matched header, `Bearer {value}` for `Authorization` and the bare
-/// value otherwise; wildcard hosts (which E2B-compatible servers need not take) are left
-/// out, and a mapping left with no host is skipped. Names the plugin's own `credentials`
+/// its `mappings.json`: `env_name`, `upstream_hosts`, `match_headers`, `alias_env_names`), as
+/// this backend applies them: every matched header set, `Bearer {value}` for `Authorization`
+/// and the bare value otherwise; the stand-in under every alias too; wildcard hosts (which
+/// E2B-compatible servers need not take) are left out, and a mapping left with no host is
+/// skipped. Names the plugin's own `credentials`
 /// setting configures are not taken from here.
 pub(super) fn from_hermes_mappings(
     mappings: &[Value],
@@ -169,21 +170,46 @@ pub(super) fn from_hermes_mappings(
         if hosts.is_empty() {
             continue;
         }
-        let header = match fields.get("match_headers") {
-            Some(Value::List(items)) => items.iter().find_map(|item| match item {
-                Value::Str(header) => Some(header.clone()),
-                _ => None,
-            }),
-            _ => None,
-        }
-        .unwrap_or_else(|| agent_sandbox::DEFAULT_CREDENTIAL_HEADER.to_owned());
-        let format = if header.eq_ignore_ascii_case("authorization") {
-            agent_sandbox::DEFAULT_CREDENTIAL_FORMAT.to_owned()
-        } else {
-            agent_sandbox::VALUE_PLACEHOLDER.to_owned()
+        let strings = |key: &str| -> Vec<String> {
+            match fields.get(key) {
+                Some(Value::List(items)) => items
+                    .iter()
+                    .filter_map(|item| match item {
+                        Value::Str(text) => Some(text.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            }
         };
-        let credential = Credential::new(name.clone(), hosts, Some(header), Some(format))
-            .map_err(|error| invalid("proxy", error.to_string()))?;
+        // Every header the firewall swaps gets the value (Hermes' default: Authorization).
+        let mut headers = strings("match_headers");
+        if headers.is_empty() {
+            headers.push(agent_sandbox::DEFAULT_CREDENTIAL_HEADER.to_owned());
+        }
+        let format_for = |header: &str| {
+            if header.eq_ignore_ascii_case("authorization") {
+                agent_sandbox::DEFAULT_CREDENTIAL_FORMAT.to_owned()
+            } else {
+                agent_sandbox::VALUE_PLACEHOLDER.to_owned()
+            }
+        };
+        let refused = |error: agent_sandbox::Error| invalid("proxy", error.to_string());
+        let mut credential = Credential::new(
+            name.clone(),
+            hosts,
+            Some(headers[0].clone()),
+            Some(format_for(&headers[0])),
+        )
+        .map_err(refused)?;
+        for header in &headers[1..] {
+            credential = credential
+                .with_header(header.clone(), format_for(header))
+                .map_err(refused)?;
+        }
+        let credential = credential
+            .with_aliases(strings("alias_env_names"))
+            .map_err(refused)?;
         out.push(credential);
     }
     Ok(out)
@@ -286,12 +312,31 @@ mod tests {
                 ("env_name", s("OPENROUTER_API_KEY")),
                 ("upstream_hosts", Value::List(vec![s("*.openrouter.ai")])),
             ]),
+            map(vec![
+                ("env_name", s("GEMINI_API_KEY")),
+                (
+                    "upstream_hosts",
+                    Value::List(vec![s("generativelanguage.googleapis.com")]),
+                ),
+                ("match_headers", Value::List(vec![s("x-goog-api-key")])),
+                ("alias_env_names", Value::List(vec![s("GOOGLE_API_KEY")])),
+            ]),
         ];
         let list = from_hermes_mappings(&mappings, &[]).unwrap();
-        assert_eq!(list.len(), 2, "the wildcard-only mapping is skipped");
+        assert_eq!(list.len(), 3, "the wildcard-only mapping is skipped");
         assert_eq!(list[0].format(), "Bearer {value}");
-        assert_eq!(list[1].header(), "x-api-key");
-        assert_eq!(list[1].format(), "{value}");
+        // Every matched header is set: the bare value, and Bearer for Authorization.
+        let anthropic: Vec<(&str, &str)> = list[1].headers().collect();
+        assert_eq!(
+            anthropic,
+            [
+                ("x-api-key", "{value}"),
+                ("Authorization", "Bearer {value}")
+            ]
+        );
+        // An alias sees the same stand-in; its header is the mapping's.
+        assert_eq!(list[2].aliases(), ["GOOGLE_API_KEY"]);
+        assert_eq!(list[2].header(), "x-goog-api-key");
         let own = Credential::new(
             "OPENAI_API_KEY".to_owned(),
             vec!["api.openai.com".to_owned()],
@@ -300,6 +345,11 @@ mod tests {
         )
         .unwrap();
         let merged = from_hermes_mappings(&mappings, &[own]).unwrap();
-        assert_eq!(merged.len(), 1, "the plugin's own setting wins");
+        assert_eq!(
+            merged.len(),
+            2,
+            "the plugin's own setting wins for OPENAI_API_KEY"
+        );
+        assert!(merged.iter().all(|c| c.name() != "OPENAI_API_KEY"));
     }
 }
