@@ -92,6 +92,9 @@ pub struct Config {
     /// Variables whose real value E2B's egress adds as a header for their hosts, while the
     /// sandbox's commands see a stand-in (X16). Not part of the identity, like `egress`.
     pub credentials: crate::credentials::Credentials,
+    /// The SOCKS5 proxy every allowed TCP connection of the sandbox goes through (X23), its
+    /// password resolved like a credential's value; `None`: direct.
+    pub egress_proxy: Option<crate::egress::EgressProxySetting>,
     /// Where the credentials' values are kept for E2B's egress (X22): E2B Secrets, with a
     /// placeholder in each sandbox's rules, or the rules themselves.
     pub credential_store: crate::secret_store::CredentialStore,
@@ -173,6 +176,7 @@ impl Config {
             security: DEFAULT_SECURITY,
             egress: crate::egress::EgressPolicy::none(),
             credentials: crate::credentials::Credentials::none(),
+            egress_proxy: None,
             credential_store: crate::secret_store::CredentialStore::Auto,
             metadata: BTreeMap::new(),
             mode: SandboxMode::Persistent,

@@ -338,6 +338,11 @@ impl Credentials {
         &self.source
     }
 
+    /// `name`'s value now, through the same resolver (the egress proxy's password, X23).
+    pub(crate) fn value_of(&self, name: &str) -> Option<String> {
+        (self.values)(name).filter(|value| !value.is_empty())
+    }
+
     /// Whether `name`'s value resolves now (for a listing; the value is not kept).
     pub fn has_value(&self, name: &str) -> bool {
         (self.values)(name).is_some_and(|value| !value.is_empty())

@@ -161,27 +161,149 @@ impl EgressPolicy {
     }
 }
 
-/// What E2B must hold on a sandbox's network: the egress policy and the credentials' header
-/// rules (X9, X16), sent together since an update clears what it omits.
+/// The SOCKS5 proxy every allowed TCP connection of the sandbox goes through (E2B's
+/// `network.egressProxy`, X23): `host:port`, an RFC 1929 user name, and the variable whose
+/// value (the profile's `.env`, through the credentials' resolver) is the password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressProxySetting {
+    address: String,
+    username: Option<String>,
+    password_variable: Option<String>,
+}
+
+impl EgressProxySetting {
+    /// Parses `socks5://[user@]host:port` (the password never in it: it comes from
+    /// `password_variable`). The error says what is wrong, never the URL's secret part.
+    pub fn parse(
+        url: &str,
+        password_variable: Option<String>,
+    ) -> Result<EgressProxySetting, Error> {
+        let invalid = |reason: &str| Error::InvalidConfig {
+            reason: format!("egress_proxy {reason}"),
+        };
+        let rest = url
+            .trim()
+            .strip_prefix("socks5://")
+            .ok_or_else(|| invalid("must be a socks5://host:port URL"))?;
+        let rest = rest.trim_end_matches('/');
+        let (username, address) = match rest.rsplit_once('@') {
+            Some((user, address)) => {
+                if user.contains(':') {
+                    return Err(invalid(
+                        "holds a password; put it in the profile's .env (E2B_EGRESS_PROXY_PASSWORD)",
+                    ));
+                }
+                (Some(user.to_owned()).filter(|u| !u.is_empty()), address)
+            }
+            None => (None, rest),
+        };
+        let (host, port) = address
+            .rsplit_once(':')
+            .ok_or_else(|| invalid("needs a port (socks5://host:port)"))?;
+        let port_ok = port.parse::<u16>().is_ok_and(|port| port != 0);
+        let host_ok = !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '[' | ']' | ':'));
+        if !port_ok
+            || !host_ok
+            || username
+                .as_deref()
+                .is_some_and(|u| u.chars().any(char::is_control))
+        {
+            return Err(invalid(
+                "must be socks5://[user@]host:port with a port from 1 to 65535",
+            ));
+        }
+        Ok(EgressProxySetting {
+            address: address.to_owned(),
+            username,
+            password_variable,
+        })
+    }
+
+    /// `host:port`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The RFC 1929 user name, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// The variable holding the password, if any.
+    pub fn password_variable(&self) -> Option<&str> {
+        self.password_variable.as_deref()
+    }
+}
+
+/// What E2B must hold on a sandbox's network: the egress policy, the credentials' header
+/// rules (X9, X16) and the egress proxy (X23), sent together since an update clears what it
+/// omits.
 #[derive(Clone, Debug)]
 pub(crate) struct DesiredNetwork {
     /// Allowed and denied destinations, effective.
     pub(crate) policy: EgressPolicy,
     /// Per-host headers: placeholders of E2B Secrets, or the real values (X22).
     pub(crate) rules: e2b_client::TransformRules,
+    /// The SOCKS5 proxy, its password resolved (X23).
+    pub(crate) proxy: Option<e2b_client::EgressProxy>,
 }
 
 impl DesiredNetwork {
+    /// The proxy `setting` means now, its password resolved through `values` (the
+    /// credentials' resolver); a missing password is an error naming the variable.
+    pub(crate) fn proxy(
+        setting: Option<&EgressProxySetting>,
+        values: &crate::credentials::Credentials,
+    ) -> Result<Option<e2b_client::EgressProxy>, Error> {
+        let Some(setting) = setting else {
+            return Ok(None);
+        };
+        let password = match &setting.password_variable {
+            None => None,
+            Some(variable) => {
+                Some(
+                    values
+                        .value_of(variable)
+                        .ok_or_else(|| Error::MissingCredential {
+                            name: variable.clone(),
+                            source_file: values.source().to_owned(),
+                            operation: "network rules",
+                            sandbox_id: None,
+                        })?,
+                )
+            }
+        };
+        Ok(Some(e2b_client::EgressProxy {
+            address: setting.address.clone(),
+            username: setting.username.clone(),
+            password: password.map(e2b_client::SecretValue::new),
+        }))
+    }
+
     /// The policy's digest alone when there are no rules (so sandboxes stamped before
     /// credentials existed stay in force), else one digest of both.
     pub(crate) fn digest(&self) -> String {
-        if self.rules.is_empty() {
+        if self.rules.is_empty() && self.proxy.is_none() {
             return self.policy.digest();
         }
         let mut hasher = Sha256::new();
         hasher.update(self.policy.digest().as_bytes());
         hasher.update(b"+rules:");
         hasher.update(crate::credentials::rules_digest(&self.rules).as_bytes());
+        if let Some(proxy) = &self.proxy {
+            // The password enters only hashed, as header values do.
+            hasher.update(b"+proxy:");
+            hasher.update(proxy.address.as_bytes());
+            hasher.update([0]);
+            hasher.update(proxy.username.as_deref().unwrap_or("").as_bytes());
+            hasher.update([0]);
+            if let Some(password) = &proxy.password {
+                hasher.update(Sha256::digest(password.expose().as_bytes()));
+            }
+        }
         hasher
             .finalize()
             .iter()
@@ -192,7 +314,7 @@ impl DesiredNetwork {
 
     /// Whether a create request needs no `network` at all.
     pub(crate) fn is_empty(&self) -> bool {
-        self.policy.is_empty() && self.rules.is_empty()
+        self.policy.is_empty() && self.rules.is_empty() && self.proxy.is_none()
     }
 
     fn egress_rules(&self) -> e2b_client::EgressRules {
@@ -206,6 +328,7 @@ impl DesiredNetwork {
     pub(crate) fn network_config(&self) -> e2b_client::NetworkConfig {
         let mut config = e2b_client::NetworkConfig::new(self.egress_rules());
         config.rules = self.rules.clone();
+        config.egress_proxy = self.proxy.clone();
         config
     }
 
@@ -213,18 +336,22 @@ impl DesiredNetwork {
     pub(crate) fn update(&self) -> e2b_client::NetworkUpdate {
         let mut update = e2b_client::NetworkUpdate::new(self.egress_rules());
         update.rules = self.rules.clone();
+        update.egress_proxy = self.proxy.clone();
         update
     }
 
     /// One line for people and logs, without any value: `allow pypi.org; credential
     /// headers for api.github.com`.
     pub(crate) fn summary(&self) -> String {
-        let policy = self.policy.summary();
-        if self.rules.is_empty() {
-            return policy;
+        let mut summary = self.policy.summary();
+        if !self.rules.is_empty() {
+            let hosts: Vec<&str> = self.rules.keys().map(String::as_str).collect();
+            summary.push_str(&format!("; credential headers for {}", hosts.join(", ")));
         }
-        let hosts: Vec<&str> = self.rules.keys().map(String::as_str).collect();
-        format!("{policy}; credential headers for {}", hosts.join(", "))
+        if let Some(proxy) = &self.proxy {
+            summary.push_str(&format!("; through the SOCKS5 proxy {}", proxy.address));
+        }
+        summary
     }
 }
 

@@ -54,7 +54,9 @@ pub use sandbox_identity::CheckpointReason;
 pub use e2b_client::{ApiKey, SandboxId};
 // The one redaction pass (X4), for bindings that log or show text of their own.
 pub use e2b_client::{REDACTED, redact};
-pub use egress::{ALL_TRAFFIC, EGRESS_KEY, EgressList, EgressPolicy, MAX_EGRESS_ENTRIES};
+pub use egress::{
+    ALL_TRAFFIC, EGRESS_KEY, EgressList, EgressPolicy, EgressProxySetting, MAX_EGRESS_ENTRIES,
+};
 pub use error::{CheckpointRefusal, Error, ErrorChain, FileRefusal, LimitDetail, PausedFor};
 pub use fleet::Fleet;
 pub use home::{MAX_HOME_BYTES, SandboxHome};

@@ -87,6 +87,9 @@ pub struct Settings {
     pub subagents: Subagents,
 }
 
+/// The variable of the profile's `.env` holding the egress proxy's password (X23).
+pub const EGRESS_PROXY_PASSWORD: &str = "E2B_EGRESS_PROXY_PASSWORD";
+
 /// Where a delegated child's tool calls run (`subagents`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subagents {
@@ -185,6 +188,7 @@ impl fmt::Debug for Settings {
             .field("checkpoints", &self.checkpoints)
             .field("credentials", &self.credentials)
             .field("credential_store", &config.credential_store)
+            .field("egress_proxy", &config.egress_proxy)
             .field("skills_in_chat_sandboxes", &self.skills_in_chat_sandboxes)
             .field("subagents", &self.subagents)
             .finish()
@@ -434,6 +438,20 @@ impl Settings {
                 )
             })?),
         };
+        if let Some(url) = string(raw, "egress_proxy")? {
+            let refused = |error: agent_sandbox::Error| invalid("egress_proxy", error.to_string());
+            let setting = agent_sandbox::EgressProxySetting::parse(&url, None).map_err(refused)?;
+            // A user name means RFC 1929: its password is the profile's, from its `.env`.
+            config.egress_proxy = Some(if setting.username().is_some() {
+                agent_sandbox::EgressProxySetting::parse(
+                    &url,
+                    Some(EGRESS_PROXY_PASSWORD.to_owned()),
+                )
+                .map_err(refused)?
+            } else {
+                setting
+            });
+        }
         if let Some(value) = string(raw, "credential_store")? {
             config.credential_store = agent_sandbox::CredentialStore::parse(&value)
                 .ok_or_else(|| invalid("credential_store", "must be auto, secrets or rules"))?;

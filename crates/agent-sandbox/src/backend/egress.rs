@@ -121,9 +121,12 @@ impl Inner {
                 sandbox.map(SandboxId::as_str),
             )?
         };
+        let proxy = DesiredNetwork::proxy(self.config.egress_proxy.as_ref(), &credentials)
+            .map_err(|error| error.needed_by(operation, sandbox.map(SandboxId::as_str)))?;
         Ok(DesiredNetwork {
             policy: self.desired_egress(),
             rules,
+            proxy,
         })
     }
 

@@ -132,9 +132,13 @@ impl Inventory {
             "network update",
             None,
         )?;
+        let proxy =
+            DesiredNetwork::proxy(self.config.egress_proxy.as_ref(), &self.config.credentials)
+                .map_err(|error| error.needed_by("network update", None))?;
         let desired = DesiredNetwork {
             policy: self.egress_policy(),
             rules,
+            proxy,
         };
         let digest = desired.digest();
         let entries = self.list(Listing::ThisProfile, now)?;

@@ -344,3 +344,86 @@ fn a_sandbox_restored_from_a_checkpoint_starts_under_the_policy_in_force() {
         "created with the policy: no update"
     );
 }
+
+#[test]
+fn the_egress_proxy_setting_reaches_the_sandbox_and_a_new_password_is_one_update() {
+    // contract: X23 — `network.egressProxy` in the create, its password resolved like a
+    // credential's value and in force before the next command once it changes.
+    let world = World::new();
+    let password = std::sync::Arc::new(std::sync::Mutex::new("firstpassword0".to_owned()));
+    let seen = std::sync::Arc::clone(&password);
+    let mut config = world.config(SandboxMode::Persistent);
+    config.credentials = agent_sandbox::Credentials::new(
+        Vec::new(),
+        std::sync::Arc::new(move |name| {
+            (name == "E2B_EGRESS_PROXY_PASSWORD").then(|| seen.lock().expect("lock").clone())
+        }),
+        "/profile/.env".to_owned(),
+    )
+    .expect("valid");
+    config.egress_proxy = Some(
+        agent_sandbox::EgressProxySetting::parse(
+            "socks5://proxyuser@127.0.0.9:1080",
+            Some("E2B_EGRESS_PROXY_PASSWORD".to_owned()),
+        )
+        .expect("valid"),
+    );
+    let backend = Backend::new(
+        config,
+        world.scope("default"),
+        world.services(),
+        std::sync::Arc::new(agent_sandbox::NoStateHooks),
+    )
+    .expect("backend");
+    run(&backend, "true").expect("runs");
+    let id = backend.info().expect("attached").sandbox_id;
+    let proxy = world
+        .detail(&id)
+        .expect("detail")
+        .network
+        .and_then(|network| network.egress_proxy)
+        .expect("the sandbox has the proxy");
+    assert_eq!(proxy.address, "127.0.0.9:1080");
+    assert_eq!(proxy.username.as_deref(), Some("proxyuser"));
+    assert!(!world.raw_detail(&id).contains("firstpassword0"));
+    let before = world.server().requests();
+    run(&backend, "true").expect("runs");
+    assert_eq!(
+        world
+            .server()
+            .requests()
+            .since(&before)
+            .get("update network"),
+        0
+    );
+    *password.lock().expect("lock") = "secondpassword1".to_owned();
+    run(&backend, "true").expect("runs");
+    assert_eq!(
+        world
+            .server()
+            .requests()
+            .since(&before)
+            .get("update network"),
+        1
+    );
+    backend.cleanup();
+}
+
+#[test]
+fn bad_egress_proxy_urls_are_refused_saying_why() {
+    // contract: X23
+    for (url, why) in [
+        ("http://proxy:1080", "socks5://"),
+        ("socks5://proxy", "port"),
+        ("socks5://user:secret@proxy:1080", ".env"),
+        ("socks5://proxy:0", "port"),
+    ] {
+        let error = agent_sandbox::EgressProxySetting::parse(url, None).expect_err(url);
+        let text = error.to_string();
+        assert!(
+            text.contains("egress_proxy") && text.contains(why),
+            "{text}"
+        );
+        assert!(!text.contains("secret"), "{text}");
+    }
+}

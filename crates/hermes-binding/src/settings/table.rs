@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 26] = [
+pub const SETTINGS: [Setting; 27] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -341,6 +341,13 @@ pub const SETTINGS: [Setting; 26] = [
         default: SettingDefault::Unset("none"),
         env: None,
         description: "Variables whose real value E2B's egress adds as a header for their hosts while the sandbox sees only a stand-in: NAME: {hosts: [api.github.com], header: Authorization, format: \"Bearer {value}\"}. Values come from the profile's .env, never from here. Applied live.",
+    },
+    Setting {
+        key: "egress_proxy",
+        kind: SettingKind::Text,
+        default: SettingDefault::Unset("none"),
+        env: None,
+        description: "A SOCKS5 proxy every allowed TCP connection of the sandbox goes through (E2B's network.egressProxy): socks5://[user@]host:port. With a user, the password is E2B_EGRESS_PROXY_PASSWORD in the profile's .env, never here. Applied live.",
     },
     Setting {
         key: "credential_store",
