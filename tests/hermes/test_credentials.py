@@ -446,3 +446,28 @@ def test_hermes_own_egress_firewall_mappings_apply_without_a_second_setup(home, 
     [entry] = json.loads(shown.stdout)["credentials"]
     assert (entry["name"], entry["source"], entry["has_value"]) == ("OPENAI_API_KEY", "hermes-proxy", True)
     no_value(shown.stdout, shown.stderr)
+
+
+# contract: X23
+def test_the_egress_proxy_setting_reaches_the_sandbox_with_the_password_from_env(home, e2b_local):
+    """`egress_proxy` with a user: the sandbox's network has the proxy, the password comes from
+    the profile's .env, and no answer, CLI output or log holds it."""
+    password = "plainproxypassword77"
+    profile(home, e2b_local, egress_proxy="socks5://proxyuser@127.0.0.9:1080")
+    with open(home.path / ".env", "a", encoding="utf-8") as env:
+        env.write(f"E2B_EGRESS_PROXY_PASSWORD={password}\n")
+    result = run_logged(home, """
+        r = {"sid": T("echo $E2B_SANDBOX_ID", task_id="default")["output"].strip()}
+        from tools.terminal_tool_lifecycle import cleanup_vm
+        cleanup_vm("default")
+        finish(r)
+    """)
+    network = network_of(e2b_local, result["sid"])
+    proxy = network.get("egressProxy") or {}
+    assert proxy.get("address") == "127.0.0.9:1080" and proxy.get("username") == "proxyuser", network
+    outputs = [e2b(home, "network", "--json"), e2b(home, "status", "--json"),
+               e2b(home, "doctor", extra_env={"HERMES_E2B_DOCTOR_OFFLINE": ""})]
+    for text in [json.dumps(network), raw_list(e2b_local)] + [p.stdout + p.stderr for p in outputs]:
+        assert password not in text, text
+    for path in Path(home.path).rglob("*.log"):
+        assert password not in path.read_text(errors="replace")

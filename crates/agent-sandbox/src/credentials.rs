@@ -343,9 +343,21 @@ impl Credentials {
         (self.values)(name).filter(|value| !value.is_empty())
     }
 
-    /// Whether `name`'s value resolves now (for a listing; the value is not kept).
+    /// Whether `name`'s value resolves now, or one of its aliases' (for a listing; the
+    /// value is not kept).
     pub fn has_value(&self, name: &str) -> bool {
-        (self.values)(name).is_some_and(|value| !value.is_empty())
+        match self.list.iter().find(|credential| credential.name == name) {
+            Some(credential) => self.value_for(credential).is_some(),
+            None => self.value_of(name).is_some(),
+        }
+    }
+
+    /// A credential's value: its own name's, else the first alias's that has one (as
+    /// Hermes' firewall reads `GOOGLE_API_KEY` for `GEMINI_API_KEY`).
+    fn value_for(&self, credential: &Credential) -> Option<String> {
+        std::iter::once(&credential.name)
+            .chain(&credential.aliases)
+            .find_map(|name| self.value_of(name))
     }
 
     /// Every credential's value, resolved now, with the secret that holds it in `store`. A
@@ -357,8 +369,8 @@ impl Credentials {
         self.list
             .iter()
             .map(|credential| {
-                let value = (self.values)(&credential.name)
-                    .filter(|value| !value.is_empty())
+                let value = self
+                    .value_for(credential)
                     .ok_or_else(|| Error::MissingCredential {
                         name: credential.name.clone(),
                         source_file: self.source.clone(),

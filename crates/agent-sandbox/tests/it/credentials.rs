@@ -287,8 +287,9 @@ fn the_inventory_keeps_the_header_rule_when_it_applies_a_policy() {
 }
 
 #[test]
-fn every_header_of_a_credential_is_set_and_its_aliases_see_its_stand_in() {
-    // contract: X17 — Hermes' egress mappings: several matched headers, alias names.
+fn every_header_of_a_credential_is_set_and_its_aliases_see_its_stand_in_and_lend_their_value() {
+    // contract: X17 — Hermes' egress mappings: several matched headers, alias names; the
+    // value comes from an alias when the name has none (as Hermes reads GOOGLE_API_KEY).
     let world = World::new();
     let gemini = Credential::new(
         "GEMINI_API_KEY".to_owned(),
@@ -303,7 +304,7 @@ fn every_header_of_a_credential_is_set_and_its_aliases_see_its_stand_in() {
     .expect("valid");
     let credentials = Credentials::new(
         vec![gemini],
-        Arc::new(|name| (name == "GEMINI_API_KEY").then(|| VALUE.to_owned())),
+        Arc::new(|name| (name == "GOOGLE_API_KEY").then(|| VALUE.to_owned())),
         SOURCE.to_owned(),
     )
     .expect("valid");

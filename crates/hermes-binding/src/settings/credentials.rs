@@ -137,8 +137,9 @@ fn from_json(value: serde_json::Value) -> Value {
 
 /// The credentials of Hermes' own egress firewall (`proxy:` in `config.yaml`, enabled, and
 /// its `mappings.json`: `env_name`, `upstream_hosts`, `match_headers`, `alias_env_names`), as
-/// this backend applies them: every matched header set, `Bearer {value}` for `Authorization`
-/// and the bare value otherwise; the stand-in under every alias too; wildcard hosts (which
+/// this backend applies them: every matched header set (`Bearer {value}` for `Authorization`,
+/// the bare value otherwise), but an `Authorization` after the provider's own header; the
+/// stand-in under every alias too, and an alias's value where the name has none; wildcard hosts (which
 /// E2B-compatible servers need not take) are left out, and a mapping left with no host is
 /// skipped. Names the plugin's own `credentials`
 /// setting configures are not taken from here.
@@ -182,11 +183,17 @@ pub(super) fn from_hermes_mappings(
                 _ => Vec::new(),
             }
         };
-        // Every header the firewall swaps gets the value (Hermes' default: Authorization).
+        // Every header the firewall swaps gets the value (Hermes' default: Authorization),
+        // but for an `Authorization` listed after the provider's own header: Hermes swaps a
+        // token only where the client sent it, while E2B's rule sets the header on every
+        // request, and an API that reads a Bearer value as an OAuth or Entra token would
+        // refuse a request carrying its key both ways.
         let mut headers = strings("match_headers");
         if headers.is_empty() {
             headers.push(agent_sandbox::DEFAULT_CREDENTIAL_HEADER.to_owned());
         }
+        let first = headers[0].clone();
+        headers.retain(|header| *header == first || !header.eq_ignore_ascii_case("authorization"));
         let format_for = |header: &str| {
             if header.eq_ignore_ascii_case("authorization") {
                 agent_sandbox::DEFAULT_CREDENTIAL_FORMAT.to_owned()
@@ -313,6 +320,14 @@ mod tests {
                 ("upstream_hosts", Value::List(vec![s("*.openrouter.ai")])),
             ]),
             map(vec![
+                ("env_name", s("EXAMPLE_KEY")),
+                ("upstream_hosts", Value::List(vec![s("api.example.test")])),
+                (
+                    "match_headers",
+                    Value::List(vec![s("x-api-key"), s("api-key"), s("Authorization")]),
+                ),
+            ]),
+            map(vec![
                 ("env_name", s("GEMINI_API_KEY")),
                 (
                     "upstream_hosts",
@@ -323,17 +338,19 @@ mod tests {
             ]),
         ];
         let list = from_hermes_mappings(&mappings, &[]).unwrap();
-        assert_eq!(list.len(), 3, "the wildcard-only mapping is skipped");
+        assert_eq!(list.len(), 4, "the wildcard-only mapping is skipped");
+        // Every other matched header is set.
+        let example: Vec<(&str, &str)> = list[2].headers().collect();
+        assert_eq!(example, [("x-api-key", "{value}"), ("api-key", "{value}")]);
+        let list: Vec<_> = list
+            .into_iter()
+            .filter(|c| c.name() != "EXAMPLE_KEY")
+            .collect();
         assert_eq!(list[0].format(), "Bearer {value}");
-        // Every matched header is set: the bare value, and Bearer for Authorization.
+        // The provider's own header is set; an Authorization after it is not (E2B would set
+        // both on every request).
         let anthropic: Vec<(&str, &str)> = list[1].headers().collect();
-        assert_eq!(
-            anthropic,
-            [
-                ("x-api-key", "{value}"),
-                ("Authorization", "Bearer {value}")
-            ]
-        );
+        assert_eq!(anthropic, [("x-api-key", "{value}")]);
         // An alias sees the same stand-in; its header is the mapping's.
         assert_eq!(list[2].aliases(), ["GOOGLE_API_KEY"]);
         assert_eq!(list[2].header(), "x-goog-api-key");
@@ -347,7 +364,7 @@ mod tests {
         let merged = from_hermes_mappings(&mappings, &[own]).unwrap();
         assert_eq!(
             merged.len(),
-            2,
+            3,
             "the plugin's own setting wins for OPENAI_API_KEY"
         );
         assert!(merged.iter().all(|c| c.name() != "OPENAI_API_KEY"));
