@@ -315,8 +315,8 @@ mod tests {
         ] {
             assert_eq!(counts.get(route), expected, "{route}");
         }
-        assert_eq!(counts.total(), 19);
-        assert_eq!(counts.rest(), 19);
+        assert_eq!(counts.total(), 24);
+        assert_eq!(counts.rest(), 24);
         assert_eq!(counts.envd(), 0);
     }
 
