@@ -112,12 +112,9 @@ def _parent_environment(parent_subagent_id: Optional[str]) -> tuple[Any, Optiona
             parent = _children.get(parent_subagent_id)
         if parent is not None:
             return parent.env, None if parent.env is not None else "its parent subagent has no sandbox yet"
-    # The calling session's key, as the parent's own tool calls resolve it.
-    key = container_key()
-    live = live_environments()
-    env = live.get(key)
-    if env is None and len(live) == 1:
-        env = next(iter(live.values()))
+    # The calling session's key, as the parent's own tool calls resolve it; never another
+    # session's sandbox (a gateway's other chats), whatever is live.
+    env = live_environments().get(container_key())
     if env is None:
         return None, "the parent has no E2B sandbox yet (it ran no tool in one)"
     return env, None
