@@ -262,10 +262,10 @@ def on_transform_tool_result(tool_name: Any = None, result: Any = None, session_
 
 
 def doctor_row(settings: Any) -> Optional[tuple[bool, str, str]]:
-    """The "E2B subagents" row: where delegated children work, and why when they cannot fork."""
+    """The "E2B subagents" row when forks are asked for: that they are made, or why not. None
+    with `subagents: shared` (Hermes' own behaviour, nothing to report)."""
     if not wanted(settings):
-        return (True, "E2B subagents", "shared: delegated children work in the parent's sandbox (subagents: fork "
-                "gives each its own fork)")
+        return None
     if _unsupported is not None:
         return (False, "E2B subagents", f"fork asked for, but children share the parent's sandbox: {_unsupported}")
     return (True, "E2B subagents", "fork: each delegated child works in its own fork of the parent's sandbox; its "
