@@ -20,6 +20,7 @@ use e2b_client::{Client, NewSecret, SecretQuery, SecretUpdate, SecretValue};
 use futures::StreamExt;
 use sandbox_identity::ProfileDigest;
 use sha2::{Digest, Sha256};
+use writer_lease::Host as _;
 
 use crate::error::Error;
 
@@ -434,7 +435,13 @@ impl ProfileStore {
         for (secret, digest) in &synced.pushed {
             text.push_str(&format!("{secret} {digest}\n"));
         }
-        if let Err(error) = write_owner_only(path, &text) {
+        // The coordination files' own writer: owner-only, atomic, the directory made 0700.
+        let host = writer_lease::OsHost;
+        let written = path
+            .parent()
+            .map_or(Ok(()), |dir| host.ensure_private_dir(dir))
+            .and_then(|()| host.write_atomic(path, text.as_bytes()));
+        if let Err(error) = written {
             // A cache: without it the next process pushes each value once more.
             tracing::debug!(
                 "the credential secrets record {} was not written: {error}",
@@ -517,23 +524,6 @@ fn read_record(path: &Path) -> Option<Record> {
         salt,
         pushed,
     })
-}
-
-/// Writes `text` to `path` through an owner-only temporary file and a rename.
-fn write_owner_only(path: &Path, text: &str) -> std::io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let temporary = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    std::io::Write::write_all(&mut options.open(&temporary)?, text.as_bytes())?;
-    std::fs::rename(&temporary, path)
 }
 
 #[cfg(test)]
