@@ -373,7 +373,7 @@ pub struct Services {
     /// with: a create or resume refused for it may pause another member's idle sandbox (L14).
     pub fleet: crate::fleet::Fleet,
     /// Where credential stand-ins' randomness comes from (X16).
-    pub random: Arc<dyn crate::credentials::RandomSource>,
+    pub random: Arc<dyn crate::stand_in::RandomSource>,
 }
 
 impl Services {
@@ -384,7 +384,7 @@ impl Services {
             clock: Arc::new(SystemClock),
             progress: None,
             fleet: crate::fleet::Fleet::new(),
-            random: Arc::new(crate::credentials::SystemRandom),
+            random: Arc::new(crate::stand_in::SystemRandom),
         }
     }
 }

@@ -20,6 +20,8 @@ mod progress;
 mod report;
 mod secret_store;
 mod sink;
+mod stand_in;
+pub use stand_in::{RandomSource, STAND_IN_PREFIX, SystemRandom};
 mod subagent;
 mod transport;
 pub mod warn_once;
@@ -46,8 +48,7 @@ pub use config::{
 pub use credentials::{
     Credential, CredentialValues, Credentials, DEFAULT_CREDENTIAL_FORMAT,
     DEFAULT_CREDENTIAL_HEADER, MAX_CREDENTIAL_HOSTS, MAX_HEADER_NAME, MAX_HEADER_VALUE,
-    MAX_HEADERS_PER_HOST, MAX_VARIABLE_NAME, RandomSource, STAND_IN_PREFIX, SystemRandom,
-    VALUE_PLACEHOLDER,
+    MAX_HEADERS_PER_HOST, MAX_VARIABLE_NAME, VALUE_PLACEHOLDER,
 };
 pub use sandbox_identity::CheckpointReason;
 // The types `Config` is built from, so a framework binding needs no e2b-client dependency.

@@ -253,7 +253,7 @@ impl Inner {
                 .entry(name)
                 .or_insert_with(|| {
                     added = true;
-                    crate::credentials::new_stand_in(&*self.services.random)
+                    crate::stand_in::new_stand_in(&*self.services.random)
                 })
                 .clone();
             for alias in aliases {
@@ -264,8 +264,7 @@ impl Inner {
             }
         }
         if added {
-            let line =
-                crate::credentials::stand_ins_line(attached.id.as_str(), &attached.stand_ins);
+            let line = crate::stand_in::stand_ins_line(attached.id.as_str(), &attached.stand_ins);
             self.note(|note| note.set(NOTE_STAND_INS, &line));
         }
     }
@@ -278,7 +277,7 @@ impl Inner {
             .and_then(|files| files.note().ok().flatten());
         note.and_then(|note| {
             note.get(NOTE_STAND_INS)
-                .map(|line| crate::credentials::parse_stand_ins(line, id.as_str()))
+                .map(|line| crate::stand_in::parse_stand_ins(line, id.as_str()))
         })
         .unwrap_or_default()
     }
