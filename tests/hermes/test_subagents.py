@@ -226,3 +226,70 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     proc = hermes_chat(home, guard, f"Please run the scripted steps {again}")
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert scripted_model.tool_result(again, 0)["output"].strip() == parent_id
+
+
+@pytest.fixture
+def two_slots():
+    """An e2b-local that runs at most two sandboxes at once: the parent's and one fork."""
+    from conftest import LocalServer
+
+    server = LocalServer("--max-running", "2")
+    yield server
+    server.stop()
+
+
+# contract: R15 (L14: forks take slots like any sandbox)
+def test_three_children_under_a_limit_of_two_all_come_back_and_a_failed_ones_work_too(home, two_slots,  # noqa: F811
+                                                                                     scripted_model, guard):
+    """Three parallel coding tasks on an account that runs two sandboxes: the parent keeps its
+    slot, the forks take turns for the other (an idle sibling's fork is paused between its
+    tool calls), and every child's work comes back, the one whose run failed included (Hermes
+    reports it `failed`); the limit is never passed and no fork is left."""
+    from test_gateway_restarts import RunningSampler
+
+    tag = uuid.uuid4().hex
+    marker = f"PARENT-{tag[:10]}"
+    children = {name: f"CHILD{name.upper()}-{tag[:10]}" for name in ("a", "b", "c")}
+    for name, child in children.items():
+        scripted_model.register(child, [
+            ToolCall("terminal", {"command": f"cd {PLAIN} && echo {name} > /tmp/who && echo {name} > {name}.txt"}),
+            ToolCall("terminal", {"command": f"cd {PLAIN} && cat /tmp/who && ls"}),
+            # "(empty)" is what Hermes' loop answers when it gives up on a model: the child's
+            # run is reported `failed`.
+            Reply("(empty)" if name == "c" else f"child {name} done"),
+        ])
+    scripted_model.register(marker, [
+        ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && cd {PLAIN} && echo base > shared.txt"}),
+        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {c}"} for c in children.values()]}),
+        ToolCall("terminal", {"command": f"cd {PLAIN} && ls && cat a.txt b.txt c.txt; cat /tmp/who 2>&1; true"}),
+        Reply(f"parent done {marker}"),
+    ])
+    # `hermes chat -q` lets a one-shot run delegate two children unless told more.
+    write_agent_config(home, agent_config(scripted_model, two_slots.settings(metadata={"test": tag}, subagents="fork"),
+                                          extra={"delegation": {"oneshot_max_children": 3}}))
+    home.write_key()
+    sampler = RunningSampler(two_slots)
+    sampler.start()
+    try:
+        proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
+    finally:
+        sampler.stop()
+    assert proc.returncode == 0, f"rc {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert f"parent done {marker}" in proc.stdout
+    delegated = scripted_model.tool_result(marker, 1)
+    # Each child read its own /tmp/who in its own fork.
+    for name, child in children.items():
+        assert scripted_model.tool_result(child, 1)["output"].splitlines()[0] == name, delegated
+    reports = {r["subagent"]: r for r in delegated["subagent_sandboxes"]}
+    assert len(reports) == 3, delegated
+    statuses = sorted(r["status"] for r in reports.values())
+    assert statuses == ["completed", "completed", "failed"], reports
+    for report in reports.values():
+        assert len(report["written"]) == 1 and report["conflicts"] == [], report
+    after = scripted_model.tool_result(marker, 2)["output"].splitlines()
+    assert after[:4] == ["a.txt", "b.txt", "c.txt", "shared.txt"], after
+    assert after[4:7] == ["a", "b", "c"], after
+    assert "No such file" in after[7], after
+    assert sampler.highest <= 2, sampler.highest
+    left = [s for s in sandboxes(two_slots, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left
