@@ -293,3 +293,57 @@ def test_three_children_under_a_limit_of_two_all_come_back_and_a_failed_ones_wor
     assert sampler.highest <= 2, sampler.highest
     left = [s for s in sandboxes(two_slots, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
     assert left == [], left
+
+
+# contract: R15
+def test_a_gateway_chats_detached_child_comes_back_and_its_report_reaches_the_next_turn(home, e2b_local,  # noqa: F811
+                                                                                      scripted_model, guard):
+    """A real `hermes gateway run`: a run of a chat delegates a child, and Hermes detaches it
+    (the delegation returns at once; the child runs after the turn has ended). The child's work
+    still comes back to the chat's sandbox when it ends, its fork is killed, and the chat's next
+    turn tells the model what came back (its `delegate_task` result was read long before)."""
+    import time
+
+    from agent_harness import Gateway
+
+    tag = uuid.uuid4().hex
+    marker, child_marker, after = f"PARENT-{tag[:10]}", f"CHILDD-{tag[:10]}", f"AFTER-{tag[:10]}"
+    scripted_model.register(child_marker, [
+        ToolCall("terminal", {"command": f"cd {PLAIN} && echo detached > work.txt && echo written"}),
+        Reply("child done"),
+    ])
+    scripted_model.register(marker, [
+        ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && echo ready"}),
+        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {child_marker}"}]}),
+        Reply(f"delegated {marker}"),
+    ])
+    scripted_model.register(after, [
+        ToolCall("terminal", {"command": f"cat {PLAIN}/work.txt"}),
+        Reply(f"after {after}"),
+    ])
+    write_agent_config(home, agent_config(scripted_model, e2b_local.settings(metadata={"test": tag}, subagents="fork")))
+    home.write_key()
+    session = f"detached-{tag[:8]}"
+    with Gateway(home, guard) as gateway:
+        reply = gateway.chat(f"Please run the scripted steps {marker}", session_id=session)
+        assert reply == f"delegated {marker}", gateway.tail()
+        assert "subagent_sandboxes" not in scripted_model.tool_result(marker, 1), "the delegation was detached"
+
+        def ended() -> list[str]:
+            return [line for line in gateway.log_lines() if "hermes-e2b: subagent " in line and " ended (" in line]
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not ended():
+            time.sleep(0.2)
+        [line] = {line.split("hermes-e2b: subagent ", 1)[-1] for line in ended()}
+        assert "ended (completed)" in line and "1 written" in line, line
+        reply = gateway.chat(f"Please run the scripted steps {after}", session_id=session)
+        assert reply == f"after {after}", gateway.tail()
+    assert scripted_model.tool_result(after, 0)["output"].strip() == "detached", [
+        (s["sandboxID"], {k: v for k, v in (s.get("metadata") or {}).items() if k in ("hermes.task", "hermes.scope", "hermes.subagent", "hermes.branch", "hermes.session")}) for s in sandboxes(e2b_local, tag)]
+    # The next turn's first model request carries what came back.
+    [first, *_] = scripted_model.conversation(after)
+    told = json.dumps(first["body"]["messages"])
+    assert "Subagent sandboxes, since the delegation returned" in told and "work.txt" in told, told[-3000:]
+    left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left

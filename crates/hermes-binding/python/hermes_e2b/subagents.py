@@ -98,6 +98,10 @@ def register(ctx: Any) -> None:
         hook("subagent_start", on_subagent_start)
         hook("subagent_stop", on_subagent_stop)
         hook("transform_tool_result", on_transform_tool_result)
+        if "pre_llm_call" in VALID_HOOKS:
+            # A detached delegation (a gateway chat's) ends after the turn that made it: what
+            # came back reaches the parent's model at its next turn instead.
+            hook("pre_llm_call", on_pre_llm_call)
     except Exception as error:  # noqa: BLE001 - a refused hook must not fail the load
         _unsupported = f"this Hermes refused the subagent hooks ({error})"
         return
@@ -235,6 +239,7 @@ def on_subagent_stop(child_session_id: Any = None, child_status: Any = None,
             report["came_back"] = (f"Subagent {child.id}'s work could not be brought back ({error}); its fork "
                                    f"{child.native.sandbox_id} is kept: hermes e2b list shows it")
             logger.warning("hermes-e2b: %s", report["came_back"])
+    logger.info("hermes-e2b: subagent %s ended (%s): %s", child.id, child.status or "no status", report["came_back"])
     with _lock:
         _reports.setdefault(str(parent_session_id or child.parent_session), []).append(report)
     return None
@@ -259,6 +264,17 @@ def on_transform_tool_result(tool_name: Any = None, result: Any = None, session_
         parsed["subagent_sandboxes"] = reports
         return json.dumps(parsed)
     return text + "\n\nSubagent sandboxes:\n" + "\n".join(r["came_back"] for r in reports)
+
+
+def on_pre_llm_call(session_id: Any = None, **_: Any) -> Optional[dict[str, str]]:
+    """What came back of children that ended after the parent's ``delegate_task`` returned (a
+    detached delegation), as context for the parent's next turn; once."""
+    with _lock:
+        reports = _reports.pop(str(session_id or ""), None)
+    if not reports:
+        return None
+    lines = [f"{r['came_back']} (its run: {r['status'] or 'no status'})" for r in reports]
+    return {"context": "Subagent sandboxes, since the delegation returned:\n" + "\n".join(lines)}
 
 
 def doctor_row(settings: Any) -> Optional[tuple[bool, str, str]]:
