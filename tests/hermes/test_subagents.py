@@ -347,3 +347,53 @@ def test_a_gateway_chats_detached_child_comes_back_and_its_report_reaches_the_ne
     assert "Subagent sandboxes, since the delegation returned" in told and "work.txt" in told, told[-3000:]
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
     assert left == [], left
+
+
+# contract: R15
+def test_an_interrupted_childs_work_comes_back(home, e2b_local, scripted_model, guard):  # noqa: F811
+    """Ctrl-C while a child's command runs in its fork: Hermes interrupts the child (its command
+    is killed) and the parent; what the child wrote before comes back to the parent's sandbox,
+    and its fork is killed."""
+    import signal
+    import subprocess
+    import time
+
+    from agent_harness import VENV_BIN
+
+    tag = uuid.uuid4().hex
+    marker, child_marker, again = f"PARENT-{tag[:10]}", f"CHILDI-{tag[:10]}", f"AGAIN-{tag[:10]}"
+    scripted_model.register(child_marker, [
+        ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt && echo written"}),
+        ToolCall("terminal", {"command": "sleep 100", "timeout": 150}),
+        Reply("never"),
+    ])
+    scripted_model.register(marker, [
+        ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && echo ready"}),
+        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {child_marker}"}]}),
+        Reply("never"),
+    ])
+    write_agent_config(home, agent_config(scripted_model, e2b_local.settings(metadata={"test": tag}, subagents="fork")))
+    home.write_key()
+    proc = subprocess.Popen([str(VENV_BIN / "hermes"), "chat", "-q", f"Please run the scripted steps {marker}"],
+                            env=home.env(guard.env()), cwd=home.path, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(scripted_model.conversation(child_marker)) < 2:
+            time.sleep(0.2)
+        assert len(scripted_model.conversation(child_marker)) >= 2, "the child was given its sleep"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    logs = "\n".join(p.read_text(errors="replace") for p in (home.path / "logs").glob("*.log"))
+    ended = [line for line in logs.splitlines() if "hermes-e2b: subagent " in line and " ended (" in line]
+    assert len(ended) == 1 and "ended (interrupted)" in ended[0] and "1 written" in ended[0], ended
+    scripted_model.register(again, [ToolCall("terminal", {"command": f"cat {PLAIN}/work.txt"}), Reply("ok")])
+    proc = hermes_chat(home, guard, f"Please run the scripted steps {again}")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert scripted_model.tool_result(again, 0)["output"].strip() == "partial"
+    left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left
