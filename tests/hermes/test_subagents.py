@@ -171,7 +171,8 @@ def test_shared_keeps_hermes_behaviour(home, e2b_local, scripted_model, guard): 
 def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(home, e2b_local, scripted_model,  # noqa: F811
                                                                               guard):
     """Hermes is SIGKILLed while a child runs in its fork: `hermes e2b list` shows the fork as
-    that child's, with its parent; the next `hermes chat` works in the parent's sandbox, never
+    that child's, with its parent; `hermes e2b pull --subagent` brings its work back into the
+    parent's sandbox and kills it; the next `hermes chat` works in the parent's sandbox, never
     the fork."""
     import signal
     import subprocess
@@ -183,7 +184,8 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     tag = uuid.uuid4().hex
     marker, child_marker = f"PARENT-{tag[:10]}", f"CHILDK-{tag[:10]}"
     scripted_model.register(child_marker, [
-        ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt && sleep 100", "timeout": 150}),
+        ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt"}),
+        ToolCall("terminal", {"command": "sleep 100", "timeout": 150}),
         Reply("never"),
     ])
     scripted_model.register(marker, [
@@ -204,10 +206,10 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
             if fork is None:
                 time.sleep(0.2)
         assert fork is not None, "the child's fork appeared"
-        # The child has its command: it runs in the fork when Hermes is killed.
-        while time.monotonic() < deadline and not scripted_model.conversation(child_marker):
+        # The child wrote its file and has its `sleep`: it runs in the fork when Hermes is killed.
+        while time.monotonic() < deadline and len(scripted_model.conversation(child_marker)) < 2:
             time.sleep(0.2)
-        assert scripted_model.conversation(child_marker), "the child asked for its step"
+        assert len(scripted_model.conversation(child_marker)) >= 2, "the child asked for its second step"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -220,12 +222,22 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     assert entry["duplicate_of"] is None, entry
     text = e2b(home, "list").stdout
     assert f"fork of {parent_id}" in text, text
-    # The next session works in the parent's sandbox, not the fork.
+    # The child's work is recovered into the parent's sandbox, and the fork is killed.
+    pulled = e2b(home, "pull", "--subagent", fork["sandboxID"], "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    back = json.loads(pulled.stdout)
+    # The child worked in the parent's working directory, the sandbox user's home.
+    assert (back["written"], back["conflicts"]) == (["plain/work.txt"], []), back
+    assert [s for s in listed(e2b_local, tag) if s["sandboxID"] == fork["sandboxID"]] == []
+    again_pull = e2b(home, "pull", "--subagent", fork["sandboxID"])
+    assert again_pull.returncode != 0 and "no record of a subagent fork" in again_pull.stderr, again_pull.stderr
+    # The next session works in the parent's sandbox, not the fork, and finds the work there.
     again = f"AGAIN-{tag[:10]}"
-    scripted_model.register(again, [ToolCall("terminal", {"command": "echo \"$E2B_SANDBOX_ID\""}), Reply("ok")])
+    scripted_model.register(again, [ToolCall("terminal", {"command": f"echo \"$E2B_SANDBOX_ID\"; cat {PLAIN}/work.txt"}),
+                                    Reply("ok")])
     proc = hermes_chat(home, guard, f"Please run the scripted steps {again}")
     assert proc.returncode == 0, proc.stdout[-2000:]
-    assert scripted_model.tool_result(again, 0)["output"].strip() == parent_id
+    assert scripted_model.tool_result(again, 0)["output"].split() == [parent_id, "partial"]
 
 
 @pytest.fixture

@@ -181,6 +181,29 @@ impl Manifest {
     }
 }
 
+impl Manifest {
+    /// The manifest as [`manifest_script`] prints it: [`Manifest::parse`] reads it back.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (path, mark) in &self.entries {
+            match mark {
+                Mark::File {
+                    size,
+                    modified,
+                    changed,
+                    mode,
+                } => out.extend_from_slice(
+                    format!("f {size} {modified} {changed} {mode} {path}\0").as_bytes(),
+                ),
+                Mark::Link(target) => {
+                    out.extend_from_slice(format!("l {path}\0{target}\0").as_bytes())
+                }
+            }
+        }
+        out
+    }
+}
+
 /// Parses `sha256sum -z`'s output (`<64 hex>  <path>` records): each path's content digest.
 /// Refused, naming the record, as [`Manifest::parse`] refuses.
 pub fn parse_digests(output: &[u8]) -> Result<BTreeMap<String, String>, String> {

@@ -21,9 +21,9 @@ use crate::settings::{Persistence, idle_lifetime};
 #[pyclass(name = "Inventory", module = "hermes_e2b._native", frozen)]
 #[derive(Debug)]
 pub struct PyInventory {
-    inventory: Inventory,
+    pub(crate) inventory: Inventory,
     /// The Hermes home: errors name its files (a missing key, its `.env`).
-    profile_home: PathBuf,
+    pub(crate) profile_home: PathBuf,
 }
 
 fn seconds_since_epoch(time: SystemTime) -> f64 {

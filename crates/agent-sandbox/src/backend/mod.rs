@@ -11,6 +11,7 @@ mod egress;
 mod replace;
 mod subagent;
 pub use subagent::{BringBack, ChildSandbox};
+pub(crate) mod subagent_record;
 mod turns;
 pub use checkpoint::MAX_BRANCHES;
 pub(crate) use egress::noted_for as noted_egress_for;

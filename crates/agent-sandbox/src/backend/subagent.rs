@@ -10,6 +10,7 @@ use bytes::Bytes;
 use e2b_client::{Sandbox, SandboxId, StartOptions};
 use sandbox_identity::{BRANCH_KEY, CheckpointReason};
 
+use super::subagent_record::ForkRecord;
 use super::{Backend, Inner, TRANSFER_WINDOW, bump};
 use crate::config::{SandboxMode, Scope};
 use crate::error::Error;
@@ -34,7 +35,7 @@ pub struct ChildSandbox {
     pub dir: String,
     /// The parent's sandbox when it was forked.
     pub parent: SandboxId,
-    base: Base,
+    pub(super) base: Base,
     backend: std::sync::Arc<Backend>,
 }
 
@@ -66,7 +67,7 @@ impl ChildSandbox {
 
 /// What the child's work is measured from.
 #[derive(Clone, Debug)]
-enum Base {
+pub(super) enum Base {
     /// The work tree's top and its `HEAD` at the fork.
     Git { top: String, head: String },
     /// The directory's files at the fork, as the fork's file system and the parent's report
@@ -227,6 +228,8 @@ impl Backend {
                             });
                         }
                     }
+                    // What a crash's recovery needs: this host keeps it until the work is back.
+                    ForkRecord::of(&made, &inner.scope.task_id).write(&inner.scope.profile_home);
                     Ok(made)
                 });
             children_made.push(made);
@@ -242,21 +245,7 @@ impl Backend {
         dir: &str,
         parent: SandboxId,
     ) -> Result<ChildSandbox, Error> {
-        let mut config = self.inner.config.clone();
-        config.mode = SandboxMode::Attach {
-            sandbox_id: sandbox_id.clone(),
-        };
-        let backend = std::sync::Arc::new(Backend::new(
-            config,
-            Scope {
-                task_id: format!("{}-subagent-{id}", self.inner.scope.task_id),
-                ..self.inner.scope.clone()
-            },
-            self.inner.services.clone(),
-            std::sync::Arc::new(NoStateHooks),
-        )?);
-        // Before its first attach: from then on the fleet counts it and may pause it.
-        let _ = backend.inner.fork_of.set(parent.clone());
+        let backend = self.fork_backend(&id, &sandbox_id, &parent)?;
         let script = format!(
             "cd -- {dir} || exit 3; \
              if top=$(git rev-parse --show-toplevel 2>/dev/null) && head=$(git rev-parse HEAD 2>/dev/null); \
@@ -282,6 +271,50 @@ impl Backend {
             base,
             backend,
         })
+    }
+
+    /// A backend attached to a child's fork (attach mode: it never kills the fork), with no
+    /// state hooks.
+    fn fork_backend(
+        &self,
+        id: &ChildId,
+        sandbox_id: &SandboxId,
+        parent: &SandboxId,
+    ) -> Result<std::sync::Arc<Backend>, Error> {
+        let mut config = self.inner.config.clone();
+        config.mode = SandboxMode::Attach {
+            sandbox_id: sandbox_id.clone(),
+        };
+        let backend = std::sync::Arc::new(Backend::new(
+            config,
+            Scope {
+                task_id: format!("{}-subagent-{id}", self.inner.scope.task_id),
+                ..self.inner.scope.clone()
+            },
+            self.inner.services.clone(),
+            std::sync::Arc::new(NoStateHooks),
+        )?);
+        // Before its first attach: from then on the fleet counts it and may pause it.
+        let _ = backend.inner.fork_of.set(parent.clone());
+        Ok(backend)
+    }
+
+    /// Brings back the work of a child whose process died before it came back (the fork
+    /// `record` names, made from this backend's sandbox), then kills its fork: what
+    /// `hermes e2b pull --subagent` does.
+    pub(crate) fn recover_child(&self, record: ForkRecord) -> Result<BringBack, Error> {
+        let backend = self.fork_backend(&record.child, &record.fork, &record.parent)?;
+        let child = ChildSandbox {
+            id: record.child,
+            sandbox_id: record.fork,
+            dir: record.dir,
+            parent: record.parent,
+            base: record.base,
+            backend,
+        };
+        let report = self.bring_back(&child)?;
+        self.end_child(child)?;
+        Ok(report)
     }
 
     /// Brings `child`'s work back into the scope's sandbox: in a git work tree its commits,
@@ -525,7 +558,10 @@ impl Backend {
         let client = inner.client()?;
         let (_, failed) = inner.kill_all(&client, std::slice::from_ref(&child.sandbox_id));
         match failed.into_iter().next() {
-            None => Ok(()),
+            None => {
+                ForkRecord::remove(&inner.scope.profile_home, &child.sandbox_id);
+                Ok(())
+            }
             Some((id, why)) => Err(Error::InvalidConfig {
                 reason: format!("the subagent fork {id} was not killed: {why}"),
             }),

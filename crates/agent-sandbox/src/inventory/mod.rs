@@ -405,6 +405,31 @@ impl Inventory {
         backend.pull_now()
     }
 
+    /// Brings back the work of a delegated child whose process died mid-child (R15): the
+    /// fork `fork`, as this host's record of it says (which child, whose sandbox, the base),
+    /// applied to the parent's sandbox as the child's end would have, under that scope's
+    /// state lock; then the fork is killed and the record removed.
+    pub fn pull_subagent(&self, fork: &str) -> Result<crate::backend::BringBack, Error> {
+        let fork = SandboxId::parse(fork.to_owned()).ok_or_else(|| Error::InvalidConfig {
+            reason: format!("{fork:?} is not a sandbox id"),
+        })?;
+        let record = crate::backend::subagent_record::ForkRecord::load(&self.profile_home, &fork)?;
+        let mut config = self.config.clone();
+        config.mode = SandboxMode::Attach {
+            sandbox_id: record.parent.clone(),
+        };
+        let parent = Backend::new(
+            config,
+            Scope {
+                profile_home: self.profile_home.clone(),
+                task_id: record.task_id.clone(),
+            },
+            self.services.clone(),
+            Arc::new(NoStateHooks),
+        )?;
+        parent.recover_child(record)
+    }
+
     /// Whether this host can lock the profile's coordination files (C6): `Err` says what is
     /// missing. Takes a shared lock for an instant on a file of its own.
     pub fn host_locking(&self) -> Result<(), String> {

@@ -47,8 +47,11 @@ def setup(parser: argparse.ArgumentParser) -> None:
     rm.add_argument("--yes", action="store_true", help="do not ask")
     rm.add_argument("--force", action="store_true", help="also kill one a live session on this host writes to")
     rm.add_argument("--json", action="store_true", help="print JSON")
-    pull = sub.add_parser("pull", help="recover skills/ and memories/ from a sandbox into this host's Hermes home")
+    pull = sub.add_parser("pull", help="recover skills/ and memories/ from a sandbox into this host's Hermes home; "
+                          "or, with --subagent, a delegated child's work from its fork into its parent's sandbox")
     pull.add_argument("--task", default="default", metavar="ID", help="the task (container key); default: default")
+    pull.add_argument("--subagent", metavar="FORK", help="a subagent's fork left by a process that died mid-child "
+                      "(`hermes e2b list` shows it): bring its work back to its parent's sandbox, then kill it")
     pull.add_argument("--json", action="store_true", help="print JSON")
     doctor = sub.add_parser("doctor", help="the E2B backend's checks (works inside containers too)")
     doctor.add_argument("--live", action="store_true", help="also create a probe sandbox (billed for its seconds), check its template has bash, tar, flock, setsid, date and a writable home, kill it")
@@ -372,6 +375,15 @@ def _rm_dry_run(plan: list, kills: list, as_json: bool) -> int:
 
 
 def _pull(ctx: Any, args: argparse.Namespace) -> int:
+    if args.subagent:
+        from . import _native
+
+        back = _with_progress(ctx, lambda inventory: _native.pull_subagent(inventory, args.subagent))
+        if args.json:
+            _print_json({"fork": args.subagent, **back})
+        else:
+            print(back["summary"])
+        return 0
     summary = _with_progress(ctx, lambda inventory: inventory.pull(args.task))
     if args.json:
         _print_json({"task": args.task, **summary})
