@@ -49,7 +49,7 @@ def delegate(marker_a: str, marker_b: str) -> ToolCall:
 
 
 def run_parent(home, e2b_local, scripted_model, guard, tag, *, subagents: str, setup: str, directory: str,  # noqa: F811
-               git: bool, extra: dict | None = None):
+               git: bool, extra: dict | None = None, plugin: dict | None = None):
     marker = f"PARENT-{tag[:10]}"
     marker_a, marker_b = f"CHILDA-{tag[:10]}", f"CHILDB-{tag[:10]}"
     scripted_model.register(marker_a, child_script("a", directory, git))
@@ -61,7 +61,8 @@ def run_parent(home, e2b_local, scripted_model, guard, tag, *, subagents: str, s
                                          f"cat shared.txt.hermes-subagent-* 2>/dev/null; true"}),
         Reply(f"parent done {marker}"),
     ])
-    settings = e2b_local.settings(metadata={"test": tag}, **({"subagents": subagents} if subagents else {}))
+    settings = e2b_local.settings(metadata={"test": tag}, **({"subagents": subagents} if subagents else {}),
+                                  **(plugin or {}))
     write_agent_config(home, agent_config(scripted_model, settings, extra=extra))
     home.write_key()
     proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
@@ -142,13 +143,22 @@ def test_outside_git_both_childrens_files_come_back_and_a_conflict_is_kept_besid
 # contract: R15
 def test_hermes_worktree_isolation_selects_forks(home, e2b_local, scripted_model, guard):  # noqa: F811
     """No `subagents` setting, but Hermes' own `delegation.worktree_isolation: true`: the user
-    asked for isolated children, so they get forks here too."""
+    asked for isolated children, so they get forks here too. With `subagent_forks: keep` each
+    fork is paused and kept once its work is back, listed as its child's, with nothing left to
+    recover."""
     tag = uuid.uuid4().hex
     setup = f"mkdir -p {PLAIN} && cd {PLAIN} && echo base > shared.txt && echo ready"
     marker, _, _ = run_parent(home, e2b_local, scripted_model, guard, tag, subagents="", setup=setup,
-                              directory=PLAIN, git=False, extra={"delegation": {"worktree_isolation": True}})
+                              directory=PLAIN, git=False, extra={"delegation": {"worktree_isolation": True}},
+                              plugin={"subagent_forks": "keep"})
     reports = scripted_model.tool_result(marker, 1).get("subagent_sandboxes")
     assert reports and len(reports) == 2, reports
+    kept = {s["sandboxID"]: s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")}
+    assert len(kept) == 2 and {s["state"] for s in kept.values()} == {"paused"}, kept
+    for report in reports:
+        assert "is kept, paused (subagent_forks: keep)" in report["came_back"], report
+    listed = [e for e in json.loads(e2b(home, "list", "--json").stdout) if e["sandbox_id"] in kept]
+    assert len(listed) == 2 and not any(e["subagent_recoverable"] for e in listed), listed
 
 
 # contract: R15
@@ -220,8 +230,9 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     assert entry["subagent"] == fork["metadata"]["hermes.subagent"], entry
     assert entry["subagent_of"] == parent_id, entry
     assert entry["duplicate_of"] is None, entry
+    assert entry["subagent_recoverable"] is True, entry
     text = e2b(home, "list").stdout
-    assert f"fork of {parent_id}" in text, text
+    assert f"fork of {parent_id}: its work is not back, hermes e2b pull --subagent {fork['sandboxID']}" in text, text
     # The child's work is recovered into the parent's sandbox, and the fork is killed.
     pulled = e2b(home, "pull", "--subagent", fork["sandboxID"], "--json")
     assert pulled.returncode == 0, pulled.stderr

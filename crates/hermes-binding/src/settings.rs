@@ -85,6 +85,8 @@ pub struct Settings {
     pub skills_in_chat_sandboxes: bool,
     /// Where delegated children work (`subagents`, R15).
     pub subagents: Subagents,
+    /// What becomes of a child's fork once its work is back (`subagent_forks`, R15).
+    pub subagent_forks: SubagentForks,
 }
 
 /// The variable of the profile's `.env` holding the egress proxy's password (X23).
@@ -118,6 +120,34 @@ impl Subagents {
     }
 }
 
+/// What becomes of a delegated child's fork once its work is back (`subagent_forks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubagentForks {
+    /// Killed (`kill`).
+    Kill,
+    /// Paused and kept, a checkpoint of the child's sandbox (`keep`).
+    Keep,
+}
+
+impl SubagentForks {
+    /// The setting's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubagentForks::Kill => "kill",
+            SubagentForks::Keep => "keep",
+        }
+    }
+
+    /// Parses the setting's value.
+    pub fn parse(value: &str) -> Option<SubagentForks> {
+        match value {
+            "kill" => Some(SubagentForks::Kill),
+            "keep" => Some(SubagentForks::Keep),
+            _ => None,
+        }
+    }
+}
+
 /// The settings of the Hermes adapter, not of the backend, as the settings table reads
 /// them ([`table::SettingDefault::Plugin`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +159,8 @@ pub struct AdapterSettings {
     pub skills_in_chat_sandboxes: bool,
     /// Where delegated children work (`subagents`, R15).
     pub subagents: Subagents,
+    /// What becomes of a child's fork once its work is back (`subagent_forks`, R15).
+    pub subagent_forks: SubagentForks,
 }
 
 impl AdapterSettings {
@@ -139,6 +171,7 @@ impl AdapterSettings {
             checkpoints: CheckpointSettings::defaults(),
             skills_in_chat_sandboxes: true,
             subagents: Subagents::Shared,
+            subagent_forks: SubagentForks::Kill,
         }
     }
 }
@@ -333,6 +366,7 @@ impl Settings {
             checkpoints: self.checkpoints,
             skills_in_chat_sandboxes: self.skills_in_chat_sandboxes,
             subagents: self.subagents,
+            subagent_forks: self.subagent_forks,
         }
     }
 
@@ -485,6 +519,11 @@ impl Settings {
                 .ok_or_else(|| invalid("subagents", "must be shared or fork"))?,
             None => AdapterSettings::defaults().subagents,
         };
+        let subagent_forks = match string(raw, "subagent_forks")? {
+            Some(value) => SubagentForks::parse(&value)
+                .ok_or_else(|| invalid("subagent_forks", "must be kill or keep"))?,
+            None => AdapterSettings::defaults().subagent_forks,
+        };
         Ok(Settings {
             config,
             endpoints_from,
@@ -495,6 +534,7 @@ impl Settings {
             credentials_from_hermes: Vec::new(),
             skills_in_chat_sandboxes,
             subagents,
+            subagent_forks,
         })
     }
 

@@ -569,6 +569,23 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// Pauses a child's fork once its work is back and keeps it (`subagent_forks: keep`): a
+    /// checkpoint of the child's whole sandbox, listed as the child's, resumable; its record
+    /// goes (the work is back, nothing is left to recover).
+    pub fn keep_child(&self, child: ChildSandbox) -> Result<(), Error> {
+        let inner = &*self.inner;
+        let client = inner.client()?;
+        inner
+            .block_on(client.pause(&child.sandbox_id))
+            .map_err(|source| {
+                Error::e2b("subagent keep", Some(child.sandbox_id.as_str()), source)
+            })?;
+        ForkRecord::remove(&inner.scope.profile_home, &child.sandbox_id);
+        Ok(())
+    }
+}
+
 impl Inner {
     /// Runs `script` with `sh -c` in `sandbox` and returns its standard output; a failure
     /// (not exit 0) is an error naming `operation`, the sandbox and the script's stderr.

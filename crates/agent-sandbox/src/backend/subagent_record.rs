@@ -76,7 +76,7 @@ impl Cursor<'_> {
 }
 
 /// Where the record of `fork` lives under `profile_home`.
-pub(super) fn record_path(profile_home: &Path, fork: &SandboxId) -> PathBuf {
+pub(crate) fn record_path(profile_home: &Path, fork: &SandboxId) -> PathBuf {
     profile_home
         .join("cache")
         .join("e2b")
@@ -208,7 +208,10 @@ impl ForkRecord {
             }
         })?;
         let record = ForkRecord::parse(&bytes).map_err(|reason| Error::InvalidConfig {
-            reason: format!("the subagent fork record {} is unreadable: {reason}", path.display()),
+            reason: format!(
+                "the subagent fork record {} is unreadable: {reason}",
+                path.display()
+            ),
         })?;
         if record.fork != *fork {
             return Err(Error::InvalidConfig {

@@ -103,6 +103,8 @@ pub(crate) fn classify(
                         .unwrap_or_default();
                     (child.clone(), parent)
                 }),
+            // Known once the listing checks this host's records.
+            subagent_recoverable: false,
             host: if owner == Owner::ThisProfile {
                 host_view
             } else {

@@ -165,6 +165,10 @@ pub struct SandboxEntry {
     /// A delegated child's fork (R15): the child's id and the parent sandbox it was forked
     /// from. Never a duplicate of its parent's scope, never adopted.
     pub subagent: Option<(String, String)>,
+    /// A child's fork whose work is not back and that this host can bring back (`hermes e2b
+    /// pull --subagent`): it holds the fork's record. False for a fork kept once its work
+    /// came back (`subagent_forks: keep`) and for another host's.
+    pub subagent_recoverable: bool,
     /// What this host knows about its scope (this profile's scopes only).
     pub host: Option<HostScope>,
     /// The digest of the egress policy it was created with (its `hermes.egress` metadata).
@@ -287,6 +291,12 @@ impl Inventory {
         });
         if which == Listing::ThisProfile {
             entries.retain(|entry| entry.owner == Owner::ThisProfile);
+        }
+        for entry in entries.iter_mut().filter(|entry| entry.subagent.is_some()) {
+            entry.subagent_recoverable =
+                SandboxId::parse(entry.sandbox_id.clone()).is_some_and(|id| {
+                    crate::backend::subagent_record::record_path(&self.profile_home, &id).exists()
+                });
         }
         Ok(entries)
     }

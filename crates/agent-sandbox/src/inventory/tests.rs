@@ -14,6 +14,7 @@ fn entry(id: &str, owner: Owner, state: EntryState, secs: u64) -> SandboxEntry {
         lease_left: None,
         duplicate_of: None,
         subagent: None,
+        subagent_recoverable: false,
         host: None,
         egress_stamp: None,
         usage: Usage {

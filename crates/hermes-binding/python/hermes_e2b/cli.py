@@ -303,7 +303,9 @@ def _list(ctx: Any, args: argparse.Namespace) -> int:
         if entry["duplicate_of"]:
             marks.append(f"duplicate of {entry['duplicate_of']}")
         if entry.get("subagent"):
-            marks.append(f"subagent {entry['subagent']}'s fork of {entry['subagent_of']}")
+            marks.append(f"subagent {entry['subagent']}'s fork of {entry['subagent_of']}" + (
+                f": its work is not back, hermes e2b pull --subagent {entry['sandbox_id']}"
+                if entry.get("subagent_recoverable") else ""))
         if entry["state"] == "running":
             lease = f"lease {_duration(entry['lease_left_seconds'])}"
         elif entry["paused_at"] is not None:

@@ -234,7 +234,11 @@ def on_subagent_stop(child_session_id: Any = None, child_status: Any = None,
             report.update({"came_back": back["summary"], "branch": back["branch"], "written": back["written"],
                            "deleted": back["deleted"],
                            "conflicts": [{"path": p, "subagent_version": b} for p, b in back["conflicts"]]})
-            child.native.end()
+            if getattr(getattr(child.parent(), "_settings", None), "subagent_forks", "kill") == "keep":
+                child.native.keep()
+                report["came_back"] += f" Its fork {child.native.sandbox_id} is kept, paused (subagent_forks: keep)."
+            else:
+                child.native.end()
         except _native.E2BError as error:
             report["came_back"] = (f"Subagent {child.id}'s work could not be brought back ({error}); its fork "
                                    f"{child.native.sandbox_id} is kept: hermes e2b list shows it")

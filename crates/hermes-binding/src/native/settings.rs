@@ -204,6 +204,12 @@ impl PySettings {
         self.settings.subagents.as_str()
     }
 
+    /// `subagent_forks`: `kill` or `keep` (R15).
+    #[getter]
+    fn subagent_forks(&self) -> &'static str {
+        self.settings.subagent_forks.as_str()
+    }
+
     /// `turn_checkpoints` (0: off).
     #[getter]
     fn turn_checkpoints(&self) -> usize {

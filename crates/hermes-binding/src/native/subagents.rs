@@ -131,6 +131,21 @@ impl PyChild {
         report_dict(py, &report)
     }
 
+    /// Pauses and keeps the fork, its work back (`subagent_forks: keep`; once, like `end`).
+    fn keep(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self
+            .child
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(child) = taken else {
+            return Ok(());
+        };
+        let parent = Arc::clone(&self.parent);
+        py.detach(move || parent.keep_child(child))
+            .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))
+    }
+
     /// Kills the fork (once; later calls do nothing).
     fn end(&self, py: Python<'_>) -> PyResult<()> {
         let taken = self

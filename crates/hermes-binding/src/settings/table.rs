@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 27] = [
+pub const SETTINGS: [Setting; 28] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -311,6 +311,13 @@ pub const SETTINGS: [Setting; 27] = [
         default: SettingDefault::Plugin(|a| Fixed::Text(a.subagents.as_str().to_owned())),
         env: None,
         description: "Where delegated children (delegate_task) work: shared (the parent's sandbox, as Hermes does on remote backends) or fork (each in its own fork of the parent's sandbox, made at its first tool call; its work comes back when it ends: a hermes-subagent/<id> branch in a git work tree, else its file changes, a file both changed kept with the child's version beside it). Hermes' delegation.worktree_isolation: true also selects fork.",
+    },
+    Setting {
+        key: "subagent_forks",
+        kind: SettingKind::Text,
+        default: SettingDefault::Plugin(|a| Fixed::Text(a.subagent_forks.as_str().to_owned())),
+        env: None,
+        description: "What becomes of a subagent's fork once its work is back: kill, or keep (paused, a checkpoint of the child's whole sandbox; hermes e2b list shows it, hermes e2b rm removes it).",
     },
     Setting {
         key: "allow_internet_access",

@@ -62,6 +62,9 @@ fn other_value(key: &str, default: &table::Fixed) -> Value {
         table::Fixed::Text(text) if key == "subagents" => {
             Value::Str(if text == "shared" { "fork" } else { "shared" }.to_owned())
         }
+        table::Fixed::Text(text) if key == "subagent_forks" => {
+            Value::Str(if text == "kill" { "keep" } else { "kill" }.to_owned())
+        }
         table::Fixed::Text(text) if key == "credential_store" => {
             Value::Str(if text == "auto" { "rules" } else { "auto" }.to_owned())
         }
