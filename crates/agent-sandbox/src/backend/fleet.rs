@@ -152,7 +152,7 @@ impl Inner {
             attached.role,
             Role::Writer(_) | Role::Owner { pushed: true }
         ) || (matches!(attached.role, Role::External)
-            && self.fork_of.get().is_some());
+            && self.subagents.fork_of.get().is_some());
         if !owned_and_settled || !self.inflight.is_idle() || !self.lease_live(attached) {
             return None;
         }

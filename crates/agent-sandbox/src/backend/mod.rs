@@ -9,9 +9,8 @@ pub(super) mod attach;
 mod checkpoint;
 mod egress;
 mod replace;
-mod subagent;
+pub(crate) mod subagent;
 pub use subagent::{BringBack, ChildSandbox};
-pub(crate) mod subagent_record;
 mod turns;
 pub use checkpoint::MAX_BRANCHES;
 pub(crate) use egress::noted_for as noted_egress_for;
@@ -148,10 +147,8 @@ struct Inner {
     credentials: Mutex<crate::credentials::Credentials>,
     /// The process's credential store of this profile, found on first need (X22).
     secret_store: std::sync::OnceLock<Arc<crate::secret_store::ProfileStore>>,
-    /// Set on the attach-mode backend of a delegated child's fork, which this process made
-    /// (R15): the parent's sandbox. Such a fork is this process's own, so the fleet may pause
-    /// it for the limit like a writer's.
-    fork_of: std::sync::OnceLock<SandboxId>,
+    /// Delegated children (R15): whose fork this is, or the children waiting for forks.
+    subagents: subagent::Subagents,
     /// The last checkpoint time this process named (Unix milliseconds): names never repeat.
     last_checkpoint_ms: AtomicU64,
     /// When the scope was last used ([`Clock::since_boot`](crate::Clock::since_boot), in
@@ -386,7 +383,7 @@ impl Backend {
             egress,
             credentials,
             secret_store: std::sync::OnceLock::new(),
-            fork_of: std::sync::OnceLock::new(),
+            subagents: subagent::Subagents::default(),
             last_checkpoint_ms: AtomicU64::new(0),
             last_use,
             last_watch: AtomicU64::new(0),

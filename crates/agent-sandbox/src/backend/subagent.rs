@@ -10,7 +10,8 @@ use bytes::Bytes;
 use e2b_client::{Sandbox, SandboxId, StartOptions};
 use sandbox_identity::{BRANCH_KEY, CheckpointReason};
 
-use super::subagent_record::ForkRecord;
+mod batch;
+pub(crate) mod record;
 use super::{Backend, Inner, TRANSFER_WINDOW, bump};
 use crate::config::{SandboxMode, Scope};
 use crate::error::Error;
@@ -19,6 +20,8 @@ use crate::subagent::{
     ChildId, Manifest, Plan, SUBAGENT_KEY, digests_script, manifest_script, parse_digests,
     shell_quote,
 };
+pub(in crate::backend) use batch::Subagents;
+use record::ForkRecord;
 
 /// The most a script's answer may print (a manifest of [`crate::subagent::MAX_MANIFEST_ENTRIES`]
 /// paths fits).
@@ -295,7 +298,7 @@ impl Backend {
             std::sync::Arc::new(NoStateHooks),
         )?);
         // Before its first attach: from then on the fleet counts it and may pause it.
-        let _ = backend.inner.fork_of.set(parent.clone());
+        let _ = backend.inner.subagents.fork_of.set(parent.clone());
         Ok(backend)
     }
 

@@ -295,7 +295,7 @@ impl Inventory {
         for entry in entries.iter_mut().filter(|entry| entry.subagent.is_some()) {
             entry.subagent_recoverable =
                 SandboxId::parse(entry.sandbox_id.clone()).is_some_and(|id| {
-                    crate::backend::subagent_record::record_path(&self.profile_home, &id).exists()
+                    crate::backend::subagent::record::record_path(&self.profile_home, &id).exists()
                 });
         }
         Ok(entries)
@@ -423,7 +423,7 @@ impl Inventory {
         let fork = SandboxId::parse(fork.to_owned()).ok_or_else(|| Error::InvalidConfig {
             reason: format!("{fork:?} is not a sandbox id"),
         })?;
-        let record = crate::backend::subagent_record::ForkRecord::load(&self.profile_home, &fork)?;
+        let record = crate::backend::subagent::record::ForkRecord::load(&self.profile_home, &fork)?;
         let mut config = self.config.clone();
         config.mode = SandboxMode::Attach {
             sandbox_id: record.parent.clone(),

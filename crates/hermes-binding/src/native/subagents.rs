@@ -45,14 +45,8 @@ pub(super) fn fork_child(
     wait: Duration,
 ) -> Result<PyChild, agent_sandbox::Error> {
     let id = ChildId::new(child_id)?;
-    let child = parent
-        .fork_children(std::slice::from_ref(&id), dir, wait)?
-        .pop()
-        .unwrap_or_else(|| {
-            Err(agent_sandbox::Error::InvalidConfig {
-                reason: "the fork made no child".to_owned(),
-            })
-        })?;
+    // Siblings asking at once share one checkpoint of the parent.
+    let child = parent.fork_child(id, dir, wait)?;
     Ok(PyChild {
         parent: Arc::clone(parent),
         profile_home: profile_home.to_path_buf(),

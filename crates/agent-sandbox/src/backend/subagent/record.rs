@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use e2b_client::SandboxId;
 use writer_lease::Host;
 
-use super::subagent::{Base, ChildSandbox};
+use super::{Base, ChildSandbox};
 use crate::error::Error;
 use crate::subagent::{ChildId, Manifest};
 
@@ -20,13 +20,13 @@ const HEADER: &str = "hermes-e2b subagent fork 1";
 /// What a record holds.
 #[derive(Clone, Debug)]
 pub(crate) struct ForkRecord {
-    pub(super) child: ChildId,
-    pub(super) fork: SandboxId,
+    pub(in crate::backend) child: ChildId,
+    pub(in crate::backend) fork: SandboxId,
     pub(crate) parent: SandboxId,
     /// The parent's scope (its container key): the fork's work lands under its state lock.
     pub(crate) task_id: String,
-    pub(super) dir: String,
-    pub(super) base: Base,
+    pub(in crate::backend) dir: String,
+    pub(in crate::backend) base: Base,
 }
 
 fn sandbox_id(text: String) -> Result<SandboxId, String> {
@@ -85,7 +85,7 @@ pub(crate) fn record_path(profile_home: &Path, fork: &SandboxId) -> PathBuf {
 }
 
 impl ForkRecord {
-    pub(super) fn of(child: &ChildSandbox, task_id: &str) -> ForkRecord {
+    pub(in crate::backend) fn of(child: &ChildSandbox, task_id: &str) -> ForkRecord {
         ForkRecord {
             child: child.id.clone(),
             fork: child.sandbox_id.clone(),
@@ -164,7 +164,7 @@ impl ForkRecord {
 
     /// Writes the record (owner-only, atomically); a failure is logged, not fatal: the child
     /// works without it, only a crash's recovery needs it.
-    pub(super) fn write(&self, profile_home: &Path) {
+    pub(in crate::backend) fn write(&self, profile_home: &Path) {
         if self.task_id.chars().any(char::is_control) {
             tracing::warn!(
                 "subagent {}'s fork record was not written: its task id holds a control character",
@@ -227,7 +227,7 @@ impl ForkRecord {
     }
 
     /// Removes the record of `fork` (its work is back); a record already gone is fine.
-    pub(super) fn remove(profile_home: &Path, fork: &SandboxId) {
+    pub(in crate::backend) fn remove(profile_home: &Path, fork: &SandboxId) {
         let path = record_path(profile_home, fork);
         if let Err(error) = writer_lease::OsHost.remove(&path)
             && error.kind() != std::io::ErrorKind::NotFound
