@@ -420,3 +420,49 @@ def test_an_interrupted_childs_work_comes_back(home, e2b_local, scripted_model, 
     assert scripted_model.tool_result(again, 0)["output"].strip() == "partial"
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
     assert left == [], left
+
+
+# contract: R15
+def test_a_grandchild_forks_from_its_parent_subagents_fork_and_its_work_comes_back_through_it(
+        home, e2b_local, scripted_model, guard):  # noqa: F811
+    """`delegation.max_spawn_depth: 2`: the parent's child delegates a grandchild of its own.
+    The grandchild works in a fork of the child's fork (it sees the child's write, the
+    child never sees its own before it comes back); its work comes back into the child's fork,
+    and from there with the child's into the parent's sandbox. No fork is left."""
+    tag = uuid.uuid4().hex
+    marker, child, grandchild = f"PARENT-{tag[:10]}", f"CHILDN-{tag[:10]}", f"GRANDG-{tag[:10]}"
+    scripted_model.register(grandchild, [
+        ToolCall("terminal", {"command": f"cd {PLAIN} && cat c.txt && echo g > g.txt && echo $E2B_SANDBOX_ID"}),
+        Reply("grandchild done"),
+    ])
+    scripted_model.register(child, [
+        ToolCall("terminal", {"command": f"cd {PLAIN} && echo c > c.txt && echo $E2B_SANDBOX_ID"}),
+        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {grandchild}"}]}),
+        ToolCall("terminal", {"command": f"cd {PLAIN} && ls"}),
+        Reply("child done"),
+    ])
+    scripted_model.register(marker, [
+        ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && echo $E2B_SANDBOX_ID"}),
+        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {child}"}]}),
+        ToolCall("terminal", {"command": f"cd {PLAIN} && ls"}),
+        Reply(f"parent done {marker}"),
+    ])
+    write_agent_config(home, agent_config(scripted_model, e2b_local.settings(metadata={"test": tag}, subagents="fork"),
+                                          extra={"delegation": {"max_spawn_depth": 2}}))
+    home.write_key()
+    proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
+    assert proc.returncode == 0, f"rc {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert f"parent done {marker}" in proc.stdout
+    parent_id = scripted_model.tool_result(marker, 0)["output"].strip()
+    child_id = scripted_model.tool_result(child, 0)["output"].splitlines()[-1]
+    seen = scripted_model.tool_result(grandchild, 0)["output"].splitlines()
+    # Three sandboxes: the grandchild's fork holds the child's write.
+    assert seen[0] == "c" and len({parent_id, child_id, seen[1]}) == 3, (parent_id, child_id, seen)
+    nested = scripted_model.tool_result(child, 1)
+    [report] = nested["subagent_sandboxes"]
+    # The grandchild worked where its parent subagent stood (it had cd'd into the directory).
+    assert report["written"] == ["g.txt"], report
+    assert scripted_model.tool_result(child, 2)["output"].split() == ["c.txt", "g.txt"]
+    assert scripted_model.tool_result(marker, 2)["output"].split() == ["c.txt", "g.txt"]
+    left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left

@@ -265,6 +265,9 @@ impl Inner {
     ) -> Result<(), Error> {
         let refusal = match attached.role {
             Role::Writer(_) | Role::Owner { .. } => return Ok(()),
+            // A delegated child's fork this process made is its own to fork again (a
+            // grandchild's, R15).
+            Role::External if self.subagents.fork_of.get().is_some() => return Ok(()),
             Role::External => CheckpointRefusal::NoScope("a backend attached to a given sandbox"),
             Role::Probe => CheckpointRefusal::NoScope("the probe scope"),
             Role::Reader | Role::PendingWriter(_) => CheckpointRefusal::NotWriter,

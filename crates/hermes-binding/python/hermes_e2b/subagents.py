@@ -53,7 +53,7 @@ class _Child:
     #: Why it runs in the parent's sandbox instead, when it does.
     shared_because: Optional[str] = None
     status: Optional[str] = None
-    #: Its environment once made (a nested child's runs in it).
+    #: Its environment once made (a grandchild forks from it).
     env: Any = None
 
 
@@ -139,11 +139,10 @@ def on_subagent_start(child_subagent_id: Any = None, parent_session_id: Any = No
 
     child = _Child(id=child_subagent_id, parent_session=str(parent_session_id or ""),
                    child_session=str(child_session_id or ""), parent=weakref.ref(parent))
-    if getattr(parent, "_subagent_of", None) is not None:
-        # A fork is attached to a given sandbox, which this backend does not checkpoint
-        # again: a grandchild works in its parent subagent's fork (its own key, so that
-        # fork's end is not the grandchild's to decide).
-        child.shared_because = "is nested: it worked in its parent subagent's fork"
+    if isinstance(parent, _SharedEnvironment):
+        # Its parent subagent had no fork: the grandchild works where it did (its own key, so
+        # that environment's end is not the grandchild's to decide).
+        child.shared_because = "is nested under a subagent without a fork: it worked in the parent's sandbox"
     with _lock:
         _children[child.id] = child
         if child.child_session:
