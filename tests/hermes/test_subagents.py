@@ -466,3 +466,41 @@ def test_a_grandchild_forks_from_its_parent_subagents_fork_and_its_work_comes_ba
     assert scripted_model.tool_result(marker, 2)["output"].split() == ["c.txt", "g.txt"]
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
     assert left == [], left
+
+
+# contract: R15 (L14: a bounded wait, never a deadlock)
+def test_with_no_slot_for_a_fork_the_child_works_in_the_parents_sandbox_and_says_so(home, scripted_model,  # noqa: F811
+                                                                                  guard):
+    """An account that runs one sandbox: the parent holds the slot (its delegate_task waits
+    for the child), so the child's fork cannot start within `slot_wait_seconds`. The child
+    then works in the parent's sandbox, and its report says why; nothing waits forever."""
+    from conftest import LocalServer
+
+    server = LocalServer("--max-running", "1")
+    try:
+        tag = uuid.uuid4().hex
+        marker, child = f"PARENT-{tag[:10]}", f"CHILDS-{tag[:10]}"
+        scripted_model.register(child, [
+            ToolCall("terminal", {"command": f"cd {PLAIN} && echo s > s.txt && echo $E2B_SANDBOX_ID"}),
+            Reply("child done"),
+        ])
+        scripted_model.register(marker, [
+            ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && echo $E2B_SANDBOX_ID"}),
+            ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {child}"}]}),
+            ToolCall("terminal", {"command": f"cat {PLAIN}/s.txt"}),
+            Reply(f"parent done {marker}"),
+        ])
+        settings = server.settings(metadata={"test": tag}, subagents="fork", slot_wait_seconds=2)
+        write_agent_config(home, agent_config(scripted_model, settings))
+        home.write_key()
+        proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
+        assert proc.returncode == 0, f"rc {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}"
+        assert f"parent done {marker}" in proc.stdout
+        parent_id = scripted_model.tool_result(marker, 0)["output"].strip()
+        assert scripted_model.tool_result(child, 0)["output"].strip() == parent_id
+        [report] = scripted_model.tool_result(marker, 1)["subagent_sandboxes"]
+        assert "had no fork" in report["came_back"] and "worked in the parent's sandbox" in report["came_back"], report
+        assert scripted_model.tool_result(marker, 2)["output"].strip() == "s"
+        assert [s for s in sandboxes(server, tag) if (s.get("metadata") or {}).get("hermes.subagent")] == []
+    finally:
+        server.stop()
