@@ -274,8 +274,11 @@ def test_three_children_under_a_limit_of_two_all_come_back_and_a_failed_ones_wor
     marker = f"PARENT-{tag[:10]}"
     children = {name: f"CHILD{name.upper()}-{tag[:10]}" for name in ("a", "b", "c")}
     for name, child in children.items():
+        # Child a also writes a skill in its fork's Hermes home.
+        skill = (" && mkdir -p ~/.hermes/skills/from-a && echo 'a skill' > ~/.hermes/skills/from-a/SKILL.md"
+                 if name == "a" else "")
         scripted_model.register(child, [
-            ToolCall("terminal", {"command": f"cd {PLAIN} && echo {name} > /tmp/who && echo {name} > {name}.txt"}),
+            ToolCall("terminal", {"command": f"cd {PLAIN} && echo {name} > /tmp/who && echo {name} > {name}.txt{skill}"}),
             ToolCall("terminal", {"command": f"cd {PLAIN} && cat /tmp/who && ls"}),
             # "(empty)" is what Hermes' loop answers when it gives up on a model: the child's
             # run is reported `failed`.
@@ -308,7 +311,13 @@ def test_three_children_under_a_limit_of_two_all_come_back_and_a_failed_ones_wor
     statuses = sorted(r["status"] for r in reports.values())
     assert statuses == ["completed", "completed", "failed"], reports
     for report in reports.values():
+        assert "written" in report, report
         assert len(report["written"]) == 1 and report["conflicts"] == [], report
+    # The skill child a wrote came back with its work, and reached this host's Hermes home.
+    skills = {r["written"][0]: r["hermes_home"] for r in reports.values()}
+    assert skills["a.txt"] == {"written": ["skills/from-a/SKILL.md"], "conflicts": []}, skills
+    assert skills["b.txt"] == skills["c.txt"] == {"written": [], "conflicts": []}, skills
+    assert (home.path / "skills" / "from-a" / "SKILL.md").read_text() == "a skill\n"
     after = scripted_model.tool_result(marker, 2)["output"].splitlines()
     assert after[:4] == ["a.txt", "b.txt", "c.txt", "shared.txt"], after
     assert after[4:7] == ["a", "b", "c"], after

@@ -29,7 +29,7 @@ pub mod warn_once;
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{
     Backend, BringBack, CallDeadline, ChildSandbox, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP,
-    RETRY_HINT, STALLED_RETRY, TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest,
+    RETRY_HINT, STALLED_RETRY, StateBack, TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest,
     TurnRestore,
 };
 pub use checkpoint::{

@@ -25,8 +25,8 @@ pub use sandbox_identity::SUBAGENT_KEY;
 pub const CONFLICT_SUFFIX: &str = ".hermes-subagent-";
 
 /// Directories under the child's working directory that never come back as files: git's
-/// own (a git work tree comes back as a branch), and the Hermes home (its state is synced
-/// to the host as the parent's is).
+/// own (a git work tree comes back as a branch), and the Hermes home (its skills and
+/// memories come back on their own, for the parent's state sync to carry to the host).
 pub const NOT_BROUGHT_BACK: [&str; 2] = [".git", ".hermes"];
 
 /// The most entries a manifest may hold: past it, the work is too big to bring back file by

@@ -10,7 +10,7 @@ mod checkpoint;
 mod egress;
 mod replace;
 pub(crate) mod subagent;
-pub use subagent::{BringBack, ChildSandbox};
+pub use subagent::{BringBack, ChildSandbox, StateBack};
 mod turns;
 pub use checkpoint::MAX_BRANCHES;
 pub(crate) use egress::noted_for as noted_egress_for;

@@ -12,6 +12,8 @@ use sandbox_identity::{BRANCH_KEY, CheckpointReason};
 
 mod batch;
 pub(crate) mod record;
+mod report;
+mod state;
 use super::{Backend, Inner, TRANSFER_WINDOW, bump};
 use crate::config::{SandboxMode, Scope};
 use crate::error::Error;
@@ -22,6 +24,8 @@ use crate::subagent::{
 };
 pub(in crate::backend) use batch::Subagents;
 use record::ForkRecord;
+pub use report::BringBack;
+pub use state::StateBack;
 
 /// The most a script's answer may print (a manifest of [`crate::subagent::MAX_MANIFEST_ENTRIES`]
 /// paths fits).
@@ -38,6 +42,9 @@ pub struct ChildSandbox {
     pub dir: String,
     /// The parent's sandbox when it was forked.
     pub parent: SandboxId,
+    /// When it was forked (the host's wall clock): what the child wrote under the Hermes
+    /// home is found by it.
+    pub forked_at: std::time::SystemTime,
     pub(super) base: Base,
     backend: std::sync::Arc<Backend>,
 }
@@ -78,75 +85,6 @@ pub(super) enum Base {
     Files { child: Manifest, parent: Manifest },
 }
 
-/// What came back of one child's work: what the parent's model is told.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct BringBack {
-    /// The child.
-    pub child: String,
-    /// The branch holding its commits, in the parent's repository (git work trees).
-    pub branch: Option<String>,
-    /// How many commits the branch has beyond the fork's `HEAD`.
-    pub commits: u64,
-    /// Files the child created or changed, now the parent's (relative to the directory).
-    pub written: Vec<String>,
-    /// Files the child deleted, now deleted in the parent's directory.
-    pub deleted: Vec<String>,
-    /// Files both changed: the path (the parent's version stays), and where the child's
-    /// version is, unless the child deleted it.
-    pub conflicts: Vec<(String, Option<String>)>,
-}
-
-impl BringBack {
-    /// One paragraph for the parent's model: what came back and where.
-    pub fn summary(&self) -> String {
-        let mut lines = Vec::new();
-        if let Some(branch) = &self.branch {
-            if self.commits == 0 {
-                lines.push(format!(
-                    "Subagent {} changed nothing in the git work tree: no branch was made.",
-                    self.child
-                ));
-            } else {
-                lines.push(format!(
-                    "Subagent {}'s work is on branch {branch} ({} commit(s), its uncommitted changes included); merge it to use it.",
-                    self.child, self.commits
-                ));
-            }
-            return lines.join("\n");
-        }
-        if self.written.is_empty() && self.deleted.is_empty() && self.conflicts.is_empty() {
-            return format!(
-                "Subagent {} changed no file in its working directory.",
-                self.child
-            );
-        }
-        lines.push(format!(
-            "Subagent {}'s file changes were applied: {} written, {} deleted.",
-            self.child,
-            self.written.len(),
-            self.deleted.len()
-        ));
-        for path in self.written.iter().take(50) {
-            lines.push(format!("  written: {path}"));
-        }
-        for path in self.deleted.iter().take(50) {
-            lines.push(format!("  deleted: {path}"));
-        }
-        for (path, beside) in &self.conflicts {
-            match beside {
-                Some(beside) => lines.push(format!(
-                    "  conflict: {path} was changed here too; kept this version, the subagent's is at {beside}"
-                )),
-                None => lines.push(format!(
-                    "  conflict: {path} was changed here and deleted by the subagent; kept this version"
-                )),
-            }
-        }
-        lines.join("\n")
-    }
-}
-
 impl Backend {
     /// Forks the scope's sandbox for `children`, working in `dir` (an absolute path): one
     /// checkpoint (R6's fork: the parent's commands are waited for up to `wait`, never cut,
@@ -167,6 +105,8 @@ impl Backend {
             });
         }
         let inner = &*self.inner;
+        // Before the checkpoint: what the child writes under the Hermes home is after it.
+        let forked_at = inner.services.clock.wall();
         let (parent, checkpoint, parent_base) = {
             let mut state = inner.lock_state(OP);
             let attached = inner.attach_to_change(&mut state, OP, wait)?;
@@ -217,7 +157,7 @@ impl Backend {
                         .map_err(|source| Error::e2b(OP, Some(parent.as_str()), source))
                 })
                 .and_then(|info| {
-                    self.child_sandbox(child.clone(), info.sandbox_id, dir, parent.clone())
+                    self.child_sandbox(child.clone(), info.sandbox_id, dir, parent.clone(), forked_at)
                 })
                 .and_then(|mut made| {
                     match (&mut made.base, &parent_base) {
@@ -247,6 +187,7 @@ impl Backend {
         sandbox_id: SandboxId,
         dir: &str,
         parent: SandboxId,
+        forked_at: std::time::SystemTime,
     ) -> Result<ChildSandbox, Error> {
         let backend = self.fork_backend(&id, &sandbox_id, &parent)?;
         let script = format!(
@@ -271,6 +212,7 @@ impl Backend {
             sandbox_id,
             dir: dir.to_owned(),
             parent,
+            forked_at,
             base,
             backend,
         })
@@ -312,6 +254,7 @@ impl Backend {
             sandbox_id: record.fork,
             dir: record.dir,
             parent: record.parent,
+            forked_at: record.forked_at,
             base: record.base,
             backend,
         };
@@ -327,13 +270,15 @@ impl Backend {
     /// child's version beside the parent's. Runs under the scope's state lock, like a file
     /// operation, so no parent command runs meanwhile.
     pub fn bring_back(&self, child: &ChildSandbox) -> Result<BringBack, Error> {
-        match &child.base {
+        let mut report = match &child.base {
             Base::Git { top, head } => self.bring_back_branch(child, top, head),
             Base::Files {
                 child: base,
                 parent,
             } => self.bring_back_files(child, base, parent),
-        }
+        }?;
+        report.state = self.bring_back_state(child)?;
+        Ok(report)
     }
 
     fn bring_back_branch(

@@ -207,6 +207,67 @@ fn a_child_that_changed_nothing_brings_nothing_back() {
 }
 
 #[test]
+fn the_childs_skills_and_memories_come_back_and_one_the_parent_changed_too_lands_beside() {
+    // contract: R15 — state roots only, a file both changed kept beside, no deletion back.
+    let world = World::new();
+    let parent = world.persistent();
+    let home = ok(&parent, "echo -n $HOME");
+    let hermes = parent.info().expect("attached").remote_hermes_home;
+    let dir = format!("{home}/work");
+    ok(
+        &parent,
+        &format!(
+            "mkdir -p {dir} {hermes}/skills/both {hermes}/skills/gone {hermes}/memories && \
+             echo base > {hermes}/skills/both/SKILL.md && echo keep > {hermes}/skills/gone/SKILL.md"
+        ),
+    );
+    let [child] = forks(&parent, &["s"], &dir).try_into().expect("one child");
+    ok(
+        child.backend(),
+        &format!(
+            "mkdir -p {hermes}/skills/new && echo new > {hermes}/skills/new/SKILL.md && \
+             echo child > {hermes}/skills/both/SKILL.md && echo note > {hermes}/memories/MEMORY.md && \
+             rm -r {hermes}/skills/gone && echo cache > {hermes}/not-state.txt"
+        ),
+    );
+    ok(
+        &parent,
+        &format!("echo parent > {hermes}/skills/both/SKILL.md"),
+    );
+    let back = parent.bring_back(&child).expect("brought back");
+    assert_eq!(
+        back.state.written,
+        ["memories/MEMORY.md", "skills/new/SKILL.md"]
+    );
+    assert_eq!(
+        back.state.beside,
+        [(
+            "skills/both/SKILL.md".to_owned(),
+            "skills/both/SKILL.md.hermes-subagent-s".to_owned()
+        )]
+    );
+    assert!(
+        back.summary().contains("skills/new/SKILL.md"),
+        "{}",
+        back.summary()
+    );
+    let seen = ok(
+        &parent,
+        &format!(
+            "cd {hermes} && cat skills/new/SKILL.md skills/both/SKILL.md \
+             skills/both/SKILL.md.hermes-subagent-s memories/MEMORY.md skills/gone/SKILL.md; \
+             ls not-state.txt 2>&1 | grep -c 'No such'"
+        ),
+    );
+    assert_eq!(
+        seen.split_whitespace().collect::<Vec<_>>(),
+        ["new", "parent", "child", "note", "keep", "1"]
+    );
+    parent.end_child(child).expect("killed");
+    parent.cleanup();
+}
+
+#[test]
 fn at_the_accounts_limit_a_childs_fork_takes_the_slot_of_an_idle_sibling_and_all_work_comes_back() {
     // contract: R15, L14 — the account runs two sandboxes: the parent and one fork. The
     // second fork pauses the first child's (idle between its tool calls), whose next command

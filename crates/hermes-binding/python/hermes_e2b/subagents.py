@@ -232,7 +232,10 @@ def on_subagent_stop(child_session_id: Any = None, child_status: Any = None,
             back = child.native.bring_back()
             report.update({"came_back": back["summary"], "branch": back["branch"], "written": back["written"],
                            "deleted": back["deleted"],
-                           "conflicts": [{"path": p, "subagent_version": b} for p, b in back["conflicts"]]})
+                           "conflicts": [{"path": p, "subagent_version": b} for p, b in back["conflicts"]],
+                           "hermes_home": {"written": back["state_written"],
+                                           "conflicts": [{"path": p, "subagent_version": b}
+                                                         for p, b in back["state_beside"]]}})
             if getattr(getattr(child.parent(), "_settings", None), "subagent_forks", "kill") == "keep":
                 child.native.keep()
                 report["came_back"] += f" Its fork {child.native.sandbox_id} is kept, paused (subagent_forks: keep)."

@@ -68,6 +68,8 @@ fn report_dict<'py>(py: Python<'py>, report: &BringBack) -> PyResult<Bound<'py, 
     dict.set_item("deleted", &report.deleted)?;
     let conflicts: Vec<(String, Option<String>)> = report.conflicts.clone();
     dict.set_item("conflicts", conflicts)?;
+    dict.set_item("state_written", &report.state.written)?;
+    dict.set_item("state_beside", report.state.beside.clone())?;
     dict.set_item("summary", report.summary())?;
     Ok(dict)
 }

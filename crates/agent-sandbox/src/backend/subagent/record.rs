@@ -26,6 +26,7 @@ pub(crate) struct ForkRecord {
     /// The parent's scope (its container key): the fork's work lands under its state lock.
     pub(crate) task_id: String,
     pub(in crate::backend) dir: String,
+    pub(in crate::backend) forked_at: std::time::SystemTime,
     pub(in crate::backend) base: Base,
 }
 
@@ -92,6 +93,7 @@ impl ForkRecord {
             parent: child.parent.clone(),
             task_id: task_id.to_owned(),
             dir: child.dir.clone(),
+            forked_at: child.forked_at,
             base: child.base.clone(),
         }
     }
@@ -100,12 +102,15 @@ impl ForkRecord {
     /// newline and its bytes.
     fn to_bytes(&self) -> Vec<u8> {
         let mut out = format!(
-            "{HEADER}\nchild {}\nfork {}\nparent {}\ntask {}\ndir {}\n",
+            "{HEADER}\nchild {}\nfork {}\nparent {}\ntask {}\ndir {}\nforked_at {}\n",
             self.child,
             self.fork.as_str(),
             self.parent.as_str(),
             self.task_id,
-            self.dir
+            self.dir,
+            self.forked_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs())
         )
         .into_bytes();
         match &self.base {
@@ -138,6 +143,11 @@ impl ForkRecord {
         if !dir.starts_with('/') {
             return Err(format!("the directory {dir:?} is not absolute"));
         }
+        let forked_at = cursor
+            .field("forked_at")?
+            .parse()
+            .map(|secs| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+            .map_err(|_| "the fork's time is not a number".to_owned())?;
         let base = match cursor.field("base")?.as_str() {
             "git" => Base::Git {
                 top: cursor.field("top")?,
@@ -158,6 +168,7 @@ impl ForkRecord {
             parent,
             task_id,
             dir,
+            forked_at,
             base,
         })
     }
@@ -251,6 +262,7 @@ mod tests {
             parent: SandboxId::parse("parent1".to_owned()).unwrap(),
             task_id: "session:agent:main:api_server:x".to_owned(),
             dir: "/home/user/proj".to_owned(),
+            forked_at: std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000),
             base,
         }
     }
