@@ -224,6 +224,20 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     parent_id = scripted_model.tool_result(marker, 0)["output"].strip()
+    # A lease bounds what the orphaned fork costs: E2B pauses it when its lease ends.
+    import datetime
+    import urllib.request
+
+    request = urllib.request.Request(f"{e2b_local.api_url}/sandboxes/{fork['sandboxID']}",
+                                     headers={"X-API-Key": "e2b_test_listing"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        detail = json.loads(response.read())
+    assert detail["lifecycle"]["onTimeout"] == "pause", detail
+
+    def at(text: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    assert (at(detail["endAt"]) - at(detail["startedAt"])).total_seconds() <= 3600, detail
     shown = e2b(home, "list", "--json")
     assert shown.returncode == 0, shown.stderr
     [entry] = [e for e in json.loads(shown.stdout) if e["sandbox_id"] == fork["sandboxID"]]
