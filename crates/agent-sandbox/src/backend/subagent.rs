@@ -466,19 +466,21 @@ impl Backend {
                         })
                 })?;
         let mut uploads = vec![(format!("{stem}.tar"), archive)];
-        // Unpacked aside first, so the conflicting files never touch the parent's paths.
+        // Unpacked in place once (each file is written once): the conflicting files, under
+        // `aside` in the archive, are left out there and unpacked aside, so they never touch
+        // the parent's paths.
         let mut apply = format!(
-            "set -e; cd -- {dir}; rm -rf {quoted}.stage; mkdir -p {quoted}.stage; \
-             tar -xf {quoted}.tar -C {quoted}.stage; \
-             if [ -d {quoted}.stage/{aside} ]; then mv {quoted}.stage/{aside} {quoted}.besides; fi; \
-             (cd {quoted}.stage && tar -cf - .) | tar -xf -",
-            dir = shell_quote(&child.dir),
+            "set -e; cd -- {dir}; tar -xf {quoted}.tar",
+            dir = shell_quote(&child.dir)
         );
         if !beside.is_empty() {
             uploads.push((format!("{stem}.beside"), nul_list(beside.iter().copied())));
             apply.push_str(&format!(
-                "; while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; \
-                 mv -- {quoted}.besides/\"$p\" \"$p\"{suffix}; done < {quoted}.beside",
+                " --anchored --exclude={aside}; rm -rf {quoted}.besides; mkdir -p {quoted}.besides; \
+                 tar -xf {quoted}.tar -C {quoted}.besides -- {aside}; \
+                 while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; \
+                 mv -- {quoted}.besides/{aside}/\"$p\" \"$p\"{suffix}; done < {quoted}.beside",
+                aside = shell_quote(&aside),
                 suffix = shell_quote(&format!("{}{}", crate::subagent::CONFLICT_SUFFIX, child.id)),
             ));
         }
@@ -490,7 +492,7 @@ impl Backend {
             apply.push_str(&format!("; xargs -0 -r rm -f -- < {quoted}.delete"));
         }
         apply.push_str(&format!(
-            "; rm -rf {quoted}.stage {quoted}.besides {quoted}.tar {quoted}.beside {quoted}.delete"
+            "; rm -rf {quoted}.besides {quoted}.tar {quoted}.beside {quoted}.delete"
         ));
         self.file_operation("subagent apply", TRANSFER_WINDOW, |inner, sandbox| {
             inner.upload_all(sandbox, "subagent apply", uploads.clone())?;

@@ -169,12 +169,13 @@ fn outside_git_the_childs_files_are_applied_and_a_file_both_changed_keeps_both()
         &parent,
         &format!(
             "cd {dir} && cat shared.txt shared.txt.hermes-subagent-c1 sub/new.txt keep.txt sub/x.txt && \
-             ./tool.sh && readlink link && test ! -e old.txt && echo gone"
+             ./tool.sh && readlink link && test ! -e old.txt && echo gone && \
+             test ! -e .hermes-subagent-c1.beside && echo clean"
         ),
     );
     assert_eq!(
         seen,
-        "parent\nchild\nnew\nkeep\nkept\nrun\nkeep.txt\ngone\n"
+        "parent\nchild\nnew\nkeep\nkept\nrun\nkeep.txt\ngone\nclean\n"
     );
     // Nothing staged is left behind in the parent's /tmp.
     assert_eq!(
