@@ -441,29 +441,26 @@ impl Backend {
             format!("{stem}.write"),
             nul_list(plan.write.iter().map(String::as_str)),
         )];
-        let mut pack = format!(
-            "set -e; cd -- {dir}; tar -cf {quoted}.tar --null -T {quoted}.write",
-            dir = shell_quote(&child.dir),
-        );
-        if !beside.is_empty() {
+        // The archive comes back as the script's output: nothing is written to the fork's
+        // disk, and no download follows.
+        let mut pack = format!("set -e; cd -- {dir}; ", dir = shell_quote(&child.dir));
+        if beside.is_empty() {
+            pack.push_str(&format!("tar -cf - --null -T {quoted}.write"));
+        } else {
             lists.push((format!("{stem}.beside"), nul_list(beside.iter().copied())));
             pack.push_str(&format!(
-                "; tar -rf {quoted}.tar --null --transform 's,^,{aside}/,' -T {quoted}.beside"
+                "tar -cf {quoted}.tar --null -T {quoted}.write; \
+                 tar -rf {quoted}.tar --null --transform 's,^,{aside}/,' -T {quoted}.beside; \
+                 cat {quoted}.tar; rm -f {quoted}.tar"
             ));
         }
         pack.push_str(&format!("; rm -f {quoted}.write {quoted}.beside"));
-        let child_id = child.sandbox_id.as_str().to_owned();
         let archive =
             child
                 .backend
                 .file_operation("subagent pack", TRANSFER_WINDOW, |inner, sandbox| {
                     inner.upload_all(sandbox, "subagent pack", lists.clone())?;
-                    inner.script(sandbox, "subagent pack", &pack)?;
-                    inner
-                        .block_on(sandbox.read_file(&format!("{stem}.tar"), inner.config.state_cap))
-                        .map_err(|source| {
-                            Error::e2b("subagent pack download", Some(&child_id), source)
-                        })
+                    inner.script_capped(sandbox, "subagent pack", &pack, inner.config.state_cap)
                 })?;
         let mut uploads = vec![(format!("{stem}.tar"), archive)];
         // Unpacked in place once (each file is written once): the conflicting files, under
@@ -545,9 +542,20 @@ impl Inner {
         operation: &'static str,
         script: &str,
     ) -> Result<Bytes, Error> {
+        self.script_capped(sandbox, operation, script, ANSWER_LIMIT)
+    }
+
+    /// [`Self::script`] whose output may be up to `limit` bytes.
+    fn script_capped(
+        &self,
+        sandbox: &Sandbox,
+        operation: &'static str,
+        script: &str,
+        limit: u64,
+    ) -> Result<Bytes, Error> {
         let id = sandbox.id().as_str().to_owned();
         let output = self
-            .block_on(sandbox.run(StartOptions::shell(script.to_owned()), ANSWER_LIMIT))
+            .block_on(sandbox.run(StartOptions::shell(script.to_owned()), limit))
             .map_err(|source| Error::e2b(operation, Some(&id), source))?;
         if output.end.exit_code != 0 {
             let stderr = String::from_utf8_lossy(&output.stderr);
