@@ -534,8 +534,9 @@ impl Backend {
 }
 
 impl Inner {
-    /// Runs `script` with `sh -c` in `sandbox` and returns its standard output; a failure
-    /// (not exit 0) is an error naming `operation`, the sandbox and the script's stderr.
+    /// Runs `script` with `bash -c` in `sandbox` (no login shell: no profile is read, as for
+    /// the session's own commands) and returns its standard output; a failure (not exit 0) is
+    /// an error naming `operation`, the sandbox and the script's stderr.
     fn script(
         &self,
         sandbox: &Sandbox,
@@ -555,7 +556,13 @@ impl Inner {
     ) -> Result<Bytes, Error> {
         let id = sandbox.id().as_str().to_owned();
         let output = self
-            .block_on(sandbox.run(StartOptions::shell(script.to_owned()), limit))
+            .block_on(sandbox.run(
+                StartOptions::exec(
+                    "/bin/bash".to_owned(),
+                    vec!["-c".to_owned(), script.to_owned()],
+                ),
+                limit,
+            ))
             .map_err(|source| Error::e2b(operation, Some(&id), source))?;
         if output.end.exit_code != 0 {
             let stderr = String::from_utf8_lossy(&output.stderr);
