@@ -34,7 +34,11 @@ impl Inner {
         self.keep_under_cap();
         match &self.config.mode {
             SandboxMode::Attach { sandbox_id } => {
-                let (sandbox, lease, resumed) = self.connect(&client, sandbox_id)?;
+                // A fork this process just made needs no connect: its create's lease holds.
+                let (sandbox, lease, resumed) = match self.made_fork(sandbox_id) {
+                    Some((sandbox, lease)) => (sandbox, lease, false),
+                    None => self.connect(&client, sandbox_id)?,
+                };
                 self.attached(
                     client,
                     sandbox,
@@ -520,6 +524,9 @@ impl Inner {
         let id = sandbox.id().as_str();
         let runtime = self.services.runtime.clone();
         let cache = self.files.as_ref().map(|files| HomeCache::new(files.dir()));
+        if let Some(home) = self.fork_home() {
+            return HomeSlot::known(id, runtime, home);
+        }
         if let Some(home) = cache.as_ref().and_then(|cache| cache.get(id)) {
             return HomeSlot::known(id, runtime, home);
         }

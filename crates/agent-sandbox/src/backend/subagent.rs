@@ -1,26 +1,21 @@
-//! Delegated children in forks of the scope's sandbox (R15): one checkpoint of the parent
-//! and one create per child (the branches of [`Backend::fork`], stamped with the child's
-//! id), the base each child's work is measured from (read in its fork before anything runs
-//! there), and the bring-back into the parent's sandbox under the parent's state lock, so no
-//! command of the parent runs while it lands.
-
-use std::time::Duration;
+//! Delegated children in forks of the scope's sandbox (R15): the child's sandbox (made by
+//! `fork.rs`'s [`Backend::fork_children`], asked for through `batch.rs`), and the bring-back
+//! into the parent's sandbox under the parent's state lock, so no command of the parent runs
+//! while it lands (its Hermes home's part in `state.rs`; the host's record of each fork in
+//! `record.rs`; the words in `report.rs`).
 
 use bytes::Bytes;
 use e2b_client::{Sandbox, SandboxId, StartOptions};
-use sandbox_identity::{BRANCH_KEY, CheckpointReason};
 
 mod batch;
+mod fork;
 pub(crate) mod record;
 mod report;
 mod state;
-use super::{Backend, Inner, TRANSFER_WINDOW, bump};
-use crate::config::{SandboxMode, Scope};
+use super::{Backend, Inner, TRANSFER_WINDOW};
 use crate::error::Error;
-use crate::hooks::NoStateHooks;
 use crate::subagent::{
-    ChildId, Manifest, Plan, SUBAGENT_KEY, digests_script, manifest_script, parse_digests,
-    shell_quote,
+    ChildId, Manifest, Plan, digests_script, manifest_script, parse_digests, shell_quote,
 };
 pub(in crate::backend) use batch::Subagents;
 use record::ForkRecord;
@@ -86,169 +81,11 @@ pub(super) enum Base {
 }
 
 impl Backend {
-    /// Forks the scope's sandbox for `children`, working in `dir` (an absolute path): one
-    /// checkpoint (R6's fork: the parent's commands are waited for up to `wait`, never cut,
-    /// R2) and one create per child, each within the account's limit and `max_running` (L14), stamped with `hermes.branch` (the parent) and
-    /// `hermes.subagent` (the child). Each child's base is read in its fork before anything
-    /// runs there. The outer error is the fork's; each entry is that child's sandbox or why
-    /// it has none.
-    pub fn fork_children(
-        &self,
-        children: &[ChildId],
-        dir: &str,
-        wait: Duration,
-    ) -> Result<Vec<Result<ChildSandbox, Error>>, Error> {
-        const OP: &str = "subagent fork";
-        if !dir.starts_with('/') || dir.chars().any(char::is_control) {
-            return Err(Error::InvalidConfig {
-                reason: format!("a subagent's working directory must be absolute, not {dir:?}"),
-            });
-        }
-        let inner = &*self.inner;
-        // Before the checkpoint: what the child writes under the Hermes home is after it.
-        let forked_at = inner.services.clock.wall();
-        let (parent, checkpoint, parent_base) = {
-            let mut state = inner.lock_state(OP);
-            let attached = inner.attach_to_change(&mut state, OP, wait)?;
-            inner.top_up_lease(attached, TRANSFER_WINDOW)?;
-            let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
-            // The parent's side of the base, in its own file system, while no command of it
-            // runs: what the forks start from.
-            let script = format!(
-                "cd -- {dir} || exit 3; if git rev-parse --show-toplevel >/dev/null 2>&1; \
-                 then printf 'git\\0'; else printf 'files\\0'; {manifest}; fi",
-                dir = shell_quote(dir),
-                manifest = manifest_script(dir),
-            );
-            let answer = inner.script(&attached.sandbox, "subagent base", &script)?;
-            let parent_base =
-                match answer.strip_prefix(b"files\0") {
-                    Some(manifest) => Some(Manifest::parse(manifest).map_err(|reason| {
-                        Error::UntrustedAnswer {
-                            operation: "subagent base",
-                            sandbox_id: attached.id.as_str().to_owned(),
-                            reason,
-                        }
-                    })?),
-                    None => None,
-                };
-            (attached.id.clone(), checkpoint, parent_base)
-        };
-        let client = inner.client()?;
-        let mut children_made = Vec::with_capacity(children.len());
-        for child in children {
-            let options = inner.create_options(
-                &checkpoint.snapshot_id,
-                [
-                    (BRANCH_KEY, parent.as_str()),
-                    (SUBAGENT_KEY, child.as_str()),
-                ],
-            )?;
-            // Each fork is a running sandbox like any other: it takes a slot under the
-            // account's limit and `max_running` (L14), pausing the fleet's idlest other
-            // sandbox (an earlier child's, between its tool calls) or waiting a bounded time,
-            // never forever; the parent keeps its own slot. Each is attached before the next
-            // is made, so the fleet knows it.
-            let made = inner
-                .within_limit(OP, Some(&parent), || {
-                    bump(&inner.stats.creates);
-                    inner
-                        .block_on(client.create(options.clone()))
-                        .map_err(|source| Error::e2b(OP, Some(parent.as_str()), source))
-                })
-                .and_then(|info| {
-                    self.child_sandbox(child.clone(), info.sandbox_id, dir, parent.clone(), forked_at)
-                })
-                .and_then(|mut made| {
-                    match (&mut made.base, &parent_base) {
-                        (Base::Files { parent, .. }, Some(base)) => *parent = base.clone(),
-                        (Base::Git { .. }, None) => {}
-                        _ => {
-                            return Err(Error::UntrustedAnswer {
-                                operation: "subagent base",
-                                sandbox_id: made.sandbox_id.as_str().to_owned(),
-                                reason: "the fork and its parent disagree on whether the directory is a git work tree".to_owned(),
-                            });
-                        }
-                    }
-                    // What a crash's recovery needs: this host keeps it until the work is back.
-                    ForkRecord::of(&made, &inner.scope.task_id).write(&inner.scope.profile_home);
-                    Ok(made)
-                });
-            children_made.push(made);
-        }
-        Ok(children_made)
-    }
-
-    /// The backend on a child's fork, and its base.
-    fn child_sandbox(
-        &self,
-        id: ChildId,
-        sandbox_id: SandboxId,
-        dir: &str,
-        parent: SandboxId,
-        forked_at: std::time::SystemTime,
-    ) -> Result<ChildSandbox, Error> {
-        let backend = self.fork_backend(&id, &sandbox_id, &parent)?;
-        let script = format!(
-            "cd -- {dir} || exit 3; \
-             if top=$(git rev-parse --show-toplevel 2>/dev/null) && head=$(git rev-parse HEAD 2>/dev/null); \
-             then printf 'git\\0%s\\0%s\\0' \"$top\" \"$head\"; \
-             else printf 'files\\0'; {manifest}; fi",
-            dir = shell_quote(dir),
-            manifest = manifest_script(dir),
-        );
-        let output =
-            backend.file_operation("subagent base", TRANSFER_WINDOW, |inner, sandbox| {
-                inner.script(sandbox, "subagent base", &script)
-            })?;
-        let base = parse_base(&output).map_err(|reason| Error::UntrustedAnswer {
-            operation: "subagent base",
-            sandbox_id: sandbox_id.as_str().to_owned(),
-            reason,
-        })?;
-        Ok(ChildSandbox {
-            id,
-            sandbox_id,
-            dir: dir.to_owned(),
-            parent,
-            forked_at,
-            base,
-            backend,
-        })
-    }
-
-    /// A backend attached to a child's fork (attach mode: it never kills the fork), with no
-    /// state hooks.
-    fn fork_backend(
-        &self,
-        id: &ChildId,
-        sandbox_id: &SandboxId,
-        parent: &SandboxId,
-    ) -> Result<std::sync::Arc<Backend>, Error> {
-        let mut config = self.inner.config.clone();
-        config.mode = SandboxMode::Attach {
-            sandbox_id: sandbox_id.clone(),
-        };
-        let backend = std::sync::Arc::new(Backend::new(
-            config,
-            Scope {
-                task_id: format!("{}-subagent-{id}", self.inner.scope.task_id),
-                ..self.inner.scope.clone()
-            },
-            self.inner.services.clone(),
-            std::sync::Arc::new(NoStateHooks),
-        )?);
-        // Before its first attach: from then on the fleet counts it and may pause it.
-        let _ = backend.inner.subagents.fork_of.set(parent.clone());
-        Ok(backend)
-    }
-
     /// Brings back the work of a child whose process died before it came back (the fork
     /// `record` names, made from this backend's sandbox), then kills its fork: what
     /// `hermes e2b pull --subagent` does.
     pub(crate) fn recover_child(&self, record: ForkRecord) -> Result<BringBack, Error> {
-        let backend = self.fork_backend(&record.child, &record.fork, &record.parent)?;
+        let backend = self.fork_backend(&record.child, &record.fork, None, None)?;
         let child = ChildSandbox {
             id: record.child,
             sandbox_id: record.fork,
@@ -612,34 +449,4 @@ fn nul_list<'a>(paths: impl IntoIterator<Item = &'a str>) -> Bytes {
         out.push(0);
     }
     Bytes::from(out)
-}
-
-/// The base script's answer: `git\0<top>\0<head>\0` or `files\0` and a manifest.
-fn parse_base(output: &[u8]) -> Result<Base, String> {
-    if let Some(rest) = output.strip_prefix(b"git\0") {
-        let mut fields = rest.split(|byte| *byte == 0);
-        let top = fields.next().and_then(|f| std::str::from_utf8(f).ok());
-        let head = fields.next().and_then(|f| std::str::from_utf8(f).ok());
-        return match (top, head) {
-            (Some(top), Some(head))
-                if top.starts_with('/')
-                    && !top.chars().any(char::is_control)
-                    && (head.len() == 40 || head.len() == 64)
-                    && head.bytes().all(|b| b.is_ascii_hexdigit()) =>
-            {
-                Ok(Base::Git {
-                    top: top.to_owned(),
-                    head: head.to_owned(),
-                })
-            }
-            _ => Err("the git work tree's top or HEAD is not what git prints".to_owned()),
-        };
-    }
-    match output.strip_prefix(b"files\0") {
-        Some(manifest) => Manifest::parse(manifest).map(|child| Base::Files {
-            child,
-            parent: Manifest::default(),
-        }),
-        None => Err("the base answer is neither git nor files".to_owned()),
-    }
 }

@@ -195,6 +195,10 @@ fn a_child_that_changed_nothing_brings_nothing_back() {
     let dir = format!("{home}/quiet");
     ok(&parent, &format!("mkdir -p {dir} && echo a > {dir}/a"));
     let [child] = forks(&parent, &["q"], &dir).try_into().expect("one child");
+    // The fork is attached as its create answered, with the parent's home: no connect, no
+    // home probe before its base is read.
+    let stats = child.backend().stats();
+    assert_eq!((stats.connects, stats.home_probes), (0, 0), "{stats:?}");
     ok(child.backend(), "echo elsewhere > /tmp/scratch");
     let back = parent.bring_back(&child).expect("brought back");
     assert!(back.written.is_empty() && back.deleted.is_empty() && back.conflicts.is_empty());

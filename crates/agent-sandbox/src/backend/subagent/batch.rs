@@ -8,8 +8,6 @@
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use e2b_client::SandboxId;
-
 use super::super::Backend;
 use super::ChildSandbox;
 use crate::error::Error;
@@ -18,9 +16,9 @@ use crate::subagent::ChildId;
 /// A backend's delegated-children state.
 pub(in crate::backend) struct Subagents {
     /// Set on the attach-mode backend of a delegated child's fork, which this process made:
-    /// the parent's sandbox. Such a fork is this process's own, so the fleet may pause it for
-    /// the limit like a writer's.
-    pub(in crate::backend) fork_of: OnceLock<SandboxId>,
+    /// such a fork is this process's own, so the fleet may pause it for the limit like a
+    /// writer's, and it may be forked again for a grandchild.
+    pub(in crate::backend) fork_of: OnceLock<super::fork::ForkOf>,
     /// On a parent's backend: the children waiting for their forks.
     asks: Batcher<(ChildId, String), Result<ChildSandbox, Error>>,
 }
