@@ -6,10 +6,12 @@
 mod credentials;
 mod egress;
 mod read;
+mod subagents;
 pub mod table;
 
 pub use credentials::credentials;
 pub use egress::egress;
+pub use subagents::{SubagentForks, Subagents};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -91,62 +93,6 @@ pub struct Settings {
 
 /// The variable of the profile's `.env` holding the egress proxy's password (X23).
 pub const EGRESS_PROXY_PASSWORD: &str = "E2B_EGRESS_PROXY_PASSWORD";
-
-/// Where a delegated child's tool calls run (`subagents`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subagents {
-    /// In the parent's sandbox, as Hermes does on every remote backend (`shared`).
-    Shared,
-    /// Each in a fork of the parent's sandbox, its work brought back (`fork`, R15).
-    Fork,
-}
-
-impl Subagents {
-    /// The setting's value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Subagents::Shared => "shared",
-            Subagents::Fork => "fork",
-        }
-    }
-
-    /// Parses the setting's value.
-    pub fn parse(value: &str) -> Option<Subagents> {
-        match value {
-            "shared" => Some(Subagents::Shared),
-            "fork" => Some(Subagents::Fork),
-            _ => None,
-        }
-    }
-}
-
-/// What becomes of a delegated child's fork once its work is back (`subagent_forks`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SubagentForks {
-    /// Killed (`kill`).
-    Kill,
-    /// Paused and kept, a checkpoint of the child's sandbox (`keep`).
-    Keep,
-}
-
-impl SubagentForks {
-    /// The setting's value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SubagentForks::Kill => "kill",
-            SubagentForks::Keep => "keep",
-        }
-    }
-
-    /// Parses the setting's value.
-    pub fn parse(value: &str) -> Option<SubagentForks> {
-        match value {
-            "kill" => Some(SubagentForks::Kill),
-            "keep" => Some(SubagentForks::Keep),
-            _ => None,
-        }
-    }
-}
 
 /// The settings of the Hermes adapter, not of the backend, as the settings table reads
 /// them ([`table::SettingDefault::Plugin`]).
