@@ -177,22 +177,17 @@ def test_shared_keeps_hermes_behaviour(home, e2b_local, scripted_model, guard): 
     assert len({s["sandboxID"] for s in sandboxes(e2b_local, tag)}) == 1
 
 
-# contract: R15
-def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(home, e2b_local, scripted_model,  # noqa: F811
-                                                                              guard):
-    """Hermes is SIGKILLed while a child runs in its fork: `hermes e2b list` shows the fork as
-    that child's, with its parent; `hermes e2b pull --subagent` brings its work back into the
-    parent's sandbox and kills it; the next `hermes chat` works in the parent's sandbox, never
-    the fork."""
+def start_a_child_that_sleeps(home, e2b_local, scripted_model, guard, tag):  # noqa: F811
+    """Starts `hermes chat -q` (its own process group) whose parent delegates one child that
+    writes `work.txt` in its fork, then runs `sleep 100`; returns once the child has been given
+    its sleep (its file written): (the process, the parent's marker, the child's)."""
     import signal
     import subprocess
     import time
 
     from agent_harness import VENV_BIN
-    from test_environment import sandboxes as listed
 
-    tag = uuid.uuid4().hex
-    marker, child_marker = f"PARENT-{tag[:10]}", f"CHILDK-{tag[:10]}"
+    marker, child_marker = f"PARENT-{tag[:10]}", f"CHILD-{tag[:10]}"
     scripted_model.register(child_marker, [
         ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt"}),
         ToolCall("terminal", {"command": "sleep 100", "timeout": 150}),
@@ -208,18 +203,33 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     proc = subprocess.Popen([str(VENV_BIN / "hermes"), "chat", "-q", f"Please run the scripted steps {marker}"],
                             env=home.env(guard.env()), cwd=home.path, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and len(scripted_model.conversation(child_marker)) < 2:
+        time.sleep(0.2)
+    if len(scripted_model.conversation(child_marker)) < 2:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        raise AssertionError("the child was not given its sleep")
+    return proc, marker, child_marker
+
+
+# contract: R15
+def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(home, e2b_local, scripted_model,  # noqa: F811
+                                                                              guard):
+    """Hermes is SIGKILLed while a child runs in its fork: `hermes e2b list` shows the fork as
+    that child's, with its parent; `hermes e2b pull --subagent` brings its work back into the
+    parent's sandbox and kills it; the next `hermes chat` works in the parent's sandbox, never
+    the fork."""
+    import signal
+
+    from test_environment import sandboxes as listed
+
+    tag = uuid.uuid4().hex
+    proc, marker, _ = start_a_child_that_sleeps(home, e2b_local, scripted_model, guard, tag)
     try:
-        fork = None
-        deadline = time.monotonic() + 120
-        while fork is None and time.monotonic() < deadline and proc.poll() is None:
-            fork = next((s for s in listed(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")), None)
-            if fork is None:
-                time.sleep(0.2)
+        # It runs in the fork when Hermes is killed.
+        fork = next((s for s in listed(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")), None)
         assert fork is not None, "the child's fork appeared"
-        # The child wrote its file and has its `sleep`: it runs in the fork when Hermes is killed.
-        while time.monotonic() < deadline and len(scripted_model.conversation(child_marker)) < 2:
-            time.sleep(0.2)
-        assert len(scripted_model.conversation(child_marker)) >= 2, "the child asked for its second step"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -401,35 +411,13 @@ def test_an_interrupted_childs_work_comes_back(home, e2b_local, scripted_model, 
     is killed) and the parent; what the child wrote before comes back to the parent's sandbox,
     and its fork is killed."""
     import signal
-    import subprocess
-    import time
-
-    from agent_harness import VENV_BIN
 
     tag = uuid.uuid4().hex
-    marker, child_marker, again = f"PARENT-{tag[:10]}", f"CHILDI-{tag[:10]}", f"AGAIN-{tag[:10]}"
-    scripted_model.register(child_marker, [
-        ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt && echo written"}),
-        ToolCall("terminal", {"command": "sleep 100", "timeout": 150}),
-        Reply("never"),
-    ])
-    scripted_model.register(marker, [
-        ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && echo ready"}),
-        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {child_marker}"}]}),
-        Reply("never"),
-    ])
-    write_agent_config(home, agent_config(scripted_model, e2b_local.settings(metadata={"test": tag}, subagents="fork")))
-    home.write_key()
-    proc = subprocess.Popen([str(VENV_BIN / "hermes"), "chat", "-q", f"Please run the scripted steps {marker}"],
-                            env=home.env(guard.env()), cwd=home.path, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    again = f"AGAIN-{tag[:10]}"
+    proc, _, _ = start_a_child_that_sleeps(home, e2b_local, scripted_model, guard, tag)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(scripted_model.conversation(child_marker)) < 2:
-            time.sleep(0.2)
-        assert len(scripted_model.conversation(child_marker)) >= 2, "the child was given its sleep"
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+        proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

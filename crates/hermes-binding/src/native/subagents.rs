@@ -129,21 +129,22 @@ impl PyChild {
 
     /// Pauses and keeps the fork, its work back (`subagent_forks: keep`; once, like `end`).
     fn keep(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self
-            .child
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let Some(child) = taken else {
-            return Ok(());
-        };
-        let parent = Arc::clone(&self.parent);
-        py.detach(move || parent.keep_child(child))
-            .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))
+        self.finish(py, Backend::keep_child)
     }
 
     /// Kills the fork (once; later calls do nothing).
     fn end(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, Backend::end_child)
+    }
+}
+
+impl PyChild {
+    /// Ends the fork the one way `how` says, once: a later `keep` or `end` does nothing.
+    fn finish(
+        &self,
+        py: Python<'_>,
+        how: fn(&Backend, ChildSandbox) -> Result<(), agent_sandbox::Error>,
+    ) -> PyResult<()> {
         let taken = self
             .child
             .lock()
@@ -153,7 +154,7 @@ impl PyChild {
             return Ok(());
         };
         let parent = Arc::clone(&self.parent);
-        py.detach(move || parent.end_child(child))
+        py.detach(move || how(&parent, child))
             .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))
     }
 }
