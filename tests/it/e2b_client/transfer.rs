@@ -284,6 +284,51 @@ async fn stream_input_feeds_stdin_in_order_while_open() {
     assert!(error.is_not_found(), "{error}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_stdin_writes_one_message_per_call_in_order() {
+    let server = server().await;
+    let client = client(&server);
+    let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;
+    let mut options = StartOptions::exec("/bin/cat".to_owned(), Vec::new());
+    options.stdin = ProcessStdin::Open;
+    let mut output = sandbox.start(options).await.expect("cat started");
+    let pid = output.pid();
+    // Each call is one request; what it carries reaches the process while stdin stays open.
+    sandbox.send_stdin(pid, b"first\n").await.expect("sent");
+    let first = tokio::time::timeout(Duration::from_secs(30), next_stdout(&mut output))
+        .await
+        .expect("input reaches the process at once");
+    assert_eq!(first, "first\n");
+    // Bytes that are not UTF-8 arrive as they were.
+    let binary: Vec<u8> = (0..=255u8).collect();
+    sandbox.send_stdin(pid, &binary).await.expect("sent");
+    sandbox.close_stdin(pid).await.expect("closed");
+    let mut rest = Vec::new();
+    while let Some(event) = output.next().await {
+        match event.expect("event") {
+            ProcessEvent::Stdout(chunk) => rest.extend_from_slice(&chunk),
+            ProcessEvent::End(end) => {
+                assert_eq!(end.exit_code, 0);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(rest, binary);
+    // Once stdin is closed envd refuses more input; an unknown pid is not found. Both name
+    // the operation.
+    let closed = sandbox
+        .send_stdin(pid, b"late")
+        .await
+        .expect_err("stdin is closed");
+    assert!(closed.to_string().contains("send process input"), "{closed}");
+    let unknown = sandbox
+        .send_stdin(999_999, b"x")
+        .await
+        .expect_err("no such pid");
+    assert!(unknown.is_not_found(), "{unknown}");
+}
+
 async fn next_stdout(stream: &mut agent_sandbox_examples::e2b_client::ProcessStream) -> String {
     loop {
         match stream.next().await.expect("running").expect("event") {

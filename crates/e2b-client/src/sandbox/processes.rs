@@ -78,6 +78,29 @@ impl Sandbox {
         .map(|_| ())
     }
 
+    /// Writes `data` to the stdin of process `pid`, started with [`ProcessStdin::Open`], in one
+    /// call (`process.Process/SendInput`): the official SDK's `send_stdin`. One request per
+    /// call, never retried once sent (nothing is written twice); for a long input, or many
+    /// small ones in a row, [`Sandbox::stream_input`] carries them on one request. An unknown
+    /// pid is an error with [`Error::is_not_found`]; a process whose stdin is closed, or that
+    /// runs on a terminal, is refused by envd.
+    pub async fn send_stdin(&self, pid: u32, data: &[u8]) -> Result<(), Error> {
+        let message = StdinInputRequest {
+            process: PidSelector { pid },
+            input: StdinInput {
+                stdin: json::encode_bytes(data),
+            },
+        };
+        self.rpc::<_, serde::de::IgnoredAny>(
+            Operation::SendInput,
+            "process.Process/SendInput",
+            &message,
+            Idempotency::NotIdempotent,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Sends a signal to one pid (`process.Process/SendSignal`); other processes are untouched.
     /// An unknown pid is [`SignalOutcome::NotFound`].
     pub async fn send_signal(&self, pid: u32, signal: Signal) -> Result<SignalOutcome, Error> {
@@ -159,6 +182,17 @@ struct PidSelector {
 #[derive(Serialize)]
 struct SelectorRequest {
     process: PidSelector,
+}
+
+#[derive(Serialize)]
+struct StdinInput {
+    stdin: String,
+}
+
+#[derive(Serialize)]
+struct StdinInputRequest {
+    process: PidSelector,
+    input: StdinInput,
 }
 
 #[derive(Serialize)]
