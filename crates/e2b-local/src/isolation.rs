@@ -374,6 +374,13 @@ impl Isolation {
                 true
             }
         };
+        // envd runs as a service and starts commands with every signal at its default; this
+        // server may have been started with some ignored (a shell's `&` ignores SIGINT and
+        // SIGQUIT), and an ignored signal stays ignored across exec.
+        // SAFETY: only async-signal-safe calls (signal) between fork and exec.
+        unsafe {
+            command.pre_exec(default_signals);
+        }
         match self {
             Isolation::PathMapping => {
                 command.current_dir(spec.cwd_host);
@@ -422,6 +429,20 @@ impl Isolation {
         }
         Ok(command)
     }
+}
+
+/// Resets every catchable signal to its default action (a `pre_exec` hook: async-signal-safe).
+fn default_signals() -> io::Result<()> {
+    for signal in 1..=31 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: signal() is async-signal-safe; an invalid number only returns SIG_ERR.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+    Ok(())
 }
 
 /// Everything the child needs after fork, prepared beforehand (no allocation after fork).

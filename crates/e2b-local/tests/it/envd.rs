@@ -144,6 +144,30 @@ async fn start_passes_cmd_and_args_verbatim() {
 }
 
 #[tokio::test]
+async fn commands_start_with_every_signal_at_its_default() {
+    // As envd (a service) starts them, even when the server itself runs with SIGINT and
+    // SIGQUIT ignored, as a shell's `&` leaves a background job: Ctrl-C must reach a command.
+    // SAFETY: ignoring two signals process-wide; no test here relies on receiving them.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let server = manual_server().await;
+    let api = Api::new(&server);
+    let sandbox = new_sandbox(&api).await;
+    let run = api
+        .run(&sandbox, "grep -E '^Sig(Ign|Blk):' /proc/self/status")
+        .await;
+    let text = String::from_utf8(run.stdout).unwrap();
+    for line in text.lines() {
+        let mask = u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap();
+        assert_eq!(mask & 0b110, 0, "SIGINT and SIGQUIT: {text}");
+    }
+    assert_eq!(text.lines().count(), 2, "{text}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn large_output_is_chunked_at_32_kib() {
     // contract: O1 (output streams chunk by chunk)
     let server = manual_server().await;
