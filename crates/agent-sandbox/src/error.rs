@@ -218,6 +218,26 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// A live process could not be reached: its sandbox is gone or was replaced.
+    #[error("E2B {operation} failed for sandbox {sandbox_id}: {reason}")]
+    LiveProcessLost {
+        /// The step (`write to a live process`, `signal a live process`).
+        operation: &'static str,
+        /// The sandbox the process ran in.
+        sandbox_id: String,
+        /// What happened to it.
+        reason: crate::live::LostReason,
+    },
+
+    /// A session kernel could not be started in the sandbox (no `python3`, or it failed).
+    #[error("E2B start a session kernel failed for sandbox {sandbox_id}: {}", Redacted(.reason))]
+    KernelUnavailable {
+        /// The sandbox.
+        sandbox_id: String,
+        /// What happened, with what the interpreter said.
+        reason: String,
+    },
+
     /// A host file could not be read or written.
     #[error("E2B {operation} failed for {}", .path.display())]
     Io {
@@ -386,6 +406,8 @@ impl Error {
             | Error::CommandAbandoned { sandbox_id, .. }
             | Error::Arbitration { sandbox_id, .. }
             | Error::Fenced { sandbox_id, .. }
+            | Error::LiveProcessLost { sandbox_id, .. }
+            | Error::KernelUnavailable { sandbox_id, .. }
             | Error::PausedByBackend { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidConfig { .. }
             | Error::MissingApiKey
@@ -486,6 +508,16 @@ impl Error {
     /// Another host took the writer role over; this session wrote nothing and is a reader now.
     pub fn is_fenced(&self) -> bool {
         matches!(self, Error::Fenced { .. })
+    }
+
+    /// A session kernel could not be started ([`Error::KernelUnavailable`]).
+    pub fn is_kernel_unavailable(&self) -> bool {
+        matches!(self, Error::KernelUnavailable { .. })
+    }
+
+    /// A live process's sandbox is gone or was replaced ([`Error::LiveProcessLost`]).
+    pub fn is_live_process_lost(&self) -> bool {
+        matches!(self, Error::LiveProcessLost { .. })
     }
 
     /// The sandbox is gone (killed, or unknown to E2B).

@@ -13,8 +13,10 @@ mod fleet;
 mod home;
 mod hooks;
 mod inventory;
+mod kernel;
 #[doc(hidden)]
 pub mod line_driver;
+mod live;
 mod note;
 mod progress;
 mod report;
@@ -67,6 +69,10 @@ pub use inventory::{
     EntryState, Force, HostScope, Inventory, Listing, LiveStep, Loss, Owner, PausedSelection,
     PlannedRemoval, Refusal, RemovalOutcome, RemovalTarget, Removed, SandboxEntry, TEMPLATE_TOOLS,
     Usage, UseSource, Verdict, WriterHolder,
+};
+pub use kernel::{CellHost, CellOutcome, CellStatus, Kernel, KernelOptions};
+pub use live::{
+    LIVE_TAG, LiveEnd, LiveOptions, LiveProcess, LiveRead, LiveSignal, LostReason, TerminalSize,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 /// The directories of the Hermes home that come back from a sandbox (`skills`, `memories`).

@@ -108,6 +108,8 @@ impl Inner {
     /// Records a use of the scope now: what "idle longest" is measured from.
     pub(super) fn touch(&self) {
         touch(&self.last_use, &*self.services.clock);
+        // A live process whose stream was cut while the sandbox was paused looks again.
+        self.live.used();
     }
 
     /// Whether this scope's sandbox runs as far as this process knows. A scope busy with an

@@ -27,6 +27,7 @@ pub use watchdog::{CallDeadline, STALLED_RETRY};
 mod inflight;
 mod lease;
 mod leftover;
+mod live;
 pub(crate) mod pull;
 use inflight::{Inflight, describe_command};
 mod start;
@@ -149,6 +150,9 @@ struct Inner {
     secret_store: std::sync::OnceLock<Arc<crate::secret_store::ProfileStore>>,
     /// Delegated children (R15): whose fork this is, or the children waiting for forks.
     subagents: subagent::Subagents,
+    /// Live processes: the uses their followers wait for after a cut, and ended ones'
+    /// directories (a watch and a leaf lock).
+    live: live::LiveMemory,
     /// The last checkpoint time this process named (Unix milliseconds): names never repeat.
     last_checkpoint_ms: AtomicU64,
     /// When the scope was last used ([`Clock::since_boot`](crate::Clock::since_boot), in
@@ -384,6 +388,7 @@ impl Backend {
             credentials,
             secret_store: std::sync::OnceLock::new(),
             subagents: subagent::Subagents::default(),
+            live: live::LiveMemory::default(),
             last_checkpoint_ms: AtomicU64::new(0),
             last_use,
             last_watch: AtomicU64::new(0),
@@ -497,7 +502,12 @@ impl Backend {
         }
         // Kept only while the home is still being asked (to stop the command if it is refused).
         let pending = (!attached.home_settled()).then(|| attached.sandbox.clone());
-        let started = inner.prepare_and_start(attached, command, &options);
+        let started = inner.prepare_and_start(
+            attached,
+            command,
+            &options,
+            e2b_client::ProcessStdin::Closed,
+        );
         // The home probe of an attach made by this call has travelled with the start.
         let settled = inner.settle_or_forget(&mut state);
         let (stream, pid) = match (started, settled) {

@@ -20,6 +20,7 @@ impl Inner {
         attached: &mut Attached,
         command: &str,
         options: &RunOptions,
+        stdin: e2b_client::ProcessStdin,
     ) -> Result<(e2b_client::ProcessStream, u32), Error> {
         self.prepare(attached, options.deadline)?;
         let staged = match &options.stdin {
@@ -40,6 +41,7 @@ impl Inner {
             Some(path) => self.start_options(&redirect_stdin(path, command), options, default_cwd),
             None => self.start_options(command, options, default_cwd),
         };
+        start.stdin = stdin;
         // The credentials' stand-ins, over anything the caller passed under those names: the
         // real value never reaches the sandbox (X16).
         for (name, stand_in) in &attached.stand_ins {

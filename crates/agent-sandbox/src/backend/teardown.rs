@@ -55,6 +55,8 @@ impl Backend {
                 }
             }
         };
+        // Live processes' followers waiting for a use see the scope closing and stop.
+        inner.live.used();
         // Outside the state lock: commands finishing need nothing from it.
         inner.inflight.wait_idle();
         // The last command's end on record now, not after the writer's gathering: a process
@@ -105,6 +107,7 @@ impl Backend {
             std::mem::replace(&mut *state, Phase::Closed { sandbox_id })
         };
         inner.clear_transport();
+        inner.live.used();
         let attached = match previous {
             Phase::Attached(attached) | Phase::Closing(Some(attached)) => attached,
             _ => return,

@@ -1,0 +1,401 @@
+//! The backend's side of live processes: starting one (admitted like a command), where a
+//! follower may go after a cut, and input and signals (each a use of the sandbox).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use e2b_client::ProcessStdin;
+
+use super::{Backend, HomeNeeded, Inner, Phase, bump};
+use crate::command::{Purpose, RunOptions, Shell};
+use crate::error::{Error, ErrorChain};
+use crate::kernel::{Kernel, KernelOptions};
+use crate::live::{
+    Busy, LIVE_TAG, LiveHost, LiveOptions, LiveProcess, LiveSignal, LostReason, Target, runner,
+    signal_script, spawn_follower, valid_id,
+};
+use crate::sink::DiscardSink;
+
+/// The lease a live process's start asks for (the start itself; the process then runs as long
+/// as the sandbox does, and never keeps it from pausing).
+const START_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long a signal's command may take.
+const SIGNAL_WINDOW: Duration = Duration::from_secs(30);
+
+/// The scope's memory of its live processes (a leaf lock inside, and a watch): the uses
+/// followers wait for after a cut, and the directories of ended processes for the next runner
+/// to remove.
+pub(super) struct LiveMemory {
+    uses: tokio::sync::watch::Sender<u64>,
+    finished: Mutex<Vec<String>>,
+}
+
+impl Default for LiveMemory {
+    fn default() -> LiveMemory {
+        LiveMemory {
+            uses: tokio::sync::watch::Sender::new(0),
+            finished: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl LiveMemory {
+    /// A use of the sandbox (or the scope's close): followers waiting after a cut look again.
+    pub(super) fn used(&self) {
+        self.uses.send_modify(|uses| *uses = uses.wrapping_add(1));
+    }
+
+    fn take_finished(&self) -> Vec<String> {
+        std::mem::take(&mut *self.finished.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// At most this many ended processes' directories wait for removal (the rest are removed by
+/// age, a day after their last output).
+const MAX_FINISHED: usize = 64;
+
+impl Backend {
+    /// Starts `command` as live process `id` (letters, digits, `_` and `-`; the caller's
+    /// name for it, unique in the scope): admitted like [`run`](Self::run) (attach, lease,
+    /// gates, sync), with its stdin open. Returns once it runs; its output is read with
+    /// [`LiveProcess::read`]. Nothing polls it: its output streams as it is written, and a
+    /// cut stream is taken up again where it broke (see the [`live`](crate::LiveProcess)
+    /// docs).
+    pub fn start_live(
+        &self,
+        id: &str,
+        command: &str,
+        options: LiveOptions,
+    ) -> Result<LiveProcess, Error> {
+        if !valid_id(id) {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "a live process id must be 1 to 64 letters, digits, '_' or '-', not {id:?}"
+                ),
+            });
+        }
+        let inner = &self.inner;
+        let mut state = inner.lock_state("start live process");
+        let attached =
+            inner.ensure_attached_for(&mut state, "start live process", HomeNeeded::Now)?;
+        let finished = inner.live.take_finished();
+        let script = runner(id, command, options.live_shell(), options.io(), &finished);
+        let mut run = RunOptions::new(START_WINDOW);
+        run.cwd = options.cwd;
+        run.env = options.env;
+        // In envd's record of the process too: after a resume, a pid is checked to still be
+        // this process (List) before anything is written to it.
+        run.env.insert(LIVE_TAG.to_owned(), id.to_owned());
+        run.shell = Shell::Plain;
+        let started = inner.prepare_and_start(attached, &script, &run, ProcessStdin::Open);
+        let (stream, pid) = match started {
+            Ok(started) => started,
+            Err(error) => {
+                // Not removed: the next runner tries again.
+                inner
+                    .live
+                    .finished
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .extend(finished);
+                if error.is_sandbox_gone() {
+                    inner.detach(&mut state);
+                }
+                return Err(error);
+            }
+        };
+        let Phase::Attached(attached) = &mut *state else {
+            unreachable!("attached above and not detached on success")
+        };
+        bump(&inner.stats.commands);
+        attached.used = true;
+        attached.paused_for = None;
+        inner.touch();
+        let sandbox_id = attached.id.as_str().to_owned();
+        drop(state);
+        let host: Arc<dyn LiveHost> = self.inner.clone();
+        let (process, shared, events) =
+            LiveProcess::new(id.to_owned(), sandbox_id, pid, Arc::downgrade(&host));
+        spawn_follower(shared, events, Some(stream), 0)?;
+        Ok(process)
+    }
+
+    /// Starts a session kernel (a Python interpreter that runs cells in one namespace, see
+    /// [`Kernel`]) as a live process of this scope's sandbox: any template with the options'
+    /// `python`. Two requests (the start, the bootstrap message); fails with
+    /// [`Error::KernelUnavailable`] naming what the interpreter said when it cannot start.
+    pub fn start_kernel(&self, options: KernelOptions) -> Result<Kernel, Error> {
+        let mut bytes = [0u8; 48];
+        self.inner.services.random.fill(&mut bytes);
+        let (key, rest) = bytes.split_at(32);
+        let id = format!("kernel-{}", hex::encode(&rest[..8]));
+        let marker = format!("@@AGENT-SANDBOX-KERNEL-{}@@", hex::encode(&rest[8..]));
+        let process = self.start_live(
+            &id,
+            &crate::kernel::command(&options.python),
+            crate::kernel::live_options(&options),
+        )?;
+        let host: Arc<dyn LiveHost> = self.inner.clone();
+        let key: [u8; 32] = key.try_into().expect("32 bytes");
+        Kernel::start(process, Arc::downgrade(&host), key, marker, &options)
+    }
+
+    /// Takes up live process `id` of sandbox `sandbox_id` again (started by an earlier
+    /// backend, a process that restarted), its output from byte `offset` on (0: all of it,
+    /// as far as the sandbox kept it). Never resumes a paused sandbox: the follower starts at
+    /// the sandbox's next use. The process must belong to this scope's sandbox: another one
+    /// reports [`LiveEnd::Lost`](crate::LiveEnd::Lost) at once.
+    pub fn follow_live(
+        &self,
+        id: &str,
+        sandbox_id: &str,
+        pid: u32,
+        offset: u64,
+    ) -> Result<LiveProcess, Error> {
+        if !valid_id(id) {
+            return Err(Error::InvalidConfig {
+                reason: format!("{id:?} is not a live process id"),
+            });
+        }
+        let host: Arc<dyn LiveHost> = self.inner.clone();
+        let (process, shared, events) = LiveProcess::new(
+            id.to_owned(),
+            sandbox_id.to_owned(),
+            pid,
+            Arc::downgrade(&host),
+        );
+        spawn_follower(shared, events, None, offset)?;
+        Ok(process)
+    }
+}
+
+impl LiveHost for Inner {
+    fn target(&self, sandbox_id: &str) -> Target {
+        let state = self.lock_state("follow a live process");
+        match &*state {
+            Phase::Attached(attached) => {
+                if attached.id.as_str() != sandbox_id {
+                    Target::Replaced
+                } else if self.paused_by_backend(attached).is_some() || !self.lease_live(attached) {
+                    Target::Wait
+                } else {
+                    Target::Running(attached.sandbox.clone())
+                }
+            }
+            // A gone sandbox was let go; the next use attaches and tells which it is.
+            Phase::Detached => Target::Wait,
+            Phase::Closing(_) | Phase::Closed { .. } => Target::Closed,
+        }
+    }
+
+    fn uses(&self) -> u64 {
+        *self.live.uses.borrow()
+    }
+
+    fn wait_for_use(&self, since: u64, stop: &crate::live::Stop) {
+        let mut uses = self.live.uses.subscribe();
+        self.services.runtime.block_on(async {
+            tokio::select! {
+                _ = uses.wait_for(|now| *now != since) => {}
+                () = stop.stopped() => {}
+            }
+        });
+    }
+
+    fn runtime(&self) -> tokio::runtime::Handle {
+        self.services.runtime.clone()
+    }
+
+    fn finished(&self, id: &str) {
+        let mut finished = self
+            .live
+            .finished
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if finished.len() < MAX_FINISHED {
+            finished.push(id.to_owned());
+        }
+    }
+
+    fn input(
+        &self,
+        sandbox_id: &str,
+        pid: u32,
+        id: &str,
+        data: &[u8],
+        cover: Duration,
+    ) -> Result<(), Error> {
+        self.live_call(
+            "write to a live process",
+            sandbox_id,
+            (pid, id),
+            cover,
+            |inner, sandbox| {
+                inner
+                    .block_on(sandbox.send_stdin(pid, data))
+                    .map_err(|source| {
+                        Error::e2b(
+                            "write to a live process",
+                            Some(sandbox.id().as_str()),
+                            source,
+                        )
+                    })
+            },
+        )
+    }
+
+    fn close_input(&self, sandbox_id: &str, pid: u32, id: &str) -> Result<(), Error> {
+        self.live_call(
+            "close a live process's stdin",
+            sandbox_id,
+            (pid, id),
+            START_WINDOW,
+            |inner, sandbox| {
+                inner.block_on(sandbox.close_stdin(pid)).map_err(|source| {
+                    Error::e2b(
+                        "close a live process's stdin",
+                        Some(sandbox.id().as_str()),
+                        source,
+                    )
+                })
+            },
+        )
+    }
+
+    fn busy(&self, what: String) -> Busy {
+        let token = self.inflight.enter(e2b_client::redact(&what));
+        self.touch();
+        let inflight = Arc::clone(&self.inflight);
+        let (last_use, clock) = (Arc::clone(&self.last_use), Arc::clone(&self.services.clock));
+        Busy::new(Box::new(move || {
+            super::fleet::touch(&last_use, &*clock);
+            inflight.leave(token);
+        }))
+    }
+
+    fn signal(&self, sandbox_id: &str, id: &str, signal: LiveSignal) -> Result<(), Error> {
+        let Some(me) = self.me.upgrade() else {
+            return Err(Error::Closed {
+                operation: "signal a live process",
+                sandbox_id: Some(sandbox_id.to_owned()),
+            });
+        };
+        if self.attached_id().as_deref() != Some(sandbox_id) {
+            return Err(lost(
+                "signal a live process",
+                sandbox_id,
+                LostReason::Replaced,
+            ));
+        }
+        let backend = Backend { inner: me };
+        let mut options = RunOptions::new(SIGNAL_WINDOW);
+        options.purpose = Purpose::Use;
+        let command = backend.run(&signal_script(id, signal), options, Box::new(DiscardSink))?;
+        match command.wait() {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                tracing::debug!(sandbox_id = %sandbox_id, "signalling live process {id} failed: {}", ErrorChain(&*error));
+                Err(Error::CommandLost {
+                    sandbox_id: sandbox_id.to_owned(),
+                    sandbox_pid: command.sandbox_pid(),
+                })
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// The attached sandbox's id, if any (waits for the state lock).
+    fn attached_id(&self) -> Option<String> {
+        match &*self.lock_state("follow a live process") {
+            Phase::Attached(attached) => Some(attached.id.as_str().to_owned()),
+            _ => None,
+        }
+    }
+
+    /// A call on a live process's sandbox, as a use of it: the lease first, covering `cover`
+    /// (which resumes a paused sandbox), never an attach or create; the process's sandbox must
+    /// be the scope's. After a resume, the pid is checked (envd's List) to still be live
+    /// process `id`: a sandbox that restarted meanwhile may have given it to another process.
+    fn live_call(
+        &self,
+        operation: &'static str,
+        sandbox_id: &str,
+        (pid, id): (u32, &str),
+        cover: Duration,
+        call: impl Fn(&Inner, &e2b_client::Sandbox) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let mut state = self.lock_state(operation);
+        let attached = match &mut *state {
+            Phase::Attached(attached) => attached,
+            Phase::Detached => return Err(lost(operation, sandbox_id, LostReason::Replaced)),
+            Phase::Closing(_) | Phase::Closed { .. } => {
+                return Err(Error::Closed {
+                    operation,
+                    sandbox_id: Some(sandbox_id.to_owned()),
+                });
+            }
+        };
+        if attached.id.as_str() != sandbox_id {
+            return Err(lost(operation, sandbox_id, LostReason::Replaced));
+        }
+        let mut running = self.paused_by_backend(attached).is_none() && self.lease_live(attached);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.top_up_lease(attached, cover)?;
+            attached.used = true;
+            attached.paused_for = None;
+            let sandbox = attached.sandbox.clone();
+            if !running {
+                self.check_pid(&sandbox, operation, pid, id)?;
+            }
+            let result = call(self, &sandbox);
+            self.touch();
+            match result {
+                // Paused behind the host's back while its lease seemed to cover it: resume,
+                // check, once more.
+                Err(error) if error.is_sandbox_gone() && attempt == 1 => {
+                    attached.lease.forget();
+                    running = false;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether `pid` is still live process `id` in `sandbox` (envd's List: its record of the
+    /// process carries the id).
+    fn check_pid(
+        &self,
+        sandbox: &e2b_client::Sandbox,
+        operation: &'static str,
+        pid: u32,
+        id: &str,
+    ) -> Result<(), Error> {
+        let processes = self
+            .block_on(sandbox.list_processes())
+            .map_err(|source| Error::e2b(operation, Some(sandbox.id().as_str()), source))?;
+        let ours = processes.iter().any(|process| {
+            process.pid == pid && process.config.envs.get(LIVE_TAG).map(String::as_str) == Some(id)
+        });
+        if ours {
+            Ok(())
+        } else {
+            Err(lost(
+                operation,
+                sandbox.id().as_str(),
+                LostReason::Restarted,
+            ))
+        }
+    }
+}
+
+fn lost(operation: &'static str, sandbox_id: &str, reason: LostReason) -> Error {
+    Error::LiveProcessLost {
+        operation,
+        sandbox_id: sandbox_id.to_owned(),
+        reason,
+    }
+}
