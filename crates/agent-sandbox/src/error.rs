@@ -7,11 +7,13 @@ use std::path::PathBuf;
 mod chain;
 mod credential;
 mod limit;
+mod lost;
 mod refusal;
 pub use chain::ErrorChain;
 pub(crate) use limit::write_census;
 use limit::{Census, Running};
 pub use limit::{LimitDetail, PausedFor};
+pub use lost::LostReason;
 pub use refusal::{CheckpointRefusal, FileRefusal};
 
 /// What went wrong in the backend.
@@ -226,7 +228,7 @@ pub enum Error {
         /// The sandbox the process ran in.
         sandbox_id: String,
         /// What happened to it.
-        reason: crate::live::LostReason,
+        reason: LostReason,
     },
 
     /// A session kernel could not be started in the sandbox (no `python3`, or it failed).

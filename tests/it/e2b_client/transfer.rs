@@ -321,7 +321,10 @@ async fn send_stdin_writes_one_message_per_call_in_order() {
         .send_stdin(pid, b"late")
         .await
         .expect_err("stdin is closed");
-    assert!(closed.to_string().contains("send process input"), "{closed}");
+    assert!(
+        closed.to_string().contains("send process input"),
+        "{closed}"
+    );
     let unknown = sandbox
         .send_stdin(999_999, b"x")
         .await
