@@ -52,6 +52,12 @@ create_exception!(
 );
 create_exception!(
     _native,
+    LiveProcessLostError,
+    E2BError,
+    "A live process (a background process, a session kernel) could not survive what happened to its sandbox: it restarted (a pause without memory) or was replaced; its state is lost."
+);
+create_exception!(
+    _native,
     BackendClosedError,
     E2BError,
     "The environment was cleaned up and never attaches again."
@@ -471,6 +477,11 @@ impl From<Error> for PyErr {
             ConfigurationError::new_err(message)
         } else if error.is_not_ready() {
             NotReadyError::new_err(message)
+        } else if error
+            .backend_source()
+            .is_some_and(agent_sandbox::Error::is_live_process_lost)
+        {
+            LiveProcessLostError::new_err(message)
         } else if error.is_sandbox_gone() {
             SandboxGoneError::new_err(message)
         } else if error.is_state_failure() {

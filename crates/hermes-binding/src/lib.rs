@@ -45,6 +45,10 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("StateSyncError", py.get_type::<error::StateSyncError>())?;
     module.add("StalledError", py.get_type::<error::StalledError>())?;
     module.add(
+        "LiveProcessLostError",
+        py.get_type::<error::LiveProcessLostError>(),
+    )?;
+    module.add(
         "BackendClosedError",
         py.get_type::<error::BackendClosedError>(),
     )?;
@@ -52,6 +56,8 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<native::PyBackend>()?;
     module.add_class::<native::PyChild>()?;
     module.add_class::<native::PyCommand>()?;
+    module.add_class::<native::PyLiveProcess>()?;
+    module.add_class::<native::PyKernel>()?;
     module.add_class::<native::PyDeadline>()?;
     module.add_class::<native::PyTransport>()?;
     module.add_class::<inventory::PyInventory>()?;

@@ -89,6 +89,8 @@ pub struct Settings {
     pub subagents: Subagents,
     /// What becomes of a child's fork once its work is back (`subagent_forks`, R15).
     pub subagent_forks: SubagentForks,
+    /// Whether `execute_code` and background processes run live (`live_tools`, O8, O9).
+    pub live_tools: bool,
 }
 
 /// The variable of the profile's `.env` holding the egress proxy's password (X23).
@@ -107,6 +109,9 @@ pub struct AdapterSettings {
     pub subagents: Subagents,
     /// What becomes of a child's fork once its work is back (`subagent_forks`, R15).
     pub subagent_forks: SubagentForks,
+    /// Whether `execute_code` cells run in a live kernel and background processes stream
+    /// (`live_tools`, O8, O9); false leaves Hermes' own polling paths.
+    pub live_tools: bool,
 }
 
 impl AdapterSettings {
@@ -118,6 +123,7 @@ impl AdapterSettings {
             skills_in_chat_sandboxes: true,
             subagents: Subagents::Shared,
             subagent_forks: SubagentForks::Kill,
+            live_tools: true,
         }
     }
 }
@@ -170,6 +176,7 @@ impl fmt::Debug for Settings {
             .field("egress_proxy", &config.egress_proxy)
             .field("skills_in_chat_sandboxes", &self.skills_in_chat_sandboxes)
             .field("subagents", &self.subagents)
+            .field("live_tools", &self.live_tools)
             .finish()
     }
 }
@@ -313,6 +320,7 @@ impl Settings {
             skills_in_chat_sandboxes: self.skills_in_chat_sandboxes,
             subagents: self.subagents,
             subagent_forks: self.subagent_forks,
+            live_tools: self.live_tools,
         }
     }
 
@@ -470,6 +478,8 @@ impl Settings {
                 .ok_or_else(|| invalid("subagent_forks", "must be kill or keep"))?,
             None => AdapterSettings::defaults().subagent_forks,
         };
+        let live_tools =
+            boolean(raw, "live_tools")?.unwrap_or(AdapterSettings::defaults().live_tools);
         Ok(Settings {
             config,
             endpoints_from,
@@ -481,6 +491,7 @@ impl Settings {
             skills_in_chat_sandboxes,
             subagents,
             subagent_forks,
+            live_tools,
         })
     }
 

@@ -23,6 +23,7 @@ if NATIVE_IMPORT_ERROR is None:
         ConfigurationError,
         CredentialError,
         E2BError,
+        LiveProcessLostError,
         NotReadyError,
         SandboxGoneError,
         StateSyncError,
@@ -36,6 +37,7 @@ if NATIVE_IMPORT_ERROR is None:
         "SandboxGoneError",
         "StateSyncError",
         "BackendClosedError",
+        "LiveProcessLostError",
     ]
 
 
@@ -126,6 +128,13 @@ def register(ctx: Any) -> None:
         subagents.register(ctx)
     except Exception as error:  # noqa: BLE001 - the backend must load
         logger.warning("hermes-e2b: subagents share their parent's sandbox: %s", error)
+    try:
+        from . import kernels, processes
+
+        kernels.install()
+        processes.install()
+    except Exception as error:  # noqa: BLE001 - Hermes' own polling paths then; the backend must load
+        logger.warning("hermes-e2b: execute_code and background processes use Hermes' polling paths: %s", error)
     try:
         from . import chats
 

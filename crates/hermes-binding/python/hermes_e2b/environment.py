@@ -230,6 +230,11 @@ def _connection_error(error: Exception) -> Exception:
                             retry_hint=getattr(error, "hint", None) or "Check `hermes e2b doctor`, then retry.")
 
 
+#: The probe Hermes' remote ``execute_code`` sends before every cell (iot and upstream alike;
+#: ``tests/hermes/test_live_tools.py`` pins it against the Hermes installed).
+PYTHON3_PROBE = "command -v python3 >/dev/null 2>&1 && echo OK"
+
+
 class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
     """One Hermes scope's E2B sandbox."""
 
@@ -281,6 +286,8 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
         self._egress_seen: Optional[tuple[Any, Any, Any]] = None
         self._keep_egress()
         self._requested_cwd = requested_cwd
+        #: Set once a live kernel ran in this sandbox: python3 is there (Hermes' probe).
+        self._python3_known = False
         # Until an attach reports them: E2B's usual home, and whose session this is.
         self._remote_home = sandbox_home(home)
         self._session_identity = session_identity()
@@ -314,6 +321,7 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
         live.register_environment(self._task_id, self)
         if self._settings.checkpoint_at_start:
             self._session_start_checkpoint(attached["role"])
+        live.attached(self)
 
     def _still_refused(self, seconds: float) -> Optional[Exception]:
         """The attach a configuration refusal held back, tried again (the value may be set
@@ -377,6 +385,10 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
                 return {"output": _refusal_text(refused), "returncode": REFUSED_EXIT_CODE}
             # execute_code, the file tools: they report a raised error as the tool's error.
             raise _connection_error(refused)
+        if command == PYTHON3_PROBE and self._python3_known:
+            # Hermes' remote execute_code asks before every cell; a live kernel of this
+            # sandbox runs python3, so the answer costs no request (contract O8).
+            return {"output": "OK\n", "returncode": 0}
         token = _CALL_DEADLINE.set(self._native.call_deadline(seconds))
         try:
             return super().execute(command, *args, **kwargs)
@@ -459,6 +471,44 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
             # sandbox has happened; Hermes folds the flag into this or the next result.
             self._report_replacement()
         return _PipeHandle(command, os.fdopen(read_fd, "r", encoding="utf-8", errors="replace"))
+
+    # --- Live tools (contract O8, O9; the Hermes side is kernels.py and processes.py) ---
+
+    @property
+    def live_tools(self) -> bool:
+        """Whether execute_code and background processes run live here (``live_tools``)."""
+        return bool(self._settings.live_tools)
+
+    def start_live(self, live_id: str, command: str, *, cwd: Optional[str] = None,
+                   env: Optional[dict[str, str]] = None,
+                   terminal: Optional[tuple[int, int]] = None) -> Any:
+        """Starts ``command`` (``bash -lc``, as Hermes runs background processes) as live
+        process ``live_id``; a native ``LiveProcess``. A refusal is raised like Hermes' own
+        spawn failures are, as an exception the caller reports."""
+        refused = self._still_refused(float(self.timeout or 0))
+        if refused is not None:
+            raise _connection_error(refused)
+        self._keep_egress()
+        workdir = self._settings.session_cwd(cwd or self.cwd, self.cwd) or self.cwd
+        try:
+            return self._native.start_live(live_id, command, cwd=workdir, env=env or {}, terminal=terminal,
+                                           deadline=self._native.call_deadline(float(self.timeout or 0)))
+        finally:
+            self._report_replacement()
+
+    def start_kernel(self, **options: Any) -> Any:
+        """Starts a session kernel in this sandbox (native ``start_kernel`` options) in the
+        environment's working directory."""
+        refused = self._still_refused(float(self.timeout or 0))
+        if refused is not None:
+            raise _connection_error(refused)
+        self._keep_egress()
+        try:
+            kernel = self._native.start_kernel(cwd=self.cwd, **options)
+        finally:
+            self._report_replacement()
+        self._python3_known = True
+        return kernel
 
     # --- Files to the host (Hermes' #466 seam: the gateway's MEDIA: delivery) ---
     # Hermes' default sends the file base64 through a command's output and decodes it in

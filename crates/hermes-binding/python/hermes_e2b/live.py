@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 _live: "dict[str, weakref.ref[Any]]" = {}
+#: Called with each environment once attached (a restarted Hermes' background processes wait
+#: for their scope's environment to follow them again).
+_attach_listeners: list[Callable[[Any], None]] = []
 _live_lock = threading.Lock()
 #: Per task: the (session, turn) whose checkpoint is taken or pending, and the pending label.
 _turn_seen: dict[str, tuple[str, str]] = {}
@@ -24,6 +27,22 @@ def register_environment(task_id: str, env: Any) -> None:
     session's sandbox through it."""
     with _live_lock:
         _live[task_id] = weakref.ref(env)
+
+
+def on_attach(listener: Callable[[Any], None]) -> None:
+    """``listener(env)`` is called each time an environment attaches (once per listener)."""
+    with _live_lock:
+        if listener not in _attach_listeners:
+            _attach_listeners.append(listener)
+
+
+def attached(env: Any) -> None:
+    """Called by an environment once attached: tells the listeners. A listener's failure is
+    its own (logged by it); the environment goes on."""
+    with _live_lock:
+        listeners = list(_attach_listeners)
+    for listener in listeners:
+        listener(env)
 
 
 def live_environments() -> dict[str, Any]:

@@ -210,6 +210,10 @@ class E2BProvider(TerminalEnvironmentProvider):
             subagent_row = subagents.doctor_row(settings)
             if subagent_row is not None:
                 rows.append(subagent_row)
+            from . import kernels, processes
+
+            rows.append(kernels.doctor_row(settings))
+            rows.append(processes.doctor_row(settings))
             rows += self._credential_rows(settings)
         rows += self._other_plugin_rows()
         # Rows quote settings and errors, which may carry credentials (X4).

@@ -25,6 +25,7 @@ use crate::settings::{Persistence, idle_lifetime};
 mod command;
 mod context;
 mod hooks;
+mod live;
 mod reports;
 mod resolvers;
 mod settings;
@@ -33,6 +34,7 @@ mod subagents;
 pub(crate) use command::PyCommand;
 pub(crate) use hooks::PyTransport;
 pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
+pub(crate) use live::{PyKernel, PyLiveProcess};
 pub(crate) use settings::PySettings;
 pub(crate) use settings::{command_timeout, missing_key_message, note_chat_texts};
 pub(crate) use subagents::{PyChild, pull_subagent};
@@ -683,6 +685,103 @@ impl PyBackend {
         dict.set_item("restored", turn_dict(py, &report.restored)?)?;
         dict.set_item("undo", turn_dict(py, &report.undo)?)?;
         Ok(dict)
+    }
+
+    /// Starts `command` as live process `id` (letters, digits, `_`, `-`): admitted like a
+    /// command, its stdin open, its output read with `LiveProcess.read` as it is written
+    /// (nothing polls), on a terminal of `terminal` = (rows, cols) when given, else on pipes
+    /// (stdout and stderr merged). `login`: `bash -lc`, as Hermes' background processes run.
+    /// Watched (O7): given up at `deadline`; a process that starts after that is killed.
+    #[pyo3(signature = (id, command, *, cwd = None, env = None, login = true, terminal = None, deadline = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API
+    fn start_live(
+        &self,
+        py: Python<'_>,
+        id: String,
+        command: String,
+        cwd: Option<String>,
+        env: Option<Bound<'_, PyDict>>,
+        login: bool,
+        terminal: Option<(u16, u16)>,
+        deadline: Option<PyRef<'_, PyDeadline>>,
+    ) -> PyResult<PyLiveProcess> {
+        let shell = if login { Shell::Login } else { Shell::Plain };
+        let mut options = match terminal {
+            Some((rows, cols)) => agent_sandbox::LiveOptions::terminal(
+                shell,
+                agent_sandbox::TerminalSize { rows, cols },
+            ),
+            None => agent_sandbox::LiveOptions::pipes(shell),
+        };
+        options.cwd = cwd;
+        options.env = live::text_map(env.as_ref())?;
+        let process = self.watched(
+            py,
+            "start live process",
+            deadline.as_deref(),
+            move |backend| backend.start_live(&id, &command, options),
+            |late: agent_sandbox::LiveProcess| {
+                let _ = late.signal(agent_sandbox::LiveSignal::Kill);
+            },
+        )?;
+        Ok(PyLiveProcess::new(process, self.profile_home.clone()))
+    }
+
+    /// Takes up live process `id` (pid `pid`) of sandbox `sandbox_id` again, started by an
+    /// earlier process of this scope: its output from byte `offset` (0: all the sandbox
+    /// kept). Contacts nothing now; it follows from the scope's next use.
+    #[pyo3(signature = (id, sandbox_id, pid, *, offset = 0))]
+    fn follow_live(
+        &self,
+        py: Python<'_>,
+        id: String,
+        sandbox_id: String,
+        pid: u32,
+        offset: u64,
+    ) -> PyResult<PyLiveProcess> {
+        let process = self.detached(py, move |backend| {
+            backend.follow_live(&id, &sandbox_id, pid, offset)
+        })?;
+        Ok(PyLiveProcess::new(process, self.profile_home.clone()))
+    }
+
+    /// Starts a session kernel (`python`, any template that has it; no Jupyter): cells run in
+    /// one namespace, `modules` (name: source) importable by them, `env` set for it, the caps
+    /// as Hermes' (characters of stdout and stderr kept per cell), `idle_exit_seconds` before
+    /// it exits by itself. Watched (O7).
+    #[pyo3(signature = (*, python = "python3".to_owned(), cwd = None, env = None, modules = None, stdout_cap = 50_000, stderr_cap = 10_000, idle_exit_seconds = 1800.0, deadline = None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, not a Rust API
+    fn start_kernel(
+        &self,
+        py: Python<'_>,
+        python: String,
+        cwd: Option<String>,
+        env: Option<Bound<'_, PyDict>>,
+        modules: Option<Bound<'_, PyDict>>,
+        stdout_cap: usize,
+        stderr_cap: usize,
+        idle_exit_seconds: f64,
+        deadline: Option<PyRef<'_, PyDeadline>>,
+    ) -> PyResult<PyKernel> {
+        let mut options = agent_sandbox::KernelOptions::new(python);
+        options.cwd = cwd;
+        options.env = live::text_map(env.as_ref())?;
+        options.modules = live::text_map(modules.as_ref())?;
+        options.stdout_cap = stdout_cap;
+        options.stderr_cap = stderr_cap;
+        options.raw_cap = stdout_cap;
+        options.idle_exit =
+            Duration::try_from_secs_f64(idle_exit_seconds).unwrap_or(Duration::from_secs(1800));
+        let kernel = self.watched(
+            py,
+            "start a session kernel",
+            deadline.as_deref(),
+            move |backend| backend.start_kernel(options),
+            |late: agent_sandbox::Kernel| {
+                let _ = late.kill();
+            },
+        )?;
+        Ok(PyKernel::new(kernel, self.profile_home.clone()))
     }
 
     /// The finalizer path: releases locally, never pulls state.

@@ -210,6 +210,12 @@ impl PySettings {
         self.settings.subagent_forks.as_str()
     }
 
+    /// `live_tools`: execute_code in a live kernel, background processes streamed (O8, O9).
+    #[getter]
+    fn live_tools(&self) -> bool {
+        self.settings.live_tools
+    }
+
     /// `turn_checkpoints` (0: off).
     #[getter]
     fn turn_checkpoints(&self) -> usize {

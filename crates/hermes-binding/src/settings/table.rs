@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 28] = [
+pub const SETTINGS: [Setting; 29] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -318,6 +318,13 @@ pub const SETTINGS: [Setting; 28] = [
         default: SettingDefault::Plugin(|a| Fixed::Text(a.subagent_forks.as_str().to_owned())),
         env: None,
         description: "What becomes of a subagent's fork once its work is back: kill, or keep (paused, a checkpoint of the child's whole sandbox; hermes e2b list shows it, hermes e2b rm removes it).",
+    },
+    Setting {
+        key: "live_tools",
+        kind: SettingKind::Flag,
+        default: SettingDefault::Plugin(|a| Fixed::Flag(a.live_tools)),
+        env: None,
+        description: "execute_code cells run in a live Python kernel in the sandbox (one request per cell; tool calls travel on its stream) and terminal(background=true) processes stream their output, take stdin (process_manage write/submit/close) and pty=true; nothing polls. false leaves Hermes' own polling paths (a command per poll). A Hermes whose internals the plugin cannot use keeps its own paths either way; hermes e2b doctor says which is in force.",
     },
     Setting {
         key: "allow_internet_access",
