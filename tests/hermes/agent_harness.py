@@ -354,6 +354,104 @@ class Gateway:
         return "\n".join(self.output_lines()[-n:])
 
 
+class FakeNtfy:
+    """An ntfy server on loopback, for Hermes' bundled ntfy platform: a push chat (like a
+    Telegram DM) whose messages the test publishes and whose replies it reads. Hermes
+    subscribes with `GET /<topic>/json` (a stream of JSON lines) and publishes its replies
+    with `POST /<topic>`. A gateway chat on it can get a turn the user did not send (a
+    background process's completion), which the api_server platform (stateless) cannot."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        fake = self
+        self._events: list[dict] = []
+        self._cond = threading.Condition()
+        #: Every message Hermes published: {"topic", "text", "time"}.
+        self.published: list[dict] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                topic = self.path.split("?")[0].strip("/").split("/")[0]
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                seen = 0
+                try:
+                    self.wfile.write(json.dumps({"id": "open", "event": "open", "topic": topic}).encode() + b"\n")
+                    self.wfile.flush()
+                    while True:
+                        with fake._cond:
+                            fake._cond.wait_for(lambda: len(fake._events) > seen, timeout=20)
+                            pending = fake._events[seen:]
+                            seen = len(fake._events)
+                        lines = [e for e in pending if e["topic"] == topic] or [
+                            {"id": secrets.token_hex(6), "event": "keepalive", "topic": topic}]
+                        for event in lines:
+                            self.wfile.write(json.dumps(event).encode() + b"\n")
+                        self.wfile.flush()
+                except OSError:
+                    return
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                text = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+                topic = self.path.split("?")[0].strip("/").split("/")[0]
+                with fake._cond:
+                    fake.published.append({"topic": topic, "text": text, "time": time.time()})
+                    fake._cond.notify_all()
+                body = json.dumps({"id": secrets.token_hex(6), "event": "message", "topic": topic}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="fake-ntfy", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def env(self, topic: str) -> dict:
+        """The gateway's environment for a chat on `topic` (any topic may talk to the bot)."""
+        return {"NTFY_TOPIC": topic, "NTFY_SERVER_URL": self.url, "NTFY_ALLOW_ALL_USERS": "true"}
+
+    def send(self, topic: str, text: str) -> None:
+        """The user writes `text` in the chat."""
+        with self._cond:
+            self._events.append({"id": secrets.token_hex(8), "time": int(time.time()), "event": "message",
+                                 "topic": topic, "message": text})
+            self._cond.notify_all()
+
+    def wait_for(self, needle: str, timeout: float = 120) -> dict:
+        """The first message Hermes published containing `needle`."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for message in self.published:
+                    if needle in message["text"]:
+                        return message
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise GatewayError(f"Hermes published nothing with {needle!r} within {timeout}s: "
+                                       f"{[m['text'][:200] for m in self.published]}")
+                self._cond.wait(timeout=min(left, 1.0))
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 class ChatThread(threading.Thread):
     """A chat sent from a thread (two chats at once); join() then `.reply` or `.error`."""
 

@@ -48,7 +48,18 @@ class Reply:
     text: str
 
 
-Step = Union[ToolCall, Reply, list]
+@dataclass
+class Dynamic:
+    """A step computed when its request comes, from what Hermes fed back so far in this turn:
+    `make(results)` gets the tool results after the last user message, in order (parsed JSON
+    where they are JSON), and returns a ToolCall, a list of them or a Reply. For arguments
+    only known at run time (a background process's session id). Still stateless: a retried
+    request computes the same step."""
+
+    make: Any
+
+
+Step = Union[ToolCall, Reply, list, Dynamic]
 
 
 def _text(content: Any) -> str:
@@ -68,7 +79,7 @@ def _call_id(marker: str, step: int, index: int) -> str:
 class ScriptedModel:
     def __init__(self, model_id: str = MODEL_ID) -> None:
         self.model_id = model_id
-        self._scripts: dict[str, list[list[ToolCall] | Reply]] = {}
+        self._scripts: dict[str, list[list[ToolCall] | Reply | Dynamic]] = {}
         self._lock = threading.Lock()
         #: Every request: {"path", "body", "marker", "step", "stream", "auxiliary", "auth"}.
         self.requests: list[dict] = []
@@ -78,13 +89,13 @@ class ScriptedModel:
     # -- scripts ----------------------------------------------------------------------------
 
     def register(self, marker: str, steps: list[Step]) -> str:
-        normalized: list[list[ToolCall] | Reply] = []
+        normalized: list[list[ToolCall] | Reply | Dynamic] = []
         for step in steps:
             if isinstance(step, ToolCall):
                 normalized.append([step])
             elif isinstance(step, list) and step and all(isinstance(s, ToolCall) for s in step):
                 normalized.append(list(step))
-            elif isinstance(step, Reply):
+            elif isinstance(step, (Reply, Dynamic)):
                 normalized.append(step)
             else:
                 raise TypeError(f"a step is a ToolCall, a list of them or a Reply, not {step!r}")
@@ -118,12 +129,30 @@ class ScriptedModel:
         if step >= len(script):
             return marker, step, False, {"role": "assistant", "content": f"script {marker} is over (step {step})"}
         current = script[step]
+        if isinstance(current, Dynamic):
+            made = current.make(self._results_since_user(messages))
+            current = [made] if isinstance(made, ToolCall) else made
         if isinstance(current, Reply):
             return marker, step, False, {"role": "assistant", "content": current.text}
         calls = [{"id": _call_id(marker, step, i), "type": "function",
                   "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                  for i, c in enumerate(current)]
         return marker, step, False, {"role": "assistant", "content": None, "tool_calls": calls}
+
+    @staticmethod
+    def _results_since_user(messages: list[dict]) -> list[Any]:
+        """The tool results after the last user message, in order, parsed where JSON."""
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        results = []
+        for message in messages[last_user + 1:]:
+            if message.get("role") != "tool":
+                continue
+            content = _text(message.get("content"))
+            try:
+                results.append(json.loads(content))
+            except ValueError:
+                results.append(content)
+        return results
 
     # -- what Hermes sent -------------------------------------------------------------------
 

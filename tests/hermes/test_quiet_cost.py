@@ -1,7 +1,8 @@
-"""What a quiet chat costs (issue 34; contract L17): with `pause_after_idle_seconds` set, a
-real Hermes' sandbox is paused that long after its last command, whatever lease a long
-command timeout asked for, and also while Hermes' poller watches a background process in
-it. The running time after the last command is measured from e2b-local's own view (the
+"""What a quiet chat costs (issue 34; contracts L17, O10): with `pause_after_idle_seconds`
+set, a real Hermes' sandbox is paused that long after its last command, whatever lease a long
+command timeout asked for, and also with a background server and an idle execute_code kernel
+in it: live (their streams open, issue 42) or through Hermes' own poller (`live_tools:
+false`). The running time after the last command is measured from e2b-local's own view (the
 sandbox's state, sampled), against the setting plus a stated grace: the watcher looks once a
 second, and a pause request is one round trip."""
 
@@ -12,6 +13,8 @@ import time
 import urllib.request
 import uuid
 
+import pytest
+
 from test_environment import run
 
 QUIET = 4
@@ -19,10 +22,12 @@ QUIET = 4
 GRACE = 4
 
 
-def test_a_quiet_chat_runs_its_quiet_time_then_pauses_even_while_a_background_process_is_polled(home, e2b_local):
-    # contract: L17
+@pytest.mark.parametrize("live_tools", [True, False], ids=["live", "polled"])
+def test_a_quiet_chat_runs_its_quiet_time_then_pauses_with_a_background_process_and_a_kernel_in_it(home, e2b_local, live_tools):
+    # contract: L17, O10
     tag = uuid.uuid4().hex
-    home.write_config(settings=e2b_local.settings(metadata={"test": tag}, pause_after_idle_seconds=QUIET),
+    home.write_config(settings=e2b_local.settings(metadata={"test": tag}, pause_after_idle_seconds=QUIET,
+                                                  live_tools=live_tools),
                       terminal={"timeout": 600})
     home.write_key()
     result = run(home, """
@@ -43,8 +48,11 @@ def test_a_quiet_chat_runs_its_quiet_time_then_pauses_even_while_a_background_pr
         # A command with a 600 s timeout: its lease covers 600 s and more (L5).
         r["plain"] = T("echo quiet", timeout=600)["output"]
         r["plain_seconds"] = running_for()
-        # A background process Hermes' poller reads every 2 s, then nothing from the chat.
+        # A background process (streamed live, or read by Hermes' poller every 2 s) and a kernel
+        # with state, then nothing from the chat.
         r["resumed"] = T("echo back")["output"]
+        from tools.code_execution_tool import execute_code
+        r["cell"] = json.loads(execute_code("kept = 'state'\\nprint(kept)", task_id="t1"))
         r["background"] = T("while true; do date +%%s; sleep 1; done", background=True)
         r["background_seconds"] = running_for()
         from tools.process_registry import process_registry
@@ -55,9 +63,11 @@ def test_a_quiet_chat_runs_its_quiet_time_then_pauses_even_while_a_background_pr
         finish(r)
     """ % {"api": e2b_local.api_url})
     assert result["plain"] == "quiet" and result["resumed"] == "back"
+    assert result["cell"]["output"] == "state\n", result["cell"]
+    assert bool(result["cell"]["kernel"].get("live")) is live_tools, result["cell"]
     print(f"running after the last command: {result['plain_seconds']:.1f} s plain, "
-          f"{result['background_seconds']:.1f} s with a polled background process "
-          f"(setting {QUIET} s, grace {GRACE} s)")
+          f"{result['background_seconds']:.1f} s with a background process and a kernel "
+          f"({'live' if live_tools else 'polled'}; setting {QUIET} s, grace {GRACE} s)")
     # Not before the setting (a pause counted from the last command), not long after it.
     assert QUIET - 1 <= result["plain_seconds"] <= QUIET + GRACE, result
     assert QUIET - 1 <= result["background_seconds"] <= QUIET + GRACE, result

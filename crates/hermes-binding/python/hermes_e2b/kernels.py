@@ -82,6 +82,7 @@ def install() -> None:
             return _execute(code, env=env, fall_back=original, **kwargs)
 
         execute_in_remote_kernel._hermes_e2b_original = original  # type: ignore[attr-defined]
+        execute_in_remote_kernel.__wrapped__ = original  # type: ignore[attr-defined]
         execute_in_remote_kernel.__doc__ = original.__doc__
         remote.execute_in_remote_kernel = execute_in_remote_kernel
     _unsupported = None

@@ -90,6 +90,7 @@ def install() -> None:
             return spawn(process_registry, env=env, **kwargs)
 
         _spawn._hermes_e2b_original = original_spawn  # type: ignore[attr-defined]
+        _spawn.__wrapped__ = original_spawn  # type: ignore[attr-defined]
         background._spawn = _spawn
     if getattr(registry.write_stdin, "_hermes_e2b_original", None) is None:
         _wrap(registry, "write_stdin", _write_stdin)
