@@ -65,13 +65,13 @@ def counts():
         time.sleep(0.002)
 
 
-def prepare_home(home):
+def prepare_home(home, **settings):
     # JSON is YAML. The settings name this run's e2b-local; the key comes from E2B_API_KEY.
     config = {
         "terminal": {"backend": "e2b", "timeout": 60},
         "plugins": {"enabled": ["e2b"], "entries": {"e2b": {"settings": {
             "api_url": os.environ["E2B_API_URL"], "sandbox_url": os.environ["E2B_SANDBOX_URL"],
-            "metadata": {"bench": "hermes"},
+            "metadata": {"bench": "hermes"}, **settings,
         }}}},
     }
     with open(os.path.join(home, "config.yaml"), "w") as out:
@@ -120,10 +120,136 @@ def scale(params):
     # Persistent sessions: released locally; the orchestrator kills the sandboxes.
 
 
+def live(params):
+    """Hermes' live tools (issue 42): `execute_code` cells and background processes, with
+    `live_tools` as the params say (true: this plugin's live kernel and live processes; false:
+    Hermes' own remote paths, which poll), measured in one Hermes through the functions its
+    agent loop calls (`execute_code`, `terminal_tool`, the process registry behind
+    `process_manage`), beside a terminal command in the same rounds:
+
+    - a stateful cell (`n += 1; print(n)`) and a terminal command running `python3 -c`;
+    - a cell calling one tool (`terminal('true')`) and, apart, a cell and a terminal `true`;
+    - e2b-local's request count while one cell sleeps `hold_s`, and while a background
+      `sleep hold_s` runs (from its start's answer to its end seen by `wait`);
+    - a background process's output, written (`date +%s.%N` in the sandbox; e2b-local's
+      sandboxes share the host's clock) to seen by `process_registry.poll`, polled every 2 ms;
+    - a REPL round trip (`python3 -i` on a terminal, `submit` of `print(k + 1)` until the
+      answer appears), live only: Hermes' own path has no stdin."""
+    from hermes_cli.plugins import discover_plugins
+
+    prepare_home(params["home"], live_tools=bool(params["live_tools"]))
+    discover_plugins()
+    import tools.terminal_tool as tt
+    from tools.code_execution_tool import execute_code
+    from tools.process_registry import process_registry
+
+    def terminal(command, **kwargs):
+        return json.loads(tt.terminal_tool(command, task_id=TASK, **kwargs))
+
+    def cell(code):
+        result = json.loads(execute_code(code, task_id=TASK))
+        if result.get("status") != "success":
+            raise RuntimeError(f"a cell failed: {result}")
+        return result
+
+    def timed(call):
+        began = time.perf_counter()
+        call()
+        return time.perf_counter() - began
+
+    calls = {
+        "cell": lambda: cell("n += 1\nprint(n)"),
+        "python_c": lambda: terminal("python3 -c 'print(1)'"),
+        "tool_cell": lambda: cell("from hermes_tools import terminal\nterminal('true')"),
+        "terminal_true": lambda: terminal("true"),
+    }
+    if terminal("true").get("exit_code") != 0:
+        raise RuntimeError("the first terminal_tool call failed")
+    cell("n = 0")
+    for call in calls.values():  # one of each before measuring: no path pays a first use
+        call()
+    live = bool(cell("print(1)")["kernel"].get("live"))
+    if live != bool(params["live_tools"]):
+        raise RuntimeError(f"live_tools {params['live_tools']} but the cell ran {'live' if live else 'polled'}")
+
+    print("ready", flush=True)
+    expect("go")
+    started = time.perf_counter()
+    each = {name: [] for name in calls}
+    names = list(calls)
+    for index in range(params["cells"]):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            each[name].append(timed(calls[name]))
+    hold = params["hold_s"]
+    before = counts()
+    cell(f"import time\ntime.sleep({hold})")
+    cell_requests = counts()["total"] - before["total"]
+    spawned = terminal(f"sleep {hold}", background=True)
+    before = counts()
+    waited = process_registry.wait(spawned["session_id"], timeout=int(hold) + 60)
+    background_requests = counts()["total"] - before["total"]
+    if waited.get("status") != "exited":
+        raise RuntimeError(f"the background sleep did not end: {waited}")
+    delays = output_delays(terminal, process_registry, params["lines"])
+    repl = repl_round_trips(terminal, process_registry, params["repls"]) if live else None
+    result = {
+        "ops": sum(len(v) for v in each.values()), "wall_s": time.perf_counter() - started, "live": live,
+        "median_s": {name: statistics.median(values) for name, values in each.items()},
+        "hold_s": hold, "cell_hold_requests": cell_requests, "background_hold_requests": background_requests,
+        "output_delay_median_s": statistics.median(delays), "output_delay_max_s": max(delays),
+        "repl_median_s": None if repl is None else statistics.median(repl),
+    }
+    print("result " + json.dumps(result), flush=True)
+    expect("done")
+    for env in list(tt._active_environments.values()):
+        env.cleanup()
+
+
+def output_delays(terminal, registry, lines):
+    """Seconds from each line's writing in the sandbox to `poll` showing it."""
+    spawned = terminal(f"for i in $(seq {lines}); do date +%s.%N; sleep 0.1; done", background=True)
+    session_id = spawned["session_id"]
+    seen = {}
+    deadline = time.monotonic() + 60 + lines
+    while len(seen) < lines and time.monotonic() < deadline:
+        preview = registry.poll(session_id).get("output_preview", "")
+        now = time.time()
+        for line in preview.splitlines():
+            stamp = line.strip()
+            if stamp and stamp not in seen and stamp.replace(".", "", 1).isdigit():
+                seen[stamp] = now - float(stamp)
+        time.sleep(0.002)
+    registry.wait(session_id, timeout=60)
+    if len(seen) < lines:
+        raise RuntimeError(f"poll showed {len(seen)} of {lines} lines")
+    return list(seen.values())
+
+
+def repl_round_trips(terminal, registry, count):
+    """Seconds from `submit` of `print(k + 1)` to its answer in a `python3 -i` on a terminal."""
+    spawned = terminal("python3 -i -q", background=True, pty=True)
+    session_id = spawned["session_id"]
+    times = []
+    for k in range(count):
+        value = 100_000 + k
+        began = time.perf_counter()
+        registry.submit_stdin(session_id, f"print({value} + 1)")
+        deadline = time.monotonic() + 30
+        while f"{value + 1}\r\n" not in registry.get(session_id).output_buffer:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no answer to print({value} + 1): {registry.get(session_id).output_buffer[-500:]!r}")
+            time.sleep(0.001)
+        times.append(time.perf_counter() - began)
+    registry.kill_process(session_id)
+    return times
+
+
 def main():
     scenario, params = sys.argv[1], json.loads(sys.argv[2])
     if scenario == "scale":
         return scale(params)
+    if scenario == "live":
+        return live(params)
     if scenario != "hermes":
         raise ValueError(f"unknown scenario {scenario!r}")
     commands = params["commands"]

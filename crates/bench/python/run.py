@@ -38,6 +38,10 @@ SIZES = {
         "load_sessions": 32,
         "load_commands": 200,
         "hermes_commands": 200,
+        "live_cells": 30,
+        "live_hold_s": 10,
+        "live_lines": 50,
+        "live_repls": 20,
         "checkpoints": 20,
         "rollbacks": 10,
         "rollback_files": 20,
@@ -62,6 +66,10 @@ SIZES = {
         "load_sessions": 3,
         "load_commands": 5,
         "hermes_commands": 5,
+        "live_cells": 2,
+        "live_hold_s": 1,
+        "live_lines": 3,
+        "live_repls": 2,
         "checkpoints": 2,
         "rollbacks": 1,
         "rollback_files": 4,
@@ -241,7 +249,7 @@ INTERCEPT_REPEATS = 5
 
 #: Scenarios that run against the first latency only (they do not depend on it).
 FIRST_LATENCY_ONLY = {"stream", "pull", "recovery", "load", "hermes", "snapshot", "scale", "intercept",
-                      "quiet", "subagents"}
+                      "quiet", "subagents", "live"}
 
 #: The subagents scenario's child counts (a row each).
 SUBAGENT_CHILDREN = (1, 3)
@@ -347,6 +355,11 @@ class Bench:
             with tempfile.TemporaryDirectory() as home:
                 self.run(server, latency, "hermes", "ours", self.hermes + ["hermes"],
                          {"commands": s["hermes_commands"], "home": home})
+            for who, live_tools in (("ours live", True), ("hermes polled", False)):
+                with tempfile.TemporaryDirectory() as home:
+                    self.run(server, latency, "live", who, self.hermes + ["live"],
+                             {"home": home, "live_tools": live_tools, "cells": s["live_cells"],
+                              "hold_s": s["live_hold_s"], "lines": s["live_lines"], "repls": s["live_repls"]})
 
     def checkpoints(self, server, latency):
         """Checkpoint and rollback, ours and the SDK's, alternated `repeats` times so that both
@@ -563,6 +576,49 @@ def hermes_rows(rows, results, latency):
         diff("execute", "native_wrapped"), unit="ms")
     row(rows, "hermes", latency, "Python added/command", "Hermes `terminal_tool` − native `true`",
         diff("terminal_tool", "native"), unit="ms")
+
+
+def live_rows(rows, results, latency):
+    """Hermes' live tools (issue 42): this plugin's live kernel and live processes, against a
+    terminal command and against Hermes' own remote paths (`live_tools: false`, which poll)
+    measured in the same run."""
+    ours = get(results, "live", "ours live", latency)
+    polled = get(results, "live", "hermes polled", latency)
+
+    def median(figures, name):
+        return None if figures is None else figures["median_s"][name] * 1000
+
+    def value(figures, key, scale=1.0):
+        return None if figures is None or figures.get(key) is None else figures[key] * scale
+
+    for figures, label in ((ours, "live kernel"), (polled, "Hermes' own remote kernel")):
+        row(rows, "live", latency, "cell latency (median)", f"`n += 1; print(n)`, {label}", median(figures, "cell"),
+            "terminal `python3 -c`", median(figures, "python_c"),
+            "≤ 1.2×" if figures is ours else None,
+            (lambda v, r: r is not None and r <= 1.2) if figures is ours else None, unit="ms")
+        cell_plus_terminal = (None if figures is None else
+                              median(figures, "cell") + median(figures, "terminal_true"))
+        row(rows, "live", latency, "cell calling one tool (median)", f"`terminal('true')` in a cell, {label}",
+            median(figures, "tool_cell"), "a cell + a terminal `true`", cell_plus_terminal,
+            "≤ 1.2×" if figures is ours else None,
+            (lambda v, r: r is not None and r <= 1.2) if figures is ours else None, unit="ms")
+    hold = value(ours, "hold_s") or value(polled, "hold_s")
+    hold_text = "?" if hold is None else f"{hold:g}"
+    row(rows, "live", latency, f"requests while a cell runs {hold_text} s", "live kernel",
+        value(ours, "cell_hold_requests"), "Hermes' own remote kernel", value(polled, "cell_hold_requests"),
+        "≤ 2", lambda v, r: v <= 2)
+    row(rows, "live", latency, f"requests while a background process runs {hold_text} s", "live process",
+        value(ours, "background_hold_requests"), "Hermes' own poller", value(polled, "background_hold_requests"),
+        "≤ 2", lambda v, r: v <= 2)
+    row(rows, "live", latency, "output written → seen by `poll` (median)", "live process",
+        value(ours, "output_delay_median_s", 1000), "Hermes' own poller", value(polled, "output_delay_median_s", 1000),
+        "≤ 50 ms", lambda v, r: v <= 50, unit="ms")
+    row(rows, "live", latency, "output written → seen by `poll` (max)", "live process",
+        value(ours, "output_delay_max_s", 1000), "Hermes' own poller", value(polled, "output_delay_max_s", 1000),
+        unit="ms")
+    row(rows, "live", latency, "REPL round trip (median)", "`submit` → its answer, `python3 -i` on a pty",
+        value(ours, "repl_median_s", 1000), "terminal `true`", median(ours, "terminal_true"),
+        "≤ 1.0×", lambda v, r: r is not None and r <= 1.0, unit="ms")
 
 
 def median_of(results, scenario, who, latency, key):
@@ -902,6 +958,7 @@ def build_rows(results, latencies, with_hermes, scale_ns=()):
         intercept_rows(rows, results, latency)
         if with_hermes:
             hermes_rows(rows, results, latency)
+            live_rows(rows, results, latency)
     return rows
 
 

@@ -286,6 +286,7 @@ async fn stream_input_feeds_stdin_in_order_while_open() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_stdin_writes_one_message_per_call_in_order() {
+    // contract: O9
     let server = server().await;
     let client = client(&server);
     let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;

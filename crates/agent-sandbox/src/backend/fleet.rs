@@ -72,6 +72,10 @@ impl Member for Inner {
     }
 
     fn serves_background(&self) -> bool {
+        // A live background process being followed serves as a polled one does (O9).
+        if self.live.serving() {
+            return true;
+        }
         let watched = self.last_watch.load(Ordering::Relaxed);
         let now = since_boot_ms(&*self.services.clock);
         watched != 0 && now.saturating_sub(watched) < BACKGROUND_WINDOW_MS

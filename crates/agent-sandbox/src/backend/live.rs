@@ -29,6 +29,9 @@ const SIGNAL_WINDOW: Duration = Duration::from_secs(30);
 pub(super) struct LiveMemory {
     uses: tokio::sync::watch::Sender<u64>,
     finished: Mutex<Vec<String>>,
+    /// Background processes followed now (not kernels): the scope serves them, and is paused
+    /// for the account's limit after every idle scope without one (L17).
+    serving: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Default for LiveMemory {
@@ -36,14 +39,38 @@ impl Default for LiveMemory {
         LiveMemory {
             uses: tokio::sync::watch::Sender::new(0),
             finished: Mutex::new(Vec::new()),
+            serving: Arc::default(),
         }
     }
+}
+
+/// What a live process is to the scope.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Serving {
+    /// A background process: the scope serves it while it is followed.
+    Background,
+    /// A session kernel: idle between cells like the session (its cells count as running).
+    Kernel,
 }
 
 impl LiveMemory {
     /// A use of the sandbox (or the scope's close): followers waiting after a cut look again.
     pub(super) fn used(&self) {
         self.uses.send_modify(|uses| *uses = uses.wrapping_add(1));
+    }
+
+    /// Whether a background process of the scope is being followed now.
+    pub(super) fn serving(&self) -> bool {
+        self.serving.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// Counts one followed background process until the returned guard drops.
+    fn serve(&self) -> crate::live::Busy {
+        let serving = Arc::clone(&self.serving);
+        serving.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        crate::live::Busy::new(Box::new(move || {
+            serving.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }))
     }
 
     fn take_finished(&self) -> Vec<String> {
@@ -67,6 +94,16 @@ impl Backend {
         id: &str,
         command: &str,
         options: LiveOptions,
+    ) -> Result<LiveProcess, Error> {
+        self.start_live_as(id, command, options, Serving::Background)
+    }
+
+    fn start_live_as(
+        &self,
+        id: &str,
+        command: &str,
+        options: LiveOptions,
+        serving: Serving,
     ) -> Result<LiveProcess, Error> {
         if !valid_id(id) {
             return Err(Error::InvalidConfig {
@@ -117,7 +154,8 @@ impl Backend {
         let host: Arc<dyn LiveHost> = self.inner.clone();
         let (process, shared, events) =
             LiveProcess::new(id.to_owned(), sandbox_id, pid, Arc::downgrade(&host));
-        spawn_follower(shared, events, Some(stream), 0)?;
+        let serving = (serving == Serving::Background).then(|| self.inner.live.serve());
+        spawn_follower(shared, events, Some(stream), 0, serving)?;
         Ok(process)
     }
 
@@ -131,10 +169,11 @@ impl Backend {
         let (key, rest) = bytes.split_at(32);
         let id = format!("kernel-{}", hex::encode(&rest[..8]));
         let marker = format!("@@AGENT-SANDBOX-KERNEL-{}@@", hex::encode(&rest[8..]));
-        let process = self.start_live(
+        let process = self.start_live_as(
             &id,
             &crate::kernel::command(&options.python),
             crate::kernel::live_options(&options),
+            Serving::Kernel,
         )?;
         let host: Arc<dyn LiveHost> = self.inner.clone();
         let key: [u8; 32] = key.try_into().expect("32 bytes");
@@ -165,7 +204,7 @@ impl Backend {
             pid,
             Arc::downgrade(&host),
         );
-        spawn_follower(shared, events, None, offset)?;
+        spawn_follower(shared, events, None, offset, Some(self.inner.live.serve()))?;
         Ok(process)
     }
 }

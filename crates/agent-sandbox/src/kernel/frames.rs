@@ -210,6 +210,7 @@ mod tests {
 
     #[test]
     fn output_and_frames_are_told_apart_whatever_the_chunking() {
+        // contract: O8
         let mut stream = b"before".to_vec();
         stream.extend(key().frame("@@K@@", &body(1, r#","ready":true"#)));
         stream.extend_from_slice(b"between\n");
@@ -241,6 +242,7 @@ mod tests {
 
     #[test]
     fn a_forged_or_replayed_frame_is_only_output() {
+        // contract: O8
         let genuine = key().frame("@@K@@", &body(1, r#","call":1"#));
         let forged = Key::new([8; 32]).frame("@@K@@", &body(1, r#","call":1"#));
         let mut decoder = decoder();

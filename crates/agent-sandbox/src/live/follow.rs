@@ -86,17 +86,20 @@ const KEEPALIVE: Duration = Duration::from_secs(30);
 const START_RETRIES: u32 = 3;
 
 /// Starts the follower thread of `shared`: `stream` is the runner's own (its output from
-/// byte 0), or `None` to start a follower from `offset` first.
+/// byte 0), or `None` to start a follower from `offset` first. `serving` is held as long as
+/// the thread follows (the scope's count of background processes it serves).
 pub(crate) fn spawn_follower(
     shared: Arc<Shared>,
     events: SyncSender<LiveEvent>,
     stream: Option<ProcessStream>,
     offset: u64,
+    serving: Option<Busy>,
 ) -> Result<(), Error> {
     let name = format!("live-{}", shared.id);
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
+            let _serving = serving;
             let mut follow = Follow {
                 shared,
                 events,

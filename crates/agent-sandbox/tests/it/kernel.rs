@@ -38,6 +38,7 @@ fn cell(kernel: &agent_sandbox::Kernel, code: &str) -> agent_sandbox::CellOutcom
 
 #[test]
 fn cells_share_one_namespace_and_report_output_errors_and_counts() {
+    // contract: O8
     let world = World::new();
     let backend = world.persistent();
     let kernel = backend
@@ -86,6 +87,7 @@ fn cells_share_one_namespace_and_report_output_errors_and_counts() {
 
 #[test]
 fn a_cells_calls_reach_its_host_on_its_own_stream_and_cost_one_request_each() {
+    // contract: O8
     let world = World::new();
     let backend = world.persistent();
     let mut options = KernelOptions::new("python3");
@@ -128,6 +130,7 @@ fn a_cells_calls_reach_its_host_on_its_own_stream_and_cost_one_request_each() {
 
 #[test]
 fn another_process_of_the_sandbox_cannot_make_the_host_run_a_call() {
+    // contract: O8
     let world = World::new();
     let backend = world.persistent();
     let kernel = backend
@@ -158,6 +161,7 @@ fn another_process_of_the_sandbox_cannot_make_the_host_run_a_call() {
 
 #[test]
 fn a_cell_past_its_time_kills_the_kernel_and_the_next_kernel_starts_fresh() {
+    // contract: O8
     let world = World::new();
     let backend = world.persistent();
     let kernel = backend
@@ -201,6 +205,7 @@ fn a_cell_past_its_time_kills_the_kernel_and_the_next_kernel_starts_fresh() {
 
 #[test]
 fn sys_exit_ends_the_kernel_and_a_missing_interpreter_is_named() {
+    // contract: O8
     let world = World::new();
     let backend = world.persistent();
     let kernel = backend
@@ -223,6 +228,7 @@ fn sys_exit_ends_the_kernel_and_a_missing_interpreter_is_named() {
 
 #[test]
 fn a_kernel_survives_a_pause_that_keeps_memory_and_is_lost_with_one_that_does_not() {
+    // contract: O10
     let world = World::new();
     let backend = world.persistent();
     let kernel = backend

@@ -68,6 +68,7 @@ fn expected_counter(count: u32) -> String {
 
 #[test]
 fn a_live_process_takes_stdin_streams_as_it_writes_and_reports_its_exit_without_polling() {
+    // contract: O9
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -104,6 +105,7 @@ fn a_live_process_takes_stdin_streams_as_it_writes_and_reports_its_exit_without_
 #[test]
 fn a_pause_that_keeps_memory_cuts_the_stream_and_the_output_goes_on_after_the_next_use_exactly_once()
  {
+    // contract: O10
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -130,6 +132,7 @@ fn a_pause_that_keeps_memory_cuts_the_stream_and_the_output_goes_on_after_the_ne
 
 #[test]
 fn a_dropped_stream_is_taken_up_at_once_where_it_broke() {
+    // contract: O10
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -150,7 +153,7 @@ fn a_dropped_stream_is_taken_up_at_once_where_it_broke() {
 
 #[test]
 fn a_quiet_sandbox_is_paused_with_a_live_process_in_it_and_the_process_goes_on_at_the_next_use() {
-    // contract: L17
+    // contract: L17, O10
     let world = World::new();
     let mut config = world.config(SandboxMode::Persistent);
     config.pause_after_idle = Some(Duration::from_secs(60));
@@ -200,6 +203,7 @@ fn a_quiet_sandbox_is_paused_with_a_live_process_in_it_and_the_process_goes_on_a
 
 #[test]
 fn a_pause_without_memory_ends_the_process_and_the_host_says_it_was_lost() {
+    // contract: O10
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -222,6 +226,7 @@ fn a_pause_without_memory_ends_the_process_and_the_host_says_it_was_lost() {
 
 #[test]
 fn a_replaced_sandbox_loses_its_processes_and_input_to_them_is_refused() {
+    // contract: O10
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -247,6 +252,7 @@ fn a_replaced_sandbox_loses_its_processes_and_input_to_them_is_refused() {
 
 #[test]
 fn a_kill_ends_the_command_and_what_it_started_and_an_interrupt_reaches_the_command() {
+    // contract: O9
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -295,6 +301,7 @@ fn a_kill_ends_the_command_and_what_it_started_and_an_interrupt_reaches_the_comm
 
 #[test]
 fn a_terminal_command_sees_a_terminal_and_ctrl_c_written_to_it_interrupts_its_foreground_job() {
+    // contract: O9
     let world = World::new();
     let backend = world.persistent();
     ok(&backend, "true");
@@ -325,6 +332,7 @@ fn a_terminal_command_sees_a_terminal_and_ctrl_c_written_to_it_interrupts_its_fo
 
 #[test]
 fn a_new_backend_takes_a_running_process_up_by_its_id_with_its_whole_output() {
+    // contract: O10
     let world = World::new();
     let first = world.persistent();
     ok(&first, "true");
@@ -378,4 +386,39 @@ pub(crate) fn pause_without_memory(world: &World, id: &str) {
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read response");
     assert!(response.starts_with("HTTP/1.1 204"), "{response}");
+}
+
+#[test]
+fn a_sandbox_serving_a_live_background_process_is_paused_for_the_limit_last_and_a_kernel_is_no_server()
+ {
+    // contract: L17, L14, O9
+    let world = World::new();
+    world.server().set_max_running(Some(2));
+    // The older chat serves a live background process (no watcher polls it); the newer one
+    // holds only an idle kernel.
+    let serving = world.persistent_task("serving");
+    ok(&serving, "true");
+    let process = serving
+        .start_live("server", "sleep 300", LiveOptions::pipes(Shell::Plain))
+        .expect("starts");
+    world.advance(Duration::from_secs(1));
+    let idle = world.persistent_task("idle");
+    let kernel = idle
+        .start_kernel(agent_sandbox::KernelOptions::new("python3"))
+        .expect("starts");
+    world.advance(Duration::from_secs(20));
+    // A third chat needs a slot: the one with only a kernel is paused, although the serving
+    // one has been idle longer by its own commands.
+    let third = world.persistent_task("third");
+    ok(&third, "true");
+    assert_eq!(state(&world, &idle), SandboxState::Paused);
+    assert_eq!(state(&world, &serving), SandboxState::Running);
+    // Once its process has ended it is idle like any other, and goes next.
+    process.signal(LiveSignal::Kill).expect("killed");
+    assert_eq!(read_to_end(&process).1, LiveEnd::Killed);
+    world.advance(Duration::from_secs(1));
+    let fourth = world.persistent_task("fourth");
+    ok(&fourth, "true");
+    assert_eq!(state(&world, &serving), SandboxState::Paused);
+    drop(kernel);
 }

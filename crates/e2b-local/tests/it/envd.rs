@@ -145,6 +145,7 @@ async fn start_passes_cmd_and_args_verbatim() {
 
 #[tokio::test]
 async fn commands_start_with_every_signal_at_its_default() {
+    // contract: O9
     // As envd (a service) starts them, even when the server itself runs with SIGINT and
     // SIGQUIT ignored, as a shell's `&` leaves a background job: Ctrl-C must reach a command.
     // SAFETY: ignoring two signals process-wide; no test here relies on receiving them.

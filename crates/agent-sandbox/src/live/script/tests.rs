@@ -97,6 +97,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn the_runner_feeds_stdin_streams_the_output_and_reports_the_exit() {
+    // contract: O9
     let home = tempfile::tempdir().unwrap();
     let mut run = start(
         home.path(),
@@ -122,6 +123,7 @@ fn the_runner_feeds_stdin_streams_the_output_and_reports_the_exit() {
 
 #[test]
 fn a_follower_takes_up_from_an_offset_and_stops_the_one_before() {
+    // contract: O10
     let home = tempfile::tempdir().unwrap();
     let mut run = start(
         home.path(),
@@ -164,6 +166,7 @@ fn a_follower_takes_up_from_an_offset_and_stops_the_one_before() {
 
 #[test]
 fn a_follower_of_an_ended_command_delivers_the_rest_and_its_exit() {
+    // contract: O10
     let home = tempfile::tempdir().unwrap();
     let run = start(
         home.path(),
@@ -184,6 +187,7 @@ fn a_follower_of_an_ended_command_delivers_the_rest_and_its_exit() {
 
 #[test]
 fn a_restarted_sandbox_or_a_missing_directory_is_reported_lost() {
+    // contract: O10
     let home = tempfile::tempdir().unwrap();
     let (_, control, _) = start(home.path(), &follower("never", 0)).finish();
     assert_eq!(control, vec![Control::LostGone]);
@@ -200,6 +204,7 @@ fn a_restarted_sandbox_or_a_missing_directory_is_reported_lost() {
 
 #[test]
 fn a_kill_ends_the_command_and_everything_carrying_its_tag() {
+    // contract: O9
     let home = tempfile::tempdir().unwrap();
     // A child that leaves the process group (its own session) still carries the tag.
     let run = start(
@@ -245,6 +250,7 @@ fn a_kill_ends_the_command_and_everything_carrying_its_tag() {
 
 #[test]
 fn an_interrupt_reaches_the_commands_group_only() {
+    // contract: O9
     let home = tempfile::tempdir().unwrap();
     let run = start(
         home.path(),
@@ -272,6 +278,7 @@ fn an_interrupt_reaches_the_commands_group_only() {
 
 #[test]
 fn a_terminal_command_sees_a_terminal_of_its_size_and_ctrl_c_interrupts_it() {
+    // contract: O9
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("skipped: this machine has no util-linux script");
         return;
