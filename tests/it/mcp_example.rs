@@ -1,4 +1,4 @@
-//! `examples/mcp_server.rs` end to end: the built binary, spoken to in MCP JSON-RPC over its
+//! `examples/mcp_server/` end to end: the built binary, spoken to in MCP JSON-RPC over its
 //! standard input and output, serving a sandbox of its embedded e2b-local (loopback only).
 
 use crate::support;
@@ -204,9 +204,14 @@ fn mcp_server_exposes_the_sandbox_as_tools_and_cleans_up_on_exit() {
             "fork",
             "list_checkpoints",
             "read_file",
+            "read_process",
             "rollback",
             "run_command",
-            "write_file"
+            "run_python",
+            "signal_process",
+            "start_process",
+            "write_file",
+            "write_process"
         ]
     );
 
@@ -632,4 +637,89 @@ fn mcp_server_checkpoints_rolls_back_forks_adopts_and_discards() {
     runtime
         .block_on(server.shutdown())
         .expect("e2b-local stops");
+}
+
+#[test]
+fn mcp_server_keeps_python_state_and_drives_background_processes() {
+    // contract: O8, O9
+    let mut session = McpSession::start();
+    initialize(&mut session);
+
+    // Python cells share one kernel: state survives from call to call, until a reset.
+    let (first, _) = session.call_tool("run_python", json!({"code": "x = 41\nprint('set')"}));
+    assert_eq!(first["structuredContent"]["status"], "ok", "{first}");
+    assert_eq!(first["structuredContent"]["fresh_kernel"], true, "{first}");
+    let (second, _) = session.call_tool("run_python", json!({"code": "x += 1\nprint(x)"}));
+    assert_eq!(text_of(&second), "42\n", "{second}");
+    assert_eq!(second["structuredContent"]["execution_count"], 2, "{second}");
+    let (failed, _) = session.call_tool("run_python", json!({"code": "1 / 0"}));
+    assert_eq!(failed["isError"], true, "{failed}");
+    assert!(text_of(&failed).contains("ZeroDivisionError"), "{failed}");
+    let (reset, _) = session.call_tool(
+        "run_python",
+        json!({"code": "print('x' in globals())", "reset": true}),
+    );
+    assert_eq!(text_of(&reset), "False\n", "{reset}");
+
+    // A prompt answered on the process's stdin, its output read as it comes.
+    let (started, _) = session.call_tool(
+        "start_process",
+        json!({"command": "echo 'name?'; read name; echo \"hello $name\"; sleep 300"}),
+    );
+    let id = started["structuredContent"]["id"].as_str().expect("an id").to_owned();
+    let (asked, _) = session.call_tool("read_process", json!({"id": id, "wait_seconds": 30}));
+    assert_eq!(asked["structuredContent"]["output"], "name?\n", "{asked}");
+    assert_eq!(asked["structuredContent"]["status"], "running", "{asked}");
+    let (written, _) = session.call_tool("write_process", json!({"id": id, "data": "mcp\n"}));
+    assert_eq!(written["isError"], false, "{written}");
+    let (answered, _) = session.call_tool("read_process", json!({"id": id, "wait_seconds": 30}));
+    assert_eq!(answered["structuredContent"]["output"], "hello mcp\n", "{answered}");
+    let (killed, _) = session.call_tool("signal_process", json!({"id": id, "signal": "kill"}));
+    assert_eq!(killed["isError"], false, "{killed}");
+    let (ended, _) = session.call_tool("read_process", json!({"id": id, "wait_seconds": 30}));
+    assert_eq!(ended["structuredContent"]["status"], "killed", "{ended}");
+
+    // A REPL on a terminal: typed lines are answered, Ctrl-C interrupts it.
+    let (repl, _) = session.call_tool(
+        "start_process",
+        json!({"command": "python3 -i -q", "terminal": true}),
+    );
+    let repl = repl["structuredContent"]["id"].as_str().expect("an id").to_owned();
+    session.call_tool("write_process", json!({"id": repl, "data": "print(6 * 7)\n"}));
+    let mut seen = String::new();
+    for _ in 0..60 {
+        let (read, _) = session.call_tool("read_process", json!({"id": repl, "wait_seconds": 1}));
+        seen.push_str(read["structuredContent"]["output"].as_str().unwrap_or_default());
+        if seen.contains("42\r\n") {
+            break;
+        }
+    }
+    assert!(seen.contains("42\r\n"), "{seen:?}");
+    session.call_tool(
+        "write_process",
+        json!({"id": repl, "data": "import time; time.sleep(300)\n"}),
+    );
+    session.call_tool("write_process", json!({"id": repl, "data": "\u{0003}"}));
+    for _ in 0..60 {
+        let (read, _) = session.call_tool("read_process", json!({"id": repl, "wait_seconds": 1}));
+        seen.push_str(read["structuredContent"]["output"].as_str().unwrap_or_default());
+        if seen.contains("KeyboardInterrupt") {
+            break;
+        }
+    }
+    assert!(seen.contains("KeyboardInterrupt"), "{seen:?}");
+    session.call_tool("write_process", json!({"id": repl, "data": "\u{0004}"}));
+    // A read returns as soon as there is output (the echoed end of line comes first).
+    let mut status = json!("running");
+    for _ in 0..30 {
+        let (read, _) = session.call_tool("read_process", json!({"id": repl, "wait_seconds": 1}));
+        status = read["structuredContent"]["status"].clone();
+        if status != "running" {
+            break;
+        }
+    }
+    assert_eq!(status, "exited");
+
+    let (status, stderr) = session.finish();
+    assert!(status.success(), "{stderr}");
 }

@@ -12,6 +12,13 @@
 //!   E2B snapshot of the whole machine (files and installed packages); a rollback replaces
 //!   the sandbox by one made from a checkpoint, after checkpointing the state it replaces,
 //!   so every rollback can itself be undone.
+//! - `run_python`: runs Python in a kernel that lives in the sandbox between calls, so
+//!   variables, imports and loaded data survive from call to call (`reset` starts afresh).
+//! - `start_process`, `read_process`, `write_process`, `signal_process`: background processes
+//!   (a server, a build, a REPL, an installer that asks questions): started with their stdin
+//!   open, optionally on a terminal; their output is read as it comes (what arrived since the
+//!   last read), their stdin written, and they are interrupted or killed with what they
+//!   started.
 //! - `fork`, `adopt`, `discard`: best-of-N. `fork` makes N branches of the current state;
 //!   `run_command`, `read_file` and `write_file` take a `branch` number to work in one;
 //!   `adopt` makes a branch the sandbox (killing the other branches); `discard` kills them
@@ -31,6 +38,8 @@
 //! it waits for running commands and leaves the persistent sandbox to its lease (E2B pauses
 //! it). Diagnostics go to standard error; standard output carries only MCP messages.
 
+mod live;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::path::PathBuf;
@@ -39,7 +48,7 @@ use std::time::Duration;
 
 use agent_sandbox_examples::agent_sandbox::{
     ApiKeySource, Backend, Checkpoint, CheckpointReason, CheckpointRequest, CheckpointTarget,
-    CommandExit, Config, DEFAULT_CHECKPOINT_WAIT, Endpoints, ErrorChain, FnSink, Fork,
+    CommandExit, Config, DEFAULT_CHECKPOINT_WAIT, Endpoints, ErrorChain, FnSink, Fork, LiveSignal,
     NoStateHooks, OutputStream, RunOptions, Scope, Services, Termination, utc,
 };
 use agent_sandbox_examples::e2b_client::{self, ApiKey};
@@ -69,6 +78,9 @@ const DEFAULT_COMMAND_SECONDS: u64 = 120;
 const MAX_COMMAND_SECONDS: u64 = 3600;
 const DEFAULT_READ_BYTES: u64 = 1024 * 1024;
 const MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The longest a `read_process` waits for output.
+const MAX_READ_WAIT_SECONDS: u64 = 60;
 
 /// The scope's task id: one persistent sandbox per MCP server home.
 const TASK_ID: &str = "mcp-server";
@@ -132,6 +144,52 @@ struct AdoptArgs {
 }
 
 /// The open fork: its branches and a backend for each started one.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct RunPythonArgs {
+    /// Python code; its `print` output is the result. State persists between calls.
+    code: String,
+    /// Seconds the code may run (default 120, at most 3600); past it, the kernel is killed
+    /// and its state lost.
+    timeout_seconds: Option<u64>,
+    /// Start from a fresh kernel.
+    reset: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct StartProcessArgs {
+    /// The shell command (bash, login shell) to run in the background.
+    command: String,
+    /// Run it on a terminal (30 rows, 120 columns): for REPLs and programs that want one.
+    terminal: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ReadProcessArgs {
+    /// The id `start_process` gave.
+    id: String,
+    /// Seconds to wait for output when there is none yet (default 0, at most 60).
+    wait_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct WriteProcessArgs {
+    /// The id `start_process` gave.
+    id: String,
+    /// Text for its stdin, sent as is (add "\n" to press Enter; "\u0003" is Ctrl-C on a
+    /// terminal).
+    data: String,
+    /// Close its stdin afterwards (end of file).
+    close_stdin: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SignalProcessArgs {
+    /// The id `start_process` gave.
+    id: String,
+    /// `interrupt` (Ctrl-C to its group), `terminate` or `kill` (it and what it started).
+    signal: String,
+}
+
 struct OpenFork {
     fork: Fork,
     branches: BTreeMap<usize, Arc<Backend>>,
@@ -142,6 +200,7 @@ struct OpenFork {
 struct SandboxTools {
     backend: Arc<Backend>,
     fork: Arc<Mutex<Option<OpenFork>>>,
+    live: Arc<live::LiveTools>,
 }
 
 impl SandboxTools {
@@ -242,6 +301,168 @@ impl SandboxTools {
                 "the command was lost: {}",
                 ErrorChain(&error)
             ))),
+        }
+    }
+
+    #[tool(
+        description = "Run Python in the sandbox's kernel: variables, imports and data persist \
+                       from call to call. The result has what it printed, what it wrote to \
+                       stderr and any traceback."
+    )]
+    async fn run_python(
+        &self,
+        Parameters(args): Parameters<RunPythonArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let seconds = args
+            .timeout_seconds
+            .unwrap_or(DEFAULT_COMMAND_SECONDS)
+            .clamp(1, MAX_COMMAND_SECONDS);
+        let (backend, live) = (Arc::clone(&self.backend), Arc::clone(&self.live));
+        let reset = args.reset.unwrap_or(false);
+        let ran = blocking(move || {
+            live.run_python(&backend, &args.code, Duration::from_secs(seconds), reset)
+        })
+        .await?;
+        let (outcome, fresh) = match ran {
+            Ok(ran) => ran,
+            Err(error) => {
+                return Ok(tool_error(format!(
+                    "the kernel could not run it: {}",
+                    ErrorChain(&error)
+                )));
+            }
+        };
+        let status = match &outcome.status {
+            agent_sandbox_examples::agent_sandbox::CellStatus::Ok => "ok",
+            agent_sandbox_examples::agent_sandbox::CellStatus::Error => "error",
+            agent_sandbox_examples::agent_sandbox::CellStatus::Exit => "exit",
+            agent_sandbox_examples::agent_sandbox::CellStatus::Timeout => "timeout",
+            _ => "ended",
+        };
+        let mut text = format!("{}{}", outcome.stdout, outcome.raw);
+        if !outcome.stderr.is_empty() || !outcome.traceback.is_empty() {
+            text.push_str(&format!(
+                "--- stderr ---\n{}{}",
+                outcome.stderr, outcome.traceback
+            ));
+        }
+        if matches!(status, "timeout" | "ended") {
+            text.push_str("[the kernel ended: its state is lost; the next call starts afresh]");
+        }
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(json!({
+            "status": status,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+            "traceback": outcome.traceback,
+            "execution_count": outcome.execution_count,
+            "fresh_kernel": fresh,
+        }));
+        if status != "ok" {
+            result.is_error = Some(true);
+        }
+        Ok(result)
+    }
+
+    #[tool(
+        description = "Start a command in the background (a server, a build, a REPL) with its \
+                       stdin open; returns its id. Read its output with read_process, answer \
+                       it with write_process."
+    )]
+    async fn start_process(
+        &self,
+        Parameters(args): Parameters<StartProcessArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let (backend, live) = (Arc::clone(&self.backend), Arc::clone(&self.live));
+        let terminal = args.terminal.unwrap_or(false);
+        match blocking(move || live.start(&backend, &args.command, terminal)).await? {
+            Ok((id, pid)) => {
+                let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
+                    "started {id} (pid {pid} in the sandbox)"
+                ))]);
+                result.structured_content = Some(json!({"id": id, "pid": pid}));
+                Ok(result)
+            }
+            Err(error) => Ok(tool_error(format!(
+                "the process did not start: {}",
+                ErrorChain(&error)
+            ))),
+        }
+    }
+
+    #[tool(
+        description = "What a background process wrote since the last read (waiting up to \
+                       wait_seconds for something), and whether it is still running."
+    )]
+    async fn read_process(
+        &self,
+        Parameters(args): Parameters<ReadProcessArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let wait = Duration::from_secs(args.wait_seconds.unwrap_or(0).min(MAX_READ_WAIT_SECONDS));
+        let live = Arc::clone(&self.live);
+        let id = args.id;
+        match blocking(move || live.read(&id, wait)).await? {
+            Ok(reading) => {
+                let mut structured = live::end_json(&reading.end);
+                structured["output"] = json!(reading.output);
+                structured["dropped_bytes"] = json!(reading.dropped);
+                let mut text = reading.output;
+                text.push_str(&format!(
+                    "[{}]",
+                    structured["status"].as_str().unwrap_or("?")
+                ));
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(structured);
+                Ok(result)
+            }
+            Err(message) => Ok(tool_error(message)),
+        }
+    }
+
+    #[tool(
+        description = "Write to a background process's stdin (answer a prompt, type in a REPL)."
+    )]
+    async fn write_process(
+        &self,
+        Parameters(args): Parameters<WriteProcessArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let live = Arc::clone(&self.live);
+        let close = args.close_stdin.unwrap_or(false);
+        let (id, size) = (args.id.clone(), args.data.len());
+        match blocking(move || live.write(&args.id, args.data.as_bytes(), close)).await? {
+            Ok(()) => Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "wrote {size} bytes to {id}{}",
+                if close { " and closed its stdin" } else { "" }
+            ))])),
+            Err(message) => Ok(tool_error(message)),
+        }
+    }
+
+    #[tool(
+        description = "Interrupt, terminate or kill a background process (kill: with what it started)."
+    )]
+    async fn signal_process(
+        &self,
+        Parameters(args): Parameters<SignalProcessArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let signal = match args.signal.as_str() {
+            "interrupt" => LiveSignal::Interrupt,
+            "terminate" => LiveSignal::Terminate,
+            "kill" => LiveSignal::Kill,
+            other => {
+                return Ok(tool_error(format!(
+                    "signal must be interrupt, terminate or kill, not {other:?}"
+                )));
+            }
+        };
+        let live = Arc::clone(&self.live);
+        let id = args.id.clone();
+        match blocking(move || live.signal(&args.id, signal)).await? {
+            Ok(()) => Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "sent {} to {id}",
+                args.signal
+            ))])),
+            Err(message) => Ok(tool_error(message)),
         }
     }
 
@@ -558,7 +779,9 @@ impl SandboxTools {
     instructions = "One persistent E2B sandbox (a Linux machine, user `user`, home /home/user). \
                     Files and installed packages persist between calls. Checkpoint before a \
                     risky step and roll back after a failure; fork to try several approaches \
-                    at once, then adopt the branch that worked."
+                    at once, then adopt the branch that worked. Python run with run_python \
+                    keeps its state between calls; background processes keep running and take \
+                    input."
 )]
 impl ServerHandler for SandboxTools {}
 
@@ -768,6 +991,7 @@ async fn main() -> AnyResult<()> {
     let tools = SandboxTools {
         backend: Arc::clone(&backend),
         fork: Arc::new(Mutex::new(None)),
+        live: Arc::default(),
     };
     let open_fork = Arc::clone(&tools.fork);
     let served = serve(tools, signals).await;
