@@ -1,11 +1,12 @@
-"""A chat serving a background process under the account's limit (issue 34; contracts L17,
-L18): e2b-local runs with `--max-running 2`, one gateway chat starts a web server with the
-terminal tool's `background=True`, Hermes' own poller watches it, and two other chats need
-slots. The plain idle chat is paused first; when the serving chat is paused in turn (the
-only one left: another chat runs a command), its
-server is frozen with the sandbox (a pause keeps memory), Hermes' poller keeps reading it as
-running instead of resuming the sandbox, and the chat's next command finds the server
-answering again. Real Hermes, real e2b-local."""
+"""A chat serving a background process under the account's limit (issues 34 and 42;
+contracts L17, L18, O9): e2b-local runs with `--max-running 2`, one gateway chat starts a web
+server with the terminal tool's `background=True` (a live process, or with `live_tools:
+false` Hermes' own poller watching it), and two other chats need slots. The plain idle chat
+is paused first; when the serving chat is paused in turn (the only one left: another chat
+runs a command), its server is frozen with the sandbox (a pause keeps memory), Hermes keeps
+it as running (its poller's reads answered on the host, or the live stream waiting for the
+chat's next use) instead of resuming the sandbox, and the chat's next command finds the
+server answering again. Real Hermes, real e2b-local."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ def limited():
     server.stop()
 
 
-def test_a_background_server_is_paused_last_and_survives_its_pause(home, limited):
-    # contract: L17, L18
+@pytest.mark.parametrize("live_tools", [True, False], ids=["live", "polled"])
+def test_a_background_server_is_paused_last_and_survives_its_pause(home, limited, live_tools):
+    # contract: L17, L18, O9
     tag = uuid.uuid4().hex
-    home.write_config(settings=limited.settings(metadata={"test": tag}, slot_wait_seconds=30),
+    home.write_config(settings=limited.settings(metadata={"test": tag}, slot_wait_seconds=30, live_tools=live_tools),
                       terminal={"timeout": 60})
     home.write_key()
     result = run(home, """
@@ -57,7 +59,7 @@ def test_a_background_server_is_paused_last_and_survives_its_pause(home, limited
                 break
             time.sleep(0.2)
         r["answered_before"] = answered
-        # Hermes' poller has read the server's log of that request: it polls the chat now.
+        # The server's log of that request reached Hermes (streamed, or read by its poller).
         def until(condition, what):
             deadline = time.monotonic() + 60
             while not condition():
@@ -78,7 +80,8 @@ def test_a_background_server_is_paused_last_and_survives_its_pause(home, limited
         until(lambda: in_chat("third", "test -e /tmp/holding && echo up || true")["output"] == "up", "the held command")
         r["fourth"] = in_chat("fourth", "echo fourth")["output"]
         r["web_paused"] = state("web")
-        until(lambda: "E2B poll answered on the host" in _log.getvalue(), "a poll of the paused sandbox")
+        if not %(live)s:
+            until(lambda: "E2B poll answered on the host" in _log.getvalue(), "a poll of the paused sandbox")
         session = process_registry.get(session_id)
         r["poll_while_paused"] = {"exited": session.exited, "exit_code": session.exit_code}
         # The chat's next command resumes it: the same server answers again.
@@ -90,7 +93,7 @@ def test_a_background_server_is_paused_last_and_survives_its_pause(home, limited
         for key in list(tt._active_environments):
             cleanup_vm(key)
         finish(r)
-    """ % {"api": limited.api_url})
+    """ % {"api": limited.api_url, "live": live_tools})
     assert result["idle"] == "idle" and result["answered_before"] == "200", result
     assert result["after_third"] == {"idle": "paused", "web": "running"}, result["after_third"]
     assert result["fourth"] == "fourth" and result["web_paused"] == "paused", result
