@@ -28,6 +28,7 @@ Python (Hermes and the plugin) adds to one command.
 
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -205,6 +206,10 @@ def live(params):
         env.cleanup()
 
 
+#: A line of `date +%s.%N`.
+STAMP = re.compile(r"[0-9]{10}\.[0-9]{9}")
+
+
 def output_delays(terminal, registry, lines):
     """Seconds from each line's writing in the sandbox to `poll` showing it."""
     spawned = terminal(f"for i in $(seq {lines}); do date +%s.%N; sleep 0.1; done", background=True)
@@ -216,7 +221,8 @@ def output_delays(terminal, registry, lines):
         now = time.time()
         for line in preview.splitlines():
             stamp = line.strip()
-            if stamp and stamp not in seen and stamp.replace(".", "", 1).isdigit():
+            # Whole stamps only: the preview's first and last lines can be cut.
+            if stamp not in seen and STAMP.fullmatch(stamp):
                 seen[stamp] = now - float(stamp)
         time.sleep(0.002)
     registry.wait(session_id, timeout=60)
