@@ -27,7 +27,11 @@ const SIGNAL_WINDOW: Duration = Duration::from_secs(30);
 /// followers wait for after a cut, and the directories of ended processes for the next runner
 /// to remove.
 pub(super) struct LiveMemory {
-    uses: tokio::sync::watch::Sender<u64>,
+    /// Uses of the sandbox so far.
+    uses: std::sync::atomic::AtomicU64,
+    /// Wakes followers waiting for a use; made by the first of them (most scopes never have
+    /// one, and an idle scope's memory is counted: the scale bench).
+    wake: std::sync::OnceLock<tokio::sync::watch::Sender<()>>,
     finished: Mutex<Vec<String>>,
     /// Background processes followed now (not kernels): the scope serves them, and is paused
     /// for the account's limit after every idle scope without one (L17).
@@ -37,7 +41,8 @@ pub(super) struct LiveMemory {
 impl Default for LiveMemory {
     fn default() -> LiveMemory {
         LiveMemory {
-            uses: tokio::sync::watch::Sender::new(0),
+            uses: std::sync::atomic::AtomicU64::new(0),
+            wake: std::sync::OnceLock::new(),
             finished: Mutex::new(Vec::new()),
             serving: Arc::default(),
         }
@@ -56,7 +61,11 @@ enum Serving {
 impl LiveMemory {
     /// A use of the sandbox (or the scope's close): followers waiting after a cut look again.
     pub(super) fn used(&self) {
-        self.uses.send_modify(|uses| *uses = uses.wrapping_add(1));
+        // Counted before the wake: a follower subscribing between the two sees the count.
+        self.uses.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(wake) = self.wake.get() {
+            wake.send_replace(());
+        }
     }
 
     /// Whether a background process of the scope is being followed now.
@@ -229,14 +238,20 @@ impl LiveHost for Inner {
     }
 
     fn uses(&self) -> u64 {
-        *self.live.uses.borrow()
+        self.live.uses.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn wait_for_use(&self, since: u64, stop: &crate::live::Stop) {
-        let mut uses = self.live.uses.subscribe();
+        let mut wake = self
+            .live
+            .wake
+            .get_or_init(|| tokio::sync::watch::Sender::new(()))
+            .subscribe();
+        let uses = &self.live.uses;
         self.services.runtime.block_on(async {
             tokio::select! {
-                _ = uses.wait_for(|now| *now != since) => {}
+                // The predicate reads the count itself: checked at once, then at each wake.
+                _ = wake.wait_for(|()| uses.load(std::sync::atomic::Ordering::SeqCst) != since) => {}
                 () = stop.stopped() => {}
             }
         });
