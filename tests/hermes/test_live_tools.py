@@ -317,10 +317,11 @@ def test_live_tools_false_leaves_hermes_own_polling_paths_and_the_doctor_says_wh
 
 
 def test_the_hermes_internals_the_live_tools_wrap_are_the_installed_hermes_own(home):
-    """What the plugin wraps is small and pinned here against the Hermes installed (the
-    scheduled upstream job runs this against upstream's main): the entry points keep their
-    names and parameters, and the python3 probe the environment answers is the one Hermes
-    sends."""
+    """What the plugin wraps is small and pinned here against the Hermes installed (upstream's
+    main has the same names and parameters: docs/upstream-seam.md): the entry points keep
+    their names and parameters, every parameter Hermes' spawn takes is one the live spawn
+    knows (an unknown one sends every background process to Hermes' own poller), and the
+    python3 probe the environment answers is the one Hermes sends."""
     home.write_config()
     result = home.driver("""
         import inspect, json
@@ -340,6 +341,7 @@ def test_the_hermes_internals_the_live_tools_wrap_are_the_installed_hermes_own(h
             "wrapped": [inspect.unwrap(f) is not f for f in (remote.execute_in_remote_kernel, background._spawn)],
             "registry_methods": [n for n in ("_new_session", "_track_started", "_finish_exited", "_ingest_output", "write_stdin", "close_stdin", "_signal_kill", "recover_from_checkpoint") if callable(getattr(process_registry, n, None))],
             "kernels": kernels.unsupported(), "processes": processes.unsupported(),
+            "spawn_known": sorted(processes._SPAWN_PARAMETERS),
         }
         print("RESULT:" + json.dumps(r))
     """)
@@ -349,6 +351,7 @@ def test_the_hermes_internals_the_live_tools_wrap_are_the_installed_hermes_own(h
     assert len(result["registry"]) == 5, result
     assert {"process_registry", "env", "env_type", "command", "cwd", "effective_task_id", "task_id", "session_key",
             "effective_pty"} <= set(result["spawn_params"]), result
+    assert set(result["spawn_params"]) - {"process_registry", "env", "env_type"} <= set(result["spawn_known"]), result
     assert len(result["registry_methods"]) == 8, result
     assert result["kernels"] is None and result["processes"] is None, result
     assert result["wrapped"] == [True, True], result

@@ -219,6 +219,11 @@ def _execute(code: str, *, env: Any, fall_back: Callable[..., Any], env_type: st
                          sandbox_tools=sandbox_tools, timeout=timeout, max_tool_calls=max_tool_calls,
                          reset=reset, idle_exit=idle_exit, **rest)
 
+    if any(rest.values()):
+        # A Hermes passing what this kernel does not know (a branch's MCP tools, say) keeps
+        # its own kernel for the cell rather than losing what it asked.
+        logger.info("hermes-e2b: Hermes asked for %s; its own remote kernel runs this cell", sorted(rest))
+        return hermes_own()
     lost_before = False
     for attempt in range(2):
         try:

@@ -85,7 +85,9 @@ def install() -> None:
         original_spawn = background._spawn
 
         def _spawn(process_registry: Any, *, env: Any, env_type: str, **kwargs: Any) -> Any:
-            if env_type == "local" or not getattr(env, "live_tools", False):
+            # What this spawn does not know (another Hermes' routing, say) keeps Hermes' own.
+            unknown = set(kwargs) - _SPAWN_PARAMETERS
+            if env_type == "local" or not getattr(env, "live_tools", False) or unknown:
                 return original_spawn(process_registry, env=env, env_type=env_type, **kwargs)
             return spawn(process_registry, env=env, **kwargs)
 
@@ -125,9 +127,14 @@ def is_live(session_id: str) -> bool:
 
 # --- spawn --------------------------------------------------------------------------------
 
+#: The parameters of Hermes' ``_spawn`` (past the registry, ``env`` and ``env_type``) that
+#: ``spawn`` takes.
+_SPAWN_PARAMETERS = frozenset({"command", "cwd", "effective_task_id", "task_id", "session_key", "effective_pty",
+                               "persist_on_release"})
+
+
 def spawn(process_registry: Any, *, env: Any, command: str, cwd: Optional[str], effective_task_id: str,
-          task_id: Optional[str], session_key: str, effective_pty: bool, persist_on_release: bool = False,
-          **_: Any) -> Any:
+          task_id: Optional[str], session_key: str, effective_pty: bool, persist_on_release: bool = False) -> Any:
     """Hermes' ``_spawn`` for this backend: a live process tracked as a session of Hermes'
     registry; a failure to start is a finished session, as Hermes' own spawn reports it."""
     session = process_registry._new_session(
