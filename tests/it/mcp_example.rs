@@ -651,7 +651,10 @@ fn mcp_server_keeps_python_state_and_drives_background_processes() {
     assert_eq!(first["structuredContent"]["fresh_kernel"], true, "{first}");
     let (second, _) = session.call_tool("run_python", json!({"code": "x += 1\nprint(x)"}));
     assert_eq!(text_of(&second), "42\n", "{second}");
-    assert_eq!(second["structuredContent"]["execution_count"], 2, "{second}");
+    assert_eq!(
+        second["structuredContent"]["execution_count"], 2,
+        "{second}"
+    );
     let (failed, _) = session.call_tool("run_python", json!({"code": "1 / 0"}));
     assert_eq!(failed["isError"], true, "{failed}");
     assert!(text_of(&failed).contains("ZeroDivisionError"), "{failed}");
@@ -666,14 +669,20 @@ fn mcp_server_keeps_python_state_and_drives_background_processes() {
         "start_process",
         json!({"command": "echo 'name?'; read name; echo \"hello $name\"; sleep 300"}),
     );
-    let id = started["structuredContent"]["id"].as_str().expect("an id").to_owned();
+    let id = started["structuredContent"]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
     let (asked, _) = session.call_tool("read_process", json!({"id": id, "wait_seconds": 30}));
     assert_eq!(asked["structuredContent"]["output"], "name?\n", "{asked}");
     assert_eq!(asked["structuredContent"]["status"], "running", "{asked}");
     let (written, _) = session.call_tool("write_process", json!({"id": id, "data": "mcp\n"}));
     assert_eq!(written["isError"], false, "{written}");
     let (answered, _) = session.call_tool("read_process", json!({"id": id, "wait_seconds": 30}));
-    assert_eq!(answered["structuredContent"]["output"], "hello mcp\n", "{answered}");
+    assert_eq!(
+        answered["structuredContent"]["output"], "hello mcp\n",
+        "{answered}"
+    );
     let (killed, _) = session.call_tool("signal_process", json!({"id": id, "signal": "kill"}));
     assert_eq!(killed["isError"], false, "{killed}");
     let (ended, _) = session.call_tool("read_process", json!({"id": id, "wait_seconds": 30}));
@@ -684,12 +693,22 @@ fn mcp_server_keeps_python_state_and_drives_background_processes() {
         "start_process",
         json!({"command": "python3 -i -q", "terminal": true}),
     );
-    let repl = repl["structuredContent"]["id"].as_str().expect("an id").to_owned();
-    session.call_tool("write_process", json!({"id": repl, "data": "print(6 * 7)\n"}));
+    let repl = repl["structuredContent"]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    session.call_tool(
+        "write_process",
+        json!({"id": repl, "data": "print(6 * 7)\n"}),
+    );
     let mut seen = String::new();
     for _ in 0..60 {
         let (read, _) = session.call_tool("read_process", json!({"id": repl, "wait_seconds": 1}));
-        seen.push_str(read["structuredContent"]["output"].as_str().unwrap_or_default());
+        seen.push_str(
+            read["structuredContent"]["output"]
+                .as_str()
+                .unwrap_or_default(),
+        );
         if seen.contains("42\r\n") {
             break;
         }
@@ -702,7 +721,11 @@ fn mcp_server_keeps_python_state_and_drives_background_processes() {
     session.call_tool("write_process", json!({"id": repl, "data": "\u{0003}"}));
     for _ in 0..60 {
         let (read, _) = session.call_tool("read_process", json!({"id": repl, "wait_seconds": 1}));
-        seen.push_str(read["structuredContent"]["output"].as_str().unwrap_or_default());
+        seen.push_str(
+            read["structuredContent"]["output"]
+                .as_str()
+                .unwrap_or_default(),
+        );
         if seen.contains("KeyboardInterrupt") {
             break;
         }
