@@ -29,9 +29,12 @@ struct Unread {
     end: Option<LiveEnd>,
 }
 
+/// A process's unread output, and the condition its readers wait on.
+type Shared = Arc<(Mutex<Unread>, std::sync::Condvar)>;
+
 struct Tracked {
     process: LiveProcess,
-    unread: Arc<(Mutex<Unread>, std::sync::Condvar)>,
+    unread: Shared,
 }
 
 /// What `read_process` answers.
@@ -79,10 +82,10 @@ impl LiveTools {
         let mut fresh = false;
         let kernel = {
             let mut kernel = lock(&self.kernel);
-            if reset || kernel.as_ref().is_some_and(|k| k.is_ended()) {
-                if let Some(old) = kernel.take() {
-                    let _ = old.kill();
-                }
+            if (reset || kernel.as_ref().is_some_and(|k| k.is_ended()))
+                && let Some(old) = kernel.take()
+            {
+                let _ = old.kill();
             }
             if kernel.is_none() {
                 *kernel = Some(Arc::new(
@@ -148,10 +151,7 @@ impl LiveTools {
         Ok((id, pid))
     }
 
-    fn tracked(
-        &self,
-        id: &str,
-    ) -> Result<(LiveProcess, Arc<(Mutex<Unread>, std::sync::Condvar)>), String> {
+    fn tracked(&self, id: &str) -> Result<(LiveProcess, Shared), String> {
         let processes = lock(&self.processes);
         processes
             .get(id)
