@@ -118,6 +118,9 @@ pub struct Config {
     /// `<profile home>/cache/e2b`. Hosts that share a profile directory but not a kernel
     /// (tests that stand in for two machines) set one each.
     pub coordination_dir: Option<PathBuf>,
+    /// Directories outside the sandbox user's home whose changes come back from a delegated
+    /// child's fork like the home's (`subagent_paths`: `/workspace`, `/srv`), absolute.
+    pub subagent_paths: Vec<String>,
 }
 
 /// Who arbitrates the writer role of a persistent scope (`writer_arbitration`).
@@ -158,7 +161,7 @@ impl Config {
     /// Persistent mode on template `base`, cwd and state root following the sandbox user's
     /// real home (`<home>` and `<home>/.hermes`), a 300 s lease with 30 s command grace,
     /// a 45 s watchdog grace, no process cap on running sandboxes and a 30 s wait for a
-    /// slot under the account's limit, no pause when quiet (the lease ends it), internet allowed, secure, no egress rules, no credentials (kept in E2B Secrets where offered), no extra metadata, E2B's public endpoints
+    /// slot under the account's limit, no pause when quiet (the lease ends it), internet allowed, secure, no egress rules, no credentials (kept in E2B Secrets where offered), no extra metadata, no directories outside the home for subagents' work, E2B's public endpoints
     /// (`E2B_*` variables are not read here), a 2 GiB state cap. (The values are the
     /// `DEFAULT_*` constants.)
     pub fn new(api_key: ApiKeySource) -> Config {
@@ -186,6 +189,7 @@ impl Config {
             state_cap: DEFAULT_STATE_CAP,
             writer_arbitration: WriterArbitration::Host,
             coordination_dir: None,
+            subagent_paths: Vec::new(),
         }
     }
 }

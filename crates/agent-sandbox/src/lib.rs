@@ -30,9 +30,9 @@ pub mod warn_once;
 
 pub use arbitration::{DEFAULT_WRITER_TERM, renewal_period};
 pub use backend::{
-    Backend, BringBack, CallDeadline, ChildSandbox, LEASE_HEADROOM, MAX_BRANCHES, MAX_TURN_KEEP,
-    RETRY_HINT, STALLED_RETRY, StateBack, TRANSFER_WINDOW, TURN_STORE, TurnCheckpoint, TurnRequest,
-    TurnRestore,
+    Backend, BranchBack, BringBack, CallDeadline, ChildSandbox, LEASE_HEADROOM, MAX_BRANCHES,
+    MAX_TURN_KEEP, RETRY_HINT, STALLED_RETRY, SharedPort, StateBack, TRANSFER_WINDOW, TURN_STORE,
+    TurnCheckpoint, TurnRequest, TurnRestore,
 };
 pub use checkpoint::{
     Branch, Checkpoint, CheckpointRequest, CheckpointTarget, DEFAULT_CHECKPOINT_WAIT, Discarded,
@@ -72,7 +72,8 @@ pub use inventory::{
 };
 pub use kernel::{CellHost, CellOutcome, CellStatus, Kernel, KernelOptions};
 pub use live::{
-    LIVE_TAG, LiveEnd, LiveOptions, LiveProcess, LiveRead, LiveSignal, LostReason, TerminalSize,
+    LIVE_TAG, LiveEnd, LiveOptions, LiveProcess, LiveRead, LiveSignal, LostReason, PortForward,
+    TerminalSize,
 };
 pub use progress::{PROGRESS_LOG_INTERVAL, Progress, ProgressObserver, ProgressUnit};
 /// The directories of the Hermes home that come back from a sandbox (`skills`, `memories`).
@@ -88,8 +89,9 @@ pub use secret_store::{
 };
 pub use sink::{ChannelSink, Chunk, DiscardSink, FnSink, OutputSink, OutputStream, WriteSink};
 pub use subagent::{
-    CONFLICT_SUFFIX, ChildId, Conflict, MAX_MANIFEST_ENTRIES, Manifest, Mark, NOT_BROUGHT_BACK,
-    Plan, SUBAGENT_BRANCH_PREFIX, SUBAGENT_KEY, parse_digests,
+    CONFLICT_SUFFIX, ChildChanges, ChildId, Conflict, ELSEWHERE, Elsewhere, MAX_MANIFEST_ENTRIES,
+    Manifest, Mark, NOT_BROUGHT_BACK, Plan, SUBAGENT_BRANCH_PREFIX, SUBAGENT_KEY, Sides, Stamp,
+    is_within, may_be_root, parse_digests, roots,
 };
 pub use transport::{PullSummary, StateTransport, host_state_files};
 

@@ -11,8 +11,8 @@ use crate::command::{Purpose, RunOptions, Shell};
 use crate::error::{Error, ErrorChain};
 use crate::kernel::{Kernel, KernelOptions};
 use crate::live::{
-    Busy, LIVE_TAG, LiveHost, LiveOptions, LiveProcess, LiveSignal, LostReason, Target, runner,
-    signal_script, spawn_follower, valid_id,
+    Busy, LIVE_TAG, LiveHost, LiveOptions, LiveProcess, LiveSignal, LostReason, PortForward,
+    Target, runner, signal_script, spawn_follower, valid_id,
 };
 use crate::sink::DiscardSink;
 
@@ -22,6 +22,47 @@ const START_WINDOW: Duration = Duration::from_secs(60);
 
 /// How long a signal's command may take.
 const SIGNAL_WINDOW: Duration = Duration::from_secs(30);
+
+/// Prints `<port in hex> <inode>` for each listening TCP socket: every one with `$all` set,
+/// else those whose inode is in `$inodes` (space-separated, with a space on each side).
+const LISTENING: &str = r#"for t in /proc/net/tcp /proc/net/tcp6; do
+  [ -r "$t" ] || continue
+  while read -r _ local _ st _ _ _ _ _ inode _; do
+    [ "$st" = 0A ] || continue
+    if [ -z "$all" ]; then case "$inodes" in *" $inode "*) ;; *) continue;; esac; fi
+    printf '%s %s\n' "${local##*:}" "$inode"
+  done < "$t"
+done"#;
+
+/// What [`Backend::share_ports`] did for one port.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SharedPort {
+    /// The sandboxes share a network: the port is reachable as it is.
+    Reachable {
+        /// The port.
+        port: u16,
+    },
+    /// Forwarded through the host.
+    Forwarded(PortForward),
+    /// Not forwarded (the port is taken here, or a relay could not start).
+    Refused {
+        /// The port.
+        port: u16,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl SharedPort {
+    /// The port.
+    pub fn port(&self) -> u16 {
+        match self {
+            SharedPort::Reachable { port } | SharedPort::Refused { port, .. } => *port,
+            SharedPort::Forwarded(forward) => forward.port(),
+        }
+    }
+}
 
 /// The scope's memory of its live processes (a leaf lock inside, and a watch): the uses
 /// followers wait for after a cut, and the directories of ended processes for the next runner
@@ -187,6 +228,141 @@ impl Backend {
         let host: Arc<dyn LiveHost> = self.inner.clone();
         let key: [u8; 32] = key.try_into().expect("32 bytes");
         Kernel::start(process, Arc::downgrade(&host), key, marker, &options)
+    }
+
+    /// Makes `port_there` of `target`'s sandbox reachable at `127.0.0.1:<port_here>` (and
+    /// `[::1]`) in this scope's sandbox: a listening relay here, a connecting one there (live
+    /// processes of each scope, `python3` on both templates), and two host threads carrying
+    /// their frames. Each connection's bytes are a use of the sandbox they go to (a paused
+    /// one is resumed by them, as by a command). Fails, ending what it started, when the port
+    /// is taken here or a relay cannot start; dropping the forward ends it.
+    pub fn forward_port(
+        &self,
+        port_here: u16,
+        target: &Backend,
+        port_there: u16,
+    ) -> Result<PortForward, Error> {
+        let mut bytes = [0u8; 4];
+        self.inner.services.random.fill(&mut bytes);
+        let id = format!("forward-{port_here}-{}", hex::encode(bytes));
+        let relay = |mode: &str, port: u16| {
+            format!(
+                "exec python3 -c {} {mode} {port}",
+                crate::subagent::shell_quote(crate::live::RELAY)
+            )
+        };
+        let connector = target.start_live(
+            &id,
+            &relay("connect", port_there),
+            LiveOptions::pipes(Shell::Plain),
+        )?;
+        let listener = match self.start_live(
+            &id,
+            &relay("listen", port_here),
+            LiveOptions::pipes(Shell::Plain),
+        ) {
+            Ok(listener) => listener,
+            Err(error) => {
+                let _ = connector.signal(LiveSignal::Kill);
+                return Err(error);
+            }
+        };
+        PortForward::start(port_here, listener, connector)
+    }
+
+    /// Makes every TCP port live process `id` of `target` listens on reachable at the same
+    /// port in this scope's sandbox ([`Backend::forward_port`]), unless the two sandboxes
+    /// share a network already (the listening socket itself is seen here: then nothing is
+    /// needed). What was done for each port, in order; a port that cannot be forwarded (taken
+    /// here) is reported, not fatal.
+    pub fn share_ports(&self, target: &Backend, id: &str) -> Result<Vec<SharedPort>, Error> {
+        let sockets = target.listening_sockets(id)?;
+        if sockets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let seen_here = self.listening_inodes()?;
+        Ok(sockets
+            .into_iter()
+            .map(|(port, inode)| {
+                if seen_here.contains(&(port, inode)) {
+                    return SharedPort::Reachable { port };
+                }
+                match self.forward_port(port, target, port) {
+                    Ok(forward) => SharedPort::Forwarded(forward),
+                    Err(error) => SharedPort::Refused {
+                        port,
+                        reason: error.to_string(),
+                    },
+                }
+            })
+            .collect())
+    }
+
+    /// The TCP ports live process `id` of this scope (and what it started) listens on, read
+    /// in the sandbox (`/proc`: its processes by their [`LIVE_TAG`], their sockets in the
+    /// listening state). One command.
+    pub fn listening_ports(&self, id: &str) -> Result<Vec<u16>, Error> {
+        let mut ports: Vec<u16> = self
+            .listening_sockets(id)?
+            .into_iter()
+            .map(|(port, _)| port)
+            .collect();
+        ports.dedup();
+        Ok(ports)
+    }
+
+    /// The listening sockets (port, inode) of live process `id` and what it started.
+    fn listening_sockets(&self, id: &str) -> Result<Vec<(u16, u64)>, Error> {
+        if !valid_id(id) {
+            return Err(Error::InvalidConfig {
+                reason: format!("{id:?} is not a live process id"),
+            });
+        }
+        let script = crate::subagent::fill(
+            r#"all=; inodes=' '
+for p in /proc/[0-9]*; do
+  tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx "TAG=ID" || continue
+  for f in "$p"/fd/*; do
+    l=$(readlink "$f" 2>/dev/null) || continue
+    case "$l" in socket:\[*\]) i=${l#socket:[}; inodes="$inodes${i%]} ";; esac
+  done
+done
+LISTING"#,
+            &[("TAG", LIVE_TAG), ("ID", id), ("LISTING", LISTENING)],
+        );
+        let mut sockets = self.read_sockets(&script)?;
+        sockets.sort_unstable();
+        sockets.dedup();
+        Ok(sockets)
+    }
+
+    /// Every listening TCP socket this scope's sandbox sees (port, inode).
+    fn listening_inodes(&self) -> Result<Vec<(u16, u64)>, Error> {
+        self.read_sockets(&format!("all=1; {LISTENING}"))
+    }
+
+    fn read_sockets(&self, script: &str) -> Result<Vec<(u16, u64)>, Error> {
+        let output = self.file_operation("listening ports", SIGNAL_WINDOW, |inner, sandbox| {
+            inner.script(sandbox, "listening ports", script)
+        })?;
+        let untrusted = |line: &str| Error::UntrustedAnswer {
+            operation: "listening ports",
+            sandbox_id: self.info().map(|info| info.sandbox_id).unwrap_or_default(),
+            reason: format!("{line:?} is not a port in hex and an inode"),
+        };
+        let mut sockets = Vec::new();
+        for line in String::from_utf8_lossy(&output).lines().map(str::trim) {
+            if line.is_empty() {
+                continue;
+            }
+            let (port, inode) = line.split_once(' ').ok_or_else(|| untrusted(line))?;
+            let port = u16::from_str_radix(port, 16).map_err(|_| untrusted(line))?;
+            let inode: u64 = inode.parse().map_err(|_| untrusted(line))?;
+            if port != 0 {
+                sockets.push((port, inode));
+            }
+        }
+        Ok(sockets)
     }
 
     /// Takes up live process `id` of sandbox `sandbox_id` again (started by an earlier

@@ -4,6 +4,8 @@
 //! while it lands (its Hermes home's part in `state.rs`; the host's record of each fork in
 //! `record.rs`; the words in `report.rs`).
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 use e2b_client::{Sandbox, SandboxId, StartOptions};
 
@@ -15,16 +17,21 @@ mod state;
 use super::{Backend, Inner, TRANSFER_WINDOW};
 use crate::error::Error;
 use crate::subagent::{
-    ChildId, Manifest, Plan, digests_script, manifest_script, parse_digests, shell_quote,
+    ChildChanges, ChildId, Elsewhere, Manifest, Plan, Sides, Stamp, digests_script,
+    elsewhere_script, fill, is_within, manifest_script, may_be_root, parse_digests, shell_quote,
 };
 pub(in crate::backend) use batch::Subagents;
 use record::ForkRecord;
-pub use report::BringBack;
+pub use report::{BranchBack, BringBack};
 pub use state::StateBack;
 
 /// The most a script's answer may print (a manifest of [`crate::subagent::MAX_MANIFEST_ENTRIES`]
 /// paths fits).
 const ANSWER_LIMIT: u64 = 64 << 20;
+
+/// The most directories outside the roots a child's commands may add to them (each one it
+/// ran a command in).
+const MAX_LATE_ROOTS: usize = 64;
 
 /// What [`Backend::fork_children`] made for one child: its sandbox, a backend to run its
 /// commands there, and what its work is measured from.
@@ -51,7 +58,8 @@ impl std::fmt::Debug for ChildSandbox {
             .field("sandbox_id", &self.sandbox_id)
             .field("dir", &self.dir)
             .field("parent", &self.parent)
-            .field("git", &matches!(self.base, Base::Git { .. }))
+            .field("roots", &self.base.roots)
+            .field("work_trees", &self.base.trees.len())
             .finish_non_exhaustive()
     }
 }
@@ -63,21 +71,71 @@ impl ChildSandbox {
         &self.backend
     }
 
-    /// Whether the working directory is in a git work tree (the work comes back as a
+    /// Whether the working directory is in a git work tree (its work there comes back as a
     /// branch).
     pub fn is_git(&self) -> bool {
-        matches!(self.base, Base::Git { .. })
+        self.base
+            .trees
+            .iter()
+            .any(|tree| is_within(&self.dir, &tree.top))
+    }
+
+    /// The directories whose changes come back as files (absolute): the sandbox user's home,
+    /// the working directory and the configured paths, as read at the fork.
+    pub fn roots(&self) -> &[String] {
+        &self.base.roots
+    }
+}
+
+/// A git work tree at the fork: what comes back of it is a branch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct WorkTree {
+    /// Its top directory (absolute).
+    pub(super) top: String,
+    /// Its `HEAD` at the fork.
+    pub(super) head: String,
+}
+
+impl WorkTree {
+    /// A work tree as a sandbox reported it, checked.
+    pub(super) fn checked(top: Option<&str>, head: Option<&str>) -> Result<WorkTree, String> {
+        match (top, head) {
+            (Some(top), Some(head))
+                if top.starts_with('/')
+                    && !top.chars().any(char::is_control)
+                    && !top.split('/').any(|part| part == "..")
+                    && (head.len() == 40 || head.len() == 64)
+                    && head.bytes().all(|b| b.is_ascii_hexdigit()) =>
+            {
+                Ok(WorkTree {
+                    top: top.to_owned(),
+                    head: head.to_owned(),
+                })
+            }
+            _ => Err("a git work tree's top or HEAD is not what git prints".to_owned()),
+        }
     }
 }
 
 /// What the child's work is measured from.
 #[derive(Clone, Debug)]
-pub(super) enum Base {
-    /// The work tree's top and its `HEAD` at the fork.
-    Git { top: String, head: String },
-    /// The directory's files at the fork, as the fork's file system and the parent's report
-    /// them.
-    Files { child: Manifest, parent: Manifest },
+pub(super) struct Base {
+    /// The roots read at the fork (absolute).
+    pub(super) roots: Vec<String>,
+    /// What under them never comes back: the caches, the Hermes home (absolute).
+    pub(super) prune: Vec<String>,
+    /// The git work trees at the fork: they come back as branches, and are left out of the
+    /// manifests.
+    pub(super) trees: Vec<WorkTree>,
+    /// The parent's manifest of the roots at the fork.
+    pub(super) parent: Manifest,
+    /// The parent's file clock at the fork.
+    pub(super) parent_since: Stamp,
+    /// How the child's changes are found.
+    pub(super) child: ChildChanges,
+    /// Directories outside the roots the child's commands ran in (recorded for a crash's
+    /// recovery; the live child's backend knows its own).
+    pub(super) late: Vec<String>,
 }
 
 impl Backend {
@@ -100,30 +158,91 @@ impl Backend {
         Ok(report)
     }
 
-    /// Brings `child`'s work back into the scope's sandbox: in a git work tree its commits,
-    /// and one more of what it left uncommitted, as the branch `hermes-subagent/<id>` (the
-    /// parent's work tree and checked-out branch untouched); elsewhere its file changes, by
-    /// [`Plan`]: applied where the parent left the file as it was at the fork, else the
-    /// child's version beside the parent's. Runs under the scope's state lock, like a file
-    /// operation, so no parent command runs meanwhile.
+    /// Records that a command of this backend ran in `dir`: on a delegated child's fork, a
+    /// directory outside the roots its work is compared in becomes one of them (R15), and
+    /// the host's record of the fork says so (a crash's recovery compares it too).
+    pub fn worked_in(&self, dir: &str) {
+        let inner = &*self.inner;
+        if inner.subagents.fork_of.get().is_none() || !may_be_root(dir) {
+            return;
+        }
+        let mut late = inner
+            .subagents
+            .worked_in
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if late.contains(dir) || late.len() >= MAX_LATE_ROOTS {
+            return;
+        }
+        late.insert(dir.to_owned());
+        if let crate::config::SandboxMode::Attach { sandbox_id } = &inner.config.mode {
+            ForkRecord::add_late(&inner.scope.profile_home, sandbox_id, dir);
+        }
+    }
+
+    /// Brings `child`'s work back into the scope's sandbox (R15):
+    ///
+    /// - each git work tree it changed, as the branch `hermes-subagent/<id>` in that
+    ///   repository (its commits, and one more of what it left uncommitted; the parent's
+    ///   work tree and checked-out branch untouched);
+    /// - every other file it created, changed or deleted under the roots (the home less its
+    ///   caches, the working directory, the configured paths, the directories its commands
+    ///   ran in), by [`Plan`]: applied where the parent left the file as it was at the fork,
+    ///   else the child's version beside the parent's;
+    /// - its skills and memories under the Hermes home;
+    /// - and what it changed elsewhere ([`crate::ELSEWHERE`]) named, not copied.
+    ///
+    /// Runs under the scope's state lock, like a file operation, so no parent command runs
+    /// meanwhile.
     pub fn bring_back(&self, child: &ChildSandbox) -> Result<BringBack, Error> {
-        let mut report = match &child.base {
-            Base::Git { top, head } => self.bring_back_branch(child, top, head),
-            Base::Files {
-                child: base,
-                parent,
-            } => self.bring_back_files(child, base, parent),
-        }?;
-        report.state = self.bring_back_state(child)?;
-        Ok(report)
+        let base = &child.base;
+        let late = self.late_roots(child);
+        let mut report = self.bring_back_work(child, &late)?;
+        let mut branches = Vec::new();
+        for (tree, changed) in base.trees.iter().zip(&report.changed_trees) {
+            if *changed {
+                branches.push(self.bring_back_branch(child, tree)?);
+            }
+        }
+        report.back.branches = branches;
+        report.back.state = self.bring_back_state(child)?;
+        Ok(report.back)
+    }
+
+    /// The directories outside the roots the child's commands ran in (none under another or
+    /// under a root).
+    fn late_roots(&self, child: &ChildSandbox) -> Vec<String> {
+        let seen = child
+            .backend
+            .inner
+            .subagents
+            .worked_in
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let dirs = crate::subagent::roots(
+            seen.iter()
+                .chain(&child.base.late)
+                .map(String::as_str)
+                .chain(child.base.roots.iter().map(String::as_str)),
+        );
+        dirs.into_iter()
+            .filter(|dir| !child.base.roots.contains(dir))
+            .filter(|dir| {
+                !child
+                    .base
+                    .trees
+                    .iter()
+                    .any(|tree| is_within(dir, &tree.top))
+            })
+            .collect()
     }
 
     fn bring_back_branch(
         &self,
         child: &ChildSandbox,
-        top: &str,
-        head: &str,
-    ) -> Result<BringBack, Error> {
+        tree: &WorkTree,
+    ) -> Result<BranchBack, Error> {
         let branch = child.id.branch();
         let bundle = format!("/tmp/hermes-subagent-{}.bundle", child.id);
         let script = format!(
@@ -133,9 +252,9 @@ impl Backend {
                  commit -q --no-verify -m {message}; fi; \
              n=$(git rev-list --count HEAD ^{head}); printf '%s' \"$n\"; \
              if [ \"$n\" -gt 0 ]; then git bundle create {bundle} {head}..{branch} 2>/dev/null; fi",
-            top = shell_quote(top),
+            top = shell_quote(&tree.top),
             branch = shell_quote(&branch),
-            head = shell_quote(head),
+            head = shell_quote(&tree.head),
             bundle = shell_quote(&bundle),
             message = shell_quote(&format!(
                 "hermes-subagent {}: work left uncommitted",
@@ -167,18 +286,17 @@ impl Backend {
                 Ok((commits, data))
             },
         )?;
-        let mut report = BringBack {
-            child: child.id.to_string(),
-            branch: Some(branch.clone()),
+        let back = BranchBack {
+            repository: tree.top.clone(),
+            branch: branch.clone(),
             commits,
-            ..BringBack::default()
         };
         if commits == 0 {
-            return Ok(report);
+            return Ok(back);
         }
         let fetch = format!(
             "set -e; cd -- {top}; git fetch -q {bundle} +{branch}:{branch}; rm -f {bundle}",
-            top = shell_quote(top),
+            top = shell_quote(&tree.top),
             bundle = shell_quote(&bundle),
             branch = shell_quote(&branch),
         );
@@ -186,17 +304,25 @@ impl Backend {
             inner.upload(sandbox, "subagent branch", &bundle, data.clone())?;
             inner.script(sandbox, "subagent branch", &fetch).map(drop)
         })?;
-        report.commits = commits;
-        Ok(report)
+        Ok(back)
     }
 
-    fn bring_back_files(
-        &self,
-        child: &ChildSandbox,
-        child_base: &Manifest,
-        parent_base: &Manifest,
-    ) -> Result<BringBack, Error> {
-        let script = manifest_script(&child.dir);
+    /// The files: both sides' manifests at once (the child's with its changed files packed
+    /// in the same answer, and what it changed elsewhere), the plan, and one upload and
+    /// script in the parent.
+    fn bring_back_work(&self, child: &ChildSandbox, late: &[String]) -> Result<Work, Error> {
+        let base = &child.base;
+        let mut roots: Vec<String> = base.roots.iter().chain(late).cloned().collect();
+        roots.sort_unstable();
+        let mut prune = base.prune.clone();
+        prune.extend(base.trees.iter().map(|tree| tree.top.clone()));
+        let stem = format!("/tmp/hermes-subagent-{}", child.id);
+        let since = match &base.child {
+            ChildChanges::Since(since) => Some(*since),
+            ChildChanges::Listed(_) => None,
+        };
+        let theirs_script = child_script(&stem, &roots, &prune, &base.trees, since);
+        let ours_script = manifest_script(&roots, &prune, None);
         let untrusted = |sandbox: &SandboxId| {
             let sandbox = sandbox.as_str().to_owned();
             move |reason| Error::UntrustedAnswer {
@@ -206,14 +332,25 @@ impl Backend {
             }
         };
         // The two sandboxes are read at once: two file systems, two state locks.
-        let manifest_of = |backend: &Backend| {
-            backend.file_operation("subagent manifest", TRANSFER_WINDOW, |inner, sandbox| {
-                inner.script(sandbox, "subagent manifest", &script)
-            })
-        };
         let (theirs, ours) = std::thread::scope(|scope| {
-            let theirs = scope.spawn(|| manifest_of(&child.backend));
-            let ours = manifest_of(self);
+            let theirs = scope.spawn(|| {
+                child.backend.file_operation(
+                    "subagent manifest",
+                    TRANSFER_WINDOW,
+                    |inner, sandbox| {
+                        inner.script_capped(
+                            sandbox,
+                            "subagent manifest",
+                            &theirs_script,
+                            inner.config.state_cap,
+                        )
+                    },
+                )
+            });
+            let ours =
+                self.file_operation("subagent manifest", TRANSFER_WINDOW, |inner, sandbox| {
+                    inner.script(sandbox, "subagent manifest", &ours_script)
+                });
             (
                 theirs
                     .join()
@@ -221,101 +358,105 @@ impl Backend {
                 ours,
             )
         });
-        let theirs = Manifest::parse(&theirs?).map_err(untrusted(&child.sandbox_id))?;
+        let theirs = ChildAnswer::parse(&theirs?, base.trees.len(), &roots)
+            .map_err(untrusted(&child.sandbox_id))?;
         let ours = Manifest::parse(&ours?).map_err(untrusted(&child.parent))?;
-        let mut plan = Plan::new(child_base, &theirs, parent_base, &ours);
+        let sides = Sides {
+            based: &base.roots,
+            parent_base: &base.parent,
+            parent_since: base.parent_since,
+            parent: &ours,
+            child: &theirs.manifest,
+            child_changes: &base.child,
+        };
+        let mut plan = Plan::new(&sides);
         if !plan.undecided.is_empty() {
-            // Both changed these: their content decides.
-            let list = format!("/tmp/hermes-subagent-{}.undecided", child.id);
+            // Both changed these: their content decides. The child's versions are in the
+            // archive already.
+            let child_digests = archive_digests(&theirs.archive, &plan.undecided)
+                .map_err(untrusted(&child.sandbox_id))?;
+            let list = format!("{stem}.undecided");
             let paths = nul_list(plan.undecided.iter().map(String::as_str));
-            let digests = digests_script(&child.dir, &list);
-            let read = |backend: &Backend, sandbox_id: &SandboxId| {
-                let answer = backend.file_operation(
-                    "subagent compare",
-                    TRANSFER_WINDOW,
-                    |inner, sandbox| {
-                        inner.upload(sandbox, "subagent compare", &list, paths.clone())?;
-                        inner.script(sandbox, "subagent compare", &digests)
-                    },
-                )?;
-                parse_digests(&answer).map_err(untrusted(sandbox_id))
-            };
-            let child_digests = read(&child.backend, &child.sandbox_id)?;
-            let parent_digests = read(self, &child.parent)?;
-            plan.settle(&parent_digests, &child_digests, &theirs);
+            let digests = digests_script(&list);
+            let answer =
+                self.file_operation("subagent compare", TRANSFER_WINDOW, |inner, sandbox| {
+                    inner.upload(sandbox, "subagent compare", &list, paths.clone())?;
+                    inner.script(sandbox, "subagent compare", &digests)
+                })?;
+            let parent_digests = parse_digests(&answer).map_err(untrusted(&child.parent))?;
+            plan.settle(&parent_digests, &child_digests, &theirs.manifest);
         }
-        let mut report = BringBack {
+        let absolute = |path: &String| format!("/{path}");
+        let back = BringBack {
             child: child.id.to_string(),
-            written: plan.write.clone(),
-            deleted: plan.delete.clone(),
+            written: plan.write.iter().map(absolute).collect(),
+            deleted: plan.delete.iter().map(absolute).collect(),
             conflicts: plan
                 .conflicts
                 .iter()
                 .map(|c| {
-                    let beside = (!c.deleted_by_child).then(|| child.id.beside(&c.path));
-                    (c.path.clone(), beside)
+                    let beside =
+                        (!c.deleted_by_child).then(|| child.id.beside(&format!("/{}", c.path)));
+                    (format!("/{}", c.path), beside)
                 })
                 .collect(),
+            compared: roots.clone(),
+            elsewhere: theirs.elsewhere,
             ..BringBack::default()
         };
+        let work = Work {
+            back,
+            changed_trees: theirs.trees,
+        };
         if plan.is_empty() {
-            return Ok(report);
+            return Ok(work);
         }
-        let stem = format!("/tmp/hermes-subagent-{}", child.id);
-        // One archive: what the parent takes as it is under its own paths, and the conflicting
-        // files under `aside`, to land beside the parent's; a constant number of processes
-        // and requests whatever the number of files.
+        self.apply(child, &stem, &plan, theirs.archive)?;
+        Ok(work)
+    }
+
+    /// Applies `plan` in the scope's sandbox from the child's `archive`: one upload (the
+    /// archive and the lists) and one script, whatever the number of files. The conflicting
+    /// files are unpacked aside and moved beside the parent's; they never touch its paths.
+    fn apply(
+        &self,
+        child: &ChildSandbox,
+        stem: &str,
+        plan: &Plan,
+        archive: Bytes,
+    ) -> Result<(), Error> {
         let beside: Vec<&str> = plan
             .conflicts
             .iter()
             .filter(|c| !c.deleted_by_child)
             .map(|c| c.path.as_str())
             .collect();
-        let quoted = shell_quote(&stem);
-        // The conflicting files' top directory in the archive: a name no child's file has.
-        let aside = format!(".hermes-subagent-{}.beside", child.id);
-        let mut lists = vec![(
-            format!("{stem}.write"),
-            nul_list(plan.write.iter().map(String::as_str)),
-        )];
-        // The archive comes back as the script's output: nothing is written to the fork's
-        // disk, and no download follows.
-        let mut pack = format!("set -e; cd -- {dir}; ", dir = shell_quote(&child.dir));
-        if beside.is_empty() {
-            pack.push_str(&format!("tar -cf - --null -T {quoted}.write"));
-        } else {
-            lists.push((format!("{stem}.beside"), nul_list(beside.iter().copied())));
-            pack.push_str(&format!(
-                "tar -cf {quoted}.tar --null -T {quoted}.write; \
-                 tar -rf {quoted}.tar --null --transform 's,^,{aside}/,' -T {quoted}.beside; \
-                 cat {quoted}.tar; rm -f {quoted}.tar"
+        let mut uploads = vec![(format!("{stem}.tar"), archive)];
+        let mut steps = vec!["cd / || exit 3".to_owned()];
+        let quoted = shell_quote(stem);
+        if !plan.write.is_empty() {
+            uploads.push((
+                format!("{stem}.write"),
+                nul_list(plan.write.iter().map(String::as_str)),
+            ));
+            steps.push(format!(
+                "tar -xf {quoted}.tar --null --no-recursion -T {quoted}.write"
             ));
         }
-        pack.push_str(&format!("; rm -f {quoted}.write {quoted}.beside"));
-        let archive =
-            child
-                .backend
-                .file_operation("subagent pack", TRANSFER_WINDOW, |inner, sandbox| {
-                    inner.upload_all(sandbox, "subagent pack", lists.clone())?;
-                    inner.script_capped(sandbox, "subagent pack", &pack, inner.config.state_cap)
-                })?;
-        let mut uploads = vec![(format!("{stem}.tar"), archive)];
-        // Unpacked in place once (each file is written once): the conflicting files, under
-        // `aside` in the archive, are left out there and unpacked aside, so they never touch
-        // the parent's paths.
-        let mut apply = format!(
-            "set -e; cd -- {dir}; tar -xf {quoted}.tar",
-            dir = shell_quote(&child.dir)
-        );
         if !beside.is_empty() {
             uploads.push((format!("{stem}.beside"), nul_list(beside.iter().copied())));
-            apply.push_str(&format!(
-                " --anchored --exclude={aside}; rm -rf {quoted}.besides; mkdir -p {quoted}.besides; \
-                 tar -xf {quoted}.tar -C {quoted}.besides -- {aside}; \
-                 while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"$p\")\"; \
-                 mv -- {quoted}.besides/{aside}/\"$p\" \"$p\"{suffix}; done < {quoted}.beside",
-                aside = shell_quote(&aside),
-                suffix = shell_quote(&format!("{}{}", crate::subagent::CONFLICT_SUFFIX, child.id)),
+            steps.push(fill(
+                "rm -rf STEM.besides; mkdir -p STEM.besides; \
+                 tar -xf STEM.tar -C STEM.besides --null --no-recursion -T STEM.beside; \
+                 while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"/$p\")\"; \
+                 mv -- STEM.besides/\"$p\" \"/$p\"SUFFIX; done < STEM.beside",
+                &[
+                    ("STEM", &quoted),
+                    (
+                        "SUFFIX",
+                        &shell_quote(&format!("{}{}", crate::subagent::CONFLICT_SUFFIX, child.id)),
+                    ),
+                ],
             ));
         }
         if !plan.delete.is_empty() {
@@ -323,17 +464,26 @@ impl Backend {
                 format!("{stem}.delete"),
                 nul_list(plan.delete.iter().map(String::as_str)),
             ));
-            apply.push_str(&format!("; xargs -0 -r rm -f -- < {quoted}.delete"));
+            steps.push(format!("xargs -0 -r rm -f -- < {quoted}.delete"));
         }
-        apply.push_str(&format!(
-            "; rm -rf {quoted}.besides {quoted}.tar {quoted}.beside {quoted}.delete"
-        ));
+        let script = format!(
+            "set -e; trap 'rm -rf {quoted}.besides {quoted}.tar {quoted}.write {quoted}.beside {quoted}.delete' EXIT; {}",
+            steps.join("; ")
+        );
         self.file_operation("subagent apply", TRANSFER_WINDOW, |inner, sandbox| {
             inner.upload_all(sandbox, "subagent apply", uploads.clone())?;
-            inner.script(sandbox, "subagent apply", &apply).map(drop)
-        })?;
-        report.child = child.id.to_string();
-        Ok(report)
+            inner.script(sandbox, "subagent apply", &script).map(drop)
+        })
+    }
+
+    /// Keeps a child's fork running after its work came back, for `what` (a process the
+    /// child handed off to its parent, which runs there): the host's record of the fork goes
+    /// (its work is back) and a note says what holds it, which the inventory shows (`hermes
+    /// e2b list`) until [`Backend::end_child`] kills it.
+    pub fn hold_child(&self, child: &ChildSandbox, what: &str) {
+        let home = &self.inner.scope.profile_home;
+        record::write_held(home, &child.sandbox_id, what);
+        ForkRecord::remove(home, &child.sandbox_id);
     }
 
     /// Kills a child's fork once its work is back (or given up on).
@@ -344,6 +494,7 @@ impl Backend {
         match failed.into_iter().next() {
             None => {
                 ForkRecord::remove(&inner.scope.profile_home, &child.sandbox_id);
+                record::remove_held(&inner.scope.profile_home, &child.sandbox_id);
                 Ok(())
             }
             Some((id, why)) => Err(Error::InvalidConfig {
@@ -370,11 +521,157 @@ impl Backend {
     }
 }
 
+/// What the file part of a bring-back found: the report so far, and which work trees the
+/// child changed (in [`Base::trees`]'s order).
+struct Work {
+    back: BringBack,
+    changed_trees: Vec<bool>,
+}
+
+/// The child's bring-back script: which work trees it changed (`1` or `0` each: anything
+/// under the tree changed after `since`; without a stamp, each counts as changed), the
+/// manifest of `roots`, what it changed elsewhere, each as `<name> <length>\n<bytes>`, then
+/// a tar of every file and link it changed under the roots (without a stamp, all of them),
+/// packed from `/`. One process, one answer.
+fn child_script(
+    stem: &str,
+    roots: &[String],
+    prune: &[String],
+    trees: &[WorkTree],
+    since: Option<Stamp>,
+) -> String {
+    let quoted = shell_quote(stem);
+    let mut checks = String::new();
+    for tree in trees {
+        let top = shell_quote(&tree.top);
+        match since {
+            Some(since) => checks.push_str(&format!(
+                "if [ -d {top} ] && [ -n \"$(find {top} -xdev -newerct @{since} -print -quit 2>/dev/null)\" ]; \
+                 then printf 1; else printf 0; fi; "
+            )),
+            None => checks.push_str("printf 1; "),
+        }
+    }
+    let list = format!("{stem}.list");
+    let manifest = match since {
+        Some(since) => manifest_script(roots, prune, Some((&list, since))),
+        // Every file counts as changed: all of them are packed.
+        None => manifest_script(
+            roots,
+            prune,
+            Some((&list, Stamp::parse("0").expect("zero"))),
+        ),
+    };
+    let elsewhere = since.map_or_else(|| "true".to_owned(), |since| elsewhere_script(roots, since));
+    fill(
+        "set -e; S=STEM; trap 'rm -f \"$S\".trees \"$S\".files \"$S\".elsewhere \"$S\".list' EXIT; \
+         { CHECKS:; } > \"$S\".trees; ( MANIFEST ) > \"$S\".files; ( ELSEWHERE ) > \"$S\".elsewhere; \
+         for n in trees files elsewhere; do printf '%s %s\\n' \"$n\" \"$(stat -c %s \"$S.$n\")\"; cat \"$S.$n\"; done; \
+         cd /; if [ -s \"$S\".list ]; then tar -cf - --null --no-recursion -T \"$S\".list || [ $? -eq 1 ]; fi",
+        &[
+            ("STEM", &quoted),
+            ("CHECKS", &checks),
+            ("MANIFEST", &manifest),
+            ("ELSEWHERE", &elsewhere),
+        ],
+    )
+}
+
+/// The child's answer to [`child_script`], checked.
+struct ChildAnswer {
+    trees: Vec<bool>,
+    manifest: Manifest,
+    elsewhere: Elsewhere,
+    archive: Bytes,
+}
+
+impl ChildAnswer {
+    fn parse(answer: &Bytes, trees: usize, roots: &[String]) -> Result<ChildAnswer, String> {
+        let mut rest = answer.clone();
+        let mut section = |name: &str| -> Result<Bytes, String> {
+            let line_end = rest
+                .iter()
+                .position(|b| *b == b'\n')
+                .ok_or_else(|| format!("the answer has no {name} section"))?;
+            let header = std::str::from_utf8(&rest[..line_end])
+                .map_err(|_| format!("the {name} section's header is not UTF-8"))?;
+            let length: usize = header
+                .strip_prefix(name)
+                .and_then(|length| length.strip_prefix(' '))
+                .and_then(|length| length.parse().ok())
+                .ok_or_else(|| format!("a {name} section was expected, not {header:?}"))?;
+            let body_end = line_end + 1 + length;
+            if body_end > rest.len() {
+                return Err(format!("the {name} section is cut short"));
+            }
+            let body = rest.slice(line_end + 1..body_end);
+            rest = rest.slice(body_end..);
+            Ok(body)
+        };
+        let flags = section("trees")?;
+        if flags.len() != trees || !flags.iter().all(|b| matches!(b, b'0' | b'1')) {
+            return Err("the work trees' answer is not one 0 or 1 per tree".to_owned());
+        }
+        let manifest = Manifest::parse(&section("files")?)?;
+        let elsewhere = Elsewhere::parse(&section("elsewhere")?, roots)?;
+        Ok(ChildAnswer {
+            trees: flags.iter().map(|b| *b == b'1').collect(),
+            manifest,
+            elsewhere,
+            archive: rest,
+        })
+    }
+}
+
+/// The content digests of the regular files among `paths` in `archive` (a tar the child
+/// packed): a path missing from it, or not a regular file there, has none.
+fn archive_digests(archive: &[u8], paths: &[String]) -> Result<BTreeMap<String, String>, String> {
+    use sha2::Digest;
+    use std::io::Read;
+
+    let wanted: std::collections::BTreeSet<&str> = paths.iter().map(String::as_str).collect();
+    let mut digests = BTreeMap::new();
+    if archive.is_empty() {
+        return Ok(digests);
+    }
+    let mut tar = tar::Archive::new(archive);
+    let entries = tar
+        .entries()
+        .map_err(|error| format!("the archive cannot be read: {error}"))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|error| format!("the archive cannot be read: {error}"))?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let path = entry
+            .path()
+            .map_err(|error| format!("an archive path cannot be read: {error}"))?
+            .to_string_lossy()
+            .into_owned();
+        if !wanted.contains(path.as_str()) {
+            continue;
+        }
+        let mut hasher = sha2::Sha256::new();
+        let mut buffer = [0u8; 64 * 1024];
+        loop {
+            let read = entry
+                .read(&mut buffer)
+                .map_err(|error| format!("{path}: cannot be read from the archive: {error}"))?;
+            if read == 0 {
+                break;
+            }
+            hasher.update(&buffer[..read]);
+        }
+        digests.insert(path, hex::encode(hasher.finalize()));
+    }
+    Ok(digests)
+}
+
 impl Inner {
     /// Runs `script` with `bash -c` in `sandbox` (no login shell: no profile is read, as for
     /// the session's own commands) and returns its standard output; a failure (not exit 0) is
     /// an error naming `operation`, the sandbox and the script's stderr.
-    fn script(
+    pub(in crate::backend) fn script(
         &self,
         sandbox: &Sandbox,
         operation: &'static str,
@@ -384,7 +681,7 @@ impl Inner {
     }
 
     /// [`Self::script`] whose output may be up to `limit` bytes.
-    fn script_capped(
+    pub(in crate::backend) fn script_capped(
         &self,
         sandbox: &Sandbox,
         operation: &'static str,

@@ -105,6 +105,7 @@ pub(crate) fn classify(
                 }),
             // Known once the listing checks this host's records.
             subagent_recoverable: false,
+            subagent_held: None,
             host: if owner == Owner::ThisProfile {
                 host_view
             } else {

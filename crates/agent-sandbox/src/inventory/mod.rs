@@ -169,6 +169,9 @@ pub struct SandboxEntry {
     /// pull --subagent`): it holds the fork's record. False for a fork kept once its work
     /// came back (`subagent_forks: keep`) and for another host's.
     pub subagent_recoverable: bool,
+    /// For a subagent's fork kept after its work came back: what keeps it (a process the
+    /// child handed off to its parent), as this host noted it.
+    pub subagent_held: Option<String>,
     /// What this host knows about its scope (this profile's scopes only).
     pub host: Option<HostScope>,
     /// The digest of the egress policy it was created with (its `hermes.egress` metadata).
@@ -293,10 +296,13 @@ impl Inventory {
             entries.retain(|entry| entry.owner == Owner::ThisProfile);
         }
         for entry in entries.iter_mut().filter(|entry| entry.subagent.is_some()) {
+            let Some(id) = SandboxId::parse(entry.sandbox_id.clone()) else {
+                continue;
+            };
             entry.subagent_recoverable =
-                SandboxId::parse(entry.sandbox_id.clone()).is_some_and(|id| {
-                    crate::backend::subagent::record::record_path(&self.profile_home, &id).exists()
-                });
+                crate::backend::subagent::record::record_path(&self.profile_home, &id).exists();
+            entry.subagent_held =
+                crate::backend::subagent::record::read_held(&self.profile_home, &id);
         }
         Ok(entries)
     }

@@ -15,6 +15,7 @@ fn entry(id: &str, owner: Owner, state: EntryState, secs: u64) -> SandboxEntry {
         duplicate_of: None,
         subagent: None,
         subagent_recoverable: false,
+        subagent_held: None,
         host: None,
         egress_stamp: None,
         usage: Usage {

@@ -17,6 +17,7 @@
 //! (admission, the target after a cut, input and signals) in `backend/live.rs`.
 
 mod follow;
+mod forward;
 mod script;
 
 use std::collections::BTreeMap;
@@ -33,6 +34,8 @@ use crate::error::Error;
 pub use crate::error::LostReason;
 
 pub(crate) use follow::{Busy, LiveHost, Target, spawn_follower};
+pub use forward::PortForward;
+pub(crate) use forward::RELAY;
 pub(crate) use script::{Io, LiveShell, runner, signal as signal_script, valid_id};
 pub use script::{LIVE_TAG, LiveSignal, TerminalSize};
 

@@ -12,7 +12,7 @@ use agent_sandbox::{
 use e2b_client::SandboxState;
 use e2b_local::DropRule;
 
-use crate::support::{World, ok};
+use crate::support::{World, ok, run};
 
 /// Reads until the end (30 s of real time at most); the output and how it ended.
 fn read_to_end(process: &LiveProcess) -> (Vec<u8>, LiveEnd) {
@@ -421,4 +421,67 @@ fn a_sandbox_serving_a_live_background_process_is_paused_for_the_limit_last_and_
     ok(&fourth, "true");
     assert_eq!(state(&world, &serving), SandboxState::Paused);
     drop(kernel);
+}
+
+#[test]
+fn a_port_of_one_sandbox_is_reachable_from_another_through_the_host() {
+    // contract: R16 — what a handed-off server listens on is reached from the parent's
+    // sandbox: as it is where the two share a network (e2b-local's sandboxes online share the
+    // host's), else through a forward (here to another port, which only the forward serves).
+    let world = World::new();
+    let (here, there) = (
+        world.persistent_task("here"),
+        world.persistent_task("there"),
+    );
+    ok(
+        &there,
+        "mkdir -p ~/site && cd ~/site && echo hello > index.html && head -c 2000000 /dev/urandom > big.bin",
+    );
+    let server = there
+        .start_live(
+            "srv",
+            "cd ~/site && exec python3 -u -m http.server 8766 --bind 127.0.0.1",
+            LiveOptions::pipes(Shell::Plain),
+        )
+        .expect("server");
+    let mut output = Vec::new();
+    read_until(&server, &mut output, "Serving HTTP");
+    assert_eq!(there.listening_ports("srv").expect("ports"), [8766]);
+    assert_eq!(
+        here.listening_ports("srv").expect("none here"),
+        Vec::<u16>::new()
+    );
+    let shared = here.share_ports(&there, "srv").expect("shared");
+    assert!(
+        matches!(
+            shared[..],
+            [agent_sandbox::SharedPort::Reachable { port: 8766 }]
+        ),
+        "{shared:?}"
+    );
+    let fetch = |port: u16| {
+        format!(
+            "python3 -c \"import urllib.request as u, hashlib; \
+             print(u.urlopen('http://127.0.0.1:{port}/index.html').read().decode().strip()); \
+             print(hashlib.sha256(u.urlopen('http://localhost:{port}/big.bin').read()).hexdigest())\""
+        )
+    };
+    let refused = |backend: &Backend, port: u16| {
+        run(backend, &fetch(port)).map_or(true, |(exit, _)| exit.exit_code != 0)
+    };
+    assert!(refused(&here, 8767), "nothing serves 8767 yet");
+    let forward = here.forward_port(8767, &there, 8766).expect("forwarded");
+    assert_eq!(forward.port(), 8767);
+    assert!(forward.is_running());
+    let seen = ok(&here, &fetch(8767));
+    let expected = ok(&there, "sha256sum ~/site/big.bin | cut -d' ' -f1");
+    assert_eq!(seen, format!("hello\n{expected}"));
+    // A port taken in the first sandbox cannot be forwarded: the error says so.
+    let error = here.forward_port(8767, &there, 8766).expect_err("taken");
+    assert!(error.to_string().contains("8767"), "{error}");
+    forward.stop();
+    assert!(refused(&here, 8767), "the forward ended");
+    server.signal(LiveSignal::Kill).expect("killed");
+    here.cleanup();
+    there.cleanup();
 }

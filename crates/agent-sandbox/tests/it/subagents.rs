@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use agent_sandbox::{Backend, ChildId, ChildSandbox};
+use std::sync::Arc;
+
+use agent_sandbox::{Backend, ChildId, ChildSandbox, NoStateHooks, SandboxMode};
 
 use crate::support::{World, metadata_of, ok};
 
@@ -78,8 +80,11 @@ fn two_children_in_a_git_work_tree_each_see_only_their_own_work_and_come_back_as
     );
     for child in &children {
         let back = parent.bring_back(child).expect("brought back");
-        assert_eq!(back.branch.as_deref(), Some(child.id.branch().as_str()));
-        assert_eq!(back.commits, 2, "{back:?}");
+        assert_eq!(back.branches.len(), 1, "{back:?}");
+        assert_eq!(back.branches[0].branch, child.id.branch());
+        assert_eq!(back.branches[0].repository, dir);
+        assert_eq!(back.branches[0].commits, 2, "{back:?}");
+        assert!(back.written.is_empty(), "{back:?}");
         assert!(
             back.summary().contains(&child.id.branch()),
             "{}",
@@ -151,13 +156,20 @@ fn outside_git_the_childs_files_are_applied_and_a_file_both_changed_keeps_both()
         &format!("cd {dir} && echo parent > shared.txt && echo same > both.txt"),
     );
     let back = parent.bring_back(&child).expect("brought back");
-    assert_eq!(back.written, ["link", "sub/new.txt", "tool.sh"]);
-    assert_eq!(back.deleted, ["old.txt"]);
+    assert_eq!(
+        back.written,
+        [
+            format!("{dir}/link"),
+            format!("{dir}/sub/new.txt"),
+            format!("{dir}/tool.sh")
+        ]
+    );
+    assert_eq!(back.deleted, [format!("{dir}/old.txt")]);
     assert_eq!(
         back.conflicts,
         [(
-            "shared.txt".to_owned(),
-            Some("shared.txt.hermes-subagent-c1".to_owned())
+            format!("{dir}/shared.txt"),
+            Some(format!("{dir}/shared.txt.hermes-subagent-c1"))
         )]
     );
     let summary = back.summary();
@@ -202,10 +214,14 @@ fn a_child_that_changed_nothing_brings_nothing_back() {
     ok(child.backend(), "echo elsewhere > /tmp/scratch");
     let back = parent.bring_back(&child).expect("brought back");
     assert!(back.written.is_empty() && back.deleted.is_empty() && back.conflicts.is_empty());
-    assert!(
-        back.summary().contains("changed no file"),
-        "{}",
-        back.summary()
+    let summary = back.summary();
+    assert!(summary.contains("changed no file"), "{summary}");
+    // Its scratch file is named, not copied.
+    assert_eq!(back.elsewhere.paths, ["/tmp/scratch"], "{summary}");
+    assert!(summary.contains("/tmp/scratch"), "{summary}");
+    assert_eq!(
+        ok(&parent, "test -e /tmp/scratch || echo absent"),
+        "absent\n"
     );
     parent.end_child(child).expect("killed");
     parent.cleanup();
@@ -300,7 +316,7 @@ fn at_the_accounts_limit_a_childs_fork_takes_the_slot_of_an_idle_sibling_and_all
     }
     for child in &children {
         let back = parent.bring_back(child).expect("brought back");
-        assert_eq!(back.written, [format!("{}.txt", child.id)]);
+        assert_eq!(back.written, [format!("{dir}/{}.txt", child.id)]);
     }
     assert_eq!(
         ok(&parent, &format!("cat {dir}/one.txt {dir}/two.txt")),
@@ -309,5 +325,158 @@ fn at_the_accounts_limit_a_childs_fork_takes_the_slot_of_an_idle_sibling_and_all
     for child in children {
         parent.end_child(child).expect("killed");
     }
+    parent.cleanup();
+}
+
+#[test]
+fn everything_the_child_changed_under_the_roots_comes_back_and_the_rest_is_named() {
+    // contract: R15 — not only the working directory: every git work tree the child changed
+    // as its branch, the rest of the home (less its caches), a configured path and a
+    // directory its commands ran in as files, a file both changed kept beside; what it
+    // changed elsewhere named, not copied.
+    let world = World::new();
+    let mut config = world.config(SandboxMode::Persistent);
+    config.subagent_paths = vec!["/tmp/extra".to_owned()];
+    let parent = Backend::new(
+        config,
+        world.scope("default"),
+        world.services(),
+        Arc::new(NoStateHooks),
+    )
+    .expect("backend");
+    let home = ok(&parent, "echo -n $HOME");
+    let git = "git -c user.email=p@x -c user.name=p";
+    ok(
+        &parent,
+        &format!(
+            "set -e; for r in repo other; do mkdir -p {home}/$r && cd {home}/$r && git init -q -b main && \
+             echo base > README && git add . && {git} commit -qm base; done; \
+             mkdir -p {home}/proj && cd {home}/proj && echo base > shared.txt && echo bye > gone.txt && \
+             mkdir -p /tmp/extra && echo old > /tmp/extra/conf.txt"
+        ),
+    );
+    let repo = format!("{home}/repo");
+    let [child] = forks(&parent, &["w"], &repo).try_into().expect("one child");
+    assert!(child.is_git());
+    assert_eq!(child.roots(), [home.clone(), "/tmp/extra".to_owned()]);
+    ok(
+        child.backend(),
+        &format!(
+            "set -e; cd {repo} && echo more >> README && {git} commit -qam 'in repo'; \
+             cd {home}/other && echo new > new.txt; \
+             cd {home}/proj && echo a > a.txt && echo child >> shared.txt && rm gone.txt; \
+             echo note > {home}/notes.md; mkdir -p {home}/.cache/pip && echo cached > {home}/.cache/pip/x; \
+             echo scratch > /tmp/scratch.txt; echo new > /tmp/extra/conf.txt"
+        ),
+    );
+    // A directory the child's commands ran in (Hermes' environment says so for each command).
+    child.backend().worked_in("/tmp/build");
+    ok(
+        child.backend(),
+        "mkdir -p /tmp/build && cd /tmp/build && echo obj > out.o",
+    );
+    // Meanwhile the parent changes one of the same files.
+    ok(&parent, &format!("echo parent > {home}/proj/shared.txt"));
+
+    let back = parent.bring_back(&child).expect("brought back");
+    let branches: Vec<(&str, u64)> = back
+        .branches
+        .iter()
+        .map(|b| (b.repository.as_str(), b.commits))
+        .collect();
+    let other = format!("{home}/other");
+    assert_eq!(
+        branches,
+        [(repo.as_str(), 1), (other.as_str(), 1)],
+        "{back:?}"
+    );
+    assert_eq!(
+        back.written,
+        [
+            format!("{home}/notes.md"),
+            format!("{home}/proj/a.txt"),
+            "/tmp/build/out.o".to_owned(),
+            "/tmp/extra/conf.txt".to_owned(),
+        ],
+        "{back:?}"
+    );
+    assert_eq!(back.deleted, [format!("{home}/proj/gone.txt")]);
+    assert_eq!(
+        back.conflicts,
+        [(
+            format!("{home}/proj/shared.txt"),
+            Some(format!("{home}/proj/shared.txt.hermes-subagent-w"))
+        )]
+    );
+    assert_eq!(back.elsewhere.paths, ["/tmp/scratch.txt"], "{back:?}");
+    assert!(back.elsewhere.directories.is_empty(), "{back:?}");
+    let summary = back.summary();
+    assert!(
+        summary.contains("/tmp/scratch.txt") && summary.contains("hermes-subagent/w"),
+        "{summary}"
+    );
+
+    let seen = ok(
+        &parent,
+        &format!(
+            "cd {home} && cat notes.md proj/a.txt proj/shared.txt proj/shared.txt.hermes-subagent-w \
+             /tmp/extra/conf.txt /tmp/build/out.o && test ! -e proj/gone.txt && test ! -e .cache/pip/x && \
+             test ! -e /tmp/scratch.txt && git -C other show hermes-subagent/w:new.txt && \
+             git -C repo log --format=%s -1 hermes-subagent/w && git -C repo status --porcelain"
+        ),
+    );
+    assert_eq!(
+        seen, "note\na\nparent\nbase\nchild\nnew\nobj\nnew\nin repo\n",
+        "the parent's version of a file both changed stays; the child's is beside it"
+    );
+    parent.end_child(child).expect("killed");
+    parent.cleanup();
+}
+
+#[test]
+fn a_fork_held_for_a_handed_off_process_is_listed_as_such_until_it_ends() {
+    // contract: R16 — a child's fork kept after its work came back (for a process it handed
+    // off) says so in the inventory, and ending it removes it and the note.
+    let world = World::new();
+    let parent = world.persistent();
+    let home = ok(&parent, "echo -n $HOME");
+    let [child] = forks(&parent, &["h"], &home).try_into().expect("one child");
+    let inventory = agent_sandbox::Inventory::new(
+        world.config(SandboxMode::Persistent),
+        world.home.path().to_path_buf(),
+        world.services(),
+    );
+    let entry = |id: &str| {
+        inventory
+            .list(
+                agent_sandbox::Listing::ThisProfile,
+                std::time::SystemTime::now(),
+            )
+            .expect("listed")
+            .into_iter()
+            .find(|entry| entry.sandbox_id == id)
+    };
+    let fork = child.sandbox_id.as_str().to_owned();
+    let listed = entry(&fork).expect("the fork is listed");
+    assert!(listed.subagent_recoverable && listed.subagent_held.is_none());
+    parent.bring_back(&child).expect("brought back");
+    parent.hold_child(
+        &child,
+        "process p1 (python3 -m http.server) handed off to its parent",
+    );
+    let listed = entry(&fork).expect("still listed");
+    assert!(!listed.subagent_recoverable, "its work is back");
+    assert_eq!(
+        listed.subagent_held.as_deref(),
+        Some("process p1 (python3 -m http.server) handed off to its parent")
+    );
+    parent.end_child(child).expect("ended");
+    assert!(entry(&fork).is_none(), "killed");
+    let notes = world.home.path().join("cache/e2b/subagents");
+    assert_eq!(
+        std::fs::read_dir(&notes).map_or(0, |dir| dir.count()),
+        0,
+        "no record or note is left"
+    );
     parent.cleanup();
 }

@@ -21,12 +21,15 @@ pub(in crate::backend) struct Subagents {
     pub(in crate::backend) fork_of: OnceLock<super::fork::ForkOf>,
     /// On a parent's backend: the children waiting for their forks.
     asks: Batcher<(ChildId, String), Result<ChildSandbox, Error>>,
+    /// On a child's fork: the directories its commands ran in (`Backend::worked_in`).
+    pub(in crate::backend) worked_in: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Default for Subagents {
     fn default() -> Subagents {
         Subagents {
             fork_of: OnceLock::new(),
+            worked_in: Mutex::default(),
             asks: Batcher::new(|(id, _)| {
                 Err(Error::InvalidConfig {
                     reason: format!(

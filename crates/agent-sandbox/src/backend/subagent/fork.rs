@@ -1,23 +1,27 @@
 //! Forking the scope's sandbox for delegated children (R15): one checkpoint of the parent
 //! and one create per child (the branches of [`Backend::fork`], stamped with the child's
-//! id), and the base each child's work is measured from: the parent's side read in the
-//! parent's sandbox under its state lock while the forks are made, each child's read in its
-//! fork before anything runs there.
+//! id), and the base each child's work is measured from: the parent's side (its file clock,
+//! the git work trees under the roots and their `HEAD`, a manifest of the rest) read in the
+//! parent's sandbox under its state lock just before the checkpoint, each child's (its
+//! fork's file clock) in its fork before anything runs there.
 
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use e2b_client::{Sandbox, SandboxId};
 use sandbox_identity::{BRANCH_KEY, CheckpointReason, LeaseTracker};
 
 use super::record::ForkRecord;
-use super::{Base, ChildSandbox};
+use super::{Base, ChildSandbox, WorkTree};
 use crate::backend::{Backend, Inner, TRANSFER_WINDOW, bump};
 use crate::config::{SandboxMode, Scope};
 use crate::error::Error;
 use crate::home::SandboxHome;
 use crate::hooks::NoStateHooks;
-use crate::subagent::{ChildId, Manifest, SUBAGENT_KEY, manifest_script, shell_quote};
+use crate::subagent::{
+    ChildChanges, ChildId, Manifest, NOT_BROUGHT_BACK, SUBAGENT_KEY, Stamp, glob_literal, roots,
+    shell_quote, stamp_script,
+};
 
 /// Set on the attach-mode backend of a delegated child's fork, which this process made: the
 /// parent's sandbox (such a fork is this process's own, so the fleet may pause it for the
@@ -48,13 +52,6 @@ impl Inner {
     }
 }
 
-/// A fork made and attached, and its base as read there.
-type Made = (ChildId, SandboxId, Arc<Backend>, Result<Base, Error>);
-
-/// Each child's sandbox or why it has none, and the forks made but not recorded (the
-/// parent's side of the base failed).
-type Forks = (Vec<Result<ChildSandbox, Error>>, Vec<SandboxId>);
-
 impl Backend {
     /// Forks the scope's sandbox for `children`, working in `dir` (an absolute path): one
     /// checkpoint (R6's fork: the parent's commands are waited for up to `wait`, never cut,
@@ -77,68 +74,52 @@ impl Backend {
             });
         }
         let inner = &*self.inner;
-        let script = format!(
-            "cd -- {dir} || exit 3; if git rev-parse --show-toplevel >/dev/null 2>&1; \
-             then printf 'git\\0'; else printf 'files\\0'; {manifest}; fi",
-            dir = shell_quote(dir),
-            manifest = manifest_script(dir),
-        );
         // Before the checkpoint: what the child writes under the Hermes home is after it.
         let forked_at = inner.services.clock.wall();
-        std::thread::scope(|scope| {
+        {
             let mut state = inner.lock_state(OP);
             let attached = inner.attach_to_change(&mut state, OP, wait)?;
             inner.top_up_lease(attached, TRANSFER_WINDOW)?;
-            let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
             let parent = attached.id.clone();
             let home = attached.info.home.clone();
-            // The parent's side of the base, in its own file system, while no command of it
-            // runs (its state lock is held until it is read): what the forks start from. The
-            // forks are made meanwhile; each waits for it to be recorded.
-            let (send, parent_base) = mpsc::channel::<Option<Option<Manifest>>>();
-            let forks = {
-                let parent = parent.clone();
-                scope.spawn(move || {
-                    self.make_forks(
-                        children,
-                        dir,
-                        &parent,
-                        &checkpoint.snapshot_id,
-                        (home, forked_at),
-                        parent_base,
-                    )
-                })
-            };
-            let answer = inner
+            // The parent's side of the base, in its own file system, read before the
+            // checkpoint while no command of it runs (its state lock is held): a background
+            // process's write between the two then counts as the parent's, never lost.
+            let (roots, prune) = compared(
+                &home.home,
+                &attached.info.remote_hermes_home,
+                dir,
+                &inner.config.subagent_paths,
+            );
+            let script = base_script(&roots, &prune, dir);
+            let parent_base = inner
                 .script(&attached.sandbox, "subagent base", &script)
-                .and_then(|answer| match answer.strip_prefix(b"files\0") {
-                    Some(manifest) => Manifest::parse(manifest).map(Some).map_err(|reason| {
-                        Error::UntrustedAnswer {
-                            operation: "subagent base",
-                            sandbox_id: parent.as_str().to_owned(),
-                            reason,
-                        }
-                    }),
-                    None => Ok(None),
-                });
+                .and_then(|answer| {
+                    parse_parent_base(&answer).map_err(|reason| Error::UntrustedAnswer {
+                        operation: "subagent base",
+                        sandbox_id: parent.as_str().to_owned(),
+                        reason,
+                    })
+                })?;
+            let checkpoint = inner.take_checkpoint(attached, OP, CheckpointReason::Fork, None)?;
             drop(state);
-            let _ = send.send(answer.as_ref().ok().cloned());
-            let (made, unrecorded) = forks
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-            if let Err(error) = answer {
-                // No fork outlives a fork that failed: those made are killed.
-                let client = inner.client()?;
-                let _ = inner.kill_all(&client, &unrecorded);
-                return Err(error);
-            }
-            Ok(made)
-        })
+            let base = ParentBase {
+                roots,
+                prune,
+                ..parent_base
+            };
+            self.make_forks(
+                children,
+                dir,
+                &parent,
+                &checkpoint.snapshot_id,
+                (home, forked_at),
+                &base,
+            )
+        }
     }
 
-    /// Makes each child's fork, attaches it and reads its base, then records it once the
-    /// parent's side of the base (from `parent_base`) is known. Stops making forks when the
-    /// parent's side failed (`None`).
+    /// Makes each child's fork, attaches it, reads its side of the base and records it.
     fn make_forks(
         &self,
         children: &[ChildId],
@@ -146,15 +127,12 @@ impl Backend {
         parent: &SandboxId,
         snapshot_id: &str,
         (home, forked_at): (SandboxHome, std::time::SystemTime),
-        parent_base: mpsc::Receiver<Option<Option<Manifest>>>,
-    ) -> Result<Forks, Error> {
+        base: &ParentBase,
+    ) -> Result<Vec<Result<ChildSandbox, Error>>, Error> {
         const OP: &str = "subagent fork";
         let inner = &*self.inner;
         let client = inner.client()?;
-        let mut parent_base = Some(parent_base);
-        let mut known: Option<Option<Manifest>> = None;
         let mut children_made = Vec::with_capacity(children.len());
-        let mut unrecorded = Vec::new();
         for child in children {
             let options = inner.create_options(
                 snapshot_id,
@@ -184,27 +162,14 @@ impl Backend {
                     let made = Some((sandbox, lease));
                     let backend =
                         self.fork_backend(child, &info.sandbox_id, made, Some(home.clone()))?;
-                    let base = child_base(&backend, &info.sandbox_id, dir);
-                    Ok((child.clone(), info.sandbox_id, backend, base))
+                    let since = child_since(&backend, &info.sandbox_id);
+                    Ok((child.clone(), info.sandbox_id, backend, since))
                 });
-            if let Some(receiver) = parent_base.take() {
-                // Blocks until the parent's side is read (once); `None` when it failed.
-                known = receiver.recv().ok().flatten();
-            }
-            let Some(parent_base) = &known else {
-                // The parent's side failed: the caller kills what was made.
-                if let Ok((_, sandbox_id, _, _)) = made {
-                    unrecorded.push(sandbox_id);
-                }
-                break;
-            };
             children_made.push(
-                made.and_then(|made| {
-                    record(made, dir, parent, parent_base, forked_at, &inner.scope)
-                }),
+                made.and_then(|made| record(made, dir, parent, base, forked_at, &inner.scope)),
             );
         }
-        Ok((children_made, unrecorded))
+        Ok(children_made)
     }
 
     /// A backend attached to a child's fork (attach mode: it never kills the fork), with no
@@ -238,89 +203,162 @@ impl Backend {
     }
 }
 
-/// A child's base, read in its fork (attached now, so the fleet knows it).
-fn child_base(backend: &Backend, sandbox_id: &SandboxId, dir: &str) -> Result<Base, Error> {
-    let script = format!(
-        "cd -- {dir} || exit 3; \
-         if top=$(git rev-parse --show-toplevel 2>/dev/null) && head=$(git rev-parse HEAD 2>/dev/null); \
-         then printf 'git\\0%s\\0%s\\0' \"$top\" \"$head\"; \
-         else printf 'files\\0'; {manifest}; fi",
-        dir = shell_quote(dir),
-        manifest = manifest_script(dir),
+/// The roots a child's work is compared in, and what under them is left out: the sandbox
+/// user's home (less its caches and the Hermes home, whose state comes back on its own), the
+/// working directory and the configured paths.
+pub(super) fn compared(
+    home: &str,
+    hermes_home: &str,
+    dir: &str,
+    paths: &[String],
+) -> (Vec<String>, Vec<String>) {
+    let roots = roots(
+        [home, dir]
+            .into_iter()
+            .chain(paths.iter().map(String::as_str)),
     );
-    let output = backend.file_operation("subagent base", TRANSFER_WINDOW, |inner, sandbox| {
-        inner.script(sandbox, "subagent base", &script)
-    })?;
-    parse_base(&output).map_err(|reason| Error::UntrustedAnswer {
-        operation: "subagent base",
-        sandbox_id: sandbox_id.as_str().to_owned(),
-        reason,
+    let mut prune: Vec<String> = NOT_BROUGHT_BACK
+        .iter()
+        .map(|cache| format!("{}/{cache}", home.trim_end_matches('/')))
+        .collect();
+    if hermes_home.starts_with('/') {
+        prune.push(hermes_home.trim_end_matches('/').to_owned());
+    }
+    (roots, prune)
+}
+
+/// The parent's side of the base, as read at the fork.
+pub(super) struct ParentBase {
+    pub(super) roots: Vec<String>,
+    pub(super) prune: Vec<String>,
+    pub(super) trees: Vec<WorkTree>,
+    pub(super) manifest: Manifest,
+    pub(super) since: Stamp,
+}
+
+/// The parent's base script: a [`Stamp`] of its file clock, then each git work tree under
+/// the roots or holding `dir` (`t\0<top>\0<HEAD>\0`; a repository without a commit is
+/// left to the files), then `files\0` and the manifest of the roots without those trees.
+fn base_script(roots: &[String], prune: &[String], dir: &str) -> String {
+    let starts: Vec<String> = roots
+        .iter()
+        .map(|root| shell_quote(crate::subagent::from_root(root)))
+        .collect();
+    let pruned: Vec<String> = prune
+        .iter()
+        .map(|path| {
+            format!(
+                "-path {}",
+                shell_quote(&glob_literal(crate::subagent::from_root(path)))
+            )
+        })
+        .collect();
+    // Bash: the trees' tops join the manifest's prunes (escaped for -path) as they are found.
+    const SCRIPT: &str = r#"set -e; STAMP; cd /; set --
+for r in STARTS; do [ -e "$r" ] && set -- "$@" "$r"; done
+esc() { local s=$1; s=${s//\\/\\\\}; s=${s//\*/\\*}; s=${s//\?/\\?}; s=${s//\[/\\[}; printf '%s' "$s"; }
+tops=(); seen=' '
+tree() {
+  local t=$1 h
+  case "$seen" in *" $t "*) return 0;; esac
+  h=$(git -C "/$t" rev-parse -q --verify HEAD 2>/dev/null) || return 0
+  seen="$seen$t "; tops+=(-o -path "$(esc "$t")"); printf 't\0/%s\0%s\0' "$t" "$h"
+}
+if top=$(git -C DIR rev-parse --show-toplevel 2>/dev/null); then tree "${top#/}"; fi
+if [ $# -gt 0 ]; then
+  while IFS= read -r -d '' g; do tree "${g%/.git}"; done < <(find "$@" -xdev \( PRUNED \) -prune -o -name .git -print0 -prune)
+fi
+printf 'files\0'
+[ $# -eq 0 ] || find "$@" -xdev \( PRUNED "${tops[@]}" -o -path 'tmp/hermes-subagent-*' \) -prune -o \( -type f -printf 'f %s %T@ %C@ %m %p\0' \) -o \( -type l -printf 's %C@ %p\0%l\0' \) || true"#;
+    crate::subagent::fill(
+        SCRIPT,
+        &[
+            ("STAMP", &stamp_script()),
+            ("STARTS", &starts.join(" ")),
+            ("PRUNED", &pruned.join(" -o ")),
+            ("DIR", &shell_quote(dir)),
+        ],
+    )
+}
+
+/// Parses [`base_script`]'s answer.
+fn parse_parent_base(output: &[u8]) -> Result<ParentBase, String> {
+    let mut fields = output.split(|byte| *byte == 0);
+    let since = fields
+        .next()
+        .and_then(|f| std::str::from_utf8(f).ok())
+        .and_then(Stamp::parse)
+        .ok_or_else(|| "the base does not start with the file clock's time".to_owned())?;
+    let mut trees = Vec::new();
+    loop {
+        match fields.next() {
+            Some(b"t") => {
+                let top = fields.next().and_then(|f| std::str::from_utf8(f).ok());
+                let head = fields.next().and_then(|f| std::str::from_utf8(f).ok());
+                trees.push(WorkTree::checked(top, head)?);
+            }
+            Some(b"files") => break,
+            _ => return Err("the base's work trees are not what git prints".to_owned()),
+        }
+    }
+    let rest_at = output.len() - fields.map(|f| f.len() + 1).sum::<usize>().min(output.len());
+    let manifest = Manifest::parse(&output[rest_at..])?;
+    Ok(ParentBase {
+        roots: Vec::new(),
+        prune: Vec::new(),
+        trees,
+        manifest,
+        since,
     })
 }
 
+/// A child's side of the base: its fork's file clock before anything ran there (attached
+/// now, so the fleet knows it).
+fn child_since(backend: &Backend, sandbox_id: &SandboxId) -> Result<Stamp, Error> {
+    let output = backend.file_operation("subagent base", TRANSFER_WINDOW, |inner, sandbox| {
+        inner.script(sandbox, "subagent base", &stamp_script())
+    })?;
+    std::str::from_utf8(&output)
+        .ok()
+        .map(|text| text.trim_end_matches('\0'))
+        .and_then(Stamp::parse)
+        .ok_or_else(|| Error::UntrustedAnswer {
+            operation: "subagent base",
+            sandbox_id: sandbox_id.as_str().to_owned(),
+            reason: "the fork's file clock is not a time".to_owned(),
+        })
+}
+
+/// A fork made and attached, and its file clock as read there.
+type Made = (ChildId, SandboxId, Arc<Backend>, Result<Stamp, Error>);
+
 /// The child's sandbox with both sides of its base, recorded on the host.
 fn record(
-    (id, sandbox_id, backend, base): Made,
+    (id, sandbox_id, backend, since): Made,
     dir: &str,
     parent: &SandboxId,
-    parent_base: &Option<Manifest>,
+    base: &ParentBase,
     forked_at: std::time::SystemTime,
     scope: &Scope,
 ) -> Result<ChildSandbox, Error> {
-    let mut base = base?;
-    match (&mut base, parent_base) {
-        (Base::Files { parent, .. }, Some(known)) => *parent = known.clone(),
-        (Base::Git { .. }, None) => {}
-        _ => {
-            return Err(Error::UntrustedAnswer {
-                operation: "subagent base",
-                sandbox_id: sandbox_id.as_str().to_owned(),
-                reason:
-                    "the fork and its parent disagree on whether the directory is a git work tree"
-                        .to_owned(),
-            });
-        }
-    }
     let made = ChildSandbox {
         id,
         sandbox_id,
         dir: dir.to_owned(),
         parent: parent.clone(),
         forked_at,
-        base,
+        base: Base {
+            roots: base.roots.clone(),
+            prune: base.prune.clone(),
+            trees: base.trees.clone(),
+            parent: base.manifest.clone(),
+            parent_since: base.since,
+            child: ChildChanges::Since(since?),
+            late: Vec::new(),
+        },
         backend,
     };
     // What a crash's recovery needs: this host keeps it until the work is back.
     ForkRecord::of(&made, &scope.task_id).write(&scope.profile_home);
     Ok(made)
-}
-
-/// The base script's answer: `git\0<top>\0<head>\0` or `files\0` and a manifest.
-fn parse_base(output: &[u8]) -> Result<Base, String> {
-    if let Some(rest) = output.strip_prefix(b"git\0") {
-        let mut fields = rest.split(|byte| *byte == 0);
-        let top = fields.next().and_then(|f| std::str::from_utf8(f).ok());
-        let head = fields.next().and_then(|f| std::str::from_utf8(f).ok());
-        return match (top, head) {
-            (Some(top), Some(head))
-                if top.starts_with('/')
-                    && !top.chars().any(char::is_control)
-                    && (head.len() == 40 || head.len() == 64)
-                    && head.bytes().all(|b| b.is_ascii_hexdigit()) =>
-            {
-                Ok(Base::Git {
-                    top: top.to_owned(),
-                    head: head.to_owned(),
-                })
-            }
-            _ => Err("the git work tree's top or HEAD is not what git prints".to_owned()),
-        };
-    }
-    match output.strip_prefix(b"files\0") {
-        Some(manifest) => Manifest::parse(manifest).map(|child| Base::Files {
-            child,
-            parent: Manifest::default(),
-        }),
-        None => Err("the base answer is neither git nor files".to_owned()),
-    }
 }
