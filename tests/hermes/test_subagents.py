@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent_harness import NetGuard, agent_config, hermes_chat, write_agent_config
-from scripted_model import Reply, ToolCall, scripted_model  # noqa: F401 - fixture
+from scripted_model import Dynamic, Reply, ToolCall, scripted_model  # noqa: F401 - fixture
 from test_cli import e2b
 from test_environment import run, sandboxes
 
@@ -128,12 +128,15 @@ def test_outside_git_both_childrens_files_come_back_and_a_conflict_is_kept_besid
     # not changed it); the second finds it changed, so its version is kept beside, and its
     # report, which the parent's model reads, says where.
     first, second = scripted_model.tool_result(marker, 1)["subagent_sandboxes"]
-    assert (first["written"], first["conflicts"]) == (["a.txt", "shared.txt"], []), first
-    assert second["written"] == ["b.txt"], second
+    assert (first["written"], first["conflicts"]) == ([f"{PLAIN}/a.txt", f"{PLAIN}/shared.txt"], []), first
+    assert second["written"] == [f"{PLAIN}/b.txt"], second
     [conflict] = second["conflicts"]
     beside = f"shared.txt.hermes-subagent-{second['subagent']}"
-    assert conflict == {"path": "shared.txt", "subagent_version": beside}, second
+    assert conflict == {"path": f"{PLAIN}/shared.txt", "subagent_version": f"{PLAIN}/{beside}"}, second
     assert beside in second["came_back"], second
+    # Each child's /tmp/who is named, not copied.
+    assert first["elsewhere"]["paths"] == ["/tmp/who"] == second["elsewhere"]["paths"], second
+    assert "/tmp/who" in second["came_back"], second
     listing = scripted_model.tool_result(marker, 2)["output"].splitlines()
     assert listing == ["base", "a", "a.txt", "b.txt", "shared.txt", beside, "base", "b"], listing
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
@@ -262,7 +265,7 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     assert pulled.returncode == 0, pulled.stderr
     back = json.loads(pulled.stdout)
     # The child worked in the parent's working directory, the sandbox user's home.
-    assert (back["written"], back["conflicts"]) == (["plain/work.txt"], []), back
+    assert (back["written"], back["conflicts"]) == (["/home/user/plain/work.txt"], []), back
     assert [s for s in listed(e2b_local, tag) if s["sandboxID"] == fork["sandboxID"]] == []
     again_pull = e2b(home, "pull", "--subagent", fork["sandboxID"])
     assert again_pull.returncode != 0 and "no record of a subagent fork" in again_pull.stderr, again_pull.stderr
@@ -338,7 +341,7 @@ def test_three_children_under_a_limit_of_two_all_come_back_and_a_failed_ones_wor
         assert "written" in report, report
         assert len(report["written"]) == 1 and report["conflicts"] == [], report
     # The skill child a wrote came back with its work, and reached this host's Hermes home.
-    skills = {r["written"][0]: r["hermes_home"] for r in reports.values()}
+    skills = {os.path.basename(r["written"][0]): r["hermes_home"] for r in reports.values()}
     assert skills["a.txt"] == {"written": ["skills/from-a/SKILL.md"], "conflicts": []}, skills
     assert skills["b.txt"] == skills["c.txt"] == {"written": [], "conflicts": []}, skills
     assert (home.path / "skills" / "from-a" / "SKILL.md").read_text() == "a skill\n"
@@ -472,7 +475,7 @@ def test_a_grandchild_forks_from_its_parent_subagents_fork_and_its_work_comes_ba
     nested = scripted_model.tool_result(child, 1)
     [report] = nested["subagent_sandboxes"]
     # The grandchild worked where its parent subagent stood (it had cd'd into the directory).
-    assert report["written"] == ["g.txt"], report
+    assert report["written"] == [f"{PLAIN}/g.txt"], report
     assert scripted_model.tool_result(child, 2)["output"].split() == ["c.txt", "g.txt"]
     assert scripted_model.tool_result(marker, 2)["output"].split() == ["c.txt", "g.txt"]
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
@@ -515,3 +518,81 @@ def test_with_no_slot_for_a_fork_the_child_works_in_the_parents_sandbox_and_says
         assert [s for s in sandboxes(server, tag) if (s.get("metadata") or {}).get("hermes.subagent")] == []
     finally:
         server.stop()
+
+
+def _handoff_of(results):
+    """The session id of the process the child handed off, as the delegate_task result says."""
+    for result in results:
+        if isinstance(result, dict):
+            for report in result.get("subagent_sandboxes") or []:
+                for handed in report.get("handed_off") or []:
+                    return handed["session_id"]
+            for entry in result.get("results") or []:
+                for handed in entry.get("handed_off_processes") or []:
+                    return handed["session_id"]
+    raise AssertionError(f"no handed-off process in {results}")
+
+
+@pytest.mark.parametrize(("subagents", "parent_kills"), [("fork", True), ("fork", False), ("shared", True)])
+def test_a_process_a_child_hands_off_keeps_working_for_the_parent(home, e2b_local, scripted_model, guard,  # noqa: F811
+                                                                 subagents, parent_kills):
+    """The child starts a web server in the background and hands it off (`process_manage
+    handoff`): the parent's own sandbox reaches its port, `process_manage` polls and kills the
+    real process, as with `subagents: shared`; with forks the child's fork runs on for it and
+    ends with it (killed by the parent, or with the parent's session). Nothing is left."""
+    # contract: R16
+    from test_live_tools import process_call, unwrap
+
+    tag = uuid.uuid4().hex
+    marker, child = f"PARENT-{tag[:10]}", f"CHILDH-{tag[:10]}"
+    site = f"{PLAIN}/site-{tag[:6]}"
+    fetch = ("python3 -c \"import urllib.request as u; "
+             "print(u.urlopen('http://localhost:8766/', timeout=20).read().decode().strip())\"")
+    scripted_model.register(child, [
+        ToolCall("terminal", {"command": f"mkdir -p {site} && echo child-page > {site}/index.html && echo ok"}),
+        ToolCall("terminal", {"command": f"cd {site} && exec python3 -m http.server 8766 --bind 127.0.0.1",
+                              "background": True}),
+        ToolCall("terminal", {"command": f"for i in $(seq 100); do {fetch} 2>/dev/null && break; sleep 0.1; done"}),
+        Dynamic(lambda r: process_call(action="handoff", session_id=[x for x in r if isinstance(x, dict)
+                                                                     and x.get("session_id")][0]["session_id"],
+                                       data="serves the child's page on port 8766")),
+        Reply("child done"),
+    ])
+    steps = [
+        ToolCall("terminal", {"command": f"mkdir -p {PLAIN} && echo ready"}),
+        ToolCall("delegate_task", {"tasks": [{"goal": f"Run your scripted steps {child}"}]}),
+        ToolCall("terminal", {"command": fetch}),
+        Dynamic(lambda r: process_call(action="poll", session_id=_handoff_of(r))),
+    ]
+    if parent_kills:
+        steps += [Dynamic(lambda r: process_call(action="kill", session_id=_handoff_of(r))),
+                  Dynamic(lambda r: process_call(action="wait", session_id=_handoff_of(r), timeout=30))]
+    scripted_model.register(marker, steps + [Reply(f"parent done {marker}")])
+    write_agent_config(home, agent_config(scripted_model,
+                                          e2b_local.settings(metadata={"test": tag}, subagents=subagents)))
+    home.write_key()
+    proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
+    assert proc.returncode == 0, f"rc {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert f"parent done {marker}" in proc.stdout
+    handoff = unwrap(scripted_model.tool_result(child, 3))
+    assert handoff.get("status") == "handed_off", handoff
+    delegated = scripted_model.tool_result(marker, 1)
+    if subagents == "fork":
+        [report] = delegated["subagent_sandboxes"]
+        [handed] = report["handed_off"]
+        assert handed["ports"] == [{"port": 8766, "reachable": True}], report
+        assert "keeps running the process(es) it handed off" in report["came_back"], report
+    # The parent's sandbox reaches the child's server, and process_manage the real process.
+    assert scripted_model.tool_result(marker, 2)["output"].strip() == "child-page"
+    polled = unwrap(scripted_model.tool_result(marker, 3))
+    assert polled["status"] == "running", polled
+    if parent_kills:
+        waited = unwrap(scripted_model.tool_result(marker, 5))
+        assert waited["status"] in ("exited", "killed"), waited
+    # Nothing is left: no fork, no server.
+    left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left
+    records = home.path / "cache" / "e2b" / "subagents"
+    assert not (records.exists() and list(records.glob("*.held"))), list(records.iterdir())
+    after = run(home, f"r = T({fetch!r} + ' || echo refused'); finish(r)")
+    assert after["output"].strip().endswith("refused"), after

@@ -74,6 +74,7 @@ fn entry_dict<'py>(py: Python<'py>, entry: &SandboxEntry) -> PyResult<Bound<'py,
         entry.subagent.as_ref().map(|(_, parent)| parent.clone()),
     )?;
     dict.set_item("subagent_recoverable", entry.subagent_recoverable)?;
+    dict.set_item("subagent_held", &entry.subagent_held)?;
     dict.set_item("egress_stamp", entry.egress_stamp.clone())?;
     dict.set_item("egress_known", entry.egress_known())?;
     let usage = &entry.usage;

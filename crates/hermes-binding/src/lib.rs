@@ -58,6 +58,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<native::PyCommand>()?;
     module.add_class::<native::PyLiveProcess>()?;
     module.add_class::<native::PyKernel>()?;
+    module.add_class::<native::PySharedPort>()?;
     module.add_class::<native::PyDeadline>()?;
     module.add_class::<native::PyTransport>()?;
     module.add_class::<inventory::PyInventory>()?;

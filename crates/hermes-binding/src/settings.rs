@@ -444,6 +444,17 @@ impl Settings {
             config.credential_store = agent_sandbox::CredentialStore::parse(&value)
                 .ok_or_else(|| invalid("credential_store", "must be auto, secrets or rules"))?;
         }
+        for path in egress::destinations(raw, "subagent_paths")? {
+            if !agent_sandbox::may_be_root(&path) {
+                return Err(invalid(
+                    "subagent_paths",
+                    format!(
+                        "entry {path:?} is not a plain absolute directory outside what the system owns (/usr, /etc, /var, /proc, ...; not /tmp itself)"
+                    ),
+                ));
+            }
+            config.subagent_paths.push(path);
+        }
         if let Some(value) = string(raw, "writer_arbitration")? {
             config.writer_arbitration = WriterArbitration::parse(&value)
                 .ok_or_else(|| invalid("writer_arbitration", "must be host or sandbox"))?;

@@ -305,7 +305,8 @@ def _list(ctx: Any, args: argparse.Namespace) -> int:
         if entry.get("subagent"):
             marks.append(f"subagent {entry['subagent']}'s fork of {entry['subagent_of']}" + (
                 f": its work is not back, hermes e2b pull --subagent {entry['sandbox_id']}"
-                if entry.get("subagent_recoverable") else ""))
+                if entry.get("subagent_recoverable") else
+                f": kept for {entry['subagent_held']}" if entry.get("subagent_held") else ""))
         if entry["state"] == "running":
             lease = f"lease {_duration(entry['lease_left_seconds'])}"
         elif entry["paused_at"] is not None:

@@ -443,7 +443,11 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
     def _wrap_command(self, command: str, cwd: str) -> str:
         # Hermes sends "/root" for container backends when its own cwd is unknown or looked
         # like a host path (/home/...); the native core says what that means here.
-        return super()._wrap_command(command, self._settings.session_cwd(cwd, self.cwd) or self.cwd)
+        workdir = self._settings.session_cwd(cwd, self.cwd) or self.cwd
+        if getattr(self, "_subagent_of", None) is not None and workdir:
+            # A subagent's fork: the directories its commands run in come back with its work.
+            self._native.worked_in(workdir)
+        return super()._wrap_command(command, workdir)
 
     def _run_bash(
         self,
@@ -552,6 +556,12 @@ class E2BEnvironment(live.CheckpointCalls, BaseEnvironment):
         native = getattr(self, "_native", None)
         if native is None:
             return
+        if getattr(self, "_held_for", None):
+            # A subagent's fork kept for the processes it handed off to its parent: it ends
+            # with them, or with the parent's environment (subagents.py), not with Hermes'
+            # idle reaper of the child's environment.
+            return
+        live.closing(self)
         self._closed = True
         native.cleanup()
 

@@ -45,6 +45,42 @@ def attached(env: Any) -> None:
         listener(env)
 
 
+#: Called with each background session whose live process ended, and with each environment
+#: about to close (a subagent's fork kept for a process it handed off ends with them).
+_ended_listeners: list[Callable[[Any], None]] = []
+_closing_listeners: list[Callable[[Any], None]] = []
+
+
+def on_process_end(listener: Callable[[Any], None]) -> None:
+    """``listener(session)`` is called when a live background process has ended."""
+    with _live_lock:
+        if listener not in _ended_listeners:
+            _ended_listeners.append(listener)
+
+
+def process_ended(session: Any) -> None:
+    """Called by a live process's reader once its session is finished."""
+    with _live_lock:
+        listeners = list(_ended_listeners)
+    for listener in listeners:
+        listener(session)
+
+
+def on_closing(listener: Callable[[Any], None]) -> None:
+    """``listener(env)`` is called when an environment is about to clean up."""
+    with _live_lock:
+        if listener not in _closing_listeners:
+            _closing_listeners.append(listener)
+
+
+def closing(env: Any) -> None:
+    """Called by an environment at the start of its cleanup."""
+    with _live_lock:
+        listeners = list(_closing_listeners)
+    for listener in listeners:
+        listener(env)
+
+
 def live_environments() -> dict[str, Any]:
     """The environments still open, by task."""
     with _live_lock:

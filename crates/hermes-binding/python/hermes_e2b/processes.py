@@ -203,6 +203,8 @@ def _reader(session: Any) -> None:
         # Not followed any more (this process's environment was cleaned up); it may still run
         # in the sandbox, and a restarted Hermes follows it again.
         logger.debug("hermes-e2b: background process %s is no longer followed", session.id)
+        return
+    live.process_ended(session)
 
 
 # --- the registry's stdin operations and kill -----------------------------------------------

@@ -98,6 +98,10 @@ def register(ctx: Any) -> None:
         hook("subagent_start", on_subagent_start)
         hook("subagent_stop", on_subagent_stop)
         hook("transform_tool_result", on_transform_tool_result)
+        from . import live
+
+        live.on_process_end(_on_process_end)
+        live.on_closing(_on_closing)
         if "pre_llm_call" in VALID_HOOKS:
             # A detached delegation (a gateway chat's) ends after the turn that made it: what
             # came back reaches the parent's model at its next turn instead.
@@ -230,13 +234,20 @@ def on_subagent_stop(child_session_id: Any = None, child_status: Any = None,
 
         try:
             back = child.native.bring_back()
-            report.update({"came_back": back["summary"], "branch": back["branch"], "written": back["written"],
-                           "deleted": back["deleted"],
+            branches = [b for b in back["branches"] if b["commits"]]
+            report.update({"came_back": back["summary"], "branches": branches,
+                           "branch": branches[0]["branch"] if branches else None, "written": back["written"],
+                           "deleted": back["deleted"], "elsewhere": back["elsewhere"], "compared": back["compared"],
                            "conflicts": [{"path": p, "subagent_version": b} for p, b in back["conflicts"]],
                            "hermes_home": {"written": back["state_written"],
                                            "conflicts": [{"path": p, "subagent_version": b}
                                                          for p, b in back["state_beside"]]}})
-            if getattr(getattr(child.parent(), "_settings", None), "subagent_forks", "kill") == "keep":
+            handed = _handed_off(child)
+            if handed:
+                held = _hold(child, handed)
+                report["handed_off"] = held["handed_off"]
+                report["came_back"] += held["_came_back_tail"]
+            elif getattr(getattr(child.parent(), "_settings", None), "subagent_forks", "kill") == "keep":
                 child.native.keep()
                 report["came_back"] += f" Its fork {child.native.sandbox_id} is kept, paused (subagent_forks: keep)."
             else:
@@ -249,6 +260,127 @@ def on_subagent_stop(child_session_id: Any = None, child_status: Any = None,
     with _lock:
         _reports.setdefault(str(parent_session_id or child.parent_session), []).append(report)
     return None
+
+
+# --- processes a child handed off to its parent -------------------------------------------
+
+@dataclass
+class _Held:
+    """A child's fork kept running after its work came back, for the processes it handed off
+    to its parent (Hermes' ``process_manage handoff``), and the ports they serve in it."""
+
+    child: _Child
+    sessions: set = field(default_factory=set)
+    ports: list = field(default_factory=list)
+
+
+#: Kept forks, by child id.
+_held: dict[str, _Held] = {}
+
+
+def _handed_off(child: _Child) -> list[Any]:
+    """The background processes of the child's fork that it handed off to its parent: still
+    running, and owned by another than the child (a handoff gives the parent its ownership;
+    Hermes kills what the child still owned when it closed)."""
+    env = child.env
+    if env is None or isinstance(env, _SharedEnvironment):
+        return []
+    try:
+        from tools.process_registry import process_registry
+    except ImportError:
+        return []
+    with process_registry._lock:
+        running = list(process_registry._running.values())
+    def the_childs(owner: Any) -> bool:
+        owner = str(owner or "")
+        return owner == child.id or owner.endswith(":" + child.id)
+
+    return [s for s in running
+            if getattr(s, "env_ref", None) is env and not s.exited and not the_childs(getattr(s, "owner_task_id", ""))]
+
+
+def _hold(child: _Child, handed: list[Any]) -> dict[str, Any]:
+    """Keeps the child's fork for the processes it handed off: each listening port reachable
+    from the parent's sandbox (as it is, or forwarded through the host), the fork ended when
+    the last of them ends or the parent's environment closes. What the parent's model reads
+    of it."""
+    parent = child.parent()
+    held = _Held(child=child, sessions={s.id for s in handed})
+    entries = []
+    for session in handed:
+        ports = []
+        if parent is not None:
+            try:
+                shared = parent._native.share_ports(child.env._native, session.id)
+            except Exception as error:  # noqa: BLE001 - said in the result, the process runs on
+                logger.warning("hermes-e2b: the ports of %s could not be shared: %s", session.id, error)
+                shared = []
+            held.ports.extend(shared)
+            ports = [{"port": p.port, "reachable": p.kind != "refused", **({"reason": p.reason} if p.reason else {})}
+                     for p in shared]
+        entries.append({"session_id": session.id, "command": session.command, "ports": ports})
+    what = "; ".join(f"process {e['session_id']} ({e['command'][:60]}) handed off to its parent" for e in entries)
+    child.native.hold(what)
+    child.env._held_for = what
+    with _lock:
+        _held[child.id] = held
+    reachable = sorted({p["port"] for e in entries for p in e["ports"] if p["reachable"]})
+    refused = [f"{p['port']} ({p['reason']})" for e in entries for p in e["ports"] if not p["reachable"]]
+    text = (f" Its fork {child.native.sandbox_id} keeps running the process(es) it handed off to you "
+            f"({', '.join(e['session_id'] for e in entries)}): process_manage reaches them, and the fork ends "
+            f"when they do.")
+    if reachable:
+        text += f" Port(s) {', '.join(map(str, reachable))} are reachable from this sandbox (localhost)."
+    if refused:
+        text += f" Not reachable from here: port(s) {', '.join(refused)}."
+    logger.info("hermes-e2b: subagent %s's fork %s kept for %s", child.id, child.native.sandbox_id, what)
+    return {"handed_off": entries, "_came_back_tail": text}
+
+
+def _release(held: _Held, why: str) -> None:
+    """Ends a kept fork: its forwards, then the fork."""
+    for port in held.ports:
+        try:
+            port.stop()
+        except Exception:  # noqa: BLE001 - the fork's end closes what is left
+            pass
+    try:
+        held.child.native.end()
+        logger.info("hermes-e2b: subagent %s's kept fork ended (%s)", held.child.id, why)
+    except Exception as error:  # noqa: BLE001 - hermes e2b list shows a fork left behind
+        logger.warning("hermes-e2b: subagent %s's kept fork was not ended (%s): %s", held.child.id, why, error)
+    env = held.child.env
+    if env is not None:
+        # Its environment was spared Hermes' cleanup while it held the fork: closed now.
+        env._held_for = None
+        try:
+            env.cleanup()
+        except Exception as error:  # noqa: BLE001 - the fork is gone either way
+            logger.debug("hermes-e2b: subagent %s's environment cleanup: %s", held.child.id, error)
+
+
+def _on_process_end(session: Any) -> None:
+    """A handed-off process ended: its fork ends with the last of them."""
+    with _lock:
+        done = [key for key, held in _held.items() if session.id in held.sessions]
+        released = []
+        for key in done:
+            held = _held[key]
+            held.sessions.discard(session.id)
+            if not held.sessions:
+                released.append(_held.pop(key))
+    for held in released:
+        _release(held, f"its last handed-off process {session.id} ended")
+
+
+def _on_closing(env: Any) -> None:
+    """The parent's environment closes: the forks kept for its processes end with it (as the
+    processes would in its own sandbox when Hermes ends them with its session)."""
+    with _lock:
+        keys = [key for key, held in _held.items() if held.child.parent() is env]
+        released = [_held.pop(key) for key in keys]
+    for held in released:
+        _release(held, "its parent's environment closed")
 
 
 def on_transform_tool_result(tool_name: Any = None, result: Any = None, session_id: Any = None,
@@ -291,4 +423,5 @@ def doctor_row(settings: Any) -> Optional[tuple[bool, str, str]]:
     if _unsupported is not None:
         return (False, "E2B subagents", f"fork asked for, but children share the parent's sandbox: {_unsupported}")
     return (True, "E2B subagents", "fork: each delegated child works in its own fork of the parent's sandbox; its "
-            "work comes back when it ends (a hermes-subagent/<id> branch in a git work tree, else its files)")
+            "work comes back when it ends (a hermes-subagent/<id> branch per git work tree it changed, its other "
+            "files under its home and the directories it worked in; what it changed elsewhere named)")

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_sandbox::{
@@ -306,4 +306,75 @@ pub(super) fn text_map(value: Option<&Bound<'_, PyDict>>) -> PyResult<BTreeMap<S
         .iter()
         .map(|(key, value)| Ok((key.extract::<String>()?, value.extract::<String>()?)))
         .collect()
+}
+
+/// What `Backend.share_ports` did for one port: `port`, `kind` (`reachable`, `forwarded`,
+/// `refused`), `reason` (when refused); `stop()` ends a forward.
+#[pyclass(name = "SharedPort", module = "hermes_e2b._native")]
+#[derive(Debug)]
+pub struct PySharedPort {
+    port: u16,
+    kind: &'static str,
+    reason: Option<String>,
+    forward: Mutex<Option<agent_sandbox::PortForward>>,
+}
+
+impl PySharedPort {
+    pub(super) fn new(shared: agent_sandbox::SharedPort) -> PySharedPort {
+        let port = shared.port();
+        let (kind, reason, forward) = match shared {
+            agent_sandbox::SharedPort::Forwarded(forward) => ("forwarded", None, Some(forward)),
+            agent_sandbox::SharedPort::Refused { reason, .. } => ("refused", Some(reason), None),
+            _ => ("reachable", None, None),
+        };
+        PySharedPort {
+            port,
+            kind,
+            reason,
+            forward: Mutex::new(forward),
+        }
+    }
+}
+
+#[pymethods]
+impl PySharedPort {
+    /// The port.
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `reachable`, `forwarded` or `refused`.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// Why it was refused.
+    #[getter]
+    fn reason(&self) -> Option<String> {
+        self.reason.clone()
+    }
+
+    /// Whether a forward still carries connections.
+    #[getter]
+    fn running(&self) -> bool {
+        self.forward
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(agent_sandbox::PortForward::is_running)
+    }
+
+    /// Ends a forward (nothing for the other kinds; once).
+    fn stop(&self, py: Python<'_>) {
+        let taken = self
+            .forward
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(forward) = taken {
+            py.detach(move || forward.stop());
+        }
+    }
 }

@@ -34,7 +34,7 @@ mod subagents;
 pub(crate) use command::PyCommand;
 pub(crate) use hooks::PyTransport;
 pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
-pub(crate) use live::{PyKernel, PyLiveProcess};
+pub(crate) use live::{PyKernel, PyLiveProcess, PySharedPort};
 pub(crate) use settings::PySettings;
 pub(crate) use settings::{command_timeout, missing_key_message, note_chat_texts};
 pub(crate) use subagents::{PyChild, pull_subagent};
@@ -292,6 +292,31 @@ impl PyBackend {
         let parent = Arc::clone(&self.backend);
         py.detach(move || subagents::fork_child(&parent, &profile_home, &child_id, &dir, wait))
             .map_err(|error| Error::in_profile(error, &self.profile_home).into())
+    }
+
+    /// Makes the TCP ports live process `live_id` of `target` listens on reachable at the
+    /// same ports in this backend's sandbox (R15: a process a subagent handed off, in its
+    /// fork): a list of `SharedPort`, one per port, each `reachable` (the sandboxes share a
+    /// network), `forwarded` (through the host, until `stop`) or `refused` (with `reason`).
+    fn share_ports(
+        &self,
+        py: Python<'_>,
+        target: &PyBackend,
+        live_id: String,
+    ) -> PyResult<Vec<live::PySharedPort>> {
+        let here = Arc::clone(&self.backend);
+        let there = Arc::clone(&target.backend);
+        let shared = py
+            .detach(move || here.share_ports(&there, &live_id))
+            .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))?;
+        Ok(shared.into_iter().map(live::PySharedPort::new).collect())
+    }
+
+    /// Says that a command of this backend runs in `dir`: on a delegated child's fork, a
+    /// directory outside the roots its work is compared in becomes one of them (R15); on any
+    /// other backend it does nothing. Contacts nothing.
+    fn worked_in(&self, dir: &str) {
+        self.backend.worked_in(dir);
     }
 
     /// Replaces the egress policy with `allow_out` / `deny_out` as the settings write them

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agent_sandbox::{Backend, BringBack, ChildId, ChildSandbox};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
 use super::PyBackend;
 use crate::error::Error;
@@ -62,12 +62,27 @@ pub(super) fn fork_child(
 fn report_dict<'py>(py: Python<'py>, report: &BringBack) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("child", &report.child)?;
-    dict.set_item("branch", &report.branch)?;
-    dict.set_item("commits", report.commits)?;
+    let branches = PyList::empty(py);
+    for branch in &report.branches {
+        let entry = PyDict::new(py);
+        entry.set_item("repository", &branch.repository)?;
+        entry.set_item("branch", &branch.branch)?;
+        entry.set_item("commits", branch.commits)?;
+        branches.append(entry)?;
+    }
+    dict.set_item("branches", branches)?;
     dict.set_item("written", &report.written)?;
     dict.set_item("deleted", &report.deleted)?;
     let conflicts: Vec<(String, Option<String>)> = report.conflicts.clone();
     dict.set_item("conflicts", conflicts)?;
+    dict.set_item("compared", &report.compared)?;
+    let elsewhere = PyDict::new(py);
+    elsewhere.set_item("paths", &report.elsewhere.paths)?;
+    elsewhere.set_item("directories", &report.elsewhere.directories)?;
+    elsewhere.set_item("counts", report.elsewhere.counts.clone())?;
+    elsewhere.set_item("total", report.elsewhere.total)?;
+    elsewhere.set_item("truncated", report.elsewhere.truncated)?;
+    dict.set_item("elsewhere", elsewhere)?;
     dict.set_item("state_written", &report.state.written)?;
     dict.set_item("state_beside", report.state.beside.clone())?;
     dict.set_item("summary", report.summary())?;
@@ -109,9 +124,12 @@ impl PyChild {
         )
     }
 
-    /// Brings the child's work back into the parent's sandbox: a dict of `child`, `branch`,
-    /// `commits`, `written`, `deleted`, `conflicts` (path, where the child's version is) and
-    /// `summary` (what the parent's model is told).
+    /// Brings the child's work back into the parent's sandbox: a dict of `child`, `branches`
+    /// (`repository`, `branch`, `commits` each), `written`, `deleted`, `conflicts` (path,
+    /// where the child's version is), `compared` (the directories compared), `elsewhere`
+    /// (`paths`, `directories`, `counts`, `total`, `truncated`: what it changed outside
+    /// them, not copied), `state_written`, `state_beside` and `summary` (what the parent's
+    /// model is told).
     fn bring_back<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let parent = Arc::clone(&self.parent);
         let guard = self.child.lock().unwrap_or_else(PoisonError::into_inner);
@@ -125,6 +143,19 @@ impl PyChild {
             .detach(|| parent.bring_back(child))
             .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))?;
         report_dict(py, &report)
+    }
+
+    /// Keeps the fork running for `what` (a process the child handed off to its parent),
+    /// its work back: `hermes e2b list` says so until `end` kills it.
+    fn hold(&self, what: &str) {
+        if let Some(child) = self
+            .child
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            self.parent.hold_child(child, what);
+        }
     }
 
     /// Pauses and keeps the fork, its work back (`subagent_forks: keep`; once, like `end`).

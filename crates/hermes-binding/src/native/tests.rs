@@ -9,8 +9,9 @@ use super::sandbox_path;
 /// or none: a new one is a decision to make here, not by accident.
 #[test]
 fn backend_methods_reached_with_the_gil_held_take_no_state_lock() {
-    const LEAF_ONLY: [&str; 6] = [
+    const LEAF_ONLY: [&str; 7] = [
         "call_deadline",
+        "worked_in",
         "set_egress",
         "egress",
         "scope_digest",

@@ -22,9 +22,9 @@ pub fn egress(raw: &BTreeMap<String, Value>) -> Result<EgressPolicy, Error> {
     })
 }
 
-/// A destination list: a YAML list of text, or text with entries separated by commas,
-/// spaces or new lines (how Hermes' config screens and `hermes config set` hand it over).
-fn destinations(raw: &BTreeMap<String, Value>, key: &str) -> Result<Vec<String>, Error> {
+/// A list setting: a YAML list of text, or text with entries separated by commas, spaces
+/// or new lines (how Hermes' config screens and `hermes config set` hand it over).
+pub(super) fn destinations(raw: &BTreeMap<String, Value>, key: &str) -> Result<Vec<String>, Error> {
     let split = |text: &str| -> Vec<String> {
         text.split([',', '\n', ' ', '\t'])
             .map(str::trim)

@@ -236,7 +236,7 @@ fn seconds(duration: std::time::Duration) -> Fixed {
 }
 
 /// Every setting, in the order configuration screens show them.
-pub const SETTINGS: [Setting; 29] = [
+pub const SETTINGS: [Setting; 30] = [
     Setting {
         key: "template",
         kind: SettingKind::Text,
@@ -310,7 +310,14 @@ pub const SETTINGS: [Setting; 29] = [
         kind: SettingKind::Text,
         default: SettingDefault::Plugin(|a| Fixed::Text(a.subagents.as_str().to_owned())),
         env: None,
-        description: "Where delegated children (delegate_task) work: shared (the parent's sandbox, as Hermes does on remote backends) or fork (each in its own fork of the parent's sandbox, made at its first tool call; its work comes back when it ends: a hermes-subagent/<id> branch in a git work tree, else its file changes, a file both changed kept with the child's version beside it). Hermes' delegation.worktree_isolation: true also selects fork.",
+        description: "Where delegated children (delegate_task) work: shared (the parent's sandbox, as Hermes does on remote backends) or fork (each in its own fork of the parent's sandbox, made at its first tool call; its work comes back when it ends: each git work tree it changed as a hermes-subagent/<id> branch, every other file it changed under its home, working directory, the directories its commands ran in and subagent_paths, a file both changed kept with the child's version beside it; what it changed elsewhere is named). Hermes' delegation.worktree_isolation: true also selects fork.",
+    },
+    Setting {
+        key: "subagent_paths",
+        kind: SettingKind::List,
+        default: SettingDefault::Unset("none"),
+        env: None,
+        description: "Directories outside the sandbox user's home whose changes come back from a subagent's fork like the home's (/workspace, /srv/app): absolute. The home (less its caches), the child's working directory and the directories its commands ran in always come back; what it changed elsewhere is named in the delegate_task result, not copied.",
     },
     Setting {
         key: "subagent_forks",

@@ -201,6 +201,13 @@ fn wrong_types_and_ranges_name_the_key() {
         ("allow_out", Value::Str("not a destination!".to_owned())),
         ("allow_out", Value::Str("[\"pypi.org\"".to_owned())),
         ("allow_out", Value::Bool(true)),
+        ("subagent_paths", Value::Str("relative/dir".to_owned())),
+        ("subagent_paths", Value::Str("/usr/local/src".to_owned())),
+        ("subagent_paths", Value::Str("/".to_owned())),
+        (
+            "subagent_paths",
+            Value::List(vec![Value::Str("/srv/../etc".to_owned())]),
+        ),
     ];
     for (key, value) in cases {
         let error = Settings::parse(&raw(&[(key, value.clone())]), None)
@@ -208,6 +215,39 @@ fn wrong_types_and_ranges_name_the_key() {
         assert!(error.is_configuration());
         assert!(error.to_string().contains(key), "{error}");
     }
+}
+
+#[test]
+fn subagent_paths_are_plain_absolute_directories_given_as_a_list_or_text() {
+    // contract: R15
+    let settings = Settings::parse(
+        &raw(&[(
+            "subagent_paths",
+            Value::List(vec![
+                Value::Str("/workspace".to_owned()),
+                Value::Str("/srv/my app".to_owned()),
+            ]),
+        )]),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        settings.config.subagent_paths,
+        ["/workspace", "/srv/my app"]
+    );
+    let settings = Settings::parse(
+        &raw(&[("subagent_paths", Value::Str("/workspace, /data".to_owned()))]),
+        None,
+    )
+    .unwrap();
+    assert_eq!(settings.config.subagent_paths, ["/workspace", "/data"]);
+    assert!(
+        Settings::parse(&BTreeMap::new(), None)
+            .unwrap()
+            .config
+            .subagent_paths
+            .is_empty()
+    );
 }
 
 #[test]
