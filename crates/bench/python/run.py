@@ -53,6 +53,7 @@ SIZES = {
         "scale_settle_ms": 1000,
         "quiet_ms": 5000,
         "subagent_files": 1000,
+        "subagent_home_files": 5000,
         "intercept_requests": 200,
         "intercept_mib": 100,
     },
@@ -81,6 +82,7 @@ SIZES = {
         "scale_settle_ms": 200,
         "quiet_ms": 2000,
         "subagent_files": 50,
+        "subagent_home_files": 50,
         "intercept_requests": 5,
         "intercept_mib": 4,
     },
@@ -349,7 +351,7 @@ class Bench:
         self.run(server, latency, "quiet", "ours polled", self.ours + ["quiet"], dict(quiet, poll_ms=QUIET_POLL_MS))
         for children in SUBAGENT_CHILDREN:
             self.run(server, latency, "subagents", f"ours {children}", self.ours + ["subagents"],
-                     {"children": children, "files": s["subagent_files"]})
+                     {"children": children, "files": s["subagent_files"], "home_files": s["subagent_home_files"]})
         self.intercept(latency)
         if self.hermes is not None:
             with tempfile.TemporaryDirectory() as home:
@@ -732,8 +734,9 @@ def subagent_rows(rows, results, latency):
     parent's sandbox) and forked (its fork made, attached, its base read, its first command
     run; per child when several fork at once), against e2b-local's own fork (`Backend::fork`:
     one checkpoint, one create), and the fork alone (made, attached, base read); and the
-    bring-back of a child's new files against `tar` moving as many between the same sandboxes
-    (both after a `sync` in each sandbox, so neither pays the other's writeback)."""
+    bring-back of a child's new files, the whole home compared (it holds other files from before
+    the fork), against `tar` moving as many between the same sandboxes (both after a `sync` in
+    each sandbox, so neither pays the other's writeback)."""
     for children in SUBAGENT_CHILDREN:
         figures = get(results, "subagents", f"ours {children}", latency)
         variant = f"{children} child{'ren' if children > 1 else ''}"
@@ -747,7 +750,9 @@ def subagent_rows(rows, results, latency):
         row(rows, "subagents", latency, "delegate to a child's first command, shared", variant,
             figures and figures["shared_first_ms"], unit="ms")
         files = figures and figures["files"]
-        row(rows, "subagents", latency, f"bring-back of {files or '?'} new files", variant,
+        home_files = figures and figures.get("home_files")
+        row(rows, "subagents", latency,
+            f"bring-back of {files or '?'} new files (the whole home compared: {home_files or '?'} files more)", variant,
             figures and figures["bring_back_ms"], "tar of as many, same two sandboxes",
             figures and figures["tar_ms"], "≤ 1.0× tar", lambda v, r: r is not None and r <= 1.0, unit="ms")
 

@@ -4,7 +4,9 @@
 //! E2B's fork time as e2b-local models it), and `children` forks made for children, each
 //! attached, its base read and its first command run. Then the bring-back of `files` new
 //! files from a child, beside `tar` moving the same number of files between the same two
-//! sandboxes through the same client (pack, download, upload, unpack).
+//! sandboxes through the same client (pack, download, upload, unpack). The home holds
+//! `home_files` other files from before the fork (a project, dotfiles): the bring-back
+//! compares the whole home, as it does for a user.
 
 use agent_sandbox::ChildId;
 
@@ -13,17 +15,23 @@ use super::*;
 /// Where the children work: the sandbox user's home on e2b-local.
 const DIR: &str = "/home/user/bench-subagents";
 
-/// `children`: forks made at once; `files`: new files (4 KiB each) brought back.
+/// `children`: forks made at once; `files`: new files (4 KiB each) brought back;
+/// `home_files`: files already in the home at the fork (1 KiB each).
 pub(super) fn subagents(params: &Value, protocol: &mut Protocol) -> Result<(), BenchError> {
     let children = param_u64(params, "children")?;
     let files = param_u64(params, "files")?;
+    let home_files = param_u64(params, "home_files")?;
     let runtime = runtime()?;
     let home = tempfile::tempdir()?;
     let parent = backend(&runtime, SandboxMode::Persistent, home.path())?;
     run_to_end(
         &parent,
-        &format!("mkdir -p {DIR} && echo base > {DIR}/base.txt"),
-        COMMAND_DEADLINE,
+        &format!(
+            "mkdir -p {DIR} && echo base > {DIR}/base.txt && mkdir -p ~/project && cd ~/project && \
+             i=0; while [ $i -lt {home_files} ]; do mkdir -p d$((i / 100)) && \
+             head -c 1024 /dev/urandom > d$((i / 100))/f$i; i=$((i+1)); done"
+        ),
+        BULK_DEADLINE,
     )?;
     let ids: Vec<ChildId> = (0..children)
         .map(|i| ChildId::new(&format!("bench-{i}")))
@@ -96,6 +104,7 @@ pub(super) fn subagents(params: &Value, protocol: &mut Protocol) -> Result<(), B
     let mut figures = Map::new();
     figures.insert("children".into(), children.into());
     figures.insert("files".into(), files.into());
+    figures.insert("home_files".into(), home_files.into());
     figures.insert("shared_first_ms".into(), millis(shared_first));
     figures.insert("raw_fork_ms".into(), millis(raw_fork));
     figures.insert(
