@@ -415,9 +415,10 @@ impl Backend {
         Ok(work)
     }
 
-    /// Applies `plan` in the scope's sandbox from the child's `archive`: one upload (the
-    /// archive and the lists) and one script, whatever the number of files. The conflicting
-    /// files are unpacked aside and moved beside the parent's; they never touch its paths.
+    /// Applies `plan` in the scope's sandbox from the child's `archive`: repacked on the
+    /// host with exactly the planned paths (the conflicting files under their names beside
+    /// the parent's, so they never touch its paths), then one upload and one `tar -x`, with
+    /// the deletions, whatever the number of files.
     fn apply(
         &self,
         child: &ChildSandbox,
@@ -425,39 +426,26 @@ impl Backend {
         plan: &Plan,
         archive: Bytes,
     ) -> Result<(), Error> {
-        let beside: Vec<&str> = plan
+        let beside: BTreeMap<&str, String> = plan
             .conflicts
             .iter()
             .filter(|c| !c.deleted_by_child)
-            .map(|c| c.path.as_str())
+            .map(|c| (c.path.as_str(), child.id.beside(&c.path)))
             .collect();
-        let mut uploads = vec![(format!("{stem}.tar"), archive)];
-        let mut steps = vec!["cd / || exit 3".to_owned()];
+        let repacked =
+            repack(&archive, &plan.write, &beside).map_err(|reason| Error::UntrustedAnswer {
+                operation: "subagent pack",
+                sandbox_id: child.sandbox_id.as_str().to_owned(),
+                reason,
+            })?;
         let quoted = shell_quote(stem);
-        if !plan.write.is_empty() {
-            uploads.push((
-                format!("{stem}.write"),
-                nul_list(plan.write.iter().map(String::as_str)),
-            ));
-            steps.push(format!(
-                "tar -xf {quoted}.tar --null --no-recursion -T {quoted}.write"
-            ));
-        }
-        if !beside.is_empty() {
-            uploads.push((format!("{stem}.beside"), nul_list(beside.iter().copied())));
-            steps.push(fill(
-                "rm -rf STEM.besides; mkdir -p STEM.besides; \
-                 tar -xf STEM.tar -C STEM.besides --null --no-recursion -T STEM.beside; \
-                 while IFS= read -r -d '' p; do mkdir -p \"$(dirname -- \"/$p\")\"; \
-                 mv -- STEM.besides/\"$p\" \"/$p\"SUFFIX; done < STEM.beside",
-                &[
-                    ("STEM", &quoted),
-                    (
-                        "SUFFIX",
-                        &shell_quote(&format!("{}{}", crate::subagent::CONFLICT_SUFFIX, child.id)),
-                    ),
-                ],
-            ));
+        let mut uploads = Vec::new();
+        let mut steps = vec!["cd / || exit 3".to_owned()];
+        if let Some(repacked) = repacked {
+            uploads.push((format!("{stem}.tar"), Bytes::from(repacked)));
+            // Written now (`-m`), as git checks files out: a build in the parent sees the
+            // child's files newer than what it built from the older ones.
+            steps.push(format!("tar -xmf {quoted}.tar"));
         }
         if !plan.delete.is_empty() {
             uploads.push((
@@ -466,8 +454,11 @@ impl Backend {
             ));
             steps.push(format!("xargs -0 -r rm -f -- < {quoted}.delete"));
         }
+        if uploads.is_empty() {
+            return Ok(());
+        }
         let script = format!(
-            "set -e; trap 'rm -rf {quoted}.besides {quoted}.tar {quoted}.write {quoted}.beside {quoted}.delete' EXIT; {}",
+            "set -e; trap 'rm -f {quoted}.tar {quoted}.delete' EXIT; {}",
             steps.join("; ")
         );
         self.file_operation("subagent apply", TRANSFER_WINDOW, |inner, sandbox| {
@@ -530,9 +521,10 @@ struct Work {
 
 /// The child's bring-back script: which work trees it changed (`1` or `0` each: anything
 /// under the tree changed after `since`; without a stamp, each counts as changed), the
-/// manifest of `roots`, what it changed elsewhere, each as `<name> <length>\n<bytes>`, then
-/// a tar of every file and link it changed under the roots (without a stamp, all of them),
-/// packed from `/`. One process, one answer.
+/// manifest of `roots`, what it changed elsewhere (searched meanwhile), each as
+/// `<name> <length>\n<bytes>`, then a tar of every file and link it changed under the roots
+/// (without a stamp, all of them), packed from `/` as the walk finds them (the walk's list is
+/// a pipe into `tar`). One process, one answer.
 fn child_script(
     stem: &str,
     roots: &[String],
@@ -564,10 +556,14 @@ fn child_script(
     };
     let elsewhere = since.map_or_else(|| "true".to_owned(), |since| elsewhere_script(roots, since));
     fill(
-        "set -e; S=STEM; trap 'rm -f \"$S\".trees \"$S\".files \"$S\".elsewhere \"$S\".list' EXIT; \
-         { CHECKS:; } > \"$S\".trees; ( MANIFEST ) > \"$S\".files; ( ELSEWHERE ) > \"$S\".elsewhere; \
+        "set -e; S=STEM; \
+         trap 'rm -f \"$S\".trees \"$S\".files \"$S\".elsewhere \"$S\".list \"$S\".tar' EXIT; \
+         ( ELSEWHERE ) > \"$S\".elsewhere & elsewhere=$!; \
+         { CHECKS:; } > \"$S\".trees; rm -f \"$S\".list; mkfifo -m 600 \"$S\".list; \
+         ( cd / && exec tar -cf \"$S\".tar --null --no-recursion -T \"$S\".list ) & packer=$!; \
+         ( MANIFEST ) > \"$S\".files; wait \"$packer\" || [ $? -eq 1 ]; wait \"$elsewhere\"; \
          for n in trees files elsewhere; do printf '%s %s\\n' \"$n\" \"$(stat -c %s \"$S.$n\")\"; cat \"$S.$n\"; done; \
-         cd /; if [ -s \"$S\".list ]; then tar -cf - --null --no-recursion -T \"$S\".list || [ $? -eq 1 ]; fi",
+         cat \"$S\".tar",
         &[
             ("STEM", &quoted),
             ("CHECKS", &checks),
@@ -621,6 +617,86 @@ impl ChildAnswer {
             archive: rest,
         })
     }
+}
+
+/// The child's `archive` (a tar it packed from `/`) cut down to what the parent takes:
+/// the regular files and symbolic links at the `write` paths under their own names, those at
+/// `beside`'s keys under its values; nothing else (another entry, another type, a path the
+/// plan does not name is left out). `None` when nothing is taken. Every planned path must be
+/// in the archive, and none may lie under a link the plan writes (extraction would follow
+/// it).
+fn repack(
+    archive: &[u8],
+    write: &[String],
+    beside: &BTreeMap<&str, String>,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut wanted: BTreeMap<&str, &str> = write.iter().map(|p| (p.as_str(), p.as_str())).collect();
+    wanted.extend(
+        beside
+            .iter()
+            .map(|(from, to)| (*from, to.trim_start_matches('/'))),
+    );
+    if wanted.is_empty() {
+        return Ok(None);
+    }
+    let mut found = std::collections::BTreeSet::new();
+    let mut links = Vec::new();
+    let mut out = tar::Builder::new(Vec::new());
+    out.mode(tar::HeaderMode::Complete);
+    let mut tar = tar::Archive::new(archive);
+    let entries = tar
+        .entries()
+        .map_err(|error| format!("the archive cannot be read: {error}"))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|error| format!("the archive cannot be read: {error}"))?;
+        let path = entry
+            .path()
+            .map_err(|error| format!("an archive path cannot be read: {error}"))?
+            .to_string_lossy()
+            .into_owned();
+        let Some(to) = wanted.get(path.as_str()).copied() else {
+            continue;
+        };
+        if !found.insert(path.clone()) {
+            return Err(format!("{path:?} is in the archive twice"));
+        }
+        let mut header = entry.header().clone();
+        match header.entry_type() {
+            tar::EntryType::Regular => {
+                out.append_data(&mut header, to, &mut entry)
+                    .map_err(|error| format!("{path:?} cannot be repacked: {error}"))?;
+            }
+            tar::EntryType::Symlink => {
+                let target = entry
+                    .link_name()
+                    .map_err(|error| format!("{path:?}: its link target cannot be read: {error}"))?
+                    .ok_or_else(|| format!("{path:?}: a link without a target"))?
+                    .into_owned();
+                out.append_link(&mut header, to, &target)
+                    .map_err(|error| format!("{path:?} cannot be repacked: {error}"))?;
+                links.push(to.to_owned());
+            }
+            other => {
+                return Err(format!(
+                    "{path:?} is a {other:?} in the archive, not a file"
+                ));
+            }
+        }
+    }
+    if let Some(missing) = wanted.keys().find(|path| !found.contains(**path)) {
+        return Err(format!("{missing:?} is planned but not in the archive"));
+    }
+    for link in &links {
+        let under = format!("{link}/");
+        if let Some(inside) = wanted.values().find(|path| path.starts_with(&under)) {
+            return Err(format!(
+                "{inside:?} lies under the link {link:?} the archive also holds"
+            ));
+        }
+    }
+    out.into_inner()
+        .map(Some)
+        .map_err(|error| format!("the archive cannot be repacked: {error}"))
 }
 
 /// The content digests of the regular files among `paths` in `archive` (a tar the child
@@ -746,4 +822,110 @@ fn nul_list<'a>(paths: impl IntoIterator<Item = &'a str>) -> Bytes {
         out.push(0);
     }
     Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive(entries: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (path, link, data) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_mode(0o644);
+            match link {
+                Some(target) => {
+                    header.set_entry_type(tar::EntryType::Symlink);
+                    header.set_size(0);
+                    builder.append_link(&mut header, path, target).unwrap();
+                }
+                None => {
+                    header.set_size(data.len() as u64);
+                    builder.append_data(&mut header, path, *data).unwrap();
+                }
+            }
+        }
+        builder.into_inner().unwrap()
+    }
+
+    fn listing(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let mut tar = tar::Archive::new(archive);
+        tar.entries()
+            .unwrap()
+            .map(|entry| {
+                let mut entry = entry.unwrap();
+                let path = entry.path().unwrap().to_string_lossy().into_owned();
+                let mut data = Vec::new();
+                std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
+                if let Some(target) = entry.link_name().unwrap() {
+                    data = format!("-> {}", target.display()).into_bytes();
+                }
+                (path, data)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_repacked_archive_holds_the_planned_files_and_the_conflicts_under_their_beside_names() {
+        let child = archive(&[
+            ("home/user/a.txt", None, b"a"),
+            ("home/user/shared.txt", None, b"child's"),
+            ("home/user/not-planned.txt", None, b"x"),
+            ("home/user/link", Some("a.txt"), b""),
+        ]);
+        let write = vec!["home/user/a.txt".to_owned(), "home/user/link".to_owned()];
+        let beside = BTreeMap::from([(
+            "home/user/shared.txt",
+            "/home/user/shared.txt.from-child".to_owned(),
+        )]);
+        let repacked = repack(&child, &write, &beside).unwrap().unwrap();
+        assert_eq!(
+            listing(&repacked),
+            vec![
+                ("home/user/a.txt".to_owned(), b"a".to_vec()),
+                (
+                    "home/user/shared.txt.from-child".to_owned(),
+                    b"child's".to_vec()
+                ),
+                ("home/user/link".to_owned(), b"-> a.txt".to_vec()),
+            ]
+        );
+        assert_eq!(repack(&child, &[], &BTreeMap::new()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_repack_refuses_what_extraction_could_misplace() {
+        let child = archive(&[("home/user/a.txt", None, b"a")]);
+        let missing = repack(&child, &["home/user/b.txt".to_owned()], &BTreeMap::new());
+        assert!(missing.unwrap_err().contains("not in the archive"));
+
+        let twice = archive(&[
+            ("home/user/a.txt", None, b"a"),
+            ("home/user/a.txt", None, b"b"),
+        ]);
+        let twice = repack(&twice, &["home/user/a.txt".to_owned()], &BTreeMap::new());
+        assert!(twice.unwrap_err().contains("twice"));
+
+        // A link the plan writes, and a file planned under it: unpacking would write
+        // through the link, wherever it points.
+        let through = archive(&[
+            ("home/user/dir", Some("/etc"), b""),
+            ("home/user/dir/passwd", None, b"x"),
+        ]);
+        let write = vec![
+            "home/user/dir".to_owned(),
+            "home/user/dir/passwd".to_owned(),
+        ];
+        let through = repack(&through, &write, &BTreeMap::new());
+        assert!(through.unwrap_err().contains("under the link"));
+
+        assert!(
+            repack(
+                b"not a tar at all, but long enough to be read as a header",
+                &["a".to_owned()],
+                &BTreeMap::new()
+            )
+            .is_err()
+        );
+    }
 }

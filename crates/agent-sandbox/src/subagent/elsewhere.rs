@@ -9,8 +9,9 @@ use super::{Stamp, from_root, glob_literal, is_within, shell_quote};
 
 /// Where a child's changes outside the roots are looked for (those that exist): scratch
 /// space, the usual places of software and services, other users' homes, and the package
-/// database (a package installed with `apt` changes `/var/lib/dpkg`). The rest of `/usr`
-/// and `/var` is the system's and is not searched.
+/// database's status (a package installed or removed with `apt` changes
+/// `/var/lib/dpkg/status`). The rest of `/usr` and `/var` is the system's and is not
+/// searched.
 pub const ELSEWHERE: [&str; 15] = [
     "/tmp",
     "/var/tmp",
@@ -25,7 +26,7 @@ pub const ELSEWHERE: [&str; 15] = [
     "/app",
     "/usr/local",
     "/etc",
-    "/var/lib/dpkg",
+    "/var/lib/dpkg/status",
     "/var/www",
 ];
 

@@ -276,9 +276,11 @@ pub(crate) fn stamp_script() -> String {
 /// A shell script printing the manifest of `roots` (absolute; those missing are skipped)
 /// from `/` (see [`Manifest::parse`]): regular files and symbolic links, not following
 /// links, not crossing file systems, without what is under `prune` (absolute). One `find`,
-/// whatever the number of files; nothing is read. What cannot be read is left out (on both
-/// sides alike: a fork has its parent's permissions). With `changed_since`, the paths changed
-/// after that stamp are also written, NUL-separated, to the file `listed`.
+/// whatever the number of files; nothing is read. A directory that cannot be read fails the
+/// script: a manifest missing part of a tree would read as the tree's deletion. With
+/// `changed_since`, the paths changed after that stamp are also written, NUL-separated, to
+/// the file `listed`, opened once (by `find`, or emptied when there is nothing to walk), so
+/// that it may be a pipe.
 pub(crate) fn manifest_script(
     roots: &[String],
     prune: &[String],
@@ -307,9 +309,9 @@ pub(crate) fn manifest_script(
     // One output file for both: `-fprint0` opens it once per distinct name.
     format!(
         "cd / || exit 3; set --; for r in {starts}; do [ -e \"$r\" ] && set -- \"$@\" \"$r\"; done; \
-         {touch}[ $# -eq 0 ] || find \"$@\" -xdev \\( {pruned} \\) -prune -o \
+         if [ $# -eq 0 ]; then {touch}:; else find \"$@\" -xdev \\( {pruned} \\) -prune -o \
          \\( -type f -printf 'f %s %T@ %C@ %m %p\\0'{file_listed} \\) \
-         -o \\( -type l -printf 's %C@ %p\\0%l\\0'{link_listed} \\) || true",
+         -o \\( -type l -printf 's %C@ %p\\0%l\\0'{link_listed} \\); fi",
         starts = starts.join(" "),
         touch = listed.map_or(String::new(), |(list, _)| format!(
             ": > {}; ",

@@ -4,7 +4,8 @@
 //! E2B's fork time as e2b-local models it), and `children` forks made for children, each
 //! attached, its base read and its first command run. Then the bring-back of `files` new
 //! files from a child, beside `tar` moving the same number of files between the same two
-//! sandboxes through the same client (pack, download, upload, unpack). The home holds
+//! sandboxes through the same client (pack, download, upload, unpack): five rounds, each
+//! with a fresh child, the two alternating which goes first; the medians. The home holds
 //! `home_files` other files from before the fork (a project, dotfiles): the bring-back
 //! compares the whole home, as it does for a user.
 
@@ -61,45 +62,74 @@ pub(super) fn subagents(params: &Value, protocol: &mut Protocol) -> Result<(), B
     // Made, attached and its base read: what the fork itself costs the children.
     let ready = fork_first.saturating_sub(commands);
 
-    let first = made.first().ok_or("no child was made")?;
+    for child in made {
+        parent.end_child(child)?;
+    }
     let write = |dir: &str| {
         format!(
             "mkdir -p {dir} && cd {dir} && i=0; while [ $i -lt {files} ]; do \
              head -c 4096 /dev/urandom > f$i; i=$((i+1)); done"
         )
     };
-    run_to_end(first.backend(), &write(DIR), BULK_DEADLINE)?;
     // Both timed moves start with the files just written on disk: neither pays the other's
-    // writeback.
+    // writeback. Rounds (the machine's noise is as large as the figures), each with a fresh
+    // child (a bring-back is once per child), the sides alternating which goes first; the
+    // figures are the medians.
     let settle = |backend: &Backend| run_to_end(backend, "sync", BULK_DEADLINE);
-    settle(first.backend())?;
-    settle(&parent)?;
-    let started = Instant::now();
-    let back = parent.bring_back(first)?;
-    let bring_back = started.elapsed();
-    if back.written.len() as u64 != files {
-        return Err(format!("{} files came back, not {files}", back.written.len()).into());
+    let mut bring_backs = Vec::new();
+    let mut tars = Vec::new();
+    for round in 0..ROUNDS {
+        let id = ChildId::new(&format!("bench-round-{round}"))?;
+        let child = parent
+            .fork_children(&[id], DIR, DEFAULT_CHECKPOINT_WAIT)?
+            .pop()
+            .ok_or("no child was made")??;
+        for side in [round % 2, 1 - round % 2] {
+            if side == 0 {
+                let dir = format!("{DIR}/round-{round}");
+                run_to_end(child.backend(), &write(&dir), BULK_DEADLINE)?;
+                settle(child.backend())?;
+                settle(&parent)?;
+                let started = Instant::now();
+                let back = parent.bring_back(&child)?;
+                bring_backs.push(started.elapsed());
+                if back.written.len() as u64 != files {
+                    return Err(
+                        format!("{} files came back, not {files}", back.written.len()).into(),
+                    );
+                }
+                continue;
+            }
+            // The same number of new files, moved by tar through the same client.
+            let other = format!("{DIR}-tar-{round}");
+            run_to_end(child.backend(), &write(&other), BULK_DEADLINE)?;
+            settle(child.backend())?;
+            settle(&parent)?;
+            let started = Instant::now();
+            run_to_end(
+                child.backend(),
+                &format!("tar -cf /tmp/bench.tar -C {other} ."),
+                BULK_DEADLINE,
+            )?;
+            let archive = child.backend().read_file("/tmp/bench.tar", 1 << 30)?;
+            parent.write_file("/tmp/bench.tar", archive)?;
+            run_to_end(
+                &parent,
+                &format!(
+                    "mkdir -p {other} && tar -xf /tmp/bench.tar -C {other} && rm /tmp/bench.tar"
+                ),
+                BULK_DEADLINE,
+            )?;
+            tars.push(started.elapsed());
+            // Moved behind the bring-back's back, into both sandboxes: out of its comparison
+            // when it comes second.
+            run_to_end(child.backend(), &format!("rm -rf {other}"), BULK_DEADLINE)?;
+            run_to_end(&parent, &format!("rm -rf {other}"), BULK_DEADLINE)?;
+        }
+        parent.end_child(child)?;
     }
-
-    // The same number of new files, moved by tar through the same client.
-    let other = format!("{DIR}-tar");
-    run_to_end(first.backend(), &write(&other), BULK_DEADLINE)?;
-    settle(first.backend())?;
-    settle(&parent)?;
-    let started = Instant::now();
-    run_to_end(
-        first.backend(),
-        &format!("tar -cf /tmp/bench.tar -C {other} ."),
-        BULK_DEADLINE,
-    )?;
-    let archive = first.backend().read_file("/tmp/bench.tar", 1 << 30)?;
-    parent.write_file("/tmp/bench.tar", archive)?;
-    run_to_end(
-        &parent,
-        &format!("mkdir -p {other} && tar -xf /tmp/bench.tar -C {other} && rm /tmp/bench.tar"),
-        BULK_DEADLINE,
-    )?;
-    let tar = started.elapsed();
+    let bring_back = median(&mut bring_backs);
+    let tar = median(&mut tars);
 
     let mut figures = Map::new();
     figures.insert("children".into(), children.into());
@@ -118,11 +148,16 @@ pub(super) fn subagents(params: &Value, protocol: &mut Protocol) -> Result<(), B
     figures.insert("bring_back_ms".into(), millis(bring_back));
     figures.insert("tar_ms".into(), millis(tar));
     let result = protocol.result(&mark, figures);
-    for child in made {
-        parent.end_child(child)?;
-    }
     parent.cleanup();
     result
+}
+
+/// The timed rounds of the bring-back and of its tar peer.
+const ROUNDS: usize = 5;
+
+fn median(values: &mut [Duration]) -> Duration {
+    values.sort_unstable();
+    values[values.len() / 2]
 }
 
 fn millis(duration: Duration) -> Value {

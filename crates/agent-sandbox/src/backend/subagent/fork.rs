@@ -269,7 +269,7 @@ if [ $# -gt 0 ]; then
   while IFS= read -r -d '' g; do tree "${g%/.git}"; done < <(find "$@" -xdev \( PRUNED \) -prune -o -name .git -print0 -prune)
 fi
 printf 'files\0'
-[ $# -eq 0 ] || find "$@" -xdev \( PRUNED "${tops[@]}" -o -path 'tmp/hermes-subagent-*' \) -prune -o \( -type f -printf 'f %s %T@ %C@ %m %p\0' \) -o \( -type l -printf 's %C@ %p\0%l\0' \) || true"#;
+[ $# -eq 0 ] || find "$@" -xdev \( PRUNED "${tops[@]}" -o -path 'tmp/hermes-subagent-*' \) -prune -o \( -type f -printf 'f %s %T@ %C@ %m %p\0' \) -o \( -type l -printf 's %C@ %p\0%l\0' \)"#;
     crate::subagent::fill(
         SCRIPT,
         &[
