@@ -401,6 +401,12 @@ impl Backend {
                 })
                 .collect(),
             compared: roots.clone(),
+            unread: theirs
+                .manifest
+                .unread()
+                .union(ours.unread())
+                .map(absolute)
+                .collect(),
             elsewhere: theirs.elsewhere,
             ..BringBack::default()
         };

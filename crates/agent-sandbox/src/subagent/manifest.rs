@@ -2,7 +2,7 @@
 //! a side's changes are measured against, and the scripts that read them in a sandbox.
 //! Everything a sandbox prints is checked before it is used.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::{from_root, glob_literal, shell_quote};
@@ -86,6 +86,9 @@ impl Mark {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Manifest {
     pub(super) entries: BTreeMap<String, Mark>,
+    /// Directories the walk could not enter (no read or search permission): what is under
+    /// them is unknown, not absent.
+    pub(super) unread: BTreeSet<String>,
 }
 
 impl Manifest {
@@ -94,14 +97,29 @@ impl Manifest {
         &self.entries
     }
 
+    /// The directories the walk could not enter: what is under them is unknown.
+    pub fn unread(&self) -> &BTreeSet<String> {
+        &self.unread
+    }
+
+    /// Whether `path` lies under a directory the walk could not enter.
+    pub fn hides(&self, path: &str) -> bool {
+        !self.unread.is_empty()
+            && path
+                .match_indices('/')
+                .any(|(at, _)| self.unread.contains(&path[..at]))
+    }
+
     /// Parses [`manifest_script`]'s output, NUL-terminated records: `f <size> <mtime>
     /// <ctime> <mode> <path>` for regular files, `s <ctime> <path>` followed by a record with
     /// a symbolic link's target (and `l <path>` and its target, a link without its time, as
-    /// older records hold them). Refused, naming the record: a path that is absolute, empty,
+    /// older records hold them), `u <path>` for a directory that could not be entered.
+    /// Refused, naming the record: a path that is absolute, empty,
     /// holds `..` or a control character, a field that is not what `find` prints, and more
     /// than [`MAX_MANIFEST_ENTRIES`].
     pub fn parse(output: &[u8]) -> Result<Manifest, String> {
         let mut entries = BTreeMap::new();
+        let mut unread = BTreeSet::new();
         let mut records = output
             .split(|byte| *byte == 0)
             .filter(|record| !record.is_empty());
@@ -117,6 +135,10 @@ impl Manifest {
                     .map(str::to_owned)
                     .map_err(|_| format!("link {path:?}: target is not UTF-8"))
             };
+            if let Some(path) = text.strip_prefix("u ") {
+                unread.insert(clean(path)?);
+                continue;
+            }
             let (path, mark) = if let Some(path) = text.strip_prefix("l ") {
                 let target = target(path)?;
                 (
@@ -172,7 +194,7 @@ impl Manifest {
                 ));
             }
         }
-        Ok(Manifest { entries })
+        Ok(Manifest { entries, unread })
     }
 
     /// The manifest as [`manifest_script`] prints it: [`Manifest::parse`] reads it back.
@@ -198,6 +220,9 @@ impl Manifest {
                 } => out.extend_from_slice(format!("l {path}\0{target}\0").as_bytes()),
             }
         }
+        for dir in &self.unread {
+            out.extend_from_slice(format!("u {dir}\0").as_bytes());
+        }
         out
     }
 
@@ -210,6 +235,11 @@ impl Manifest {
                 .entries
                 .into_iter()
                 .map(|(path, mark)| (format!("{dir}/{path}"), mark))
+                .collect(),
+            unread: self
+                .unread
+                .into_iter()
+                .map(|path| format!("{dir}/{path}"))
                 .collect(),
         }
     }
@@ -276,8 +306,9 @@ pub(crate) fn stamp_script() -> String {
 /// A shell script printing the manifest of `roots` (absolute; those missing are skipped)
 /// from `/` (see [`Manifest::parse`]): regular files and symbolic links, not following
 /// links, not crossing file systems, without what is under `prune` (absolute). One `find`,
-/// whatever the number of files; nothing is read. A directory that cannot be read fails the
-/// script: a manifest missing part of a tree would read as the tree's deletion. With
+/// whatever the number of files; nothing is read. A directory the walk cannot enter is
+/// printed as such (a manifest silently missing part of a tree would read as the tree's
+/// deletion); other errors (a file gone while it walks) leave the file out. With
 /// `changed_since`, the paths changed after that stamp are also written, NUL-separated, to
 /// the file `listed`, opened once (by `find`, or emptied when there is nothing to walk), so
 /// that it may be a pipe.
@@ -310,8 +341,8 @@ pub(crate) fn manifest_script(
     format!(
         "cd / || exit 3; set --; for r in {starts}; do [ -e \"$r\" ] && set -- \"$@\" \"$r\"; done; \
          if [ $# -eq 0 ]; then {touch}:; else find \"$@\" -xdev \\( {pruned} \\) -prune -o \
-         \\( -type f -printf 'f %s %T@ %C@ %m %p\\0'{file_listed} \\) \
-         -o \\( -type l -printf 's %C@ %p\\0%l\\0'{link_listed} \\); fi",
+         {UNREAD} -o \\( -type f -printf 'f %s %T@ %C@ %m %p\\0'{file_listed} \\) \
+         -o \\( -type l -printf 's %C@ %p\\0%l\\0'{link_listed} \\) || true; fi",
         starts = starts.join(" "),
         touch = listed.map_or(String::new(), |(list, _)| format!(
             ": > {}; ",
@@ -320,6 +351,11 @@ pub(crate) fn manifest_script(
         pruned = pruned.join(" -o "),
     )
 }
+
+/// The `find` clause printing (`u <path>`) and not entering a directory this user cannot
+/// list or search.
+pub(crate) const UNREAD: &str =
+    "\\( -type d \\( ! -readable -o ! -executable \\) -printf 'u %p\\0' -prune \\)";
 
 /// A shell script printing the content digests (`sha256sum -z`) of the files the
 /// NUL-separated list at `list` names (relative to `/`); a missing one is left out. The
@@ -384,6 +420,24 @@ mod tests {
         assert_eq!(parsed["a b"], digest);
         assert!(parse_digests(format!("{digest}  ../x\0").as_bytes()).is_err());
         assert!(parse_digests(b"short  ./x\0").is_err());
+    }
+
+    #[test]
+    fn a_directory_the_walk_could_not_enter_hides_what_is_under_it() {
+        // contract: R15
+        let manifest =
+            Manifest::parse(b"u home/user/locked\0f 1 1.5 1.5 644 home/user/a\0").unwrap();
+        assert!(manifest.hides("home/user/locked/x"));
+        assert!(manifest.hides("home/user/locked/deep/x"));
+        assert!(!manifest.hides("home/user/locked"));
+        assert!(!manifest.hides("home/user/lockedx/y"));
+        assert!(!manifest.hides("home/user/a"));
+        assert_eq!(Manifest::parse(&manifest.to_bytes()).unwrap(), manifest);
+        assert_eq!(
+            manifest.under("/srv").unread().iter().collect::<Vec<_>>(),
+            ["srv/home/user/locked"]
+        );
+        assert!(Manifest::parse(b"u ../etc\0").is_err());
     }
 
     #[test]

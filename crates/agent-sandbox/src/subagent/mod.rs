@@ -27,7 +27,7 @@ mod plan;
 pub(crate) use elsewhere::elsewhere_script;
 pub use elsewhere::{ELSEWHERE, Elsewhere};
 pub use manifest::{Manifest, Mark, Stamp, parse_digests};
-pub(crate) use manifest::{digests_script, manifest_script, stamp_script};
+pub(crate) use manifest::{UNREAD, digests_script, manifest_script, stamp_script};
 pub use plan::{ChildChanges, Conflict, Plan, Sides};
 
 /// The branch a child's commits come back on is this and the child's id.

@@ -117,6 +117,11 @@ impl Plan {
             .collect();
         let mut plan = Plan::default();
         for path in paths {
+            // Under a directory one side could not enter, that side's version is unknown:
+            // neither copied nor deleted (the report names the directory).
+            if sides.child.hides(path) || sides.parent.hides(path) {
+                continue;
+            }
             let based = sides.based(path);
             if !sides.child_changed(path, based) {
                 continue;
@@ -188,6 +193,7 @@ mod tests {
                 .iter()
                 .map(|(path, mark)| ((*path).to_owned(), mark.clone()))
                 .collect(),
+            unread: BTreeSet::new(),
         }
     }
 

@@ -128,6 +128,51 @@ fn two_children_in_a_git_work_tree_each_see_only_their_own_work_and_come_back_as
 }
 
 #[test]
+fn a_directory_one_side_cannot_enter_is_named_and_nothing_under_it_is_deleted() {
+    // contract: R15
+    let world = World::new();
+    let parent = world.persistent();
+    let home = ok(&parent, "echo -n $HOME");
+    let dir = format!("{home}/work");
+    ok(
+        &parent,
+        &format!(
+            "mkdir -p {dir}/locked {dir}/theirs && echo mine > {dir}/locked/a.txt && \
+             echo old > {dir}/theirs/b.txt"
+        ),
+    );
+    let [child] = forks(&parent, &["c1"], &dir).try_into().expect("one child");
+    // The child locks a directory (its files would read as deleted) and writes into one
+    // the parent then locks; it also writes a plain file.
+    ok(
+        child.backend(),
+        &format!("cd {dir} && chmod 000 locked && echo child > theirs/b.txt && echo new > new.txt"),
+    );
+    ok(&parent, &format!("chmod 000 {dir}/theirs"));
+    let back = parent.bring_back(&child).expect("brought back");
+    assert_eq!(back.written, [format!("{dir}/new.txt")]);
+    assert!(back.deleted.is_empty(), "{:?}", back.deleted);
+    assert!(back.conflicts.is_empty(), "{:?}", back.conflicts);
+    assert_eq!(
+        back.unread,
+        [format!("{dir}/locked"), format!("{dir}/theirs")]
+    );
+    let summary = back.summary();
+    assert!(summary.contains(&format!("{dir}/locked")), "{summary}");
+    assert_eq!(
+        ok(
+            &parent,
+            &format!(
+                "chmod 755 {dir}/theirs && cat {dir}/locked/a.txt {dir}/theirs/b.txt {dir}/new.txt"
+            )
+        ),
+        "mine\nold\nnew\n"
+    );
+    parent.end_child(child).expect("killed");
+    parent.cleanup();
+}
+
+#[test]
 fn outside_git_the_childs_files_are_applied_and_a_file_both_changed_keeps_both() {
     // contract: R15
     let world = World::new();

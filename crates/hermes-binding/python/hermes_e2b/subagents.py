@@ -238,6 +238,7 @@ def on_subagent_stop(child_session_id: Any = None, child_status: Any = None,
             report.update({"came_back": back["summary"], "branches": branches,
                            "branch": branches[0]["branch"] if branches else None, "written": back["written"],
                            "deleted": back["deleted"], "elsewhere": back["elsewhere"], "compared": back["compared"],
+                           "unread": back["unread"],
                            "conflicts": [{"path": p, "subagent_version": b} for p, b in back["conflicts"]],
                            "hermes_home": {"written": back["state_written"],
                                            "conflicts": [{"path": p, "subagent_version": b}

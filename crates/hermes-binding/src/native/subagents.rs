@@ -76,6 +76,7 @@ fn report_dict<'py>(py: Python<'py>, report: &BringBack) -> PyResult<Bound<'py, 
     let conflicts: Vec<(String, Option<String>)> = report.conflicts.clone();
     dict.set_item("conflicts", conflicts)?;
     dict.set_item("compared", &report.compared)?;
+    dict.set_item("unread", &report.unread)?;
     let elsewhere = PyDict::new(py);
     elsewhere.set_item("paths", &report.elsewhere.paths)?;
     elsewhere.set_item("directories", &report.elsewhere.directories)?;
@@ -126,7 +127,8 @@ impl PyChild {
 
     /// Brings the child's work back into the parent's sandbox: a dict of `child`, `branches`
     /// (`repository`, `branch`, `commits` each), `written`, `deleted`, `conflicts` (path,
-    /// where the child's version is), `compared` (the directories compared), `elsewhere`
+    /// where the child's version is), `compared` (the directories compared), `unread` (those
+    /// under them one side could not enter, not compared), `elsewhere`
     /// (`paths`, `directories`, `counts`, `total`, `truncated`: what it changed outside
     /// them, not copied), `state_written`, `state_beside` and `summary` (what the parent's
     /// model is told).

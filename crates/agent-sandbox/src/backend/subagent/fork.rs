@@ -269,7 +269,7 @@ if [ $# -gt 0 ]; then
   while IFS= read -r -d '' g; do tree "${g%/.git}"; done < <(find "$@" -xdev \( PRUNED \) -prune -o -name .git -print0 -prune)
 fi
 printf 'files\0'
-[ $# -eq 0 ] || find "$@" -xdev \( PRUNED "${tops[@]}" -o -path 'tmp/hermes-subagent-*' \) -prune -o \( -type f -printf 'f %s %T@ %C@ %m %p\0' \) -o \( -type l -printf 's %C@ %p\0%l\0' \)"#;
+[ $# -eq 0 ] || find "$@" -xdev \( PRUNED "${tops[@]}" -o -path 'tmp/hermes-subagent-*' \) -prune -o UNREAD -o \( -type f -printf 'f %s %T@ %C@ %m %p\0' \) -o \( -type l -printf 's %C@ %p\0%l\0' \) || true"#;
     crate::subagent::fill(
         SCRIPT,
         &[
@@ -277,6 +277,7 @@ printf 'files\0'
             ("STARTS", &starts.join(" ")),
             ("PRUNED", &pruned.join(" -o ")),
             ("DIR", &shell_quote(dir)),
+            ("UNREAD", crate::subagent::UNREAD),
         ],
     )
 }

@@ -34,6 +34,9 @@ pub struct BringBack {
     /// The directories compared (absolute): the home, the working directory, the
     /// configured paths, the directories its commands ran in.
     pub compared: Vec<String>,
+    /// Directories under them that one side could not enter (no permission to list or
+    /// search them; absolute): not compared, each side keeps what is under them.
+    pub unread: Vec<String>,
     /// What it changed outside them: named, not copied.
     pub elsewhere: Elsewhere,
     /// What it wrote under the Hermes home, now in the parent's sandbox (its state sync
@@ -53,6 +56,12 @@ impl BringBack {
         for (path, beside) in &self.state.beside {
             lines.push(format!(
                 "  Hermes home: {path} was changed here too; kept this version, the subagent's is at {beside}"
+            ));
+        }
+        if !self.unread.is_empty() {
+            lines.push(format!(
+                "Not compared, as they cannot be entered (no permission): {}; whatever the subagent changed under them did not come back.",
+                self.unread.join(", ")
             ));
         }
         lines.extend(self.elsewhere.lines());
