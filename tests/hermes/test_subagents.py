@@ -143,6 +143,68 @@ def test_outside_git_both_childrens_files_come_back_and_a_conflict_is_kept_besid
     assert left == [], left
 
 
+def whole_work_child(name: str) -> list:
+    """A child whose working directory is the git repository ~/repo and who also works in a
+    second repository, a plain directory under ~ (a file its sibling changes too) and /tmp."""
+    git = "git -c user.email=c@x -c user.name=c"
+    return [
+        ToolCall("terminal", {"command": f"cd ~/repo && echo {name} >> README && {git} commit -qam 'repo {name}' && "
+                                         f"cd ~/other && echo {name} > {name}.txt && "
+                                         f"cd ~/plain && echo {name} > {name}.txt && echo {name} >> shared.txt && "
+                                         f"echo {name} > /tmp/{name}-scratch.txt && echo done"}),
+        Reply(f"child {name} done"),
+    ]
+
+
+# contract: R15
+def test_a_childs_work_outside_its_working_directory_comes_back_and_the_rest_is_named(home, e2b_local,  # noqa: F811
+                                                                                       scripted_model, guard):
+    """Two children start in one git repository and each also writes in another repository,
+    in a plain directory under the home (both change one file there) and in /tmp: each
+    repository comes back as a branch per child, the plain files come back, the second
+    child's version of the file both changed lands beside the first's, and each result names
+    the /tmp write, which stays in the fork."""
+    tag = uuid.uuid4().hex
+    marker, marker_a, marker_b = f"PARENT-{tag[:10]}", f"CHILDA-{tag[:10]}", f"CHILDB-{tag[:10]}"
+    scripted_model.register(marker_a, whole_work_child("a"))
+    scripted_model.register(marker_b, whole_work_child("b"))
+    setup = ("set -e; for r in repo other; do mkdir -p ~/$r && cd ~/$r && git init -q -b main && "
+             "echo base > README && git add . && git -c user.email=p@x -c user.name=p commit -qm base; done; "
+             "mkdir -p ~/plain && echo base > ~/plain/shared.txt && cd ~/repo && echo ready")
+    scripted_model.register(marker, [
+        ToolCall("terminal", {"command": setup}),
+        delegate(marker_a, marker_b),
+        ToolCall("terminal", {"command": "cd ~/plain && ls && cat shared.txt; ls /tmp | grep -c scratch; "
+                                         "cd ~/other && git branch --format='%(refname:short)' | sort | tr '\\n' ' '"}),
+        Reply(f"parent done {marker}"),
+    ])
+    write_agent_config(home, agent_config(scripted_model, e2b_local.settings(metadata={"test": tag},
+                                                                             subagents="fork")))
+    home.write_key()
+    proc = hermes_chat(home, guard, f"Please run the scripted steps {marker}", timeout=300)
+    assert proc.returncode == 0, f"rc {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    first, second = scripted_model.tool_result(marker, 1)["subagent_sandboxes"]
+    for report, name in ((first, "a"), (second, "b")):
+        repositories = sorted(b["repository"] for b in report["branches"])
+        assert repositories == ["/home/user/other", "/home/user/repo"], report
+        assert all(b["branch"] == f"hermes-subagent/{report['subagent']}" for b in report["branches"]), report
+        assert report["elsewhere"]["paths"] == [f"/tmp/{name}-scratch.txt"], report
+        assert f"/tmp/{name}-scratch.txt" in report["came_back"], report
+        assert "/home/user" in report["compared"], report
+    assert first["written"] == ["/home/user/plain/a.txt", "/home/user/plain/shared.txt"], first
+    assert (second["written"], len(second["conflicts"])) == (["/home/user/plain/b.txt"], 1), second
+    beside = f"shared.txt.hermes-subagent-{second['subagent']}"
+    assert second["conflicts"] == [{"path": "/home/user/plain/shared.txt",
+                                    "subagent_version": f"/home/user/plain/{beside}"}], second
+    # In the parent's sandbox: the files, the first child's shared.txt (the parent's version
+    # when the second came back: it stays), no scratch file, both branches in ~/other.
+    seen = scripted_model.tool_result(marker, 2)["output"].split()
+    assert seen == ["a.txt", "b.txt", "shared.txt", beside, "base", "a", "0", "hermes-subagent/" + first["subagent"],
+                    "hermes-subagent/" + second["subagent"], "main"], seen
+    left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
+    assert left == [], left
+
+
 # contract: R15
 def test_hermes_worktree_isolation_selects_forks(home, e2b_local, scripted_model, guard):  # noqa: F811
     """No `subagents` setting, but Hermes' own `delegation.worktree_isolation: true`: the user
@@ -192,7 +254,10 @@ def start_a_child_that_sleeps(home, e2b_local, scripted_model, guard, tag):  # n
 
     marker, child_marker = f"PARENT-{tag[:10]}", f"CHILD-{tag[:10]}"
     scripted_model.register(child_marker, [
-        ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt"}),
+        # Its work outside the working directory too: a build directory its commands then run
+        # in (compared once they have), and scratch space (named, not copied).
+        ToolCall("terminal", {"command": f"cd {PLAIN} && echo partial > work.txt && echo s > /tmp/scratch.txt && "
+                                         "mkdir -p /tmp/build && cd /tmp/build && echo obj > out.o"}),
         ToolCall("terminal", {"command": "sleep 100", "timeout": 150}),
         Reply("never"),
     ])
@@ -224,15 +289,21 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     parent's sandbox and kills it; the next `hermes chat` works in the parent's sandbox, never
     the fork."""
     import signal
+    import time
 
     from test_environment import sandboxes as listed
 
     tag = uuid.uuid4().hex
     proc, marker, _ = start_a_child_that_sleeps(home, e2b_local, scripted_model, guard, tag)
     try:
-        # It runs in the fork when Hermes is killed.
+        # It runs in the fork when Hermes is killed, its sleep started in /tmp/build (the host's
+        # record of the fork says so before the command runs).
         fork = next((s for s in listed(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")), None)
         assert fork is not None, "the child's fork appeared"
+        record = home.path / "cache" / "e2b" / "subagents" / fork["sandboxID"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and b"/tmp/build" not in (record.read_bytes() if record.exists() else b""):
+            time.sleep(0.1)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -264,18 +335,23 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     pulled = e2b(home, "pull", "--subagent", fork["sandboxID"], "--json")
     assert pulled.returncode == 0, pulled.stderr
     back = json.loads(pulled.stdout)
-    # The child worked in the parent's working directory, the sandbox user's home.
-    assert (back["written"], back["conflicts"]) == (["/home/user/plain/work.txt"], []), back
+    # The child's work under the home and in the directory its commands ran in comes back;
+    # its scratch file is named.
+    assert (back["written"], back["conflicts"]) == (["/home/user/plain/work.txt", "/tmp/build/out.o"], []), back
+    assert back["elsewhere"]["paths"] == ["/tmp/scratch.txt"], back
+    assert "/tmp/build" in back["compared"], back
     assert [s for s in listed(e2b_local, tag) if s["sandboxID"] == fork["sandboxID"]] == []
     again_pull = e2b(home, "pull", "--subagent", fork["sandboxID"])
     assert again_pull.returncode != 0 and "no record of a subagent fork" in again_pull.stderr, again_pull.stderr
     # The next session works in the parent's sandbox, not the fork, and finds the work there.
     again = f"AGAIN-{tag[:10]}"
-    scripted_model.register(again, [ToolCall("terminal", {"command": f"echo \"$E2B_SANDBOX_ID\"; cat {PLAIN}/work.txt"}),
+    scripted_model.register(again, [ToolCall("terminal", {"command": f"echo \"$E2B_SANDBOX_ID\"; cat {PLAIN}/work.txt "
+                                                                     "/tmp/build/out.o; test -e /tmp/scratch.txt || "
+                                                                     "echo no-scratch"}),
                                     Reply("ok")])
     proc = hermes_chat(home, guard, f"Please run the scripted steps {again}")
     assert proc.returncode == 0, proc.stdout[-2000:]
-    assert scripted_model.tool_result(again, 0)["output"].split() == [parent_id, "partial"]
+    assert scripted_model.tool_result(again, 0)["output"].split() == [parent_id, "partial", "obj", "no-scratch"]
 
 
 @pytest.fixture
