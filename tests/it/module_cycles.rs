@@ -19,12 +19,17 @@
 //!   modules need each other. `from . import name` is an edge to the submodule `name` when
 //!   there is one, else to the package.
 //!
-//! The rule for parents and children: an edge between a module and one of its ancestors
-//! (either way) is not counted. A parent declares its children (`mod x;`, a package's
-//! submodules) and may re-export them; a child may use what its parent file defines for all
-//! its children (the crate's `Error`, shared constants, `use super::*` in a test module).
-//! That is the enclosing scope, not a circle. Everything else counts, so siblings that use
-//! each other, directly or around a ring, and cousins in different directories, are circles.
+//! The two languages are one graph: a Python module importing the package's extension
+//! (`from . import _native`) is an edge to the Rust crate root that builds it, and a Rust
+//! module importing a Python module by name (`py.import("hermes_e2b.x")`) an edge to it.
+//!
+//! The rule for parents and children: a module's edge to one of its ancestors is not
+//! counted: a child may use what its enclosing modules define for all their children (the
+//! crate's `Error`, shared constants, `use super::*` in a test module). That is the
+//! enclosing scope, not a circle. Everything else counts, a parent's use of its own child
+//! included (a parent that re-exports or calls its child needs it), so siblings that use each
+//! other, directly or around a ring, cousins in different directories, and a module outside
+//! a directory that uses it while something inside uses that module back, are circles.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -44,6 +49,9 @@ struct Graph {
     nodes: Vec<Node>,
     /// A -> B, with where A names B first (line and the text), for the report.
     edges: BTreeMap<usize, BTreeMap<usize, (usize, String)>>,
+    /// Python modules a Rust module imports by name (`py.import("pkg.x")`): the module, the
+    /// line and the dotted name, resolved once the Python package is in the graph.
+    python_imports: Vec<(usize, usize, String)>,
 }
 
 impl Graph {
@@ -66,9 +74,9 @@ impl Graph {
         false
     }
 
-    /// Records A -> B unless it is a self or parent/child edge (see the module docs).
+    /// Records A -> B unless it is a self edge or B encloses A (see the module docs).
     fn add_edge(&mut self, from: usize, to: usize, line: usize, text: String) {
-        if from == to || self.is_ancestor(from, to) || self.is_ancestor(to, from) {
+        if from == to || self.is_ancestor(to, from) {
             return;
         }
         self.edges
@@ -573,6 +581,12 @@ fn add_rust_references(graph: &mut Graph, node: usize, tokens: &[(Tok, usize)]) 
                 braces.push(opens_mod);
             }
             Tok::Punct('}') => inline -= usize::from(braces.pop() == Some(true)),
+            // `py.import("pkg.x")`: a Python module (`PyModule::import(..)` below).
+            Tok::Ident(word) if word == "import" => {
+                if let Some(name) = python_import_at(tokens, k) {
+                    graph.python_imports.push((node, tokens[k].1, name));
+                }
+            }
             Tok::Ident(word) if word == "use" => {
                 let end = tokens[k..]
                     .iter()
@@ -609,12 +623,32 @@ fn add_rust_references(graph: &mut Graph, node: usize, tokens: &[(Tok, usize)]) 
                 if let Some(target) = resolve_rust(graph, scope, &path) {
                     graph.add_edge(node, target, tokens[k].1, path.join("::"));
                 }
+                if path.last().is_some_and(|last| last == "import")
+                    && let Some(name) = python_import_at(tokens, j - 1)
+                {
+                    graph.python_imports.push((node, tokens[k].1, name));
+                }
                 k = j;
                 continue;
             }
             _ => {}
         }
         k += 1;
+    }
+}
+
+/// The module name of a call `import("pkg.x")` or `import(py, "pkg.x")` whose `import` is
+/// the token at `k`.
+fn python_import_at(tokens: &[(Tok, usize)], k: usize) -> Option<String> {
+    if tokens.get(k + 1).map(|t| &t.0) != Some(&Tok::Punct('(')) {
+        return None;
+    }
+    match (tokens.get(k + 2), tokens.get(k + 3), tokens.get(k + 4)) {
+        (Some((Tok::Str(name), _)), _, _) => Some(name.clone()),
+        (Some((Tok::Ident(_), _)), Some((Tok::Punct(','), _)), Some((Tok::Str(name), _))) => {
+            Some(name.clone())
+        }
+        _ => None,
     }
 }
 
@@ -765,6 +799,20 @@ fn python_imports(source: &str) -> Vec<(usize, String, Vec<String>)> {
 /// directory's).
 fn python_graph(base: &Path, package: &Path) -> Graph {
     let mut graph = Graph::default();
+    add_python_package(&mut graph, base, package, None);
+    graph
+}
+
+/// Adds the Python package in `package` to `graph`, with `extension` (its name in the
+/// package and the node of the Rust crate root that builds it) as one of its modules, and
+/// the edges of the Rust modules in `graph` that import the package's modules by name: a
+/// ring through both languages is a circle too.
+fn add_python_package(
+    graph: &mut Graph,
+    base: &Path,
+    package: &Path,
+    extension: Option<(&str, usize)>,
+) {
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     // Modules by dotted name; a package is its __init__.py.
     fn walk(
@@ -807,8 +855,34 @@ fn python_graph(base: &Path, package: &Path) -> Graph {
         }
     }
     let top = package.file_name().unwrap().to_string_lossy().into_owned();
-    walk(&mut graph, &mut names, base, package, &top, None);
-    let modules: Vec<(String, usize)> = names.iter().map(|(n, i)| (n.clone(), *i)).collect();
+    let first = graph.nodes.len();
+    walk(graph, &mut names, base, package, &top, None);
+    // The Python modules, before the extension joins the names.
+    let modules: Vec<(String, usize)> = names
+        .iter()
+        .filter(|(_, i)| **i >= first)
+        .map(|(n, i)| (n.clone(), *i))
+        .collect();
+    if let Some((name, node)) = extension {
+        names.insert(format!("{top}.{name}"), node);
+    }
+    // The deepest module a dotted name reaches.
+    let deepest = |names: &BTreeMap<String, usize>, name: &str| -> Option<usize> {
+        let mut name = name.to_owned();
+        loop {
+            if let Some(found) = names.get(&name) {
+                return Some(*found);
+            }
+            name = name.rsplit_once('.')?.0.to_owned();
+        }
+    };
+    for (from, line, name) in std::mem::take(&mut graph.python_imports) {
+        if name == top || name.starts_with(&format!("{top}.")) {
+            if let Some(target) = deepest(&names, &name) {
+                graph.add_edge(from, target, line, format!("import({name:?})"));
+            }
+        }
+    }
     for (dotted, node) in modules {
         let file = base.join(&graph.nodes[node].file);
         let source = std::fs::read_to_string(&file)
@@ -840,16 +914,6 @@ fn python_graph(base: &Path, package: &Path) -> Graph {
             if absolute != top && !absolute.starts_with(&format!("{top}.")) {
                 continue;
             }
-            // The deepest module the dotted name reaches.
-            let deepest = |name: &str| -> Option<usize> {
-                let mut name = name.to_owned();
-                loop {
-                    if let Some(found) = names.get(&name) {
-                        return Some(*found);
-                    }
-                    name = name.rsplit_once('.')?.0.to_owned();
-                }
-            };
             let statement = if imported.is_empty() {
                 format!("import {module}")
             } else {
@@ -857,10 +921,10 @@ fn python_graph(base: &Path, package: &Path) -> Graph {
             };
             let mut targets = Vec::new();
             if imported.is_empty() {
-                targets.extend(deepest(&absolute));
+                targets.extend(deepest(&names, &absolute));
             } else {
                 for name in &imported {
-                    targets.extend(deepest(&format!("{absolute}.{name}")));
+                    targets.extend(deepest(&names, &format!("{absolute}.{name}")));
                 }
             }
             for target in targets {
@@ -868,7 +932,6 @@ fn python_graph(base: &Path, package: &Path) -> Graph {
             }
         }
     }
-    graph
 }
 
 fn relative(base: &Path, path: &Path) -> PathBuf {
@@ -901,21 +964,32 @@ fn no_module_circles_in_the_rust_crates_or_the_python_package() {
         }
         packages.push(krate);
     }
-    let rust = rust_graph(repo, &packages);
-    let python = python_graph(repo, &repo.join("crates/hermes-binding/python/hermes_e2b"));
+    // One graph: the Python package imports its extension (`_native`, the hermes-binding
+    // crate), and a Rust module that imported the package back would close a ring.
+    let mut graph = rust_graph(repo, &packages);
+    let rust_nodes = graph.nodes.len();
+    let native = graph
+        .nodes
+        .iter()
+        .position(|n| n.file == Path::new("crates/hermes-binding/src/lib.rs"))
+        .expect("the hermes-binding crate root is scanned");
+    add_python_package(
+        &mut graph,
+        repo,
+        &repo.join("crates/hermes-binding/python/hermes_e2b"),
+        Some(("_native", native)),
+    );
     // The scan must have found the trees, or an empty graph would pass.
     assert!(
-        rust.nodes.len() > 100,
-        "only {} Rust file modules found",
-        rust.nodes.len()
+        rust_nodes > 100,
+        "only {rust_nodes} Rust file modules found"
     );
     assert!(
-        python.nodes.len() >= 5,
+        graph.nodes.len() - rust_nodes >= 5,
         "only {} Python modules found",
-        python.nodes.len()
+        graph.nodes.len() - rust_nodes
     );
-    let mut circles = report(&rust);
-    circles.extend(report(&python));
+    let circles = report(&graph);
     assert!(
         circles.is_empty(),
         "{} module circle(s); break each by moving what the modules share into a module \
@@ -1071,6 +1145,64 @@ fn a_python_dag_with_package_level_imports_passes() {
         ),
     ]);
     assert_eq!(circles, Vec::<String>::new());
+}
+
+#[test]
+fn a_ring_through_a_parents_use_of_its_child_is_a_circle() {
+    // The parent is used from outside, and its child uses that user: the parent's re-export
+    // or call of its child is what closes the ring.
+    let circles = rust_circles(&[
+        ("src/lib.rs", "mod inventory;\nmod native;\n"),
+        ("src/inventory.rs", "use crate::native::Settings;\n"),
+        (
+            "src/native/mod.rs",
+            "mod settings;\nmod subagents;\npub use settings::Settings;\npub use subagents::Child;\n",
+        ),
+        ("src/native/settings.rs", "pub struct Settings;\n"),
+        (
+            "src/native/subagents.rs",
+            "pub struct Child;\nfn pull(_: &crate::inventory::Inventory) {}\n",
+        ),
+    ]);
+    assert_eq!(circles.len(), 1, "{circles:?}");
+    assert!(
+        circles[0].starts_with(
+            "src/inventory.rs -> src/native/mod.rs -> src/native/subagents.rs -> src/inventory.rs\n"
+        ),
+        "{circles:?}"
+    );
+}
+
+#[test]
+fn a_ring_through_a_python_extension_and_back_is_a_circle() {
+    let dir = fixture(&[
+        (
+            "src/lib.rs",
+            "mod chats;\nfn module() { chats::register(); }\n",
+        ),
+        (
+            "src/chats.rs",
+            "pub fn register() { let _ = PyModule::import(py, \"pkg.gateway\"); }\n",
+        ),
+        ("pkg/__init__.py", ""),
+        ("pkg/gateway.py", "def f():\n    from . import _native\n"),
+        ("pkg/quiet.py", "from ._native import Backend\n"),
+    ]);
+    let mut graph = rust_graph(dir.path(), &[dir.path().to_path_buf()]);
+    add_python_package(
+        &mut graph,
+        dir.path(),
+        &dir.path().join("pkg"),
+        Some(("_native", 0)),
+    );
+    assert_eq!(
+        report(&graph),
+        [
+            "pkg/gateway.py -> src/lib.rs -> src/chats.rs -> pkg/gateway.py\n    \
+          pkg/gateway.py:2: from . import _native\n    src/lib.rs:2: chats::register\n    \
+          src/chats.rs:1: import(\"pkg.gateway\")"
+        ]
+    );
 }
 
 #[test]

@@ -611,6 +611,21 @@ fn loss_text(loss: &Loss) -> String {
     }
 }
 
+/// Brings back the work of a child whose process died mid-child (`hermes e2b pull --subagent`):
+/// the fork `fork`, by this host's record of it; the same dict as `Child.bring_back`.
+#[pyfunction]
+pub(crate) fn pull_subagent<'py>(
+    py: Python<'py>,
+    inventory: &PyInventory,
+    fork: String,
+) -> PyResult<Bound<'py, PyDict>> {
+    let store = inventory.inventory.clone();
+    let report = py
+        .detach(move || store.pull_subagent(&fork))
+        .map_err(|error| PyErr::from(Error::in_profile(error, &inventory.profile_home)))?;
+    crate::native::report_dict(py, &report)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,7 +65,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(emit_log, module)?)?;
     module.add_function(wrap_pyfunction!(redact, module)?)?;
     module.add_function(wrap_pyfunction!(native::command_timeout, module)?)?;
-    module.add_function(wrap_pyfunction!(native::pull_subagent, module)?)?;
+    module.add_function(wrap_pyfunction!(inventory::pull_subagent, module)?)?;
     module.add_function(wrap_pyfunction!(native::missing_key_message, module)?)?;
     module.add_function(wrap_pyfunction!(native::note_chat_texts, module)?)?;
     logging::install();

@@ -37,7 +37,7 @@ pub(crate) use hooks::{Deferred, PyHooks, take_deferred};
 pub(crate) use live::{PyKernel, PyLiveProcess, PySharedPort};
 pub(crate) use settings::PySettings;
 pub(crate) use settings::{command_timeout, missing_key_message, note_chat_texts};
-pub(crate) use subagents::{PyChild, pull_subagent};
+pub(crate) use subagents::{PyChild, report_dict};
 
 use reports::{checkpoint_dict, cleanup_dict, role_name, turn_dict};
 pub(crate) use resolvers::{credential_source, python_credential_values, python_key_resolver};

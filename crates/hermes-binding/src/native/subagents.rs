@@ -59,7 +59,11 @@ pub(super) fn fork_child(
     })
 }
 
-fn report_dict<'py>(py: Python<'py>, report: &BringBack) -> PyResult<Bound<'py, PyDict>> {
+/// A bring-back's report as the dict Python reads (`Child.bring_back`, `pull_subagent`).
+pub(crate) fn report_dict<'py>(
+    py: Python<'py>,
+    report: &BringBack,
+) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
     dict.set_item("child", &report.child)?;
     let branches = PyList::empty(py);
@@ -190,19 +194,4 @@ impl PyChild {
         py.detach(move || how(&parent, child))
             .map_err(|error| PyErr::from(Error::in_profile(error, &self.profile_home)))
     }
-}
-
-/// Brings back the work of a child whose process died mid-child (`hermes e2b pull --subagent`):
-/// the fork `fork`, by this host's record of it; the same dict as `Child.bring_back`.
-#[pyfunction]
-pub(crate) fn pull_subagent<'py>(
-    py: Python<'py>,
-    inventory: &crate::inventory::PyInventory,
-    fork: String,
-) -> PyResult<Bound<'py, PyDict>> {
-    let store = inventory.inventory.clone();
-    let report = py
-        .detach(move || store.pull_subagent(&fork))
-        .map_err(|error| PyErr::from(Error::in_profile(error, &inventory.profile_home)))?;
-    report_dict(py, &report)
 }
