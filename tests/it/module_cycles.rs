@@ -877,10 +877,10 @@ fn add_python_package(
         }
     };
     for (from, line, name) in std::mem::take(&mut graph.python_imports) {
-        if name == top || name.starts_with(&format!("{top}.")) {
-            if let Some(target) = deepest(&names, &name) {
-                graph.add_edge(from, target, line, format!("import({name:?})"));
-            }
+        if (name == top || name.starts_with(&format!("{top}.")))
+            && let Some(target) = deepest(&names, &name)
+        {
+            graph.add_edge(from, target, line, format!("import({name:?})"));
         }
     }
     for (dotted, node) in modules {
