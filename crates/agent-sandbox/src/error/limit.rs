@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-/// What [`Error::ConcurrencyLimit`] knew when it gave up.
+/// What [`Error::ConcurrencyLimit`](crate::Error::ConcurrencyLimit) knew when it gave up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LimitDetail {
@@ -26,7 +26,7 @@ pub struct LimitDetail {
     pub waited: std::time::Duration,
 }
 
-/// Why this process paused a sandbox behind its session ([`Error::PausedByBackend`]).
+/// Why this process paused a sandbox behind its session ([`Error::PausedByBackend`](crate::Error::PausedByBackend)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PausedFor {

@@ -68,13 +68,13 @@ pub(crate) fn elsewhere_script(roots: &[String], since: Stamp) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Elsewhere {
-    /// Files and links created or changed (absolute), the first [`SHOWN`] in order.
+    /// Files and links created or changed (absolute), the first 50 in order.
     pub paths: Vec<String>,
     /// Directories in which entries were deleted or renamed, none of their changed entries
     /// being listed (absolute).
     pub directories: Vec<String>,
     /// How many files and links changed in all, by directory two levels deep (`/usr/local`,
-    /// `/tmp`), when more than [`SHOWN`] did.
+    /// `/tmp`), when more than 50 did.
     pub counts: Vec<(String, u64)>,
     /// How many files and links changed in all.
     pub total: u64,
@@ -83,7 +83,7 @@ pub struct Elsewhere {
 }
 
 impl Elsewhere {
-    /// Parses [`elsewhere_script`]'s output; a record that is not what `find` prints (an
+    /// Parses the output of the crate's search script (`find -printf`); a record that is not what `find` prints (an
     /// absolute path outside [`ELSEWHERE`], a `..`, a control character) is refused. A
     /// directory holding one of `roots` is not named (its entries change with mounts, as
     /// `/home` does around a home).

@@ -110,7 +110,7 @@ impl Manifest {
                 .any(|(at, _)| self.unread.contains(&path[..at]))
     }
 
-    /// Parses [`manifest_script`]'s output, NUL-terminated records: `f <size> <mtime>
+    /// Parses the output of the crate's manifest script (`find -printf`), NUL-terminated records: `f <size> <mtime>
     /// <ctime> <mode> <path>` for regular files, `s <ctime> <path>` followed by a record with
     /// a symbolic link's target (and `l <path>` and its target, a link without its time, as
     /// older records hold them), `u <path>` for a directory that could not be entered.
@@ -197,7 +197,7 @@ impl Manifest {
         Ok(Manifest { entries, unread })
     }
 
-    /// The manifest as [`manifest_script`] prints it: [`Manifest::parse`] reads it back.
+    /// The manifest as the crate's manifest script prints it: [`Manifest::parse`] reads it back.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for (path, mark) in &self.entries {

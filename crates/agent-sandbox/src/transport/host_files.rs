@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// Every file under `home`'s `dirs` (e.g. `skills`, `memories`) as the `(host path, remote
-/// path)` pairs [`StateTransport::upload_many`] takes, the remote path being the same relative
+/// path)` pairs [`StateTransport::upload_many`](crate::StateTransport::upload_many) takes, the remote path being the same relative
 /// path under `remote_home`; sorted. Unreadable directories are skipped: a push sends what it
 /// can read, and the next one sends the rest.
 pub fn host_state_files(home: &Path, dirs: &[&str], remote_home: &str) -> Vec<(PathBuf, String)> {
