@@ -535,8 +535,9 @@ async fn pump(
             termination = reason;
             let give_up = tokio::time::Instant::now() + kill_grace;
             abandon.as_mut().reset(give_up);
-            // The command's process group first (what it started: `sleep` under its shell),
-            // then its pid, which also covers a command that could not lead a group. The
+            // The command's process group and pid (what it started: `sleep` under its shell),
+            // then its pid through envd, which also covers a sandbox where the group kill
+            // cannot run. The
             // sandbox and processes of other commands survive (L6). The stream then delivers
             // the End event; a failed signal leaves the stream to report what happened. Both
             // signals count against the grace: a sandbox that answers nothing cannot hold the
@@ -580,14 +581,17 @@ pub const KILL_GRACE: Duration = Duration::from_secs(20);
 /// How long the group kill may take before the pid kill goes ahead without it.
 const GROUP_KILL_LIMIT: Duration = Duration::from_secs(10);
 
-/// `SIGKILL` to the process group the command leads (see the start path's launcher), sent by
-/// a short command in the sandbox, since envd signals single pids only. When the command does
-/// not lead a group (no `setsid` in the template) there is no such group: nothing happens, and
-/// the pid kill that follows is all there is.
+/// `SIGKILL` to the process group the command leads (see the start path's launcher), to its
+/// pid, and to the group again, sent by a short command in the sandbox, since envd signals
+/// single pids only. A group's id is the pid of the process that made it, and no pid is
+/// reused while a group holds it, so `-pid` names the command's own group or none (the
+/// command does not lead one: no `setsid` in the template, or not yet). The second group kill
+/// closes the race with a launcher that makes its group and starts the command's children
+/// between the first and the pid kill; once the pid is dead nothing new joins the group.
 async fn kill_group(sandbox: &Sandbox, sandbox_pid: u32) {
     let script = format!(
-        "read -r _ _ _ _ group _ < /proc/{sandbox_pid}/stat || exit 0; \
-         [ \"$group\" = {sandbox_pid} ] || exit 0; exec kill -KILL -- -{sandbox_pid}"
+        "kill -KILL -- -{sandbox_pid} 2>/dev/null; kill -KILL {sandbox_pid} 2>/dev/null; \
+         kill -KILL -- -{sandbox_pid} 2>/dev/null; exit 0"
     );
     let mut options = StartOptions::exec("/bin/bash".to_owned(), vec!["-c".to_owned(), script]);
     options.timeout = Some(GROUP_KILL_LIMIT);
