@@ -11,6 +11,7 @@ timed. Speaks the same stdin/stdout protocol as the other scenario processes.
 
 import json
 import os
+import resource
 import sys
 import threading
 import time
@@ -32,6 +33,12 @@ def held():
         # The listing's own descriptor is counted, as in every measurement here and in Rust.
         "fds": len(os.listdir("/proc/self/fd")),
     }
+
+
+def cpu_seconds():
+    """The CPU time this process has spent so far, user and system, every thread included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _expect(word):
@@ -107,6 +114,7 @@ def scale(params, attach, run):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    cpu_started = cpu_seconds()
     started = time.perf_counter()
     pool = [threading.Thread(target=worker) for _ in range(workers)]
     for thread in pool:
@@ -114,6 +122,7 @@ def scale(params, attach, run):
     for thread in pool:
         thread.join()
     wall = time.perf_counter() - started
+    cpu = cpu_seconds() - cpu_started
     stop.set()
     sampler.join()
     # Idle again: what the active phase left behind (a scope that holds more after its
@@ -127,7 +136,7 @@ def scale(params, attach, run):
         "errors": len(errors), "first_errors": errors[:3],
         "mean_s": sum(latencies) / len(latencies) if latencies else None,
         "p50_s": quantile(latencies, 0.50), "p99_s": quantile(latencies, 0.99),
-        "wall_s": wall, "attach_s": attach_s,
+        "wall_s": wall, "attach_s": attach_s, "cpu_s": cpu,
         "peak_threads": peak["threads"], "peak_fds": peak["fds"],
         "rss_start_kib": rss_start, "hwm_kib": hwm, "hwm_reset": reset,
         "rss_growth_kib": None if hwm is None or rss_start is None else max(0, hwm - rss_start),

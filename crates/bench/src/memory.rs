@@ -1,4 +1,5 @@
-//! Host memory as the kernel sees it: VmRSS and VmHWM from `/proc/self/status`.
+//! Host memory as the kernel sees it: VmRSS and VmHWM from `/proc/self/status`; and the
+//! CPU time the process spent, from `getrusage`.
 
 use serde_json::{Map, Value};
 
@@ -66,4 +67,17 @@ mod tests {
         assert!(growth >= 60 << 10, "grew by {growth} KiB only");
         drop(block);
     }
+}
+
+/// The CPU time this process has spent so far, user and system, every thread included
+/// (those that ended too), in seconds, to the microsecond.
+pub(crate) fn cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` only writes the struct it is given, which is plain data.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }

@@ -108,6 +108,7 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     let errors = Mutex::new(Vec::new());
     let peak = Mutex::new(idle);
     let stop = AtomicBool::new(false);
+    let cpu_started = crate::memory::cpu_seconds();
     let started = Instant::now();
     std::thread::scope(|threads| {
         // Peak threads and descriptors while the commands run, sampled (RSS's peak is the
@@ -157,6 +158,7 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
         stop.store(true, Ordering::Release);
     });
     let wall = started.elapsed();
+    let cpu = crate::memory::cpu_seconds() - cpu_started;
     // Idle again: what the active phase left behind (a scope that holds more after its
     // commands than before them keeps something per command or per lease top-up).
     std::thread::sleep(settle);
@@ -195,6 +197,9 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     figures.insert("p50_s".into(), quantile(0.50));
     figures.insert("p99_s".into(), quantile(0.99));
     figures.insert("wall_s".into(), seconds(wall));
+    // The client's own cost: what this process spent on the CPU while the commands ran
+    // (e2b-local is another process), the 20 ms sampler's reads of /proc included.
+    figures.insert("cpu_s".into(), cpu.into());
     figures.insert("attach_s".into(), seconds(attach_wall));
     baseline.insert(&mut figures, "base");
     idle.insert(&mut figures, "idle");
