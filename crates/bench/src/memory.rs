@@ -42,6 +42,19 @@ pub(crate) fn status_kib(field: &str) -> Option<u64> {
     })
 }
 
+/// The CPU time this process has spent so far, user and system, every thread included
+/// (those that ended too), in seconds, to the microsecond.
+pub(crate) fn cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` only writes the struct it is given, which is plain data.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,17 +80,4 @@ mod tests {
         assert!(growth >= 60 << 10, "grew by {growth} KiB only");
         drop(block);
     }
-}
-
-/// The CPU time this process has spent so far, user and system, every thread included
-/// (those that ended too), in seconds, to the microsecond.
-pub(crate) fn cpu_seconds() -> f64 {
-    // SAFETY: `getrusage` only writes the struct it is given, which is plain data.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
