@@ -649,46 +649,33 @@ fn repack(
     let mut links = Vec::new();
     let mut out = tar::Builder::new(Vec::new());
     out.mode(tar::HeaderMode::Complete);
-    let mut tar = tar::Archive::new(archive);
-    let entries = tar
-        .entries()
-        .map_err(|error| format!("the archive cannot be read: {error}"))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|error| format!("the archive cannot be read: {error}"))?;
-        let path = entry
-            .path()
-            .map_err(|error| format!("an archive path cannot be read: {error}"))?
-            .to_string_lossy()
-            .into_owned();
-        let Some(to) = wanted.get(path.as_str()).copied() else {
-            continue;
+    for_each_entry(archive, |path, entry| {
+        let Some(to) = wanted.get(path).copied() else {
+            return Ok(());
         };
-        if !found.insert(path.clone()) {
+        if !found.insert(path.to_owned()) {
             return Err(format!("{path:?} is in the archive twice"));
         }
         let mut header = entry.header().clone();
         match header.entry_type() {
-            tar::EntryType::Regular => {
-                out.append_data(&mut header, to, &mut entry)
-                    .map_err(|error| format!("{path:?} cannot be repacked: {error}"))?;
-            }
+            tar::EntryType::Regular => out
+                .append_data(&mut header, to, entry)
+                .map_err(|error| format!("{path:?} cannot be repacked: {error}")),
             tar::EntryType::Symlink => {
                 let target = entry
                     .link_name()
                     .map_err(|error| format!("{path:?}: its link target cannot be read: {error}"))?
                     .ok_or_else(|| format!("{path:?}: a link without a target"))?
                     .into_owned();
-                out.append_link(&mut header, to, &target)
-                    .map_err(|error| format!("{path:?} cannot be repacked: {error}"))?;
                 links.push(to.to_owned());
+                out.append_link(&mut header, to, &target)
+                    .map_err(|error| format!("{path:?} cannot be repacked: {error}"))
             }
-            other => {
-                return Err(format!(
-                    "{path:?} is a {other:?} in the archive, not a file"
-                ));
-            }
+            other => Err(format!(
+                "{path:?} is a {other:?} in the archive, not a file"
+            )),
         }
-    }
+    })?;
     if let Some(missing) = wanted.keys().find(|path| !found.contains(**path)) {
         return Err(format!("{missing:?} is planned but not in the archive"));
     }
@@ -716,22 +703,9 @@ fn archive_digests(archive: &[u8], paths: &[String]) -> Result<BTreeMap<String, 
     if archive.is_empty() {
         return Ok(digests);
     }
-    let mut tar = tar::Archive::new(archive);
-    let entries = tar
-        .entries()
-        .map_err(|error| format!("the archive cannot be read: {error}"))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|error| format!("the archive cannot be read: {error}"))?;
-        if entry.header().entry_type() != tar::EntryType::Regular {
-            continue;
-        }
-        let path = entry
-            .path()
-            .map_err(|error| format!("an archive path cannot be read: {error}"))?
-            .to_string_lossy()
-            .into_owned();
-        if !wanted.contains(path.as_str()) {
-            continue;
+    for_each_entry(archive, |path, entry| {
+        if entry.header().entry_type() != tar::EntryType::Regular || !wanted.contains(path) {
+            return Ok(());
         }
         let mut hasher = sha2::Sha256::new();
         let mut buffer = [0u8; 64 * 1024];
@@ -744,9 +718,32 @@ fn archive_digests(archive: &[u8], paths: &[String]) -> Result<BTreeMap<String, 
             }
             hasher.update(&buffer[..read]);
         }
-        digests.insert(path, hex::encode(hasher.finalize()));
-    }
+        digests.insert(path.to_owned(), hex::encode(hasher.finalize()));
+        Ok(())
+    })?;
     Ok(digests)
+}
+
+/// Calls `visit` with each entry of `archive` and its path, in order; the first error ends
+/// the walk.
+fn for_each_entry(
+    archive: &[u8],
+    mut visit: impl FnMut(&str, &mut tar::Entry<'_, &[u8]>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut tar = tar::Archive::new(archive);
+    let entries = tar
+        .entries()
+        .map_err(|error| format!("the archive cannot be read: {error}"))?;
+    for entry in entries {
+        let mut entry = entry.map_err(|error| format!("the archive cannot be read: {error}"))?;
+        let path = entry
+            .path()
+            .map_err(|error| format!("an archive path cannot be read: {error}"))?
+            .to_string_lossy()
+            .into_owned();
+        visit(&path, &mut entry)?;
+    }
+    Ok(())
 }
 
 impl Inner {
