@@ -274,10 +274,20 @@ def start_a_child_that_sleeps(home, e2b_local, scripted_model, guard, tag):  # n
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None and len(scripted_model.conversation(child_marker)) < 2:
         time.sleep(0.2)
-    if len(scripted_model.conversation(child_marker)) < 2:
+    # Its sleep starts in /tmp/build: the host's record of the fork names the directory before
+    # the command runs, so once it does, the sleep is (about to be) running there.
+    records = home.path / "cache" / "e2b" / "subagents"
+
+    def recorded():
+        return any(b"/tmp/build" in r.read_bytes() for r in records.glob("*") if r.is_file())
+
+    while time.monotonic() < deadline and proc.poll() is None and not (
+            len(scripted_model.conversation(child_marker)) >= 2 and records.is_dir() and recorded()):
+        time.sleep(0.1)
+    if len(scripted_model.conversation(child_marker)) < 2 or not (records.is_dir() and recorded()):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        raise AssertionError("the child was not given its sleep")
+        raise AssertionError("the child was not given its sleep in /tmp/build")
     return proc, marker, child_marker
 
 
@@ -289,21 +299,15 @@ def test_a_hermes_killed_mid_child_leaves_a_listed_fork_that_no_session_adopts(h
     parent's sandbox and kills it; the next `hermes chat` works in the parent's sandbox, never
     the fork."""
     import signal
-    import time
 
     from test_environment import sandboxes as listed
 
     tag = uuid.uuid4().hex
     proc, marker, _ = start_a_child_that_sleeps(home, e2b_local, scripted_model, guard, tag)
     try:
-        # It runs in the fork when Hermes is killed, its sleep started in /tmp/build (the host's
-        # record of the fork says so before the command runs).
+        # It runs in the fork when Hermes is killed, its sleep started in /tmp/build.
         fork = next((s for s in listed(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")), None)
         assert fork is not None, "the child's fork appeared"
-        record = home.path / "cache" / "e2b" / "subagents" / fork["sandboxID"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and b"/tmp/build" not in (record.read_bytes() if record.exists() else b""):
-            time.sleep(0.1)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -503,11 +507,13 @@ def test_an_interrupted_childs_work_comes_back(home, e2b_local, scripted_model, 
             proc.wait(timeout=30)
     logs = "\n".join(p.read_text(errors="replace") for p in (home.path / "logs").glob("*.log"))
     ended = [line for line in logs.splitlines() if "hermes-e2b: subagent " in line and " ended (" in line]
-    assert len(ended) == 1 and "ended (interrupted)" in ended[0] and "1 written" in ended[0], ended
-    scripted_model.register(again, [ToolCall("terminal", {"command": f"cat {PLAIN}/work.txt"}), Reply("ok")])
+    # Its file under the home and the one in the directory its sleep ran in.
+    assert len(ended) == 1 and "ended (interrupted)" in ended[0] and "2 written" in ended[0], ended
+    scripted_model.register(again, [ToolCall("terminal", {"command": f"cat {PLAIN}/work.txt /tmp/build/out.o"}),
+                                    Reply("ok")])
     proc = hermes_chat(home, guard, f"Please run the scripted steps {again}")
     assert proc.returncode == 0, proc.stdout[-2000:]
-    assert scripted_model.tool_result(again, 0)["output"].strip() == "partial"
+    assert scripted_model.tool_result(again, 0)["output"].split() == ["partial", "obj"]
     left = [s for s in sandboxes(e2b_local, tag) if (s.get("metadata") or {}).get("hermes.subagent")]
     assert left == [], left
 
