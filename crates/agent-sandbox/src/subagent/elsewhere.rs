@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::manifest::clean;
-use super::{Stamp, from_root, glob_literal, is_within, shell_quote};
+use super::{Stamp, find_prunes, find_starts, is_within};
 
 /// Where a child's changes outside the roots are looked for (those that exist): scratch
 /// space, the usual places of software and services, other users' homes, and the package
@@ -42,14 +42,8 @@ const SHOWN: usize = 50;
 /// for directories (an entry created, deleted or renamed in them), at most [`SCAN_LIMIT`].
 /// What cannot be read is skipped; the script never fails.
 pub(crate) fn elsewhere_script(roots: &[String], since: Stamp) -> String {
-    let starts: Vec<String> = ELSEWHERE
-        .iter()
-        .map(|dir| shell_quote(from_root(dir)))
-        .collect();
-    let mut pruned: Vec<String> = roots
-        .iter()
-        .map(|root| format!("-path {}", shell_quote(&glob_literal(from_root(root)))))
-        .collect();
+    let starts = find_starts(ELSEWHERE);
+    let mut pruned = find_prunes(roots);
     // Hermes' own session files (its shell snapshot, cwd file, staged stdin) and this
     // crate's scratch files: no work of the child's.
     pruned.push("-path 'tmp/hermes-*' -o -path 'tmp/.hermes-*'".to_owned());
@@ -58,7 +52,6 @@ pub(crate) fn elsewhere_script(roots: &[String], since: Stamp) -> String {
          [ $# -eq 0 ] || find \"$@\" -xdev \\( {pruned} \\) -prune -o -newerct @{since} \
          \\( \\( -type d -printf 'd %p\\0' \\) -o -printf 'f %p\\0' \\) 2>/dev/null \
          | head -z -n {limit}; true",
-        starts = starts.join(" "),
         pruned = pruned.join(" -o "),
         limit = SCAN_LIMIT + 1,
     )

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::{from_root, glob_literal, shell_quote};
+use super::{find_prunes, find_starts, from_root, shell_quote};
 use crate::subagent::MAX_MANIFEST_ENTRIES;
 
 /// A file's change time (`ctime`) as `find` prints it, to the nanosecond: what a side's
@@ -317,14 +317,8 @@ pub(crate) fn manifest_script(
     prune: &[String],
     listed: Option<(&str, Stamp)>,
 ) -> String {
-    let starts: Vec<String> = roots
-        .iter()
-        .map(|root| shell_quote(from_root(root)))
-        .collect();
-    let mut pruned: Vec<String> = prune
-        .iter()
-        .map(|path| format!("-path {}", shell_quote(&glob_literal(from_root(path)))))
-        .collect();
+    let starts = find_starts(roots);
+    let mut pruned = find_prunes(prune);
     // The scratch files of a bring-back in progress.
     pruned.push("-path 'tmp/hermes-subagent-*'".to_owned());
     let (file_listed, link_listed) = match listed {
@@ -343,7 +337,6 @@ pub(crate) fn manifest_script(
          if [ $# -eq 0 ]; then {touch}:; else find \"$@\" -xdev \\( {pruned} \\) -prune -o \
          {UNREAD} -o \\( -type f -printf 'f %s %T@ %C@ %m %p\\0'{file_listed} \\) \
          -o \\( -type l -printf 's %C@ %p\\0%l\\0'{link_listed} \\) || true; fi",
-        starts = starts.join(" "),
         touch = listed.map_or(String::new(), |(list, _)| format!(
             ": > {}; ",
             shell_quote(list)

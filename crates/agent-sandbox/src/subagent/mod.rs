@@ -198,6 +198,28 @@ pub(crate) fn fill(template: &str, keys: &[(&str, &str)]) -> String {
     out
 }
 
+/// `dirs` (absolute) as `find`'s starting points from `/`: quoted shell words, space-separated.
+pub(crate) fn find_starts(dirs: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    dirs.into_iter()
+        .map(|dir| shell_quote(from_root(dir.as_ref())))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One `-path` test per path of `paths` (absolute), each matching that path only, for a
+/// `find` started from `/` to prune.
+pub(crate) fn find_prunes(paths: impl IntoIterator<Item = impl AsRef<str>>) -> Vec<String> {
+    paths
+        .into_iter()
+        .map(|path| {
+            format!(
+                "-path {}",
+                shell_quote(&glob_literal(from_root(path.as_ref())))
+            )
+        })
+        .collect()
+}
+
 /// `path` as a `find -path` pattern matching only itself (its glob characters escaped).
 pub(crate) fn glob_literal(path: &str) -> String {
     let mut out = String::with_capacity(path.len());

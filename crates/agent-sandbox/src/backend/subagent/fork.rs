@@ -19,8 +19,8 @@ use crate::error::Error;
 use crate::home::SandboxHome;
 use crate::hooks::NoStateHooks;
 use crate::subagent::{
-    ChildChanges, ChildId, Manifest, NOT_BROUGHT_BACK, SUBAGENT_KEY, Stamp, glob_literal, roots,
-    shell_quote, stamp_script,
+    ChildChanges, ChildId, Manifest, NOT_BROUGHT_BACK, SUBAGENT_KEY, Stamp, roots, shell_quote,
+    stamp_script,
 };
 
 /// Set on the attach-mode backend of a delegated child's fork, which this process made: the
@@ -240,19 +240,8 @@ pub(super) struct ParentBase {
 /// the roots or holding `dir` (`t\0<top>\0<HEAD>\0`; a repository without a commit is
 /// left to the files), then `files\0` and the manifest of the roots without those trees.
 fn base_script(roots: &[String], prune: &[String], dir: &str) -> String {
-    let starts: Vec<String> = roots
-        .iter()
-        .map(|root| shell_quote(crate::subagent::from_root(root)))
-        .collect();
-    let pruned: Vec<String> = prune
-        .iter()
-        .map(|path| {
-            format!(
-                "-path {}",
-                shell_quote(&glob_literal(crate::subagent::from_root(path)))
-            )
-        })
-        .collect();
+    let starts = crate::subagent::find_starts(roots);
+    let pruned = crate::subagent::find_prunes(prune);
     // Bash: the trees' tops join the manifest's prunes (escaped for -path) as they are found.
     const SCRIPT: &str = r#"set -e; STAMP; cd /; set --
 for r in STARTS; do [ -e "$r" ] && set -- "$@" "$r"; done
@@ -274,7 +263,7 @@ printf 'files\0'
         SCRIPT,
         &[
             ("STAMP", &stamp_script()),
-            ("STARTS", &starts.join(" ")),
+            ("STARTS", &starts),
             ("PRUNED", &pruned.join(" -o ")),
             ("DIR", &shell_quote(dir)),
             ("UNREAD", crate::subagent::UNREAD),
