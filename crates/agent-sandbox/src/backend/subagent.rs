@@ -1,14 +1,17 @@
 //! Delegated children in forks of the scope's sandbox (R15): the child's sandbox (made by
 //! `fork.rs`'s [`Backend::fork_children`], asked for through `batch.rs`), and the bring-back
 //! into the parent's sandbox under the parent's state lock, so no command of the parent runs
-//! while it lands (its Hermes home's part in `state.rs`; the host's record of each fork in
-//! `record.rs`; the words in `report.rs`).
+//! while it lands (the child's one script and its answer in `answer.rs`; its archive cut to
+//! the plan in `archive.rs`; its Hermes home's part in `state.rs`; the host's record of each
+//! fork in `record.rs`; the words in `report.rs`).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use e2b_client::{Sandbox, SandboxId, StartOptions};
 
+mod answer;
+mod archive;
 mod batch;
 mod fork;
 pub(crate) mod record;
@@ -17,9 +20,11 @@ mod state;
 use super::{Backend, Inner, TRANSFER_WINDOW};
 use crate::error::Error;
 use crate::subagent::{
-    ChildChanges, ChildId, Elsewhere, Manifest, Plan, Sides, Stamp, digests_script,
-    elsewhere_script, fill, is_within, manifest_script, may_be_root, parse_digests, shell_quote,
+    ChildChanges, ChildId, Manifest, Plan, Sides, Stamp, digests_script, is_within,
+    manifest_script, may_be_root, parse_digests, shell_quote,
 };
+use answer::{ChildAnswer, child_script};
+use archive::{archive_digests, repack};
 pub(in crate::backend) use batch::Subagents;
 use record::ForkRecord;
 pub use report::{BranchBack, BringBack};
@@ -525,227 +530,6 @@ struct Work {
     changed_trees: Vec<bool>,
 }
 
-/// The child's bring-back script: which work trees it changed (`1` or `0` each: anything
-/// under the tree changed after `since`; without a stamp, each counts as changed), the
-/// manifest of `roots`, what it changed elsewhere (searched meanwhile), each as
-/// `<name> <length>\n<bytes>`, then a tar of every file and link it changed under the roots
-/// (without a stamp, all of them), packed from `/` as the walk finds them (the walk's list is
-/// a pipe into `tar`). One process, one answer.
-fn child_script(
-    stem: &str,
-    roots: &[String],
-    prune: &[String],
-    trees: &[WorkTree],
-    since: Option<Stamp>,
-) -> String {
-    let quoted = shell_quote(stem);
-    let mut checks = String::new();
-    for tree in trees {
-        let top = shell_quote(&tree.top);
-        match since {
-            Some(since) => checks.push_str(&format!(
-                "if [ -d {top} ] && [ -n \"$(find {top} -xdev -newerct @{since} -print -quit 2>/dev/null)\" ]; \
-                 then printf 1; else printf 0; fi; "
-            )),
-            None => checks.push_str("printf 1; "),
-        }
-    }
-    let list = format!("{stem}.list");
-    let manifest = match since {
-        Some(since) => manifest_script(roots, prune, Some((&list, since))),
-        // Every file counts as changed: all of them are packed.
-        None => manifest_script(
-            roots,
-            prune,
-            Some((&list, Stamp::parse("0").expect("zero"))),
-        ),
-    };
-    let elsewhere = since.map_or_else(|| "true".to_owned(), |since| elsewhere_script(roots, since));
-    fill(
-        "set -e; S=STEM; \
-         trap 'rm -f \"$S\".trees \"$S\".files \"$S\".elsewhere \"$S\".list \"$S\".tar' EXIT; \
-         ( ELSEWHERE ) > \"$S\".elsewhere & elsewhere=$!; \
-         { CHECKS:; } > \"$S\".trees; rm -f \"$S\".list; mkfifo -m 600 \"$S\".list; \
-         ( cd / && exec tar -cf \"$S\".tar --null --no-recursion -T \"$S\".list ) & packer=$!; \
-         ( MANIFEST ) > \"$S\".files; wait \"$packer\" || [ $? -eq 1 ]; wait \"$elsewhere\"; \
-         for n in trees files elsewhere; do printf '%s %s\\n' \"$n\" \"$(stat -c %s \"$S.$n\")\"; cat \"$S.$n\"; done; \
-         cat \"$S\".tar",
-        &[
-            ("STEM", &quoted),
-            ("CHECKS", &checks),
-            ("MANIFEST", &manifest),
-            ("ELSEWHERE", &elsewhere),
-        ],
-    )
-}
-
-/// The child's answer to [`child_script`], checked.
-struct ChildAnswer {
-    trees: Vec<bool>,
-    manifest: Manifest,
-    elsewhere: Elsewhere,
-    archive: Bytes,
-}
-
-impl ChildAnswer {
-    fn parse(answer: &Bytes, trees: usize, roots: &[String]) -> Result<ChildAnswer, String> {
-        let mut rest = answer.clone();
-        let mut section = |name: &str| -> Result<Bytes, String> {
-            let line_end = rest
-                .iter()
-                .position(|b| *b == b'\n')
-                .ok_or_else(|| format!("the answer has no {name} section"))?;
-            let header = std::str::from_utf8(&rest[..line_end])
-                .map_err(|_| format!("the {name} section's header is not UTF-8"))?;
-            let length: usize = header
-                .strip_prefix(name)
-                .and_then(|length| length.strip_prefix(' '))
-                .and_then(|length| length.parse().ok())
-                .ok_or_else(|| format!("a {name} section was expected, not {header:?}"))?;
-            let body_end = line_end + 1 + length;
-            if body_end > rest.len() {
-                return Err(format!("the {name} section is cut short"));
-            }
-            let body = rest.slice(line_end + 1..body_end);
-            rest = rest.slice(body_end..);
-            Ok(body)
-        };
-        let flags = section("trees")?;
-        if flags.len() != trees || !flags.iter().all(|b| matches!(b, b'0' | b'1')) {
-            return Err("the work trees' answer is not one 0 or 1 per tree".to_owned());
-        }
-        let manifest = Manifest::parse(&section("files")?)?;
-        let elsewhere = Elsewhere::parse(&section("elsewhere")?, roots)?;
-        Ok(ChildAnswer {
-            trees: flags.iter().map(|b| *b == b'1').collect(),
-            manifest,
-            elsewhere,
-            archive: rest,
-        })
-    }
-}
-
-/// The child's `archive` (a tar it packed from `/`) cut down to what the parent takes:
-/// the regular files and symbolic links at the `write` paths under their own names, those at
-/// `beside`'s keys under its values; nothing else (another entry, another type, a path the
-/// plan does not name is left out). `None` when nothing is taken. Every planned path must be
-/// in the archive, and none may lie under a link the plan writes (extraction would follow
-/// it).
-fn repack(
-    archive: &[u8],
-    write: &[String],
-    beside: &BTreeMap<&str, String>,
-) -> Result<Option<Vec<u8>>, String> {
-    let mut wanted: BTreeMap<&str, &str> = write.iter().map(|p| (p.as_str(), p.as_str())).collect();
-    wanted.extend(
-        beside
-            .iter()
-            .map(|(from, to)| (*from, to.trim_start_matches('/'))),
-    );
-    if wanted.is_empty() {
-        return Ok(None);
-    }
-    let mut found = std::collections::BTreeSet::new();
-    let mut links = Vec::new();
-    let mut out = tar::Builder::new(Vec::new());
-    out.mode(tar::HeaderMode::Complete);
-    for_each_entry(archive, |path, entry| {
-        let Some(to) = wanted.get(path).copied() else {
-            return Ok(());
-        };
-        if !found.insert(path.to_owned()) {
-            return Err(format!("{path:?} is in the archive twice"));
-        }
-        let mut header = entry.header().clone();
-        match header.entry_type() {
-            tar::EntryType::Regular => out
-                .append_data(&mut header, to, entry)
-                .map_err(|error| format!("{path:?} cannot be repacked: {error}")),
-            tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .map_err(|error| format!("{path:?}: its link target cannot be read: {error}"))?
-                    .ok_or_else(|| format!("{path:?}: a link without a target"))?
-                    .into_owned();
-                links.push(to.to_owned());
-                out.append_link(&mut header, to, &target)
-                    .map_err(|error| format!("{path:?} cannot be repacked: {error}"))
-            }
-            other => Err(format!(
-                "{path:?} is a {other:?} in the archive, not a file"
-            )),
-        }
-    })?;
-    if let Some(missing) = wanted.keys().find(|path| !found.contains(**path)) {
-        return Err(format!("{missing:?} is planned but not in the archive"));
-    }
-    for link in &links {
-        let under = format!("{link}/");
-        if let Some(inside) = wanted.values().find(|path| path.starts_with(&under)) {
-            return Err(format!(
-                "{inside:?} lies under the link {link:?} the archive also holds"
-            ));
-        }
-    }
-    out.into_inner()
-        .map(Some)
-        .map_err(|error| format!("the archive cannot be repacked: {error}"))
-}
-
-/// The content digests of the regular files among `paths` in `archive` (a tar the child
-/// packed): a path missing from it, or not a regular file there, has none.
-fn archive_digests(archive: &[u8], paths: &[String]) -> Result<BTreeMap<String, String>, String> {
-    use sha2::Digest;
-    use std::io::Read;
-
-    let wanted: std::collections::BTreeSet<&str> = paths.iter().map(String::as_str).collect();
-    let mut digests = BTreeMap::new();
-    if archive.is_empty() {
-        return Ok(digests);
-    }
-    for_each_entry(archive, |path, entry| {
-        if entry.header().entry_type() != tar::EntryType::Regular || !wanted.contains(path) {
-            return Ok(());
-        }
-        let mut hasher = sha2::Sha256::new();
-        let mut buffer = [0u8; 64 * 1024];
-        loop {
-            let read = entry
-                .read(&mut buffer)
-                .map_err(|error| format!("{path}: cannot be read from the archive: {error}"))?;
-            if read == 0 {
-                break;
-            }
-            hasher.update(&buffer[..read]);
-        }
-        digests.insert(path.to_owned(), hex::encode(hasher.finalize()));
-        Ok(())
-    })?;
-    Ok(digests)
-}
-
-/// Calls `visit` with each entry of `archive` and its path, in order; the first error ends
-/// the walk.
-fn for_each_entry(
-    archive: &[u8],
-    mut visit: impl FnMut(&str, &mut tar::Entry<'_, &[u8]>) -> Result<(), String>,
-) -> Result<(), String> {
-    let mut tar = tar::Archive::new(archive);
-    let entries = tar
-        .entries()
-        .map_err(|error| format!("the archive cannot be read: {error}"))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|error| format!("the archive cannot be read: {error}"))?;
-        let path = entry
-            .path()
-            .map_err(|error| format!("an archive path cannot be read: {error}"))?
-            .to_string_lossy()
-            .into_owned();
-        visit(&path, &mut entry)?;
-    }
-    Ok(())
-}
-
 impl Inner {
     /// Runs `script` with `bash -c` in `sandbox` (no login shell: no profile is read, as for
     /// the session's own commands) and returns its standard output; a failure (not exit 0) is
@@ -825,110 +609,4 @@ fn nul_list<'a>(paths: impl IntoIterator<Item = &'a str>) -> Bytes {
         out.push(0);
     }
     Bytes::from(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn archive(entries: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
-        let mut builder = tar::Builder::new(Vec::new());
-        for (path, link, data) in entries {
-            let mut header = tar::Header::new_gnu();
-            header.set_mode(0o644);
-            match link {
-                Some(target) => {
-                    header.set_entry_type(tar::EntryType::Symlink);
-                    header.set_size(0);
-                    builder.append_link(&mut header, path, target).unwrap();
-                }
-                None => {
-                    header.set_size(data.len() as u64);
-                    builder.append_data(&mut header, path, *data).unwrap();
-                }
-            }
-        }
-        builder.into_inner().unwrap()
-    }
-
-    fn listing(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
-        let mut tar = tar::Archive::new(archive);
-        tar.entries()
-            .unwrap()
-            .map(|entry| {
-                let mut entry = entry.unwrap();
-                let path = entry.path().unwrap().to_string_lossy().into_owned();
-                let mut data = Vec::new();
-                std::io::Read::read_to_end(&mut entry, &mut data).unwrap();
-                if let Some(target) = entry.link_name().unwrap() {
-                    data = format!("-> {}", target.display()).into_bytes();
-                }
-                (path, data)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn the_repacked_archive_holds_the_planned_files_and_the_conflicts_under_their_beside_names() {
-        let child = archive(&[
-            ("home/user/a.txt", None, b"a"),
-            ("home/user/shared.txt", None, b"child's"),
-            ("home/user/not-planned.txt", None, b"x"),
-            ("home/user/link", Some("a.txt"), b""),
-        ]);
-        let write = vec!["home/user/a.txt".to_owned(), "home/user/link".to_owned()];
-        let beside = BTreeMap::from([(
-            "home/user/shared.txt",
-            "/home/user/shared.txt.from-child".to_owned(),
-        )]);
-        let repacked = repack(&child, &write, &beside).unwrap().unwrap();
-        assert_eq!(
-            listing(&repacked),
-            vec![
-                ("home/user/a.txt".to_owned(), b"a".to_vec()),
-                (
-                    "home/user/shared.txt.from-child".to_owned(),
-                    b"child's".to_vec()
-                ),
-                ("home/user/link".to_owned(), b"-> a.txt".to_vec()),
-            ]
-        );
-        assert_eq!(repack(&child, &[], &BTreeMap::new()).unwrap(), None);
-    }
-
-    #[test]
-    fn a_repack_refuses_what_extraction_could_misplace() {
-        let child = archive(&[("home/user/a.txt", None, b"a")]);
-        let missing = repack(&child, &["home/user/b.txt".to_owned()], &BTreeMap::new());
-        assert!(missing.unwrap_err().contains("not in the archive"));
-
-        let twice = archive(&[
-            ("home/user/a.txt", None, b"a"),
-            ("home/user/a.txt", None, b"b"),
-        ]);
-        let twice = repack(&twice, &["home/user/a.txt".to_owned()], &BTreeMap::new());
-        assert!(twice.unwrap_err().contains("twice"));
-
-        // A link the plan writes, and a file planned under it: unpacking would write
-        // through the link, wherever it points.
-        let through = archive(&[
-            ("home/user/dir", Some("/etc"), b""),
-            ("home/user/dir/passwd", None, b"x"),
-        ]);
-        let write = vec![
-            "home/user/dir".to_owned(),
-            "home/user/dir/passwd".to_owned(),
-        ];
-        let through = repack(&through, &write, &BTreeMap::new());
-        assert!(through.unwrap_err().contains("under the link"));
-
-        assert!(
-            repack(
-                b"not a tar at all, but long enough to be read as a header",
-                &["a".to_owned()],
-                &BTreeMap::new()
-            )
-            .is_err()
-        );
-    }
 }
