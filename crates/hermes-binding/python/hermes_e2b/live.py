@@ -13,13 +13,38 @@ import weakref
 from typing import Any, Callable, Optional
 
 _live: "dict[str, weakref.ref[Any]]" = {}
-#: Called with each environment once attached (a restarted Hermes' background processes wait
-#: for their scope's environment to follow them again).
-_attach_listeners: list[Callable[[Any], None]] = []
 _live_lock = threading.Lock()
 #: Per task: the (session, turn) whose checkpoint is taken or pending, and the pending label.
 _turn_seen: dict[str, tuple[str, str]] = {}
 _turn_pending: dict[str, str] = {}
+
+
+class _Listeners:
+    """Callables told of one kind of event, each once however often it is added; called
+    outside the lock, so a listener may add or call others."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[Any], None]] = []
+
+    def add(self, listener: Callable[[Any], None]) -> None:
+        with _live_lock:
+            if listener not in self._listeners:
+                self._listeners.append(listener)
+
+    def call(self, subject: Any) -> None:
+        with _live_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(subject)
+
+
+#: Called with each environment once attached (a restarted Hermes' background processes wait
+#: for their scope's environment to follow them again).
+_attached = _Listeners()
+#: Called with each background session whose live process ended, and with each environment
+#: about to close (a subagent's fork kept for a process it handed off ends with them).
+_ended = _Listeners()
+_closing = _Listeners()
 
 
 def register_environment(task_id: str, env: Any) -> None:
@@ -31,54 +56,33 @@ def register_environment(task_id: str, env: Any) -> None:
 
 def on_attach(listener: Callable[[Any], None]) -> None:
     """``listener(env)`` is called each time an environment attaches (once per listener)."""
-    with _live_lock:
-        if listener not in _attach_listeners:
-            _attach_listeners.append(listener)
+    _attached.add(listener)
 
 
 def attached(env: Any) -> None:
     """Called by an environment once attached: tells the listeners. A listener's failure is
     its own (logged by it); the environment goes on."""
-    with _live_lock:
-        listeners = list(_attach_listeners)
-    for listener in listeners:
-        listener(env)
-
-
-#: Called with each background session whose live process ended, and with each environment
-#: about to close (a subagent's fork kept for a process it handed off ends with them).
-_ended_listeners: list[Callable[[Any], None]] = []
-_closing_listeners: list[Callable[[Any], None]] = []
+    _attached.call(env)
 
 
 def on_process_end(listener: Callable[[Any], None]) -> None:
     """``listener(session)`` is called when a live background process has ended."""
-    with _live_lock:
-        if listener not in _ended_listeners:
-            _ended_listeners.append(listener)
+    _ended.add(listener)
 
 
 def process_ended(session: Any) -> None:
     """Called by a live process's reader once its session is finished."""
-    with _live_lock:
-        listeners = list(_ended_listeners)
-    for listener in listeners:
-        listener(session)
+    _ended.call(session)
 
 
 def on_closing(listener: Callable[[Any], None]) -> None:
     """``listener(env)`` is called when an environment is about to clean up."""
-    with _live_lock:
-        if listener not in _closing_listeners:
-            _closing_listeners.append(listener)
+    _closing.add(listener)
 
 
 def closing(env: Any) -> None:
     """Called by an environment at the start of its cleanup."""
-    with _live_lock:
-        listeners = list(_closing_listeners)
-    for listener in listeners:
-        listener(env)
+    _closing.call(env)
 
 
 def live_environments() -> dict[str, Any]:
