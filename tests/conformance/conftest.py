@@ -16,6 +16,13 @@ import pytest
 
 API_KEY = "e2b_conformance_key"
 
+# The code-interpreter SDK needs e2b >= 2.55.1: scripts/conformance installs it beside the
+# newer pinned e2b only, and asserts there that these tests ran.
+try:
+    import e2b_code_interpreter  # noqa: F401
+except ImportError:
+    collect_ignore = ["test_code_interpreter.py"]
+
 
 class LocalServer:
     """One running `e2b-local serve`: its URL and its admin routes."""

@@ -117,6 +117,16 @@ pub(crate) struct ProcConfig {
     pub(crate) args: Vec<String>,
     pub(crate) envs: BTreeMap<String, String>,
     pub(crate) cwd: Option<String>,
+    pub(crate) listing: Listing,
+}
+
+/// Whether envd's `List` shows a process: what a client started, yes; a service the
+/// server runs in the sandbox (a code-interpreter kernel) no, as E2B's envd lists only
+/// the processes it started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Listing {
+    Listed,
+    Service,
 }
 
 /// One started process.
@@ -145,6 +155,11 @@ struct Shared {
 impl Proc {
     fn shared(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How the process ended, once it has.
+    pub(crate) fn end(&self) -> Option<EndInfo> {
+        self.shared().end.clone()
     }
 
     /// Subscribes to future events; `Err(end)` when the process already finished.
@@ -181,7 +196,7 @@ pub(crate) struct ProcessTable {
     /// The sandbox's event log (commands started and ended).
     log: crate::sandbox_log::SandboxLog,
     plan: NsPlan,
-    /// This boot's id, as `/proc/sys/kernel/random/boot_id` shows it (see [`new_boot_id`]).
+    /// This boot's id, as `/proc/sys/kernel/random/boot_id` shows it (a random UUID, [`new_uuid`]).
     boot_id: String,
     inner: Mutex<TableInner>,
     /// Whether the sandbox is frozen, and how many times it was: streams break off at a
@@ -234,7 +249,7 @@ impl ProcessTable {
             sandbox_id: sandbox_id.to_owned(),
             log,
             plan,
-            boot_id: new_boot_id(),
+            boot_id: new_uuid(),
             inner: Mutex::new(TableInner {
                 egress,
                 ..TableInner::default()
@@ -634,7 +649,7 @@ impl PauseWatch {
 }
 
 /// A random boot id as Linux makes one: a version 4 UUID, lowercase hex with dashes.
-fn new_boot_id() -> String {
+pub(crate) fn new_uuid() -> String {
     let mut bytes: [u8; 16] = rand::rng().random();
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;

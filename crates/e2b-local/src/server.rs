@@ -68,6 +68,20 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 /// How long shutdown waits for open connections before cutting them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// E2B's public templates every team can use besides `base`: the code interpreter's
+/// (served here by [`crate::interpreter`], as for any template).
+const PUBLIC_TEMPLATES: &[&str] = &["code-interpreter-v1"];
+
+fn with_public_templates(configured: &[String]) -> Vec<String> {
+    let mut templates = configured.to_vec();
+    for name in PUBLIC_TEMPLATES {
+        if !templates.iter().any(|t| t == name) {
+            templates.push((*name).to_owned());
+        }
+    }
+    templates
+}
+
 impl Server {
     /// Starts a server with `config`; it is listening when this returns.
     pub async fn start(config: ServerConfig) -> Result<Server, Error> {
@@ -170,10 +184,11 @@ impl Server {
             clock: config.clock.clone(),
             faults: FaultState::new(config.latency),
             api_key: config.api_key.clone(),
-            templates: config.templates.clone(),
+            templates: with_public_templates(&config.templates),
             isolation: Arc::new(isolation),
             requests: RequestCounter::default(),
             egress: egress.ok(),
+            interpreters: crate::kernels::Interpreters::default(),
         });
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -409,6 +424,9 @@ async fn route(app: Arc<App>, request: Request) -> (Response, Option<String>) {
     let response = faults::apply(&app, plane, request, move |request| {
         Box::pin(async move {
             match sandbox {
+                Some(id) if crate::interpreter::is_for(&request) => {
+                    crate::interpreter::handle(handler_app, id, request).await
+                }
                 Some(id) => envd::handle(handler_app, id, request).await,
                 None => rest::handle(handler_app, request).await,
             }

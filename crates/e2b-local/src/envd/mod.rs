@@ -23,7 +23,7 @@ use http::{HeaderMap, Method, StatusCode};
 use crate::app::App;
 use crate::reply::{ApiError, json_response};
 use crate::store::RunningSandbox;
-use ctx::Ctx;
+pub(crate) use ctx::Ctx;
 
 /// The proxy's answer for a sandbox that is not running.
 pub(crate) fn sandbox_not_found(id: &str) -> Response {
@@ -48,7 +48,7 @@ const ENVD_PORT: u16 = 49983;
 const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
 
 /// Serves one request for the sandbox named in its header: envd's, or one for another of
-/// the sandbox's ports.
+/// the sandbox's ports (the code interpreter's is routed before, by `server`).
 pub(crate) async fn handle(app: Arc<App>, sandbox_id: String, request: Request) -> Response {
     let Some(sandbox) = app.store.running(&sandbox_id) else {
         return sandbox_not_found(&sandbox_id);
@@ -66,11 +66,26 @@ pub(crate) async fn handle(app: Arc<App>, sandbox_id: String, request: Request) 
     serve(Ctx { app, sandbox }, request).await
 }
 
-/// Traffic to one of the sandbox's own ports (not envd's), as E2B's proxy judges it: a
-/// sandbox created with `allowPublicTraffic: false` wants its traffic access token (403
-/// without it or with another); e2b-local relays nothing to the sandbox's ports, so what
-/// passes is told the port is not open.
+/// Traffic to one of the sandbox's own ports (not envd's, nor the code interpreter's), as
+/// E2B's proxy judges it: see [`traffic_denied`]; e2b-local relays nothing to the
+/// sandbox's ports, so what passes is told the port is not open.
 fn own_port(sandbox: &RunningSandbox, port: &str, headers: &HeaderMap) -> Response {
+    if let Some(denied) = traffic_denied(sandbox, headers) {
+        return denied;
+    }
+    json_response(
+        StatusCode::BAD_GATEWAY,
+        &serde_json::json!({
+            "sandboxId": sandbox.id,
+            "message": "The sandbox is running but port is not open",
+            "port": port,
+        }),
+    )
+}
+
+/// A sandbox created with `allowPublicTraffic: false` wants its traffic access token on
+/// its own ports: E2B's proxy's 403 without it or with another.
+pub(crate) fn traffic_denied(sandbox: &RunningSandbox, headers: &HeaderMap) -> Option<Response> {
     if let Some(token) = &sandbox.traffic_token {
         let given = headers
             .get(TRAFFIC_TOKEN_HEADER)
@@ -85,20 +100,13 @@ fn own_port(sandbox: &RunningSandbox, port: &str, headers: &HeaderMap) -> Respon
             Some(_) => None,
         };
         if let Some(message) = message {
-            return json_response(
+            return Some(json_response(
                 StatusCode::FORBIDDEN,
                 &serde_json::json!({"sandboxId": sandbox.id, "message": message, "code": 403}),
-            );
+            ));
         }
     }
-    json_response(
-        StatusCode::BAD_GATEWAY,
-        &serde_json::json!({
-            "sandboxId": sandbox.id,
-            "message": "The sandbox is running but port is not open",
-            "port": port,
-        }),
-    )
+    None
 }
 
 /// Serves a request already matched to a running sandbox (also used by pre-signed URLs).

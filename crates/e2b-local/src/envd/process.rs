@@ -21,7 +21,8 @@ use super::ctx::Ctx;
 use crate::isolation::{CommandSpec, CommandStdio, EgressSpec};
 use crate::paths::{Last, SandboxFs};
 use crate::process_table::{
-    EndInfo, Event, PauseWatch, Proc, ProcConfig, ProcessTable, SpawnError, sleep_until_opt,
+    EndInfo, Event, Listing, PauseWatch, Proc, ProcConfig, ProcessTable, SpawnError,
+    sleep_until_opt,
 };
 use crate::pty::{self, TermSize};
 
@@ -247,39 +248,80 @@ async fn start(ctx: Ctx, request: Request) -> Response {
             .stream();
         }
     };
+    // Before the spawn: a pause from then on breaks the stream off.
+    let pauses = ctx.sandbox.procs.pause_watch();
+    let launched = launch(
+        &ctx,
+        Launch {
+            user,
+            cmd: &req.process.cmd,
+            args: &req.process.args,
+            envs: &req.process.envs,
+            cwd: req.process.cwd.as_deref(),
+            tag: req.tag.clone(),
+            stdin: req.stdin.unwrap_or(false),
+            terminal,
+            deadline,
+            listing: Listing::Listed,
+        },
+    );
+    let (proc, events) = match launched {
+        Ok(pair) => pair,
+        Err(error) => return error.stream(),
+    };
+    tracing::debug!(sandbox_id = %ctx.sandbox.id, pid = proc.pid, "process started");
+    stream_events(proc.pid, Ok(events), pauses, deadline, keepalive, break_off)
+}
+
+/// What [`launch`] starts: a process of the sandbox, as `Start` describes one.
+pub(crate) struct Launch<'a> {
+    pub(crate) user: crate::isolation::SandboxUser,
+    pub(crate) cmd: &'a str,
+    pub(crate) args: &'a [String],
+    pub(crate) envs: &'a BTreeMap<String, String>,
+    pub(crate) cwd: Option<&'a str>,
+    pub(crate) tag: Option<String>,
+    /// Whether its stdin is a pipe the server writes (else /dev/null).
+    pub(crate) stdin: bool,
+    pub(crate) terminal: Option<(crate::pty::PtyMaster, std::os::fd::OwnedFd)>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) listing: Listing,
+}
+
+/// Starts a process in the sandbox (its user, working directory, namespaces and egress
+/// filter), as envd's `Start` does; the code-interpreter's kernels start here too.
+pub(crate) fn launch(
+    ctx: &Ctx,
+    launch: Launch<'_>,
+) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), ConnectError> {
     let sandbox = &ctx.sandbox;
     let fs = SandboxFs {
         home: &sandbox.home,
         tmp: &sandbox.tmp,
         virt_home: sandbox.virt_home,
     };
-    let cwd_request = req.process.cwd.clone().unwrap_or_default();
-    let (cwd_virtual, cwd_host) = match resolve_cwd(&ctx, &fs, &cwd_request) {
-        Ok(pair) => pair,
-        Err(error) => return error.stream(),
-    };
+    let cwd_request = launch.cwd.unwrap_or_default();
+    let (cwd_virtual, cwd_host) = resolve_cwd(ctx, &fs, cwd_request)?;
     // A sandbox with egress rules starts every command under the filter (crate::egress).
     let egress = sandbox.procs.egress();
     let handoff = match (&egress, &ctx.app.egress) {
         (Some(_), Some(_)) => match crate::egress::Handoff::new() {
             Ok(handoff) => Some(handoff),
             Err(e) => {
-                return ConnectError::new(
+                return Err(ConnectError::new(
                     Code::Internal,
                     format!("preparing egress filter failed: {e}"),
-                )
-                .stream();
+                ));
             }
         },
         (Some(_), None) => {
-            return ConnectError::new(
+            return Err(ConnectError::new(
                 Code::Unavailable,
                 format!(
                     "sandbox {} has egress rules this host cannot enforce",
                     sandbox.id
                 ),
-            )
-            .stream();
+            ));
         }
         (None, _) => None,
     };
@@ -288,17 +330,17 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         home: &sandbox.home,
         virt_home: sandbox.virt_home,
         tmp: &sandbox.tmp,
-        user,
-        program: &req.process.cmd,
-        args: &req.process.args,
+        user: launch.user,
+        program: launch.cmd,
+        args: launch.args,
         cwd_virtual: &cwd_virtual,
         cwd_host: &cwd_host,
         sandbox_envs: &sandbox.env_vars,
-        request_envs: &req.process.envs,
-        stdio: match &terminal {
+        request_envs: launch.envs,
+        stdio: match &launch.terminal {
             Some((_, slave)) => CommandStdio::Terminal(slave),
             None => CommandStdio::Pipes {
-                stdin: req.stdin.unwrap_or(false),
+                stdin: launch.stdin,
             },
         },
         own_pid_namespace: sandbox.procs.own_pid_namespace(),
@@ -313,46 +355,40 @@ async fn start(ctx: Ctx, request: Request) -> Response {
         trust: ctx.app.egress.as_ref().map(|e| &e.trust),
         boot_id: Some(&sandbox.boot_id),
     };
-    let command = match ctx.app.isolation.command(&spec) {
-        Ok(command) => command,
-        Err(e) => {
-            return ConnectError::new(Code::Internal, format!("preparing command failed: {e}"))
-                .stream();
-        }
-    };
+    let command =
+        ctx.app.isolation.command(&spec).map_err(|e| {
+            ConnectError::new(Code::Internal, format!("preparing command failed: {e}"))
+        })?;
     let config = ProcConfig {
-        cmd: req.process.cmd.clone(),
-        args: req.process.args.clone(),
-        envs: req.process.envs.clone(),
-        cwd: req.process.cwd.clone(),
+        cmd: launch.cmd.to_owned(),
+        args: launch.args.to_vec(),
+        envs: launch.envs.clone(),
+        cwd: launch.cwd.map(str::to_owned),
+        listing: launch.listing,
     };
     // The slave stays open here until the command has been spawned (and dropped with it):
     // from then on only the process holds it, so the master reads EOF when it is gone.
-    let (master, _slave) = terminal.unzip();
-    // Before the spawn: a pause from then on breaks the stream off.
-    let pauses = sandbox.procs.pause_watch();
+    let (master, _slave) = launch.terminal.unzip();
     let (proc, events) = match sandbox.procs.spawn(
         command,
         config,
-        req.tag.clone(),
+        launch.tag,
         master,
-        deadline,
+        launch.deadline,
         egress.as_ref(),
     ) {
         Ok(pair) => pair,
         Err(SpawnError::Closed) => {
-            return ConnectError::new(
+            return Err(ConnectError::new(
                 Code::Unavailable,
                 format!("sandbox {} is not running", sandbox.id),
-            )
-            .stream();
+            ));
         }
         Err(SpawnError::Io(e)) => {
-            return ConnectError::new(
+            return Err(ConnectError::new(
                 Code::Internal,
-                format!("error starting process '{}': {e}", req.process.cmd),
-            )
-            .stream();
+                format!("error starting process '{}': {e}", launch.cmd),
+            ));
         }
     };
     if let (Some(handoff), Some(policy), Some(machinery)) = (handoff, egress, &ctx.app.egress)
@@ -363,17 +399,12 @@ async fn start(ctx: Ctx, request: Request) -> Response {
             // SAFETY: kill has no memory-safety preconditions; the pid is our child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
-        return ConnectError::new(
+        return Err(ConnectError::new(
             Code::Internal,
-            format!(
-                "starting the egress filter of '{}' failed: {e}",
-                req.process.cmd
-            ),
-        )
-        .stream();
+            format!("starting the egress filter of '{}' failed: {e}", launch.cmd),
+        ));
     }
-    tracing::debug!(sandbox_id = %sandbox.id, pid = proc.pid, "process started");
-    stream_events(proc.pid, Ok(events), pauses, deadline, keepalive, break_off)
+    Ok((proc, events))
 }
 
 /// Maps a requested working directory; it must exist and be a directory.
@@ -501,6 +532,7 @@ fn list(ctx: &Ctx) -> Response {
     let procs = ctx.sandbox.procs.running();
     let processes: Vec<serde_json::Value> = procs
         .iter()
+        .filter(|p| p.config.listing == Listing::Listed)
         .map(|p| {
             let mut config =
                 json!({"cmd": p.config.cmd, "args": p.config.args, "envs": p.config.envs});

@@ -1,0 +1,545 @@
+# The kernel of one code-interpreter context: a Python process in the sandbox, driven by
+# e2b-local over JSON lines. Requests come on stdin, one per line:
+#   {"code": str, "env": {str: str} | null, "silent": bool}
+# and every output goes out on the original stdout as the code-interpreter service's wire
+# objects (stdout, stderr, result, error, number_of_executions), ended by
+# {"type": "end_of_execution"}. The cell's own stdout and stderr (its prints and whatever
+# its subprocesses write) are pipes read here, so nothing it writes can be taken for a
+# protocol line. argv[1] is the language: "python" (a persistent namespace) or "bash" (a
+# persistent bash process).
+import ast
+import base64
+import codecs
+import datetime
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+
+LANGUAGE = sys.argv[1] if len(sys.argv) > 1 else "python"
+
+# The protocol channel: the original stdout, kept where no child inherits it.
+_proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+_requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+_proto_lock = threading.Lock()
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+def emit(obj):
+    line = json.dumps(obj, default=str)
+    with _proto_lock:
+        _proto.write(line + "\n")
+        _proto.flush()
+
+
+class _Stream:
+    """One of fds 1 and 2: a pipe read by a thread that sends what arrives as output
+    messages, and a marker written at the end of a cell so that everything written
+    before it is sent before the cell's end."""
+
+    def __init__(self, fd, kind):
+        self.kind = kind
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, fd)
+        os.close(write_end)
+        self.read_end = read_end
+        self.fd = fd
+        self.seen = threading.Condition()
+        self.marks = 0
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = b""
+        while True:
+            data = os.read(self.read_end, 65536)
+            if not data:
+                return
+            pending += data
+            while True:
+                at = pending.find(_MARK)
+                if at < 0:
+                    break
+                self._send(decoder.decode(pending[:at]))
+                pending = pending[at + len(_MARK):]
+                with self.seen:
+                    self.marks += 1
+                    self.seen.notify_all()
+            # Keep a tail that may be the start of a marker.
+            keep = 0
+            for n in range(min(len(_MARK) - 1, len(pending)), 0, -1):
+                if _MARK.startswith(pending[-n:]):
+                    keep = n
+                    break
+            head, pending = pending[: len(pending) - keep], pending[len(pending) - keep:]
+            self._send(decoder.decode(head))
+
+    def _send(self, text):
+        if text and not _silent[0]:
+            emit({"type": self.kind, "text": text, "timestamp": _now()})
+
+    def flush(self):
+        with self.seen:
+            want = self.marks + 1
+            os.write(self.fd, _MARK)
+            while self.marks < want:
+                self.seen.wait()
+
+
+_MARK = b"\x00\x1e<e2b-local end of cell>\x1e\x00"
+_silent = [False]
+_out = _Stream(1, "stdout")
+_err = _Stream(2, "stderr")
+sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", line_buffering=True)
+sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", line_buffering=True)
+
+
+def _flush_output():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    _out.flush()
+    _err.flush()
+
+
+# ---- rich results ---------------------------------------------------------------------
+
+_REPRS = [
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/pdf", "_repr_pdf_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+]
+_FIELDS = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    "e2b/data": "data",
+    "e2b/chart": "chart",
+}
+
+
+def _figure_type():
+    pyplot = sys.modules.get("matplotlib.figure")
+    return getattr(pyplot, "Figure", None)
+
+
+def _bundle(obj):
+    """The MIME bundle of `obj`, as IPython's formatters would give it."""
+    bundle = {}
+    method = getattr(obj, "_repr_mimebundle_", None)
+    if callable(method) and not isinstance(obj, type):
+        try:
+            got = method()
+            if isinstance(got, tuple):
+                got = got[0]
+            if isinstance(got, dict):
+                bundle.update(got)
+        except Exception:
+            pass
+    for mime, name in _REPRS:
+        method = getattr(obj, name, None)
+        if mime in bundle or not callable(method) or isinstance(obj, type):
+            continue
+        try:
+            value = method()
+        except Exception:
+            continue
+        if isinstance(value, tuple):
+            value = value[0]
+        if value is not None:
+            bundle[mime] = value
+    figure = _figure_type()
+    if figure is not None and isinstance(obj, figure) and "image/png" not in bundle:
+        buffer = io.BytesIO()
+        obj.savefig(buffer, format="png", bbox_inches="tight")
+        bundle["image/png"] = buffer.getvalue()
+    if isinstance(obj, (list, dict)) and "application/json" not in bundle:
+        try:
+            json.dumps(obj)
+            bundle["application/json"] = obj
+        except (TypeError, ValueError):
+            pass
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(obj, pandas.DataFrame):
+        data = obj.to_dict(orient="list")
+        bundle["e2b/data"] = {
+            str(k): [v.isoformat() if isinstance(v, pandas.Timestamp) else v for v in vs]
+            for k, vs in data.items()
+        }
+    if "text/plain" not in bundle:
+        try:
+            bundle["text/plain"] = repr(obj)
+        except Exception as e:
+            bundle["text/plain"] = f"<repr failed: {e!r}>"
+    return bundle
+
+
+def _result(bundle, main):
+    out = {"type": "result", "is_main_result": main}
+    extra = {}
+    for mime, value in bundle.items():
+        if isinstance(value, (bytes, bytearray)):
+            value = base64.b64encode(value).decode("ascii")
+        field = _FIELDS.get(mime)
+        if field is None:
+            extra[mime] = value
+        else:
+            out[field] = value
+    text = out.get("text")
+    if isinstance(text, str) and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        out["text"] = text[1:-1]
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+def display(*objs, raw=False, **_ignored):
+    """Shows each object as a result that is not the cell's own (IPython's display)."""
+    _flush_output()
+    for obj in objs:
+        if raw and isinstance(obj, dict):
+            bundle = dict(obj)
+        else:
+            bundle = _bundle(obj)
+        emit(_result(bundle, False))
+
+
+def _show_open_figures():
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    for number in list(pyplot.get_fignums()):
+        figure = pyplot.figure(number)
+        display(figure)
+        pyplot.close(figure)
+
+
+def _install_ipython_display():
+    """`from IPython.display import display, HTML, ...` shows through this kernel: with
+    IPython in the sandbox its display is replaced by ours (there is no IPython shell to
+    publish to); without it, a small module of the same names stands in."""
+    try:
+        import IPython.display
+
+        IPython.display.display = display
+        functions = sys.modules.get("IPython.core.display_functions")
+        if functions is not None:
+            functions.display = display
+        return
+    except ImportError:
+        pass
+    import types
+
+    def _kind(name, method, binary=False):
+        def __init__(self, data=None, url=None, filename=None, **_ignored):
+            if filename is not None:
+                with open(filename, "rb" if binary else "r") as f:
+                    data = f.read()
+            self.data = data
+            self.url = url
+
+        def _repr(self):
+            return self.data
+
+        return type(name, (), {"__init__": __init__, method: _repr})
+
+    class Image:
+        def __init__(self, data=None, url=None, filename=None, format=None, **_ignored):
+            if filename is not None:
+                with open(filename, "rb") as f:
+                    data = f.read()
+                format = format or filename.rsplit(".", 1)[-1].lower()
+            self.data = data
+            self.format = "jpeg" if format in ("jpg", "jpeg") else "png"
+
+        def _repr_png_(self):
+            return self.data if self.format == "png" else None
+
+        def _repr_jpeg_(self):
+            return self.data if self.format == "jpeg" else None
+
+    module = types.ModuleType("IPython.display")
+    module.display = display
+    module.Image = Image
+    module.HTML = _kind("HTML", "_repr_html_")
+    module.Markdown = _kind("Markdown", "_repr_markdown_")
+    module.Latex = _kind("Latex", "_repr_latex_")
+    module.Math = _kind("Math", "_repr_latex_")
+    module.SVG = _kind("SVG", "_repr_svg_")
+    module.JSON = _kind("JSON", "_repr_json_")
+    module.Javascript = _kind("Javascript", "_repr_javascript_")
+    package = types.ModuleType("IPython")
+    package.display = module
+    package.__path__ = []
+    sys.modules["IPython"] = package
+    sys.modules["IPython.display"] = module
+
+
+# ---- python cells ---------------------------------------------------------------------
+
+_namespace = {"__name__": "__main__", "__builtins__": __builtins__, "display": display}
+_count = [0]
+
+
+def _translate(code):
+    """IPython's line forms this kernel understands: `!command` runs in a shell, `%cd DIR`
+    changes directory, `%pwd` shows it, `%env NAME=VALUE` sets a variable."""
+    lines = []
+    for line in code.split("\n"):
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        if stripped.startswith("!"):
+            lines.append(f"{indent}__e2b_shell({stripped[1:]!r})")
+        elif stripped.startswith("%cd"):
+            target = stripped[3:].strip() or os.path.expanduser("~")
+            lines.append(f"{indent}__import__('os').chdir({os.path.expanduser(target)!r})")
+        elif stripped.startswith("%pwd"):
+            lines.append(f"{indent}__import__('os').getcwd()")
+        elif stripped.startswith("%env") and "=" in stripped:
+            name, _, value = stripped[4:].strip().partition("=")
+            lines.append(f"{indent}__import__('os').environ[{name.strip()!r}] = {value.strip()!r}")
+        else:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _shell(command):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    subprocess.run(command, shell=True, executable="/bin/bash")
+
+
+_namespace["__e2b_shell"] = _shell
+
+
+def _error_of(error, skip_frames):
+    frames = traceback.extract_tb(error.__traceback__)[skip_frames:]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(error), error)
+    return {
+        "type": "error",
+        "name": type(error).__name__,
+        "value": str(error),
+        "traceback": "".join(lines),
+    }
+
+
+def _syntax_error(error):
+    return {
+        "type": "error",
+        "name": type(error).__name__,
+        "value": f"{error.msg} ({error.filename}, line {error.lineno})",
+        "traceback": "".join(traceback.format_exception_only(type(error), error)),
+    }
+
+
+def _run_python(code, filename):
+    source = _translate(textwrap_dedent(code))
+    flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+    try:
+        tree = ast.parse(source, filename, "exec")
+    except SyntaxError as error:
+        return _syntax_error(error)
+    show_last = (
+        tree.body
+        and isinstance(tree.body[-1], ast.Expr)
+        and not source.rstrip().endswith(";")
+    )
+    body = tree.body[:-1] if show_last else tree.body
+    try:
+        module = compile(ast.Module(body=body, type_ignores=[]), filename, "exec", flags=flags)
+        last = (
+            compile(ast.Expression(tree.body[-1].value), filename, "eval", flags=flags)
+            if show_last
+            else None
+        )
+    except SyntaxError as error:
+        return _syntax_error(error)
+    try:
+        _evaluate(module)
+        value = _evaluate(last) if last is not None else None
+    except BaseException as error:  # KeyboardInterrupt included: it is the cell's error
+        return _error_of(error, 2)
+    _show_open_figures()
+    if value is not None:
+        _namespace["_"] = value
+        _flush_output()
+        emit(_result(_bundle(value), True))
+    return None
+
+
+def _evaluate(code):
+    import inspect
+
+    result = eval(code, _namespace)
+    if inspect.iscoroutine(result) or (code.co_flags & inspect.CO_COROUTINE):
+        import asyncio
+
+        return asyncio.run(result) if inspect.iscoroutine(result) else result
+    return result
+
+
+def textwrap_dedent(code):
+    import textwrap
+
+    return textwrap.dedent(code)
+
+
+# ---- bash cells -----------------------------------------------------------------------
+
+_bash = [None]
+
+
+def _bash_process():
+    """The context's bash, started again if it exited; with it the pipe it reports each
+    cell's status on."""
+    if _bash[0] is None or _bash[0][0].poll() is not None:
+        if _bash[0] is not None:
+            os.close(_bash[0][1])
+        status_r, status_w = os.pipe()
+        process = subprocess.Popen(
+            ["/bin/bash", "--noprofile", "--norc"],
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(status_w,),
+            env=dict(os.environ, E2B_STATUS_FD=str(status_w)),
+        )
+        os.close(status_w)
+        _bash[0] = (process, status_r)
+    return _bash[0]
+
+
+def _run_bash(code):
+    bash, status_r = _bash_process()
+    script = f"{code}\necho $? >&$E2B_STATUS_FD\n"
+    status = b""
+    try:
+        bash.stdin.write(script.encode())
+        bash.stdin.flush()
+        while not status.endswith(b"\n"):
+            chunk = os.read(status_r, 64)
+            if not chunk:
+                break
+            status += chunk
+    except KeyboardInterrupt:
+        try:
+            os.killpg(bash.pid, signal.SIGINT)
+        except OSError:
+            pass
+        return {"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""}
+    except BrokenPipeError:
+        pass
+    status = status.strip()
+    if not status:
+        return {"type": "error", "name": "BashExited", "value": "bash exited", "traceback": ""}
+    if status != b"0":
+        code = status.decode()
+        return {
+            "type": "error",
+            "name": "BashError",
+            "value": f"exit status {code}",
+            "traceback": f"the cell's last command exited with status {code}",
+        }
+    return None
+
+
+# ---- the loop -------------------------------------------------------------------------
+
+
+def _with_env(env, action):
+    if not env:
+        return action()
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return action()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _cell(request):
+    code = request.get("code") or ""
+    env = request.get("env") or {}
+    silent = bool(request.get("silent"))
+    _silent[0] = silent
+    if not silent:
+        _count[0] += 1
+        emit({"type": "number_of_executions", "execution_count": _count[0]})
+    if LANGUAGE == "bash":
+        if env:
+            exports = "".join(f"export {k}={_quote(v)}\n" for k, v in env.items())
+            restore = "".join(
+                f"export {k}={_quote(os.environ[k])}\n" if k in os.environ else f"unset {k}\n"
+                for k in env
+            )
+            code = exports + code + "\n__e2b_cell=$?\n" + restore + "(exit $__e2b_cell)"
+        error = _run_bash(code)
+    else:
+        error = _with_env(env, lambda: _run_python(code, f"<cell {_count[0]}>"))
+    _flush_output()
+    if error is not None and not silent:
+        emit(error)
+    _silent[0] = False
+    emit({"type": "end_of_execution"})
+
+
+def _quote(value):
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def main():
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    _install_ipython_display()
+    emit({"type": "ready", "language": LANGUAGE, "pid": os.getpid()})
+    while True:
+        try:
+            line = _requests.readline()
+        except KeyboardInterrupt:
+            # An interrupt that arrived between cells.
+            continue
+        if not line:
+            return
+        try:
+            request = json.loads(line)
+        except ValueError:
+            continue
+        try:
+            _cell(request)
+        except KeyboardInterrupt:
+            # Arrived after the cell's own code ended: the cell still ends.
+            _silent[0] = False
+            emit({"type": "end_of_execution"})
+
+
+if __name__ == "__main__":
+    main()
