@@ -14,6 +14,10 @@ pub const DEFAULT_DOMAIN: &str = "e2b.app";
 /// The port envd listens on inside every sandbox.
 pub const ENVD_PORT: u16 = 49983;
 
+/// The port the code interpreter (E2B's `code-interpreter` template's Jupyter service)
+/// listens on inside a sandbox.
+pub const CODE_INTERPRETER_PORT: u16 = 49999;
+
 /// Domains served by E2B's shared sandbox host `sandbox.<domain>`, which routes by headers.
 const SHARED_HOST_DOMAINS: [&str; 7] = [
     "e2b.app",
@@ -94,17 +98,46 @@ impl Config {
     /// `https://sandbox.<domain>` for E2B's own domains and `https://49983-<id>.<domain>`
     /// otherwise.
     pub fn envd_base_url(&self, sandbox_id: &SandboxId, sandbox_domain: Option<&str>) -> String {
+        self.port_base_url(sandbox_id, sandbox_domain, ENVD_PORT)
+    }
+
+    /// The base URL for requests to `port` of a sandbox carrying the `E2b-Sandbox-Id` and
+    /// `E2b-Sandbox-Port` headers, decided as [`Config::envd_base_url`] is (the official SDK's
+    /// `get_sandbox_url`): the code interpreter's requests go here with port 49999.
+    pub fn port_base_url(
+        &self,
+        sandbox_id: &SandboxId,
+        sandbox_domain: Option<&str>,
+        port: u16,
+    ) -> String {
         if let Some(url) = &self.sandbox_url {
             return url.clone();
         }
-        let domain = sandbox_domain
-            .filter(|domain| !domain.is_empty())
-            .unwrap_or(&self.domain);
+        let domain = self.domain_of(sandbox_domain);
         if SHARED_HOST_DOMAINS.contains(&domain) {
             format!("https://sandbox.{domain}")
         } else {
-            format!("https://{ENVD_PORT}-{sandbox_id}.{domain}")
+            format!("https://{port}-{sandbox_id}.{domain}")
         }
+    }
+
+    /// The host a sandbox's `port` is reached at from outside, as the official SDK's
+    /// `get_host(port)`: `<port>-<id>.<domain>`. Open `https://` on it (a browser, a
+    /// WebSocket) to see what the sandbox serves there; a sandbox created with public traffic
+    /// off wants its traffic access token in the `e2b-traffic-access-token` header.
+    pub fn sandbox_host(
+        &self,
+        sandbox_id: &SandboxId,
+        sandbox_domain: Option<&str>,
+        port: u16,
+    ) -> String {
+        format!("{port}-{sandbox_id}.{}", self.domain_of(sandbox_domain))
+    }
+
+    fn domain_of<'a>(&'a self, sandbox_domain: Option<&'a str>) -> &'a str {
+        sandbox_domain
+            .filter(|domain| !domain.is_empty())
+            .unwrap_or(&self.domain)
     }
 }
 
@@ -116,10 +149,10 @@ impl Config {
         if let Some(url) = &self.sandbox_url {
             return url.clone();
         }
-        let domain = sandbox_domain
-            .filter(|domain| !domain.is_empty())
-            .unwrap_or(&self.domain);
-        format!("https://{ENVD_PORT}-{sandbox_id}.{domain}")
+        format!(
+            "https://{}",
+            self.sandbox_host(sandbox_id, sandbox_domain, ENVD_PORT)
+        )
     }
 }
 
@@ -284,6 +317,34 @@ mod tests {
         assert_eq!(config.api_base_url(), "http://127.0.0.1:3000");
         assert_eq!(
             config.envd_base_url(&id(), Some("other.dev")),
+            "http://127.0.0.1:3001"
+        );
+    }
+
+    #[test]
+    fn a_ports_url_and_host_are_decided_like_the_sdks_get_sandbox_url_and_get_host() {
+        let config = Config::new(key());
+        // E2B's own domains route every port by headers on one host.
+        assert_eq!(
+            config.port_base_url(&id(), None, CODE_INTERPRETER_PORT),
+            "https://sandbox.e2b.app"
+        );
+        assert_eq!(
+            config.port_base_url(&id(), Some("other.dev"), CODE_INTERPRETER_PORT),
+            "https://49999-ikk8xw53nne4bytcdg87t.other.dev"
+        );
+        assert_eq!(
+            config.sandbox_host(&id(), None, 3000),
+            "3000-ikk8xw53nne4bytcdg87t.e2b.app"
+        );
+        assert_eq!(
+            config.sandbox_host(&id(), Some(""), 8080),
+            "8080-ikk8xw53nne4bytcdg87t.e2b.app"
+        );
+        let mut local = Config::new(key());
+        local.sandbox_url = Some("http://127.0.0.1:3001".to_owned());
+        assert_eq!(
+            local.port_base_url(&id(), None, CODE_INTERPRETER_PORT),
             "http://127.0.0.1:3001"
         );
     }

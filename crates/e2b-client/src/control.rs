@@ -14,13 +14,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::config::Config;
+use crate::config::{CODE_INTERPRETER_PORT, Config};
 use crate::error::{Error, Operation};
 use crate::http::{Ctx, Http, Pool, Target, UNRESERVED};
 use crate::ids::SandboxId;
 use crate::redact::redact;
 use crate::retry::Idempotency;
-use crate::sandbox::{EnvdAccess, Sandbox};
+use crate::sandbox::{EnvdAccess, Sandbox, SandboxUrls};
 
 mod answers;
 mod metrics;
@@ -379,7 +379,21 @@ impl Client {
             .config
             .envd_direct_url(&access.sandbox_id, access.domain.as_deref());
         check_base_url("sandbox_url", &direct)?;
-        Sandbox::new(Arc::clone(&self.inner.http), access, base, direct)
+        let config = &self.inner.config;
+        let domain = access.domain.as_deref();
+        let code = config.port_base_url(&access.sandbox_id, domain, CODE_INTERPRETER_PORT);
+        check_base_url("sandbox_url", &code)?;
+        let host = config.sandbox_host(&access.sandbox_id, domain, CODE_INTERPRETER_PORT);
+        let domain = host
+            .split_once('.')
+            .map_or_else(String::new, |(_, domain)| domain.to_owned());
+        let urls = SandboxUrls {
+            envd: base,
+            direct,
+            code,
+            domain,
+        };
+        Sandbox::new(Arc::clone(&self.inner.http), access, urls)
     }
 
     /// A context for errors of `operation`.

@@ -90,6 +90,16 @@ pub enum Operation {
     UpdateSecret,
     /// `DELETE /secrets/{id}`.
     DeleteSecret,
+    /// The code interpreter's `POST /execute` (port 49999).
+    RunCode,
+    /// The code interpreter's `POST /contexts`.
+    CreateCodeContext,
+    /// The code interpreter's `GET /contexts`.
+    ListCodeContexts,
+    /// The code interpreter's `POST /contexts/{id}/restart`.
+    RestartCodeContext,
+    /// The code interpreter's `DELETE /contexts/{id}`.
+    RemoveCodeContext,
 }
 
 impl Operation {
@@ -156,6 +166,11 @@ impl fmt::Display for Operation {
             Operation::GetSecret => "get secret",
             Operation::UpdateSecret => "update secret",
             Operation::DeleteSecret => "delete secret",
+            Operation::RunCode => "run code",
+            Operation::CreateCodeContext => "create code context",
+            Operation::ListCodeContexts => "list code contexts",
+            Operation::RestartCodeContext => "restart code context",
+            Operation::RemoveCodeContext => "remove code context",
         })
     }
 }

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod code;
 mod coding;
 mod config;
 mod control;
@@ -20,9 +21,14 @@ mod watch;
 #[cfg(test)]
 mod wire_tests;
 
+pub use crate::code::{
+    CodeContext, CodeLanguage, CodeOutput, CodeResult, CodeRun, CodeTarget, DEFAULT_CODE_TIMEOUT,
+    Execution, ExecutionError, OutputMessage, RemoveContextOutcome, RunCodeOptions,
+};
 pub use crate::coding::{ContentCoding, WriteOptions};
 pub use crate::config::{
-    Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits, RetryPolicy,
+    CODE_INTERPRETER_PORT, Config, DEFAULT_DOMAIN, ENVD_PORT, Jitter, JitterSource, Limits,
+    RetryPolicy,
 };
 pub use crate::control::{
     ALL_TRAFFIC, Client, ConnectState, Connected, CreateOptions, DeleteOutcome, EgressProxy,

@@ -21,6 +21,7 @@ use crate::retry::Idempotency;
 use crate::secret::AccessToken;
 
 // One file per envd service; each adds its methods to `Sandbox` and keeps its messages.
+mod code;
 mod filesystem;
 mod input;
 mod processes;
@@ -41,6 +42,9 @@ pub struct EnvdAccess {
     pub access_token: Option<AccessToken>,
     /// Its domain, if E2B named one.
     pub domain: Option<String>,
+    /// Its traffic access token, for a sandbox created with public traffic off: the code
+    /// interpreter's requests carry it (`E2B-Traffic-Access-Token`).
+    pub traffic_access_token: Option<AccessToken>,
 }
 
 /// A connected sandbox's envd surface: processes, filesystem and file transfer.
@@ -54,8 +58,13 @@ pub struct Sandbox {
     base: String,
     /// The sandbox's own envd address, for URLs that carry no header (signed file URLs).
     direct: String,
+    /// The code interpreter's base URL (port 49999, addressed as `base` is).
+    code_base: String,
+    /// `<port>-<id>.<domain>` with this domain is a port's host ([`Sandbox::host`]).
+    domain: String,
     token: Option<AccessToken>,
     token_header: Option<HeaderValue>,
+    traffic_header: Option<HeaderValue>,
     user: Option<String>,
 }
 
@@ -68,6 +77,14 @@ impl fmt::Debug for Sandbox {
             .field("user", &self.user)
             .finish()
     }
+}
+
+/// Where a sandbox's requests go, decided by the client's [`Config`](crate::Config).
+pub(crate) struct SandboxUrls {
+    pub(crate) envd: String,
+    pub(crate) direct: String,
+    pub(crate) code: String,
+    pub(crate) domain: String,
 }
 
 /// Whether envd answers.
@@ -83,33 +100,37 @@ impl Sandbox {
     pub(crate) fn new(
         http: Arc<Http>,
         access: EnvdAccess,
-        base: String,
-        direct: String,
+        urls: SandboxUrls,
     ) -> Result<Sandbox, Error> {
-        let token_header = match &access.access_token {
-            None => None,
+        // The control plane handed out these tokens, so its connect is what failed.
+        let header = |token: &Option<AccessToken>, what: &str| match token {
+            None => Ok(None),
             Some(token) => {
                 let mut value = HeaderValue::from_str(token.expose()).map_err(|_| {
-                    // The control plane handed out this token, so its connect is what failed.
                     let ctx = Ctx::new(
                         Operation::Connect,
                         Target::Control(Some(access.sandbox_id.clone())),
                         http.api_key().clone(),
                         None,
                     );
-                    ctx.protocol("the envd access token is not a valid header value")
+                    ctx.protocol(format!("the {what} is not a valid header value"))
                 })?;
                 value.set_sensitive(true);
-                Some(value)
+                Ok(Some(value))
             }
         };
+        let token_header = header(&access.access_token, "envd access token")?;
+        let traffic_header = header(&access.traffic_access_token, "traffic access token")?;
         Ok(Sandbox {
             http,
             id: access.sandbox_id,
-            base: base.trim_end_matches('/').to_owned(),
-            direct: direct.trim_end_matches('/').to_owned(),
+            base: urls.envd.trim_end_matches('/').to_owned(),
+            direct: urls.direct.trim_end_matches('/').to_owned(),
+            code_base: urls.code.trim_end_matches('/').to_owned(),
+            domain: urls.domain,
             token: access.access_token,
             token_header,
+            traffic_header,
             user: None,
         })
     }

@@ -2,6 +2,7 @@
 //! server's clock, injected faults, typed outcomes and error hygiene. The helpers here are
 //! shared by the submodules, one per area.
 
+mod code;
 mod control;
 mod faults;
 mod files;

@@ -404,7 +404,7 @@ impl LiveHost for Inner {
                 } else if self.paused_by_backend(attached).is_some() || !self.lease_live(attached) {
                     Target::Wait
                 } else {
-                    Target::Running(attached.sandbox.clone())
+                    Target::Running(Box::new(attached.sandbox.clone()))
                 }
             }
             // A gone sandbox was let go; the next use attaches and tells which it is.

@@ -68,7 +68,7 @@ impl Drop for Busy {
 /// Where a follower can be started.
 pub(crate) enum Target {
     /// The process's sandbox runs, as far as the host knows.
-    Running(Sandbox),
+    Running(Box<Sandbox>),
     /// It is paused (or its state is unknown): wait for the next use.
     Wait,
     /// The scope uses another sandbox now.
@@ -241,7 +241,7 @@ impl Follow {
                     host.wait_for_use(since, &self.shared.stop);
                     continue;
                 }
-                Target::Running(sandbox) => sandbox,
+                Target::Running(sandbox) => *sandbox,
             };
             let mut options = StartOptions::exec(
                 "/bin/bash".to_owned(),

@@ -114,6 +114,7 @@ impl SandboxInfo {
             sandbox_id: self.sandbox_id.clone(),
             access_token: self.envd_access_token.clone(),
             domain: self.domain.clone(),
+            traffic_access_token: self.traffic_access_token.clone(),
         }
     }
 }
@@ -296,6 +297,8 @@ impl SandboxDetail {
             sandbox_id: self.summary.sandbox_id.clone(),
             access_token: self.envd_access_token.clone(),
             domain: self.domain.clone(),
+            // Get's answer does not carry it (create's and connect's do).
+            traffic_access_token: None,
         }
     }
 }

@@ -169,6 +169,7 @@ pub(super) fn sandbox(client: &Client) -> Sandbox {
             sandbox_id: sandbox_id(),
             access_token: Some(AccessToken::new(TOKEN.to_owned())),
             domain: None,
+            traffic_access_token: None,
         })
         .expect("valid sandbox")
 }
