@@ -105,12 +105,12 @@ def test_rich_results_carry_every_format_the_object_has(interpreter):
 
 def test_contexts_are_independent_and_can_be_restarted_and_removed(interpreter):
     # contract: O11 — create (with cwd), list in creation order, restart (state gone),
-    # remove (404 afterwards); the default python context comes first.
+    # remove (404 afterwards); the default python and javascript contexts come first.
     interpreter.run_code("shared = 1")
     context = interpreter.create_code_context(cwd="/tmp")
     assert context.language == "python" and context.cwd == "/tmp"
     listed = interpreter.list_code_contexts()
-    assert [c.language for c in listed] == ["python", "python"]
+    assert [c.language for c in listed] == ["python", "javascript", "python"]
     assert listed[-1].id == context.id
     alone = interpreter.run_code("shared", context=context)
     assert alone.error.value == "name 'shared' is not defined"
@@ -124,6 +124,25 @@ def test_contexts_are_independent_and_can_be_restarted_and_removed(interpreter):
         interpreter.run_code("1", context=context)
     with pytest.raises(InvalidArgumentException):
         interpreter.run_code("1", language="python", context=listed[0])
+
+
+def test_javascript_keeps_its_state_imports_awaits_and_streams(interpreter):
+    # contract: O11 — a node process per javascript context: state, `import` lines,
+    # top-level await, console output, per-cell variables, errors.
+    js = {"language": "js"}
+    assert interpreter.run_code("let n = 40; n + 2", **js).text == "42"
+    assert interpreter.run_code("n * 2", **js).text == "80"
+    imported = interpreter.run_code(
+        "import { join } from 'path'\nconsole.log(join('a', 'b'))", **js
+    )
+    assert imported.logs.stdout == ["a/b\n"]
+    assert interpreter.run_code("await Promise.resolve('later')", **js).text == "later"
+    assert interpreter.run_code("process.cwd()", **js).text == "/home/user"
+    assert interpreter.run_code("process.env.ONCE", envs={"ONCE": "o"}, **js).text == "o"
+    assert interpreter.run_code("process.env.ONCE || 'gone'", **js).text == "gone"
+    failed = interpreter.run_code("missing()", **js)
+    assert failed.error.name == "ReferenceError"
+    assert failed.error.value == "missing is not defined"
 
 
 def test_bash_runs_in_a_persistent_shell_and_other_languages_are_refused(interpreter):
@@ -199,7 +218,7 @@ def test_a_private_sandbox_wants_its_traffic_token_on_the_interpreters_port(serv
     sbx = Sandbox.create(timeout=300, network={"allow_public_traffic": False})
     try:
         assert sbx.run_code("1 + 1").text == "2"
-        assert [c.language for c in sbx.list_code_contexts()] == ["python"]
+        assert [c.language for c in sbx.list_code_contexts()] == ["python", "javascript"]
         request = urllib.request.Request(
             f"{server.sandbox_url}/contexts",
             headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999"},

@@ -92,7 +92,8 @@ async fn output_arrives_while_the_cell_still_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contexts_languages_and_per_cell_variables() {
-    // contract: O11 — create (cwd), list, restart, remove; bash; a cell's own variables.
+    // contract: O11 — create (cwd), list, restart, remove; bash and javascript; a cell's own
+    // variables.
     let server = server().await;
     let client = client(&server);
     let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;
@@ -105,7 +106,8 @@ async fn contexts_languages_and_per_cell_variables() {
         ("python", "/tmp")
     );
     let listed = sandbox.list_code_contexts().await.expect("listed");
-    assert_eq!(listed.len(), 2, "{listed:?}");
+    let languages: Vec<&str> = listed.iter().map(|c| c.language.as_str()).collect();
+    assert_eq!(languages, ["python", "javascript", "python"]);
     assert_eq!(listed.last(), Some(&context));
     let here = RunCodeOptions::context(context.id.clone());
     let cwd = sandbox
@@ -164,6 +166,18 @@ async fn contexts_languages_and_per_cell_variables() {
         .await
         .expect_err("no r kernel");
     assert!(refused.to_string().contains("no r kernel"), "{refused}");
+
+    let js = sandbox
+        .run_code(
+            "const greeting = 'hi'; console.log(greeting); [1, 2].length",
+            RunCodeOptions::language(CodeLanguage::JavaScript),
+        )
+        .await
+        .expect("ran");
+    assert_eq!(
+        (js.stdout.concat().as_str(), js.text()),
+        ("hi\n", Some("2"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,8 +5,8 @@
 # objects (stdout, stderr, result, error, number_of_executions), ended by
 # {"type": "end_of_execution"}. The cell's own stdout and stderr (its prints and whatever
 # its subprocesses write) are pipes read here, so nothing it writes can be taken for a
-# protocol line. argv[1] is the language: "python" (a persistent namespace) or "bash" (a
-# persistent bash process).
+# protocol line. argv[1] is the language: "python" (a persistent namespace), "bash" (a
+# persistent bash process) or "javascript" (a persistent Node process running argv[2]).
 import ast
 import base64
 import codecs
@@ -14,6 +14,7 @@ import datetime
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -469,6 +470,53 @@ def _run_bash(code):
     return None
 
 
+# ---- javascript cells -----------------------------------------------------------------
+# A Node process running the script given as argv[2] (kernel.js), fed cells on its stdin and
+# answering on the pipe named by E2B_ANSWER_FD; its stdout and stderr are this kernel's pipes.
+
+_node = [None]
+
+
+def _node_process():
+    if _node[0] is None or _node[0][0].poll() is not None:
+        if _node[0] is not None:
+            os.close(_node[0][1])
+        answer_r, answer_w = os.pipe()
+        process = subprocess.Popen(
+            ["node", "-e", sys.argv[2]],
+            stdin=subprocess.PIPE,
+            pass_fds=(answer_w,),
+            env=dict(os.environ, E2B_ANSWER_FD=str(answer_w)),
+        )
+        os.close(answer_w)
+        _node[0] = (process, os.fdopen(answer_r, "r", encoding="utf-8"))
+    return _node[0]
+
+
+def _run_javascript(code, env):
+    node, answers = _node_process()
+    try:
+        node.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
+        node.stdin.flush()
+        line = answers.readline()
+    except KeyboardInterrupt:
+        node.kill()
+        return {"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""}
+    except BrokenPipeError:
+        line = ""
+    if not line:
+        return {"type": "error", "name": "NodeExited", "value": "node exited", "traceback": ""}
+    said = json.loads(line)
+    if "error" in said:
+        error = said["error"]
+        return {"type": "error", "name": error.get("name", "Error"),
+                "value": error.get("value", ""), "traceback": error.get("traceback", "")}
+    if "text" in said:
+        _flush_output()
+        emit(_result({"text/plain": said["text"]}, True))
+    return None
+
+
 # ---- the loop -------------------------------------------------------------------------
 
 
@@ -495,7 +543,9 @@ def _cell(request):
     if not silent:
         _count[0] += 1
         emit({"type": "number_of_executions", "execution_count": _count[0]})
-    if LANGUAGE == "bash":
+    if LANGUAGE == "javascript":
+        error = _run_javascript(code, env)
+    elif LANGUAGE == "bash":
         if env:
             exports = "".join(f"export {k}={_quote(v)}\n" for k, v in env.items())
             restore = "".join(
@@ -518,6 +568,9 @@ def _quote(value):
 
 
 def main():
+    if LANGUAGE == "javascript" and not shutil.which("node"):
+        sys.stderr.write("no node in the sandbox's PATH\n")
+        sys.exit(3)
     os.environ.setdefault("MPLBACKEND", "Agg")
     _install_ipython_display()
     emit({"type": "ready", "language": LANGUAGE, "pid": os.getpid()})

@@ -6,7 +6,8 @@
 //! E2B runs Jupyter with IPython kernels; here each context is one small Python process
 //! of the sandbox (`kernel.py`, its state in [`crate::kernels`]) that keeps the context's state, started on first use as
 //! root (as E2B's Jupyter runs), hidden from envd's process list, paused, resumed and
-//! killed with the sandbox like every process of it. Languages: `python` and `bash`.
+//! killed with the sandbox like every process of it. Languages: `python`, `javascript`
+//! (a `node` process the Python kernel hosts, `kernel.js`) and `bash`.
 //! What the kernel understands of IPython is in `kernel.py`.
 
 use std::collections::BTreeMap;
@@ -32,6 +33,9 @@ use crate::reply::json_response;
 /// The kernel program (run with `python3 -u -c`; see its opening comment).
 const KERNEL: &str = include_str!("kernel.py");
 
+/// The JavaScript a `javascript` kernel hosts in `node` (its second argument).
+const KERNEL_JS: &str = include_str!("kernel.js");
+
 /// The service's port in every sandbox (`E2b-Sandbox-Port`).
 pub(crate) const PORT: u16 = 49999;
 
@@ -46,29 +50,33 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 /// The working directory of a context created without one.
 const DEFAULT_CWD: &str = "/home/user";
 
-/// The languages the kernel runs, by the names the service takes (`js`, `ts` and the
-/// others E2B's template has are refused with a reason).
+/// The languages the kernel runs, by the names the service takes (`js` is javascript;
+/// `typescript`, `r` and `java`, which E2B's template also has, are refused with a reason).
 fn normalize_language(language: Option<&str>) -> Result<String, String> {
     let language = language
         .map(|l| l.trim().to_lowercase())
         .unwrap_or_default();
     match language.as_str() {
         "" | "python" => Ok("python".to_owned()),
+        "js" | "javascript" => Ok("javascript".to_owned()),
         "bash" => Ok("bash".to_owned()),
         other => Err(format!(
-            "no {other} kernel: e2b-local's code interpreter runs python and bash"
+            "no {other} kernel: e2b-local's code interpreter runs python, javascript and bash"
         )),
     }
 }
 
 /// Starts the kernel of `language` in `cwd`, as root like E2B's Jupyter.
 async fn start_kernel(ctx: &Ctx, language: &str, cwd: &str) -> Result<Kernel, String> {
-    let args = [
+    let mut args = vec![
         "-u".to_owned(),
         "-c".to_owned(),
         KERNEL.to_owned(),
         language.to_owned(),
     ];
+    if language == "javascript" {
+        args.push(KERNEL_JS.to_owned());
+    }
     let envs = BTreeMap::new();
     let (proc, events) = launch(
         ctx,
@@ -123,15 +131,16 @@ async fn create_context(
     Ok(context)
 }
 
-/// The default context of `language`, created on first use; the list always starts
-/// with python's, as E2B's service creates it when it starts.
+/// The default context of `language`, created on first use; the list always starts with
+/// python's and javascript's (where the sandbox has `node`), as E2B's service creates them
+/// when it starts.
 async fn default_of(
     ctx: &Ctx,
     contexts: &Contexts,
     language: &str,
 ) -> Result<Arc<Context>, String> {
     let mut list = contexts.list.lock().await;
-    ensure_python(ctx, &mut list).await?;
+    ensure_defaults(ctx, &mut list).await?;
     if let Some(found) = list.iter().find(|c| c.default && c.language == language) {
         return Ok(Arc::clone(found));
     }
@@ -140,12 +149,20 @@ async fn default_of(
     Ok(context)
 }
 
-async fn ensure_python(ctx: &Ctx, list: &mut Vec<Arc<Context>>) -> Result<(), String> {
+async fn ensure_defaults(ctx: &Ctx, list: &mut Vec<Arc<Context>>) -> Result<(), String> {
     if list.iter().any(|c| c.default && c.language == "python") {
         return Ok(());
     }
-    let context = create_context(ctx, "python".to_owned(), DEFAULT_CWD.to_owned(), true).await?;
-    list.insert(0, context);
+    let python = create_context(ctx, "python".to_owned(), DEFAULT_CWD.to_owned(), true).await?;
+    list.insert(0, python);
+    if !list.iter().any(|c| c.default && c.language == "javascript") {
+        // Without node there is no javascript context, as on a template without it.
+        if let Ok(javascript) =
+            create_context(ctx, "javascript".to_owned(), DEFAULT_CWD.to_owned(), true).await
+        {
+            list.insert(1, javascript);
+        }
+    }
     Ok(())
 }
 
@@ -170,7 +187,7 @@ pub(crate) async fn handle(app: Arc<App>, sandbox_id: String, request: Request) 
         (Method::POST, ["contexts"]) => create(ctx, contexts, request).await,
         (Method::GET, ["contexts"]) => {
             let mut list = contexts.list.lock().await;
-            if let Err(e) = ensure_python(&ctx, &mut list).await {
+            if let Err(e) = ensure_defaults(&ctx, &mut list).await {
                 return failed(format!("Failed to create context: {e}"));
             }
             let body: Vec<serde_json::Value> = list.iter().map(|c| c.json()).collect();
@@ -250,7 +267,7 @@ async fn create(ctx: Ctx, contexts: Arc<Contexts>, request: Request) -> Response
         .filter(|cwd| !cwd.is_empty())
         .unwrap_or_else(|| DEFAULT_CWD.to_owned());
     let mut list = contexts.list.lock().await;
-    if let Err(e) = ensure_python(&ctx, &mut list).await {
+    if let Err(e) = ensure_defaults(&ctx, &mut list).await {
         return failed(format!("Failed to create context: {e}"));
     }
     match create_context(&ctx, language, cwd, false).await {
