@@ -239,3 +239,15 @@ def test_a_kernel_that_dies_is_reported_and_the_context_starts_afresh(interprete
     assert died.error.name == "ContextRestarting"
     assert interpreter.run_code("lost").error.name == "NameError"
     assert interpreter.run_code("2 * 21").text == "42"
+
+
+def test_traffic_to_the_interpreter_wakes_an_auto_resume_sandbox_with_its_kernel(server):
+    # contract: L19, O11 — a cell sent to a paused autoResume sandbox resumes it; the kernel
+    # kept its state.
+    sbx = Sandbox.create(timeout=300, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        sbx.run_code("asleep = 'no longer'")
+        assert sbx.pause()
+        assert sbx.run_code("asleep").text == "no longer"
+    finally:
+        Sandbox.kill(sbx.sandbox_id)

@@ -168,3 +168,51 @@ def test_paused_sandbox_is_not_running_for_envd(server):
             sbx.commands.run("echo hi")
     finally:
         Sandbox.kill(sbx.sandbox_id)
+
+
+def test_traffic_wakes_a_paused_sandbox_created_with_auto_resume(server):
+    # contract: L19 — autoResume: the next request to the sandbox resumes it, memory kept.
+    sbx = Sandbox.create(
+        timeout=300, lifecycle={"on_timeout": "pause", "auto_resume": True}
+    )
+    try:
+        assert sbx.get_info().lifecycle["auto_resume"] is True
+        sleeper = sbx.commands.run("sleep 600", background=True)
+        assert sbx.pause()
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        # No connect: the command itself is the traffic that wakes it.
+        assert sbx.commands.run("echo awake").stdout == "awake\n"
+        assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.RUNNING
+        assert sleeper.pid in [p.pid for p in sbx.commands.list()]
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+
+def test_auto_resume_is_refused_with_a_filesystem_only_pause(server):
+    # contract: L19 — a filesystem-only snapshot cannot be woken by traffic: refused by the
+    # SDK where it checks (2.63.0), else by e2b-local's 400.
+    from e2b.exceptions import InvalidArgumentException, SandboxException
+
+    with pytest.raises((InvalidArgumentException, SandboxException)) as refused:
+        Sandbox.create(
+            timeout=60,
+            lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}, "auto_resume": True},
+        )
+    assert "auto_resume" in str(refused.value) or "autoResume" in str(refused.value)
+
+
+def test_a_repeated_idempotency_key_gets_the_first_creates_sandbox(server, unique):
+    # contract: L20 — the SDK's idempotency_key (sent as Idempotency-Key).
+    import inspect
+
+    if "idempotency_key" not in inspect.signature(Sandbox.create).parameters:
+        pytest.skip("this e2b version has no idempotency_key (2.63.0 has)")
+    key = f"conformance-{unique}"
+    first = Sandbox.create(timeout=60, idempotency_key=key, metadata={"run": unique})
+    try:
+        again = Sandbox.create(timeout=60, idempotency_key=key, metadata={"run": unique})
+        assert again.sandbox_id == first.sandbox_id
+        listed = Sandbox.list(query=SandboxQuery(metadata={"run": unique})).next_items()
+        assert [s.sandbox_id for s in listed] == [first.sandbox_id]
+    finally:
+        Sandbox.kill(first.sandbox_id)

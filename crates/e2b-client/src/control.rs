@@ -118,8 +118,11 @@ impl Client {
         })
     }
 
-    /// Creates a sandbox (`POST /v2/sandboxes`). Not retried once the request may have reached
-    /// E2B, so a lost response never makes two sandboxes; find it by metadata instead.
+    /// Creates a sandbox (`POST /v2/sandboxes`). Without an
+    /// [`idempotency_key`](CreateOptions::idempotency_key) it is not retried once the request
+    /// may have reached E2B, so a lost response never makes two sandboxes (find it by metadata
+    /// instead); with one it is retried like any idempotent call, E2B answering a repeat with
+    /// the sandbox the key's first create made.
     pub async fn create(&self, options: CreateOptions) -> Result<SandboxInfo, Error> {
         let ctx = self.ctx(Operation::Create, None).with_secrets(
             options
@@ -139,19 +142,32 @@ impl Client {
             timeout: options.timeout.map(whole_secs),
             auto_pause,
             auto_pause_memory,
+            auto_resume: options
+                .auto_resume
+                .map(|enabled| AutoResumeWire { enabled }),
             secure: options.secure,
             allow_internet_access: options.allow_internet_access,
             network: options.network.as_ref().map(network::NetworkWire::from),
             metadata: &options.metadata,
             env_vars: &options.env_vars,
         };
+        let (idempotency, header) = match &options.idempotency_key {
+            None => (Idempotency::NotIdempotent, None),
+            Some(key) => {
+                let value = HeaderValue::from_str(key).map_err(|_| {
+                    ctx.invalid_input("the idempotency key cannot be sent in a header")
+                })?;
+                (Idempotency::Idempotent, Some(("Idempotency-Key", value)))
+            }
+        };
         let (response, deadline) = self
-            .send_json(
+            .send_json_with(
                 &ctx,
                 Method::POST,
                 "/v2/sandboxes",
                 Some(&body),
-                Idempotency::NotIdempotent,
+                idempotency,
+                header,
             )
             .await?;
         self.inner.http.read_json(&ctx, response, deadline).await
@@ -414,6 +430,20 @@ impl Client {
         body: Option<&B>,
         idempotency: Idempotency,
     ) -> Result<(reqwest::Response, Instant), Error> {
+        self.send_json_with(ctx, method, path_and_query, body, idempotency, None)
+            .await
+    }
+
+    /// [`Client::send_json`] with one more header.
+    async fn send_json_with<B: Serialize>(
+        &self,
+        ctx: &Ctx,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&B>,
+        idempotency: Idempotency,
+        header: Option<(&'static str, HeaderValue)>,
+    ) -> Result<(reqwest::Response, Instant), Error> {
         let url = reqwest::Url::parse(&format!("{}{path_and_query}", self.inner.api_base))
             .map_err(|error| ctx.invalid_input(format!("bad URL: {error}")))?;
         let mut builder = self
@@ -421,6 +451,9 @@ impl Client {
             .http
             .request(Pool::Default, method, url)?
             .header("X-API-Key", self.inner.api_key_header.clone());
+        if let Some((name, value)) = header {
+            builder = builder.header(name, value);
+        }
         if let Some(body) = body {
             let bytes = serde_json::to_vec(body)
                 .map_err(|error| ctx.invalid_input(format!("cannot encode the body: {error}")))?;
@@ -511,6 +544,8 @@ struct NewSandbox<'a> {
     auto_pause: Option<bool>,
     #[serde(rename = "autoPauseMemory", skip_serializing_if = "Option::is_none")]
     auto_pause_memory: Option<bool>,
+    #[serde(rename = "autoResume", skip_serializing_if = "Option::is_none")]
+    auto_resume: Option<AutoResumeWire>,
     #[serde(skip_serializing_if = "Option::is_none")]
     secure: Option<bool>,
     // E2B spells this one field in snake_case.
@@ -521,6 +556,11 @@ struct NewSandbox<'a> {
     metadata: &'a BTreeMap<String, String>,
     #[serde(rename = "envVars")]
     env_vars: &'a BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct AutoResumeWire {
+    enabled: bool,
 }
 
 #[derive(Serialize)]

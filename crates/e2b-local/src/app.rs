@@ -26,6 +26,8 @@ pub(crate) struct App {
     pub(crate) requests: RequestCounter,
     /// Enforcement of egress rules (`None`: not on this host, see the store's reason).
     pub(crate) egress: Option<crate::egress::Egress>,
+    /// Each `Idempotency-Key` a create carried: its body's digest and the sandbox it made.
+    pub(crate) create_keys: std::sync::Mutex<std::collections::HashMap<String, (u64, String)>>,
     /// The code-interpreter contexts of every sandbox (port 49999).
     pub(crate) interpreters: crate::kernels::Interpreters,
 }

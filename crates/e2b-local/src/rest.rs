@@ -56,6 +56,11 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
     if !accepted {
         return ApiError::new(StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
     }
+    let idempotency_key = request
+        .headers()
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
         Ok(body) => body,
         Err(e) => {
@@ -73,14 +78,26 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
         // async workers, so other requests keep being served meanwhile.
         let worker = tokio::task::spawn_blocking(move || {
             let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-            route(&app, &method, &segments, &query, &body)
+            let request = RestRequest {
+                segments: &segments,
+                query: &query,
+                body: &body,
+                idempotency_key: idempotency_key.as_deref(),
+            };
+            route(&app, &method, &request)
         });
         match worker.await {
             Ok(result) => result,
             Err(error) => Err(ApiError::internal(format!("request task failed: {error}"))),
         }
     } else {
-        route(&app, &method, &segments, &query, &body)
+        let request = RestRequest {
+            segments: &segments,
+            query: &query,
+            body: &body,
+            idempotency_key: idempotency_key.as_deref(),
+        };
+        route(&app, &method, &request)
     };
     match result {
         Ok(response) => response,
@@ -98,17 +115,26 @@ fn copies_files(method: &Method, segments: &[&str]) -> bool {
     )
 }
 
-fn route(
-    app: &Arc<App>,
-    method: &Method,
-    segments: &[&str],
-    query: &str,
-    body: &Bytes,
-) -> Result<Response, ApiError> {
+/// What a control-plane route reads of its request.
+struct RestRequest<'a> {
+    segments: &'a [&'a str],
+    query: &'a str,
+    body: &'a Bytes,
+    /// The `Idempotency-Key` header (create honours it).
+    idempotency_key: Option<&'a str>,
+}
+
+fn route(app: &Arc<App>, method: &Method, request: &RestRequest<'_>) -> Result<Response, ApiError> {
     use ApiVersion::{V1, V2};
+    let RestRequest {
+        segments,
+        query,
+        body,
+        idempotency_key,
+    } = *request;
     match (method.clone(), segments) {
-        (Method::POST, ["sandboxes"]) => create(app, V1, body),
-        (Method::POST, ["v2", "sandboxes"]) => create(app, V2, body),
+        (Method::POST, ["sandboxes"]) => create_once(app, V1, body, idempotency_key),
+        (Method::POST, ["v2", "sandboxes"]) => create_once(app, V2, body, idempotency_key),
         (Method::GET, ["sandboxes"]) => list(app, V1, query),
         (Method::GET, ["v2", "sandboxes"]) => list(app, V2, query),
         (Method::GET, ["sandboxes", id]) => {
@@ -259,7 +285,50 @@ fn validate_timeout(timeout: i64) -> Result<i64, ApiError> {
     Ok(timeout)
 }
 
-fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiError> {
+/// A create, at most once per `Idempotency-Key`: the key's first create makes the sandbox,
+/// and a repeat of it (a client retrying after a lost answer) gets that sandbox again
+/// instead of a second one; the same key with another body is refused (422). Keys are kept
+/// in memory for the server's life.
+fn create_once(
+    app: &App,
+    version: ApiVersion,
+    body: &Bytes,
+    key: Option<&str>,
+) -> Result<Response, ApiError> {
+    let Some(key) = key else {
+        return create(app, version, body).map(|record| created(&record));
+    };
+    let digest = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        body.hash(&mut hasher);
+        hasher.finish()
+    };
+    // Held across the create, so that a concurrent repeat waits for the first one's sandbox.
+    let mut keys = app
+        .create_keys
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((first, sandbox_id)) = keys.get(key) {
+        if *first != digest {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Idempotency-Key was already used with a different request",
+            ));
+        }
+        let record = app.store.get(sandbox_id)?;
+        return Ok(created(&record));
+    }
+    let record = create(app, version, body)?;
+    keys.insert(key.to_owned(), (digest, record.id.clone()));
+    Ok(created(&record))
+}
+
+fn created(record: &Record) -> Response {
+    json_response(StatusCode::CREATED, &sandbox_json(record))
+}
+
+fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiError> {
     let req: NewSandbox = parse_body(body)?;
     let template = req
         .template_id
@@ -332,7 +401,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Response, ApiE
         network,
     })?;
     tracing::info!(sandbox_id = %record.id, template = %record.template, "sandbox created");
-    Ok(json_response(StatusCode::CREATED, &sandbox_json(&record)))
+    Ok(record)
 }
 
 /// The `Sandbox` schema (create / connect / resume answers).

@@ -188,6 +188,7 @@ impl Server {
             isolation: Arc::new(isolation),
             requests: RequestCounter::default(),
             egress: egress.ok(),
+            create_keys: std::sync::Mutex::default(),
             interpreters: crate::kernels::Interpreters::default(),
         });
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -420,6 +421,10 @@ async fn route(app: Arc<App>, request: Request) -> (Response, Option<String>) {
     let logged = sandbox.clone().or_else(|| rest::sandbox_in_path(path));
     // Counted on arrival, before faults: a request failed by a fault rule was still sent.
     app.requests.record(plane, request.method(), path);
+    if let Some(id) = &sandbox {
+        // A paused sandbox created with autoResume wakes for this request, as on E2B.
+        app.store.wake_on_traffic(id);
+    }
     let handler_app = Arc::clone(&app);
     let response = faults::apply(&app, plane, request, move |request| {
         Box::pin(async move {

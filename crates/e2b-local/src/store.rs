@@ -95,6 +95,10 @@ pub(crate) struct Record {
     /// The `network` config (egress rules) as created or last updated.
     #[serde(default)]
     pub(crate) network: Option<NetworkRecord>,
+    /// The lease it was created with, in seconds: what a resume by traffic gives it
+    /// (`None` for a record written before it was kept: E2B's default, 300).
+    #[serde(default)]
+    pub(crate) lease_secs: Option<i64>,
 }
 
 /// Where a sandbox made from a snapshot comes from, for what E2B reports about it and for
@@ -106,6 +110,9 @@ pub(crate) struct SnapshotOrigin {
     /// The built-in template the snapshotted files started from (decides the home).
     pub(crate) base_template: String,
 }
+
+/// E2B's default lease, for a record that does not say its own.
+const DEFAULT_LEASE_SECS: i64 = 300;
 
 impl Record {
     /// The `alias` E2B reports: the template's name, or the snapshot's when made from one.
@@ -490,6 +497,7 @@ impl Store {
                 .then(EnvdToken::generate),
             origin: params.origin,
             network: params.network,
+            lease_secs: Some(params.timeout_secs),
         };
         self.persist(&record);
         inner.entries.insert(
@@ -577,6 +585,39 @@ impl Store {
         let record = entry.record.clone();
         self.persist(&record);
         Ok((record, resumed))
+    }
+
+    /// Resumes a paused sandbox created with `autoResume` that traffic reached (a request
+    /// to its envd or one of its ports), with its memory and the lease it was created with,
+    /// as E2B's proxy wakes it; `true` when it resumed. Nothing happens to any other sandbox.
+    pub(crate) fn wake_on_traffic(&self, id: &str) -> bool {
+        // No sweep first: this runs on every envd request, and a sandbox paused by a lease
+        // that just ran out is woken by the request after the sweep that pauses it.
+        let lease = {
+            let inner = self.lock();
+            match inner.entries.get(id) {
+                Some(entry)
+                    if entry.record.state == SbState::Paused && entry.record.auto_resume =>
+                {
+                    entry.record.lease_secs.unwrap_or(DEFAULT_LEASE_SECS)
+                }
+                _ => return false,
+            }
+        };
+        match self.connect(id, lease, true) {
+            Ok((_, resumed)) => {
+                if resumed {
+                    self.logs
+                        .of(id)
+                        .push(Level::Info, "sandbox resumed by traffic", &[]);
+                }
+                resumed
+            }
+            Err(refused) => {
+                tracing::debug!(sandbox_id = %id, error = %refused.message, "auto-resume refused");
+                false
+            }
+        }
     }
 
     /// Overwrites the lease of a running sandbox (may shorten).

@@ -238,3 +238,127 @@ async fn an_ephemeral_sandbox_is_killed_at_lease_end() {
     );
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_created_with_auto_resume_is_woken_by_its_next_command() {
+    // contract: L19 — no connect: the command is the traffic that resumes it, memory kept.
+    let server = server().await;
+    let client = client(&server);
+    let mut options = CreateOptions::new("base".to_owned());
+    options.timeout = Some(Duration::from_secs(600));
+    options.on_timeout = OnTimeout::Pause(PauseMemory::Keep);
+    options.auto_resume = Some(true);
+    let info = client.create(options).await.expect("created");
+    let sandbox = client.sandbox(info.envd_access()).expect("handle");
+    let detail = client.get(&info.sandbox_id).await.expect("get");
+    assert!(detail.lifecycle.expect("lifecycle").auto_resume);
+    let started = sandbox
+        .start(StartOptions::shell("sleep 600".to_owned()))
+        .await
+        .expect("started");
+    let pid = started.pid();
+    drop(started);
+    assert_eq!(
+        client.pause(&info.sandbox_id).await.expect("paused"),
+        PauseOutcome::Paused
+    );
+    assert_eq!(
+        client
+            .get(&info.sandbox_id)
+            .await
+            .expect("get")
+            .summary
+            .state,
+        SandboxState::Paused
+    );
+    assert_eq!(sh(&sandbox, "echo awake").await, "awake\n");
+    let running = sandbox.list_processes().await.expect("listed");
+    assert!(running.iter().any(|p| p.pid == pid), "{running:?}");
+
+    // Without autoResume (and with a filesystem-only pause, refused with it) nothing wakes.
+    let mut plain = CreateOptions::new("base".to_owned());
+    plain.on_timeout = OnTimeout::Pause(PauseMemory::Keep);
+    let (plain_info, plain_sandbox) = {
+        let info = client.create(plain).await.expect("created");
+        let sandbox = client.sandbox(info.envd_access()).expect("handle");
+        (info, sandbox)
+    };
+    client.pause(&plain_info.sandbox_id).await.expect("paused");
+    let error = plain_sandbox
+        .run(StartOptions::shell("true".to_owned()), 1024)
+        .await
+        .expect_err("still paused");
+    assert!(error.is_sandbox_gone(), "{error}");
+    let mut refused = CreateOptions::new("base".to_owned());
+    refused.on_timeout = OnTimeout::Pause(PauseMemory::Discard);
+    refused.auto_resume = Some(true);
+    let error = client.create(refused).await.expect_err("refused");
+    assert!(error.is_invalid_request(), "{error}");
+    assert!(error.to_string().contains("autoResume"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_with_an_idempotency_key_is_retried_and_makes_one_sandbox() {
+    // contract: L20 — a key makes create retryable: a 503 is retried, a repeat after a lost
+    // answer gets the same sandbox, the key with other options is refused.
+    let server = server().await;
+    let client = client(&server);
+    let keyed = |key: &str| {
+        let mut options = CreateOptions::new("base".to_owned());
+        options.idempotency_key = Some(key.to_owned());
+        options.metadata.insert("run".to_owned(), key.to_owned());
+        options
+    };
+    let unavailable = FailRule {
+        count: 1,
+        status: 503,
+        scope: FaultScope::Rest,
+        path_prefix: Some("/v2/sandboxes".to_owned()),
+        retry_after_secs: None,
+        should_retry: None,
+        message: None,
+    };
+    // Without a key a 503 is not retried: the request may have made a sandbox.
+    server.faults().fail_next(unavailable.clone());
+    let error = client
+        .create(CreateOptions::new("base".to_owned()))
+        .await
+        .expect_err("not retried");
+    assert!(error.is_transient(), "{error}");
+    server.faults().fail_next(unavailable);
+    let first = client.create(keyed("key-1")).await.expect("retried");
+
+    // The answer is lost after the sandbox was made; the caller's repeat gets it again.
+    server.faults().drop_streams(DropRule {
+        count: 1,
+        after_bytes: 0,
+        scope: FaultScope::Rest,
+        path_prefix: Some("/v2/sandboxes".to_owned()),
+    });
+    let lost = client
+        .create(keyed("key-2"))
+        .await
+        .expect_err("answer lost");
+    assert!(lost.is_transient(), "{lost}");
+    let again = client
+        .create(keyed("key-2"))
+        .await
+        .expect("the same sandbox");
+    let repeat = client
+        .create(keyed("key-1"))
+        .await
+        .expect("the same sandbox");
+    assert_eq!(repeat.sandbox_id, first.sandbox_id);
+    let mut query = ListQuery::all();
+    query.metadata.insert("run".to_owned(), "key-2".to_owned());
+    let listed = list_all(&client, query).await;
+    assert_eq!(
+        listed.iter().map(|s| &s.sandbox_id).collect::<Vec<_>>(),
+        [&again.sandbox_id]
+    );
+
+    let mut changed = keyed("key-1");
+    changed.env_vars.insert("OTHER".to_owned(), "1".to_owned());
+    let error = client.create(changed).await.expect_err("reused key");
+    assert!(error.to_string().contains("Idempotency-Key"), "{error}");
+}

@@ -27,6 +27,15 @@ pub struct CreateOptions {
     /// Sent as `secure` when set. On the v2 route E2B always issues an envd access token, so
     /// `Some(true)` is what you get anyway; E2B ignores the field there.
     pub secure: Option<bool>,
+    /// `Some(true)`: traffic to the paused sandbox (a command, a file call, a request to one
+    /// of its ports) resumes it, as `connect` would (`autoResume`). Only with
+    /// [`OnTimeout::Pause`]`(`[`PauseMemory::Keep`]`)`: a filesystem-only pause cannot be woken.
+    /// `None` leaves E2B's default (off).
+    pub auto_resume: Option<bool>,
+    /// Sent as `Idempotency-Key`: a create repeated with the same key (and the same
+    /// options) gets the sandbox the first one made, so the create can be retried after a
+    /// lost answer. `None`: no key, and no retry once the request may have arrived.
+    pub idempotency_key: Option<String>,
 }
 
 impl CreateOptions {
@@ -41,6 +50,8 @@ impl CreateOptions {
             allow_internet_access: None,
             network: None,
             secure: None,
+            auto_resume: None,
+            idempotency_key: None,
         }
     }
 }

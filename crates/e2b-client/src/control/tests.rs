@@ -75,6 +75,7 @@ fn create_body_for_each_lifecycle() {
         timeout: Some(120),
         auto_pause,
         auto_pause_memory,
+        auto_resume: None,
         secure: None,
         allow_internet_access: Some(false),
         network: None,
