@@ -216,3 +216,14 @@ def test_a_repeated_idempotency_key_gets_the_first_creates_sandbox(server, uniqu
         assert [s.sandbox_id for s in listed] == [first.sandbox_id]
     finally:
         Sandbox.kill(first.sandbox_id)
+
+
+def test_started_after_includes_a_sandbox_started_at_that_time(server, unique):
+    # The spec: "Return sandboxes started at or after this timestamp".
+    sbx = Sandbox.create(timeout=60, metadata={"run": unique})
+    try:
+        started = sbx.get_info().started_at
+        query = SandboxQuery(metadata={"run": unique}, started_after=started)
+        assert [s.sandbox_id for s in Sandbox.list(query=query).next_items()] == [sbx.sandbox_id]
+    finally:
+        sbx.kill()

@@ -38,7 +38,7 @@ pub use self::network::{
     ALL_TRAFFIC, EgressProxy, EgressRules, HeaderTransform, NetworkConfig, NetworkUpdate,
     TransformRules,
 };
-pub use self::options::{CreateOptions, ListQuery, OnTimeout, PauseMemory, StateFilter};
+pub use self::options::{CreateOptions, ListOrder, ListQuery, OnTimeout, PauseMemory, StateFilter};
 pub use self::secrets::{
     MAX_SECRET_NAME, NewSecret, SecretInfo, SecretQuery, SecretUpdate, canonical_secret_name,
     secret_placeholder,
@@ -179,7 +179,13 @@ impl Client {
         &self,
         query: ListQuery,
     ) -> impl Stream<Item = Result<ListedSandbox, Error>> + Send + 'static {
-        self.paged(Operation::List, "/v2/sandboxes", list_query_string(&query))
+        let start = query.next_token.clone();
+        self.paged_from(
+            Operation::List,
+            "/v2/sandboxes",
+            list_query_string(&query),
+            start,
+        )
     }
 
     /// Items of a paged GET, one page at a time: the next page (`nextToken` from the previous
@@ -191,8 +197,24 @@ impl Client {
         path: &'static str,
         base_query: String,
     ) -> impl Stream<Item = Result<T, Error>> + Send + 'static {
+        self.paged_from(operation, path, base_query, None)
+    }
+
+    /// [`Client::paged`] from the page `start` names (a token an earlier listing handed out),
+    /// or from the first page.
+    pub(crate) fn paged_from<T: DeserializeOwned + Send + 'static>(
+        &self,
+        operation: Operation,
+        path: &'static str,
+        base_query: String,
+        start: Option<String>,
+    ) -> impl Stream<Item = Result<T, Error>> + Send + 'static {
         let client = self.clone();
-        let pages = stream::try_unfold(PageState::First, move |state| {
+        let first = match start {
+            Some(token) => PageState::Next(token),
+            None => PageState::First,
+        };
+        let pages = stream::try_unfold(first, move |state| {
             let client = client.clone();
             let base_query = base_query.clone();
             async move {
@@ -510,6 +532,25 @@ fn list_query_string(query: &ListQuery) -> String {
     parts.push(format!("state={}", utf8_percent_encode(states, UNRESERVED)));
     if let Some(limit) = query.limit {
         parts.push(format!("limit={limit}"));
+    }
+    match query.order {
+        None => {}
+        Some(ListOrder::OldestFirst) => parts.push("order=asc".to_owned()),
+        Some(ListOrder::NewestFirst) => parts.push("order=desc".to_owned()),
+    }
+    if let Some(after) = query.started_after
+        && let Ok(text) = after.format(&time::format_description::well_known::Rfc3339)
+    {
+        parts.push(format!(
+            "startedAfter={}",
+            utf8_percent_encode(&text, UNRESERVED)
+        ));
+    }
+    if let Some(template) = &query.template {
+        parts.push(format!(
+            "template={}",
+            utf8_percent_encode(template, UNRESERVED)
+        ));
     }
     parts.join("&")
 }

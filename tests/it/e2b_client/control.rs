@@ -362,3 +362,107 @@ async fn a_create_with_an_idempotency_key_is_retried_and_makes_one_sandbox() {
     let error = client.create(changed).await.expect_err("reused key");
     assert!(error.to_string().contains("Idempotency-Key"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_by_start_time_and_template_orders_and_starts_from_a_token() {
+    // The list's query options, against e2b-local's list (E2B's filters and cursor).
+    use agent_sandbox_examples::e2b_client::ListOrder;
+
+    let server = server().await;
+    let client = client(&server);
+    let mut ids = Vec::new();
+    let mut second_started = None;
+    for template in ["base", "code-interpreter-v1", "base"] {
+        let mut options = CreateOptions::new(template.to_owned());
+        options.timeout = Some(Duration::from_secs(3600));
+        options
+            .metadata
+            .insert("suite".to_owned(), "filters".to_owned());
+        let info = client.create(options).await.expect("created");
+        if ids.len() == 1 {
+            let detail = client.get(&info.sandbox_id).await.expect("get");
+            second_started = Some(detail.summary.started_at);
+        }
+        ids.push(info.sandbox_id);
+        server.clock().advance(Duration::from_secs(10));
+    }
+    let query = |edit: &dyn Fn(&mut ListQuery)| {
+        let mut query = ListQuery::all();
+        query
+            .metadata
+            .insert("suite".to_owned(), "filters".to_owned());
+        edit(&mut query);
+        query
+    };
+    let listed = |items: Vec<ListedSandbox>| -> Vec<SandboxId> {
+        items.into_iter().map(|s| s.sandbox_id).collect()
+    };
+    let oldest =
+        listed(list_all(&client, query(&|q| q.order = Some(ListOrder::OldestFirst))).await);
+    assert_eq!(oldest, ids);
+    let newest =
+        listed(list_all(&client, query(&|q| q.order = Some(ListOrder::NewestFirst))).await);
+    assert_eq!(newest, ids.iter().rev().cloned().collect::<Vec<_>>());
+    let after = listed(
+        list_all(
+            &client,
+            query(&|q| {
+                q.order = Some(ListOrder::OldestFirst);
+                q.started_after = second_started;
+            }),
+        )
+        .await,
+    );
+    assert_eq!(after, ids[1..]);
+    let interpreters = listed(
+        list_all(
+            &client,
+            query(&|q| q.template = Some("code-interpreter-v1".to_owned())),
+        )
+        .await,
+    );
+    assert_eq!(interpreters, ids[1..2]);
+
+    // A listing of one per page hands out a token; a new listing can start from it.
+    let first_page = query(&|q| {
+        q.order = Some(ListOrder::OldestFirst);
+        q.limit = Some(1);
+    });
+    let mut pages = std::pin::pin!(client.list(first_page.clone()));
+    assert_eq!(
+        pages.next().await.expect("one").expect("listed").sandbox_id,
+        ids[0]
+    );
+    drop(pages);
+    let token = {
+        // The token after the first page, as E2B's X-Next-Token carries it.
+        let response = reqwest::Client::new()
+            .get(format!(
+                "{}/v2/sandboxes?metadata=suite%3Dfilters&order=asc&limit=1",
+                server.url()
+            ))
+            .header("X-API-Key", "e2b_integration_key_0123456789")
+            .send()
+            .await
+            .expect("listed");
+        response
+            .headers()
+            .get("x-next-token")
+            .expect("a next token")
+            .to_str()
+            .expect("text")
+            .to_owned()
+    };
+    let rest = listed(
+        list_all(
+            &client,
+            query(&|q| {
+                q.order = Some(ListOrder::OldestFirst);
+                q.limit = Some(1);
+                q.next_token = Some(token.clone());
+            }),
+        )
+        .await,
+    );
+    assert_eq!(rest, ids[1..]);
+}

@@ -196,3 +196,43 @@ async fn downloads_are_refused_at_their_cap() {
     assert!(download.next().await.is_none());
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exists_answers_for_files_and_secrets_and_only_not_found_is_false() {
+    use agent_sandbox_examples::e2b_client::{NewSecret, SecretValue};
+
+    let server = server().await;
+    let client = client(&server);
+    let (info, sandbox) = create(&client, OnTimeout::Kill, 600).await;
+    sandbox
+        .write_file("/home/user/here.txt", Bytes::from_static(b"x"))
+        .await
+        .expect("written");
+    assert!(sandbox.exists("/home/user/here.txt").await.expect("asked"));
+    assert!(sandbox.exists("/home/user").await.expect("asked"));
+    assert!(
+        !sandbox
+            .exists("/home/user/missing.txt")
+            .await
+            .expect("asked")
+    );
+
+    assert!(!client.secret_exists("api-token").await.expect("asked"));
+    client
+        .create_secret(NewSecret {
+            name: "api-token".to_owned(),
+            value: SecretValue::new("s3cr3t".to_owned()),
+            metadata: None,
+        })
+        .await
+        .expect("created");
+    assert!(client.secret_exists("api-token").await.expect("asked"));
+
+    // Anything else than "not found" is an error, not a `false`.
+    client.kill(&info.sandbox_id).await.expect("killed");
+    let error = sandbox
+        .exists("/home/user/here.txt")
+        .await
+        .expect_err("gone");
+    assert!(error.is_sandbox_gone(), "{error}");
+}

@@ -72,11 +72,9 @@ impl Inner {
             return (None, census);
         };
         let profile = ProfileDigest::of(&self.scope.profile_home.to_string_lossy());
-        let query = ListQuery {
-            metadata: BTreeMap::from([(PROFILE_KEY.to_owned(), profile.to_hex())]),
-            state: StateFilter::Running,
-            limit: None,
-        };
+        let mut query = ListQuery::all();
+        query.metadata = BTreeMap::from([(PROFILE_KEY.to_owned(), profile.to_hex())]);
+        query.state = StateFilter::Running;
         let listed: Vec<ListedSandbox> = match self.block_on(client.list(query).try_collect()) {
             Ok(listed) => listed,
             Err(error) => {

@@ -96,6 +96,24 @@ pub struct ListQuery {
     pub state: StateFilter,
     /// Page size (E2B: 1 to 100, default 100).
     pub limit: Option<u32>,
+    /// Order by start time; `None` leaves E2B's.
+    pub order: Option<ListOrder>,
+    /// Only sandboxes started at or after this time.
+    pub started_after: Option<time::OffsetDateTime>,
+    /// Only sandboxes of this template (id or name).
+    pub template: Option<String>,
+    /// Start from the page this token names (an `X-Next-Token` an earlier listing got)
+    /// instead of the first.
+    pub next_token: Option<String>,
+}
+
+/// The order [`Client::list`](crate::Client::list) returns sandboxes in, by start time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListOrder {
+    /// Oldest first (`order=asc`).
+    OldestFirst,
+    /// Newest first (`order=desc`).
+    NewestFirst,
 }
 
 impl ListQuery {
@@ -105,6 +123,10 @@ impl ListQuery {
             metadata: BTreeMap::new(),
             state: StateFilter::Any,
             limit: None,
+            order: None,
+            started_after: None,
+            template: None,
+            next_token: None,
         }
     }
 }

@@ -219,6 +219,16 @@ impl Client {
         self.inner.http.read_json(&ctx, response, deadline).await
     }
 
+    /// Whether the team has a secret of this id or name (a `GET` that finds it), as the
+    /// SDK's `Secret.exists`; any failure other than a 404 is an error.
+    pub async fn secret_exists(&self, secret: &str) -> Result<bool, Error> {
+        match self.get_secret(secret).await {
+            Ok(_) => Ok(true),
+            Err(error) if error.is_not_found() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Stores a new value (and, when given, new metadata) for a secret
     /// (`POST /secrets/{id or name}`); the answer carries the new version. Every sandbox whose
     /// rules name the secret gets the new value at its next request. A 404 is

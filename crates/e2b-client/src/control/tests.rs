@@ -2,14 +2,29 @@ use super::*;
 use crate::secret::AccessToken;
 
 #[test]
+fn order_start_time_and_template_filters_are_sent_as_the_sdk_sends_them() {
+    let mut query = ListQuery::all();
+    query.state = StateFilter::Running;
+    query.order = Some(ListOrder::OldestFirst);
+    query.started_after = Some(time::macros::datetime!(2026-12-07 10:00:00 UTC));
+    query.template = Some("code interpreter/v1".to_owned());
+    assert_eq!(
+        list_query_string(&query),
+        "state=running&order=asc&startedAfter=2026-12-07T10%3A00%3A00Z&template=code%20interpreter%2Fv1"
+    );
+    query.order = Some(ListOrder::NewestFirst);
+    query.started_after = None;
+    query.template = None;
+    assert_eq!(list_query_string(&query), "state=running&order=desc");
+}
+
+#[test]
 fn metadata_filter_matches_the_wire_capture() {
     let one: BTreeMap<String, String> = [("scope".to_owned(), "a b/c".to_owned())].into();
     assert_eq!(metadata_filter(&one), "scope%3Da%252520b%252Fc");
-    let query = ListQuery {
-        metadata: one,
-        state: StateFilter::Any,
-        limit: Some(50),
-    };
+    let mut query = ListQuery::all();
+    query.metadata = one;
+    query.limit = Some(50);
     // As the official SDK sends it: GET /v2/sandboxes?metadata=scope%3Da%252520b%252Fc&state=running%2Cpaused&limit=50
     assert_eq!(
         list_query_string(&query),

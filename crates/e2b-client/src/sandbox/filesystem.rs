@@ -23,6 +23,16 @@ impl Sandbox {
         Ok(reply.entry)
     }
 
+    /// Whether `path` exists (a `Stat` that finds it), as the SDK's `files.exists`; any
+    /// failure other than "not found" is an error.
+    pub async fn exists(&self, path: &str) -> Result<bool, Error> {
+        match self.stat(path).await {
+            Ok(_) => Ok(true),
+            Err(error) if error.is_not_found() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Creates a directory and its parents (`filesystem.Filesystem/MakeDir`).
     pub async fn make_dir(&self, path: &str) -> Result<MakeDirOutcome, Error> {
         match self

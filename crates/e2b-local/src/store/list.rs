@@ -66,7 +66,7 @@ impl Store {
                     .iter()
                     .all(|(k, v)| r.metadata.get(k).is_some_and(|have| have == v))
             })
-            .filter(|r| query.started_after.is_none_or(|t| r.started_at > t))
+            .filter(|r| query.started_after.is_none_or(|t| r.started_at >= t))
             .filter(|r| query.template.as_ref().is_none_or(|t| &r.template == t))
             .collect();
         let key = |r: &Record| Cursor {
