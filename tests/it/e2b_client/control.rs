@@ -456,3 +456,33 @@ async fn list_filters_by_start_time_and_template_orders_and_starts_from_a_token(
     );
     assert_eq!(rest, ids[1..]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_servers_are_sent_at_create_and_in_an_update_and_read_back() {
+    use agent_sandbox_examples::e2b_client::{EgressRules, NetworkConfig, NetworkUpdate};
+
+    let server = server().await;
+    let client = client(&server);
+    let mut network = NetworkConfig::new(EgressRules::unrestricted());
+    network.dns_servers = vec!["1.1.1.1".to_owned()];
+    network.https_ports = vec![8443];
+    let mut options = CreateOptions::new("base".to_owned());
+    options.network = Some(network);
+    let info = client.create(options).await.expect("created");
+    let shown = client.get(&info.sandbox_id).await.expect("get");
+    assert_eq!(
+        shown.network.expect("network").dns_servers,
+        ["1.1.1.1".to_owned()]
+    );
+    let mut update = NetworkUpdate::new(EgressRules::unrestricted());
+    update.dns_servers = vec!["9.9.9.9".to_owned()];
+    client
+        .replace_network(&info.sandbox_id, &update)
+        .await
+        .expect("updated");
+    let shown = client.get(&info.sandbox_id).await.expect("get");
+    assert_eq!(
+        shown.network.expect("network").dns_servers,
+        ["9.9.9.9".to_owned()]
+    );
+}

@@ -98,15 +98,18 @@ pub struct NetworkUpdate {
     pub rules: TransformRules,
     /// The SOCKS5 egress proxy; `None` clears it.
     pub egress_proxy: Option<EgressProxy>,
+    /// The DNS servers the sandbox resolves with (`dnsServers`); empty resets E2B's default.
+    pub dns_servers: Vec<String>,
 }
 
 impl NetworkUpdate {
-    /// These egress rules, no transforms and no proxy.
+    /// These egress rules, no transforms, no proxy, E2B's DNS servers.
     pub fn new(egress: EgressRules) -> NetworkUpdate {
         NetworkUpdate {
             egress,
             rules: TransformRules::new(),
             egress_proxy: None,
+            dns_servers: Vec::new(),
         }
     }
 }
@@ -137,10 +140,16 @@ pub struct NetworkConfig {
     pub rules: TransformRules,
     /// The SOCKS5 egress proxy, if any.
     pub egress_proxy: Option<EgressProxy>,
+    /// The DNS servers the sandbox resolves with (`dnsServers`, reachable whatever the egress
+    /// rules say); empty: E2B's default.
+    pub dns_servers: Vec<String>,
+    /// Ports of the sandbox E2B's proxy reaches over HTTPS instead of HTTP (`httpsPorts`:
+    /// servers in the sandbox that terminate TLS themselves); empty: none.
+    pub https_ports: Vec<u16>,
 }
 
 impl NetworkConfig {
-    /// These egress rules, with E2B's defaults for the public URLs.
+    /// These egress rules, with E2B's defaults for the public URLs and DNS.
     pub fn new(egress: EgressRules) -> NetworkConfig {
         NetworkConfig {
             egress,
@@ -148,6 +157,8 @@ impl NetworkConfig {
             mask_request_host: None,
             rules: TransformRules::new(),
             egress_proxy: None,
+            dns_servers: Vec::new(),
+            https_ports: Vec::new(),
         }
     }
 
@@ -287,6 +298,22 @@ pub(super) struct NetworkWire {
         skip_serializing_if = "Option::is_none"
     )]
     egress_proxy: Option<ProxyWire>,
+    #[serde(
+        rename = "dnsServers",
+        alias = "dns_servers",
+        default,
+        deserialize_with = "json::null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    dns_servers: Vec<String>,
+    #[serde(
+        rename = "httpsPorts",
+        alias = "https_ports",
+        default,
+        deserialize_with = "json::null_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    https_ports: Vec<u16>,
 }
 
 impl From<&NetworkConfig> for NetworkWire {
@@ -298,6 +325,8 @@ impl From<&NetworkConfig> for NetworkWire {
             mask_request_host: config.mask_request_host.clone(),
             rules: rules_to_wire(&config.rules),
             egress_proxy: config.egress_proxy.as_ref().map(proxy_to_wire),
+            dns_servers: config.dns_servers.clone(),
+            https_ports: config.https_ports.clone(),
         }
     }
 }
@@ -313,6 +342,8 @@ impl From<NetworkWire> for NetworkConfig {
             mask_request_host: wire.mask_request_host,
             rules: rules_from_wire(wire.rules),
             egress_proxy: wire.egress_proxy.map(proxy_from_wire),
+            dns_servers: wire.dns_servers,
+            https_ports: wire.https_ports,
         }
     }
 }
@@ -329,6 +360,8 @@ struct UpdateWire<'a> {
     rules: BTreeMap<String, Vec<RuleWire>>,
     #[serde(rename = "egressProxy", skip_serializing_if = "Option::is_none")]
     egress_proxy: Option<ProxyWire>,
+    #[serde(rename = "dnsServers", skip_serializing_if = "<[String]>::is_empty")]
+    dns_servers: &'a [String],
 }
 
 impl Client {
@@ -366,6 +399,7 @@ impl Client {
             deny_out: &update.egress.deny_out,
             rules: rules_to_wire(&update.rules),
             egress_proxy: update.egress_proxy.as_ref().map(proxy_to_wire),
+            dns_servers: &update.dns_servers,
         };
         self.send_json(
             &ctx,
