@@ -48,6 +48,13 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// Caps on what the client will buffer from a server.
     pub limits: Limits,
+    /// An HTTP(S) proxy every request goes through (`http://[user:pass@]host:port`), as the
+    /// official SDK's `proxy`; `None` uses the environment's (`HTTPS_PROXY`, `HTTP_PROXY`,
+    /// `ALL_PROXY`, `NO_PROXY`) as reqwest reads them.
+    pub proxy: Option<String>,
+    /// Extra headers on every control-plane request (the SDK's `api_headers`): a gateway's
+    /// own authentication, tracing. They cannot replace `X-API-Key`.
+    pub api_headers: std::collections::BTreeMap<String, String>,
 }
 
 impl Config {
@@ -62,6 +69,8 @@ impl Config {
             request_deadline: Duration::from_secs(60),
             retry: RetryPolicy::standard(),
             limits: Limits::standard(),
+            proxy: None,
+            api_headers: std::collections::BTreeMap::new(),
         }
     }
 
@@ -167,6 +176,8 @@ impl fmt::Debug for Config {
             .field("request_deadline", &self.request_deadline)
             .field("retry", &self.retry)
             .field("limits", &self.limits)
+            .field("proxy", &self.proxy.as_deref().map(redact))
+            .field("api_headers", &self.api_headers.keys().collect::<Vec<_>>())
             .finish()
     }
 }

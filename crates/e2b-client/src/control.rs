@@ -64,6 +64,8 @@ struct Inner {
     http: Arc<Http>,
     api_base: String,
     api_key_header: HeaderValue,
+    /// `Config::api_headers`, checked once.
+    api_headers: reqwest::header::HeaderMap,
     config: Config,
 }
 
@@ -105,6 +107,21 @@ impl Client {
                 reason: "the API key contains characters a header cannot carry".to_owned(),
             })?;
         api_key_header.set_sensitive(true);
+        let mut api_headers = reqwest::header::HeaderMap::new();
+        for (name, value) in &config.api_headers {
+            let refused = || Error::InvalidConfig {
+                reason: format!("api_headers: '{name}' is not a header this client may send"),
+            };
+            let header =
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| refused())?;
+            if header == "x-api-key" {
+                return Err(refused());
+            }
+            let mut value = HeaderValue::from_str(value).map_err(|_| refused())?;
+            // Gateway credentials travel here: never shown.
+            value.set_sensitive(true);
+            api_headers.insert(header, value);
+        }
         Ok(Client {
             inner: Arc::new(Inner {
                 http: Arc::new(match pools {
@@ -113,6 +130,7 @@ impl Client {
                 }),
                 api_base,
                 api_key_header,
+                api_headers,
                 config,
             }),
         })
@@ -472,6 +490,7 @@ impl Client {
             .inner
             .http
             .request(Pool::Default, method, url)?
+            .headers(self.inner.api_headers.clone())
             .header("X-API-Key", self.inner.api_key_header.clone());
         if let Some((name, value)) = header {
             builder = builder.header(name, value);

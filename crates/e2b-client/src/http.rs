@@ -312,6 +312,8 @@ pub(crate) struct Http {
     /// cold start would otherwise pay twice before its first request.
     http1: Arc<OnceLock<reqwest::Client>>,
     connect_timeout: Duration,
+    /// The configured proxy, if any (pools are shared only between clients with the same).
+    proxy: Option<String>,
     retry: RetryPolicy,
     /// Kept to scrub it from every error text, envd's included.
     api_key: ApiKey,
@@ -325,10 +327,12 @@ impl Http {
     /// Builds the default pool from the configuration (the HTTP/1.1 pool on first use).
     pub(crate) fn new(config: &Config) -> Result<Http, Error> {
         let connect_timeout = config.request_deadline.min(Duration::from_secs(10));
+        let proxy = config.proxy.clone();
         Ok(Http {
-            default: build_pool(Pool::Default, connect_timeout)?,
+            default: build_pool(Pool::Default, connect_timeout, proxy.as_deref())?,
             http1: Arc::new(OnceLock::new()),
             connect_timeout,
+            proxy,
             retry: config.retry.clone(),
             api_key: config.api_key.clone(),
             deadline: config.request_deadline,
@@ -340,13 +344,14 @@ impl Http {
     /// when they were built with the connect timeout `config` asks for; else new pools.
     pub(crate) fn sharing(&self, config: &Config) -> Result<Http, Error> {
         let connect_timeout = config.request_deadline.min(Duration::from_secs(10));
-        if connect_timeout != self.connect_timeout {
+        if connect_timeout != self.connect_timeout || config.proxy != self.proxy {
             return Http::new(config);
         }
         Ok(Http {
             default: self.default.clone(),
             http1: Arc::clone(&self.http1),
             connect_timeout,
+            proxy: self.proxy.clone(),
             retry: config.retry.clone(),
             api_key: config.api_key.clone(),
             deadline: config.request_deadline,
@@ -362,7 +367,7 @@ impl Http {
                 if let Some(client) = self.http1.get() {
                     return Ok(client);
                 }
-                let built = build_pool(Pool::Http1, self.connect_timeout)?;
+                let built = build_pool(Pool::Http1, self.connect_timeout, self.proxy.as_deref())?;
                 Ok(self.http1.get_or_init(|| built))
             }
         }
@@ -539,12 +544,23 @@ async fn read_error_body(response: reqwest::Response, deadline: Instant) -> Vec<
 }
 
 /// One connection pool: no redirects (a redirect could carry X-API-Key to another host; E2B
-/// never redirects), the connect timeout, HTTP/1.1 only for downloads.
-fn build_pool(pool: Pool, connect_timeout: Duration) -> Result<reqwest::Client, Error> {
-    let builder = reqwest::Client::builder()
+/// never redirects), the connect timeout, the configured proxy, HTTP/1.1 only for downloads.
+fn build_pool(
+    pool: Pool,
+    connect_timeout: Duration,
+    proxy: Option<&str>,
+) -> Result<reqwest::Client, Error> {
+    let mut builder = reqwest::Client::builder()
         .user_agent(concat!("e2b-client-rust/", env!("CARGO_PKG_VERSION")))
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout);
+    if let Some(proxy) = proxy {
+        // The URL may carry credentials: the error names neither it nor them.
+        let proxy = reqwest::Proxy::all(proxy).map_err(|_| Error::InvalidConfig {
+            reason: "proxy is not a valid proxy URL (http://[user:pass@]host:port)".to_owned(),
+        })?;
+        builder = builder.proxy(proxy);
+    }
     let builder = match pool {
         Pool::Default => builder,
         Pool::Http1 => builder.http1_only(),

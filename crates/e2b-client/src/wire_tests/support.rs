@@ -28,6 +28,8 @@ pub(super) struct Recorded {
     pub(super) body: Bytes,
     /// The client's address: one per connection.
     pub(super) peer: Option<std::net::SocketAddr>,
+    /// The host the request was for, when it came in absolute form (through a proxy).
+    pub(super) authority: Option<String>,
 }
 
 impl Recorded {
@@ -70,6 +72,7 @@ impl TestServer {
                         .path_and_query()
                         .map(ToString::to_string)
                         .unwrap_or_default(),
+                    authority: parts.uri.authority().map(ToString::to_string),
                     headers: parts.headers,
                     body,
                     peer,

@@ -302,3 +302,69 @@ async fn a_client_sharing_pools_reuses_the_connection_and_sends_its_own_key() {
     apart.get(&sandbox_id()).await.expect("third");
     assert_ne!(server.requests()[2].peer, requests[0].peer);
 }
+
+#[tokio::test]
+async fn a_configured_proxy_carries_every_request_and_api_headers_reach_only_the_control_plane() {
+    // The test server plays the proxy: requests reach it in absolute form, naming hosts
+    // that do not resolve, so nothing but the proxy could have carried them.
+    let server = TestServer::start(|request, _| match request.header("e2b-sandbox-id") {
+        Some(_) => Response::new(Body::empty()),
+        None => json(201, &sandbox_json()),
+    })
+    .await;
+    let mut config = Config::new(ApiKey::new(KEY.to_owned()));
+    config.api_url = Some("http://e2b-api.invalid:3000".to_owned());
+    config.sandbox_url = Some("http://e2b-envd.invalid:3001".to_owned());
+    config.proxy = Some(server.url.clone());
+    config
+        .api_headers
+        .insert("X-Gateway-Auth".to_owned(), "gateway-secret".to_owned());
+    let client = Client::new(config).expect("valid config");
+    let info = client
+        .create(CreateOptions::new("base".to_owned()))
+        .await
+        .expect("created through the proxy");
+    let sandbox = client.sandbox(info.envd_access()).expect("handle");
+    assert_eq!(
+        sandbox.health().await.expect("asked through the proxy"),
+        Health::Running
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert_eq!(
+        requests[0].authority.as_deref(),
+        Some("e2b-api.invalid:3000")
+    );
+    assert_eq!(requests[0].header("x-gateway-auth"), Some("gateway-secret"));
+    assert_eq!(requests[0].header("x-api-key"), Some(KEY));
+    assert_eq!(
+        requests[1].authority.as_deref(),
+        Some("e2b-envd.invalid:3001")
+    );
+    assert!(requests[1].header("x-gateway-auth").is_none());
+    assert!(requests[1].header("x-api-key").is_none());
+    let shown = format!(
+        "{:?}",
+        Config {
+            proxy: Some("http://user:pw-secret@proxy.example:8080".to_owned()),
+            ..Config::new(ApiKey::new(KEY.to_owned()))
+        }
+    );
+    assert!(!shown.contains("pw-secret"), "{shown}");
+}
+
+#[test]
+fn api_headers_cannot_replace_the_key_and_a_bad_proxy_is_refused_without_its_text() {
+    let mut config = Config::new(ApiKey::new(KEY.to_owned()));
+    config
+        .api_headers
+        .insert("X-API-Key".to_owned(), "other".to_owned());
+    let error = Client::new(config).expect_err("refused");
+    assert!(error.to_string().contains("api_headers"), "{error}");
+
+    let mut config = Config::new(ApiKey::new(KEY.to_owned()));
+    config.proxy = Some("::not a url with pw-secret".to_owned());
+    let error = Client::new(config).expect_err("refused");
+    assert!(error.to_string().contains("proxy"), "{error}");
+    assert!(!error.to_string().contains("pw-secret"), "{error}");
+}
