@@ -227,3 +227,13 @@ def test_started_after_includes_a_sandbox_started_at_that_time(server, unique):
         assert [s.sandbox_id for s in Sandbox.list(query=query).next_items()] == [sbx.sandbox_id]
     finally:
         sbx.kill()
+
+
+def test_the_mcp_gateway_is_refused_saying_why(server):
+    # e2b-local cannot run E2B's MCP gateway: a clear 400, not "template not found".
+    from e2b.exceptions import SandboxException
+
+    with pytest.raises(SandboxException, match="does not serve E2B's MCP gateway"):
+        Sandbox.create(timeout=60, mcp={"exa": {"apiKey": "not-a-real-key"}})
+    with pytest.raises(SandboxException, match="does not serve E2B's MCP gateway"):
+        Sandbox.create("mcp-gateway", timeout=60)

@@ -270,7 +270,16 @@ struct NewSandbox {
     network: Option<network::NetworkBody>,
     metadata: Option<BTreeMap<String, String>>,
     env_vars: Option<BTreeMap<String, String>>,
+    /// E2B's MCP gateway configuration: refused, see [`MCP_REFUSED`].
+    mcp: Option<Value>,
 }
+
+/// Why e2b-local refuses E2B's MCP gateway (the `mcp` of a create, the `mcp-gateway`
+/// template) instead of answering that the template does not exist.
+const MCP_REFUSED: &str = "e2b-local does not serve E2B's MCP gateway: its template runs the \
+     MCP servers of E2B's catalog from container images, which e2b-local has no way to run; \
+     start an MCP server in the sandbox yourself (any command) and reach it through the \
+     sandbox's commands";
 
 fn validate_timeout(timeout: i64) -> Result<i64, ApiError> {
     if timeout <= 0 {
@@ -334,6 +343,9 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiErr
         .template_id
         .as_deref()
         .ok_or_else(|| ApiError::bad_request("templateID is required"))?;
+    if req.mcp.as_ref().is_some_and(|mcp| !mcp.is_null()) || template == "mcp-gateway" {
+        return Err(ApiError::bad_request(MCP_REFUSED));
+    }
     // A built-in template is named bare or as "namespace/name:tag"; anything else may be
     // a snapshot (by id, name, name:tag or local/name:tag). A bare built-in name wins over
     // a snapshot of the same name, which stays reachable as local/name.
