@@ -136,6 +136,23 @@ impl Client {
         })
     }
 
+    /// The same client whose calls each get `deadline` instead of the configured
+    /// [`request_deadline`](Config::request_deadline) (the official SDK's per-call
+    /// `request_timeout`), on the same connections; sandboxes made from it inherit it.
+    pub fn with_request_deadline(&self, deadline: Duration) -> Client {
+        let mut config = self.inner.config.clone();
+        config.request_deadline = deadline;
+        Client {
+            inner: Arc::new(Inner {
+                http: Arc::new(self.inner.http.with_deadline(deadline)),
+                api_base: self.inner.api_base.clone(),
+                api_key_header: self.inner.api_key_header.clone(),
+                api_headers: self.inner.api_headers.clone(),
+                config,
+            }),
+        }
+    }
+
     /// Creates a sandbox (`POST /v2/sandboxes`). Without an
     /// [`idempotency_key`](CreateOptions::idempotency_key) it is not retried once the request
     /// may have reached E2B, so a lost response never makes two sandboxes (find it by metadata

@@ -359,6 +359,20 @@ impl Http {
         })
     }
 
+    /// The same pools and settings with another whole-request deadline.
+    pub(crate) fn with_deadline(&self, deadline: Duration) -> Http {
+        Http {
+            default: self.default.clone(),
+            http1: Arc::clone(&self.http1),
+            connect_timeout: self.connect_timeout,
+            proxy: self.proxy.clone(),
+            retry: self.retry.clone(),
+            api_key: self.api_key.clone(),
+            deadline,
+            limits: self.limits.clone(),
+        }
+    }
+
     /// The chosen pool, built now if it is the HTTP/1.1 one's first use.
     fn pool(&self, pool: Pool) -> Result<&reqwest::Client, Error> {
         match pool {

@@ -155,6 +155,17 @@ impl Sandbox {
         }
     }
 
+    /// The same sandbox whose calls each get `deadline` (retries and, for a stream, each
+    /// silent gap included) instead of the client's
+    /// [`request_deadline`](crate::Config::request_deadline), as the official SDK's
+    /// per-call `request_timeout`; the connections are shared.
+    pub fn with_request_deadline(&self, deadline: Duration) -> Sandbox {
+        Sandbox {
+            http: Arc::new(self.http.with_deadline(deadline)),
+            ..self.clone()
+        }
+    }
+
     fn ctx(&self, operation: Operation) -> Ctx {
         Ctx::new(
             operation,

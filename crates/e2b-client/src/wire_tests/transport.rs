@@ -192,6 +192,38 @@ async fn the_deadline_bounds_a_hanging_server() {
 }
 
 #[tokio::test]
+async fn a_per_call_deadline_bounds_one_handle_and_leaves_the_others_alone() {
+    let server = TestServer::start(|request, _| {
+        if request.header("x-hang").is_some() || request.path_and_query == "/process.Process/List" {
+            Response::new(Body::from_stream(futures::stream::pending::<
+                Result<Bytes, Infallible>,
+            >()))
+        } else {
+            json(200, &detail_json())
+        }
+    })
+    .await;
+    // The client's own deadline is long; the handle's is short.
+    let client = client_for(&server.url, fast_retry(), Duration::from_secs(30));
+    let mut config = Config::new(ApiKey::new(KEY.to_owned()));
+    config.api_url = Some(server.url.clone());
+    config.sandbox_url = Some(server.url.clone());
+    config
+        .api_headers
+        .insert("x-hang".to_owned(), "1".to_owned());
+    let hanging = Client::new(config).expect("valid config");
+    let quick = hanging.with_request_deadline(Duration::from_millis(200));
+    let error = quick.get(&sandbox_id()).await.expect_err("deadline");
+    assert!(error.is_deadline_exceeded(), "{error:?}");
+    assert!(error.to_string().contains("0.200s"), "{error}");
+    // The client it came from, and others, keep theirs.
+    client.get(&sandbox_id()).await.expect("answered");
+    let envd = sandbox(&client).with_request_deadline(Duration::from_millis(200));
+    let error = envd.list_processes().await.expect_err("deadline");
+    assert!(error.to_string().contains("0.200s"), "{error}");
+}
+
+#[tokio::test]
 async fn redirects_are_not_followed() {
     let target = TestServer::start(|_, _| json(200, &detail_json())).await;
     let location = format!("{}/stolen", target.url);
