@@ -54,7 +54,7 @@ impl<'de> Deserialize<'de> for FileType {
 
 /// A filesystem entry as envd reports it. Names and paths come from the sandbox: treat them as
 /// untrusted input.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[non_exhaustive]
 pub struct EntryInfo {
     /// The last path component.

@@ -51,7 +51,9 @@ pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, FileUrl, Health, InputStream, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey, SecretValue};
-pub use crate::watch::{FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId};
+pub use crate::watch::{
+    EventEntries, FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId,
+};
 
 /// Entry points for the fuzz targets in `fuzz/`; not part of the API.
 #[doc(hidden)]

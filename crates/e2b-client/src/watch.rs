@@ -8,6 +8,8 @@ use std::time::Duration;
 use futures::{Stream, stream};
 use serde::Deserialize;
 
+use crate::files::EntryInfo;
+
 use crate::error::Error;
 use crate::framing::{Read, ServerStream};
 
@@ -31,17 +33,31 @@ pub struct WatchOptions {
     pub timeout: Option<Duration>,
     /// How long envd may stay silent before a keepalive (`Keepalive-Ping-Interval`).
     pub keepalive: Duration,
+    /// Whether each event carries the entry it concerns (the SDK's `include_entry`).
+    pub entries: EventEntries,
 }
 
 impl WatchOptions {
-    /// A watch of `depth` with no time limit and the official SDK's 50 s keepalive.
+    /// A watch of `depth` with no time limit, the official SDK's 50 s keepalive and events
+    /// without their entries.
     pub fn new(depth: WatchDepth) -> WatchOptions {
         WatchOptions {
             depth,
             timeout: None,
             keepalive: Duration::from_secs(50),
+            entries: EventEntries::Omitted,
         }
     }
+}
+
+/// Whether a watch's events carry the [`EntryInfo`] of what they concern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventEntries {
+    /// Names and kinds only (envd's default).
+    Omitted,
+    /// Each event also carries the entry as it is after the event, when envd can stat it
+    /// (not for a removal or a rename away; envd 0.6.3 or later).
+    Included,
 }
 
 /// What happened to an entry (envd's `EventType`).
@@ -83,6 +99,9 @@ pub struct FsEvent {
     pub name: String,
     /// What happened.
     pub kind: FsEventKind,
+    /// The entry after the event, for a watch with [`EventEntries::Included`] when envd sent
+    /// it.
+    pub entry: Option<Box<EntryInfo>>,
 }
 
 /// A polling watcher's id ([`crate::Sandbox::create_watcher`]).
@@ -102,6 +121,8 @@ pub(crate) struct RawFsEvent {
     name: String,
     #[serde(default, rename = "type")]
     kind: serde_json::Value,
+    #[serde(default)]
+    entry: Option<Box<EntryInfo>>,
 }
 
 impl RawFsEvent {
@@ -114,6 +135,7 @@ impl RawFsEvent {
         FsEvent {
             name: self.name,
             kind,
+            entry: self.entry,
         }
     }
 }

@@ -65,3 +65,34 @@ async fn watches_stream_and_poll_real_events() {
     assert!(error.is_not_found(), "{error:?}");
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_with_entries_carries_each_events_entry_where_there_is_one() {
+    use agent_sandbox_examples::e2b_client::{EventEntries, FileType};
+
+    let server = server().await;
+    let client = client(&server);
+    let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;
+    sh(&sandbox, "mkdir -p ~/e").await;
+    let mut options = WatchOptions::new(WatchDepth::Direct);
+    options.entries = EventEntries::Included;
+    let mut stream = sandbox
+        .watch_dir("/home/user/e", options)
+        .await
+        .expect("watching");
+    sh(&sandbox, "cd ~/e && printf 12345 > f && rm f").await;
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        seen.push(stream.next().await.expect("open").expect("event"));
+    }
+    let created = &seen[0];
+    assert_eq!(created.kind, FsEventKind::Create);
+    let entry = created.entry.as_ref().expect("the created file's entry");
+    assert_eq!(
+        (entry.name.as_str(), entry.path.as_str(), &entry.kind),
+        ("f", "/home/user/e/f", &FileType::File)
+    );
+    let removed = seen.last().expect("three");
+    assert_eq!(removed.kind, FsEventKind::Remove);
+    assert!(removed.entry.is_none(), "{removed:?}");
+}

@@ -6,14 +6,19 @@ use super::Sandbox;
 use crate::error::{Error, Operation};
 use crate::json;
 use crate::retry::Idempotency;
-use crate::watch::{FsEvent, RawFsEvent, WatchDepth, WatchOptions, WatchStream, WatcherId};
+use crate::watch::{
+    EventEntries, FsEvent, RawFsEvent, WatchDepth, WatchOptions, WatchStream, WatcherId,
+};
 
 impl Sandbox {
     /// Watches a directory (`filesystem.Filesystem/WatchDir`) and returns its event stream once
     /// envd confirmed the watch: a missing path is an error with [`Error::is_not_found`], a file
     /// is refused. Memory stays bounded however long it runs (see [`WatchStream`]).
     pub async fn watch_dir(&self, path: &str, options: WatchOptions) -> Result<WatchStream, Error> {
-        let message = WatchRequest::new(path, options.depth);
+        let message = WatchRequest {
+            include_entry: options.entries == EventEntries::Included,
+            ..WatchRequest::new(path, options.depth)
+        };
         let reader = self
             .open_stream(
                 Operation::WatchDir,
@@ -82,6 +87,8 @@ impl Sandbox {
 struct WatchRequest<'a> {
     path: &'a str,
     recursive: bool,
+    #[serde(rename = "includeEntry", skip_serializing_if = "std::ops::Not::not")]
+    include_entry: bool,
 }
 
 impl WatchRequest<'_> {
@@ -89,6 +96,7 @@ impl WatchRequest<'_> {
         WatchRequest {
             path,
             recursive: depth == WatchDepth::Recursive,
+            include_entry: false,
         }
     }
 }

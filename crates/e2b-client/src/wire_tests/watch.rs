@@ -48,7 +48,8 @@ async fn watch_calls_send_what_envd_expects_and_read_its_events() {
         items[0].as_ref().expect("event"),
         &FsEvent {
             name: "a/b".to_owned(),
-            kind: FsEventKind::Create
+            kind: FsEventKind::Create,
+            entry: None,
         }
     );
     assert_eq!(items[1].as_ref().expect("event").kind, FsEventKind::Chmod);
