@@ -100,6 +100,8 @@ pub enum Operation {
     RestartCodeContext,
     /// The code interpreter's `DELETE /contexts/{id}`.
     RemoveCodeContext,
+    /// A git command run in the sandbox ([`Sandbox::git`](crate::Sandbox::git)).
+    Git,
 }
 
 impl Operation {
@@ -171,6 +173,7 @@ impl fmt::Display for Operation {
             Operation::ListCodeContexts => "list code contexts",
             Operation::RestartCodeContext => "restart code context",
             Operation::RemoveCodeContext => "remove code context",
+            Operation::Git => "git",
         })
     }
 }
@@ -296,6 +299,24 @@ pub enum Error {
         message: String,
     },
 
+    /// A command the client ran in the sandbox on the caller's behalf (git) exited non-zero.
+    #[error(
+        "E2B {operation} failed for sandbox {sandbox_id}: `{command}` exited with {exit_code}: {message}"
+    )]
+    #[non_exhaustive]
+    CommandFailed {
+        /// The operation.
+        operation: Operation,
+        /// The sandbox.
+        sandbox_id: SandboxId,
+        /// The command's name and subcommand (`git push`), never its arguments.
+        command: String,
+        /// Its exit code.
+        exit_code: i32,
+        /// The end of its stderr (cleaned: no key, token or credential).
+        message: String,
+    },
+
     /// The connection failed.
     #[error(
         "E2B {operation} failed{}: {stage}{}: {detail}",
@@ -375,6 +396,7 @@ impl Error {
             Error::InvalidInput { operation, .. }
             | Error::Api { operation, .. }
             | Error::Envd { operation, .. }
+            | Error::CommandFailed { operation, .. }
             | Error::SandboxNotRunning { operation, .. }
             | Error::Transport { operation, .. }
             | Error::DeadlineExceeded { operation, .. }
@@ -387,9 +409,9 @@ impl Error {
     pub fn sandbox_id(&self) -> Option<&SandboxId> {
         match self {
             Error::InvalidConfig { .. } => None,
-            Error::Envd { sandbox_id, .. } | Error::SandboxNotRunning { sandbox_id, .. } => {
-                Some(sandbox_id)
-            }
+            Error::Envd { sandbox_id, .. }
+            | Error::SandboxNotRunning { sandbox_id, .. }
+            | Error::CommandFailed { sandbox_id, .. } => Some(sandbox_id),
             Error::InvalidInput { sandbox_id, .. }
             | Error::Api { sandbox_id, .. }
             | Error::Transport { sandbox_id, .. }
@@ -424,6 +446,32 @@ impl Error {
             Error::Api { status, .. } => *status == 404,
             Error::Envd { status, code, .. } => {
                 code.as_deref() == Some("not_found") || *status == Some(404)
+            }
+            _ => false,
+        }
+    }
+
+    /// A command the client ran in the sandbox (git) exited non-zero; [`Error::reason`] has
+    /// the end of its stderr.
+    pub fn is_command_failed(&self) -> bool {
+        matches!(self, Error::CommandFailed { .. })
+    }
+
+    /// A git command failed because the remote refused or asked for credentials.
+    pub fn is_git_auth_failure(&self) -> bool {
+        match self {
+            Error::CommandFailed { message, .. } => {
+                let message = message.to_lowercase();
+                [
+                    "authentication failed",
+                    "could not read username",
+                    "could not read password",
+                    "terminal prompts disabled",
+                    "invalid username or password",
+                    "http basic: access denied",
+                ]
+                .iter()
+                .any(|needle| message.contains(needle))
             }
             _ => false,
         }

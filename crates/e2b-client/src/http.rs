@@ -111,6 +111,28 @@ impl Ctx {
         self
     }
 
+    /// The error for a command run on the caller's behalf that exited non-zero: the end of
+    /// its stderr, cleaned of every secret this context knows.
+    pub(crate) fn command_failed(
+        &self,
+        sandbox_id: &SandboxId,
+        command: &str,
+        exit_code: i32,
+        stderr: &[u8],
+    ) -> Error {
+        let text = String::from_utf8_lossy(stderr);
+        let text = text.trim();
+        // The end says why; keep it short.
+        let start = text.char_indices().rev().nth(1999).map_or(0, |(at, _)| at);
+        Error::CommandFailed {
+            operation: self.operation,
+            sandbox_id: sandbox_id.clone(),
+            command: command.to_owned(),
+            exit_code,
+            message: self.clean(&text[start..]),
+        }
+    }
+
     fn sandbox_id(&self) -> Option<SandboxId> {
         match &self.target {
             Target::Control(id) => id.clone(),

@@ -8,6 +8,7 @@ mod control;
 mod error;
 mod files;
 mod framing;
+mod git;
 mod http;
 mod ids;
 mod json;
@@ -42,6 +43,10 @@ pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{
     Download, EntryInfo, FileRange, FileType, MakeDirOutcome, UploadData, UploadFile, WrittenFile,
 };
+pub use crate::git::{
+    BranchDeletion, CloneOptions, GitAuthor, GitBranches, GitConfigScope, GitCredentials,
+    GitFileStatus, GitStatus, RemoteOptions, ResetMode, RestoreTarget,
+};
 pub use crate::ids::SandboxId;
 pub use crate::process::{
     CommandOutput, END_DRAIN_LIMIT, ProcessConfig, ProcessEnd, ProcessEvent, ProcessInfo,
@@ -49,7 +54,7 @@ pub use crate::process::{
 };
 pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
-pub use crate::sandbox::{EnvdAccess, FileUrl, Health, InputStream, Sandbox};
+pub use crate::sandbox::{EnvdAccess, FileUrl, Git, Health, InputStream, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey, SecretValue};
 pub use crate::watch::{
     EventEntries, FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId,

@@ -23,6 +23,7 @@ use crate::secret::AccessToken;
 // One file per envd service; each adds its methods to `Sandbox` and keeps its messages.
 mod code;
 mod filesystem;
+mod git;
 mod input;
 mod processes;
 mod terminal;
@@ -30,6 +31,7 @@ mod transfer;
 mod urls;
 mod watching;
 
+pub use git::Git;
 pub use input::InputStream;
 pub use urls::FileUrl;
 

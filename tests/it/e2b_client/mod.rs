@@ -6,6 +6,7 @@ mod code;
 mod control;
 mod faults;
 mod files;
+mod git;
 mod metrics;
 mod processes;
 mod readme;
