@@ -458,7 +458,7 @@ async fn list_filters_by_start_time_and_template_orders_and_starts_from_a_token(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dns_servers_are_sent_at_create_and_in_an_update_and_read_back() {
+async fn dns_servers_and_internet_access_are_sent_at_create_and_in_an_update_and_read_back() {
     use agent_sandbox_examples::e2b_client::{EgressRules, NetworkConfig, NetworkUpdate};
 
     let server = server().await;
@@ -476,11 +476,13 @@ async fn dns_servers_are_sent_at_create_and_in_an_update_and_read_back() {
     );
     let mut update = NetworkUpdate::new(EgressRules::unrestricted());
     update.dns_servers = vec!["9.9.9.9".to_owned()];
+    update.allow_internet_access = Some(false);
     client
         .replace_network(&info.sandbox_id, &update)
         .await
         .expect("updated");
     let shown = client.get(&info.sandbox_id).await.expect("get");
+    assert_eq!(shown.allow_internet_access, Some(false));
     assert_eq!(
         shown.network.expect("network").dns_servers,
         ["9.9.9.9".to_owned()]

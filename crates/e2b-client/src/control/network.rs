@@ -100,6 +100,10 @@ pub struct NetworkUpdate {
     pub egress_proxy: Option<EgressProxy>,
     /// The DNS servers the sandbox resolves with (`dnsServers`); empty resets E2B's default.
     pub dns_servers: Vec<String>,
+    /// `Some(false)` cuts the sandbox off the internet (deny-all egress but what
+    /// `egress.allow_out` allows), `Some(true)` opens it (`allow_internet_access`); `None`
+    /// sends nothing, which E2B's replace reads as its default (open).
+    pub allow_internet_access: Option<bool>,
 }
 
 impl NetworkUpdate {
@@ -110,6 +114,7 @@ impl NetworkUpdate {
             rules: TransformRules::new(),
             egress_proxy: None,
             dns_servers: Vec::new(),
+            allow_internet_access: None,
         }
     }
 }
@@ -362,6 +367,9 @@ struct UpdateWire<'a> {
     egress_proxy: Option<ProxyWire>,
     #[serde(rename = "dnsServers", skip_serializing_if = "<[String]>::is_empty")]
     dns_servers: &'a [String],
+    // E2B spells this one field in snake_case.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_internet_access: Option<bool>,
 }
 
 impl Client {
@@ -400,6 +408,7 @@ impl Client {
             rules: rules_to_wire(&update.rules),
             egress_proxy: update.egress_proxy.as_ref().map(proxy_to_wire),
             dns_servers: &update.dns_servers,
+            allow_internet_access: update.allow_internet_access,
         };
         self.send_json(
             &ctx,
