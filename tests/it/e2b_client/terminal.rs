@@ -95,3 +95,42 @@ async fn a_pty_is_typed_on_resized_reattached_and_killed() {
     assert!(error.is_not_found(), "{error:?}");
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typing_through_one_streamed_call_reaches_the_terminal_in_order() {
+    let server = server().await;
+    let client = client(&server);
+    let (_, sandbox) = create(&client, OnTimeout::Kill, 600).await;
+    let mut stream = sandbox
+        .start_pty(PtyOptions::shell(PtySize { cols: 80, rows: 24 }))
+        .await
+        .expect("pty started");
+    let pid = stream.pid();
+    let mut typing = sandbox.stream_pty_input(pid).await.expect("opened");
+    // Keystrokes one by one, as a person types them, then Enter.
+    for key in "echo [typed-$((6*7))]".chars() {
+        typing
+            .send(Bytes::from(key.to_string()))
+            .await
+            .expect("typed");
+    }
+    typing.send(Bytes::from_static(b"\n")).await.expect("typed");
+    read_until(&mut stream, "[typed-42]").await;
+    typing.finish().await.expect("accepted");
+
+    // Typing to a process that is not on a terminal is refused, naming why.
+    let plain = sandbox
+        .start(StartOptions::exec(
+            "sleep".to_owned(),
+            vec!["30".to_owned()],
+        ))
+        .await
+        .expect("started");
+    let mut wrong = sandbox.stream_pty_input(plain.pid()).await.expect("opened");
+    let refused = match wrong.send(Bytes::from_static(b"x")).await {
+        Err(error) => error,
+        Ok(()) => wrong.finish().await.expect_err("refused"),
+    };
+    assert!(refused.to_string().contains("tty not assigned"), "{refused}");
+    sandbox.kill_process(plain.pid()).await.expect("killed");
+}

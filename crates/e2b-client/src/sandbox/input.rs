@@ -40,9 +40,19 @@ struct Selector {
     pid: u32,
 }
 
+/// Where input goes: `{"stdin": …}` or `{"pty": …}`.
 #[derive(Serialize)]
-struct Input<'a> {
-    stdin: &'a str,
+#[serde(rename_all = "camelCase")]
+enum Input<'a> {
+    Stdin(&'a str),
+    Pty(&'a str),
+}
+
+/// What an [`InputStream`] feeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Feeds {
+    Stdin,
+    Terminal,
 }
 
 fn message(ctx: &Ctx, event: &Event<'_>) -> Result<Bytes, Error> {
@@ -59,6 +69,7 @@ fn message(ctx: &Ctx, event: &Event<'_>) -> Result<Bytes, Error> {
 pub struct InputStream {
     ctx: Ctx,
     http: Arc<Http>,
+    feeds: Feeds,
     frames: Option<mpsc::Sender<Bytes>>,
     call: Option<JoinHandle<Result<(), Error>>>,
 }
@@ -77,6 +88,18 @@ impl Sandbox {
     /// the call with an error that `send` or `finish` returns ([`Error::is_not_found`]).
     /// Never retried (input is not idempotent).
     pub async fn stream_input(&self, pid: u32) -> Result<InputStream, Error> {
+        self.open_input(pid, Feeds::Stdin).await
+    }
+
+    /// Like [`Sandbox::stream_input`], for a process on a terminal
+    /// ([`Sandbox::start_pty`](crate::Sandbox::start_pty)): [`InputStream::send`] types on
+    /// it, as [`Sandbox::send_pty_input`](crate::Sandbox::send_pty_input) does, in one
+    /// streamed call instead of one request per keystroke.
+    pub async fn stream_pty_input(&self, pid: u32) -> Result<InputStream, Error> {
+        self.open_input(pid, Feeds::Terminal).await
+    }
+
+    async fn open_input(&self, pid: u32, feeds: Feeds) -> Result<InputStream, Error> {
         let ctx = self.ctx(Operation::StreamInput);
         let first = message(
             &ctx,
@@ -130,6 +153,7 @@ impl Sandbox {
         Ok(InputStream {
             ctx,
             http: Arc::clone(&self.http),
+            feeds,
             frames: Some(sender),
             call: Some(call),
         })
@@ -151,17 +175,16 @@ async fn answer_error(ctx: &Ctx, body: Bytes, idle: std::time::Duration) -> Resu
 }
 
 impl InputStream {
-    /// Sends `data` to the process's stdin (in messages of at most 64 KiB), waiting for
-    /// room. When the call has already ended (envd refused it), that error is returned.
+    /// Sends `data` to the process's stdin, or types it on its terminal (in messages of at
+    /// most 64 KiB), waiting for room. When the call has already ended (envd refused it), that error is returned.
     pub async fn send(&mut self, data: Bytes) -> Result<(), Error> {
         for chunk in data.chunks(CHUNK) {
             let encoded = json::encode_bytes(chunk);
-            let frame = message(
-                &self.ctx,
-                &Event::Data {
-                    input: Input { stdin: &encoded },
-                },
-            )?;
+            let input = match self.feeds {
+                Feeds::Stdin => Input::Stdin(&encoded),
+                Feeds::Terminal => Input::Pty(&encoded),
+            };
+            let frame = message(&self.ctx, &Event::Data { input })?;
             self.push(frame).await?;
         }
         Ok(())
