@@ -38,7 +38,9 @@ pub use self::network::{
     ALL_TRAFFIC, EgressProxy, EgressRules, HeaderTransform, NetworkConfig, NetworkUpdate,
     TransformRules,
 };
-pub use self::options::{CreateOptions, ListOrder, ListQuery, OnTimeout, PauseMemory, StateFilter};
+pub use self::options::{
+    CreateOptions, ListOrder, ListQuery, OnResume, OnTimeout, PauseMemory, StateFilter,
+};
 pub use self::secrets::{
     MAX_SECRET_NAME, NewSecret, SecretInfo, SecretQuery, SecretUpdate, canonical_secret_name,
     secret_placeholder,
@@ -356,10 +358,27 @@ impl Client {
         sandbox_id: &SandboxId,
         timeout: Duration,
     ) -> Result<Connected, Error> {
+        self.connect_with(sandbox_id, timeout, OnResume::Restore)
+            .await
+    }
+
+    /// [`Client::connect`], choosing how a paused sandbox comes back: with its memory
+    /// ([`OnResume::Restore`], E2B's default) or cold-booted from its files
+    /// ([`OnResume::Reboot`]: no process survives; `memory: false`), the SDK's `on_resume`.
+    pub async fn connect_with(
+        &self,
+        sandbox_id: &SandboxId,
+        timeout: Duration,
+        on_resume: OnResume,
+    ) -> Result<Connected, Error> {
         let ctx = self.ctx(Operation::Connect, Some(sandbox_id));
         let path = format!("/v2/sandboxes/{sandbox_id}/connect");
-        let body = TimeoutBody {
+        let body = ConnectBody {
             timeout: whole_secs(timeout),
+            memory: match on_resume {
+                OnResume::Restore => None,
+                OnResume::Reboot => Some(false),
+            },
         };
         let (response, deadline) = self
             .send_json(
@@ -405,9 +424,23 @@ impl Client {
     /// Pauses a running sandbox (`POST /sandboxes/{id}/pause`), keeping its memory as E2B's
     /// default does. A 409 is [`PauseOutcome::AlreadyPaused`]; a 404 is an error.
     pub async fn pause(&self, sandbox_id: &SandboxId) -> Result<PauseOutcome, Error> {
+        self.pause_with(sandbox_id, PauseMemory::Keep).await
+    }
+
+    /// [`Client::pause`], choosing what the pause keeps: memory and files
+    /// ([`PauseMemory::Keep`]) or the files only ([`PauseMemory::Discard`]: `memory: false`,
+    /// the SDK's `mode="filesystem"`; the resume then cold-boots).
+    pub async fn pause_with(
+        &self,
+        sandbox_id: &SandboxId,
+        memory: PauseMemory,
+    ) -> Result<PauseOutcome, Error> {
         let ctx = self.ctx(Operation::Pause, Some(sandbox_id));
         let path = format!("/sandboxes/{sandbox_id}/pause");
-        let body = serde_json::Map::new();
+        let mut body = serde_json::Map::new();
+        if memory == PauseMemory::Discard {
+            body.insert("memory".to_owned(), serde_json::Value::Bool(false));
+        }
         match self
             .send_json(
                 &ctx,
@@ -638,6 +671,13 @@ struct NewSandbox<'a> {
 #[derive(Serialize)]
 struct AutoResumeWire {
     enabled: bool,
+}
+
+#[derive(Serialize)]
+struct ConnectBody {
+    timeout: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<bool>,
 }
 
 #[derive(Serialize)]

@@ -34,7 +34,7 @@ pub use crate::config::{
 pub use crate::control::{
     ALL_TRAFFIC, Client, ConnectState, Connected, CreateOptions, DeleteOutcome, EgressProxy,
     EgressRules, ForkOptions, HeaderTransform, KillOutcome, Lifecycle, ListOrder, ListQuery,
-    ListedSandbox, MAX_SECRET_NAME, NetworkConfig, NetworkUpdate, NewSecret, OnTimeout,
+    ListedSandbox, MAX_SECRET_NAME, NetworkConfig, NetworkUpdate, NewSecret, OnResume, OnTimeout,
     PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxMetric, SandboxState, SecretInfo,
     SecretQuery, SecretUpdate, SnapshotInfo, SnapshotQuery, StateFilter, TransformRules,
     canonical_secret_name, secret_placeholder,

@@ -488,3 +488,75 @@ async fn dns_servers_and_internet_access_are_sent_at_create_and_in_an_update_and
         ["9.9.9.9".to_owned()]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_only_pause_and_a_reboot_on_resume_start_a_new_boot_with_the_files() {
+    use agent_sandbox_examples::e2b_client::OnResume;
+
+    let server = server().await;
+    let client = client(&server);
+    let boot =
+        |sandbox: Sandbox| async move { sh(&sandbox, "cat /proc/sys/kernel/random/boot_id").await };
+    for (name, memory, on_resume) in [
+        ("memory kept", PauseMemory::Keep, OnResume::Restore),
+        ("files only", PauseMemory::Discard, OnResume::Restore),
+        ("reboot", PauseMemory::Keep, OnResume::Reboot),
+    ] {
+        let mut options = CreateOptions::new("base".to_owned());
+        options.on_timeout = OnTimeout::Pause(PauseMemory::Keep);
+        let info = client.create(options).await.expect("created");
+        let sandbox = client.sandbox(info.envd_access()).expect("handle");
+        sandbox
+            .write_file("/home/user/kept.txt", Bytes::from_static(b"kept"))
+            .await
+            .expect("written");
+        let before = boot(sandbox.clone()).await;
+        let sleeper = sandbox
+            .start(StartOptions::exec(
+                "sleep".to_owned(),
+                vec!["600".to_owned()],
+            ))
+            .await
+            .expect("started");
+        let pid = sleeper.pid();
+        drop(sleeper);
+        assert_eq!(
+            client
+                .pause_with(&info.sandbox_id, memory)
+                .await
+                .expect("paused"),
+            PauseOutcome::Paused,
+            "{name}"
+        );
+        let connected = client
+            .connect_with(&info.sandbox_id, Duration::from_secs(600), on_resume)
+            .await
+            .expect("resumed");
+        assert_eq!(connected.state, ConnectState::Resumed, "{name}");
+        let sandbox = client
+            .sandbox(connected.sandbox.envd_access())
+            .expect("handle");
+        assert_eq!(
+            &sandbox
+                .read_file("/home/user/kept.txt", 64)
+                .await
+                .expect("read")[..],
+            b"kept",
+            "{name}"
+        );
+        let after = boot(sandbox.clone()).await;
+        let alive = sandbox
+            .list_processes()
+            .await
+            .expect("listed")
+            .iter()
+            .any(|p| p.pid == pid);
+        let kept_memory = memory == PauseMemory::Keep && on_resume == OnResume::Restore;
+        assert_eq!(
+            before == after,
+            kept_memory,
+            "{name}: boot ids {before} {after}"
+        );
+        assert_eq!(alive, kept_memory, "{name}");
+    }
+}

@@ -131,6 +131,9 @@ async fn typing_through_one_streamed_call_reaches_the_terminal_in_order() {
         Err(error) => error,
         Ok(()) => wrong.finish().await.expect_err("refused"),
     };
-    assert!(refused.to_string().contains("tty not assigned"), "{refused}");
+    assert!(
+        refused.to_string().contains("tty not assigned"),
+        "{refused}"
+    );
     sandbox.kill_process(plain.pid()).await.expect("killed");
 }

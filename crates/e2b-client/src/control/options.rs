@@ -76,6 +76,15 @@ pub enum PauseMemory {
     Discard,
 }
 
+/// How a paused sandbox comes back on [`Client::connect_with`](crate::Client::connect_with).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnResume {
+    /// With the memory its pause kept, when it kept any (E2B's default).
+    Restore,
+    /// Cold-booted from its files: no process survives, the boot id is new.
+    Reboot,
+}
+
 /// Which states [`Client::list`](crate::Client::list) returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StateFilter {
