@@ -137,3 +137,19 @@ def test_fork_of_a_missing_sandbox_raises_not_found(server):
     gone.kill()
     with pytest.raises(SandboxNotFoundException):
         Sandbox.fork(gone.sandbox_id)
+
+
+def test_template_exists_knows_the_built_in_templates_and_named_snapshots(sandbox, unique):
+    # The SDK's Template.exists (GET /templates/aliases/{alias}).
+    from e2b import Template
+
+    assert Template.exists("base") is True
+    assert Template.exists("code-interpreter-v1") is True
+    assert Template.exists(f"nothing-{unique}") is False
+    need("create_snapshot", "delete_snapshot")
+    name = f"exists-{unique}"
+    assert Template.exists(name) is False
+    snapshot = Sandbox.create_snapshot(sandbox.sandbox_id, name=name)
+    assert Template.exists(name) is True
+    assert Sandbox.delete_snapshot(snapshot.snapshot_id) is True
+    assert Template.exists(name) is False

@@ -102,6 +102,8 @@ pub enum Operation {
     RemoveCodeContext,
     /// A git command run in the sandbox ([`Sandbox::git`](crate::Sandbox::git)).
     Git,
+    /// `GET /templates/aliases/{alias}`.
+    TemplateExists,
 }
 
 impl Operation {
@@ -174,6 +176,7 @@ impl fmt::Display for Operation {
             Operation::RestartCodeContext => "restart code context",
             Operation::RemoveCodeContext => "remove code context",
             Operation::Git => "git",
+            Operation::TemplateExists => "check template",
         })
     }
 }

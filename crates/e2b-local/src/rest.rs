@@ -184,6 +184,7 @@ fn route(app: &Arc<App>, method: &Method, request: &RestRequest<'_>) -> Result<R
         (Method::GET, ["v2", "sandboxes", id, "logs"]) => logs::v2(app, id, query),
         (Method::GET, ["snapshots"]) => snapshots::list(app, query),
         (Method::DELETE, ["templates", id]) => snapshots::delete(app, id),
+        (Method::GET, ["templates", "aliases", alias]) => snapshots::alias(app, alias),
         (Method::GET, ["secrets"]) => secrets::list(app, query),
         (Method::POST, ["secrets"]) => secrets::create(app, body),
         (Method::GET, ["secrets", selector]) => secrets::get(app, selector),
@@ -226,6 +227,7 @@ fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
         ["snapshots"] => None,
         ["secrets"] | ["secrets", _] => None,
         ["templates", _] if method == Method::DELETE => None,
+        ["templates", "aliases", _] if method == Method::GET => None,
         [
             first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"
             | "api-keys" | "volumes" | "secrets"),

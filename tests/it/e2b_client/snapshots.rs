@@ -157,3 +157,26 @@ async fn fork_results_are_independent_and_faults_surface_typed() {
     );
     server.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn template_exists_answers_for_public_templates_and_named_snapshots() {
+    let server = server().await;
+    let client = client(&server);
+    let (info, _) = create(&client, OnTimeout::Kill, 600).await;
+    assert!(client.template_exists("base").await.expect("asked"));
+    assert!(
+        client
+            .template_exists("code-interpreter-v1")
+            .await
+            .expect("asked")
+    );
+    assert!(!client.template_exists("no such/name").await.expect("asked"));
+    assert!(!client.template_exists("kept-state").await.expect("asked"));
+    client
+        .create_snapshot(&info.sandbox_id, Some("kept-state"))
+        .await
+        .expect("snapshot");
+    assert!(client.template_exists("kept-state").await.expect("asked"));
+    let error = client.template_exists("").await.expect_err("empty");
+    assert!(error.is_invalid_request(), "{error}");
+}

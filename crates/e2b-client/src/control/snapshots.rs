@@ -161,6 +161,29 @@ impl Client {
         }
     }
 
+    /// Whether a template of this name exists for the team (`GET /templates/aliases/{alias}`,
+    /// the SDK's `Template.exists`): a public template, one of the team's, or a snapshot by
+    /// name. A 403 (the name exists, another team owns it) is `true`, as the SDK reads it.
+    pub async fn template_exists(&self, name: &str) -> Result<bool, Error> {
+        let ctx = self.ctx(Operation::TemplateExists, None);
+        if name.is_empty() {
+            return Err(ctx.invalid_input("the template name is empty"));
+        }
+        let path = format!(
+            "/templates/aliases/{}",
+            utf8_percent_encode(name, UNRESERVED)
+        );
+        match self
+            .send_json::<()>(&ctx, Method::GET, &path, None, Idempotency::Idempotent)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(error) if error.status() == Some(403) => Ok(true),
+            Err(error) if error.is_not_found() => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Forks a sandbox (`POST /sandboxes/{id}/fork`): E2B snapshots it once (the source keeps
     /// its id and lease) and starts `count` sandboxes from that snapshot. The outer error is
     /// the request's (a 404 is [`Error::is_sandbox_gone`]); otherwise there is one entry per

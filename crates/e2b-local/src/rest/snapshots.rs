@@ -12,7 +12,7 @@ use super::{sandbox_json, validate_timeout};
 use crate::app::App;
 use crate::parse::{parse_body, query_pairs};
 use crate::reply::{ApiError, json_response};
-use crate::snapshots::{SnapshotQuery, parse_name};
+use crate::snapshots::{Reference, SnapshotQuery, parse_name};
 use crate::store::{CreateParams, Cursor, SbState, parse_sandbox_id};
 
 /// E2B's cap on forks per request.
@@ -123,6 +123,32 @@ pub(super) fn delete(app: &App, raw: &str) -> Result<Response, ApiError> {
         percent_decode(raw).ok_or_else(|| ApiError::bad_request("invalid template ID encoding"))?;
     app.snapshots.delete(&reference)?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `GET /templates/aliases/{alias}` (the SDK's `Template.exists`): a built-in template
+/// (public) or a snapshot by name (the team's) answers `{templateID, public}`; anything else
+/// 404.
+pub(super) fn alias(app: &App, raw: &str) -> Result<Response, ApiError> {
+    let alias = percent_decode(raw)
+        .ok_or_else(|| ApiError::bad_request("invalid template alias encoding"))?;
+    let builtin =
+        app.templates.iter().any(|t| *t == alias) || alias == crate::paths::OTHER_HOME_TEMPLATE;
+    if builtin {
+        return Ok(json_response(
+            StatusCode::OK,
+            &serde_json::json!({"templateID": alias, "public": true}),
+        ));
+    }
+    match app.snapshots.resolve(&Reference::parse(&alias)) {
+        Some(found) => Ok(json_response(
+            StatusCode::OK,
+            &serde_json::json!({"templateID": found.template_id, "public": false}),
+        )),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("template alias '{alias}' not found"),
+        )),
+    }
 }
 
 /// `%XX` decoding of a path segment (`+` stays a plus there).
