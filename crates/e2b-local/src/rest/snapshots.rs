@@ -131,8 +131,7 @@ pub(super) fn delete(app: &App, raw: &str) -> Result<Response, ApiError> {
 pub(super) fn alias(app: &App, raw: &str) -> Result<Response, ApiError> {
     let alias = percent_decode(raw)
         .ok_or_else(|| ApiError::bad_request("invalid template alias encoding"))?;
-    let builtin =
-        app.templates.iter().any(|t| *t == alias) || alias == crate::paths::OTHER_HOME_TEMPLATE;
+    let builtin = app.templates.contains(&alias) || alias == crate::paths::OTHER_HOME_TEMPLATE;
     if builtin {
         return Ok(json_response(
             StatusCode::OK,
