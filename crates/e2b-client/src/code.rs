@@ -484,7 +484,8 @@ mod tests {
             vec![
                 b"{\"type\": \"number_of_executions\", \"execution_count\": 7}\n{\"type\": \"std",
                 b"out\", \"text\": \"a\\n\", \"timestamp\": \"t\"}\n{\"type\": \"keepalive\"}\n",
-                b"{\"type\": \"something_new\", \"x\": 1}\n{\"type\": \"error\", \"name\": \"E\", \"value\": \"v\", \"traceback\": \"tb\"}\n",
+                b"{\"type\": \"something_new\", \"x\": 1}\n",
+                b"{\"type\": \"error\", \"name\": \"E\", \"value\": \"v\", \"traceback\": \"tb\"}\n",
                 b"{\"type\": \"end_of_execution\"}\n",
             ],
             1024,

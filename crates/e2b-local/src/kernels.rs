@@ -232,7 +232,10 @@ async fn pump(mut events: mpsc::Receiver<Event>, said: mpsc::Sender<Said>, sandb
                     }
                 }
                 if buffer.len() > MAX_LINE {
-                    tracing::warn!(%sandbox_id, "a code-interpreter kernel wrote an over-long line");
+                    tracing::warn!(
+                        %sandbox_id,
+                        "a code-interpreter kernel wrote an over-long line"
+                    );
                     let _ = said
                         .send(Said::Gone {
                             sandbox_gone: false,
@@ -242,7 +245,11 @@ async fn pump(mut events: mpsc::Receiver<Event>, said: mpsc::Sender<Said>, sandb
                 }
             }
             Event::Stderr(bytes) => {
-                tracing::debug!(%sandbox_id, stderr = %String::from_utf8_lossy(&bytes), "code-interpreter kernel");
+                tracing::debug!(
+                    %sandbox_id,
+                    stderr = %String::from_utf8_lossy(&bytes),
+                    "code-interpreter kernel"
+                );
             }
             Event::Pty(_) => {}
             Event::End(_) => {
@@ -272,7 +279,10 @@ fn check(line: Bytes, sandbox_id: &str) -> Said {
         Some("end_of_execution") => Said::End,
         Some(kind) if PASSED_ON.contains(&kind) || kind == "ready" => Said::Object(line),
         _ => {
-            tracing::warn!(%sandbox_id, "a code-interpreter kernel wrote a line that is not one of its objects");
+            tracing::warn!(
+                %sandbox_id,
+                "a code-interpreter kernel wrote a line that is not one of its objects"
+            );
             Said::Object(Bytes::from_static(b""))
         }
     }

@@ -4,9 +4,10 @@
 //! run the kernel, so the official `e2b-code-interpreter` SDK works offline.
 //!
 //! E2B runs Jupyter with IPython kernels; here each context is one small Python process
-//! of the sandbox (`kernel.py`, its state in [`crate::kernels`]) that keeps the context's state, started on first use as
-//! root (as E2B's Jupyter runs), hidden from envd's process list, paused, resumed and
-//! killed with the sandbox like every process of it. Languages: `python`, `javascript`
+//! of the sandbox (`kernel.py`; the contexts and the kernels' lines are [`crate::kernels`])
+//! that keeps the context's state, started on first use as root (as E2B's Jupyter runs),
+//! hidden from envd's process list, paused, resumed and killed with the sandbox like every
+//! process of it. Languages: `python`, `javascript`
 //! (a `node` process the Python kernel hosts, `kernel.js`) and `bash`.
 //! What the kernel understands of IPython is in `kernel.py`.
 
