@@ -441,14 +441,7 @@ impl CodeRun {
     }
 
     async fn lost(&mut self, broken: Error) -> Error {
-        let Some(probe) = self.probe.take() else {
-            return broken;
-        };
-        if probe().await {
-            self.ctx.sandbox_ended(&broken)
-        } else {
-            broken
-        }
+        crate::framing::lost(&self.ctx, &mut self.probe, broken).await
     }
 }
 

@@ -248,14 +248,7 @@ impl ServerStream {
     /// The error for a stream that broke off (`broken`) or ended short of what it owed:
     /// when the sandbox turns out to be gone, that, else `broken` itself. Probes once.
     pub(crate) async fn lost(&mut self, broken: Error) -> Error {
-        let Some(probe) = self.probe.take() else {
-            return broken;
-        };
-        if probe().await {
-            self.ctx.sandbox_ended(&broken)
-        } else {
-            broken
-        }
+        lost(&self.ctx, &mut self.probe, broken).await
     }
 
     /// After the end-of-stream message: reads the body to its own end, so the HTTP client
@@ -269,6 +262,19 @@ impl ServerStream {
                 _ => return,
             }
         }
+    }
+}
+
+/// The error for a stream that broke off or ended short (`broken`): when `probe` (taken,
+/// so it runs once per stream) finds the sandbox gone, that, else `broken` itself.
+pub(crate) async fn lost(ctx: &Ctx, probe: &mut Option<GoneProbe>, broken: Error) -> Error {
+    let Some(probe) = probe.take() else {
+        return broken;
+    };
+    if probe().await {
+        ctx.sandbox_ended(&broken)
+    } else {
+        broken
     }
 }
 

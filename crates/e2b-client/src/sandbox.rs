@@ -184,13 +184,26 @@ impl Sandbox {
         method: Method,
         path_and_query: &str,
     ) -> Result<reqwest::RequestBuilder, Error> {
-        let url = reqwest::Url::parse(&format!("{}{path_and_query}", self.base))
+        self.request_to_port(ctx, pool, method, (&self.base, ENVD_PORT), path_and_query)
+    }
+
+    /// A request to `port` of the sandbox at `base`: its `E2b-Sandbox-*` headers and the
+    /// envd access token.
+    fn request_to_port(
+        &self,
+        ctx: &Ctx,
+        pool: Pool,
+        method: Method,
+        (base, port): (&str, u16),
+        path_and_query: &str,
+    ) -> Result<reqwest::RequestBuilder, Error> {
+        let url = reqwest::Url::parse(&format!("{base}{path_and_query}"))
             .map_err(|error| ctx.invalid_input(format!("bad URL: {error}")))?;
         let mut builder = self
             .http
             .request(pool, method, url)?
             .header("E2b-Sandbox-Id", self.id.as_str())
-            .header("E2b-Sandbox-Port", ENVD_PORT.to_string());
+            .header("E2b-Sandbox-Port", port.to_string());
         if let Some(token) = &self.token_header {
             builder = builder.header("X-Access-Token", token.clone());
         }

@@ -77,27 +77,28 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
         // Snapshots, forks and creates from a snapshot copy whole sandboxes: off the
         // async workers, so other requests keep being served meanwhile.
         let worker = tokio::task::spawn_blocking(move || {
-            let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-            let request = RestRequest {
-                segments: &segments,
-                query: &query,
-                body: &body,
-                idempotency_key: idempotency_key.as_deref(),
-            };
-            route(&app, &method, &request)
+            route_path(
+                &app,
+                &method,
+                &path,
+                &query,
+                &body,
+                idempotency_key.as_deref(),
+            )
         });
         match worker.await {
             Ok(result) => result,
             Err(error) => Err(ApiError::internal(format!("request task failed: {error}"))),
         }
     } else {
-        let request = RestRequest {
-            segments: &segments,
-            query: &query,
-            body: &body,
-            idempotency_key: idempotency_key.as_deref(),
-        };
-        route(&app, &method, &request)
+        route_path(
+            &app,
+            &method,
+            &path,
+            &query,
+            &body,
+            idempotency_key.as_deref(),
+        )
     };
     match result {
         Ok(response) => response,
@@ -113,6 +114,26 @@ fn copies_files(method: &Method, segments: &[&str]) -> bool {
             | (&Method::POST, ["sandboxes", _, "snapshots" | "fork"])
             | (&Method::DELETE, ["templates", _])
     )
+}
+
+/// Routes a request by its path (split into segments here, so a blocking worker can own
+/// the path it routes).
+fn route_path(
+    app: &Arc<App>,
+    method: &Method,
+    path: &str,
+    query: &str,
+    body: &Bytes,
+    idempotency_key: Option<&str>,
+) -> Result<Response, ApiError> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let request = RestRequest {
+        segments: &segments,
+        query,
+        body,
+        idempotency_key,
+    };
+    route(app, method, &request)
 }
 
 /// What a control-plane route reads of its request.

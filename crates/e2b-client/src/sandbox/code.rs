@@ -171,16 +171,13 @@ impl Sandbox {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> Result<reqwest::Request, Error> {
-        let url = reqwest::Url::parse(&format!("{}{path}", self.code_base))
-            .map_err(|error| ctx.invalid_input(format!("bad URL: {error}")))?;
-        let mut builder = self
-            .http
-            .request(pool, method, url)?
-            .header("E2b-Sandbox-Id", self.id.as_str())
-            .header("E2b-Sandbox-Port", CODE_INTERPRETER_PORT.to_string());
-        if let Some(token) = &self.token_header {
-            builder = builder.header("X-Access-Token", token.clone());
-        }
+        let mut builder = self.request_to_port(
+            ctx,
+            pool,
+            method,
+            (&self.code_base, CODE_INTERPRETER_PORT),
+            path,
+        )?;
         if let Some(token) = &self.traffic_header {
             builder = builder.header("E2B-Traffic-Access-Token", token.clone());
         }
