@@ -53,6 +53,8 @@ class LocalServer:
             "E2B_API_KEY": API_KEY,
             "E2B_API_URL": self.api_url,
             "E2B_SANDBOX_URL": self.sandbox_url,
+            # The volume content API is served on the same port.
+            "E2B_VOLUME_API_URL": self.api_url,
         }
 
     def admin(self, path, body=None):

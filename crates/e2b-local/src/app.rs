@@ -30,6 +30,8 @@ pub(crate) struct App {
     pub(crate) create_keys: std::sync::Mutex<std::collections::HashMap<String, (u64, String)>>,
     /// The code-interpreter contexts of every sandbox (port 49999).
     pub(crate) interpreters: crate::kernels::Interpreters,
+    /// The team's volumes (`/volumes`, `/volumecontent`).
+    pub(crate) volumes: crate::volumes::Volumes,
 }
 
 impl App {

@@ -25,6 +25,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::sandbox_ns::{NsCapability, SandboxNs};
+use crate::volumes::{MOUNT_ROOT, MountPoint, VolumeMount};
 
 /// How commands are isolated (the public configuration choice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +109,8 @@ pub(crate) struct CommandSpec<'a> {
     pub(crate) trust: Option<&'a crate::egress::Trust>,
     /// The file bound over [`crate::paths::BOOT_ID`] (mount namespaces only).
     pub(crate) boot_id: Option<&'a Path>,
+    /// The volumes the sandbox mounts (bound in mount namespaces; symlinks otherwise).
+    pub(crate) volumes: &'a [VolumeMount],
 }
 
 /// What a command under the egress filter needs before exec.
@@ -279,6 +282,7 @@ impl Isolation {
             egress: None,
             trust: None,
             boot_id: None,
+            volumes: &[],
         };
         let mut command = self.std_command(&spec)?;
         let output = match ns {
@@ -419,6 +423,7 @@ impl Isolation {
                         Some(path) => Some(cstring(path)?),
                         None => None,
                     },
+                    volumes: volume_binds(spec)?,
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -469,6 +474,78 @@ struct MountPlan {
     hosts: Option<CString>,
     /// Bind this over `/proc/sys/kernel/random/boot_id` (the sandbox's boot id).
     boot_id: Option<CString>,
+    /// The volumes to bind, in order.
+    volumes: Vec<VolumeBind>,
+}
+
+/// One volume's bind, prepared before the fork.
+struct VolumeBind {
+    /// The volume's directory on the host.
+    source: CString,
+    /// Where it is bound; for a mount in the sandbox's home or tmp, the host directory of the
+    /// mount point, bound before those areas are (their binds carry it along).
+    target: CString,
+    /// Lay a tmpfs over [`MOUNT_ROOT`] first (the first mount under it does).
+    cover_mount_root: bool,
+    /// The directories from the area (or [`MOUNT_ROOT`]) down to `target`, made when
+    /// missing.
+    make: Vec<CString>,
+}
+
+/// The binds of a command's volumes; a volume deleted since the sandbox was made fails
+/// the command, naming it, rather than leave its mount point bare.
+fn volume_binds(spec: &CommandSpec<'_>) -> io::Result<Vec<VolumeBind>> {
+    let mut binds = Vec::new();
+    let mut mount_root_covered = false;
+    for volume in spec.volumes {
+        if volume.point == MountPoint::Link {
+            continue;
+        }
+        if !volume.host.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "volume '{}' mounted at {} was deleted",
+                    volume.name, volume.path
+                ),
+            ));
+        }
+        let (base, rest) = match volume.point {
+            MountPoint::InArea => match area_host_dir(spec, &volume.path) {
+                Some(found) => found,
+                None => continue,
+            },
+            MountPoint::UnderMountRoot => (
+                PathBuf::from(MOUNT_ROOT),
+                volume.path[MOUNT_ROOT.len()..].trim_start_matches('/'),
+            ),
+            MountPoint::EmptyHostDir | MountPoint::Link => (PathBuf::from(&volume.path), ""),
+        };
+        let cover_mount_root = volume.point == MountPoint::UnderMountRoot && !mount_root_covered;
+        mount_root_covered |= cover_mount_root;
+        let mut make = Vec::new();
+        let mut target = base;
+        for part in rest.split('/').filter(|p| !p.is_empty()) {
+            target.push(part);
+            make.push(cstring(&target)?);
+        }
+        binds.push(VolumeBind {
+            source: cstring(&volume.host)?,
+            target: cstring(&target)?,
+            cover_mount_root,
+            make,
+        });
+    }
+    Ok(binds)
+}
+
+/// The host directory of the area holding `path` (the sandbox's home or tmp), and the rest
+/// of the path below it.
+fn area_host_dir<'p>(spec: &CommandSpec<'_>, path: &'p str) -> Option<(PathBuf, &'p str)> {
+    let below = |root: &str| path.strip_prefix(root)?.strip_prefix('/');
+    below(spec.virt_home)
+        .map(|rest| (spec.home.to_path_buf(), rest))
+        .or_else(|| below("/tmp").map(|rest| (spec.tmp.to_path_buf(), rest)))
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {
@@ -498,6 +575,34 @@ impl MountPlan {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
+            // Before /home and /tmp are replaced: the volumes' directories (and the
+            // mount points in the sandbox's areas) may lie under the host's /tmp.
+            for volume in &self.volumes {
+                if volume.cover_mount_root {
+                    check(libc::mount(
+                        c"tmpfs".as_ptr(),
+                        c"/mnt".as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        libc::MS_NOSUID | libc::MS_NODEV,
+                        c"mode=755".as_ptr().cast(),
+                    ))?;
+                }
+                for dir in &volume.make {
+                    if libc::mkdir(dir.as_ptr(), 0o755) < 0 {
+                        let error = io::Error::last_os_error();
+                        if error.raw_os_error() != Some(libc::EEXIST) {
+                            return Err(error);
+                        }
+                    }
+                }
+                check(libc::mount(
+                    volume.source.as_ptr(),
+                    volume.target.as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ))?;
+            }
             if self.fresh_proc {
                 check(libc::mount(
                     c"proc".as_ptr(),

@@ -33,6 +33,7 @@ mod snapshots;
 mod store;
 mod token;
 mod tree_copy;
+mod volumes;
 mod watch;
 
 pub use clock::Clock;

@@ -202,9 +202,11 @@ async fn serve(args: ServeArgs) -> Result<(), e2b_local::Error> {
     }
     {
         let mut out = std::io::stdout().lock();
-        // Test harnesses parse these two lines; flush so they see them at once.
+        // Test harnesses parse these lines; flush so they see them at once. The SDKs' volume
+        // content client reads its own variable (by default `https://api.<domain>`).
         let _ = writeln!(out, "E2B_API_URL={}", server.url());
         let _ = writeln!(out, "E2B_SANDBOX_URL={}", server.url());
+        let _ = writeln!(out, "E2B_VOLUME_API_URL={}", server.url());
         let _ = out.flush();
     }
     let stdin = if args.exit_on_stdin_eof {

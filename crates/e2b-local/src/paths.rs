@@ -72,13 +72,24 @@ pub(crate) struct Resolved {
     pub(crate) area_root: PathBuf,
 }
 
-/// A sandbox's two writable areas.
+/// A volume mounted into a sandbox: the directory the sandbox names, and the volume's
+/// files on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mount {
+    /// A normalised absolute path in the sandbox.
+    pub(crate) virt: String,
+    pub(crate) host: PathBuf,
+}
+
+/// A sandbox's writable areas: its home, its tmp, and the volumes mounted into it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SandboxFs<'a> {
     pub(crate) home: &'a Path,
     pub(crate) tmp: &'a Path,
     /// What the sandbox calls its home ([`home_for_template`]).
     pub(crate) virt_home: &'a str,
+    /// Checked before home and tmp: a mount may lie inside either.
+    pub(crate) mounts: &'a [Mount],
 }
 
 /// Turns any client path into a normalised absolute virtual path; relative paths and `~`
@@ -112,7 +123,15 @@ pub(crate) fn normalize(path: &str, home: &str) -> Result<String, PathError> {
 impl<'a> SandboxFs<'a> {
     /// Splits a normalised virtual path into (area host root, area virtual root, rest).
     fn classify<'p>(&self, virt: &'p str) -> Option<(PathBuf, &'a str, Vec<&'p str>)> {
-        let (root, name, rest) = if let Some(rest) = strip_area(virt, self.virt_home) {
+        // The deepest mount holding the path wins: mounts may nest.
+        let mount = self
+            .mounts
+            .iter()
+            .filter_map(|m| strip_area(virt, &m.virt).map(|rest| (m, rest)))
+            .max_by_key(|(m, _)| m.virt.len());
+        let (root, name, rest) = if let Some((mount, rest)) = mount {
+            (mount.host.as_path(), mount.virt.as_str(), rest)
+        } else if let Some(rest) = strip_area(virt, self.virt_home) {
             (self.home, self.virt_home, rest)
         } else if let Some(rest) = strip_area(virt, "/tmp") {
             (self.tmp, "/tmp", rest)
@@ -125,49 +144,76 @@ impl<'a> SandboxFs<'a> {
 
     /// Maps `path` to the host, resolving symlinks in the sandbox's view.
     pub(crate) fn resolve(&self, path: &str, last: Last) -> Result<Resolved, PathError> {
-        let mut virt = normalize(path, self.virt_home)?;
-        let mut hops = 0;
-        'restart: loop {
-            let Some((area_root, area_name, rest)) = self.classify(&virt) else {
-                return Err(PathError::Outside(virt));
-            };
-            let mut host = area_root.clone();
-            let mut current = area_name.to_owned();
-            for (index, part) in rest.iter().enumerate() {
-                let is_last = index + 1 == rest.len();
-                let candidate = host.join(part);
-                let is_link = fs::symlink_metadata(&candidate)
-                    .map(|m| m.file_type().is_symlink())
-                    .unwrap_or(false);
-                if is_link && !(is_last && last == Last::NoFollow) {
-                    hops += 1;
-                    if hops > 40 {
-                        return Err(PathError::Invalid(virt));
-                    }
-                    let target =
-                        fs::read_link(&candidate).map_err(|_| PathError::Invalid(virt.clone()))?;
-                    let Some(target) = target.to_str() else {
-                        return Err(PathError::Invalid(virt));
-                    };
-                    let remaining = rest[index + 1..].join("/");
-                    let joined = if target.starts_with('/') {
-                        format!("{target}/{remaining}")
-                    } else {
-                        format!("{current}/{target}/{remaining}")
-                    };
-                    virt = normalize(&joined, self.virt_home)?;
-                    continue 'restart;
+        let virt = normalize(path, self.virt_home)?;
+        walk(virt, self.virt_home, last, |virt| self.classify(virt))
+    }
+}
+
+/// Maps `path`, named inside a volume (`/` is the volume's root), to the host directory
+/// `root` holds it in; a symlink resolves inside the volume, as in a chroot, and `..` never
+/// climbs above the root. The answer's `virt` is the path inside the volume.
+pub(crate) fn resolve_in_volume(
+    root: &Path,
+    path: &str,
+    last: Last,
+) -> Result<Resolved, PathError> {
+    let virt = normalize(path, "/")?;
+    walk(virt, "/", last, |virt| {
+        let rest = virt.split('/').filter(|p| !p.is_empty()).collect();
+        Some((root.to_path_buf(), "", rest))
+    })
+}
+
+/// Walks a normalised virtual path component by component, restarting at each symlink
+/// with its target (in the same virtual view); `classify` names the area a path is in.
+fn walk<'a, F>(mut virt: String, home: &str, last: Last, classify: F) -> Result<Resolved, PathError>
+where
+    F: for<'p> Fn(&'p str) -> Option<(PathBuf, &'a str, Vec<&'p str>)>,
+{
+    let mut hops = 0;
+    'restart: loop {
+        let Some((area_root, area_name, rest)) = classify(&virt) else {
+            return Err(PathError::Outside(virt));
+        };
+        let mut host = area_root.clone();
+        let mut current = area_name.to_owned();
+        for (index, part) in rest.iter().enumerate() {
+            let is_last = index + 1 == rest.len();
+            let candidate = host.join(part);
+            let is_link = fs::symlink_metadata(&candidate)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false);
+            if is_link && !(is_last && last == Last::NoFollow) {
+                hops += 1;
+                if hops > 40 {
+                    return Err(PathError::Invalid(virt));
                 }
-                host = candidate;
-                current.push('/');
-                current.push_str(part);
+                let target =
+                    fs::read_link(&candidate).map_err(|_| PathError::Invalid(virt.clone()))?;
+                let Some(target) = target.to_str() else {
+                    return Err(PathError::Invalid(virt));
+                };
+                let remaining = rest[index + 1..].join("/");
+                let joined = if target.starts_with('/') {
+                    format!("{target}/{remaining}")
+                } else {
+                    format!("{current}/{target}/{remaining}")
+                };
+                virt = normalize(&joined, home)?;
+                continue 'restart;
             }
-            return Ok(Resolved {
-                host,
-                virt: current,
-                area_root,
-            });
+            host = candidate;
+            current.push('/');
+            current.push_str(part);
         }
+        if current.is_empty() {
+            current.push('/');
+        }
+        return Ok(Resolved {
+            host,
+            virt: current,
+            area_root,
+        });
     }
 }
 
@@ -256,6 +302,7 @@ mod tests {
             home: &home,
             tmp: &tmp,
             virt_home: OTHER_HOME,
+            mounts: &[],
         };
         let r = fsys.resolve("a.txt", Last::Follow).unwrap();
         assert_eq!(r.virt, "/home/agent/a.txt");
@@ -277,6 +324,7 @@ mod tests {
             home: &home,
             tmp: &tmp,
             virt_home: HOME,
+            mounts: &[],
         };
         let r = fsys.resolve("sub/f.txt", Last::Follow).unwrap();
         assert_eq!(r.host, home.join("sub/f.txt"));
@@ -311,5 +359,63 @@ mod tests {
             fsys.resolve("loop", Last::Follow),
             Err(PathError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn a_mounted_volume_wins_over_the_area_that_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, tmp, vol) = (
+            dir.path().join("h"),
+            dir.path().join("t"),
+            dir.path().join("v"),
+        );
+        for d in [&home, &tmp, &vol] {
+            fs::create_dir_all(d).unwrap();
+        }
+        let mounts = [Mount {
+            virt: "/home/user/data".into(),
+            host: vol.clone(),
+        }];
+        let fsys = SandboxFs {
+            home: &home,
+            tmp: &tmp,
+            virt_home: HOME,
+            mounts: &mounts,
+        };
+        let r = fsys.resolve("data/x.txt", Last::Follow).unwrap();
+        assert_eq!(r.host, vol.join("x.txt"));
+        assert_eq!(r.area_root, vol);
+        assert_eq!(r.virt, "/home/user/data/x.txt");
+        // The mount point's name only: a sibling is in the home.
+        let r = fsys.resolve("database", Last::Follow).unwrap();
+        assert_eq!(r.host, home.join("database"));
+        // A link in the home into the mount reaches the volume.
+        std::os::unix::fs::symlink("/home/user/data/y", home.join("l")).unwrap();
+        assert_eq!(fsys.resolve("l", Last::Follow).unwrap().host, vol.join("y"));
+    }
+
+    #[test]
+    fn a_volume_path_never_leaves_the_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("vol");
+        fs::create_dir_all(root.join("a")).unwrap();
+        let r = resolve_in_volume(&root, "/a/../../../etc/passwd", Last::Follow).unwrap();
+        assert_eq!(r.host, root.join("etc/passwd"));
+        assert_eq!(r.virt, "/etc/passwd");
+        assert_eq!(
+            resolve_in_volume(&root, "/", Last::Follow).unwrap().virt,
+            "/"
+        );
+        assert_eq!(
+            resolve_in_volume(&root, "a", Last::Follow).unwrap().virt,
+            "/a"
+        );
+        // Links resolve as in a chroot: an absolute target is the volume's.
+        std::os::unix::fs::symlink("/etc", root.join("a/etc")).unwrap();
+        let r = resolve_in_volume(&root, "/a/etc/passwd", Last::Follow).unwrap();
+        assert_eq!(r.host, root.join("etc/passwd"));
+        std::os::unix::fs::symlink("../../..", root.join("up")).unwrap();
+        let r = resolve_in_volume(&root, "/up/x", Last::Follow).unwrap();
+        assert_eq!(r.host, root.join("x"));
     }
 }

@@ -211,8 +211,25 @@ fn route(app: &Arc<App>, method: &Method, request: &RestRequest<'_>) -> Result<R
         (Method::GET, ["secrets", selector]) => secrets::get(app, selector),
         (Method::POST, ["secrets", selector]) => secrets::update(app, selector, body),
         (Method::DELETE, ["secrets", selector]) => secrets::delete(app, selector),
+        (Method::GET, ["volumes"]) => Ok(json_response(StatusCode::OK, &app.volumes.list())),
+        (Method::POST, ["volumes"]) => {
+            let req: NewVolume = parse_body(body)?;
+            let name = req
+                .name
+                .ok_or_else(|| ApiError::bad_request("name is required"))?;
+            Ok(json_response(
+                StatusCode::CREATED,
+                &app.volumes.create(&name)?,
+            ))
+        }
+        (Method::GET, ["volumes", id]) => Ok(json_response(StatusCode::OK, &app.volumes.get(id)?)),
+        (Method::DELETE, ["volumes", id]) => {
+            app.volumes.delete(id)?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
         (_, ["_e2b_local", rest @ ..]) => crate::admin::route(app, method, rest, body),
-        (_, ["secrets"]) => Ok(method_not_allowed("GET, POST")),
+        (_, ["secrets"] | ["volumes"]) => Ok(method_not_allowed("GET, POST")),
+        (_, ["volumes", _]) => Ok(method_not_allowed("GET, DELETE")),
         (_, ["secrets", _]) => Ok(method_not_allowed("GET, POST, DELETE")),
         (_, ["snapshots"]) => Ok(method_not_allowed("GET")),
         (_, ["sandboxes"] | ["v2", "sandboxes"]) => Ok(method_not_allowed("GET, POST")),
@@ -246,7 +263,7 @@ fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
     match segments {
         // Served: the snapshot list and the template delete the SDK's delete_snapshot uses.
         ["snapshots"] => None,
-        ["secrets"] | ["secrets", _] => None,
+        ["secrets"] | ["secrets", _] | ["volumes"] | ["volumes", _] => None,
         ["templates", _] if method == Method::DELETE => None,
         ["templates", "aliases", _] if method == Method::GET => None,
         [
@@ -273,6 +290,11 @@ pub(crate) fn sandbox_in_path(path: &str) -> Option<String> {
 // ---- create ---------------------------------------------------------------------
 
 #[derive(Debug, Deserialize)]
+struct NewVolume {
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
 struct AutoResume {
     #[serde(default)]
     enabled: bool,
@@ -295,6 +317,7 @@ struct NewSandbox {
     env_vars: Option<BTreeMap<String, String>>,
     /// E2B's MCP gateway configuration: refused, see [`MCP_REFUSED`].
     mcp: Option<Value>,
+    volume_mounts: Option<Vec<crate::volumes::MountRequest>>,
 }
 
 /// Why e2b-local refuses E2B's MCP gateway (the `mcp` of a create, the `mcp-gateway`
@@ -416,6 +439,19 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiErr
         ));
     }
     let network = network::for_create(app, req.network, req.allow_internet_access)?;
+    let base_template = snapshot
+        .as_ref()
+        .map_or(name, |found| found.origin.base_template.as_str());
+    let isolation = if app.isolation_is_namespace() {
+        crate::volumes::MountIsolation::Namespace
+    } else {
+        crate::volumes::MountIsolation::PathMapping
+    };
+    let volume_mounts = app.volumes.mounts_for(
+        req.volume_mounts.as_deref().unwrap_or_default(),
+        crate::paths::home_for_template(base_template),
+        isolation,
+    )?;
     let (template_id, origin, files_from) = match snapshot {
         Some(found) => (found.template_id, Some(found.origin), Some(found.files)),
         None => (name.to_owned(), None, None),
@@ -434,6 +470,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiErr
         origin,
         files_from,
         network,
+        volume_mounts,
     })?;
     tracing::info!(sandbox_id = %record.id, template = %record.template, "sandbox created");
     Ok(record)
@@ -471,6 +508,7 @@ fn listed_json(record: &Record) -> Value {
         "metadata": record.metadata,
         "state": record.state.as_str(),
         "envdVersion": ENVD_VERSION,
+        "volumeMounts": crate::volumes::mounts_json(&record.volume_mounts),
     })
 }
 

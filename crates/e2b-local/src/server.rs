@@ -177,8 +177,15 @@ impl Server {
                 source,
             }
         })?;
+        let volumes =
+            crate::volumes::Volumes::open(&state_dir).map_err(|source| Error::StateDir {
+                operation: "open volumes",
+                path: state_dir.join("volumes"),
+                source,
+            })?;
         let app = Arc::new(App {
             store,
+            volumes,
             snapshots,
             secrets,
             clock: config.clock.clone(),
@@ -433,6 +440,9 @@ async fn route(app: Arc<App>, request: Request) -> (Response, Option<String>) {
                     crate::interpreter::handle(handler_app, id, request).await
                 }
                 Some(id) => envd::handle(handler_app, id, request).await,
+                None if crate::volumes::content::is_for(request.uri().path()) => {
+                    crate::volumes::content::handle(handler_app, request).await
+                }
                 None => rest::handle(handler_app, request).await,
             }
         })

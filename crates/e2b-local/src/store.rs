@@ -99,6 +99,9 @@ pub(crate) struct Record {
     /// (`None` for a record written before it was kept: E2B's default, 300).
     #[serde(default)]
     pub(crate) lease_secs: Option<i64>,
+    /// The volumes mounted at create, in the order asked.
+    #[serde(default)]
+    pub(crate) volume_mounts: Vec<crate::volumes::VolumeMount>,
 }
 
 /// Where a sandbox made from a snapshot comes from, for what E2B reports about it and for
@@ -149,6 +152,8 @@ pub(crate) struct CreateParams {
     pub(crate) network: Option<NetworkRecord>,
     /// A directory holding `home/` and `tmp/` to start from (a snapshot's), copied in.
     pub(crate) files_from: Option<PathBuf>,
+    /// The volumes to mount, checked ([`crate::volumes::Volumes::mounts_for`]).
+    pub(crate) volume_mounts: Vec<crate::volumes::VolumeMount>,
 }
 
 /// What envd handlers need to serve a running sandbox.
@@ -165,6 +170,22 @@ pub(crate) struct RunningSandbox {
     /// The file holding this boot's id ([`crate::paths::BOOT_ID`] in the sandbox).
     pub(crate) boot_id: PathBuf,
     pub(crate) procs: Arc<ProcessTable>,
+    /// The volumes mounted into it, as its path mapping sees them.
+    pub(crate) mounts: Arc<[crate::paths::Mount]>,
+    /// The same volumes, as its commands' mount namespaces bind them.
+    pub(crate) volumes: Arc<[crate::volumes::VolumeMount]>,
+}
+
+impl RunningSandbox {
+    /// Its writable areas, for mapping the paths a client names.
+    pub(crate) fn fs(&self) -> crate::paths::SandboxFs<'_> {
+        crate::paths::SandboxFs {
+            home: &self.home,
+            tmp: &self.tmp,
+            virt_home: self.virt_home,
+            mounts: &self.mounts,
+        }
+    }
 }
 
 /// A sandbox as a snapshot sees it (see [`Store::snapshot_source`]).
@@ -461,6 +482,18 @@ impl Store {
                 .and_then(|_| crate::tree_copy::copy_tree(&files.join("tmp"), &tmp))
                 .map(|_| ()),
         };
+        let virt_home = crate::paths::home_for_template(
+            params
+                .origin
+                .as_ref()
+                .map_or(&params.template, |origin| &origin.base_template),
+        );
+        let made = made.and_then(|()| {
+            params
+                .volume_mounts
+                .iter()
+                .try_for_each(|mount| mount.make_point(&home, &tmp, virt_home, self.owner))
+        });
         if let Err(e) = made {
             self.delete_files(&id);
             return Err(ApiError::internal(format!(
@@ -498,6 +531,7 @@ impl Store {
             origin: params.origin,
             network: params.network,
             lease_secs: Some(params.timeout_secs),
+            volume_mounts: params.volume_mounts,
         };
         self.persist(&record);
         inner.entries.insert(
@@ -698,6 +732,13 @@ impl Store {
             tmp: self.tmp_dir(id),
             boot_id: self.boot_id_file(id),
             procs: Arc::clone(&entry.procs),
+            mounts: entry
+                .record
+                .volume_mounts
+                .iter()
+                .map(crate::volumes::VolumeMount::mount)
+                .collect(),
+            volumes: entry.record.volume_mounts.iter().cloned().collect(),
         })
     }
 

@@ -12,7 +12,7 @@ use super::ctx::Ctx;
 use super::encoding::{self, Coding};
 use super::files::{path_error, user_of};
 use super::signing::{self, FilesQuery, parse_query};
-use crate::paths::{self, Last, PathError, Resolved, SandboxFs};
+use crate::paths::{self, Last, PathError, Resolved};
 use crate::reply::ApiError;
 
 /// Buffer size for streaming a file out (bounded memory whatever the file size).
@@ -60,11 +60,7 @@ pub(crate) async fn download(ctx: Ctx, request: Request) -> Response {
         return error.into_response();
     }
     let requested = query.path.clone().unwrap_or_default();
-    let fs = SandboxFs {
-        home: &ctx.sandbox.home,
-        tmp: &ctx.sandbox.tmp,
-        virt_home: ctx.sandbox.virt_home,
-    };
+    let fs = ctx.sandbox.fs();
     let resolved = match fs.resolve(&requested, Last::Follow) {
         Ok(resolved) => resolved,
         // The one file outside the sandbox's areas it serves: its own boot id.

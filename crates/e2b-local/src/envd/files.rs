@@ -20,7 +20,7 @@ use super::encoding::{self, Coding};
 use super::metadata;
 use super::signing::{self, FilesQuery, parse_query};
 use crate::isolation::SandboxUser;
-use crate::paths::{self, Last, PathError, Resolved, SandboxFs};
+use crate::paths::{self, Last, PathError, Resolved};
 use crate::reply::{ApiError, json_response};
 
 pub(super) fn path_error(error: &PathError) -> Response {
@@ -186,11 +186,7 @@ async fn upload_multipart(
 }
 
 pub(super) fn resolve_for_write(ctx: &Ctx, target: &str) -> Result<Resolved, ApiError> {
-    let fs = SandboxFs {
-        home: &ctx.sandbox.home,
-        tmp: &ctx.sandbox.tmp,
-        virt_home: ctx.sandbox.virt_home,
-    };
+    let fs = ctx.sandbox.fs();
     fs.resolve(target, Last::Follow).map_err(|e| match e {
         PathError::Outside(_) => ApiError::new(StatusCode::FORBIDDEN, e.message()),
         PathError::Invalid(_) => ApiError::bad_request(e.message()),

@@ -107,11 +107,7 @@ async fn run_blocking(
 }
 
 fn sandbox_fs(ctx: &Ctx) -> SandboxFs<'_> {
-    SandboxFs {
-        home: &ctx.sandbox.home,
-        tmp: &ctx.sandbox.tmp,
-        virt_home: ctx.sandbox.virt_home,
-    }
+    ctx.sandbox.fs()
 }
 
 pub(crate) fn path_error(error: PathError) -> ConnectError {

@@ -295,11 +295,7 @@ pub(crate) fn launch(
     launch: Launch<'_>,
 ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), ConnectError> {
     let sandbox = &ctx.sandbox;
-    let fs = SandboxFs {
-        home: &sandbox.home,
-        tmp: &sandbox.tmp,
-        virt_home: sandbox.virt_home,
-    };
+    let fs = sandbox.fs();
     let cwd_request = launch.cwd.unwrap_or_default();
     let (cwd_virtual, cwd_host) = resolve_cwd(ctx, &fs, cwd_request)?;
     // A sandbox with egress rules starts every command under the filter (crate::egress).
@@ -344,6 +340,7 @@ pub(crate) fn launch(
             },
         },
         own_pid_namespace: sandbox.procs.own_pid_namespace(),
+        volumes: &sandbox.volumes,
         egress: handoff.as_ref().map(|handoff| EgressSpec {
             handoff: handoff.child_end(),
             resolv_conf: ctx

@@ -52,28 +52,18 @@ struct Target {
     virt: String,
     include_entry: bool,
     recursive: bool,
-    /// The sandbox's areas, for the entries' symlink targets.
-    home: PathBuf,
-    tmp: PathBuf,
-    virt_home: &'static str,
+    /// The sandbox, for its areas (the entries' symlink targets).
+    sandbox: crate::store::RunningSandbox,
 }
 
 impl Target {
     fn fs(&self) -> SandboxFs<'_> {
-        SandboxFs {
-            home: &self.home,
-            tmp: &self.tmp,
-            virt_home: self.virt_home,
-        }
+        self.sandbox.fs()
     }
 }
 
 fn target(ctx: &Ctx, req: &WatchRequest) -> Result<Target, ConnectError> {
-    let fs = SandboxFs {
-        home: &ctx.sandbox.home,
-        tmp: &ctx.sandbox.tmp,
-        virt_home: ctx.sandbox.virt_home,
-    };
+    let fs = ctx.sandbox.fs();
     let resolved = fs
         .resolve(&req.path, Last::Follow)
         .map_err(super::filesystem::path_error)?;
@@ -95,9 +85,7 @@ fn target(ctx: &Ctx, req: &WatchRequest) -> Result<Target, ConnectError> {
             virt: resolved.virt,
             include_entry: req.include_entry,
             recursive: req.recursive,
-            home: ctx.sandbox.home.clone(),
-            tmp: ctx.sandbox.tmp.clone(),
-            virt_home: ctx.sandbox.virt_home,
+            sandbox: ctx.sandbox.clone(),
         }),
     }
 }

@@ -220,6 +220,8 @@ pub(super) fn fork(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiErr
                 origin: record.origin.clone(),
                 files_from: Some(capture.files().to_path_buf()),
                 network: record.network.clone(),
+                // A fork mounts the volumes its source has: they are shared storage.
+                volume_mounts: record.volume_mounts.clone(),
             });
             match created {
                 Ok(fork) => {
