@@ -1,4 +1,4 @@
-"""E2B volumes through the official SDK's `Volume` against e2b-local (contract S24): create,
+"""E2B volumes through the official SDK's `Volume` against e2b-local (contract L21): create,
 connect, list, destroy; the content API (directories, files, stat, metadata, removal) with
 the volume's token; and volumes mounted into sandboxes at create, where the sandbox's
 commands and files API see the same files as the content API, across sandboxes and after
@@ -258,4 +258,31 @@ def test_without_a_namespace_a_mount_in_the_home_still_shares_files(path_mapping
         assert "without a mount namespace" in str(caught.value)
     finally:
         Sandbox.kill(sbx.sandbox_id)
+        Volume.destroy(volume.volume_id)
+
+
+def test_an_upload_that_breaks_off_leaves_the_old_file_whole(server, unique):
+    Volume, _ = volume_api()
+    import socket
+    from urllib.parse import urlparse
+
+    volume = Volume.create(f"torn-{unique}")
+    try:
+        volume.write_file("/keep.txt", "the whole old file")
+        target = urlparse(server.api_url)
+        with socket.create_connection((target.hostname, target.port), timeout=30) as conn:
+            conn.sendall(
+                (
+                    f"PUT /volumecontent/{volume.volume_id}/file?path=/keep.txt&force=true HTTP/1.1\r\n"
+                    f"Host: {target.netloc}\r\nAuthorization: Bearer {volume.token}\r\n"
+                    "Content-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n"
+                ).encode()
+                + b"only the start"
+            )
+            conn.shutdown(socket.SHUT_WR)
+            # The server answers (or closes) once it sees the body end early.
+            conn.recv(4096)
+        assert volume.read_file("/keep.txt") == "the whole old file"
+        assert [entry.name for entry in volume.list("/")] == ["keep.txt"], "no partial upload left"
+    finally:
         Volume.destroy(volume.volume_id)

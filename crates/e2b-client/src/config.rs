@@ -41,6 +41,9 @@ pub struct Config {
     pub api_url: Option<String>,
     /// Overrides the envd base URL for every sandbox (like `E2B_SANDBOX_URL`).
     pub sandbox_url: Option<String>,
+    /// Overrides the base URL of the volume content API (like `E2B_VOLUME_API_URL`); `None`:
+    /// `https://api.<domain>`, the volume's cluster domain when E2B names one.
+    pub volume_api_url: Option<String>,
     /// The longest any single request may take, retries included. Streams (command output,
     /// downloads) are bounded by it while waiting for the response and then per silent gap.
     pub request_deadline: Duration,
@@ -66,6 +69,7 @@ impl Config {
             domain: DEFAULT_DOMAIN.to_owned(),
             api_url: None,
             sandbox_url: None,
+            volume_api_url: None,
             request_deadline: Duration::from_secs(60),
             retry: RetryPolicy::standard(),
             limits: Limits::standard(),
@@ -91,6 +95,7 @@ impl Config {
         }
         config.api_url = var("E2B_API_URL");
         config.sandbox_url = var("E2B_SANDBOX_URL");
+        config.volume_api_url = var("E2B_VOLUME_API_URL");
         config
     }
 
@@ -99,6 +104,21 @@ impl Config {
         match &self.api_url {
             Some(url) => url.clone(),
             None => format!("https://api.{}", self.domain),
+        }
+    }
+
+    /// The volume content API's base URL, decided like the official SDK: `volume_api_url`
+    /// verbatim if set, else `https://api.<domain>` with the volume's cluster domain (E2B's
+    /// answer names one for a BYOC cluster) or ours.
+    pub fn volume_base_url(&self, volume_domain: Option<&str>) -> String {
+        match &self.volume_api_url {
+            Some(url) => url.clone(),
+            None => format!(
+                "https://api.{}",
+                volume_domain
+                    .filter(|d| !d.is_empty())
+                    .unwrap_or(&self.domain)
+            ),
         }
     }
 
@@ -290,6 +310,22 @@ mod tests {
 
     fn id() -> SandboxId {
         SandboxId::parse("ikk8xw53nne4bytcdg87t".to_owned()).expect("valid id")
+    }
+
+    #[test]
+    fn the_volume_api_is_the_variable_or_the_volumes_own_domain() {
+        let config = Config::new(key());
+        assert_eq!(config.volume_base_url(None), "https://api.e2b.app");
+        assert_eq!(
+            config.volume_base_url(Some("byoc.example")),
+            "https://api.byoc.example"
+        );
+        let vars = HashMap::from([("E2B_VOLUME_API_URL", "http://127.0.0.1:9")]);
+        let config = Config::from_lookup(key(), &|name| vars.get(name).map(|v| (*v).to_owned()));
+        assert_eq!(
+            config.volume_base_url(Some("byoc.example")),
+            "http://127.0.0.1:9"
+        );
     }
 
     #[test]

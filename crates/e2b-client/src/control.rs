@@ -28,6 +28,7 @@ mod network;
 mod options;
 mod secrets;
 mod snapshots;
+mod volumes;
 
 pub use self::answers::{
     ConnectState, Connected, KillOutcome, Lifecycle, ListedSandbox, PauseOutcome, SandboxDetail,
@@ -187,6 +188,7 @@ impl Client {
             network: options.network.as_ref().map(network::NetworkWire::from),
             metadata: &options.metadata,
             env_vars: &options.env_vars,
+            volume_mounts: &options.volume_mounts,
         };
         let (idempotency, header) = match &options.idempotency_key {
             None => (Idempotency::NotIdempotent, None),
@@ -666,6 +668,8 @@ struct NewSandbox<'a> {
     metadata: &'a BTreeMap<String, String>,
     #[serde(rename = "envVars")]
     env_vars: &'a BTreeMap<String, String>,
+    #[serde(rename = "volumeMounts", skip_serializing_if = "<[_]>::is_empty")]
+    volume_mounts: &'a [crate::VolumeMountInfo],
 }
 
 #[derive(Serialize)]

@@ -104,6 +104,28 @@ pub enum Operation {
     Git,
     /// `GET /templates/aliases/{alias}`.
     TemplateExists,
+    /// `POST /volumes`.
+    CreateVolume,
+    /// `GET /volumes`.
+    ListVolumes,
+    /// `GET /volumes/{id}`.
+    GetVolume,
+    /// `DELETE /volumes/{id}`.
+    DeleteVolume,
+    /// The volume content API's `GET …/path`.
+    VolumeStat,
+    /// The volume content API's `GET …/dir`.
+    VolumeListDir,
+    /// The volume content API's `POST …/dir`.
+    VolumeMakeDir,
+    /// The volume content API's `PATCH …/path`.
+    VolumeUpdateMetadata,
+    /// The volume content API's `GET …/file`.
+    VolumeRead,
+    /// The volume content API's `PUT …/file`.
+    VolumeWrite,
+    /// The volume content API's `DELETE …/path`.
+    VolumeRemove,
 }
 
 impl Operation {
@@ -177,6 +199,17 @@ impl fmt::Display for Operation {
             Operation::RemoveCodeContext => "remove code context",
             Operation::Git => "git",
             Operation::TemplateExists => "check template",
+            Operation::CreateVolume => "create volume",
+            Operation::ListVolumes => "list volumes",
+            Operation::GetVolume => "get volume",
+            Operation::DeleteVolume => "delete volume",
+            Operation::VolumeStat => "stat volume path",
+            Operation::VolumeListDir => "list volume directory",
+            Operation::VolumeMakeDir => "make volume directory",
+            Operation::VolumeUpdateMetadata => "update volume path metadata",
+            Operation::VolumeRead => "read volume file",
+            Operation::VolumeWrite => "write volume file",
+            Operation::VolumeRemove => "remove volume path",
         })
     }
 }

@@ -18,6 +18,7 @@ mod redact;
 mod retry;
 mod sandbox;
 mod secret;
+mod volume;
 mod watch;
 #[cfg(test)]
 mod wire_tests;
@@ -56,6 +57,10 @@ pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, FileUrl, Git, Health, InputStream, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey, SecretValue};
+pub use crate::volume::{
+    Volume, VolumeCreate, VolumeEntry, VolumeEntryOptions, VolumeEntryType, VolumeInfo,
+    VolumeMetadata, VolumeMountInfo,
+};
 pub use crate::watch::{
     EventEntries, FsEvent, FsEventKind, WatchDepth, WatchOptions, WatchStream, WatcherId,
 };

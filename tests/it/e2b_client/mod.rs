@@ -13,6 +13,7 @@ mod readme;
 mod snapshots;
 mod terminal;
 mod transfer;
+mod volumes;
 mod watch;
 
 use std::collections::BTreeMap;

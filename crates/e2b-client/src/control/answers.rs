@@ -257,6 +257,8 @@ pub struct SandboxDetail {
     pub lifecycle: Option<Lifecycle>,
     /// The network configuration (egress rules as last set), when E2B says.
     pub network: Option<NetworkConfig>,
+    /// The volumes mounted at create.
+    pub volume_mounts: Vec<crate::VolumeMountInfo>,
 }
 
 #[derive(Deserialize)]
@@ -275,6 +277,13 @@ struct DetailWire {
     lifecycle: Option<Lifecycle>,
     #[serde(default)]
     network: Option<NetworkWire>,
+    #[serde(
+        rename = "volumeMounts",
+        alias = "volume_mounts",
+        default,
+        deserialize_with = "json::null_default"
+    )]
+    volume_mounts: Vec<crate::VolumeMountInfo>,
 }
 
 impl From<DetailWire> for SandboxDetail {
@@ -286,6 +295,7 @@ impl From<DetailWire> for SandboxDetail {
             domain: wire.access.domain,
             lifecycle: wire.lifecycle,
             network: wire.network.map(NetworkConfig::from),
+            volume_mounts: wire.volume_mounts,
         }
     }
 }

@@ -36,6 +36,9 @@ pub struct CreateOptions {
     /// options) gets the sandbox the first one made, so the create can be retried after a
     /// lost answer. `None`: no key, and no retry once the request may have arrived.
     pub idempotency_key: Option<String>,
+    /// Volumes to mount, each by name at an absolute path
+    /// ([`Volume::mount_at`](crate::Volume::mount_at)); empty sends none.
+    pub volume_mounts: Vec<crate::VolumeMountInfo>,
 }
 
 impl CreateOptions {
@@ -52,6 +55,7 @@ impl CreateOptions {
             secure: None,
             auto_resume: None,
             idempotency_key: None,
+            volume_mounts: Vec::new(),
         }
     }
 }

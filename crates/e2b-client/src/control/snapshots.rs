@@ -57,13 +57,14 @@ impl SnapshotQuery {
     }
 }
 
-/// The result of [`Client::delete_snapshot`] and [`Client::delete_secret`].
+/// The result of [`Client::delete_snapshot`], [`Client::delete_secret`] and
+/// [`Client::delete_volume`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DeleteOutcome {
     /// Deleted now.
     Deleted,
-    /// HTTP 404: no such snapshot or secret (already gone).
+    /// HTTP 404: no such snapshot, secret or volume (already gone).
     NotFound,
 }
 

@@ -96,6 +96,7 @@ fn create_body_for_each_lifecycle() {
         network: None,
         metadata: &metadata,
         env_vars: &envs,
+        volume_mounts: &[],
     };
     assert_eq!(
         serde_json::to_string(&body(Some(true), Some(false))).expect("json"),
@@ -104,6 +105,32 @@ fn create_body_for_each_lifecycle() {
     assert_eq!(
         serde_json::to_string(&body(Some(false), None)).expect("json"),
         r#"{"templateID":"base","timeout":120,"autoPause":false,"allow_internet_access":false,"metadata":{"scope":"x"},"envVars":{}}"#
+    );
+}
+
+#[test]
+fn a_create_body_names_its_volume_mounts_and_omits_none() {
+    let map = BTreeMap::new();
+    let mounts = [crate::VolumeMountInfo::new(
+        "data".to_owned(),
+        "/mnt/data".to_owned(),
+    )];
+    let body = NewSandbox {
+        template_id: "base",
+        timeout: None,
+        auto_pause: None,
+        auto_pause_memory: None,
+        auto_resume: None,
+        secure: None,
+        allow_internet_access: None,
+        network: None,
+        metadata: &map,
+        env_vars: &map,
+        volume_mounts: &mounts,
+    };
+    assert_eq!(
+        serde_json::to_value(&body).expect("json")["volumeMounts"],
+        serde_json::json!([{"name": "data", "path": "/mnt/data"}])
     );
 }
 
