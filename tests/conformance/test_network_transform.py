@@ -21,6 +21,9 @@ NAME = "api.rules.test"
 OTHER = "other.rules.test"
 ADDRESS = "127.62.9.2"
 OTHER_ADDRESS = "127.62.9.3"
+# A relying party of workload tokens (`iam`): an STS stand-in.
+STS = "sts.rules.test"
+STS_ADDRESS = "127.62.9.4"
 
 
 class Upstream:
@@ -65,7 +68,13 @@ class Upstream:
 
 @pytest.fixture(scope="module")
 def rules_server():
-    srv = LocalServer(extra_args=["--add-host", f"{NAME}:{ADDRESS}", "--add-host", f"{OTHER}:{OTHER_ADDRESS}"])
+    srv = LocalServer(
+        extra_args=[
+            "--add-host", f"{NAME}:{ADDRESS}",
+            "--add-host", f"{OTHER}:{OTHER_ADDRESS}",
+            "--add-host", f"{STS}:{STS_ADDRESS}",
+        ]
+    )
     mp = pytest.MonkeyPatch()
     _use(srv, mp)
     yield srv
@@ -116,3 +125,86 @@ def test_rules_at_create_and_in_update_network_set_the_header_for_their_domain_o
         Sandbox.kill(sbx.sandbox_id)
         upstream.close()
         other.close()
+
+
+def _b64json(part):
+    import base64
+
+    return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
+def test_a_workload_token_is_minted_per_request_and_never_held_by_the_sandbox(rules_server):
+    # contract: X25
+    try:
+        from e2b import Secret
+    except ImportError:
+        pytest.skip("this e2b has no Secret.iam_token")
+    if not hasattr(Secret, "iam_token"):
+        pytest.skip("this e2b has no Secret.iam_token (workload identity)")
+    import urllib.request
+
+    sts = Upstream(STS_ADDRESS)
+    placeholder = "${e2b.identity.tokens.aws}"
+    sbx = Sandbox.create(
+        timeout=120,
+        iam={"tokens": {"aws": Secret.iam_token(audience="sts.amazonaws.com", token_type="JWT-SVID")}},
+        network={"rules": {STS: [{"transform": {"headers": {"Authorization": f"Bearer {placeholder}"}}}]}},
+    )
+    try:
+        assert fetch(sbx, STS, "/assume") == "seenseen"
+        tokens = [seen["authorization"][0].removeprefix("Bearer ") for seen in sts.seen]
+        assert len(tokens) == 2 and tokens[0] != tokens[1], "a fresh token per request"
+        with urllib.request.urlopen(f"{rules_server.api_url}/.well-known/jwks.json", timeout=30) as r:
+            keys = json.loads(r.read())["keys"]
+        for token in tokens:
+            header, claims, signature = token.split(".")
+            assert _b64json(header)["alg"] == "ES256"
+            assert _b64json(header)["kid"] in [key["kid"] for key in keys]
+            claims = _b64json(claims)
+            assert claims["sub"] == f"spiffe://e2b-local/sandbox/{sbx.sandbox_id}"
+            assert claims["aud"] == ["sts.amazonaws.com"]
+            assert claims["iss"] == rules_server.api_url
+            assert claims["exp"] - claims["iat"] == 300
+            assert signature
+        # The sandbox itself never sees a token: not in its environment, not in a file
+        # it could read, only the placeholder its rule names.
+        env = sbx.commands.run("env").stdout
+        assert not any(token in env for token in tokens)
+        # A rule naming a token the create did not register sends nothing: a 502 naming it.
+        sbx.update_network({"rules": {STS: [{"transform": {"headers": {"X": "${e2b.identity.tokens.gcp}"}}}]}})
+        sts.seen.clear()
+        out = sbx.commands.run(f"curl -sS -o /dev/null -w '%{{http_code}}' http://{STS}/x || true").stdout
+        assert out == "502" and sts.seen == []
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+        sts.close()
+
+
+def test_iam_tokens_e2b_would_refuse_are_refused(rules_server):
+    # contract: X25
+    for tokens, why in [
+        ({"aws": {"audience": "x", "tokenType": "OIDC"}}, "JWT-SVID"),
+        ({"aws": {"audience": "", "tokenType": "JWT-SVID"}}, "audience"),
+    ]:
+        request = urllib_request(rules_server, {"templateID": "base", "iam": {"tokens": tokens}})
+        status, body = request
+        assert status == 400 and why in body, body
+
+
+def urllib_request(server, body):
+    import urllib.error
+    import urllib.request
+
+    from conftest import API_KEY
+
+    request = urllib.request.Request(
+        f"{server.api_url}/sandboxes",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"X-API-Key": API_KEY, "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()

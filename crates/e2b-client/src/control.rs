@@ -40,7 +40,8 @@ pub use self::network::{
     TransformRules,
 };
 pub use self::options::{
-    CreateOptions, ListOrder, ListQuery, OnResume, OnTimeout, PauseMemory, StateFilter,
+    CreateOptions, IamToken, ListOrder, ListQuery, OnResume, OnTimeout, PauseMemory, StateFilter,
+    identity_token_placeholder,
 };
 pub use self::secrets::{
     MAX_SECRET_NAME, NewSecret, SecretInfo, SecretQuery, SecretUpdate, canonical_secret_name,
@@ -189,7 +190,13 @@ impl Client {
             metadata: &options.metadata,
             env_vars: &options.env_vars,
             volume_mounts: &options.volume_mounts,
+            iam: (!options.iam_tokens.is_empty()).then_some(IamWire {
+                tokens: &options.iam_tokens,
+            }),
         };
+        for name in options.iam_tokens.keys() {
+            identity_token_placeholder(name).map_err(|reason| ctx.invalid_input(reason))?;
+        }
         let (idempotency, header) = match &options.idempotency_key {
             None => (Idempotency::NotIdempotent, None),
             Some(key) => {
@@ -670,6 +677,13 @@ struct NewSandbox<'a> {
     env_vars: &'a BTreeMap<String, String>,
     #[serde(rename = "volumeMounts", skip_serializing_if = "<[_]>::is_empty")]
     volume_mounts: &'a [crate::VolumeMountInfo],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    iam: Option<IamWire<'a>>,
+}
+
+#[derive(Serialize)]
+struct IamWire<'a> {
+    tokens: &'a BTreeMap<String, IamToken>,
 }
 
 #[derive(Serialize)]

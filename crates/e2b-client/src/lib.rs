@@ -34,11 +34,11 @@ pub use crate::config::{
 };
 pub use crate::control::{
     ALL_TRAFFIC, Client, ConnectState, Connected, CreateOptions, DeleteOutcome, EgressProxy,
-    EgressRules, ForkOptions, HeaderTransform, KillOutcome, Lifecycle, ListOrder, ListQuery,
-    ListedSandbox, MAX_SECRET_NAME, NetworkConfig, NetworkUpdate, NewSecret, OnResume, OnTimeout,
-    PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxMetric, SandboxState, SecretInfo,
-    SecretQuery, SecretUpdate, SnapshotInfo, SnapshotQuery, StateFilter, TransformRules,
-    canonical_secret_name, secret_placeholder,
+    EgressRules, ForkOptions, HeaderTransform, IamToken, KillOutcome, Lifecycle, ListOrder,
+    ListQuery, ListedSandbox, MAX_SECRET_NAME, NetworkConfig, NetworkUpdate, NewSecret, OnResume,
+    OnTimeout, PauseMemory, PauseOutcome, SandboxDetail, SandboxInfo, SandboxMetric, SandboxState,
+    SecretInfo, SecretQuery, SecretUpdate, SnapshotInfo, SnapshotQuery, StateFilter,
+    TransformRules, canonical_secret_name, identity_token_placeholder, secret_placeholder,
 };
 pub use crate::error::{Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{

@@ -32,6 +32,8 @@ pub(crate) struct App {
     pub(crate) interpreters: crate::kernels::Interpreters,
     /// The team's volumes (`/volumes`, `/volumecontent`).
     pub(crate) volumes: crate::volumes::Volumes,
+    /// The issuer of sandboxes' workload tokens (`iam`), and its key set.
+    pub(crate) identity: Arc<crate::identity::Issuer>,
 }
 
 impl App {

@@ -13,6 +13,7 @@ mod error;
 mod fault_state;
 mod faults;
 mod freeze;
+mod identity;
 mod interpreter;
 mod isolation;
 mod kernels;

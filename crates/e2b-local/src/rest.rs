@@ -48,6 +48,13 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
     if method == Method::GET && segments == ["health"] {
         return (StatusCode::OK, "Health check successful").into_response();
     }
+    // Public, as an issuer's are: relying parties verify workload tokens with them.
+    if method == Method::GET && segments == [".well-known", "jwks.json"] {
+        return json_response(StatusCode::OK, &app.identity.jwks());
+    }
+    if method == Method::GET && segments == [".well-known", "openid-configuration"] {
+        return json_response(StatusCode::OK, &app.identity.discovery());
+    }
     let key = request
         .headers()
         .get("x-api-key")
@@ -318,6 +325,7 @@ struct NewSandbox {
     /// E2B's MCP gateway configuration: refused, see [`MCP_REFUSED`].
     mcp: Option<Value>,
     volume_mounts: Option<Vec<crate::volumes::MountRequest>>,
+    iam: Option<crate::identity::IamBody>,
 }
 
 /// Why e2b-local refuses E2B's MCP gateway (the `mcp` of a create, the `mcp-gateway`
@@ -439,6 +447,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiErr
         ));
     }
     let network = network::for_create(app, req.network, req.allow_internet_access)?;
+    let iam_tokens = crate::identity::check(req.iam)?;
     let base_template = snapshot
         .as_ref()
         .map_or(name, |found| found.origin.base_template.as_str());
@@ -471,6 +480,7 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiErr
         files_from,
         network,
         volume_mounts,
+        iam_tokens,
     })?;
     tracing::info!(sandbox_id = %record.id, template = %record.template, "sandbox created");
     Ok(record)

@@ -143,12 +143,22 @@ impl Server {
                 source,
             },
         )?);
+        let identity = Arc::new(
+            crate::identity::Issuer::open(&state_dir, config.clock.clone()).map_err(|source| {
+                Error::StateDir {
+                    operation: "open the workload identity key",
+                    path: state_dir.join("identity-key.p8"),
+                    source,
+                }
+            })?,
+        );
         let egress = if matches!(isolation, Isolation::Namespace { .. }) {
             crate::egress::Egress::start(&crate::egress::Setup {
                 state_dir: &state_dir,
                 upstream,
                 add_hosts: &config.add_hosts,
                 secrets: Arc::clone(&secrets),
+                identity: Arc::clone(&identity),
             })
             .await
         } else {
@@ -186,6 +196,7 @@ impl Server {
         let app = Arc::new(App {
             store,
             volumes,
+            identity,
             snapshots,
             secrets,
             clock: config.clock.clone(),
@@ -211,6 +222,7 @@ impl Server {
         if let Some(egress) = &app.egress {
             egress.proxy.set_api_addr(addr);
         }
+        app.identity.set_url(format!("http://{addr}"));
         let router = Router::new()
             .fallback(dispatch)
             .with_state(Arc::clone(&app));

@@ -102,6 +102,9 @@ pub(crate) struct Record {
     /// The volumes mounted at create, in the order asked.
     #[serde(default)]
     pub(crate) volume_mounts: Vec<crate::volumes::VolumeMount>,
+    /// The workload tokens its header rules may name (`iam.tokens`).
+    #[serde(default)]
+    pub(crate) iam_tokens: BTreeMap<String, crate::identity::IamToken>,
 }
 
 /// Where a sandbox made from a snapshot comes from, for what E2B reports about it and for
@@ -118,6 +121,14 @@ pub(crate) struct SnapshotOrigin {
 const DEFAULT_LEASE_SECS: i64 = 300;
 
 impl Record {
+    /// The sandbox's workload identity, when its create named tokens.
+    pub(crate) fn workload(&self) -> Option<crate::identity::Workload> {
+        (!self.iam_tokens.is_empty()).then(|| crate::identity::Workload {
+            sandbox_id: self.id.clone(),
+            tokens: self.iam_tokens.clone(),
+        })
+    }
+
     /// The `alias` E2B reports: the template's name, or the snapshot's when made from one.
     pub(crate) fn alias(&self) -> Option<&str> {
         match &self.origin {
@@ -154,6 +165,8 @@ pub(crate) struct CreateParams {
     pub(crate) files_from: Option<PathBuf>,
     /// The volumes to mount, checked ([`crate::volumes::Volumes::mounts_for`]).
     pub(crate) volume_mounts: Vec<crate::volumes::VolumeMount>,
+    /// The workload tokens, checked ([`crate::identity::check`]).
+    pub(crate) iam_tokens: BTreeMap<String, crate::identity::IamToken>,
 }
 
 /// What envd handlers need to serve a running sandbox.
@@ -532,6 +545,7 @@ impl Store {
             network: params.network,
             lease_secs: Some(params.timeout_secs),
             volume_mounts: params.volume_mounts,
+            iam_tokens: params.iam_tokens,
         };
         self.persist(&record);
         inner.entries.insert(

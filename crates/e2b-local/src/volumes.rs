@@ -357,6 +357,16 @@ impl Volumes {
             if !request.path.starts_with('/') {
                 return Err(bad("the path must be absolute".to_owned()));
             }
+            // As E2B: a mount path is said plainly, never by way of `.` or `..`.
+            if request
+                .path
+                .split('/')
+                .any(|part| part == "." || part == "..")
+            {
+                return Err(bad(
+                    "the path must not contain any '.' or '..' components".to_owned()
+                ));
+            }
             let path = normalize(&request.path, virt_home).map_err(|e| bad(e.message()))?;
             if let Some(other) = mounts.iter().find(|m| {
                 m.path == path
@@ -613,6 +623,7 @@ mod tests {
             ("/etc", "mounts a volume below"),
             ("/usr", "hide"),
             ("relative", "absolute"),
+            ("/tmp/../etc", "'..'"),
         ] {
             let err = volumes
                 .mounts_for(&[ask("a", path)], "/home/user", ns)

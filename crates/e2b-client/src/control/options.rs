@@ -39,6 +39,44 @@ pub struct CreateOptions {
     /// Volumes to mount, each by name at an absolute path
     /// ([`Volume::mount_at`](crate::Volume::mount_at)); empty sends none.
     pub volume_mounts: Vec<crate::VolumeMountInfo>,
+    /// Workload identity (`iam.tokens`): named tokens E2B's egress proxy mints for the
+    /// sandbox's outgoing requests where a header rule's value names one
+    /// ([`identity_token_placeholder`]); the sandbox never holds them. Empty sends none.
+    pub iam_tokens: BTreeMap<String, IamToken>,
+}
+
+/// One workload token a sandbox's header rules may name (E2B's `SandboxIamToken`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct IamToken {
+    /// Who the token is for (`sts.amazonaws.com`), sent as the token's `aud`.
+    pub audience: String,
+    /// The token type; E2B issues `JWT-SVID` only.
+    #[serde(rename = "tokenType")]
+    pub token_type: String,
+}
+
+impl IamToken {
+    /// A JWT-SVID for `audience`, the one type E2B issues.
+    pub fn jwt_svid(audience: String) -> IamToken {
+        IamToken {
+            audience,
+            token_type: "JWT-SVID".to_owned(),
+        }
+    }
+}
+
+/// The placeholder a header rule's value carries for workload token `name`: E2B's egress
+/// proxy puts a token minted for the sandbox in its place at each request. A name with `{`,
+/// `}` or a control character could not be read back, so it is refused.
+pub fn identity_token_placeholder(name: &str) -> Result<String, String> {
+    if name.is_empty() || name.chars().any(|c| c == '{' || c == '}' || c.is_control()) {
+        return Err(format!(
+            "iam token name {name:?}: a token name is not empty and has no '{{', '}}' or control \
+             characters"
+        ));
+    }
+    Ok(format!("${{e2b.identity.tokens.{name}}}"))
 }
 
 impl CreateOptions {
@@ -56,6 +94,7 @@ impl CreateOptions {
             auto_resume: None,
             idempotency_key: None,
             volume_mounts: Vec::new(),
+            iam_tokens: BTreeMap::new(),
         }
     }
 }

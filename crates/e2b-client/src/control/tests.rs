@@ -97,6 +97,7 @@ fn create_body_for_each_lifecycle() {
         metadata: &metadata,
         env_vars: &envs,
         volume_mounts: &[],
+        iam: None,
     };
     assert_eq!(
         serde_json::to_string(&body(Some(true), Some(false))).expect("json"),
@@ -127,11 +128,46 @@ fn a_create_body_names_its_volume_mounts_and_omits_none() {
         metadata: &map,
         env_vars: &map,
         volume_mounts: &mounts,
+        iam: None,
     };
     assert_eq!(
         serde_json::to_value(&body).expect("json")["volumeMounts"],
         serde_json::json!([{"name": "data", "path": "/mnt/data"}])
     );
+}
+
+#[test]
+fn iam_tokens_go_as_e2b_spells_them_and_bad_names_are_refused() {
+    let map = BTreeMap::new();
+    let tokens = BTreeMap::from([(
+        "aws".to_owned(),
+        crate::IamToken::jwt_svid("sts.amazonaws.com".to_owned()),
+    )]);
+    let body = NewSandbox {
+        template_id: "base",
+        timeout: None,
+        auto_pause: None,
+        auto_pause_memory: None,
+        auto_resume: None,
+        secure: None,
+        allow_internet_access: None,
+        network: None,
+        metadata: &map,
+        env_vars: &map,
+        volume_mounts: &[],
+        iam: Some(IamWire { tokens: &tokens }),
+    };
+    assert_eq!(
+        serde_json::to_value(&body).expect("json")["iam"],
+        serde_json::json!({"tokens": {"aws": {"audience": "sts.amazonaws.com", "tokenType": "JWT-SVID"}}})
+    );
+    assert_eq!(
+        crate::identity_token_placeholder("aws").expect("usable"),
+        "${e2b.identity.tokens.aws}"
+    );
+    for bad in ["", "a}b", "a{b", "a\nb"] {
+        assert!(crate::identity_token_placeholder(bad).is_err(), "{bad:?}");
+    }
 }
 
 #[test]

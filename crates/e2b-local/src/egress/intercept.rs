@@ -22,14 +22,14 @@ use super::LivePolicy;
 use super::ca::Ca;
 use super::relay::{HANDSHAKE_TIMEOUT, Io};
 use super::upstream::{Upstream, UpstreamTls};
-use crate::secrets::Secrets;
+use crate::identity::Placeholders;
 
 /// What interception needs: the CA that signs the leaves, the upstream TLS side, and the
-/// team's secrets that header values name by placeholder.
+/// team's secrets and the sandbox's workload tokens that header values name by placeholder.
 pub(crate) struct Interceptor {
     ca: Ca,
     upstream: UpstreamTls,
-    secrets: Arc<Secrets>,
+    placeholders: Arc<Placeholders>,
 }
 
 impl std::fmt::Debug for Interceptor {
@@ -76,7 +76,7 @@ impl Interceptor {
     pub(crate) fn new(
         ca: Ca,
         upstream: Arc<rustls::ClientConfig>,
-        secrets: Arc<Secrets>,
+        placeholders: Arc<Placeholders>,
     ) -> Interceptor {
         let mut http1 = (*upstream).clone();
         http1.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -86,7 +86,7 @@ impl Interceptor {
                 any: upstream,
                 http1: Arc::new(http1),
             },
-            secrets,
+            placeholders,
         }
     }
 
@@ -110,7 +110,7 @@ impl Interceptor {
             dest,
             name.clone(),
             tls.then(|| self.upstream.clone()),
-            Arc::clone(&self.secrets),
+            Arc::clone(&self.placeholders),
         ));
         let downstream = async {
             if !tls {

@@ -33,11 +33,25 @@ pub(crate) const RESOLV_OPTIONS: &str = "options use-vc";
 
 /// A sandbox's current policy, shared by whatever enforces it.
 #[derive(Debug)]
-pub(crate) struct LivePolicy(RwLock<Arc<Policy>>, crate::sandbox_log::SandboxLog);
+pub(crate) struct LivePolicy(
+    RwLock<Arc<Policy>>,
+    crate::sandbox_log::SandboxLog,
+    Option<crate::identity::Workload>,
+);
 
 impl LivePolicy {
-    pub(crate) fn new(policy: Policy, log: crate::sandbox_log::SandboxLog) -> Arc<LivePolicy> {
-        Arc::new(LivePolicy(RwLock::new(Arc::new(policy)), log))
+    /// `workload`: the sandbox and the identity tokens its header rules may name.
+    pub(crate) fn new(
+        policy: Policy,
+        log: crate::sandbox_log::SandboxLog,
+        workload: Option<crate::identity::Workload>,
+    ) -> Arc<LivePolicy> {
+        Arc::new(LivePolicy(RwLock::new(Arc::new(policy)), log, workload))
+    }
+
+    /// The sandbox's workload identity, when its create named tokens.
+    pub(crate) fn workload(&self) -> Option<&crate::identity::Workload> {
+        self.2.as_ref()
     }
 
     /// The policy now.
@@ -123,6 +137,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) add_hosts: &'a [(String, std::net::IpAddr)],
     /// The team's secrets, which header values name as `${e2b.secrets.<name>}`.
     pub(crate) secrets: Arc<crate::secrets::Secrets>,
+    /// The issuer of the workload tokens they name as `${e2b.identity.tokens.<name>}`.
+    pub(crate) identity: Arc<crate::identity::Issuer>,
 }
 
 /// The server's egress machinery: the proxy for domain rules and header rules, the
@@ -172,7 +188,10 @@ impl Egress {
         let interceptor = intercept::Interceptor::new(
             ca,
             Arc::clone(&setup.upstream),
-            Arc::clone(&setup.secrets),
+            Arc::new(crate::identity::Placeholders {
+                secrets: Arc::clone(&setup.secrets),
+                identity: Arc::clone(&setup.identity),
+            }),
         );
         let (proxy, task) = Proxy::start(interceptor)
             .await

@@ -19,7 +19,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use super::LivePolicy;
 use super::relay::{Body, HANDSHAKE_TIMEOUT, Io, bad_gateway};
 use super::transform::EgressProxy;
-use crate::secrets::Secrets;
+use crate::identity::Placeholders;
 
 /// The TLS client sides for upstreams, both verifying against the same roots.
 #[derive(Clone)]
@@ -58,7 +58,7 @@ pub(super) struct Upstream {
     dest: std::net::SocketAddr,
     name: String,
     tls: Option<UpstreamTls>,
-    secrets: Arc<Secrets>,
+    placeholders: Arc<Placeholders>,
     sender: tokio::sync::Mutex<Option<Sender>>,
     /// Why the connection made beside the sandbox's handshake failed, until a request
     /// answers it (a 502 naming it, at once: not a second wait for the same failure).
@@ -72,13 +72,13 @@ impl Upstream {
         dest: std::net::SocketAddr,
         name: String,
         tls: Option<UpstreamTls>,
-        secrets: Arc<Secrets>,
+        placeholders: Arc<Placeholders>,
     ) -> Upstream {
         Upstream {
             dest,
             name,
             tls,
-            secrets,
+            placeholders,
             sender: tokio::sync::Mutex::new(None),
             failed: std::sync::Mutex::new(None),
             tunnel: std::sync::Mutex::new(None),
@@ -183,8 +183,11 @@ impl Upstream {
             return Ok(());
         };
         for (name, value) in headers {
-            let value = self.secrets.resolve(value.expose()).map_err(|why| {
-                tracing::info!(name = %self.name, header = %name, %why, "egress interception: a header rule's secret is missing");
+            let value = self
+                .placeholders
+                .resolve(policy.workload(), value.expose())
+                .map_err(|why| {
+                tracing::info!(name = %self.name, header = %name, %why, "egress interception: a header rule's placeholder cannot be resolved");
                 format!(
                     "e2b-local could not apply the {name} header rule for {}: {why}",
                     self.name

@@ -222,6 +222,7 @@ pub(super) fn fork(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiErr
                 network: record.network.clone(),
                 // A fork mounts the volumes its source has: they are shared storage.
                 volume_mounts: record.volume_mounts.clone(),
+                iam_tokens: record.iam_tokens.clone(),
             });
             match created {
                 Ok(fork) => {

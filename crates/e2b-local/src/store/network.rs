@@ -36,7 +36,7 @@ pub(super) fn process_table(
         };
     let egress = needs_filter.then(|| {
         let policy = policy.unwrap_or_else(|_| deny_everything());
-        LivePolicy::new(policy, log.clone())
+        LivePolicy::new(policy, log.clone(), record.workload())
     });
     ProcessTable::new(&record.id, plan, egress, log)
 }
@@ -88,7 +88,11 @@ impl Store {
                 }
                 entry
                     .procs
-                    .start_filtering(LivePolicy::new(policy, self.logs.of(id)))
+                    .start_filtering(LivePolicy::new(
+                        policy,
+                        self.logs.of(id),
+                        entry.record.workload(),
+                    ))
                     .map_err(|pids| conflict(format!(
                         "sandbox '{id}' was created without network rules and its commands {pids:?} run unfiltered: e2b-local cannot hold them to new rules; create the sandbox with a network config, or update it before starting commands"
                     )))?;
