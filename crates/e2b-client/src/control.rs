@@ -190,6 +190,7 @@ impl Client {
             metadata: &options.metadata,
             env_vars: &options.env_vars,
             volume_mounts: &options.volume_mounts,
+            mcp: options.mcp.as_ref(),
             iam: (!options.iam_tokens.is_empty()).then_some(IamWire {
                 tokens: &options.iam_tokens,
             }),
@@ -679,6 +680,8 @@ struct NewSandbox<'a> {
     volume_mounts: &'a [crate::VolumeMountInfo],
     #[serde(skip_serializing_if = "Option::is_none")]
     iam: Option<IamWire<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mcp: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Serialize)]

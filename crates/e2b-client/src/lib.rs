@@ -55,7 +55,7 @@ pub use crate::process::{
 };
 pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
-pub use crate::sandbox::{EnvdAccess, FileUrl, Git, Health, InputStream, Sandbox};
+pub use crate::sandbox::{EnvdAccess, FileUrl, Git, Health, InputStream, MCP_PORT, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey, SecretValue};
 pub use crate::volume::{
     Volume, VolumeCreate, VolumeEntry, VolumeEntryOptions, VolumeEntryType, VolumeInfo,

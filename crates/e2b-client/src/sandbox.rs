@@ -25,6 +25,7 @@ mod code;
 mod filesystem;
 mod git;
 mod input;
+mod mcp;
 mod processes;
 mod terminal;
 mod transfer;
@@ -33,6 +34,7 @@ mod watching;
 
 pub use git::Git;
 pub use input::InputStream;
+pub use mcp::MCP_PORT;
 pub use urls::FileUrl;
 
 /// What reaching one sandbox's envd takes.

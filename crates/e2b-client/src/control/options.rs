@@ -43,6 +43,11 @@ pub struct CreateOptions {
     /// sandbox's outgoing requests where a header rule's value names one
     /// ([`identity_token_placeholder`]); the sandbox never holds them. Empty sends none.
     pub iam_tokens: BTreeMap<String, IamToken>,
+    /// E2B's MCP gateway (`mcp`): the servers it runs, as the object the official SDK takes
+    /// (server name to its configuration). The sandbox must come from the `mcp-gateway`
+    /// template; its endpoint is then [`Sandbox::mcp_url`](crate::Sandbox::mcp_url) with
+    /// [`Sandbox::mcp_token`](crate::Sandbox::mcp_token). `None` sends none.
+    pub mcp: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// One workload token a sandbox's header rules may name (E2B's `SandboxIamToken`).
@@ -95,6 +100,7 @@ impl CreateOptions {
             idempotency_key: None,
             volume_mounts: Vec::new(),
             iam_tokens: BTreeMap::new(),
+            mcp: None,
         }
     }
 }

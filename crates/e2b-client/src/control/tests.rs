@@ -98,6 +98,7 @@ fn create_body_for_each_lifecycle() {
         env_vars: &envs,
         volume_mounts: &[],
         iam: None,
+        mcp: None,
     };
     assert_eq!(
         serde_json::to_string(&body(Some(true), Some(false))).expect("json"),
@@ -129,11 +130,14 @@ fn a_create_body_names_its_volume_mounts_and_omits_none() {
         env_vars: &map,
         volume_mounts: &mounts,
         iam: None,
+        mcp: None,
     };
+    let value = serde_json::to_value(&body).expect("json");
     assert_eq!(
-        serde_json::to_value(&body).expect("json")["volumeMounts"],
+        value["volumeMounts"],
         serde_json::json!([{"name": "data", "path": "/mnt/data"}])
     );
+    assert!(value.get("iam").is_none() && value.get("mcp").is_none());
 }
 
 #[test]
@@ -156,6 +160,7 @@ fn iam_tokens_go_as_e2b_spells_them_and_bad_names_are_refused() {
         env_vars: &map,
         volume_mounts: &[],
         iam: Some(IamWire { tokens: &tokens }),
+        mcp: None,
     };
     assert_eq!(
         serde_json::to_value(&body).expect("json")["iam"],

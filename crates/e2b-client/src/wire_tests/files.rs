@@ -145,3 +145,37 @@ async fn uploads_use_one_multipart_request_or_octet_streams() {
     assert!(matches!(refused, Error::InvalidInput { .. }));
     assert_eq!(server.requests().len(), 2, "nothing was sent");
 }
+
+#[tokio::test]
+async fn the_mcp_gateways_token_is_read_as_root_and_its_url_is_port_50005() {
+    let server = TestServer::start(|request, index| {
+        if index == 0 {
+            assert!(
+                request.path_and_query.contains("username=root"),
+                "{request:?}"
+            );
+            Response::new(Body::from("gw-token-0123\n"))
+        } else {
+            json(
+                404,
+                &serde_json::json!({"code": 404, "message": "file not found"}),
+            )
+        }
+    })
+    .await;
+    let client = client(&server.url);
+    let sandbox = sandbox(&client);
+    let token = sandbox.mcp_token().await.expect("read").expect("present");
+    assert_eq!(token.expose(), "gw-token-0123");
+    assert!(!format!("{token:?}").contains("gw-token"));
+    assert_eq!(
+        server.requests()[0].path_and_query,
+        "/files?path=%2Fetc%2Fmcp-gateway%2F.token&username=root"
+    );
+    assert!(
+        sandbox.mcp_token().await.expect("read").is_none(),
+        "no gateway"
+    );
+    assert!(sandbox.mcp_url().starts_with("https://50005-"));
+    assert!(sandbox.mcp_url().ends_with("/mcp"));
+}
