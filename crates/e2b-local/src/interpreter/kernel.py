@@ -179,6 +179,13 @@ def _bundle(obj):
         buffer = io.BytesIO()
         obj.savefig(buffer, format="png", bbox_inches="tight")
         bundle["image/png"] = buffer.getvalue()
+        try:
+            chart = chart_of(obj)
+        except Exception:
+            # A figure the extractor does not understand still shows as its picture.
+            chart = None
+        if chart:
+            bundle["e2b/chart"] = chart
     if isinstance(obj, (list, dict)) and "application/json" not in bundle:
         try:
             json.dumps(obj)
@@ -296,6 +303,11 @@ def _install_ipython_display():
     module.Javascript = _kind("Javascript", "_repr_javascript_")
     package = types.ModuleType("IPython")
     package.display = module
+    # No IPython shell runs here; libraries that look for one when an `IPython` module is
+    # loaded (matplotlib does, on import and on choosing a backend) are told so, and are
+    # given a version that takes them down today's path, where no shell means no hooks.
+    package.get_ipython = lambda: None
+    package.version_info = (9, 0, 0, "")
     package.__path__ = []
     sys.modules["IPython"] = package
     sys.modules["IPython.display"] = module

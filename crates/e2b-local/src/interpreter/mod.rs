@@ -31,8 +31,9 @@ use crate::kernels::{Context, Contexts, Kernel, Said};
 use crate::process_table::{Listing, new_uuid};
 use crate::reply::json_response;
 
-/// The kernel program (run with `python3 -u -c`; see its opening comment).
-const KERNEL: &str = include_str!("kernel.py");
+/// The kernel program (run with `python3 -u -c`; see `kernel.py`'s opening comment), after
+/// the chart extractor its figures use (`charts.py`).
+const KERNEL: &str = concat!(include_str!("charts.py"), "\n", include_str!("kernel.py"));
 
 /// The JavaScript a `javascript` kernel hosts in `node` (its second argument).
 const KERNEL_JS: &str = include_str!("kernel.js");
