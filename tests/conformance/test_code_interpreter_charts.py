@@ -4,12 +4,11 @@ extracts (line with dates, categorical and log scales, scatter, bar, pie, box an
 a superchart of several plots, and an unknown plot), with the SDK's own chart classes.
 
 matplotlib and numpy are pinned beside the SDK in this venv (scripts/conformance), and the
-sandbox's `PATH` puts this venv's `python3` first, so the kernel imports them. The server
-runs with path mapping: the venv may live under the host's /tmp, which a mount namespace
-replaces with the sandbox's own."""
+server runs the kernels with this venv's python (`--kernel-python`), so cells import them.
+The server runs with path mapping: the venv may live under the host's /tmp, which a mount
+namespace replaces with the sandbox's own."""
 
 import datetime
-import os
 import sys
 
 import pytest
@@ -29,14 +28,10 @@ from conftest import LocalServer, _use
 
 @pytest.fixture(scope="module")
 def sandbox():
-    srv = LocalServer(extra_args=["--isolation", "path-mapping"])
+    srv = LocalServer(extra_args=["--isolation", "path-mapping", "--kernel-python", sys.executable])
     mp = pytest.MonkeyPatch()
     _use(srv, mp)
-    venv_bin = os.path.dirname(sys.executable)
-    sbx = Sandbox.create(
-        timeout=300,
-        envs={"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin"},
-    )
+    sbx = Sandbox.create(timeout=300)
     try:
         # The kernel is this venv's python: the pins are there, or this file proves nothing.
         probe = sbx.run_code("import matplotlib, numpy; matplotlib.__version__")

@@ -32,6 +32,8 @@ pub(crate) struct App {
     pub(crate) interpreters: crate::kernels::Interpreters,
     /// The team's volumes (`/volumes`, `/volumecontent`).
     pub(crate) volumes: crate::volumes::Volumes,
+    /// The program the code interpreter's kernels run (`python3`, or `kernel_python`).
+    pub(crate) kernel_python: String,
     /// The issuer of sandboxes' workload tokens (`iam`), and its key set.
     pub(crate) identity: Arc<crate::identity::Issuer>,
 }

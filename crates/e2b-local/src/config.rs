@@ -58,6 +58,12 @@ pub struct ServerConfig {
     /// Names every sandbox resolves to the given address, as `docker run --add-host`
     /// (commands in a mount namespace: their `/etc/hosts` gets these lines).
     pub add_hosts: Vec<(String, IpAddr)>,
+    /// The Python the code interpreter's kernels run instead of the sandbox's `python3`
+    /// (an absolute path): a venv with the libraries of E2B's `code-interpreter` template
+    /// (numpy, pandas, matplotlib) gives cells those libraries. With a mount namespace it
+    /// must lie outside `/home` and `/tmp`, which the namespace replaces. `None`: `python3`
+    /// from the sandbox's `PATH`.
+    pub kernel_python: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -76,6 +82,7 @@ impl ServerConfig {
             max_running: None,
             upstream_ca: Vec::new(),
             add_hosts: Vec::new(),
+            kernel_python: None,
         }
     }
 }

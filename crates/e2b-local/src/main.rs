@@ -99,6 +99,10 @@ struct ServeArgs {
     /// A name every sandbox resolves to IP, as `docker run --add-host`; repeatable.
     #[arg(long, value_name = "NAME:IP", value_parser = parse_add_host)]
     add_host: Vec<(String, IpAddr)>,
+    /// The Python the code interpreter's kernels run instead of the sandbox's python3 (an
+    /// absolute path, e.g. a venv's bin/python with numpy, pandas and matplotlib).
+    #[arg(long, value_name = "PATH")]
+    kernel_python: Option<PathBuf>,
     /// Exit when standard input reaches end of file (so a test harness cannot leak it).
     #[arg(long)]
     exit_on_stdin_eof: bool,
@@ -185,6 +189,7 @@ async fn serve(args: ServeArgs) -> Result<(), e2b_local::Error> {
         max_running: args.max_running,
         upstream_ca: args.upstream_ca.clone(),
         add_hosts: args.add_host.clone(),
+        kernel_python: args.kernel_python.clone(),
     };
     // Handlers first: a signal that arrives right after the URL lines must stop the
     // server cleanly, not kill it with the default action.

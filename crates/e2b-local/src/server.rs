@@ -187,6 +187,7 @@ impl Server {
                 source,
             }
         })?;
+        let kernel_python = kernel_python(&config, &isolation)?;
         let volumes =
             crate::volumes::Volumes::open(&state_dir).map_err(|source| Error::StateDir {
                 operation: "open volumes",
@@ -196,6 +197,7 @@ impl Server {
         let app = Arc::new(App {
             store,
             volumes,
+            kernel_python,
             identity,
             snapshots,
             secrets,
@@ -532,5 +534,62 @@ impl Drop for TimedBody {
             .0
             .requests
             .add_server_time(self.started.elapsed());
+    }
+}
+
+/// The program the code interpreter's kernels run: `kernel_python` when set (checked), else
+/// `python3` from the sandbox's `PATH`.
+fn kernel_python(config: &ServerConfig, isolation: &Isolation) -> Result<String, Error> {
+    let Some(path) = &config.kernel_python else {
+        return Ok("python3".to_owned());
+    };
+    let refuse = |why: &str| Error::InvalidConfig {
+        reason: format!("kernel_python {}: {why}", path.display()),
+    };
+    if !path.is_absolute() {
+        return Err(refuse("not an absolute path"));
+    }
+    let hidden = path.starts_with("/home") || path.starts_with("/tmp");
+    if matches!(isolation, Isolation::Namespace { .. }) && hidden {
+        return Err(refuse(
+            "commands run in a mount namespace, which replaces /home and /tmp: the kernels \
+             would not find it (put it elsewhere, or use path mapping)",
+        ));
+    }
+    if !path.is_file() {
+        return Err(refuse("no such file"));
+    }
+    path.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| refuse("not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_python_is_an_absolute_file_the_kernels_can_see() {
+        let mut config = ServerConfig::loopback();
+        assert_eq!(
+            kernel_python(&config, &Isolation::PathMapping).unwrap(),
+            "python3"
+        );
+        for (path, why) in [
+            ("bin/python", "absolute"),
+            ("/nonexistent/bin/python", "no such file"),
+        ] {
+            config.kernel_python = Some(PathBuf::from(path));
+            let err = kernel_python(&config, &Isolation::PathMapping).unwrap_err();
+            assert!(err.to_string().contains(why), "{path}: {err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python");
+        std::fs::write(&python, "").unwrap();
+        config.kernel_python = Some(python.clone());
+        assert_eq!(
+            kernel_python(&config, &Isolation::PathMapping).unwrap(),
+            python.to_str().unwrap()
+        );
     }
 }

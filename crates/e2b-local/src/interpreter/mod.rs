@@ -84,7 +84,7 @@ async fn start_kernel(ctx: &Ctx, language: &str, cwd: &str) -> Result<Kernel, St
         ctx,
         Launch {
             user: SandboxUser::Root,
-            cmd: "python3",
+            cmd: &ctx.app.kernel_python,
             args: &args,
             envs: &envs,
             cwd: Some(cwd),
