@@ -1,7 +1,8 @@
 """Charts from the code interpreter (contract O11): the official `e2b-code-interpreter` SDK
 reads the `chart` of a figure e2b-local's kernel shows, for every kind E2B's service
 extracts (line with dates, categorical and log scales, scatter, bar, pie, box and whisker,
-a superchart of several plots, and an unknown plot), with the SDK's own chart classes.
+a superchart of several plots, and an unknown plot), with the SDK's own chart classes; and
+an image a cell saves with PIL, shown as on E2B's template.
 
 matplotlib and numpy are pinned beside the SDK in this venv (scripts/conformance), and the
 server runs the kernels with this venv's python (`--kernel-python`), so cells import them.
@@ -234,3 +235,20 @@ plt.show()
     assert execution.error is None
     assert [r.chart for r in execution.results] == [None]
     assert execution.results[0].png
+
+
+def test_an_image_a_cell_saves_is_shown_too(sandbox):
+    # As E2B's template: PIL's `Image.save` to a path also displays the image.
+    execution = sandbox.run_code(
+        """
+import numpy
+from PIL import Image
+image = Image.fromarray((numpy.random.rand(16, 16, 3) * 255).astype("uint8")).convert("RGBA")
+image.save("saved.png")
+print("Image saved.")
+"""
+    )
+    assert execution.error is None, execution.error
+    assert [bool(r.png) for r in execution.results] == [True]
+    assert execution.logs.stdout == ["Image saved.\n"]
+    assert sandbox.run_code("import os; os.path.getsize('saved.png') > 0").text == "True"

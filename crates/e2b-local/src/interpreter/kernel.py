@@ -247,6 +247,55 @@ def _show_open_figures():
         pyplot.close(figure)
 
 
+def _patch_pil(module):
+    """As E2B's template: an image a cell saves to a file is shown too, and `Image.show()`
+    shows nothing on a sandbox's missing screen."""
+    image = getattr(module, "Image", None)
+    if image is None or getattr(image.save, "_e2b_shows", False):
+        return
+    original = image.save
+
+    def save(self, fp, format=None, **options):
+        if isinstance(fp, (str, os.PathLike)):
+            display(self)
+        return original(self, fp, format, **options)
+
+    save._e2b_shows = True
+    image.save = save
+    try:
+        from PIL import ImageShow
+
+        ImageShow.UnixViewer.show_file = lambda self, path, **options: 0
+    except Exception:
+        pass
+
+
+class _PilHook:
+    """Patches `PIL.Image` when a cell first imports it (not before: importing PIL costs
+    every kernel's start, and most cells never use it)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "PIL.Image":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            try:
+                _patch_pil(module)
+            except Exception:
+                pass
+
+        loader.exec_module = exec_module
+        return spec
+
+
 def _install_ipython_display():
     """`from IPython.display import display, HTML, ...` shows through this kernel: with
     IPython in the sandbox its display is replaced by ours (there is no IPython shell to
@@ -585,6 +634,7 @@ def main():
         sys.exit(3)
     os.environ.setdefault("MPLBACKEND", "Agg")
     _install_ipython_display()
+    sys.meta_path.insert(0, _PilHook())
     emit({"type": "ready", "language": LANGUAGE, "pid": os.getpid()})
     while True:
         try:
