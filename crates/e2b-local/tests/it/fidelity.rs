@@ -319,7 +319,6 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
             "/v3/templates",
         ),
         (reqwest::Method::GET, "/teams".to_owned(), "/teams"),
-        (reqwest::Method::GET, "/volumes".to_owned(), "/volumes"),
         (reqwest::Method::GET, "/api-keys".to_owned(), "/api-keys"),
     ];
     for (method, path, route) in cases {
