@@ -23,7 +23,7 @@ ADDRESS = "127.62.9.2"
 OTHER_ADDRESS = "127.62.9.3"
 # A relying party of workload tokens (`iam`): an STS stand-in.
 STS = "sts.rules.test"
-STS_ADDRESS = "127.62.9.4"
+STS_ADDRESS = "127.62.9.6"
 
 
 class Upstream:
