@@ -2,7 +2,7 @@
 //! content API with the volume's token, and a volume mounted into sandboxes at create.
 
 use agent_sandbox_examples::e2b_client::{
-    DeleteOutcome, VolumeCreate, VolumeEntryOptions, VolumeEntryType, VolumeMetadata,
+    DeleteOutcome, ForkOptions, VolumeCreate, VolumeEntryOptions, VolumeEntryType, VolumeMetadata,
 };
 
 use super::*;
@@ -187,12 +187,35 @@ async fn sandboxes_share_a_mounted_volume_and_it_outlives_them() {
         "from-first\n"
     );
 
-    let (_, second) = {
+    let (second_info, second) = {
         let info = client.create(options).await.expect("second");
         let sandbox = client.sandbox(info.envd_access()).expect("envd");
         (info, sandbox)
     };
     assert_eq!(sh(&second, "cat ~/shared/out.txt").await, "from-first\n");
+    // A fork mounts what its source mounts: the same files, not a copy.
+    let forks = client
+        .fork(
+            &second_info.sandbox_id,
+            ForkOptions {
+                count: 1,
+                timeout: Duration::from_secs(120),
+            },
+        )
+        .await
+        .expect("fork");
+    let fork_info = forks[0].as_ref().expect("the fork started");
+    let fork = client.sandbox(fork_info.envd_access()).expect("envd");
+    sh(&fork, "echo from-fork > ~/shared/fork.txt").await;
+    assert_eq!(sh(&second, "cat ~/shared/fork.txt").await, "from-fork\n");
+    assert_eq!(
+        client
+            .get(&fork_info.sandbox_id)
+            .await
+            .expect("get")
+            .volume_mounts,
+        vec![volume.mount_at("/home/user/shared")]
+    );
     // The files API sees the volume at the mount too.
     let read = second
         .read_file("/home/user/shared/seed.txt", 100)
