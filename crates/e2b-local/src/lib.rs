@@ -21,6 +21,7 @@ mod metrics;
 mod parse;
 mod paths;
 mod plane;
+mod private_json;
 mod process_table;
 mod pty;
 mod reply;

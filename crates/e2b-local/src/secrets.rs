@@ -7,9 +7,7 @@
 //! egress proxy resolves it at each request ([`Secrets::resolve`]).
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::{self, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -105,14 +103,7 @@ impl Secrets {
     /// one was not.
     pub(crate) fn open(state_dir: &Path, clock: Clock) -> io::Result<Secrets> {
         let path = state_dir.join(FILE);
-        let index = match fs::read(&path) {
-            Ok(bytes) => {
-                fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
-                serde_json::from_slice(&bytes).map_err(io::Error::other)?
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Index::default(),
-            Err(error) => return Err(error),
-        };
+        let index = crate::private_json::load(&path)?;
         Ok(Secrets {
             path,
             clock,
@@ -126,24 +117,10 @@ impl Secrets {
 
     /// Writes the whole record; an error names the file, never a value.
     fn persist(&self, index: &Index) -> Result<(), ApiError> {
-        let tmp = self.path.with_extension("json.tmp");
-        serde_json::to_vec(index)
-            .map_err(io::Error::other)
-            .and_then(|bytes| {
-                let mut file = fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&tmp)?;
-                file.write_all(&bytes)?;
-                file.sync_all()
-            })
-            .and_then(|()| fs::rename(&tmp, &self.path))
-            .map_err(|error| {
-                tracing::warn!(path = %self.path.display(), %error, "persisting secrets failed");
-                ApiError::internal(format!("storing secrets failed: {}", error.kind()))
-            })
+        crate::private_json::store(&self.path, index).map_err(|error| {
+            tracing::warn!(path = %self.path.display(), %error, "persisting secrets failed");
+            ApiError::internal(format!("storing secrets failed: {}", error.kind()))
+        })
     }
 
     /// `POST /secrets`: 201 with the new secret's metadata.

@@ -15,8 +15,8 @@
 pub(crate) mod content;
 
 use std::fs;
-use std::io::{self, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::io;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -181,14 +181,7 @@ impl Volumes {
     /// Opens (or starts) the record under `state_dir`.
     pub(crate) fn open(state_dir: &Path) -> io::Result<Volumes> {
         let index_path = state_dir.join(INDEX_FILE);
-        let index = match fs::read(&index_path) {
-            Ok(bytes) => {
-                fs::set_permissions(&index_path, fs::Permissions::from_mode(0o600))?;
-                serde_json::from_slice(&bytes).map_err(io::Error::other)?
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Index::default(),
-            Err(error) => return Err(error),
-        };
+        let index = crate::private_json::load(&index_path)?;
         let data = state_dir.join(DATA_DIR);
         fs::create_dir_all(&data)?;
         fs::set_permissions(&data, fs::Permissions::from_mode(0o700))?;
@@ -204,26 +197,12 @@ impl Volumes {
     }
 
     fn persist(&self, index: &Index) -> Result<(), ApiError> {
-        let tmp = self.index_path.with_extension("json.tmp");
-        serde_json::to_vec(index)
-            .map_err(io::Error::other)
-            .and_then(|bytes| {
-                let mut file = fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&tmp)?;
-                file.write_all(&bytes)?;
-                file.sync_all()?;
-                fs::rename(&tmp, &self.index_path)
-            })
-            .map_err(|error| {
-                ApiError::internal(format!(
-                    "saving the volume list to {} failed: {error}",
-                    self.index_path.display()
-                ))
-            })
+        crate::private_json::store(&self.index_path, index).map_err(|error| {
+            ApiError::internal(format!(
+                "saving the volume list to {} failed: {error}",
+                self.index_path.display()
+            ))
+        })
     }
 
     /// Where a volume's files are.
