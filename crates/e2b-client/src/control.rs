@@ -560,9 +560,7 @@ impl Client {
                 .map_err(|error| ctx.invalid_input(format!("cannot encode the body: {error}")))?;
             builder = builder.header(CONTENT_TYPE, "application/json").body(bytes);
         }
-        let request = builder
-            .build()
-            .map_err(|error| ctx.invalid_input(format!("cannot build the request: {error}")))?;
+        let request = ctx.build(builder)?;
         // One deadline for sending, retrying and reading the answer.
         let deadline = self.inner.http.deadline_from_now();
         let response = self

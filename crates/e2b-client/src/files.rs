@@ -303,6 +303,29 @@ impl Download {
         Download::from_results(ctx, path, body, content_length, limit, idle)
     }
 
+    /// The download of `response`'s body, refused at once when its announced length is
+    /// past `limit`.
+    pub(crate) fn checked(
+        ctx: Ctx,
+        path: &str,
+        response: reqwest::Response,
+        limit: u64,
+        idle: Duration,
+    ) -> Result<Download, Error> {
+        let content_length = response.content_length();
+        if content_length.is_some_and(|len| len > limit) {
+            return Err(ctx.limit(Some(path), limit));
+        }
+        Ok(Download::new(
+            ctx,
+            path.to_owned(),
+            response.bytes_stream(),
+            content_length,
+            limit,
+            idle,
+        ))
+    }
+
     /// A download whose body errors are already the crate's (a decoded body).
     pub(crate) fn from_results(
         ctx: Ctx,

@@ -105,6 +105,16 @@ impl Ctx {
         }
     }
 
+    /// The request `builder` makes, or an error saying why it cannot be made.
+    pub(crate) fn build(
+        &self,
+        builder: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Request, Error> {
+        builder
+            .build()
+            .map_err(|error| self.invalid_input(format!("cannot build the request: {error}")))
+    }
+
     /// The same context, also scrubbing `secrets` from error text.
     pub(crate) fn with_secrets(mut self, secrets: Vec<SecretValue>) -> Ctx {
         self.secrets.extend(secrets);

@@ -227,12 +227,6 @@ impl Sandbox {
         Ok(value)
     }
 
-    fn build(ctx: &Ctx, builder: reqwest::RequestBuilder) -> Result<reqwest::Request, Error> {
-        builder
-            .build()
-            .map_err(|error| ctx.invalid_input(format!("cannot build the request: {error}")))
-    }
-
     /// A unary Connect call with the JSON codec.
     async fn rpc<Req: Serialize, Resp: DeserializeOwned>(
         &self,
@@ -254,7 +248,7 @@ impl Sandbox {
         if let Some(user) = &self.user {
             builder = builder.header(AUTHORIZATION, Self::basic_auth(&ctx, user)?);
         }
-        let request = Self::build(&ctx, builder)?;
+        let request = ctx.build(builder)?;
         let deadline = http.deadline_from_now();
         let response = http
             .send(&ctx, Pool::Default, request, idempotency, deadline)
@@ -318,7 +312,7 @@ impl Sandbox {
         if let Some(user) = user {
             builder = builder.header(AUTHORIZATION, Self::basic_auth(&ctx, user)?);
         }
-        let request = Self::build(&ctx, builder)?;
+        let request = ctx.build(builder)?;
         let deadline = http.deadline_from_now();
         // Start is not idempotent: a retry after the request may have arrived could run the
         // command twice. Connect to a pid, or a watch, is harmless to repeat.
@@ -364,10 +358,7 @@ impl Sandbox {
     pub async fn health(&self) -> Result<Health, Error> {
         let ctx = self.ctx(Operation::Health);
         let http = &self.http;
-        let request = Self::build(
-            &ctx,
-            self.request(&ctx, Pool::Default, Method::GET, "/health")?,
-        )?;
+        let request = ctx.build(self.request(&ctx, Pool::Default, Method::GET, "/health")?)?;
         let deadline = http.deadline_from_now();
         match http
             .send(

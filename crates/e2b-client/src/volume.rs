@@ -348,9 +348,7 @@ impl Volume {
         if let Some((body, content_type)) = body {
             builder = builder.header(CONTENT_TYPE, content_type).body(body);
         }
-        let request = builder
-            .build()
-            .map_err(|error| ctx.invalid_input(format!("cannot build the request: {error}")))?;
+        let request = ctx.build(builder)?;
         let deadline = self.inner.http.deadline_from_now();
         let response = self
             .inner
@@ -449,21 +447,9 @@ impl Volume {
         data: Bytes,
         options: &VolumeEntryOptions,
     ) -> Result<VolumeEntry, Error> {
-        self.entry(
-            Operation::VolumeWrite,
-            ContentRequest {
-                method: Method::PUT,
-                route: "file",
-                path,
-                extra_query: &options.query(),
-                body: Some((reqwest::Body::from(data), OCTET_STREAM)),
-                idempotency: match options.create {
-                    VolumeCreate::Force => Idempotency::Idempotent,
-                    VolumeCreate::Strict => Idempotency::NotIdempotent,
-                },
-            },
-        )
-        .await
+        let idempotency = options.idempotency();
+        self.put_file(path, reqwest::Body::from(data), options, idempotency)
+            .await
     }
 
     /// [`Volume::write`] from a stream of chunks, never held whole in memory (sent once: a
@@ -477,6 +463,19 @@ impl Volume {
     where
         S: Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
     {
+        let body = reqwest::Body::wrap_stream(data);
+        self.put_file(path, body, options, Idempotency::NotIdempotent)
+            .await
+    }
+
+    /// `PUT /volumecontent/{id}/file` with `body`.
+    async fn put_file(
+        &self,
+        path: &str,
+        body: reqwest::Body,
+        options: &VolumeEntryOptions,
+        idempotency: Idempotency,
+    ) -> Result<VolumeEntry, Error> {
         self.entry(
             Operation::VolumeWrite,
             ContentRequest {
@@ -484,8 +483,8 @@ impl Volume {
                 route: "file",
                 path,
                 extra_query: &options.query(),
-                body: Some((reqwest::Body::wrap_stream(data), OCTET_STREAM)),
-                idempotency: Idempotency::NotIdempotent,
+                body: Some((body, OCTET_STREAM)),
+                idempotency,
             },
         )
         .await
@@ -508,18 +507,7 @@ impl Volume {
                 },
             )
             .await?;
-        let content_length = response.content_length();
-        if content_length.is_some_and(|len| len > limit) {
-            return Err(ctx.limit(Some(path), limit));
-        }
-        Ok(Download::new(
-            ctx,
-            path.to_owned(),
-            response.bytes_stream(),
-            content_length,
-            limit,
-            self.inner.http.deadline,
-        ))
+        Download::checked(ctx, path, response, limit, self.inner.http.deadline)
     }
 
     /// Reads a whole file into memory, capped at `limit` bytes.

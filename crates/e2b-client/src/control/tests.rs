@@ -110,14 +110,9 @@ fn create_body_for_each_lifecycle() {
     );
 }
 
-#[test]
-fn a_create_body_names_its_volume_mounts_and_omits_none() {
-    let map = BTreeMap::new();
-    let mounts = [crate::VolumeMountInfo::new(
-        "data".to_owned(),
-        "/mnt/data".to_owned(),
-    )];
-    let body = NewSandbox {
+/// A create of `base` setting nothing, its metadata and env vars both `empty`.
+fn bare_body(empty: &BTreeMap<String, String>) -> NewSandbox<'_> {
+    NewSandbox {
         template_id: "base",
         timeout: None,
         auto_pause: None,
@@ -126,11 +121,24 @@ fn a_create_body_names_its_volume_mounts_and_omits_none() {
         secure: None,
         allow_internet_access: None,
         network: None,
-        metadata: &map,
-        env_vars: &map,
-        volume_mounts: &mounts,
+        metadata: empty,
+        env_vars: empty,
+        volume_mounts: &[],
         iam: None,
         mcp: None,
+    }
+}
+
+#[test]
+fn a_create_body_names_its_volume_mounts_and_omits_none() {
+    let map = BTreeMap::new();
+    let mounts = [crate::VolumeMountInfo::new(
+        "data".to_owned(),
+        "/mnt/data".to_owned(),
+    )];
+    let body = NewSandbox {
+        volume_mounts: &mounts,
+        ..bare_body(&map)
     };
     let value = serde_json::to_value(&body).expect("json");
     assert_eq!(
@@ -148,19 +156,8 @@ fn iam_tokens_go_as_e2b_spells_them_and_bad_names_are_refused() {
         crate::IamToken::jwt_svid("sts.amazonaws.com".to_owned()),
     )]);
     let body = NewSandbox {
-        template_id: "base",
-        timeout: None,
-        auto_pause: None,
-        auto_pause_memory: None,
-        auto_resume: None,
-        secure: None,
-        allow_internet_access: None,
-        network: None,
-        metadata: &map,
-        env_vars: &map,
-        volume_mounts: &[],
         iam: Some(IamWire { tokens: &tokens }),
-        mcp: None,
+        ..bare_body(&map)
     };
     assert_eq!(
         serde_json::to_value(&body).expect("json")["iam"],

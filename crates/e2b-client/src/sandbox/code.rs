@@ -186,7 +186,7 @@ impl Sandbox {
                 .header(CONTENT_TYPE, "application/json")
                 .body(body.to_string());
         }
-        Self::build(ctx, builder)
+        ctx.build(builder)
     }
 
     async fn code_json<T: serde::de::DeserializeOwned>(

@@ -129,7 +129,7 @@ impl Sandbox {
             .header("Connect-Accept-Encoding", "identity")
             .header("Connect-Content-Encoding", "identity")
             .body(reqwest::Body::wrap_stream(body));
-        let request = Self::build(&ctx, builder)?;
+        let request = ctx.build(builder)?;
         let http = Arc::clone(&self.http);
         let call_ctx = ctx.clone();
         let call = tokio::spawn(async move {

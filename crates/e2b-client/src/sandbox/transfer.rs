@@ -134,7 +134,7 @@ impl Sandbox {
         builder: reqwest::RequestBuilder,
     ) -> Result<Vec<WrittenFile>, Error> {
         let http = &self.http;
-        let request = Self::build(ctx, builder)?;
+        let request = ctx.build(builder)?;
         let deadline = http.deadline_from_now();
         let response = http
             .send(
@@ -191,18 +191,7 @@ impl Sandbox {
                 )));
             }
         }
-        let content_length = response.content_length();
-        if content_length.is_some_and(|len| len > limit) {
-            return Err(ctx.limit(Some(path), limit));
-        }
-        Ok(Download::new(
-            ctx,
-            path.to_owned(),
-            response.bytes_stream(),
-            content_length,
-            limit,
-            http.deadline,
-        ))
+        Download::checked(ctx, path, response, limit, http.deadline)
     }
 
     /// Sends `GET /files` for `path` (on the HTTP/1.1 pool) asking for `coding`, for bytes
@@ -225,7 +214,7 @@ impl Sandbox {
         if let Some((start, end)) = range {
             builder = builder.header(RANGE, format!("bytes={start}-{end}"));
         }
-        let request = Self::build(ctx, builder)?;
+        let request = ctx.build(builder)?;
         let deadline = self.http.deadline_from_now();
         self.http
             .send(ctx, Pool::Http1, request, Idempotency::Idempotent, deadline)
