@@ -214,6 +214,26 @@ pub(crate) struct SnapshotSource {
 struct Entry {
     record: Record,
     procs: Arc<ProcessTable>,
+    /// The record's volume mounts, as its path mapping and its commands' namespaces use
+    /// them: made once (a sandbox's mounts never change), handed to every request by
+    /// [`Store::running`] without a copy.
+    mounts: Arc<[crate::paths::Mount]>,
+    volumes: Arc<[crate::volumes::VolumeMount]>,
+}
+
+impl Entry {
+    fn new(record: Record, procs: Arc<ProcessTable>) -> Entry {
+        let volumes: Arc<[crate::volumes::VolumeMount]> = record.volume_mounts.clone().into();
+        Entry {
+            mounts: volumes
+                .iter()
+                .map(crate::volumes::VolumeMount::mount)
+                .collect(),
+            volumes,
+            record,
+            procs,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -334,7 +354,7 @@ impl Store {
                     }
                     inner
                         .entries
-                        .insert(record.id.clone(), Entry { record, procs });
+                        .insert(record.id.clone(), Entry::new(record, procs));
                 }
                 Err(error) => {
                     tracing::warn!(path = %record_path.display(), %error, "skipping unreadable sandbox record");
@@ -548,13 +568,9 @@ impl Store {
             iam_tokens: params.iam_tokens,
         };
         self.persist(&record);
-        inner.entries.insert(
-            id.clone(),
-            Entry {
-                record: record.clone(),
-                procs: self.boot(&record),
-            },
-        );
+        inner
+            .entries
+            .insert(id.clone(), Entry::new(record.clone(), self.boot(&record)));
         self.logs.of(&id).push(
             Level::Info,
             "sandbox created",
@@ -746,13 +762,8 @@ impl Store {
             tmp: self.tmp_dir(id),
             boot_id: self.boot_id_file(id),
             procs: Arc::clone(&entry.procs),
-            mounts: entry
-                .record
-                .volume_mounts
-                .iter()
-                .map(crate::volumes::VolumeMount::mount)
-                .collect(),
-            volumes: entry.record.volume_mounts.iter().cloned().collect(),
+            mounts: Arc::clone(&entry.mounts),
+            volumes: Arc::clone(&entry.volumes),
         })
     }
 
