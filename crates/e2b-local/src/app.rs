@@ -44,7 +44,7 @@ impl App {
         match (key, &self.api_key) {
             (None, _) => false,
             (Some(k), ApiKeyPolicy::AnyNonEmpty) => !k.trim().is_empty(),
-            (Some(k), ApiKeyPolicy::Exact(expected)) => constant_time_eq(k, expected),
+            (Some(k), ApiKeyPolicy::Exact(expected)) => crate::token::constant_time_eq(k, expected),
         }
     }
 
@@ -52,9 +52,4 @@ impl App {
     pub(crate) fn isolation_is_namespace(&self) -> bool {
         matches!(*self.isolation, Isolation::Namespace { .. })
     }
-}
-
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

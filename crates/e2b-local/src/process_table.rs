@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rand::Rng;
 use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -196,7 +195,7 @@ pub(crate) struct ProcessTable {
     /// The sandbox's event log (commands started and ended).
     log: crate::sandbox_log::SandboxLog,
     plan: NsPlan,
-    /// This boot's id, as `/proc/sys/kernel/random/boot_id` shows it (a random UUID, [`new_uuid`]).
+    /// This boot's id, as `/proc/sys/kernel/random/boot_id` shows it (a random UUID, [`crate::token::new_uuid`]).
     boot_id: String,
     inner: Mutex<TableInner>,
     /// Whether the sandbox is frozen, and how many times it was: streams break off at a
@@ -249,7 +248,7 @@ impl ProcessTable {
             sandbox_id: sandbox_id.to_owned(),
             log,
             plan,
-            boot_id: new_uuid(),
+            boot_id: crate::token::new_uuid(),
             inner: Mutex::new(TableInner {
                 egress,
                 ..TableInner::default()
@@ -646,20 +645,4 @@ impl PauseWatch {
             std::future::pending::<()>().await;
         }
     }
-}
-
-/// A random boot id as Linux makes one: a version 4 UUID, lowercase hex with dashes.
-pub(crate) fn new_uuid() -> String {
-    let mut bytes: [u8; 16] = rand::rng().random();
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
 }

@@ -1,6 +1,7 @@
 //! A sandbox's secrets: a secure sandbox's envd access token, and the traffic access token
 //! of one created with `allowPublicTraffic: false`. `Debug` never shows them (sandbox
-//! records and handler contexts are `Debug`); stored as the bare string.
+//! records and handler contexts are `Debug`); stored as the bare string. Also the random
+//! ids (UUIDs) and the comparison of presented secrets every other module uses.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -23,6 +24,30 @@ impl EnvdToken {
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
+}
+
+/// A random version 4 UUID, lowercase hex with dashes (as Linux makes a boot id, and as
+/// E2B's volume ids are).
+pub(crate) fn new_uuid() -> String {
+    let mut bytes: [u8; 16] = rand::rng().random();
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// Compares a presented secret with the expected one in time that does not depend on
+/// where they differ.
+pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl std::fmt::Debug for EnvdToken {

@@ -220,7 +220,7 @@ impl Volumes {
             )));
         }
         let stored = Stored {
-            id: new_uuid(),
+            id: crate::token::new_uuid(),
             name: name.to_owned(),
             token: new_token(),
         };
@@ -302,7 +302,7 @@ impl Volumes {
             // wrong; an unknown id says nothing about other volumes.
             return Err(not_found(id));
         };
-        if !constant_time_eq(token, &volume.token) {
+        if !crate::token::constant_time_eq(token, &volume.token) {
             return Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 format!("the token is not volume {id}'s"),
@@ -468,31 +468,10 @@ fn not_found(id: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("Volume '{id}' not found"))
 }
 
-/// A random (version 4) UUID.
-fn new_uuid() -> String {
-    let mut bytes: [u8; 16] = rand::rng().random();
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
-}
-
 fn new_token() -> String {
     let bytes: [u8; 32] = rand::rng().random();
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("e2b_vol_{hex}")
-}
-
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The mounts of a sandbox by path, for the sandbox's detail (`volumeMounts`).
@@ -527,7 +506,7 @@ mod tests {
             StatusCode::BAD_REQUEST
         );
         assert_eq!(
-            volumes.get(&new_uuid()).unwrap_err().status,
+            volumes.get(&crate::token::new_uuid()).unwrap_err().status,
             StatusCode::NOT_FOUND
         );
         let token = made["token"].as_str().unwrap();
@@ -645,7 +624,7 @@ mod tests {
         fs::create_dir(&volume).unwrap();
         let mut mount = VolumeMount {
             name: "a".into(),
-            volume_id: new_uuid(),
+            volume_id: crate::token::new_uuid(),
             path: "/home/user/d/e".into(),
             host: volume.clone(),
             point: MountPoint::InArea,

@@ -28,8 +28,9 @@ use crate::envd::Ctx;
 use crate::envd::process::{Launch, launch};
 use crate::isolation::SandboxUser;
 use crate::kernels::{Context, Contexts, Kernel, Said};
-use crate::process_table::{Listing, new_uuid};
+use crate::process_table::Listing;
 use crate::reply::json_response;
+use crate::token::new_uuid;
 
 /// The kernel program (run with `python3 -u -c`; see `kernel.py`'s opening comment), after
 /// the chart extractor its figures use (`charts.py`).
