@@ -230,6 +230,16 @@ pub(crate) fn create_dirs(
     dir: &Path,
     owner: Option<(u32, u32)>,
 ) -> io::Result<()> {
+    create_dirs_with(area_root, dir, |made| chown(made, owner))
+}
+
+/// [`create_dirs`], calling `made` on each directory it creates (to give it its owner and
+/// mode).
+pub(crate) fn create_dirs_with(
+    area_root: &Path,
+    dir: &Path,
+    mut made: impl FnMut(&Path) -> io::Result<()>,
+) -> io::Result<()> {
     let Ok(relative) = dir.strip_prefix(area_root) else {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -252,7 +262,7 @@ pub(crate) fn create_dirs(
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 fs::create_dir(&current)?;
-                chown(&current, owner)?;
+                made(&current)?;
             }
             Err(e) => return Err(e),
         }

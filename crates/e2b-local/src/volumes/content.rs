@@ -348,23 +348,7 @@ fn make_parents(root: &Path, host: &Path, uid: u32, gid: u32) -> io::Result<()> 
     let Some(parent) = host.parent() else {
         return Ok(());
     };
-    let relative = parent
-        .strip_prefix(root)
-        .map_err(|_| io::Error::new(io::ErrorKind::PermissionDenied, "outside the volume"))?;
-    let mut current = root.to_path_buf();
-    for part in relative.components() {
-        current.push(part);
-        match fs::symlink_metadata(&current) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => return Err(io::Error::from(io::ErrorKind::NotADirectory)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir(&current)?;
-                own(&current, uid, gid, DEFAULT_DIR_MODE)?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    crate::paths::create_dirs_with(root, parent, |made| own(made, uid, gid, DEFAULT_DIR_MODE))
 }
 
 fn make_dir(volume: &str, path: &str, root: &Path, query: &Query) -> Result<Response, ApiError> {
