@@ -542,10 +542,8 @@ fn volume_binds(spec: &CommandSpec<'_>) -> io::Result<Vec<VolumeBind>> {
 /// The host directory of the area holding `path` (the sandbox's home or tmp), and the rest
 /// of the path below it.
 fn area_host_dir<'p>(spec: &CommandSpec<'_>, path: &'p str) -> Option<(PathBuf, &'p str)> {
-    let below = |root: &str| path.strip_prefix(root)?.strip_prefix('/');
-    below(spec.virt_home)
-        .map(|rest| (spec.home.to_path_buf(), rest))
-        .or_else(|| below("/tmp").map(|rest| (spec.tmp.to_path_buf(), rest)))
+    crate::volumes::area_of(path, spec.virt_home)
+        .map(|(area, rest)| (area.dir(spec.home, spec.tmp).to_path_buf(), rest))
 }
 
 fn check(result: libc::c_int) -> io::Result<()> {

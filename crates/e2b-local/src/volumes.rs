@@ -108,8 +108,8 @@ impl VolumeMount {
         virt_home: &str,
         owner: Option<(u32, u32)>,
     ) -> io::Result<()> {
-        let Some((area, rest)) = area_of(&self.path, virt_home)
-            .map(|(area, rest)| (if area == Area::Home { home } else { tmp }, rest))
+        let Some((area, rest)) =
+            area_of(&self.path, virt_home).map(|(area, rest)| (area.dir(home, tmp), rest))
         else {
             return Ok(());
         };
@@ -133,15 +133,26 @@ impl VolumeMount {
     }
 }
 
+/// One of a sandbox's two areas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Area {
+pub(crate) enum Area {
     Home,
     Tmp,
 }
 
+impl Area {
+    /// The area's host directory, of the sandbox's `home` and `tmp`.
+    pub(crate) fn dir<'a>(self, home: &'a Path, tmp: &'a Path) -> &'a Path {
+        match self {
+            Area::Home => home,
+            Area::Tmp => tmp,
+        }
+    }
+}
+
 /// Which of the sandbox's areas holds `path`, and the rest of it below that area (empty for
 /// the area itself).
-fn area_of<'p>(path: &'p str, virt_home: &str) -> Option<(Area, &'p str)> {
+pub(crate) fn area_of<'p>(path: &'p str, virt_home: &str) -> Option<(Area, &'p str)> {
     let under = |root: &str| {
         let rest = path.strip_prefix(root)?;
         if rest.is_empty() {
