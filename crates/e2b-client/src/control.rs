@@ -28,6 +28,7 @@ mod network;
 mod options;
 mod secrets;
 mod snapshots;
+mod templates;
 mod volumes;
 
 pub use self::answers::{

@@ -126,6 +126,25 @@ pub enum Operation {
     VolumeWrite,
     /// The volume content API's `DELETE …/path`.
     VolumeRemove,
+    /// A template build as a whole ([`Client::build_template`](crate::Client::build_template)),
+    /// and a build that failed.
+    BuildTemplate,
+    /// `POST /v3/templates`.
+    RequestBuild,
+    /// `GET /templates/{id}/files/{hash}`.
+    TemplateFiles,
+    /// The `PUT` of a COPY source's archive to the URL E2B handed out.
+    UploadTemplateFiles,
+    /// `POST /v2/templates/{id}/builds/{buildID}`.
+    StartBuild,
+    /// `GET /templates/{id}/builds/{buildID}/status`.
+    BuildStatus,
+    /// `POST /templates/tags`.
+    AssignTemplateTags,
+    /// `DELETE /templates/tags`.
+    RemoveTemplateTags,
+    /// `GET /templates/{id}/tags`.
+    TemplateTags,
 }
 
 impl Operation {
@@ -210,6 +229,15 @@ impl fmt::Display for Operation {
             Operation::VolumeRead => "read volume file",
             Operation::VolumeWrite => "write volume file",
             Operation::VolumeRemove => "remove volume path",
+            Operation::BuildTemplate => "build template",
+            Operation::RequestBuild => "request template build",
+            Operation::TemplateFiles => "check template files",
+            Operation::UploadTemplateFiles => "upload template files",
+            Operation::StartBuild => "start template build",
+            Operation::BuildStatus => "get template build status",
+            Operation::AssignTemplateTags => "assign template tags",
+            Operation::RemoveTemplateTags => "remove template tags",
+            Operation::TemplateTags => "list template tags",
         })
     }
 }
@@ -405,6 +433,26 @@ pub enum Error {
         detail: String,
     },
 
+    /// A template build ran and failed ([`Error::is_build_failed`]): E2B's reason, and the
+    /// phase that failed (`base`, a 1-based step number, `finalize`, …) when E2B named it.
+    #[error(
+        "E2B {operation} failed: build {build_id} of template {template_id} failed{}: {message}",
+        AtStep(.step.as_deref())
+    )]
+    #[non_exhaustive]
+    BuildFailed {
+        /// The operation.
+        operation: Operation,
+        /// The template's id.
+        template_id: String,
+        /// The build's id.
+        build_id: String,
+        /// The phase that failed, when E2B named it.
+        step: Option<String>,
+        /// E2B's reason (cleaned), or `Build failed` when it gave none.
+        message: String,
+    },
+
     /// A body was larger than the caller's cap (checked while streaming, never after).
     #[error(
         "E2B {operation} failed{}: {} exceeds the {limit}-byte cap",
@@ -437,14 +485,15 @@ impl Error {
             | Error::Transport { operation, .. }
             | Error::DeadlineExceeded { operation, .. }
             | Error::Protocol { operation, .. }
-            | Error::LimitExceeded { operation, .. } => Some(*operation),
+            | Error::LimitExceeded { operation, .. }
+            | Error::BuildFailed { operation, .. } => Some(*operation),
         }
     }
 
     /// The sandbox the failed operation concerned, if any.
     pub fn sandbox_id(&self) -> Option<&SandboxId> {
         match self {
-            Error::InvalidConfig { .. } => None,
+            Error::InvalidConfig { .. } | Error::BuildFailed { .. } => None,
             Error::Envd { sandbox_id, .. }
             | Error::SandboxNotRunning { sandbox_id, .. }
             | Error::CommandFailed { sandbox_id, .. } => Some(sandbox_id),
@@ -636,6 +685,21 @@ impl Error {
         )
     }
 
+    /// A template build ran and failed ([`Error::BuildFailed`]); [`Error::build_step`] names
+    /// the phase and [`Error::reason`] has E2B's message.
+    pub fn is_build_failed(&self) -> bool {
+        matches!(self, Error::BuildFailed { .. })
+    }
+
+    /// The phase a failed template build failed in (`base`, a 1-based step number,
+    /// `finalize`, …), when E2B named it.
+    pub fn build_step(&self) -> Option<&str> {
+        match self {
+            Error::BuildFailed { step, .. } => step.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The TLS handshake failed (for example an untrusted certificate).
     pub fn is_tls(&self) -> bool {
         matches!(
@@ -706,6 +770,18 @@ impl fmt::Display for ForSandbox<'_> {
         match self.0 {
             Some(id) => write!(f, " for sandbox {id}"),
             None => Ok(()),
+        }
+    }
+}
+
+/// Renders " at step <step>" or nothing.
+struct AtStep<'a>(Option<&'a str>);
+
+impl fmt::Display for AtStep<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(step) if !step.is_empty() => write!(f, " at step {step}"),
+            _ => Ok(()),
         }
     }
 }

@@ -18,6 +18,7 @@ mod redact;
 mod retry;
 mod sandbox;
 mod secret;
+pub mod template;
 mod volume;
 mod watch;
 #[cfg(test)]
@@ -57,6 +58,7 @@ pub use crate::pty::{PtyOptions, PtySize};
 pub use crate::redact::{REDACTED, redact, redact_with};
 pub use crate::sandbox::{EnvdAccess, FileUrl, Git, Health, InputStream, MCP_PORT, Sandbox};
 pub use crate::secret::{AccessToken, ApiKey, SecretValue};
+pub use crate::template::{BuildInfo, BuildOptions, BuildState, BuildStatus, TemplateSpec};
 pub use crate::volume::{
     Volume, VolumeCreate, VolumeEntry, VolumeEntryOptions, VolumeEntryType, VolumeInfo,
     VolumeMetadata, VolumeMountInfo,

@@ -10,6 +10,7 @@ mod processes;
 mod secrets;
 mod snapshots;
 mod support;
+mod templates;
 mod terminal;
 mod transport;
 mod watch;

@@ -1,0 +1,27 @@
+//! E2B template builds: a [`TemplateSpec`] says what goes into a template (a base image or
+//! template, then COPY, RUN, ENV, WORKDIR and USER steps, a start and a ready command), and
+//! [`Client::build_template`](crate::Client::build_template) sends it the way the official SDK
+//! (`e2b` 2.63) does: it requests a build, uploads each COPY source as a gzip'd tar when E2B
+//! does not already hold it, starts the build and follows it to the end, handing every build
+//! log entry to the caller. Template names and tags are managed with
+//! [`Client::assign_template_tags`](crate::Client::assign_template_tags) and its siblings.
+
+mod answers;
+mod files;
+mod spec;
+
+pub use self::answers::{
+    BuildCache, BuildInfo, BuildLogEntry, BuildOptions, BuildReason, BuildState, BuildStatus,
+    LogLevel, TagAssignment, TemplateTag,
+};
+pub(crate) use self::answers::{FilesLink, RequestedBuild};
+pub(crate) use self::files::{CopyArchive, copy_hash, write_archive};
+pub(crate) use self::spec::CopyPlan;
+pub use self::spec::{
+    AptOptions, CopyOptions, Force, GitCloneOptions, MakeDirOptions, PipScope, ReadyCmd,
+    Recommends, Recursion, RemoveOptions, RenameOptions, SymlinkMode, SymlinkOptions, TemplateSpec,
+    UploadMode,
+};
+
+#[cfg(test)]
+mod tests;
