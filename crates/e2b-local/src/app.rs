@@ -15,6 +15,8 @@ use crate::store::Store;
 #[derive(Debug)]
 pub(crate) struct App {
     pub(crate) store: Store,
+    /// Template builds in progress and the archives their COPY steps uploaded.
+    pub(crate) builds: crate::builds::Builds,
     pub(crate) snapshots: Snapshots,
     /// The team's secrets (`/secrets`), shared with the egress proxy.
     pub(crate) secrets: Arc<Secrets>,

@@ -67,6 +67,17 @@ impl SandboxUser {
     }
 }
 
+/// How a command sees the host's system outside its sandbox's areas (home, `/tmp`,
+/// volumes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SystemView {
+    /// As the host has it (e2b-local is not a security boundary).
+    Shared,
+    /// Read-only: a template build's steps, which must not install into the host
+    /// ([`crate::builds`]). Only with a mount namespace.
+    ReadOnly,
+}
+
 /// The mechanism actually in use.
 #[derive(Debug)]
 pub(crate) enum Isolation {
@@ -111,6 +122,8 @@ pub(crate) struct CommandSpec<'a> {
     pub(crate) boot_id: Option<&'a Path>,
     /// The volumes the sandbox mounts (bound in mount namespaces; symlinks otherwise).
     pub(crate) volumes: &'a [VolumeMount],
+    /// The host's system as the command sees it (mount namespaces only).
+    pub(crate) system: SystemView,
 }
 
 /// What a command under the egress filter needs before exec.
@@ -283,6 +296,7 @@ impl Isolation {
             trust: None,
             boot_id: None,
             volumes: &[],
+            system: SystemView::Shared,
         };
         let mut command = self.std_command(&spec)?;
         let output = match ns {
@@ -424,6 +438,7 @@ impl Isolation {
                         None => None,
                     },
                     volumes: volume_binds(spec)?,
+                    read_only_root: spec.system == SystemView::ReadOnly,
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -476,6 +491,8 @@ struct MountPlan {
     boot_id: Option<CString>,
     /// The volumes to bind, in order.
     volumes: Vec<VolumeBind>,
+    /// Make the root mount read-only for this command ([`SystemView::ReadOnly`]).
+    read_only_root: bool,
 }
 
 /// One volume's bind, prepared before the fork.
@@ -685,6 +702,18 @@ impl MountPlan {
                 libc::MS_BIND | libc::MS_REC,
                 std::ptr::null(),
             ))?;
+            // Only the root mount's own flag: /home, /tmp, /proc, /dev and the volumes are
+            // mounts of their own and stay writable; the host's mount is not touched
+            // (private propagation above).
+            if self.read_only_root {
+                check(libc::mount(
+                    none,
+                    c"/".as_ptr(),
+                    none,
+                    libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY,
+                    std::ptr::null(),
+                ))?;
+            }
             // While still root: installing a filter needs CAP_SYS_ADMIN (or no_new_privs,
             // which would break setuid programs in the sandbox).
             if let Some(handoff) = self.egress_handoff {

@@ -4,6 +4,7 @@
 mod admin;
 mod app;
 mod body;
+mod builds;
 mod clock;
 mod config;
 mod conn;

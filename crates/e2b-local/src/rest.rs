@@ -25,6 +25,7 @@ mod logs;
 mod network;
 mod secrets;
 mod snapshots;
+mod templates;
 
 /// The envd version reported: the current real one, so the SDK enables every feature.
 pub(crate) const ENVD_VERSION: &str = "0.6.13";
@@ -54,6 +55,13 @@ pub(crate) async fn handle(app: Arc<App>, request: Request) -> Response {
     }
     if method == Method::GET && segments == [".well-known", "openid-configuration"] {
         return json_response(StatusCode::OK, &app.identity.discovery());
+    }
+    // An upload link carries a token of its own: clients send no API key there.
+    if let (&Method::PUT, ["_e2b_local", crate::builds::UPLOAD_ROUTE, hash]) =
+        (&method, segments.as_slice())
+    {
+        let hash = (*hash).to_owned();
+        return templates::upload(app, &hash, &query, request).await;
     }
     let key = request
         .headers()
@@ -161,6 +169,17 @@ fn route(app: &Arc<App>, method: &Method, request: &RestRequest<'_>) -> Result<R
         idempotency_key,
     } = *request;
     match (method.clone(), segments) {
+        (Method::POST, ["v3", "templates"]) => templates::request(app, body),
+        (Method::GET, ["templates", id, "files", hash]) => templates::file_link(app, id, hash),
+        (Method::POST, ["v2", "templates", id, "builds", build]) => {
+            templates::start(app, id, build, body)
+        }
+        (Method::GET, ["templates", id, "builds", build, "status"]) => {
+            templates::status(app, id, build, query)
+        }
+        (Method::POST, ["templates", "tags"]) => templates::assign_tags(app, body),
+        (Method::DELETE, ["templates", "tags"]) => templates::remove_tags(app, body),
+        (Method::GET, ["templates", id, "tags"]) => templates::tags(app, id),
         (Method::POST, ["sandboxes"]) => create_once(app, V1, body, idempotency_key),
         (Method::POST, ["v2", "sandboxes"]) => create_once(app, V2, body, idempotency_key),
         (Method::GET, ["sandboxes"]) => list(app, V1, query),
@@ -273,6 +292,16 @@ fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
         ["secrets"] | ["secrets", _] | ["volumes"] | ["volumes", _] => None,
         ["templates", _] if method == Method::DELETE => None,
         ["templates", "aliases", _] if method == Method::GET => None,
+        // The build API and tags (crate::builds).
+        ["templates", "tags"] => None,
+        ["templates", _, "tags" | "files"] | ["templates", _, "files", _]
+            if method == Method::GET =>
+        {
+            None
+        }
+        ["templates", _, "builds", _, "status"] if method == Method::GET => None,
+        ["v3", "templates"] if method == Method::POST => None,
+        ["v2", "templates", _, "builds", _] if method == Method::POST => None,
         [
             first @ ("snapshots" | "teams" | "templates" | "nodes" | "admin" | "access-tokens"
             | "api-keys" | "volumes" | "secrets"),
@@ -353,7 +382,7 @@ fn validate_timeout(timeout: i64) -> Result<i64, ApiError> {
 /// instead of a second one; the same key with another body is refused (422). Keys are kept
 /// in memory for the server's life.
 fn create_once(
-    app: &App,
+    app: &Arc<App>,
     version: ApiVersion,
     body: &Bytes,
     key: Option<&str>,
@@ -391,7 +420,7 @@ fn created(record: &Record) -> Response {
     json_response(StatusCode::CREATED, &sandbox_json(record))
 }
 
-fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiError> {
+fn create(app: &Arc<App>, version: ApiVersion, body: &Bytes) -> Result<Record, ApiError> {
     let req: NewSandbox = parse_body(body)?;
     let template = req
         .template_id
@@ -461,9 +490,14 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiErr
         crate::paths::home_for_template(base_template),
         isolation,
     )?;
-    let (template_id, origin, files_from) = match snapshot {
-        Some(found) => (found.template_id, Some(found.origin), Some(found.files)),
-        None => (name.to_owned(), None, None),
+    let (template_id, origin, files_from, built) = match snapshot {
+        Some(found) => (
+            found.template_id,
+            Some(found.origin),
+            Some(found.files),
+            found.config,
+        ),
+        None => (name.to_owned(), None, None, None),
     };
     let record = app.store.create(CreateParams {
         template: template_id,
@@ -481,7 +515,22 @@ fn create(app: &App, version: ApiVersion, body: &Bytes) -> Result<Record, ApiErr
         network,
         volume_mounts,
         iam_tokens,
+        build_of: None,
+        defaults: built.as_ref().map(|config| config.defaults.clone()),
     })?;
+    // A built template's start command runs in each of its sandboxes, which is answered
+    // once the ready command passes (on this blocking worker: creates copy files).
+    if let Some(config) = built.filter(|c| c.start_cmd.is_some() || c.ready_cmd.is_some()) {
+        let started = tokio::runtime::Handle::current()
+            .block_on(crate::builds::start_in_sandbox(app, &record.id, &config));
+        if let Err(why) = started {
+            let _ = app.store.kill(&record.id);
+            return Err(ApiError::internal(format!(
+                "sandbox {} of template {}: the start command did not get ready: {why}",
+                record.id, record.template
+            )));
+        }
+    }
     tracing::info!(sandbox_id = %record.id, template = %record.template, "sandbox created");
     Ok(record)
 }

@@ -194,8 +194,17 @@ impl Server {
                 path: state_dir.join("volumes"),
                 source,
             })?;
+        let builds =
+            crate::builds::Builds::open(&state_dir, config.clock.clone()).map_err(|source| {
+                Error::StateDir {
+                    operation: "open template builds",
+                    path: state_dir.join("template-files"),
+                    source,
+                }
+            })?;
         let app = Arc::new(App {
             store,
+            builds,
             volumes,
             kernel_python,
             identity,
@@ -225,6 +234,7 @@ impl Server {
             egress.proxy.set_api_addr(addr);
         }
         app.identity.set_url(format!("http://{addr}"));
+        app.builds.set_url(format!("http://{addr}"));
         let router = Router::new()
             .fallback(dispatch)
             .with_state(Arc::clone(&app));

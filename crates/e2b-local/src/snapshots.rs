@@ -33,10 +33,21 @@ const DEFAULT_TAG: &str = "default";
 const TEMPLATE_FILE: &str = "template.json";
 const STAGING: &str = ".staging";
 
+/// What made a template: a sandbox's snapshot, or a build of steps ([`crate::builds`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    #[default]
+    Snapshot,
+    Built,
+}
+
 /// One snapshot template as persisted.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Template {
     template_id: String,
+    #[serde(default)]
+    kind: Kind,
     /// The alias (without namespace or tag), when named.
     alias: Option<String>,
     /// The built-in template the files started from (decides the user's home).
@@ -54,6 +65,9 @@ struct Build {
     created_at: u64,
     /// Creation order, the tie-breaker of list ordering.
     seq: u64,
+    /// A built template's user, working directory, variables and start command.
+    #[serde(default)]
+    config: Option<crate::builds::BuildConfig>,
 }
 
 impl Template {
@@ -215,6 +229,8 @@ pub(crate) struct Resolved {
     pub(crate) origin: SnapshotOrigin,
     /// Holds `home/` and `tmp/`.
     pub(crate) files: PathBuf,
+    /// A built template's configuration (`None` for a snapshot).
+    pub(crate) config: Option<crate::builds::BuildConfig>,
 }
 
 /// A snapshot list filter, already parsed.
@@ -275,6 +291,11 @@ fn random_id(len: usize) -> String {
     (0..len)
         .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
         .collect()
+}
+
+/// A new template's id (E2B's are 20 characters of `[a-z0-9]`).
+pub(crate) fn new_template_id() -> String {
+    random_id(20)
 }
 
 fn template_not_found(reference: &str) -> ApiError {
@@ -389,6 +410,7 @@ impl Snapshots {
                 .entry(template_id.clone())
                 .or_insert_with(|| Template {
                     template_id: template_id.clone(),
+                    kind: Kind::Snapshot,
                     alias: name.map(|name| name.alias.clone()),
                     base_template: capture.source.record.base_template().to_owned(),
                     tags: BTreeMap::new(),
@@ -400,11 +422,14 @@ impl Snapshots {
                     source_sandbox: capture.source.record.id.clone(),
                     created_at: now,
                     seq,
+                    config: None,
                 },
             );
             let template = template.clone();
             self.persist(&template)?;
-            let replaced = replaced.map(|old| self.build_dir(&template_id, &old.build_id));
+            let replaced = replaced
+                .filter(|old| unreferenced(&template, &old.build_id))
+                .map(|old| self.build_dir(&template_id, &old.build_id));
             (template.info_json(tag), replaced)
         };
         // The old build goes once the new one is filed; a sandbox being created from it
@@ -439,6 +464,7 @@ impl Snapshots {
                 base_template: template.base_template.clone(),
             },
             files: self.build_dir(&template.template_id, &build.build_id),
+            config: build.config.clone(),
         })
     }
 
@@ -468,7 +494,10 @@ impl Snapshots {
                     } else {
                         let template = template.clone();
                         self.persist(&template)?;
-                        vec![self.build_dir(&template_id, &build.build_id)]
+                        unreferenced(&template, &build.build_id)
+                            .then(|| self.build_dir(&template_id, &build.build_id))
+                            .into_iter()
+                            .collect()
                     }
                 }
                 None => {
@@ -493,6 +522,7 @@ impl Snapshots {
         let mut rows: Vec<(Cursor, &Template, &str)> = index
             .templates
             .values()
+            .filter(|t| t.kind == Kind::Snapshot)
             .filter(|t| match &named_template {
                 None => true,
                 Some(found) => found.as_deref() == Some(t.template_id.as_str()),
@@ -533,6 +563,251 @@ impl Snapshots {
             .collect();
         (items, next)
     }
+}
+
+/// Whether no tag of `template` points at `build_id` any more (its files may go).
+fn unreferenced(template: &Template, build_id: &str) -> bool {
+    template
+        .tags
+        .values()
+        .all(|build| build.build_id != build_id)
+}
+
+/// Where a finished template build is filed.
+#[derive(Debug)]
+pub(crate) struct BuildTarget<'a> {
+    pub(crate) template_id: &'a str,
+    pub(crate) alias: &'a str,
+    pub(crate) build_id: &'a str,
+    /// Every tag that points at the build once it is filed.
+    pub(crate) tags: &'a [String],
+}
+
+/// Whether a tag names a build: E2B's tag pattern, and not a UUID (build ids are).
+pub(crate) fn check_tag(raw: &str) -> Result<String, ApiError> {
+    let tag = raw.trim().to_lowercase();
+    if !is_tag(&tag) {
+        return Err(ApiError::bad_request(format!(
+            "Invalid tag: invalid tag '{raw}': invalid tag: {raw}"
+        )));
+    }
+    if crate::token::is_uuid(&tag) {
+        return Err(ApiError::bad_request(format!(
+            "Invalid tag: invalid tag '{raw}': tag cannot be a UUID"
+        )));
+    }
+    Ok(tag)
+}
+
+impl Name {
+    /// The alias, without namespace or tag.
+    pub(crate) fn alias(&self) -> &str {
+        &self.alias
+    }
+
+    /// The tag written, `None` for none or `default` (E2B counts both as no tag).
+    pub(crate) fn written_tag(&self) -> Option<&str> {
+        (self.tag != DEFAULT_TAG).then_some(self.tag.as_str())
+    }
+}
+
+impl Snapshots {
+    /// The id of the template `alias` names and whether it was built (not a snapshot).
+    pub(crate) fn alias_template(&self, alias: &str) -> Option<(String, bool)> {
+        let index = self.lock();
+        let template = index.by_alias(alias)?;
+        Some((template.template_id.clone(), template.kind == Kind::Built))
+    }
+
+    /// The template id a reference names, when its alias (and the tag, if one is
+    /// written) exist: `Template.exists`.
+    pub(crate) fn exists(&self, reference: &Reference) -> Option<String> {
+        let index = self.lock();
+        let template = index.lookup(reference)?;
+        match &reference.tag {
+            Some(tag) if !template.tags.contains_key(tag) => None,
+            _ => Some(template.template_id.clone()),
+        }
+    }
+
+    /// Whether `build_id` is a filed build of `template_id`.
+    pub(crate) fn has_build(&self, template_id: &str, build_id: &str) -> bool {
+        self.lock()
+            .templates
+            .get(template_id)
+            .is_some_and(|t| t.tags.values().any(|b| b.build_id == build_id))
+    }
+
+    /// Files a finished build's capture under its template and tags (a tag that pointed
+    /// at an older build now points at this one; the older build's files go when no tag
+    /// is left on them).
+    pub(crate) fn commit_build(
+        &self,
+        capture: Capture,
+        target: &BuildTarget<'_>,
+        config: crate::builds::BuildConfig,
+    ) -> Result<(), ApiError> {
+        let failed = |error: io::Error| {
+            ApiError::internal(format!(
+                "filing build {} of template {}: {error}",
+                target.build_id, target.template_id
+            ))
+        };
+        let now = nanos(self.clock.now());
+        let gone: Vec<PathBuf> = {
+            let mut index = self.lock();
+            let dir = self.build_dir(target.template_id, target.build_id);
+            dir.parent()
+                .map_or(Ok(()), fs::create_dir_all)
+                .and_then(|()| fs::rename(&capture.dir, &dir))
+                .map_err(failed)?;
+            let seq = index.next_seq;
+            index.next_seq += 1;
+            let template = index
+                .templates
+                .entry(target.template_id.to_owned())
+                .or_insert_with(|| Template {
+                    template_id: target.template_id.to_owned(),
+                    kind: Kind::Built,
+                    alias: Some(target.alias.to_owned()),
+                    base_template: capture.source.record.base_template().to_owned(),
+                    tags: BTreeMap::new(),
+                });
+            let build = Build {
+                build_id: target.build_id.to_owned(),
+                source_sandbox: capture.source.record.id.clone(),
+                created_at: now,
+                seq,
+                config: Some(config),
+            };
+            let replaced: Vec<String> = target
+                .tags
+                .iter()
+                .filter_map(|tag| template.tags.insert(tag.clone(), build.clone()))
+                .map(|old| old.build_id)
+                .collect();
+            let template = template.clone();
+            self.persist(&template)?;
+            replaced
+                .iter()
+                .filter(|old| unreferenced(&template, old))
+                .map(|old| self.build_dir(target.template_id, old))
+                .collect()
+        };
+        for dir in gone {
+            remove_dir(&dir);
+        }
+        Ok(())
+    }
+
+    /// Points more tags at the build `target` (`name[:tag]`) names: `POST /templates/tags`.
+    /// Returns the build's id.
+    pub(crate) fn assign_tags(&self, target: &str, tags: &[String]) -> Result<String, ApiError> {
+        let name = parse_name(target)?;
+        let mut index = self.lock();
+        let template_id = index
+            .by_alias(&name.alias)
+            .map(|t| t.template_id.clone())
+            .ok_or_else(|| tag_not_found(target, &name.tag))?;
+        let template = index
+            .templates
+            .get_mut(&template_id)
+            .ok_or_else(|| tag_not_found(target, &name.tag))?;
+        let build = template
+            .tags
+            .get(&name.tag)
+            .cloned()
+            .ok_or_else(|| tag_not_found(target, &name.tag))?;
+        let mut gone = Vec::new();
+        for tag in tags {
+            if let Some(old) = template.tags.insert(tag.clone(), build.clone()) {
+                gone.push(old.build_id);
+            }
+        }
+        let template = template.clone();
+        self.persist(&template)?;
+        drop(index);
+        for old in gone.iter().filter(|old| unreferenced(&template, old)) {
+            remove_dir(&self.build_dir(&template_id, old));
+        }
+        Ok(build.build_id)
+    }
+
+    /// Removes tags from the template `name` names: `DELETE /templates/tags`. A template
+    /// left without tags goes, as a delete of its last tag does.
+    pub(crate) fn remove_tags(&self, name: &str, tags: &[String]) -> Result<(), ApiError> {
+        if name.contains(':') {
+            return Err(ApiError::bad_request(
+                "Template name should not contain a tag, use the 'tags' field instead",
+            ));
+        }
+        let parsed = parse_name(name)?;
+        let gone: Vec<PathBuf> = {
+            let mut index = self.lock();
+            let template_id = index
+                .by_alias(&parsed.alias)
+                .map(|t| t.template_id.clone())
+                .ok_or_else(|| template_not_found(name))?;
+            let template = index
+                .templates
+                .get_mut(&template_id)
+                .ok_or_else(|| template_not_found(name))?;
+            if let Some(missing) = tags.iter().find(|tag| !template.tags.contains_key(*tag)) {
+                return Err(tag_not_found(name, missing));
+            }
+            let removed: Vec<String> = tags
+                .iter()
+                .filter_map(|tag| template.tags.remove(tag))
+                .map(|build| build.build_id)
+                .collect();
+            if template.tags.is_empty() {
+                index.templates.remove(&template_id);
+                vec![self.dir.join(&template_id)]
+            } else {
+                let template = template.clone();
+                self.persist(&template)?;
+                removed
+                    .iter()
+                    .filter(|old| unreferenced(&template, old))
+                    .map(|old| self.build_dir(&template_id, old))
+                    .collect()
+            }
+        };
+        for dir in gone {
+            remove_dir(&dir);
+        }
+        Ok(())
+    }
+
+    /// The tags of the template an id or name names (any `:tag` ignored), oldest build
+    /// first: `GET /templates/{id}/tags`.
+    pub(crate) fn tags(&self, raw: &str) -> Result<Vec<Value>, ApiError> {
+        let mut reference = Reference::parse(raw);
+        reference.tag = None;
+        let index = self.lock();
+        let template = index
+            .lookup(&reference)
+            .ok_or_else(|| template_not_found(raw))?;
+        let mut rows: Vec<(&String, &Build)> = template.tags.iter().collect();
+        rows.sort_by_key(|(tag, build)| (build.seq, tag.as_str()));
+        Ok(rows
+            .into_iter()
+            .map(|(tag, build)| {
+                json!({
+                    "tag": tag,
+                    "buildID": build.build_id,
+                    "createdAt": crate::clock::rfc3339(build.created_at),
+                })
+            })
+            .collect())
+    }
+}
+
+fn tag_not_found(name: &str, tag: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("Template '{name}' with tag '{tag}' not found"),
+    )
 }
 
 #[cfg(test)]

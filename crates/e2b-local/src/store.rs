@@ -105,6 +105,13 @@ pub(crate) struct Record {
     /// The workload tokens its header rules may name (`iam.tokens`).
     #[serde(default)]
     pub(crate) iam_tokens: BTreeMap<String, crate::identity::IamToken>,
+    /// The template build this sandbox runs the steps of ([`crate::builds`]): left out of
+    /// the list, and its commands see the host's system read-only.
+    #[serde(default)]
+    pub(crate) build_of: Option<String>,
+    /// The user and working directory a request that names none gets (a built template's).
+    #[serde(default)]
+    pub(crate) defaults: Option<crate::builds::RunDefaults>,
 }
 
 /// Where a sandbox made from a snapshot comes from, for what E2B reports about it and for
@@ -167,6 +174,10 @@ pub(crate) struct CreateParams {
     pub(crate) volume_mounts: Vec<crate::volumes::VolumeMount>,
     /// The workload tokens, checked ([`crate::identity::check`]).
     pub(crate) iam_tokens: BTreeMap<String, crate::identity::IamToken>,
+    /// The build it runs the steps of, when it is a build's sandbox.
+    pub(crate) build_of: Option<String>,
+    /// A built template's default user and working directory.
+    pub(crate) defaults: Option<crate::builds::RunDefaults>,
 }
 
 /// What envd handlers need to serve a running sandbox.
@@ -187,6 +198,10 @@ pub(crate) struct RunningSandbox {
     pub(crate) mounts: Arc<[crate::paths::Mount]>,
     /// The same volumes, as its commands' mount namespaces bind them.
     pub(crate) volumes: Arc<[crate::volumes::VolumeMount]>,
+    /// How its commands see the host's system outside its areas.
+    pub(crate) system: crate::isolation::SystemView,
+    /// The user and working directory of a request that names none.
+    pub(crate) defaults: Option<crate::builds::RunDefaults>,
 }
 
 impl RunningSandbox {
@@ -566,6 +581,8 @@ impl Store {
             lease_secs: Some(params.timeout_secs),
             volume_mounts: params.volume_mounts,
             iam_tokens: params.iam_tokens,
+            build_of: params.build_of,
+            defaults: params.defaults,
         };
         self.persist(&record);
         inner
@@ -764,6 +781,12 @@ impl Store {
             procs: Arc::clone(&entry.procs),
             mounts: Arc::clone(&entry.mounts),
             volumes: Arc::clone(&entry.volumes),
+            system: if entry.record.build_of.is_some() {
+                crate::isolation::SystemView::ReadOnly
+            } else {
+                crate::isolation::SystemView::Shared
+            },
+            defaults: entry.record.defaults.clone(),
         })
     }
 

@@ -43,6 +43,16 @@ pub(crate) fn new_uuid() -> String {
     )
 }
 
+/// Whether `text` is a UUID as [`new_uuid`] writes them (any version, any case).
+pub(crate) fn is_uuid(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() == 36
+        && bytes.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
 /// Compares a presented secret with the expected one in time that does not depend on
 /// where they differ.
 pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {

@@ -22,7 +22,13 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// The user named by `Authorization: Basic base64(name:)`, else the default `user`.
     pub(crate) fn user(&self, headers: &HeaderMap) -> Result<SandboxUser, ConnectError> {
-        let name = basic_username(headers);
+        // A request naming no user runs as the built template's, as envd's default.
+        let name = basic_username(headers).or_else(|| {
+            self.sandbox
+                .defaults
+                .as_ref()
+                .map(|defaults| defaults.user.clone())
+        });
         SandboxUser::parse(name.as_deref()).map_err(|m| ConnectError::new(Code::Unauthenticated, m))
     }
 }

@@ -296,7 +296,11 @@ pub(crate) fn launch(
 ) -> Result<(Arc<Proc>, mpsc::Receiver<Event>), ConnectError> {
     let sandbox = &ctx.sandbox;
     let fs = sandbox.fs();
-    let cwd_request = launch.cwd.unwrap_or_default();
+    // A built template's working directory is the default of a request naming none.
+    let cwd_request = launch
+        .cwd
+        .or_else(|| sandbox.defaults.as_ref()?.workdir.as_deref())
+        .unwrap_or_default();
     let (cwd_virtual, cwd_host) = resolve_cwd(ctx, &fs, cwd_request)?;
     // A sandbox with egress rules starts every command under the filter (crate::egress).
     let egress = sandbox.procs.egress();
@@ -351,6 +355,7 @@ pub(crate) fn launch(
         }),
         trust: ctx.app.egress.as_ref().map(|e| &e.trust),
         boot_id: Some(&sandbox.boot_id),
+        system: sandbox.system,
     };
     let command =
         ctx.app.isolation.command(&spec).map_err(|e| {

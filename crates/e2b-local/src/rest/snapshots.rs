@@ -138,10 +138,12 @@ pub(super) fn alias(app: &App, raw: &str) -> Result<Response, ApiError> {
             &serde_json::json!({"templateID": alias, "public": true}),
         ));
     }
-    match app.snapshots.resolve(&Reference::parse(&alias)) {
-        Some(found) => Ok(json_response(
+    // A name with a tag exists when that tag does; a bare alias when the template does
+    // (a built template need not have the `default` tag).
+    match app.snapshots.exists(&Reference::parse(&alias)) {
+        Some(template_id) => Ok(json_response(
             StatusCode::OK,
-            &serde_json::json!({"templateID": found.template_id, "public": false}),
+            &serde_json::json!({"templateID": template_id, "public": false}),
         )),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -151,7 +153,7 @@ pub(super) fn alias(app: &App, raw: &str) -> Result<Response, ApiError> {
 }
 
 /// `%XX` decoding of a path segment (`+` stays a plus there).
-fn percent_decode(text: &str) -> Option<String> {
+pub(super) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -223,6 +225,10 @@ pub(super) fn fork(app: &App, id: &str, body: &Bytes) -> Result<Response, ApiErr
                 // A fork mounts the volumes its source has: they are shared storage.
                 volume_mounts: record.volume_mounts.clone(),
                 iam_tokens: record.iam_tokens.clone(),
+                build_of: None,
+                // A fork has its source's defaults; its processes, the start command's
+                // among them, are not forked (e2b-local keeps no memory).
+                defaults: record.defaults.clone(),
             });
             match created {
                 Ok(fork) => {

@@ -59,6 +59,8 @@ impl Store {
             .entries
             .values()
             .map(|e| &e.record)
+            // A build's sandbox is the server's, as E2B's builders are not the team's.
+            .filter(|r| r.build_of.is_none())
             .filter(|r| query.states.contains(&r.state))
             .filter(|r| {
                 query

@@ -313,10 +313,12 @@ async fn published_routes_e2b_local_lacks_answer_501_naming_the_route() {
             "/templates/base".to_owned(),
             "/templates",
         ),
+        // The v2 create of a template (the build API e2b-local serves is v3's request and
+        // v2's start, crate::builds).
         (
             reqwest::Method::POST,
-            "/v3/templates".to_owned(),
-            "/v3/templates",
+            "/v2/templates".to_owned(),
+            "/v2/templates",
         ),
         (reqwest::Method::GET, "/teams".to_owned(), "/teams"),
         (reqwest::Method::GET, "/api-keys".to_owned(), "/api-keys"),
