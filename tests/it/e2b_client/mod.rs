@@ -11,6 +11,7 @@ mod metrics;
 mod processes;
 mod readme;
 mod snapshots;
+mod templates;
 mod terminal;
 mod transfer;
 mod volumes;
