@@ -120,6 +120,14 @@ def test_steps_cannot_change_the_host(server, unique):
     assert not os.path.exists(probe)
     # The image is not pulled, and the log says so.
     assert any("pulls no images" in entry.message for entry in logs)
+    # A working directory outside the sandbox's areas cannot be made either; the reason
+    # says why in the system's own words.
+    workdir = f"/app-{unique}"
+    with pytest.raises(BuildException) as raised:
+        Template.build(Template().from_base_image().set_workdir(workdir), f"host-wd-{unique}")
+    assert f"WORKDIR {workdir}" in str(raised.value)
+    assert "Read-only file system" in str(raised.value)
+    assert not os.path.exists(workdir)
 
 
 def test_start_command_runs_in_each_sandbox_of_the_template(server, unique):

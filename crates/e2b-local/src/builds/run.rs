@@ -311,17 +311,22 @@ async fn run_step(
             let script =
                 r#"[ -d "$1" ] || { mkdir -p -- "$1" && { [ -z "$2" ] || chown "$2" "$1"; }; }"#;
             let args = script_args(script, &[path.clone(), owner(ctx, context.user, "")]);
+            let mut last = String::new();
             let end = run(
                 ctx,
                 SandboxUser::Root,
                 &args,
                 &context.envs,
                 None,
-                log_output,
+                |line: &str| {
+                    log_output(line);
+                    last = line.to_owned();
+                },
             )
             .await
             .map_err(|e| format!("WORKDIR {path}: {e}"))?;
-            ended_well(&end).map_err(|e| format!("WORKDIR {path}: {e}"))?;
+            // Its own words say why (a read-only system, say), which the status shows.
+            ended_well(&end).map_err(|e| format!("WORKDIR {path}: {last} ({e})"))?;
             context.workdir = Some(path);
             Ok(())
         }
@@ -388,17 +393,21 @@ async fn copy(
             mode,
         ],
     );
+    let mut last = String::new();
     let end = run(
         ctx,
         SandboxUser::Root,
         &args,
         &context.envs,
         context.workdir.as_deref(),
-        |line: &str| job.log("debug", Some(number), line.to_owned()),
+        |line: &str| {
+            job.log("debug", Some(number), line.to_owned());
+            last = line.to_owned();
+        },
     )
     .await
     .map_err(|e| format!("COPY {src} {dest}: {e}"))?;
-    ended_well(&end).map_err(|e| format!("COPY {src} {dest}: {e}"))
+    ended_well(&end).map_err(|e| format!("COPY {src} {dest}: {last} ({e})"))
 }
 
 /// `$1` the archive, `$2` the source within it, `$3` the destination (relative to the
