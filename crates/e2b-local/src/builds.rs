@@ -54,6 +54,10 @@ mod run;
 
 pub(crate) use run::start_in_sandbox;
 
+/// Finished builds whose status (and log) stays asked for; older ones are forgotten (a
+/// filed build's status is then `ready` without its log).
+const RETAINED: usize = 256;
+
 /// The admin path segment uploads go to (`/_e2b_local/template-files/{hash}`).
 pub(crate) const UPLOAD_ROUTE: &str = "template-files";
 
@@ -352,6 +356,9 @@ impl Builds {
                 failure: None,
             }),
         });
+        if jobs.len() >= RETAINED {
+            jobs.retain(|_, job| !matches!(job.lock().status, Status::Ready | Status::Error));
+        }
         jobs.insert(job.build_id.clone(), Arc::clone(&job));
         Ok(json!({
             "templateID": template_id,
@@ -628,6 +635,27 @@ mod tests {
                 .status,
             StatusCode::NOT_FOUND
         );
+    }
+
+    #[test]
+    fn finished_builds_are_forgotten_past_the_retained_count_never_running_ones() {
+        let (_dir, builds, snapshots) = builds();
+        let running = request(&builds, &snapshots, json!({"name": "running"})).unwrap();
+        let running = running["buildID"].as_str().unwrap().to_owned();
+        for n in 1..RETAINED {
+            let answer = request(&builds, &snapshots, json!({"name": format!("t{n}")})).unwrap();
+            let job = builds
+                .jobs()
+                .get(answer["buildID"].as_str().unwrap())
+                .cloned()
+                .unwrap();
+            job.finish(Ok(()));
+        }
+        assert_eq!(builds.jobs().len(), RETAINED);
+        request(&builds, &snapshots, json!({"name": "next"})).unwrap();
+        let jobs = builds.jobs();
+        assert_eq!(jobs.len(), 2, "the finished ones went");
+        assert!(jobs.contains_key(&running), "a build not finished stays");
     }
 
     #[test]

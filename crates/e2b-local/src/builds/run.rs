@@ -69,7 +69,8 @@ pub(super) async fn build(app: &Arc<App>, job: &Job, plan: Plan) -> Result<(), F
     let base = base(app, job, &plan.source)?;
     let params = CreateParams {
         template: base.template.clone(),
-        timeout_secs: 3600,
+        // As long as a sandbox may live: a build ends its sandbox itself.
+        timeout_secs: crate::store::MAX_TIMEOUT_SECS,
         metadata: BTreeMap::new(),
         env_vars: BTreeMap::new(),
         auto_pause: false,
