@@ -74,7 +74,7 @@ pub(crate) enum SystemView {
     /// As the host has it (e2b-local is not a security boundary).
     Shared,
     /// Read-only: a template build's steps, which must not install into the host
-    /// ([`crate::builds`]). Only with a mount namespace.
+    /// ([`crate::builder`]). Only with a mount namespace.
     ReadOnly,
 }
 

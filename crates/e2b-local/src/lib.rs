@@ -4,6 +4,7 @@
 mod admin;
 mod app;
 mod body;
+mod builder;
 mod builds;
 mod clock;
 mod config;

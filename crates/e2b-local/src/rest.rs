@@ -292,7 +292,7 @@ fn unsupported_route(method: &Method, segments: &[&str]) -> Option<String> {
         ["secrets"] | ["secrets", _] | ["volumes"] | ["volumes", _] => None,
         ["templates", _] if method == Method::DELETE => None,
         ["templates", "aliases", _] if method == Method::GET => None,
-        // The build API and tags (crate::builds).
+        // The build API and tags (crate::builder).
         ["templates", "tags"] => None,
         ["templates", _, "tags" | "files"] | ["templates", _, "files", _]
             if method == Method::GET =>
@@ -522,7 +522,7 @@ fn create(app: &Arc<App>, version: ApiVersion, body: &Bytes) -> Result<Record, A
     // once the ready command passes (on this blocking worker: creates copy files).
     if let Some(config) = built.filter(|c| c.start_cmd.is_some() || c.ready_cmd.is_some()) {
         let started = tokio::runtime::Handle::current()
-            .block_on(crate::builds::start_in_sandbox(app, &record.id, &config));
+            .block_on(crate::builder::start_in_sandbox(app, &record.id, &config));
         if let Err(why) = started {
             let _ = app.store.kill(&record.id);
             return Err(ApiError::internal(format!(

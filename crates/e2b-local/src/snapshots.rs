@@ -33,7 +33,7 @@ const DEFAULT_TAG: &str = "default";
 const TEMPLATE_FILE: &str = "template.json";
 const STAGING: &str = ".staging";
 
-/// What made a template: a sandbox's snapshot, or a build of steps ([`crate::builds`]).
+/// What made a template: a sandbox's snapshot, or a build of steps ([`crate::builder`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum Kind {

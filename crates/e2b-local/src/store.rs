@@ -105,7 +105,7 @@ pub(crate) struct Record {
     /// The workload tokens its header rules may name (`iam.tokens`).
     #[serde(default)]
     pub(crate) iam_tokens: BTreeMap<String, crate::identity::IamToken>,
-    /// The template build this sandbox runs the steps of ([`crate::builds`]): left out of
+    /// The template build this sandbox runs the steps of ([`crate::builder`]): left out of
     /// the list, and its commands see the host's system read-only.
     #[serde(default)]
     pub(crate) build_of: Option<String>,

@@ -1,4 +1,4 @@
-//! Template build routes (E2B's build API, [`crate::builds`]) and template tags:
+//! Template build routes (E2B's build API, [`crate::builder`]) and template tags:
 //! `POST /v3/templates`, `GET /templates/{id}/files/{hash}` and the upload it links,
 //! `POST /v2/templates/{id}/builds/{build}`, `GET /templates/{id}/builds/{build}/status`,
 //! `POST` and `DELETE /templates/tags`, `GET /templates/{id}/tags`.
@@ -16,7 +16,6 @@ use tokio::io::AsyncWriteExt as _;
 
 use super::snapshots::percent_decode;
 use crate::app::App;
-use crate::builds::Builds;
 use crate::parse::{parse_body, query_pairs};
 use crate::reply::{ApiError, json_response};
 use crate::snapshots::check_tag;
@@ -41,7 +40,7 @@ fn decoded(raw: &str) -> Result<String, ApiError> {
 
 /// `POST /v3/templates` (202).
 pub(super) fn request(app: &App, body: &Bytes) -> Result<Response, ApiError> {
-    let answer = app.builds.request(&app.snapshots, parse_body(body)?)?;
+    let answer = crate::builder::request(&app.snapshots, &app.builds, parse_body(body)?)?;
     Ok(json_response(StatusCode::ACCEPTED, &answer))
 }
 
@@ -58,7 +57,7 @@ pub(super) fn start(
     build_id: &str,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
-    Builds::start(app, &decoded(template_id)?, build_id, parse_body(body)?)?;
+    crate::builder::start(app, &decoded(template_id)?, build_id, parse_body(body)?)?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -83,13 +82,7 @@ pub(super) fn status(
             _ => {}
         }
     }
-    let answer = app.builds.status(
-        &app.snapshots,
-        &decoded(template_id)?,
-        build_id,
-        offset,
-        limit,
-    )?;
+    let answer = crate::builder::status(app, &decoded(template_id)?, build_id, offset, limit)?;
     Ok(json_response(StatusCode::OK, &answer))
 }
 

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{BuildConfig, Failure, Job, RunDefaults, Step};
+use super::Step;
 use crate::app::App;
+use crate::builds::{BuildConfig, Failure, Job, RunDefaults};
 use crate::envd::Ctx;
 use crate::envd::process::{Launch, launch};
 use crate::isolation::SandboxUser;
