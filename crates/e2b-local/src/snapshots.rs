@@ -440,6 +440,42 @@ impl Snapshots {
         Ok(answer)
     }
 
+    /// Takes `tags` off a template (all of them there, else `missing` names the first one
+    /// that is not); a template left without tags goes whole. Returns the directories to
+    /// remove once the index is unlocked: the template's, or those of builds no tag is
+    /// left on.
+    fn untag(
+        &self,
+        index: &mut Index,
+        template_id: &str,
+        tags: &[String],
+        missing: impl Fn(&str) -> ApiError,
+    ) -> Result<Vec<PathBuf>, ApiError> {
+        let template = index
+            .templates
+            .get_mut(template_id)
+            .ok_or_else(|| missing(""))?;
+        if let Some(absent) = tags.iter().find(|tag| !template.tags.contains_key(*tag)) {
+            return Err(missing(absent));
+        }
+        let removed: Vec<String> = tags
+            .iter()
+            .filter_map(|tag| template.tags.remove(tag))
+            .map(|build| build.build_id)
+            .collect();
+        if template.tags.is_empty() {
+            index.templates.remove(template_id);
+            return Ok(vec![self.dir.join(template_id)]);
+        }
+        let template = template.clone();
+        self.persist(&template)?;
+        Ok(removed
+            .iter()
+            .filter(|old| unreferenced(&template, old))
+            .map(|old| self.build_dir(template_id, old))
+            .collect())
+    }
+
     fn persist(&self, template: &Template) -> Result<(), ApiError> {
         let path = self.dir.join(&template.template_id).join(TEMPLATE_FILE);
         let tmp = path.with_extension("json.tmp");
@@ -478,27 +514,11 @@ impl Snapshots {
                 .lookup(&reference)
                 .map(|t| t.template_id.clone())
                 .ok_or_else(|| template_not_found(raw))?;
-            let template = index
-                .templates
-                .get_mut(&template_id)
-                .ok_or_else(|| template_not_found(raw))?;
             match &reference.tag {
                 Some(tag) => {
-                    let build = template
-                        .tags
-                        .remove(tag)
-                        .ok_or_else(|| template_not_found(raw))?;
-                    if template.tags.is_empty() {
-                        index.templates.remove(&template_id);
-                        vec![self.dir.join(&template_id)]
-                    } else {
-                        let template = template.clone();
-                        self.persist(&template)?;
-                        unreferenced(&template, &build.build_id)
-                            .then(|| self.build_dir(&template_id, &build.build_id))
-                            .into_iter()
-                            .collect()
-                    }
+                    self.untag(&mut index, &template_id, std::slice::from_ref(tag), |_| {
+                        template_not_found(raw)
+                    })?
                 }
                 None => {
                     index.templates.remove(&template_id);
@@ -748,30 +768,9 @@ impl Snapshots {
                 .by_alias(&parsed.alias)
                 .map(|t| t.template_id.clone())
                 .ok_or_else(|| template_not_found(name))?;
-            let template = index
-                .templates
-                .get_mut(&template_id)
-                .ok_or_else(|| template_not_found(name))?;
-            if let Some(missing) = tags.iter().find(|tag| !template.tags.contains_key(*tag)) {
-                return Err(tag_not_found(name, missing));
-            }
-            let removed: Vec<String> = tags
-                .iter()
-                .filter_map(|tag| template.tags.remove(tag))
-                .map(|build| build.build_id)
-                .collect();
-            if template.tags.is_empty() {
-                index.templates.remove(&template_id);
-                vec![self.dir.join(&template_id)]
-            } else {
-                let template = template.clone();
-                self.persist(&template)?;
-                removed
-                    .iter()
-                    .filter(|old| unreferenced(&template, old))
-                    .map(|old| self.build_dir(&template_id, old))
-                    .collect()
-            }
+            self.untag(&mut index, &template_id, tags, |missing| {
+                tag_not_found(name, missing)
+            })?
         };
         for dir in gone {
             remove_dir(&dir);

@@ -312,23 +312,15 @@ async fn run_step(
             };
             let script =
                 r#"[ -d "$1" ] || { mkdir -p -- "$1" && { [ -z "$2" ] || chown "$2" "$1"; }; }"#;
-            let args = script_args(script, &[path.clone(), owner(ctx, context.user, "")]);
-            let mut last = String::new();
-            let end = run(
+            root_script(
                 ctx,
-                SandboxUser::Root,
-                &args,
-                &context.envs,
-                None,
-                |line: &str| {
-                    log_output(line);
-                    last = line.to_owned();
-                },
+                script,
+                &[path.clone(), owner(ctx, context.user, "")],
+                (&context.envs, None),
+                log_output,
             )
             .await
             .map_err(|e| format!("WORKDIR {path}: {e}"))?;
-            // Its own words say why (a read-only system, say), which the status shows.
-            ended_well(&end).map_err(|e| format!("WORKDIR {path}: {last} ({e})"))?;
             context.workdir = Some(path);
             Ok(())
         }
@@ -385,7 +377,8 @@ async fn copy(
         mode if mode.bytes().all(|b| (b'0'..=b'7').contains(&b)) => mode.to_owned(),
         other => return Err(format!("COPY {src}: invalid mode '{other}'")),
     };
-    let args = script_args(
+    root_script(
+        ctx,
         COPY_SCRIPT,
         &[
             in_sandbox,
@@ -394,22 +387,32 @@ async fn copy(
             owner(ctx, context.user, user),
             mode,
         ],
-    );
-    let mut last = String::new();
-    let end = run(
-        ctx,
-        SandboxUser::Root,
-        &args,
-        &context.envs,
-        context.workdir.as_deref(),
-        |line: &str| {
-            job.log("debug", Some(number), line.to_owned());
-            last = line.to_owned();
-        },
+        (&context.envs, context.workdir.as_deref()),
+        |line: &str| job.log("debug", Some(number), line.to_owned()),
     )
     .await
-    .map_err(|e| format!("COPY {src} {dest}: {e}"))?;
-    ended_well(&end).map_err(|e| format!("COPY {src} {dest}: {last} ({e})"))
+    .map_err(|e| format!("COPY {src} {dest}: {e}"))
+}
+
+/// Runs one of the builder's own scripts as root with its positional arguments, in the
+/// step's variables and working directory; a failure says why in the script's own last
+/// words (a read-only system, say), which the build's status then shows.
+async fn root_script(
+    ctx: &Ctx,
+    script: &str,
+    positional: &[String],
+    (envs, cwd): (&BTreeMap<String, String>, Option<&str>),
+    mut on_line: impl FnMut(&str),
+) -> Result<(), String> {
+    let mut args = vec!["-c".to_owned(), script.to_owned(), "e2b-build".to_owned()];
+    args.extend_from_slice(positional);
+    let mut last = String::new();
+    let end = run(ctx, SandboxUser::Root, &args, envs, cwd, |line: &str| {
+        on_line(line);
+        last = line.to_owned();
+    })
+    .await?;
+    ended_well(&end).map_err(|e| format!("{last} ({e})"))
 }
 
 /// `$1` the archive, `$2` the source within it, `$3` the destination (relative to the
@@ -467,12 +470,6 @@ fn owner(ctx: &Ctx, current: SandboxUser, asked: &str) -> String {
     } else {
         format!("{name}:{name}")
     }
-}
-
-fn script_args(script: &str, positional: &[String]) -> Vec<String> {
-    let mut args = vec!["-c".to_owned(), script.to_owned(), "e2b-build".to_owned()];
-    args.extend_from_slice(positional);
-    args
 }
 
 /// An ENV value as the sandbox's shell expands it (`$PATH:/x`), as E2B's builder does.
