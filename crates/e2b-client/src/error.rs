@@ -436,21 +436,19 @@ pub enum Error {
     /// A template build ran and failed ([`Error::is_build_failed`]): E2B's reason, and the
     /// phase that failed (`base`, a 1-based step number, `finalize`, …) when E2B named it.
     #[error(
-        "E2B {operation} failed: build {build_id} of template {template_id} failed{}: {message}",
-        AtStep(.step.as_deref())
+        "E2B {operation} failed: build {} of template {} failed{}: {}",
+        .failure.build_id,
+        .failure.template_id,
+        AtStep(.failure.step.as_deref()),
+        .failure.message
     )]
     #[non_exhaustive]
     BuildFailed {
         /// The operation.
         operation: Operation,
-        /// The template's id.
-        template_id: String,
-        /// The build's id.
-        build_id: String,
-        /// The phase that failed, when E2B named it.
-        step: Option<String>,
-        /// E2B's reason (cleaned), or `Build failed` when it gave none.
-        message: String,
+        /// Which build failed, where and why (boxed: every `Result` of the crate carries
+        /// this enum, which its rarest variant should not make larger).
+        failure: Box<BuildFailure>,
     },
 
     /// A body was larger than the caller's cap (checked while streaming, never after).
@@ -470,6 +468,20 @@ pub enum Error {
         /// The cap in bytes.
         limit: u64,
     },
+}
+
+/// A failed template build ([`Error::BuildFailed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BuildFailure {
+    /// The template's id.
+    pub template_id: String,
+    /// The build's id.
+    pub build_id: String,
+    /// The phase that failed, when E2B named it.
+    pub step: Option<String>,
+    /// E2B's reason (cleaned), or `Build failed` when it gave none.
+    pub message: String,
 }
 
 impl Error {
@@ -695,7 +707,7 @@ impl Error {
     /// `finalize`, …), when E2B named it.
     pub fn build_step(&self) -> Option<&str> {
         match self {
-            Error::BuildFailed { step, .. } => step.as_deref(),
+            Error::BuildFailed { failure, .. } => failure.step.as_deref(),
             _ => None,
         }
     }

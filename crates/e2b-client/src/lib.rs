@@ -41,7 +41,7 @@ pub use crate::control::{
     SecretInfo, SecretQuery, SecretUpdate, SnapshotInfo, SnapshotQuery, StateFilter,
     TransformRules, canonical_secret_name, identity_token_placeholder, secret_placeholder,
 };
-pub use crate::error::{Error, Operation, TransportCause, TransportStage};
+pub use crate::error::{BuildFailure, Error, Operation, TransportCause, TransportStage};
 pub use crate::files::{
     Download, EntryInfo, FileRange, FileType, MakeDirOutcome, UploadData, UploadFile, WrittenFile,
 };

@@ -13,7 +13,7 @@ use reqwest::header::{CONTENT_LENGTH, HeaderName, HeaderValue};
 use serde::Serialize;
 
 use super::Client;
-use crate::error::{Error, Operation};
+use crate::error::{BuildFailure, Error, Operation};
 use crate::http::{Ctx, Pool, UNRESERVED};
 use crate::retry::Idempotency;
 use crate::secret::SecretValue;
@@ -352,10 +352,12 @@ impl Client {
                 };
                 return Err(Error::BuildFailed {
                     operation: Operation::BuildTemplate,
-                    template_id: info.template_id.clone(),
-                    build_id: info.build_id.clone(),
-                    step,
-                    message: ctx.clean(&message),
+                    failure: Box::new(BuildFailure {
+                        template_id: info.template_id.clone(),
+                        build_id: info.build_id.clone(),
+                        step,
+                        message: ctx.clean(&message),
+                    }),
                 });
             }
             tokio::time::sleep(interval).await;
