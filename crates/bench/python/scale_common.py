@@ -81,13 +81,18 @@ def scale(params, attach, run):
     peak = {"threads": idle["threads"], "fds": idle["fds"]}
     stop = threading.Event()
 
+    sampler_cpu = {"s": 0.0}
+
     def sample():
         # Peak threads and descriptors while the commands run (RSS's is the kernel's VmHWM).
+        # Its own CPU time is the measurement's, not the client's: taken out of the process's.
+        started_cpu = time.thread_time()
         while not stop.is_set():
             now = held()
             peak["threads"] = max(peak["threads"], now["threads"])
             peak["fds"] = max(peak["fds"], now["fds"])
             stop.wait(0.02)
+        sampler_cpu["s"] = time.thread_time() - started_cpu
 
     def worker():
         while True:
@@ -113,8 +118,8 @@ def scale(params, attach, run):
                     errors.append(f"exit {code}")
 
     sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     cpu_started = cpu_seconds()
+    sampler.start()
     started = time.perf_counter()
     pool = [threading.Thread(target=worker) for _ in range(workers)]
     for thread in pool:
@@ -122,9 +127,12 @@ def scale(params, attach, run):
     for thread in pool:
         thread.join()
     wall = time.perf_counter() - started
-    cpu = cpu_seconds() - cpu_started
     stop.set()
     sampler.join()
+    # The sampler ran entirely inside this window (started after `cpu_started`, joined before
+    # this read), so all of its CPU time is inside the process's and is taken out whole, as
+    # agent-sandbox-bench's scale does with its own sampler's.
+    cpu = cpu_seconds() - cpu_started - sampler_cpu["s"]
     # Idle again: what the active phase left behind (a scope that holds more after its
     # commands than before them keeps something per command or per lease top-up).
     time.sleep(params["settle_ms"] / 1000)
@@ -136,7 +144,7 @@ def scale(params, attach, run):
         "errors": len(errors), "first_errors": errors[:3],
         "mean_s": sum(latencies) / len(latencies) if latencies else None,
         "p50_s": quantile(latencies, 0.50), "p99_s": quantile(latencies, 0.99),
-        "wall_s": wall, "attach_s": attach_s, "cpu_s": cpu,
+        "wall_s": wall, "attach_s": attach_s, "cpu_s": cpu, "sampler_cpu_s": sampler_cpu["s"],
         "peak_threads": peak["threads"], "peak_fds": peak["fds"],
         "rss_start_kib": rss_start, "hwm_kib": hwm, "hwm_reset": reset,
         "rss_growth_kib": None if hwm is None or rss_start is None else max(0, hwm - rss_start),

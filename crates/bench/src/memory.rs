@@ -55,6 +55,18 @@ pub(crate) fn cpu_seconds() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// The CPU time the calling thread has spent so far, user and system, in seconds: what a
+/// measurement's own helper thread (a sampler) costs, to be taken out of the process's.
+pub(crate) fn thread_cpu_seconds() -> f64 {
+    // SAFETY: `clock_gettime` only writes the struct it is given, which is plain data.
+    let now = unsafe {
+        let mut now: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now);
+        now
+    };
+    now.tv_sec as f64 + now.tv_nsec as f64 / 1e9
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,12 +15,41 @@ pub(super) struct Inflight {
 #[derive(Default)]
 struct Running {
     next: u64,
-    what: std::collections::BTreeMap<u64, String>,
+    what: std::collections::BTreeMap<u64, What>,
+}
+
+/// What runs, as a refusal names it: text already redacted, or a command whose description
+/// is redacted only when it is read (a command's start pays no redaction: a refusal that
+/// names it is rare, a start is not).
+enum What {
+    Described(String),
+    Command { pid: u32, shown: String },
+}
+
+impl What {
+    fn describe(&self) -> String {
+        match self {
+            What::Described(text) => text.clone(),
+            What::Command { pid, shown } => format!("pid {pid}: {}", e2b_client::redact(shown)),
+        }
+    }
 }
 
 impl Inflight {
     /// Counts one more; `what` describes it (already redacted) and `leave` takes the token.
     pub(super) fn enter(&self, what: String) -> u64 {
+        self.enter_what(What::Described(what))
+    }
+
+    /// Counts one more command: described as [`describe_command`] words it, when asked.
+    pub(super) fn enter_command(&self, pid: u32, command: &str) -> u64 {
+        self.enter_what(What::Command {
+            pid,
+            shown: shown_command(command),
+        })
+    }
+
+    fn enter_what(&self, what: What) -> u64 {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         running.next += 1;
         let token = running.next;
@@ -63,18 +92,75 @@ impl Inflight {
         if running.what.is_empty() {
             Ok(())
         } else {
-            Err(running.what.values().cloned().collect())
+            Err(running.what.values().map(What::describe).collect())
         }
     }
 }
 
 /// How a running command reads in a refusal: its sandbox pid and the start of its text.
+#[cfg(test)]
 pub(super) fn describe_command(pid: u32, command: &str) -> String {
-    const SHOWN: usize = 60;
-    let text: String = command.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut shown: String = text.chars().take(SHOWN).collect();
-    if text.chars().count() > SHOWN {
-        shown.push('…');
+    What::Command {
+        pid,
+        shown: shown_command(command),
     }
-    format!("pid {pid}: {}", e2b_client::redact(&shown))
+    .describe()
+}
+
+/// The start of a command's text as a refusal shows it (before redaction): its words joined
+/// by single spaces, cut at [`SHOWN`] characters with `…` when there are more. Only as much
+/// of the command is read as is shown.
+fn shown_command(command: &str) -> String {
+    const SHOWN: usize = 60;
+    let mut shown = String::new();
+    let mut count = 0;
+    for (index, word) in command.split_whitespace().enumerate() {
+        for c in (index > 0).then_some(' ').into_iter().chain(word.chars()) {
+            if count == SHOWN {
+                shown.push('…');
+                return shown;
+            }
+            shown.push(c);
+            count += 1;
+        }
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shown text is the words joined by single spaces, cut at 60 characters with `…`
+    /// only when more follow: what joining every word first and cutting then gave.
+    #[test]
+    fn a_command_is_shown_as_its_first_words_and_redacted_when_read() {
+        let old = |command: &str| {
+            let text: String = command.split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut shown: String = text.chars().take(60).collect();
+            if text.chars().count() > 60 {
+                shown.push('…');
+            }
+            shown
+        };
+        let sixty = "a".repeat(60);
+        for command in [
+            "",
+            "   ",
+            "true",
+            "  echo   hi \n\t there ",
+            sixty.as_str(),
+            &format!("{sixty} "),
+            &format!("{sixty}b"),
+            &format!("{} {}", "x".repeat(59), "y"),
+            &format!("{} {}", "x".repeat(60), "y"),
+            &format!("{} {}", "é".repeat(30), "ü".repeat(40)),
+        ] {
+            assert_eq!(shown_command(command), old(command), "{command:?}");
+        }
+        let key = "e2b_0123456789abcdef0123456789abcdef01234567";
+        let described = describe_command(7, &format!("curl -H 'X-API-Key: {key}'"));
+        assert!(described.starts_with("pid 7: curl"), "{described}");
+        assert!(!described.contains("0123456789abcdef"), "{described}");
+    }
 }

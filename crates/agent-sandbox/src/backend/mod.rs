@@ -30,7 +30,7 @@ mod leftover;
 mod live;
 pub use live::SharedPort;
 pub(crate) mod pull;
-use inflight::{Inflight, describe_command};
+use inflight::Inflight;
 mod start;
 mod teardown;
 
@@ -561,7 +561,7 @@ impl Backend {
         if let Some((recorder, sandbox_id)) = &activity {
             record_activity(recorder.command_started(sandbox_id, inner.services.clock.wall()));
         }
-        let token = inner.inflight.enter(describe_command(pid, command));
+        let token = inner.inflight.enter_command(pid, command);
         let inflight = Arc::clone(&inner.inflight);
         let (last_use, clock) = (
             Arc::clone(&inner.last_use),

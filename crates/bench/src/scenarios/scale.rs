@@ -110,10 +110,12 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     let stop = AtomicBool::new(false);
     let cpu_started = crate::memory::cpu_seconds();
     let started = Instant::now();
-    std::thread::scope(|threads| {
+    let sampler_cpu = std::thread::scope(|threads| {
         // Peak threads and descriptors while the commands run, sampled (RSS's peak is the
-        // kernel's VmHWM, read at the end).
-        threads.spawn(|| {
+        // kernel's VmHWM, read at the end). The sampler's own CPU time is the measurement's,
+        // not the client's: it returns it, and it is taken out of the process's below.
+        let sampler = threads.spawn(|| {
+            let cpu_started = crate::memory::thread_cpu_seconds();
             while !stop.load(Ordering::Acquire) {
                 if let Ok(now) = Held::now() {
                     let mut peak = peak.lock().unwrap_or_else(|e| e.into_inner());
@@ -122,6 +124,7 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+            crate::memory::thread_cpu_seconds() - cpu_started
         });
         let workers: Vec<_> = (0..workers)
             .map(|_| {
@@ -156,9 +159,12 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
             let _ = worker.join();
         }
         stop.store(true, Ordering::Release);
+        sampler.join().unwrap_or(0.0)
     });
     let wall = started.elapsed();
-    let cpu = crate::memory::cpu_seconds() - cpu_started;
+    // The sampler ran entirely inside this window (started after `cpu_started`, joined
+    // before this read), so all of its CPU time is inside `cpu` and is taken out whole.
+    let cpu = crate::memory::cpu_seconds() - cpu_started - sampler_cpu;
     // Idle again: what the active phase left behind (a scope that holds more after its
     // commands than before them keeps something per command or per lease top-up).
     std::thread::sleep(settle);
@@ -198,8 +204,10 @@ pub(super) fn scale(params: &Value, protocol: &mut Protocol) -> Result<(), Bench
     figures.insert("p99_s".into(), quantile(0.99));
     figures.insert("wall_s".into(), seconds(wall));
     // The client's own cost: what this process spent on the CPU while the commands ran
-    // (e2b-local is another process), the 20 ms sampler's reads of /proc included.
+    // (e2b-local is another process), less the 20 ms sampler's own thread time (its reads
+    // of /proc are the measurement's), which is reported beside it.
     figures.insert("cpu_s".into(), cpu.into());
+    figures.insert("sampler_cpu_s".into(), sampler_cpu.into());
     figures.insert("attach_s".into(), seconds(attach_wall));
     baseline.insert(&mut figures, "base");
     idle.insert(&mut figures, "idle");
