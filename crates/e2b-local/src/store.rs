@@ -359,6 +359,12 @@ impl Store {
                 continue;
             };
             match serde_json::from_str::<Record>(&text) {
+                // A build's sandbox goes with the server that ran the build: the build
+                // (its steps, its status) lived in that server's memory.
+                Ok(record) if record.build_of.is_some() => {
+                    tracing::info!(sandbox_id = %record.id, "removing the sandbox of a build a restart cut off");
+                    store.delete_files(&record.id);
+                }
                 Ok(record) => {
                     inner.next_seq = inner.next_seq.max(record.seq + 1);
                     // No process outlives a server: a running sandbox boots afresh, and a

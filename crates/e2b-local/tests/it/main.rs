@@ -1,5 +1,6 @@
 //! e2b-local's integration tests, one binary (one link, one process) for all of them.
 
+mod builds;
 mod cli;
 mod egress;
 mod egress_api;
