@@ -17,12 +17,16 @@ use crate::support::{Api, KEY, manual_server, new_sandbox};
 #[derive(Clone, Debug)]
 enum Target {
     Health,
-    Sandboxes { v2: bool },
+    Sandboxes {
+        v2: bool,
+    },
     One,
     Action(&'static str),
     V2Connect,
     SnapshotList,
     Template,
+    /// `/v3/templates`: a template build's request (POST; other methods are unsupported).
+    BuildRequest,
     Unsupported(&'static str),
     Envd(&'static str),
     Admin(&'static str),
@@ -68,7 +72,8 @@ fn target() -> impl Strategy<Value = Target> {
         Just(Target::V2Connect),
         Just(Target::SnapshotList),
         Just(Target::Template),
-        prop::sample::select(vec!["/templates", "/v3/templates", "/teams",])
+        Just(Target::BuildRequest),
+        prop::sample::select(vec!["/templates", "/v2/templates", "/teams",])
             .prop_map(Target::Unsupported),
         prop::sample::select(vec![
             "/health",
@@ -246,7 +251,9 @@ fn documented(method: &reqwest::Method, target: &Target) -> &'static [u16] {
         // 404: no such snapshot (the SDK's delete_snapshot answers False on it).
         (Target::Template, &M::DELETE) => &[204, 400, 401, 404],
         (Target::Template, _) => &[401, 501],
-        (Target::Unsupported(_), _) => &[401, 501],
+        // 409: the name is a snapshot's alias.
+        (Target::BuildRequest, &M::POST) => &[202, 400, 401, 409],
+        (Target::BuildRequest | Target::Unsupported(_), _) => &[401, 501],
         (Target::Health, _) => &[401, 405],
         (Target::Sandboxes { .. } | Target::One | Target::Action(_) | Target::V2Connect, _) => {
             &[401, 405]
@@ -270,6 +277,7 @@ fn path_of(request: &Generated, running: &str, paused: &str) -> String {
         Target::V2Connect => format!("/v2/sandboxes/{id}/connect"),
         Target::SnapshotList => "/snapshots".to_owned(),
         Target::Template => format!("/templates/{id}"),
+        Target::BuildRequest => "/v3/templates".to_owned(),
         Target::Unsupported(route) => route.replace("{id}", &id),
         Target::Envd(path) => (*path).to_owned(),
         Target::Admin(rest) => format!("/_e2b_local/{}", rest.replace("{id}", &id)),
@@ -356,6 +364,7 @@ fn generated_requests_get_only_documented_statuses_and_never_a_5xx() {
         let unsupported = match &request.target {
             Target::Unsupported(_) | Target::Envd(_) => true,
             Target::Template => request.method != reqwest::Method::DELETE,
+            Target::BuildRequest => request.method != reqwest::Method::POST,
             _ => false,
         };
         if status == 501 && !unsupported {
