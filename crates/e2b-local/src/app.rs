@@ -50,6 +50,19 @@ impl App {
         }
     }
 
+    /// The built-in template `reference` names (its bare name), if it names one: written
+    /// bare or as `namespace/name:tag`, but never in e2b-local's own namespace, where
+    /// `local/name` is a snapshot or built template of that name (a bare built-in name
+    /// wins over theirs).
+    pub(crate) fn builtin_template<'r>(&self, reference: &'r str) -> Option<&'r str> {
+        let name = reference.rsplit('/').next().unwrap_or(reference);
+        let name = name.split(':').next().unwrap_or(name);
+        let builtin = !crate::snapshots::Reference::parse(reference).in_team_namespace()
+            && (self.templates.iter().any(|t| t == name)
+                || name == crate::paths::OTHER_HOME_TEMPLATE);
+        builtin.then_some(name)
+    }
+
     /// True when commands run in a private mount namespace.
     pub(crate) fn isolation_is_namespace(&self) -> bool {
         matches!(*self.isolation, Isolation::Namespace { .. })

@@ -44,7 +44,7 @@ use serde_json::{Value, json};
 use crate::app::App;
 use crate::builds::Builds;
 use crate::reply::ApiError;
-use crate::snapshots::{Snapshots, check_tag, parse_name};
+use crate::snapshots::{Snapshots, check_tags, parse_name};
 
 mod run;
 
@@ -128,17 +128,11 @@ pub(crate) fn request(
             return Err(ApiError::bad_request("Memory must be divisible by 2"));
         }
     }
-    let mut tags: Vec<String> = Vec::new();
-    for tag in name
-        .written_tag()
-        .into_iter()
-        .chain(body.tags.iter().map(String::as_str))
-    {
-        let tag = check_tag(tag)?;
-        if !tags.contains(&tag) {
-            tags.push(tag);
-        }
-    }
+    let mut tags = check_tags(
+        name.written_tag()
+            .into_iter()
+            .chain(body.tags.iter().map(String::as_str)),
+    )?;
     if tags.is_empty() {
         tags.push("default".to_owned());
     }

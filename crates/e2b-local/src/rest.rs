@@ -429,20 +429,16 @@ fn create(app: &Arc<App>, version: ApiVersion, body: &Bytes) -> Result<Record, A
     if req.mcp.as_ref().is_some_and(|mcp| !mcp.is_null()) || template == "mcp-gateway" {
         return Err(ApiError::bad_request(MCP_REFUSED));
     }
-    // A built-in template is named bare or as "namespace/name:tag"; anything else may be
-    // a snapshot (by id, name, name:tag or local/name:tag). A bare built-in name wins over
-    // a snapshot of the same name, which stays reachable as local/name.
-    let reference = Reference::parse(template);
-    let name = template.rsplit('/').next().unwrap_or(template);
-    let name = name.split(':').next().unwrap_or(name);
-    let builtin = !reference.in_team_namespace()
-        && (app.templates.iter().any(|t| t == name) || name == crate::paths::OTHER_HOME_TEMPLATE);
-    let snapshot = if builtin {
-        None
-    } else {
-        app.snapshots.resolve(&reference)
+    // Anything but a built-in template may be a snapshot or a built template (by id, name,
+    // name:tag or local/name:tag).
+    let builtin = app.builtin_template(template);
+    let snapshot = match builtin {
+        Some(_) => None,
+        None => app.snapshots.resolve(&Reference::parse(template)),
     };
-    if !builtin && snapshot.is_none() {
+    // Read only for a built-in template: a snapshot names its own base and id.
+    let name = builtin.unwrap_or(template);
+    if builtin.is_none() && snapshot.is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("template '{template}' not found"),

@@ -415,29 +415,43 @@ impl Snapshots {
                     base_template: capture.source.record.base_template().to_owned(),
                     tags: BTreeMap::new(),
                 });
-            let replaced = template.tags.insert(
-                tag.to_owned(),
-                Build {
-                    build_id,
-                    source_sandbox: capture.source.record.id.clone(),
-                    created_at: now,
-                    seq,
-                    config: None,
-                },
-            );
-            let template = template.clone();
-            self.persist(&template)?;
-            let replaced = replaced
-                .filter(|old| unreferenced(&template, &old.build_id))
-                .map(|old| self.build_dir(&template_id, &old.build_id));
-            (template.info_json(tag), replaced)
+            let build = Build {
+                build_id,
+                source_sandbox: capture.source.record.id.clone(),
+                created_at: now,
+                seq,
+                config: None,
+            };
+            let gone = self.retag(template, &[tag.to_owned()], &build)?;
+            (template.info_json(tag), gone)
         };
         // The old build goes once the new one is filed; a sandbox being created from it
         // right now may fail, as one created from a deleted snapshot does.
-        if let Some(old) = replaced {
+        for old in replaced {
             remove_dir(&old);
         }
         Ok(answer)
+    }
+
+    /// Points `tags` at `build` (a tag already there moves) and saves the template. Returns
+    /// the directories of the builds no tag is left on, to remove once the index is unlocked.
+    fn retag(
+        &self,
+        template: &mut Template,
+        tags: &[String],
+        build: &Build,
+    ) -> Result<Vec<PathBuf>, ApiError> {
+        let replaced: Vec<String> = tags
+            .iter()
+            .filter_map(|tag| template.tags.insert(tag.clone(), build.clone()))
+            .map(|old| old.build_id)
+            .collect();
+        self.persist(template)?;
+        Ok(replaced
+            .iter()
+            .filter(|old| unreferenced(template, old))
+            .map(|old| self.build_dir(&template.template_id, old))
+            .collect())
     }
 
     /// Takes `tags` off a template (all of them there, else `missing` names the first one
@@ -467,11 +481,10 @@ impl Snapshots {
             index.templates.remove(template_id);
             return Ok(vec![self.dir.join(template_id)]);
         }
-        let template = template.clone();
-        self.persist(&template)?;
+        self.persist(template)?;
         Ok(removed
             .iter()
-            .filter(|old| unreferenced(&template, old))
+            .filter(|old| unreferenced(template, old))
             .map(|old| self.build_dir(template_id, old))
             .collect())
     }
@@ -619,6 +632,21 @@ pub(crate) fn check_tag(raw: &str) -> Result<String, ApiError> {
     Ok(tag)
 }
 
+/// Tags as E2B keeps them: each checked ([`check_tag`]), lower-cased, duplicates dropped,
+/// in the order given.
+pub(crate) fn check_tags<'t>(
+    tags: impl IntoIterator<Item = &'t str>,
+) -> Result<Vec<String>, ApiError> {
+    let mut checked: Vec<String> = Vec::new();
+    for tag in tags {
+        let tag = check_tag(tag)?;
+        if !checked.contains(&tag) {
+            checked.push(tag);
+        }
+    }
+    Ok(checked)
+}
+
 impl Name {
     /// The alias, without namespace or tag.
     pub(crate) fn alias(&self) -> &str {
@@ -700,19 +728,7 @@ impl Snapshots {
                 seq,
                 config: Some(config),
             };
-            let replaced: Vec<String> = target
-                .tags
-                .iter()
-                .filter_map(|tag| template.tags.insert(tag.clone(), build.clone()))
-                .map(|old| old.build_id)
-                .collect();
-            let template = template.clone();
-            self.persist(&template)?;
-            replaced
-                .iter()
-                .filter(|old| unreferenced(&template, old))
-                .map(|old| self.build_dir(target.template_id, old))
-                .collect()
+            self.retag(template, target.tags, &build)?
         };
         for dir in gone {
             remove_dir(&dir);
@@ -738,17 +754,10 @@ impl Snapshots {
             .get(&name.tag)
             .cloned()
             .ok_or_else(|| tag_not_found(target, &name.tag))?;
-        let mut gone = Vec::new();
-        for tag in tags {
-            if let Some(old) = template.tags.insert(tag.clone(), build.clone()) {
-                gone.push(old.build_id);
-            }
-        }
-        let template = template.clone();
-        self.persist(&template)?;
+        let gone = self.retag(template, tags, &build)?;
         drop(index);
-        for old in gone.iter().filter(|old| unreferenced(&template, old)) {
-            remove_dir(&self.build_dir(&template_id, old));
+        for dir in gone {
+            remove_dir(&dir);
         }
         Ok(build.build_id)
     }

@@ -50,6 +50,20 @@ struct Context {
     ready_cmd: Option<String>,
 }
 
+impl Context {
+    /// A build from an image or a template that carries no build's context (a built-in
+    /// one, a snapshot): `user`, in the home, no variables, no start command.
+    fn fresh() -> Context {
+        Context {
+            user: SandboxUser::User,
+            workdir: None,
+            envs: BTreeMap::new(),
+            start_cmd: None,
+            ready_cmd: None,
+        }
+    }
+}
+
 /// The sandbox a build's steps run in, as `create` needs it.
 struct Base {
     template: String,
@@ -113,13 +127,7 @@ fn base(app: &App, job: &Job, source: &Source) -> Result<Base, Failure> {
         template: template.to_owned(),
         origin: None,
         files: None,
-        context: Context {
-            user: SandboxUser::User,
-            workdir: None,
-            envs: BTreeMap::new(),
-            start_cmd: None,
-            ready_cmd: None,
-        },
+        context: Context::fresh(),
     };
     match source {
         Source::Image(image) => {
@@ -135,18 +143,12 @@ fn base(app: &App, job: &Job, source: &Source) -> Result<Base, Failure> {
         }
         Source::Template(name) => {
             job.log("info", Some("base"), format!("[base] FROM TEMPLATE {name}"));
-            let bare = name.rsplit('/').next().unwrap_or(name);
-            let bare = bare.split(':').next().unwrap_or(bare);
-            let reference = Reference::parse(name);
-            if !reference.in_team_namespace()
-                && (app.templates.iter().any(|t| t == bare)
-                    || bare == crate::paths::OTHER_HOME_TEMPLATE)
-            {
-                return Ok(fresh(bare));
+            if let Some(builtin) = app.builtin_template(name) {
+                return Ok(fresh(builtin));
             }
             let found = app
                 .snapshots
-                .resolve(&reference)
+                .resolve(&Reference::parse(name))
                 .ok_or_else(|| failure("base", format!("template '{name}' not found")))?;
             let config = found.config.clone();
             let context = match config {
@@ -158,7 +160,7 @@ fn base(app: &App, job: &Job, source: &Source) -> Result<Base, Failure> {
                     start_cmd: config.start_cmd,
                     ready_cmd: config.ready_cmd,
                 },
-                None => fresh("").context,
+                None => Context::fresh(),
             };
             Ok(Base {
                 template: found.template_id,

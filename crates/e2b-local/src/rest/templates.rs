@@ -18,7 +18,7 @@ use super::snapshots::percent_decode;
 use crate::app::App;
 use crate::parse::{parse_body, query_pairs};
 use crate::reply::{ApiError, json_response};
-use crate::snapshots::check_tag;
+use crate::snapshots::check_tags;
 
 #[derive(Debug, Deserialize)]
 struct AssignTags {
@@ -90,14 +90,7 @@ fn checked_tags(tags: &[String]) -> Result<Vec<String>, ApiError> {
     if tags.is_empty() {
         return Err(ApiError::bad_request("At least one tag is required"));
     }
-    let mut checked = Vec::new();
-    for tag in tags {
-        let tag = check_tag(tag)?;
-        if !checked.contains(&tag) {
-            checked.push(tag);
-        }
-    }
-    Ok(checked)
+    check_tags(tags.iter().map(String::as_str))
 }
 
 /// `POST /templates/tags` (201).
