@@ -24,4 +24,4 @@ pub use self::spec::{
 };
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

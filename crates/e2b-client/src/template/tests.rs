@@ -32,9 +32,9 @@ fn body_of(spec: &TemplateSpec, hashes: &[Option<String>], force: bool) -> serde
     serde_json::to_value(spec.start_body(hashes, force)).expect("serialisable")
 }
 
-/// `folder/` (0755) with `test.txt` (0644, "hello\n") and `symlink.txt -> test.txt`: the
-/// fixture of the wire notes.
-fn fixture() -> tempfile::TempDir {
+/// `folder/` (0755) with `test.txt` (0644, "hello\n") and `symlink.txt -> test.txt`, and
+/// `app.py` (0644): the fixture of the wire notes (the wire tests' build context too).
+pub(crate) fn fixture() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     let folder = dir.path().join("folder");
     fs::create_dir(&folder).expect("mkdir");

@@ -2,9 +2,7 @@
 //! (no API key, exact length, E2B's headers, no redirect), the poll-and-drain loop, and
 //! E2B's errors.
 
-use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{PermissionsExt, symlink};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,19 +39,6 @@ fn empty(status: u16) -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = ::http::StatusCode::from_u16(status).expect("status");
     response
-}
-
-/// `folder/` with `test.txt` and a link to it, and `app.py`.
-fn context() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let folder = dir.path().join("folder");
-    fs::create_dir(&folder).expect("mkdir");
-    fs::write(folder.join("test.txt"), "hello\n").expect("write");
-    symlink("test.txt", folder.join("symlink.txt")).expect("symlink");
-    fs::write(dir.path().join("app.py"), "print('hi')\n").expect("write");
-    fs::set_permissions(dir.path().join("app.py"), fs::Permissions::from_mode(0o644))
-        .expect("chmod");
-    dir
 }
 
 fn hash_of(dir: &std::path::Path, src: &str, dest: &str) -> String {
@@ -127,7 +112,7 @@ fn build_server(
 
 #[tokio::test]
 async fn a_build_makes_the_sdks_requests_and_follows_the_log_to_the_end() {
-    let dir = context();
+    let dir = crate::template::tests::fixture();
     let folder_hash = hash_of(dir.path(), "folder", "/home/user/folder");
     let app_hash = hash_of(dir.path(), "app.py", "/app/");
     // The captured sequence: waiting, building (2 entries), ready (1), then an empty page.
@@ -270,7 +255,7 @@ async fn a_build_makes_the_sdks_requests_and_follows_the_log_to_the_end() {
 
 #[tokio::test]
 async fn a_failed_build_carries_the_first_terminal_reason_and_step() {
-    let dir = context();
+    let dir = crate::template::tests::fixture();
     let mut failed = status_json(
         "error",
         &[
@@ -362,7 +347,7 @@ fn client_for_url(url: &str) -> Client {
 
 #[tokio::test]
 async fn a_forced_upload_is_sent_even_when_cached_and_sizes_go_in_the_request() {
-    let dir = context();
+    let dir = crate::template::tests::fixture();
     // Everything is "present": only the forced step uploads.
     let server = TestServer::start(build_server(
         "no-such-hash".to_owned(),
@@ -413,7 +398,7 @@ async fn a_forced_upload_is_sent_even_when_cached_and_sizes_go_in_the_request() 
 
 #[tokio::test]
 async fn an_upload_is_one_put_that_follows_no_redirect() {
-    let dir = context();
+    let dir = crate::template::tests::fixture();
     let server = TestServer::start(|request, _| {
         let host = request.header("host").unwrap_or_default().to_owned();
         match (request.method.as_str(), request.path_and_query.as_str()) {
@@ -465,7 +450,7 @@ async fn an_upload_is_one_put_that_follows_no_redirect() {
 
 #[tokio::test]
 async fn refusals_come_before_any_request_and_e2bs_errors_keep_their_class() {
-    let dir = context();
+    let dir = crate::template::tests::fixture();
     let server = TestServer::start(|request, _| {
         let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
         match body["name"].as_str() {
