@@ -140,7 +140,7 @@ pub type CommandResult = Result<CommandExit, Arc<Error>>;
 pub struct RunningCommand {
     shared: Arc<Shared>,
     pump: Arc<PumpSlot>,
-    kill: mpsc::UnboundedSender<Kill>,
+    kill: Killer,
     sandbox_pid: u32,
     sandbox_id: Arc<str>,
 }
@@ -212,12 +212,135 @@ impl RunningCommand {
     /// (contract L6). Returns at once; [`wait`](Self::wait)
     /// reports [`Termination::Killed`]. Does nothing once the command has finished.
     pub fn kill(&self) {
-        // A closed channel means the pump has finished: nothing to kill.
-        let _ = self.kill.send(Kill);
+        match &self.kill {
+            // A closed channel means the pump has finished: nothing to kill.
+            Killer::Channel(channel) => {
+                let _ = channel.send(Kill);
+            }
+            Killer::Blocking(killing) => killing.start(Termination::Killed),
+        }
     }
 }
 
 struct Kill;
+
+/// How a kill reaches the command's pump.
+#[derive(Clone)]
+enum Killer {
+    /// An async pump selects over this channel.
+    Channel(mpsc::UnboundedSender<Kill>),
+    /// A blocking pump is in a read: the kill is sent from here, and the read interrupted if
+    /// the end does not come within the grace.
+    Blocking(Arc<Killing>),
+}
+
+/// The kill of a command whose output a thread reads from its socket
+/// ([`e2b_client::blocking`]): that thread cannot also wait for a kill, so whoever kills
+/// sends the signals (on the runtime), and when the end has not come within the grace the
+/// read is interrupted and the command abandoned (O7), as the async pump does.
+struct Killing {
+    state: Mutex<KillState>,
+    /// Wakes the reader waiting for the kill's signals to have gone out.
+    signalled: Condvar,
+    /// Wakes the grace timer once the command is over.
+    over: tokio::sync::Notify,
+    runtime: tokio::runtime::Handle,
+    sandbox: Sandbox,
+    sandbox_pid: u32,
+    grace: Duration,
+    interrupter: e2b_client::blocking::Interrupter,
+}
+
+struct KillState {
+    termination: Termination,
+    finished: bool,
+    abandoned: bool,
+    /// The kill's signals were sent (or gave up at the grace).
+    signals_sent: bool,
+}
+
+impl Killing {
+    fn lock(&self) -> std::sync::MutexGuard<'_, KillState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Kills the command for `reason`, unless it is over or being killed already.
+    fn start(self: &Arc<Self>, reason: Termination) {
+        {
+            let mut state = self.lock();
+            if state.finished || state.termination != Termination::Exited {
+                return;
+            }
+            state.termination = reason;
+        }
+        let killing = Arc::clone(self);
+        self.runtime.spawn(async move {
+            let give_up = tokio::time::Instant::now() + killing.grace;
+            let (sandbox, sandbox_pid) = (&killing.sandbox, killing.sandbox_pid);
+            let signals = async {
+                kill_group(sandbox, sandbox_pid).await;
+                sandbox.kill_process(sandbox_pid).await
+            };
+            if let Ok(Err(source)) = tokio::time::timeout_at(give_up, signals).await {
+                tracing::warn!(
+                    sandbox_id = %sandbox.id(),
+                    "E2B kill of command {sandbox_pid} failed: {}",
+                    ErrorChain(&source)
+                );
+            }
+            killing.lock().signals_sent = true;
+            killing.signalled.notify_all();
+            tokio::select! {
+                () = tokio::time::sleep_until(give_up) => {}
+                () = killing.over.notified() => return,
+            }
+            let mut state = killing.lock();
+            if !state.finished {
+                state.abandoned = true;
+                drop(state);
+                killing.interrupter.interrupt();
+            }
+        });
+    }
+
+    /// Whether a kill has started (its deadline no longer applies).
+    fn started(&self) -> bool {
+        self.lock().termination != Termination::Exited
+    }
+
+    /// Marks the command over; how it ended, as far as kills go. A killed command is over
+    /// once its kill's signals are out too (as on the async pump, which sends them before it
+    /// reads on): nothing of the kill is still on its way when the caller learns the end.
+    fn finish(&self) -> Termination {
+        let mut state = self.lock();
+        state.finished = true;
+        let termination = state.termination;
+        if termination != Termination::Exited {
+            self.over.notify_one();
+            // The signals give up at the grace themselves; the bound only guards a runtime
+            // that stopped running them.
+            let _ = self
+                .signalled
+                .wait_timeout_while(state, self.grace + KILL_GRACE_MARGIN, |state| {
+                    !state.signals_sent
+                })
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        termination
+    }
+
+    fn abandoned(&self) -> bool {
+        self.lock().abandoned
+    }
+}
+
+/// A started command's events: read on the runtime, or on the pump's own thread.
+pub(crate) enum Events {
+    /// Read by the runtime's connection task ([`Sandbox::start`]).
+    Async(ProcessStream),
+    /// Read from the socket by the thread that pumps ([`Sandbox::start_blocking`]).
+    Blocking(e2b_client::blocking::BlockingProcessStream),
+}
 
 struct Shared {
     result: Mutex<Option<CommandResult>>,
@@ -234,7 +357,7 @@ impl Shared {
 pub(crate) struct Launch {
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) sandbox: Sandbox,
-    pub(crate) stream: ProcessStream,
+    pub(crate) stream: Events,
     pub(crate) sandbox_pid: u32,
     pub(crate) deadline: Duration,
     pub(crate) kill_grace: Duration,
@@ -273,7 +396,7 @@ pub(crate) fn answered(
             done: Condvar::new(),
         }),
         pump: Arc::new(PumpSlot::default()),
-        kill,
+        kill: Killer::Channel(kill),
         sandbox_pid: 0,
         sandbox_id: Arc::from(sandbox_id),
     }
@@ -285,16 +408,8 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
         result: Mutex::new(None),
         done: Condvar::new(),
     });
-    let (kill_tx, kill_rx) = mpsc::unbounded_channel();
     let sandbox_id: Arc<str> = Arc::from(launch.sandbox.id().as_str());
     let pump_slot = Arc::new(PumpSlot::default());
-    let handle = RunningCommand {
-        shared: Arc::clone(&shared),
-        pump: Arc::clone(&pump_slot),
-        kill: kill_tx,
-        sandbox_pid: launch.sandbox_pid,
-        sandbox_id,
-    };
     let Launch {
         runtime,
         sandbox,
@@ -305,6 +420,53 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
         mut sink,
         on_done,
     } = launch;
+    let stream = match stream {
+        Events::Async(stream) => stream,
+        Events::Blocking(stream) => {
+            let killing = Arc::new(Killing {
+                state: Mutex::new(KillState {
+                    termination: Termination::Exited,
+                    finished: false,
+                    abandoned: false,
+                    signals_sent: false,
+                }),
+                signalled: Condvar::new(),
+                over: tokio::sync::Notify::new(),
+                runtime,
+                sandbox,
+                sandbox_pid,
+                grace: kill_grace,
+                interrupter: stream.interrupter(),
+            });
+            let handle = RunningCommand {
+                shared: Arc::clone(&shared),
+                pump: Arc::clone(&pump_slot),
+                kill: Killer::Blocking(Arc::clone(&killing)),
+                sandbox_pid,
+                sandbox_id,
+            };
+            pump_slot.put(Box::new(move || {
+                let mut stream = stream;
+                let outcome = pump_blocking(&mut stream, &killing, deadline, &mut *sink);
+                publish(&shared, outcome, &mut *sink, &killing.sandbox, on_done);
+                // The rest of the response (the end-of-stream message, right behind the end
+                // event) is read after the result is out, and the connection kept for the
+                // next command.
+                if !stream.finish(e2b_client::END_DRAIN_LIMIT) {
+                    tracing::debug!(sandbox_id = %killing.sandbox.id(), "the output stream of command {sandbox_pid} did not end cleanly after its exit");
+                }
+            }));
+            return submit(pump_slot, handle);
+        }
+    };
+    let (kill_tx, kill_rx) = mpsc::unbounded_channel();
+    let handle = RunningCommand {
+        shared: Arc::clone(&shared),
+        pump: Arc::clone(&pump_slot),
+        kill: Killer::Channel(kill_tx),
+        sandbox_pid,
+        sandbox_id,
+    };
     // An OS thread of its own while it runs (a pump thread's, or a waiting caller's),
     // because the sink may block (a pipe nobody drains yet); blocking a runtime worker would
     // stall every other request of the process.
@@ -317,18 +479,11 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
             &mut *sink,
             kill_rx,
         ));
-        let (result, rest) = match outcome {
+        let (outcome, rest) = match outcome {
             Ok((exit, rest)) => (Ok(exit), Some(rest)),
-            Err(error) => (Err(Arc::new(error)), None),
+            Err(error) => (Err(error), None),
         };
-        if let Err(error) = sink.finish() {
-            tracing::debug!(sandbox_id = %sandbox.id(), "output sink failed to finish: {}", e2b_client::redact(&error.to_string()));
-        }
-        // Counted out before anyone learns of the end: a caller that saw its command finish
-        // and then asks for a checkpoint must not find it still in flight (R2).
-        on_done();
-        *shared.lock() = Some(result);
-        shared.done.notify_all();
+        publish(&shared, outcome, &mut *sink, &sandbox, on_done);
         // The rest of the response (the end-of-stream message, right behind the end event)
         // is read on the runtime, next to the connection, after the result is out: off the
         // waiter's path. Reading it to its end lets a later command reuse the connection
@@ -342,8 +497,12 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
             });
         }
     }));
-    let spawned = PUMPS.submit(pump_slot);
-    match spawned {
+    submit(pump_slot, handle)
+}
+
+/// Hands the command's pump to a pump thread (a caller that waits first takes it up itself).
+fn submit(pump_slot: Arc<PumpSlot>, handle: RunningCommand) -> Result<RunningCommand, Error> {
+    match PUMPS.submit(pump_slot) {
         Ok(()) => Ok(handle),
         Err(source) => Err(Error::Io {
             operation: "start output thread",
@@ -351,6 +510,25 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
             source,
         }),
     }
+}
+
+/// The command is over: the sink finished, the backend told (`on_done`), then the result
+/// published and its waiters woken.
+fn publish(
+    shared: &Shared,
+    outcome: Result<CommandExit, Error>,
+    sink: &mut dyn OutputSink,
+    sandbox: &Sandbox,
+    on_done: Box<dyn FnOnce() + Send>,
+) {
+    if let Err(error) = sink.finish() {
+        tracing::debug!(sandbox_id = %sandbox.id(), "output sink failed to finish: {}", e2b_client::redact(&error.to_string()));
+    }
+    // Counted out before anyone learns of the end: a caller that saw its command finish
+    // and then asks for a checkpoint must not find it still in flight (R2).
+    on_done();
+    *shared.lock() = Some(outcome.map_err(Arc::new));
+    shared.done.notify_all();
 }
 
 /// The process's pump threads.
@@ -573,10 +751,74 @@ async fn pump(
     Ok((exit, stream))
 }
 
+/// The pump of a command read on this thread: output to the sink as it comes, the deadline
+/// as the read's limit (then the kill), to the end event. A kill from elsewhere is sent by
+/// [`Killing`], which interrupts this read when the end does not come in time.
+fn pump_blocking(
+    stream: &mut e2b_client::blocking::BlockingProcessStream,
+    killing: &Arc<Killing>,
+    deadline: Duration,
+    sink: &mut dyn OutputSink,
+) -> Result<CommandExit, Error> {
+    use e2b_client::blocking::Next;
+
+    let sandbox_pid = killing.sandbox_pid;
+    let expiry = std::time::Instant::now() + deadline;
+    let mut forwarded: u64 = 0;
+    let mut sink_error: Option<String> = None;
+    let end = loop {
+        // Once killed, the deadline is spent: the end (or the grace's interrupt) comes next.
+        let until = (!killing.started()).then_some(expiry);
+        let (which, bytes) = match stream.next_event(until) {
+            Ok(Next::Event(ProcessEvent::Stdout(bytes) | ProcessEvent::Pty(bytes))) => {
+                (OutputStream::Stdout, bytes)
+            }
+            Ok(Next::Event(ProcessEvent::Stderr(bytes))) => (OutputStream::Stderr, bytes),
+            Ok(Next::Event(ProcessEvent::End(end))) => break end,
+            Ok(Next::Event(_)) => continue,
+            Ok(Next::Waited) => {
+                // The deadline passed: killed as by a caller (the signals go on the runtime).
+                killing.start(Termination::DeadlineExceeded);
+                continue;
+            }
+            Err(source) => {
+                let id = killing.sandbox.id().as_str().to_owned();
+                killing.finish();
+                if killing.abandoned() {
+                    return Err(Error::CommandAbandoned {
+                        sandbox_id: id,
+                        sandbox_pid,
+                        waited: killing.grace,
+                    });
+                }
+                return Err(Error::e2b("command output stream", Some(&id), source));
+            }
+        };
+        if sink_error.is_none() {
+            // The chunk is moved in and dropped right after: no copy is kept (O1).
+            match sink.chunk(which, &bytes) {
+                Ok(()) => forwarded = forwarded.saturating_add(bytes.len() as u64),
+                Err(error) => sink_error = Some(error.to_string()),
+            }
+        }
+    };
+    Ok(CommandExit {
+        sandbox_pid,
+        exit_code: end.exit_code,
+        termination: killing.finish(),
+        forwarded_bytes: forwarded,
+        sink_error,
+    })
+}
+
 /// How long a killed command's end is waited for (its kill requests included) before its
 /// output stream is given up and its caller told so (O7): a command ends at most this long
 /// after its kill or its deadline, whatever the sandbox does.
 pub const KILL_GRACE: Duration = Duration::from_secs(20);
+
+/// How much longer than the grace a blocking pump waits for its kill's signals to be out,
+/// should the runtime sending them have stopped.
+const KILL_GRACE_MARGIN: Duration = Duration::from_secs(1);
 
 /// How long the group kill may take before the pid kill goes ahead without it.
 const GROUP_KILL_LIMIT: Duration = Duration::from_secs(10);

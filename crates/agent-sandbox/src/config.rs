@@ -121,6 +121,23 @@ pub struct Config {
     /// Directories outside the sandbox user's home whose changes come back from a delegated
     /// child's fork like the home's (`subagent_paths`: `/workspace`, `/srv`), absolute.
     pub subagent_paths: Vec<String>,
+    /// Who reads a command's output: [`CommandReads::OwnThread`] unless set otherwise.
+    pub command_reads: CommandReads,
+}
+
+/// Who reads a command's output off the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommandReads {
+    /// The thread that forwards it (the caller waiting, or a pump thread) sends the start
+    /// and reads the answer on a connection of its own, blocking
+    /// ([`e2b_client::Sandbox::start_blocking`]): no thread hand-overs, a fraction of the
+    /// CPU. Only where envd is plain HTTP without a proxy (e2b-local); elsewhere, as
+    /// [`CommandReads::Runtime`].
+    OwnThread,
+    /// The async runtime's connection task reads it and hands it to the forwarding thread
+    /// ([`e2b_client::Sandbox::start`]): the path for E2B's cloud (HTTPS).
+    Runtime,
 }
 
 /// Who arbitrates the writer role of a persistent scope (`writer_arbitration`).
@@ -190,6 +207,7 @@ impl Config {
             writer_arbitration: WriterArbitration::Host,
             coordination_dir: None,
             subagent_paths: Vec::new(),
+            command_reads: CommandReads::OwnThread,
         }
     }
 }

@@ -42,10 +42,10 @@ pub use command::{
     CommandExit, CommandResult, KILL_GRACE, Purpose, RunOptions, RunningCommand, Shell, Termination,
 };
 pub use config::{
-    ApiKeySource, CREATION_LOCK_WAIT, Config, DEFAULT_COMMAND_GRACE, DEFAULT_INTERNET,
-    DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_SLOT_WAIT, DEFAULT_STATE_CAP, DEFAULT_TEMPLATE,
-    DEFAULT_WATCHDOG_GRACE, E2B_DEFAULT_HOME, Endpoints, KeyResolver, PROBE_TASK_ID, SandboxMode,
-    Scope, Services, WriterArbitration,
+    ApiKeySource, CREATION_LOCK_WAIT, CommandReads, Config, DEFAULT_COMMAND_GRACE,
+    DEFAULT_INTERNET, DEFAULT_LEASE, DEFAULT_SECURITY, DEFAULT_SLOT_WAIT, DEFAULT_STATE_CAP,
+    DEFAULT_TEMPLATE, DEFAULT_WATCHDOG_GRACE, E2B_DEFAULT_HOME, Endpoints, KeyResolver,
+    PROBE_TASK_ID, SandboxMode, Scope, Services, WriterArbitration,
 };
 pub use credentials::{
     Credential, CredentialValues, Credentials, DEFAULT_CREDENTIAL_FORMAT,

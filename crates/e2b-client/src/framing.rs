@@ -215,15 +215,7 @@ impl ServerStream {
             match self.decoder.next_frame() {
                 Err(error) => return Err(self.ctx.protocol(error)),
                 Ok(Some(frame)) if frame.is_end_stream() => {
-                    let end: EndStream =
-                        serde_json::from_slice(&frame.payload).map_err(|error| {
-                            self.ctx
-                                .protocol(format!("invalid end-of-stream message: {error}"))
-                        })?;
-                    return match end.error {
-                        Some(error) => Err(self.ctx.stream_error(error.code, error.message)),
-                        None => Ok(Read::End),
-                    };
+                    return end_of_stream(&self.ctx, &frame.payload).map(|()| Read::End);
                 }
                 Ok(Some(frame)) => return Ok(Read::Message(frame.payload)),
                 Ok(None) => {}
@@ -262,6 +254,16 @@ impl ServerStream {
                 _ => return,
             }
         }
+    }
+}
+
+/// Reads an end-of-stream message: `Ok` for a clean end, else the error it carries.
+pub(crate) fn end_of_stream(ctx: &Ctx, payload: &[u8]) -> Result<(), Error> {
+    let end: EndStream = serde_json::from_slice(payload)
+        .map_err(|error| ctx.protocol(format!("invalid end-of-stream message: {error}")))?;
+    match end.error {
+        Some(error) => Err(ctx.stream_error(error.code, error.message)),
+        None => Ok(()),
     }
 }
 

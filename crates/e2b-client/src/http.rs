@@ -229,6 +229,24 @@ impl Ctx {
         }
     }
 
+    /// A connection failure of the blocking path: `endpoint` is `host:port`, shown as
+    /// `http://host:port` like the async path's.
+    pub(crate) fn transport_io(
+        &self,
+        stage: TransportStage,
+        endpoint: &str,
+        error: &std::io::Error,
+    ) -> Error {
+        Error::Transport {
+            operation: self.operation,
+            sandbox_id: self.sandbox_id(),
+            stage,
+            cause: TransportCause::Network,
+            endpoint: Some(self.clean(&format!("http://{endpoint}"))),
+            detail: self.clean(&error.to_string()),
+        }
+    }
+
     /// A stream broke off (`broken`: how) and a health probe then found the sandbox not
     /// running: it was killed or reached its end of life under the stream, as the official
     /// SDK says in that case.
@@ -343,6 +361,9 @@ pub(crate) struct Http {
     /// trust roots (the platform's store and the bundled ones), tens of milliseconds that a
     /// cold start would otherwise pay twice before its first request.
     http1: Arc<OnceLock<reqwest::Client>>,
+    /// The blocking path's connections; `None` when a proxy is configured (or set in the
+    /// environment, which reqwest follows): that path has none.
+    pub(crate) blocking: Option<Arc<crate::blocking::Connections>>,
     connect_timeout: Duration,
     /// The configured proxy, if any (pools are shared only between clients with the same).
     proxy: Option<String>,
@@ -363,6 +384,8 @@ impl Http {
         Ok(Http {
             default: build_pool(Pool::Default, connect_timeout, proxy.as_deref())?,
             http1: Arc::new(OnceLock::new()),
+            blocking: (proxy.is_none() && !proxy_in_environment())
+                .then(|| Arc::new(crate::blocking::Connections::new(connect_timeout))),
             connect_timeout,
             proxy,
             retry: config.retry.clone(),
@@ -382,6 +405,7 @@ impl Http {
         Ok(Http {
             default: self.default.clone(),
             http1: Arc::clone(&self.http1),
+            blocking: self.blocking.clone(),
             connect_timeout,
             proxy: self.proxy.clone(),
             retry: config.retry.clone(),
@@ -396,6 +420,7 @@ impl Http {
         Http {
             default: self.default.clone(),
             http1: Arc::clone(&self.http1),
+            blocking: self.blocking.clone(),
             connect_timeout: self.connect_timeout,
             proxy: self.proxy.clone(),
             retry: self.retry.clone(),
@@ -591,6 +616,13 @@ async fn read_error_body(response: reqwest::Response, deadline: Instant) -> Vec<
 
 /// One connection pool: no redirects (a redirect could carry X-API-Key to another host; E2B
 /// never redirects), the connect timeout, the configured proxy, HTTP/1.1 only for downloads.
+/// Whether the environment names a proxy for plain HTTP, which reqwest's pools follow.
+fn proxy_in_environment() -> bool {
+    ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()))
+}
+
 fn build_pool(
     pool: Pool,
     connect_timeout: Duration,

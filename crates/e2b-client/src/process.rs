@@ -160,8 +160,7 @@ impl ProcessStream {
         let ctx = reader.ctx().clone();
         let state = Decode {
             reader,
-            seen_start: false,
-            seen_end: false,
+            order: EventOrder::default(),
             finished: false,
         };
         let mut inner: Pin<Box<dyn Stream<Item = Result<ProcessEvent, Error>> + Send>> =
@@ -266,9 +265,41 @@ pub struct CommandOutput {
 /// The event decoder behind [`ProcessStream`], over the shared stream reader.
 struct Decode {
     reader: ServerStream,
+    order: EventOrder,
+    finished: bool,
+}
+
+/// The order a process stream's events must come in: one `Start` first, nothing after `End`.
+#[derive(Default)]
+pub(crate) struct EventOrder {
     seen_start: bool,
     seen_end: bool,
-    finished: bool,
+}
+
+impl EventOrder {
+    /// Whether the `End` event has come.
+    pub(crate) fn ended(&self) -> bool {
+        self.seen_end
+    }
+
+    /// `event` if it may come now, else the protocol error saying why not.
+    pub(crate) fn check(&mut self, ctx: &Ctx, event: ProcessEvent) -> Result<ProcessEvent, Error> {
+        let is_start = matches!(event, ProcessEvent::Start { .. });
+        if self.seen_end {
+            return Err(ctx.protocol("event after the end event"));
+        }
+        if !self.seen_start && !is_start {
+            return Err(ctx.protocol("first event is not a start event"));
+        }
+        if self.seen_start && is_start {
+            return Err(ctx.protocol("second start event"));
+        }
+        self.seen_start = true;
+        if matches!(event, ProcessEvent::End(_)) {
+            self.seen_end = true;
+        }
+        Ok(event)
+    }
 }
 
 impl Decode {
@@ -295,9 +326,9 @@ impl Decode {
                     Err(detail) => return Some(Err(self.reader.ctx().protocol(detail))),
                     // An event kind this client does not know: ignored, like unknown fields.
                     Ok(None) => continue,
-                    Ok(Some(event)) => return Some(self.check_order(event)),
+                    Ok(Some(event)) => return Some(self.order.check(self.reader.ctx(), event)),
                 },
-                Read::End | Read::BodyEnd if self.seen_end => {
+                Read::End | Read::BodyEnd if self.order.ended() => {
                     if matches!(read, Read::End) {
                         self.reader.read_to_body_end().await;
                     }
@@ -313,27 +344,6 @@ impl Decode {
                 }
             }
         }
-    }
-
-    fn check_order(&mut self, event: ProcessEvent) -> Result<ProcessEvent, Error> {
-        let is_start = matches!(event, ProcessEvent::Start { .. });
-        if self.seen_end {
-            return Err(self.reader.ctx().protocol("event after the end event"));
-        }
-        if !self.seen_start && !is_start {
-            return Err(self
-                .reader
-                .ctx()
-                .protocol("first event is not a start event"));
-        }
-        if self.seen_start && is_start {
-            return Err(self.reader.ctx().protocol("second start event"));
-        }
-        self.seen_start = true;
-        if matches!(event, ProcessEvent::End(_)) {
-            self.seen_end = true;
-        }
-        Ok(event)
     }
 }
 
@@ -389,7 +399,7 @@ struct RawEnd {
 }
 
 /// Decodes one stream message; `Ok(None)` for an event kind this client does not know.
-fn parse_event(payload: &[u8]) -> Result<Option<ProcessEvent>, String> {
+pub(crate) fn parse_event(payload: &[u8]) -> Result<Option<ProcessEvent>, String> {
     let message: EventMessage =
         serde_json::from_slice(payload).map_err(|error| format!("invalid event: {error}"))?;
     let Some(event) = message.event else {

@@ -70,6 +70,8 @@ pub struct Sandbox {
     token_header: Option<HeaderValue>,
     traffic_header: Option<HeaderValue>,
     user: Option<String>,
+    /// Where the blocking path reaches envd, when `base` is plain HTTP.
+    route: Option<Arc<crate::blocking::Route>>,
 }
 
 impl fmt::Debug for Sandbox {
@@ -133,6 +135,7 @@ impl Sandbox {
             code_base: urls.code.trim_end_matches('/').to_owned(),
             domain: urls.domain,
             token: access.access_token,
+            route: crate::blocking::Route::of(urls.envd.trim_end_matches('/')).map(Arc::new),
             token_header,
             traffic_header,
             user: None,
@@ -210,6 +213,25 @@ impl Sandbox {
             builder = builder.header("X-Access-Token", token.clone());
         }
         Ok(builder)
+    }
+
+    /// The headers of [`Sandbox::request_to_port`] for envd, for the blocking path (which
+    /// also sends reqwest's user agent, so the two paths look alike to a server).
+    fn routing_headers(&self, ctx: &Ctx) -> Result<Vec<(&'static str, HeaderValue)>, Error> {
+        let id = HeaderValue::from_str(self.id.as_str())
+            .map_err(|_| ctx.invalid_input("the sandbox id cannot be sent in a header"))?;
+        let mut headers = vec![
+            (
+                "User-Agent",
+                HeaderValue::from_static(concat!("e2b-client-rust/", env!("CARGO_PKG_VERSION"))),
+            ),
+            ("E2b-Sandbox-Id", id),
+            ("E2b-Sandbox-Port", HeaderValue::from(ENVD_PORT)),
+        ];
+        if let Some(token) = &self.token_header {
+            headers.push(("X-Access-Token", token.clone()));
+        }
+        Ok(headers)
     }
 
     fn basic_auth(ctx: &Ctx, user: &str) -> Result<HeaderValue, Error> {

@@ -1,6 +1,7 @@
 //! Tests of the client against small in-process HTTP servers: headers, routes, retries,
 //! deadlines, streaming and caps as they happen on a real socket.
 
+mod blocking;
 mod control;
 mod files;
 mod first_contact;

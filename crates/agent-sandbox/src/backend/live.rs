@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use e2b_client::ProcessStdin;
 
+use super::start::Reader;
 use super::{Backend, HomeNeeded, Inner, Phase, bump};
-use crate::command::{Purpose, RunOptions, Shell};
+use crate::command::{Events, Purpose, RunOptions, Shell};
 use crate::error::{Error, ErrorChain};
 use crate::kernel::{Kernel, KernelOptions};
 use crate::live::{
@@ -175,9 +176,13 @@ impl Backend {
         // this process (List) before anything is written to it.
         run.env.insert(LIVE_TAG.to_owned(), id.to_owned());
         run.shell = Shell::Plain;
-        let started = inner.prepare_and_start(attached, &script, &run, ProcessStdin::Open);
+        let started =
+            inner.prepare_and_start(attached, &script, &run, ProcessStdin::Open, Reader::Runtime);
         let (stream, pid) = match started {
-            Ok(started) => started,
+            Ok((Events::Async(stream), pid)) => (stream, pid),
+            Ok((Events::Blocking(_), _)) => {
+                unreachable!("a live process is started for the runtime")
+            }
             Err(error) => {
                 // Not removed: the next runner tries again.
                 inner

@@ -508,6 +508,7 @@ impl Backend {
             command,
             &options,
             e2b_client::ProcessStdin::Closed,
+            start::Reader::Thread,
         );
         // The home probe of an attach made by this call has travelled with the start.
         let settled = inner.settle_or_forget(&mut state);

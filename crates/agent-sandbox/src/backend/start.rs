@@ -8,7 +8,8 @@ use bytes::Bytes;
 use e2b_client::{Sandbox, StartOptions};
 
 use super::{Attached, Inner};
-use crate::command::{RunOptions, Shell};
+use crate::command::{Events, RunOptions, Shell};
+use crate::config::CommandReads;
 use crate::error::Error;
 
 impl Inner {
@@ -21,7 +22,8 @@ impl Inner {
         command: &str,
         options: &RunOptions,
         stdin: e2b_client::ProcessStdin,
-    ) -> Result<(e2b_client::ProcessStream, u32), Error> {
+        reader: Reader,
+    ) -> Result<(Events, u32), Error> {
         self.prepare(attached, options.deadline)?;
         let staged = match &options.stdin {
             Some(data) if !data.is_empty() => {
@@ -47,13 +49,13 @@ impl Inner {
         for (name, stand_in) in &attached.stand_ins {
             start.envs.insert(name.clone(), stand_in.clone());
         }
-        let started = match self.start(&attached.sandbox, start.clone()) {
+        let started = match self.start(&attached.sandbox, start.clone(), reader) {
             Err(error) if error.is_sandbox_gone() => {
                 // Paused behind our back while the known lease still covered it: connect
                 // resumes it; a sandbox that is really gone fails the connect.
                 attached.lease.forget();
                 self.top_up_lease(attached, options.deadline)?;
-                self.start(&attached.sandbox, start)
+                self.start(&attached.sandbox, start, reader)
             }
             other => other,
         };
@@ -118,7 +120,29 @@ impl Inner {
         &self,
         sandbox: &Sandbox,
         options: StartOptions,
-    ) -> Result<(e2b_client::ProcessStream, u32), Error> {
+        reader: Reader,
+    ) -> Result<(Events, u32), Error> {
+        if reader == Reader::Thread
+            && self.config.command_reads == CommandReads::OwnThread
+            && sandbox.can_start_blocking()
+        {
+            // This thread sends the request and reads the answer on its own connection: no
+            // thread hand-overs. One that could not even connect goes the async way, whose
+            // retries cover a server that is restarting.
+            match sandbox.start_blocking(options.clone()) {
+                Err(error) if error.is_connect() => {}
+                started => {
+                    return started
+                        .map(|stream| {
+                            let pid = stream.pid();
+                            (Events::Blocking(stream), pid)
+                        })
+                        .map_err(|source| {
+                            Error::e2b("start command", Some(sandbox.id().as_str()), source)
+                        });
+                }
+            }
+        }
         // A task on the runtime, next to the connection's: the request, the response head and
         // the start event pass between tasks of one worker instead of waking this thread
         // (and the worker again) for each; this thread is woken once, with the result.
@@ -142,10 +166,21 @@ impl Inner {
         started
             .map(|stream| {
                 let pid = stream.pid();
-                (stream, pid)
+                (Events::Async(stream), pid)
             })
             .map_err(|source| Error::e2b("start command", Some(sandbox.id().as_str()), source))
     }
+}
+
+/// Who will read a started command's events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reader {
+    /// An OS thread (a pump thread or the caller waiting): where the sandbox allows it, the
+    /// command is started and read on that thread's own connection
+    /// ([`Sandbox::start_blocking`]).
+    Thread,
+    /// A task on the runtime: always the async stream.
+    Runtime,
 }
 
 /// Put before the launcher of a command started while the home probe is out: moves to

@@ -5,7 +5,8 @@ use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use agent_sandbox::{
-    ChannelSink, ErrorChain, FnSink, OutputStream, RunOptions, Shell, Termination, WriteSink,
+    ChannelSink, CommandReads, ErrorChain, FnSink, OutputStream, RunOptions, Shell, Termination,
+    WriteSink,
 };
 use e2b_client::SandboxState;
 
@@ -357,4 +358,48 @@ fn stdin_of_any_size_reaches_the_command_byte_exact() {
         // The staged file was unlinked before the command ran.
         assert_eq!(&output[data.len()..], b"0\n");
     }
+}
+
+#[test]
+fn commands_read_by_the_runtime_stream_are_killed_and_keep_their_deadlines() {
+    // contract: O1, L6 — the path E2B's cloud (HTTPS) takes, where a command's output is
+    // read by the runtime's connection instead of the forwarding thread's own socket.
+    let world = World::new();
+    let mut config = world.config(agent_sandbox::SandboxMode::Persistent);
+    config.command_reads = CommandReads::Runtime;
+    let backend = agent_sandbox::Backend::new(
+        config,
+        world.scope("runtime-reads"),
+        world.services(),
+        Arc::new(agent_sandbox::NoStateHooks),
+    )
+    .expect("backend");
+    let (tx, rx) = mpsc::sync_channel(4);
+    let handle = backend
+        .run(
+            "echo first; sleep 30; echo never",
+            RunOptions::new(Duration::from_secs(120)),
+            Box::new(ChannelSink::bounded(tx)),
+        )
+        .expect("run");
+    let chunk = rx.recv().expect("a chunk arrives before the command ends");
+    assert_eq!(chunk.bytes, b"first\n");
+    assert!(handle.poll().is_none());
+    handle.kill();
+    assert_eq!(
+        handle.wait().expect("exit").termination,
+        Termination::Killed
+    );
+    let late = backend
+        .run(
+            "sleep 60",
+            RunOptions::new(Duration::from_secs(1)),
+            Box::new(agent_sandbox::DiscardSink),
+        )
+        .expect("run");
+    assert_eq!(
+        late.wait().expect("exit").termination,
+        Termination::DeadlineExceeded
+    );
+    assert_eq!(ok(&backend, "echo still-here"), "still-here\n");
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use http::HeaderValue;
 use serde::{Deserialize, Serialize};
 
 use super::Sandbox;
@@ -28,6 +29,104 @@ impl Sandbox {
             options.keepalive,
         )
         .await
+    }
+
+    /// Whether [`Sandbox::start_blocking`] can reach this sandbox: its envd is plain HTTP
+    /// (e2b-local, or a self-hosted E2B without TLS) and no proxy is configured, nor named in
+    /// the environment (`HTTP_PROXY`, `ALL_PROXY`).
+    pub fn can_start_blocking(&self) -> bool {
+        self.route.is_some() && self.http.blocking.is_some()
+    }
+
+    /// [`Sandbox::start`] on the calling thread: the request goes out on a connection of
+    /// the calling thread's own (from a pool the client's handles share), and the returned
+    /// stream is read from its socket by whoever calls
+    /// [`next_event`](crate::blocking::BlockingProcessStream::next_event). No async runtime
+    /// is involved, so a command crosses no threads; it blocks, so never call it on a
+    /// runtime's thread. Sent once: never retried once the request may have reached envd.
+    /// An error with [`Error::is_connect`] left nothing sent.
+    ///
+    /// Only where [`Sandbox::can_start_blocking`]; elsewhere an error with
+    /// [`Error::is_invalid_request`].
+    ///
+    /// ```no_run
+    /// # fn demo(sandbox: &e2b_client::Sandbox) -> Result<(), e2b_client::Error> {
+    /// use e2b_client::blocking::Next;
+    /// use e2b_client::{ProcessEvent, StartOptions};
+    ///
+    /// let mut stream = sandbox.start_blocking(StartOptions::shell("echo hi".to_owned()))?;
+    /// loop {
+    ///     match stream.next_event(None)? {
+    ///         Next::Event(ProcessEvent::Stdout(bytes)) => print!("{}", String::from_utf8_lossy(&bytes)),
+    ///         Next::Event(ProcessEvent::End(end)) => {
+    ///             println!("exit {}", end.exit_code);
+    ///             break;
+    ///         }
+    ///         _ => {}
+    ///     }
+    /// }
+    /// stream.finish(e2b_client::END_DRAIN_LIMIT); // the connection serves the next command
+    /// # Ok(()) }
+    /// ```
+    pub fn start_blocking(
+        &self,
+        options: StartOptions,
+    ) -> Result<crate::blocking::BlockingProcessStream, Error> {
+        let ctx = self.ctx(Operation::StartProcess);
+        let (Some(route), Some(connections)) = (&self.route, &self.http.blocking) else {
+            return Err(
+                ctx.invalid_input("the blocking start needs envd over plain HTTP without a proxy")
+            );
+        };
+        let payload = serde_json::to_vec(&StartRequest::new(&options))
+            .map_err(|error| ctx.invalid_input(format!("cannot encode the message: {error}")))?;
+        let body = crate::framing::encode_envelope(&payload);
+        let number = |value: u64| {
+            HeaderValue::from_str(&value.to_string()).expect("digits are a header value")
+        };
+        let mut headers = vec![
+            (
+                "Content-Type",
+                HeaderValue::from_static("application/connect+json"),
+            ),
+            ("Connect-Protocol-Version", HeaderValue::from_static("1")),
+            (
+                "Connect-Accept-Encoding",
+                HeaderValue::from_static("identity"),
+            ),
+            (
+                "Connect-Content-Encoding",
+                HeaderValue::from_static("identity"),
+            ),
+            (
+                "Keepalive-Ping-Interval",
+                number(options.keepalive.as_secs().max(1)),
+            ),
+        ];
+        if let Some(limit) = options.timeout {
+            let millis = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1);
+            headers.push(("Connect-Timeout-Ms", number(millis)));
+        }
+        if let Some(user) = options.user.as_deref() {
+            headers.push(("Authorization", Self::basic_auth(&ctx, user)?));
+        }
+        let started = std::time::Instant::now();
+        let request = crate::blocking::Request {
+            ctx: ctx.clone(),
+            route,
+            connections,
+            method: "POST",
+            path: "/process.Process/Start",
+            routing: self.routing_headers(&ctx)?,
+            headers,
+            body: &body,
+            limit: self.http.deadline,
+            deadline: started + self.http.deadline,
+        };
+        // Silence is allowed for two keepalive intervals (or the request deadline if longer),
+        // as on the async path.
+        let idle = self.http.deadline.max(options.keepalive.saturating_mul(2));
+        crate::blocking::start(&request, idle, self.http.limits.max_frame_bytes)
     }
 
     /// Starts a command and collects its output, failing if stdout plus stderr exceed
