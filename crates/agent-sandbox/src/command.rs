@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -135,7 +136,10 @@ pub type CommandResult = Result<CommandExit, Arc<Error>>;
 /// Cheap to clone and `Send + Sync`: one thread can wait while another polls or kills. The
 /// output is forwarded by a thread the backend owns, independently of whether anyone waits (a
 /// caller that waits before that thread took the command up forwards it itself, and is woken
-/// by the command's end directly).
+/// by the command's end directly). A command read on its forwarding thread's own connection
+/// ([`crate::CommandReads::OwnThread`]) is given to that thread only when its caller has
+/// not waited within 20 ms, or at once when the caller polls, waits with a limit or kills:
+/// a caller that waits at once wakes no other thread.
 #[derive(Clone)]
 pub struct RunningCommand {
     shared: Arc<Shared>,
@@ -150,7 +154,7 @@ impl fmt::Debug for RunningCommand {
         f.debug_struct("RunningCommand")
             .field("sandbox_id", &self.sandbox_id)
             .field("sandbox_pid", &self.sandbox_pid)
-            .field("finished", &self.poll().is_some())
+            .field("finished", &self.shared.lock().is_some())
             .finish()
     }
 }
@@ -169,6 +173,8 @@ impl RunningCommand {
 
     /// The result, if the command has finished (and its output has been handed to the sink).
     pub fn poll(&self) -> Option<CommandResult> {
+        // A caller that polls does not forward the output itself: a pump thread does.
+        self.pump.hand_to_thread();
         self.shared.lock().clone()
     }
 
@@ -177,10 +183,12 @@ impl RunningCommand {
         // A pump no thread has taken up yet runs right here: the waiting thread is woken by
         // the command's end directly, not by a pump thread's hand-over. Never inside a
         // runtime, where blocking on the pump is not allowed.
-        if tokio::runtime::Handle::try_current().is_err()
-            && let Some(job) = self.pump.take()
-        {
-            job();
+        if tokio::runtime::Handle::try_current().is_err() {
+            if let Some(job) = self.pump.take() {
+                job();
+            }
+        } else {
+            self.pump.hand_to_thread();
         }
         let mut state = self.shared.lock();
         loop {
@@ -198,6 +206,7 @@ impl RunningCommand {
     /// Blocks until the command finishes or `limit` passes (real time); `None` if it is
     /// still running.
     pub fn wait_for(&self, limit: Duration) -> Option<CommandResult> {
+        self.pump.hand_to_thread();
         let state = self.shared.lock();
         let (state, _) = self
             .shared
@@ -212,6 +221,8 @@ impl RunningCommand {
     /// (contract L6). Returns at once; [`wait`](Self::wait)
     /// reports [`Termination::Killed`]. Does nothing once the command has finished.
     pub fn kill(&self) {
+        // The end of a killed command is read by a pump thread unless a caller waits.
+        self.pump.hand_to_thread();
         match &self.kill {
             // A closed channel means the pump has finished: nothing to kill.
             Killer::Channel(channel) => {
@@ -445,9 +456,11 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
                 sandbox_pid,
                 sandbox_id,
             };
+            // The deadline counts from the start, however late a thread takes the pump up.
+            let expiry = std::time::Instant::now() + deadline;
             pump_slot.put(Box::new(move || {
                 let mut stream = stream;
-                let outcome = pump_blocking(&mut stream, &killing, deadline, &mut *sink);
+                let outcome = pump_blocking(&mut stream, &killing, expiry, &mut *sink);
                 publish(&shared, outcome, &mut *sink, &killing.sandbox, on_done);
                 // The rest of the response (the end-of-stream message, right behind the end
                 // event) is read after the result is out, and the connection kept for the
@@ -456,7 +469,11 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
                     tracing::debug!(sandbox_id = %killing.sandbox.id(), "the output stream of command {sandbox_pid} did not end cleanly after its exit");
                 }
             }));
-            return submit(pump_slot, handle);
+            // A caller that waits at once reads its command itself; a pump thread takes it
+            // up only when nobody did within HAND_OFF_DELAY, or when the caller polls, waits
+            // with a limit or kills. No thread is woken for a command its caller waits for.
+            DEFERRED.push(pump_slot);
+            return Ok(handle);
         }
     };
     let (kill_tx, kill_rx) = mpsc::unbounded_channel();
@@ -502,6 +519,7 @@ pub(crate) fn spawn(launch: Launch) -> Result<RunningCommand, Error> {
 
 /// Hands the command's pump to a pump thread (a caller that waits first takes it up itself).
 fn submit(pump_slot: Arc<PumpSlot>, handle: RunningCommand) -> Result<RunningCommand, Error> {
+    pump_slot.handed.store(true, Ordering::Release);
     match PUMPS.submit(pump_slot) {
         Ok(()) => Ok(handle),
         Err(source) => Err(Error::Io {
@@ -544,6 +562,8 @@ type PumpJob = Box<dyn FnOnce() + Send>;
 #[derive(Default)]
 struct PumpSlot {
     job: Mutex<Option<PumpJob>>,
+    /// Given to the pump threads already (at most once).
+    handed: AtomicBool,
 }
 
 impl PumpSlot {
@@ -556,6 +576,155 @@ impl PumpSlot {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
+    }
+
+    fn is_taken(&self) -> bool {
+        self.job
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
+    }
+
+    /// Has a pump thread run the job unless it has been taken up (or handed) already.
+    fn hand_to_thread(self: &Arc<Self>) {
+        if self.is_taken() || self.handed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Err(error) = PUMPS.submit(Arc::clone(self)) {
+            // No thread could be made: the job stays for a caller that waits, and the next
+            // hand-over tries again.
+            self.handed.store(false, Ordering::Release);
+            tracing::warn!("no output thread could be started: {error}");
+        }
+    }
+}
+
+/// How long a started command waits for its caller to take its pump up (by waiting) before
+/// a pump thread does.
+const HAND_OFF_DELAY: Duration = Duration::from_millis(20);
+
+/// The commands started but not yet taken up, until [`HAND_OFF_DELAY`] has passed.
+static DEFERRED: Deferred = Deferred::new();
+
+/// One thread, made on demand, that hands a command's pump to the pump threads when its
+/// caller has not taken it up in time. It looks at most once per [`HAND_OFF_DELAY`] while
+/// commands come (a push wakes it only when it sleeps without a time limit), so under load
+/// it costs a fraction of a wake-up per command instead of one.
+struct Deferred {
+    state: Mutex<DeferredQueue>,
+    work: Condvar,
+}
+
+struct DeferredQueue {
+    slots: std::collections::VecDeque<(Arc<PumpSlot>, std::time::Instant)>,
+    /// Whether the thread runs, and whether it sleeps with no time limit (only then does a
+    /// push wake it).
+    thread: DeferThread,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DeferThread {
+    None,
+    Timed,
+    Untimed,
+}
+
+impl Deferred {
+    const fn new() -> Deferred {
+        Deferred {
+            state: Mutex::new(DeferredQueue {
+                slots: std::collections::VecDeque::new(),
+                thread: DeferThread::None,
+            }),
+            work: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DeferredQueue> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&'static self, slot: Arc<PumpSlot>) {
+        let mut queue = self.lock();
+        queue
+            .slots
+            .push_back((slot, std::time::Instant::now() + HAND_OFF_DELAY));
+        match queue.thread {
+            DeferThread::Timed => {}
+            DeferThread::Untimed => {
+                queue.thread = DeferThread::Timed;
+                drop(queue);
+                self.work.notify_one();
+            }
+            DeferThread::None => {
+                let spawned = std::thread::Builder::new()
+                    .name("e2b-command-handoff".to_owned())
+                    .spawn(move || self.serve());
+                match spawned {
+                    Ok(_) => queue.thread = DeferThread::Timed,
+                    Err(error) => {
+                        // Without the thread, hand the command over now.
+                        let slots: Vec<_> = queue.slots.drain(..).map(|(slot, _)| slot).collect();
+                        drop(queue);
+                        tracing::warn!("no command hand-off thread could be started: {error}");
+                        for slot in slots {
+                            slot.hand_to_thread();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn serve(&self) {
+        let mut queue = self.lock();
+        loop {
+            let now = std::time::Instant::now();
+            let mut due = Vec::new();
+            while let Some((slot, at)) = queue.slots.front() {
+                if slot.is_taken() || slot.handed.load(Ordering::Acquire) {
+                    queue.slots.pop_front();
+                } else if *at <= now {
+                    due.push(queue.slots.pop_front().map(|(slot, _)| slot));
+                } else {
+                    break;
+                }
+            }
+            if !due.is_empty() {
+                drop(queue);
+                for slot in due.into_iter().flatten() {
+                    slot.hand_to_thread();
+                }
+                queue = self.lock();
+                continue;
+            }
+            // Commands are still coming (or just came): look again after the delay without
+            // being woken by each push. Only a whole idle period lets the thread sleep until a
+            // push wakes it, and a longer one ends it.
+            let (limit, thread) = match queue.slots.front() {
+                Some((_, at)) => (at.saturating_duration_since(now), DeferThread::Timed),
+                None if queue.thread == DeferThread::Timed => (HAND_OFF_DELAY, DeferThread::Timed),
+                None => (PUMP_IDLE_EXIT, DeferThread::Untimed),
+            };
+            let was_idle = queue.slots.is_empty();
+            queue.thread = thread;
+            let (next, waited) = self
+                .work
+                .wait_timeout(queue, limit)
+                .unwrap_or_else(PoisonError::into_inner);
+            queue = next;
+            if was_idle && queue.slots.is_empty() && waited.timed_out() {
+                match queue.thread {
+                    // A quiet period: sleep until the next push.
+                    DeferThread::Timed => queue.thread = DeferThread::Untimed,
+                    // A long quiet: the thread ends; the next push makes another.
+                    DeferThread::Untimed | DeferThread::None => {
+                        queue.thread = DeferThread::None;
+                        return;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -757,13 +926,12 @@ async fn pump(
 fn pump_blocking(
     stream: &mut e2b_client::blocking::BlockingProcessStream,
     killing: &Arc<Killing>,
-    deadline: Duration,
+    expiry: std::time::Instant,
     sink: &mut dyn OutputSink,
 ) -> Result<CommandExit, Error> {
     use e2b_client::blocking::Next;
 
     let sandbox_pid = killing.sandbox_pid;
-    let expiry = std::time::Instant::now() + deadline;
     let mut forwarded: u64 = 0;
     let mut sink_error: Option<String> = None;
     let end = loop {
@@ -887,6 +1055,30 @@ mod tests {
             assert!(Instant::now() < limit, "{count} idle pump threads");
             std::thread::yield_now();
         }
+    }
+
+    #[test]
+    fn a_command_nobody_takes_up_goes_to_a_pump_thread_after_the_delay_and_one_taken_never_does()
+    {
+        let (tx, rx) = std_mpsc::channel::<ThreadId>();
+        let taken = {
+            let tx = tx.clone();
+            slot(move || tx.send(std::thread::current().id()).expect("sent"))
+        };
+        let left = slot(move || tx.send(std::thread::current().id()).expect("sent"));
+        let pushed = Instant::now();
+        DEFERRED.push(Arc::clone(&taken));
+        DEFERRED.push(Arc::clone(&left));
+        // The caller waits at once: it runs its command itself.
+        taken.take().expect("not taken yet")();
+        assert_eq!(rx.recv().expect("ran"), std::thread::current().id());
+        // The other one's caller never comes: a pump thread forwards it, after the delay.
+        let ran_on = rx.recv_timeout(Duration::from_secs(10)).expect("handed over");
+        assert_ne!(ran_on, std::thread::current().id());
+        assert!(pushed.elapsed() >= HAND_OFF_DELAY);
+        // Pushed before it, the taken command was looked at first and never handed over.
+        assert!(left.handed.load(Ordering::Acquire));
+        assert!(!taken.handed.load(Ordering::Acquire));
     }
 
     #[test]
