@@ -363,7 +363,7 @@ pub(crate) struct Http {
     http1: Arc<OnceLock<reqwest::Client>>,
     /// The blocking path's connections; `None` when a proxy is configured (or set in the
     /// environment, which reqwest follows): that path has none.
-    pub(crate) blocking: Option<Arc<crate::blocking::Connections>>,
+    pub(crate) blocking: Option<Arc<crate::connections::Connections>>,
     connect_timeout: Duration,
     /// The configured proxy, if any (pools are shared only between clients with the same).
     proxy: Option<String>,
@@ -385,7 +385,7 @@ impl Http {
             default: build_pool(Pool::Default, connect_timeout, proxy.as_deref())?,
             http1: Arc::new(OnceLock::new()),
             blocking: (proxy.is_none() && !proxy_in_environment())
-                .then(|| Arc::new(crate::blocking::Connections::new(connect_timeout))),
+                .then(|| Arc::new(crate::connections::Connections::new(connect_timeout))),
             connect_timeout,
             proxy,
             retry: config.retry.clone(),

@@ -5,6 +5,7 @@ pub mod blocking;
 mod code;
 mod coding;
 mod config;
+mod connections;
 mod control;
 mod error;
 mod files;
