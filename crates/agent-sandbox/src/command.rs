@@ -1058,8 +1058,7 @@ mod tests {
     }
 
     #[test]
-    fn a_command_nobody_takes_up_goes_to_a_pump_thread_after_the_delay_and_one_taken_never_does()
-    {
+    fn a_command_nobody_takes_up_goes_to_a_pump_thread_after_the_delay_and_one_taken_never_does() {
         let (tx, rx) = std_mpsc::channel::<ThreadId>();
         let taken = {
             let tx = tx.clone();
@@ -1073,7 +1072,9 @@ mod tests {
         taken.take().expect("not taken yet")();
         assert_eq!(rx.recv().expect("ran"), std::thread::current().id());
         // The other one's caller never comes: a pump thread forwards it, after the delay.
-        let ran_on = rx.recv_timeout(Duration::from_secs(10)).expect("handed over");
+        let ran_on = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("handed over");
         assert_ne!(ran_on, std::thread::current().id());
         assert!(pushed.elapsed() >= HAND_OFF_DELAY);
         // Pushed before it, the taken command was looked at first and never handed over.
