@@ -18,9 +18,9 @@ pub(crate) use self::answers::{FilesLink, RequestedBuild};
 pub(crate) use self::files::{CopyArchive, copy_hash, write_archive};
 pub(crate) use self::spec::CopyPlan;
 pub use self::spec::{
-    AptOptions, CopyOptions, Force, GitCloneOptions, MakeDirOptions, PipScope, ReadyCmd,
-    Recommends, Recursion, RemoveOptions, RenameOptions, SymlinkMode, SymlinkOptions, TemplateSpec,
-    UploadMode,
+    AptOptions, CopyOptions, DependencyKind, Force, GitCloneOptions, MakeDirOptions, NodeScope,
+    PipScope, ReadyCmd, Recommends, Recursion, RegistryCredentials, RemoveOptions, RenameOptions,
+    SymlinkMode, SymlinkOptions, TemplateSpec, UploadMode,
 };
 
 #[cfg(test)]

@@ -183,7 +183,9 @@ impl Client {
         }
         tracing::info!("all template file uploads completed");
 
-        let ctx = self.ctx(Operation::StartBuild, None);
+        let ctx = self
+            .ctx(Operation::StartBuild, None)
+            .with_secrets(spec.registry_secrets());
         let path = format!(
             "/v2/templates/{}/builds/{}",
             segment(&info.template_id),

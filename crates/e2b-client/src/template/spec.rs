@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::error::{Error, Operation};
+use crate::secret::SecretValue;
 
 /// The image `from_base_image` builds on (no tag, as the SDK sends it).
 const BASE_IMAGE: &str = "e2bdev/base";
@@ -305,6 +306,116 @@ where
         .collect()
 }
 
+/// How E2B logs in to the registry a private base image comes from
+/// ([`TemplateSpec::from_private_image`]). The secrets are [`SecretValue`]s: never in a
+/// `Debug` output or an error's text.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum RegistryCredentials {
+    /// A user name and password (the SDK's `from_image(image, username, password)`).
+    Basic {
+        /// The registry user.
+        username: String,
+        /// Its password or token.
+        password: SecretValue,
+    },
+    /// Amazon ECR (the SDK's `from_aws_registry`).
+    Aws {
+        /// The access key id.
+        access_key_id: String,
+        /// The secret access key.
+        secret_access_key: SecretValue,
+        /// The registry's region (`us-east-1`).
+        region: String,
+    },
+    /// Google Artifact Registry or GCR (the SDK's `from_gcp_registry`).
+    Gcp {
+        /// The service account's JSON key, its content (not a path).
+        service_account_json: SecretValue,
+    },
+}
+
+impl RegistryCredentials {
+    fn secrets(&self) -> Vec<SecretValue> {
+        match self {
+            RegistryCredentials::Basic { password, .. } => vec![password.clone()],
+            RegistryCredentials::Aws {
+                secret_access_key, ..
+            } => vec![secret_access_key.clone()],
+            RegistryCredentials::Gcp {
+                service_account_json,
+            } => vec![service_account_json.clone()],
+        }
+    }
+
+    fn wire(&self) -> RegistryWire<'_> {
+        match self {
+            RegistryCredentials::Basic { username, password } => RegistryWire::Basic {
+                username,
+                password: password.expose(),
+            },
+            RegistryCredentials::Aws {
+                access_key_id,
+                secret_access_key,
+                region,
+            } => RegistryWire::Aws {
+                access_key_id,
+                secret_access_key: secret_access_key.expose(),
+                region,
+            },
+            RegistryCredentials::Gcp {
+                service_account_json,
+            } => RegistryWire::Gcp {
+                service_account_json: service_account_json.expose(),
+            },
+        }
+    }
+}
+
+/// `fromImageRegistry`, as the SDK writes it.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum RegistryWire<'a> {
+    #[serde(rename = "registry")]
+    Basic {
+        username: &'a str,
+        password: &'a str,
+    },
+    #[serde(rename = "aws")]
+    Aws {
+        #[serde(rename = "awsAccessKeyId")]
+        access_key_id: &'a str,
+        #[serde(rename = "awsSecretAccessKey")]
+        secret_access_key: &'a str,
+        #[serde(rename = "awsRegion")]
+        region: &'a str,
+    },
+    #[serde(rename = "gcp")]
+    Gcp {
+        #[serde(rename = "serviceAccountJson")]
+        service_account_json: &'a str,
+    },
+}
+
+/// Where [`TemplateSpec::npm_install`] and [`TemplateSpec::bun_install`] install.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeScope {
+    /// Into the working directory's project, as the current user (the SDK's default).
+    Project,
+    /// `-g`, system-wide, as root (the SDK's `g=True`).
+    Global,
+}
+
+/// Which dependencies a Node package install records the packages as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DependencyKind {
+    /// Ordinary dependencies (the SDK's default).
+    Regular,
+    /// Development dependencies (`--save-dev` for npm, `--dev` for bun; the SDK's
+    /// `dev=True`).
+    Development,
+}
+
 /// What the template starts from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Base {
@@ -358,6 +469,8 @@ pub struct TemplateSpec {
     force_next: bool,
     start_cmd: Option<String>,
     ready_cmd: Option<String>,
+    /// How E2B logs in to the base image's registry.
+    registry: Option<RegistryCredentials>,
 }
 
 impl TemplateSpec {
@@ -370,6 +483,7 @@ impl TemplateSpec {
             force_next: false,
             start_cmd: None,
             ready_cmd: None,
+            registry: None,
         }
     }
 
@@ -391,6 +505,73 @@ impl TemplateSpec {
     /// ```
     pub fn from_base_image() -> TemplateSpec {
         TemplateSpec::from_image(BASE_IMAGE)
+    }
+
+    /// A template built on a private image, pulled by E2B with `credentials` (the SDK's
+    /// `from_image` with a user name and password, `from_aws_registry` and
+    /// `from_gcp_registry`).
+    ///
+    /// ```
+    /// use e2b_client::SecretValue;
+    /// use e2b_client::template::{RegistryCredentials, TemplateSpec};
+    ///
+    /// let spec = TemplateSpec::from_private_image(
+    ///     "123456789.dkr.ecr.us-east-1.amazonaws.com/app:1",
+    ///     RegistryCredentials::Aws {
+    ///         access_key_id: "AKIA…".to_owned(),
+    ///         secret_access_key: SecretValue::new("…".to_owned()),
+    ///         region: "us-east-1".to_owned(),
+    ///     },
+    /// );
+    /// # let _ = spec;
+    /// ```
+    pub fn from_private_image(
+        image: impl Into<String>,
+        credentials: RegistryCredentials,
+    ) -> TemplateSpec {
+        let mut spec = TemplateSpec::from_image(image);
+        spec.registry = Some(credentials);
+        spec
+    }
+
+    /// `debian:<variant>` (the SDK's `from_debian_image`; its default variant is `stable`).
+    pub fn from_debian_image(variant: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("debian:{variant}"))
+    }
+
+    /// `ubuntu:<variant>` (the SDK's `from_ubuntu_image`; default `latest`).
+    pub fn from_ubuntu_image(variant: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("ubuntu:{variant}"))
+    }
+
+    /// `fedora:<variant>` (the SDK's `from_fedora_image`; default `44`).
+    pub fn from_fedora_image(variant: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("fedora:{variant}"))
+    }
+
+    /// `alpine:<variant>` (the SDK's `from_alpine_image`; default `3.24`).
+    pub fn from_alpine_image(variant: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("alpine:{variant}"))
+    }
+
+    /// `archlinux:<variant>` (the SDK's `from_arch_image`; default `latest`).
+    pub fn from_arch_image(variant: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("archlinux:{variant}"))
+    }
+
+    /// `python:<version>` (the SDK's `from_python_image`; default `3`).
+    pub fn from_python_image(version: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("python:{version}"))
+    }
+
+    /// `node:<variant>` (the SDK's `from_node_image`; default `lts`).
+    pub fn from_node_image(variant: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("node:{variant}"))
+    }
+
+    /// `oven/bun:<variant>` (the SDK's `from_bun_image`; default `latest`).
+    pub fn from_bun_image(variant: &str) -> TemplateSpec {
+        TemplateSpec::from_image(format!("oven/bun:{variant}"))
     }
 
     /// A template built on another template, `name[:tag]` or an id: its files, env, user,
@@ -688,6 +869,68 @@ impl TemplateSpec {
         self.run_maybe_as(args.join(" "), user)
     }
 
+    /// Installs Node packages with npm (`npm install [-g] [--save-dev] PKGS`, as root for
+    /// [`NodeScope::Global`]); no packages: the project's own (`npm install`).
+    ///
+    /// ```
+    /// use e2b_client::template::{DependencyKind, NodeScope, TemplateSpec};
+    ///
+    /// let spec = TemplateSpec::from_node_image("lts")
+    ///     .npm_install(["typescript"], NodeScope::Global, DependencyKind::Regular);
+    /// # let _ = spec;
+    /// ```
+    pub fn npm_install<I, S>(
+        self,
+        packages: I,
+        scope: NodeScope,
+        kind: DependencyKind,
+    ) -> TemplateSpec
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.node_install("npm", "--save-dev", packages, scope, kind)
+    }
+
+    /// Installs packages with bun (`bun install [-g] [--dev] PKGS`, as root for
+    /// [`NodeScope::Global`]); no packages: the project's own (`bun install`).
+    pub fn bun_install<I, S>(
+        self,
+        packages: I,
+        scope: NodeScope,
+        kind: DependencyKind,
+    ) -> TemplateSpec
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.node_install("bun", "--dev", packages, scope, kind)
+    }
+
+    fn node_install<I, S>(
+        self,
+        tool: &str,
+        dev_flag: &str,
+        packages: I,
+        scope: NodeScope,
+        kind: DependencyKind,
+    ) -> TemplateSpec
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut args = vec![tool.to_owned(), "install".to_owned()];
+        if scope == NodeScope::Global {
+            args.push("-g".to_owned());
+        }
+        if kind == DependencyKind::Development {
+            args.push(dev_flag.to_owned());
+        }
+        args.extend(packages.into_iter().map(Into::into));
+        let user = (scope == NodeScope::Global).then(|| "root".to_owned());
+        self.run_maybe_as(args.join(" "), user)
+    }
+
     /// Installs Debian packages as root (`apt-get update && … apt-get install -y … PKGS`).
     ///
     /// ```
@@ -815,6 +1058,14 @@ impl TemplateSpec {
             .collect()
     }
 
+    /// The registry secrets the start-build body carries, for the errors to scrub.
+    pub(crate) fn registry_secrets(&self) -> Vec<SecretValue> {
+        self.registry
+            .as_ref()
+            .map(RegistryCredentials::secrets)
+            .unwrap_or_default()
+    }
+
     /// The start-build body, `hashes[i]` being step `i`'s files hash (COPY steps only).
     pub(crate) fn start_body<'a>(
         &'a self,
@@ -828,6 +1079,11 @@ impl TemplateSpec {
         StartBody {
             from_image,
             from_template,
+            from_image_registry: self
+                .registry
+                .as_ref()
+                .filter(|_| from_image.is_some())
+                .map(RegistryCredentials::wire),
             force,
             steps: self
                 .steps
@@ -858,6 +1114,8 @@ pub(crate) struct StartBody<'a> {
     from_image: Option<&'a str>,
     #[serde(rename = "fromTemplate", skip_serializing_if = "Option::is_none")]
     from_template: Option<&'a str>,
+    #[serde(rename = "fromImageRegistry", skip_serializing_if = "Option::is_none")]
+    from_image_registry: Option<RegistryWire<'a>>,
     force: bool,
     steps: Vec<StepWire<'a>>,
     #[serde(rename = "startCmd", skip_serializing_if = "Option::is_none")]

@@ -573,3 +573,109 @@ fn ansi_codes_are_stripped_from_log_messages() {
     assert_eq!(strip_ansi("\u{1b}]8;;http://x\u{7}link"), "link");
     assert_eq!(strip_ansi("no codes [1/2]"), "no codes [1/2]");
 }
+
+#[test]
+fn node_installs_and_image_shorthands_are_the_sdks() {
+    let spec = TemplateSpec::from_node_image("24")
+        .npm_install(
+            ["typescript", "tsx"],
+            NodeScope::Global,
+            DependencyKind::Regular,
+        )
+        .npm_install(["vitest"], NodeScope::Project, DependencyKind::Development)
+        .npm_install(
+            Vec::<String>::new(),
+            NodeScope::Project,
+            DependencyKind::Regular,
+        )
+        .bun_install(["zod"], NodeScope::Global, DependencyKind::Development)
+        .bun_install(
+            Vec::<String>::new(),
+            NodeScope::Project,
+            DependencyKind::Regular,
+        );
+    let body = body_of(&spec, &[], false);
+    assert_eq!(body["fromImage"], "node:24");
+    let steps: Vec<Vec<String>> = body["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|step| {
+            assert_eq!(step["type"], "RUN");
+            serde_json::from_value(step["args"].clone()).expect("args")
+        })
+        .collect();
+    let run = |command: &str, user: Option<&str>| -> Vec<String> {
+        std::iter::once(command.to_owned())
+            .chain(user.map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(
+        steps,
+        vec![
+            run("npm install -g typescript tsx", Some("root")),
+            run("npm install --save-dev vitest", None),
+            run("npm install", None),
+            run("bun install -g --dev zod", Some("root")),
+            run("bun install", None),
+        ]
+    );
+    for (spec, image) in [
+        (
+            TemplateSpec::from_debian_image("bookworm"),
+            "debian:bookworm",
+        ),
+        (TemplateSpec::from_ubuntu_image("24.04"), "ubuntu:24.04"),
+        (TemplateSpec::from_fedora_image("44"), "fedora:44"),
+        (TemplateSpec::from_alpine_image("3.24"), "alpine:3.24"),
+        (TemplateSpec::from_arch_image("latest"), "archlinux:latest"),
+        (TemplateSpec::from_python_image("3"), "python:3"),
+        (TemplateSpec::from_bun_image("latest"), "oven/bun:latest"),
+    ] {
+        let body = body_of(&spec, &[], false);
+        assert_eq!(body["fromImage"], image);
+        assert!(body.get("fromImageRegistry").is_none());
+    }
+}
+
+#[test]
+fn registry_credentials_go_in_the_body_as_the_sdk_sends_them_and_nowhere_else() {
+    let secret = |value: &str| crate::SecretValue::new(value.to_owned());
+    let cases = [
+        (
+            RegistryCredentials::Basic {
+                username: "me".to_owned(),
+                password: secret("pw-4f1c2a9b"),
+            },
+            serde_json::json!({"type": "registry", "username": "me", "password": "pw-4f1c2a9b"}),
+        ),
+        (
+            RegistryCredentials::Aws {
+                access_key_id: "AKIAEXAMPLE".to_owned(),
+                secret_access_key: secret("aws-secret-77aa"),
+                region: "us-east-1".to_owned(),
+            },
+            serde_json::json!({"type": "aws", "awsAccessKeyId": "AKIAEXAMPLE",
+                "awsSecretAccessKey": "aws-secret-77aa", "awsRegion": "us-east-1"}),
+        ),
+        (
+            RegistryCredentials::Gcp {
+                service_account_json: secret(r#"{"private_key":"gcp-key-1234"}"#),
+            },
+            serde_json::json!({"type": "gcp", "serviceAccountJson": r#"{"private_key":"gcp-key-1234"}"#}),
+        ),
+    ];
+    for (credentials, wire) in cases {
+        let spec = TemplateSpec::from_private_image("registry.example/app:1", credentials);
+        let body = body_of(&spec, &[], false);
+        assert_eq!(body["fromImage"], "registry.example/app:1");
+        assert_eq!(body["fromImageRegistry"], wire);
+        let debug = format!("{spec:?}");
+        let exposed = spec.registry_secrets();
+        assert_eq!(exposed.len(), 1);
+        assert!(
+            !debug.contains(exposed[0].expose()),
+            "the secret shows in Debug: {debug}"
+        );
+    }
+}

@@ -630,3 +630,44 @@ fn the_default_poll_interval_is_the_sdks() {
     );
     assert_eq!(BuildOptions::new().cache, BuildCache::Use);
 }
+
+#[tokio::test]
+async fn registry_credentials_reach_the_build_start_and_no_error_text() {
+    let server = TestServer::start(|request, _| {
+        if request.path_and_query == "/v3/templates" {
+            return json(202, &requested_json());
+        }
+        // A server that quotes the password back: the error must not carry it.
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        let password = body["fromImageRegistry"]["password"].as_str().unwrap_or("");
+        json(
+            400,
+            &serde_json::json!({"code": 400,
+            "message": format!("cannot pull fromImageRegistry with {password} here")}),
+        )
+    })
+    .await;
+    let client = client(&server.url);
+    let spec = TemplateSpec::from_private_image(
+        "registry.example/app:1",
+        crate::template::RegistryCredentials::Basic {
+            username: "me".to_owned(),
+            password: SecretValue::new("registry-pw-5e6f7a".to_owned()),
+        },
+    );
+    let error = client
+        .build_template_in_background(&spec, "tpl", BuildOptions::new())
+        .await
+        .expect_err("400");
+    assert_eq!(error.operation(), Some(Operation::StartBuild));
+    let start: serde_json::Value =
+        serde_json::from_slice(&server.requests()[1].body).expect("json");
+    assert_eq!(
+        start["fromImageRegistry"],
+        serde_json::json!({"type": "registry", "username": "me", "password": "registry-pw-5e6f7a"})
+    );
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert!(!text.contains("registry-pw-5e6f7a"), "{text}");
+    }
+    assert!(error.to_string().contains("fromImageRegistry"), "{error}");
+}
