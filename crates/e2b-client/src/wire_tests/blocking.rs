@@ -1,13 +1,9 @@
 //! The blocking start: the same request as the async one, its stream read on the calling
 //! thread, its connection kept for the next command, its waits, interrupts and failures.
 
-use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use super::support::*;
 use crate::blocking::Next;
@@ -122,21 +118,7 @@ async fn a_blocking_start_sends_what_the_async_one_sends_and_reuses_its_connecti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_read_returns_at_the_time_given_and_an_interrupt_ends_it() {
-    let (feed, frames) = mpsc::channel::<Bytes>(4);
-    let frames = Arc::new(Mutex::new(Some(frames)));
-    let server = TestServer::start(move |_, _| {
-        let frames = frames
-            .lock()
-            .expect("not poisoned")
-            .take()
-            .expect("one request");
-        let body = futures::stream::unfold(frames, |mut frames| async move {
-            let next = frames.recv().await?;
-            Some((Ok::<Bytes, Infallible>(next), frames))
-        });
-        connect_stream(Body::from_stream(body))
-    })
-    .await;
+    let (server, feed) = fed_stream_server().await;
     let sandbox = sandbox(&client(&server.url));
     feed.send(frame(0, r#"{"event":{"start":{"pid":7}}}"#))
         .await

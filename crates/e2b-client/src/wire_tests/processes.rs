@@ -7,7 +7,6 @@ use std::time::Duration;
 use axum::body::Body;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use tokio::sync::mpsc;
 
 use super::support::*;
 use crate::*;
@@ -109,21 +108,7 @@ async fn start_sends_an_argv_as_it_is() {
 #[tokio::test]
 async fn events_are_delivered_while_the_command_still_runs() {
     // contract: O1
-    let (feed, frames) = mpsc::channel::<Bytes>(4);
-    let frames = Arc::new(Mutex::new(Some(frames)));
-    let server = TestServer::start(move |_, _| {
-        let frames = frames
-            .lock()
-            .expect("not poisoned")
-            .take()
-            .expect("one request");
-        let body = futures::stream::unfold(frames, |mut frames| async move {
-            let next = frames.recv().await?;
-            Some((Ok::<Bytes, Infallible>(next), frames))
-        });
-        connect_stream(Body::from_stream(body))
-    })
-    .await;
+    let (server, feed) = fed_stream_server().await;
     let client = client(&server.url);
     let guard = Duration::from_secs(10);
     feed.send(frame(0, r#"{"event":{"start":{"pid":42}}}"#))

@@ -219,3 +219,24 @@ pub(super) fn connect_stream(body: Body) -> Response {
     );
     response
 }
+
+/// A server whose one Connect stream sends the frames fed through the returned sender, as
+/// they are fed, and ends when the sender is dropped.
+pub(super) async fn fed_stream_server() -> (TestServer, tokio::sync::mpsc::Sender<Bytes>) {
+    let (feed, frames) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let frames = Arc::new(Mutex::new(Some(frames)));
+    let server = TestServer::start(move |_, _| {
+        let frames = frames
+            .lock()
+            .expect("not poisoned")
+            .take()
+            .expect("one request");
+        let body = futures::stream::unfold(frames, |mut frames| async move {
+            let next = frames.recv().await?;
+            Some((Ok::<Bytes, std::convert::Infallible>(next), frames))
+        });
+        connect_stream(Body::from_stream(body))
+    })
+    .await;
+    (server, feed)
+}
