@@ -107,27 +107,65 @@ def test_a_failing_step_fails_the_build_naming_it(server, unique):
     assert Template.exists(f"fail-{unique}") is False
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the read-only system needs a mount namespace (root)")
-def test_steps_cannot_change_the_host(server, unique):
-    Template, BuildException = template_api()
-    probe = f"/usr/local/e2b-local-build-probe-{unique}"
-    template = Template().from_image("ubuntu:22.04").run_cmd(f"touch {probe}", user="root")
-    logs = []
-    with pytest.raises(BuildException) as raised:
-        Template.build(template, f"host-{unique}", on_build_logs=logs.append)
-    assert "Read-only file system" in " ".join(entry.message for entry in logs)
-    assert f"touch {probe}" in str(raised.value)
-    assert not os.path.exists(probe)
-    # The image is not pulled, and the log says so.
-    assert any("pulls no images" in entry.message for entry in logs)
-    # A working directory outside the sandbox's areas cannot be made either; the reason
-    # says why in the system's own words.
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root layer needs mount and PID namespaces (root)")
+def test_steps_write_to_a_layer_of_their_own_which_the_templates_sandboxes_carry(server, unique):
+    # contract: L22 — what a build's steps write outside the home and /tmp lands in the
+    # build's root layer, never on the host; each sandbox of the template starts with a copy
+    # of it, writes to its own, and keeps it through a snapshot.
+    Template, _ = template_api()
+    from e2b import Sandbox
+
+    installed = f"/usr/local/e2b-local-layer-{unique}"
+    host_file = f"/var/tmp/e2b-local-host-file-{unique}"
     workdir = f"/app-{unique}"
-    with pytest.raises(BuildException) as raised:
-        Template.build(Template().from_base_image().set_workdir(workdir), f"host-wd-{unique}")
-    assert f"WORKDIR {workdir}" in str(raised.value)
-    assert "Read-only file system" in str(raised.value)
-    assert not os.path.exists(workdir)
+    with open(host_file, "w") as f:
+        f.write("the host's\n")
+    try:
+        template = (
+            Template()
+            .from_image("ubuntu:22.04")
+            .run_cmd(f"mkdir -p {installed} && echo layered > {installed}/f && rm {host_file}", user="root")
+            .set_workdir(workdir)
+            .run_cmd("pwd > where.txt")
+        )
+        logs = []
+        Template.build(template, f"layer-{unique}", on_build_logs=logs.append)
+        # The image is not pulled, and the log says so.
+        assert any("pulls no images" in entry.message for entry in logs)
+        # The host saw none of it.
+        assert not os.path.exists(installed)
+        assert not os.path.exists(workdir)
+        with open(host_file) as f:
+            assert f.read() == "the host's\n"
+
+        first = Sandbox.create(f"layer-{unique}", timeout=120)
+        second = Sandbox.create(f"layer-{unique}", timeout=120)
+        try:
+            run = lambda sbx, cmd, **kw: sbx.commands.run(cmd, **kw).stdout.strip()
+            assert run(first, f"cat {installed}/f") == "layered"
+            assert run(first, "pwd; cat where.txt").split() == [workdir, workdir]
+            assert run(first, f"test -e {host_file} && echo there || echo deleted") == "deleted"
+            # Each sandbox has a layer of its own.
+            first.commands.run(f"echo first > {installed}/mine", user="root")
+            assert run(second, f"cat {installed}/mine 2>/dev/null || echo absent") == "absent"
+            assert not os.path.exists(f"{installed}/mine")
+            # A sandbox of the base template sees the host as it is.
+            with Sandbox.create(timeout=60) as base:
+                assert run(base, f"test -e {installed} && echo there || echo absent") == "absent"
+                assert run(base, f"cat {host_file}") == "the host's"
+            if hasattr(Sandbox, "create_snapshot"):
+                snapshot = first.create_snapshot()
+                try:
+                    with Sandbox.create(snapshot.snapshot_id, timeout=60) as copy:
+                        assert run(copy, f"cat {installed}/mine") == "first"
+                        assert run(copy, f"test -e {host_file} && echo there || echo deleted") == "deleted"
+                finally:
+                    Sandbox.delete_snapshot(snapshot.snapshot_id)
+        finally:
+            first.kill()
+            second.kill()
+    finally:
+        os.remove(host_file)
 
 
 def test_start_command_runs_in_each_sandbox_of_the_template(server, unique):

@@ -21,10 +21,12 @@
 //!   sandbox and moves or merges it into place with E2B's ownership and mode rules;
 //!   `ENV` values are expanded by the sandbox's shell; `WORKDIR` is made when missing;
 //!   `USER` takes `user` or `root`, the two users e2b-local's sandboxes have.
-//! - **The host's system is read-only to the steps** (with a mount namespace): a step
-//!   that installs outside the home, `/tmp` and the volumes fails, naming the step,
-//!   instead of changing the machine e2b-local runs on. A template keeps what its steps
-//!   write to the home and `/tmp`.
+//! - **The steps write to a layer of the build's own** ([`crate::root_layer`]): what a step
+//!   writes outside the home, `/tmp` and the volumes (`WORKDIR /app`, a package install)
+//!   lands in the build sandbox's root layer, never on the host, and the template keeps it
+//!   with the home and `/tmp`; each sandbox of the template starts with a copy. A host
+//!   without the namespaces a layer needs runs the steps with its system read-only
+//!   instead: such a step fails, naming the step.
 //! - **The start command** runs at the end of the build until the ready command passes,
 //!   as on E2B. E2B then snapshots the memory, so every sandbox of the template starts
 //!   with it running; e2b-local keeps files only, so it starts the start command again in

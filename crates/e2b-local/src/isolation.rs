@@ -13,6 +13,11 @@
 //! `/proc` shows only its processes) and, with internet access off, a network namespace
 //! with only loopback, where the host allows them ([`crate::sandbox_ns`]).
 //!
+//! A sandbox with a root layer ([`crate::root_layer`]) is started in the mount namespace
+//! that holds its overlay; after the binds above, the command binds them and the host's
+//! other top-level mounts into the overlay and makes it its root (`pivot_root`), so what it
+//! writes outside its areas lands in the layer.
+//!
 //! Path mapping: commands run as the server's own user with `HOME` set to the sandbox
 //! root and `TMPDIR` to its tmp; a `cwd` under `/home/user` or `/tmp` is mapped to the
 //! host directory. `whoami` then prints the server's user.
@@ -24,6 +29,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::root_layer::RootLayer;
 use crate::sandbox_ns::{NsCapability, SandboxNs};
 use crate::volumes::{MOUNT_ROOT, MountPoint, VolumeMount};
 
@@ -38,6 +44,9 @@ pub enum IsolationMode {
     /// Never use namespaces: commands run as the server's user with paths mapped.
     PathMapping,
 }
+
+/// The file the root-layer probe looks for at `/` (it exists only in the probe's layer).
+const LAYER_PROBE: &str = "e2b-local-layer-probe";
 
 /// The uid and gid of the sandbox user `user`.
 pub(crate) const USER_ID: u32 = 1000;
@@ -69,13 +78,17 @@ impl SandboxUser {
 
 /// How a command sees the host's system outside its sandbox's areas (home, `/tmp`,
 /// volumes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SystemView {
     /// As the host has it (e2b-local is not a security boundary).
     Shared,
-    /// Read-only: a template build's steps, which must not install into the host
-    /// ([`crate::builder`]). Only with a mount namespace.
+    /// Read-only: a template build's steps where the host allows no root layer (no PID
+    /// namespace to hold it), which must not install into the host ([`crate::builder`]).
+    /// Only with a mount namespace.
     ReadOnly,
+    /// Under the sandbox's own writable layer ([`crate::root_layer`]), mounted in the
+    /// mount namespace the command is started in.
+    Layered(RootLayer),
 }
 
 /// The mechanism actually in use.
@@ -123,7 +136,7 @@ pub(crate) struct CommandSpec<'a> {
     /// The volumes the sandbox mounts (bound in mount namespaces; symlinks otherwise).
     pub(crate) volumes: &'a [VolumeMount],
     /// The host's system as the command sees it (mount namespaces only).
-    pub(crate) system: SystemView,
+    pub(crate) system: &'a SystemView,
 }
 
 /// What a command under the egress filter needs before exec.
@@ -154,7 +167,7 @@ impl Isolation {
             return Ok(Isolation::PathMapping);
         }
         let attempt = Isolation::namespace(etc_dir).and_then(|iso| {
-            iso.probe(etc_dir, None)?;
+            iso.probe(etc_dir, None, &SystemView::Shared)?;
             Ok(iso)
         });
         match (attempt, mode) {
@@ -205,8 +218,8 @@ impl Isolation {
         let mut missing = Vec::new();
         let mut capability = NsCapability::NONE;
         for offline in [true, false] {
-            let attempt = SandboxNs::create(offline).and_then(|ns| {
-                let probed = self.probe(etc_dir, Some(&ns));
+            let attempt = SandboxNs::create(offline, None).and_then(|ns| {
+                let probed = self.probe(etc_dir, Some(&ns), &SystemView::Shared);
                 ns.kill();
                 probed
             });
@@ -215,6 +228,7 @@ impl Isolation {
                     capability = NsCapability {
                         pid: true,
                         net: offline,
+                        layer: false,
                     };
                     break;
                 }
@@ -227,6 +241,12 @@ impl Isolation {
         if !capability.pid {
             missing.retain(|m| !m.starts_with("network"));
             missing.push("network namespaces unavailable: they need a PID namespace".to_owned());
+            missing.push("root layers unavailable: they need a PID namespace".to_owned());
+        } else {
+            match self.probe_layer(etc_dir) {
+                Ok(()) => capability.layer = true,
+                Err(error) => missing.push(format!("root layers unavailable: {error}")),
+            }
         }
         for reason in &missing {
             tracing::warn!(
@@ -263,9 +283,27 @@ impl Isolation {
         }
     }
 
+    /// Runs the probe under a root layer, which holds a file the host lacks.
+    fn probe_layer(&self, etc_dir: &Path) -> io::Result<()> {
+        let dir = etc_dir.join("probe-sandbox");
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
+        let layer = RootLayer::create_empty(&dir)?;
+        let probed = fs::write(dir.join(crate::root_layer::LAYER_DIR).join(LAYER_PROBE), "")
+            .and_then(|()| SandboxNs::create(false, Some(&layer)))
+            .and_then(|ns| {
+                let probed = self.probe(etc_dir, Some(&ns), &SystemView::Layered(layer.clone()));
+                ns.kill();
+                probed
+            });
+        let _ = fs::remove_dir_all(&dir);
+        probed
+    }
+
     /// Runs `id -un` through the namespace set-up once (inside `ns` when given), so a
     /// host that refuses it is detected at start rather than on the first command.
-    fn probe(&self, etc_dir: &Path, ns: Option<&SandboxNs>) -> io::Result<()> {
+    fn probe(&self, etc_dir: &Path, ns: Option<&SandboxNs>, system: &SystemView) -> io::Result<()> {
         let home = etc_dir.join("probe-home");
         let tmp = etc_dir.join("probe-tmp");
         fs::create_dir_all(&home)?;
@@ -273,9 +311,12 @@ impl Isolation {
         std::os::unix::fs::chown(&home, Some(USER_ID), Some(USER_ID))?;
         let envs = BTreeMap::new();
         // Inside a PID namespace the init (pid 1 of the fresh /proc) must be ours.
-        let script = match ns {
-            None => "id -un; test -d /home/user",
-            Some(_) => "id -un; test -d /home/user; test \"$(cat /proc/1/comm)\" = sleep",
+        let script = match (ns, system) {
+            (None, _) => "id -un; test -d /home/user",
+            (Some(_), SystemView::Layered(_)) => {
+                "id -un; test -d /home/user; test \"$(cat /proc/1/comm)\" = sleep; test -e /e2b-local-layer-probe"
+            }
+            (Some(_), _) => "id -un; test -d /home/user; test \"$(cat /proc/1/comm)\" = sleep",
         };
         let args = ["-c".to_owned(), script.to_owned()];
         let spec = CommandSpec {
@@ -296,7 +337,7 @@ impl Isolation {
             trust: None,
             boot_id: None,
             volumes: &[],
-            system: SystemView::Shared,
+            system,
         };
         let mut command = self.std_command(&spec)?;
         let output = match ns {
@@ -438,7 +479,15 @@ impl Isolation {
                         None => None,
                     },
                     volumes: volume_binds(spec)?,
-                    read_only_root: spec.system == SystemView::ReadOnly,
+                    read_only_root: *spec.system == SystemView::ReadOnly,
+                    layer: None,
+                };
+                let plan = match spec.system {
+                    SystemView::Layered(layer) => MountPlan {
+                        layer: Some(LayerPlan::new(layer, &plan, spec)?),
+                        ..plan
+                    },
+                    SystemView::Shared | SystemView::ReadOnly => plan,
                 };
                 // SAFETY: the closure only calls async-signal-safe libc functions on
                 // strings prepared before the fork; it allocates nothing.
@@ -493,6 +542,93 @@ struct MountPlan {
     volumes: Vec<VolumeBind>,
     /// Make the root mount read-only for this command ([`SystemView::ReadOnly`]).
     read_only_root: bool,
+    /// Make the sandbox's root layer the command's root ([`SystemView::Layered`]).
+    layer: Option<LayerPlan>,
+}
+
+/// How a command moves into its sandbox's root layer, prepared before the fork.
+struct LayerPlan {
+    /// Where the overlay is mounted (in the namespace the command is forked in). Opened
+    /// before the command's own mounts: the path may lie under the host's `/tmp`, which
+    /// they cover.
+    root: CString,
+    /// The mounts to bring over from the command's namespace into the overlay, each to the
+    /// same path there, parents first.
+    binds: Vec<LayerBind>,
+}
+
+struct LayerBind {
+    source: CString,
+    /// Relative to the overlay's root (the working directory when it is bound).
+    target: CString,
+    need: Need,
+}
+
+/// Whether a command can do without a bind (in order of precedence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Need {
+    /// The sandbox's own areas and files: without them the command would see the host's.
+    Required,
+    /// The host's other mounts: one the layer has replaced (a file where its mount point
+    /// was) stays as the layer has it.
+    BestEffort,
+}
+
+impl LayerPlan {
+    fn new(layer: &RootLayer, plan: &MountPlan, spec: &CommandSpec<'_>) -> io::Result<LayerPlan> {
+        let mut own: Vec<&Path> = vec![
+            Path::new("/home"),
+            Path::new("/etc/passwd"),
+            Path::new("/etc/group"),
+            Path::new("/tmp"),
+        ];
+        if plan.resolv_conf.is_some() {
+            own.push(Path::new("/etc/resolv.conf"));
+        }
+        if plan.ca_bundle.is_some() {
+            own.push(Path::new("/etc/ssl/certs/ca-certificates.crt"));
+        }
+        if plan.hosts.is_some() {
+            own.push(Path::new("/etc/hosts"));
+        }
+        if plan.fresh_proc {
+            own.push(Path::new("/proc"));
+        }
+        if plan.volumes.iter().any(|v| v.cover_mount_root) {
+            own.push(Path::new(MOUNT_ROOT));
+        }
+        for volume in spec.volumes {
+            if volume.point == MountPoint::EmptyHostDir {
+                own.push(Path::new(&volume.path));
+            }
+        }
+        let host = crate::root_layer::host_top_mounts()?;
+        let mut points: Vec<(&Path, Need)> = own.into_iter().map(|p| (p, Need::Required)).collect();
+        points.extend(
+            host.iter()
+                .filter(|p| !p.starts_with(layer.root()))
+                .map(|p| (p.as_path(), Need::BestEffort)),
+        );
+        // Parents before what lies under them; of one path, the required entry.
+        points.sort();
+        points.dedup_by(|later, kept| later.0 == kept.0);
+        let root = layer.root();
+        let binds = points
+            .into_iter()
+            .map(|(point, need)| {
+                let inside = point.strip_prefix("/").unwrap_or(point);
+                Ok(LayerBind {
+                    source: cstring(point)?,
+                    target: cstring(inside)?,
+                    need,
+                })
+            })
+            .collect::<io::Result<_>>()?;
+        Ok(LayerPlan {
+            root: cstring(root)?,
+            binds,
+        })
+    }
 }
 
 /// One volume's bind, prepared before the fork.
@@ -590,6 +726,20 @@ impl MountPlan {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
+            // The copy of the overlay this namespace got, reached before /tmp is covered.
+            let layer_root = match &self.layer {
+                Some(layer) => {
+                    let fd = libc::open(
+                        layer.root.as_ptr(),
+                        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    );
+                    if fd < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Some(fd)
+                }
+                None => None,
+            };
             // Before /home and /tmp are replaced: the volumes' directories (and the
             // mount points in the sandbox's areas) may lie under the host's /tmp.
             for volume in &self.volumes {
@@ -702,6 +852,29 @@ impl MountPlan {
                 libc::MS_BIND | libc::MS_REC,
                 std::ptr::null(),
             ))?;
+            if let (Some(layer), Some(fd)) = (&self.layer, layer_root) {
+                check(libc::fchdir(fd))?;
+                libc::close(fd);
+                for bind in &layer.binds {
+                    let bound = libc::mount(
+                        bind.source.as_ptr(),
+                        bind.target.as_ptr(),
+                        none,
+                        libc::MS_BIND | libc::MS_REC,
+                        std::ptr::null(),
+                    );
+                    if bound < 0 && bind.need == Need::Required {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                // The overlay becomes the root and the host's root, with everything on it,
+                // is let go: what the command needs of it was bound over just above.
+                if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                check(libc::umount2(c".".as_ptr(), libc::MNT_DETACH))?;
+                check(libc::chdir(c"/".as_ptr()))?;
+            }
             // Only the root mount's own flag: /home, /tmp, /proc, /dev and the volumes are
             // mounts of their own and stay writable; the host's mount is not touched
             // (private propagation above).
@@ -770,6 +943,109 @@ mod tests {
             out,
             "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
         );
+    }
+
+    /// Runs `script` as root through the namespace set-up, as a sandbox with `system` would.
+    fn run_as_root(
+        iso: &Isolation,
+        dir: &Path,
+        ns: Option<&SandboxNs>,
+        system: &SystemView,
+        script: &str,
+    ) -> std::process::Output {
+        let (home, tmp) = (dir.join("home"), dir.join("tmp"));
+        fs::create_dir_all(&home).unwrap();
+        fs::create_dir_all(&tmp).unwrap();
+        let envs = BTreeMap::new();
+        let args = ["-c".to_owned(), script.to_owned()];
+        let spec = CommandSpec {
+            sandbox_id: "test",
+            home: &home,
+            virt_home: crate::paths::HOME,
+            tmp: &tmp,
+            user: SandboxUser::Root,
+            program: "/bin/sh",
+            args: &args,
+            cwd_virtual: "/",
+            cwd_host: Path::new("/"),
+            sandbox_envs: &envs,
+            request_envs: &envs,
+            stdio: CommandStdio::Pipes { stdin: false },
+            own_pid_namespace: ns.is_some(),
+            egress: None,
+            trust: None,
+            boot_id: None,
+            volumes: &[],
+            system,
+        };
+        let mut command = iso.std_command(&spec).unwrap();
+        match ns {
+            None => command.output().unwrap(),
+            Some(ns) => ns.run_inside(|| command.output()).unwrap(),
+        }
+    }
+
+    #[test]
+    fn root_writes_outside_the_areas_fail_read_only_and_land_in_the_layer_when_layered() {
+        // contract: L22 — a build's steps never write the host's system.
+        let dir = tempfile::tempdir().unwrap();
+        let iso = Isolation::prepare(IsolationMode::Auto, &dir.path().join("etc")).unwrap();
+        if !matches!(iso, Isolation::Namespace { .. }) {
+            // Path mapping (not root): commands are host processes, no system view applies.
+            assert!(iso.ns_capability() == NsCapability::NONE);
+            return;
+        }
+        let name = format!("e2b-local-test-{}", crate::token::new_uuid());
+        let target = Path::new("/usr/local").join(&name);
+        let write = format!(
+            "mkdir {} && echo hi > {}/f",
+            target.display(),
+            target.display()
+        );
+
+        let read_only = run_as_root(&iso, dir.path(), None, &SystemView::ReadOnly, &write);
+        assert!(!read_only.status.success());
+        assert!(
+            String::from_utf8_lossy(&read_only.stderr).contains("Read-only file system"),
+            "{read_only:?}"
+        );
+        assert!(!target.exists());
+
+        if !iso.ns_capability().pid {
+            return;
+        }
+        // Where a PID namespace can hold it, a layer must work (its probe passes).
+        assert!(iso.ns_capability().layer, "{:?}", iso.ns_missing());
+        let sandbox = dir.path().join("sandbox");
+        let layer = RootLayer::create_empty(&sandbox).unwrap();
+        let ns = SandboxNs::create(false, Some(&layer)).unwrap();
+        let layered = SystemView::Layered(layer.clone());
+        let wrote = run_as_root(&iso, dir.path(), Some(&ns), &layered, &write);
+        assert!(wrote.status.success(), "{wrote:?}");
+        assert!(!target.exists(), "the host's /usr/local was written");
+        let upper = sandbox.join(crate::root_layer::LAYER_DIR);
+        assert_eq!(
+            fs::read_to_string(upper.join("usr/local").join(&name).join("f")).unwrap(),
+            "hi\n"
+        );
+        // A second command of the sandbox sees the first one's write (one overlay), and the
+        // host's other mounts through it.
+        let read = run_as_root(
+            &iso,
+            dir.path(),
+            Some(&ns),
+            &layered,
+            &format!(
+                "cat {}/f; test -c /dev/null && test -d /proc/self && echo mounts",
+                target.display()
+            ),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&read.stdout),
+            "hi\nmounts\n",
+            "{read:?}"
+        );
+        ns.kill();
     }
 
     #[test]

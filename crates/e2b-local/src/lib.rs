@@ -29,6 +29,7 @@ mod pty;
 mod reply;
 mod requests;
 mod rest;
+mod root_layer;
 mod sandbox_log;
 mod sandbox_ns;
 mod secrets;

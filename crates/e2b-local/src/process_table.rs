@@ -195,6 +195,9 @@ pub(crate) struct ProcessTable {
     /// The sandbox's event log (commands started and ended).
     log: crate::sandbox_log::SandboxLog,
     plan: NsPlan,
+    /// The sandbox's root layer, mounted in its namespaces ([`crate::root_layer`]); only
+    /// with a PID namespace, whose init holds the mount.
+    layer: Option<crate::root_layer::RootLayer>,
     /// This boot's id, as `/proc/sys/kernel/random/boot_id` shows it (a random UUID, [`crate::token::new_uuid`]).
     boot_id: String,
     inner: Mutex<TableInner>,
@@ -241,12 +244,14 @@ impl ProcessTable {
     pub(crate) fn new(
         sandbox_id: &str,
         plan: NsPlan,
+        layer: Option<crate::root_layer::RootLayer>,
         egress: Option<Arc<LivePolicy>>,
         log: crate::sandbox_log::SandboxLog,
     ) -> ProcessTable {
         ProcessTable {
             sandbox_id: sandbox_id.to_owned(),
             log,
+            layer: layer.filter(|_| plan.pid),
             plan,
             boot_id: crate::token::new_uuid(),
             inner: Mutex::new(TableInner {
@@ -265,6 +270,11 @@ impl ProcessTable {
     /// The policy new commands are filtered by (`None`: they are not filtered).
     pub(crate) fn egress(&self) -> Option<Arc<LivePolicy>> {
         self.lock().egress.clone()
+    }
+
+    /// The sandbox's root layer, when its commands have one.
+    pub(crate) fn layer(&self) -> Option<&crate::root_layer::RootLayer> {
+        self.layer.as_ref()
     }
 
     /// Whether the sandbox runs in a network namespace with only loopback.
@@ -505,7 +515,10 @@ impl ProcessTable {
         // this process or sees it and kills it.
         let mut child = if self.plan.pid {
             if inner.ns.is_none() {
-                inner.ns = Some(SandboxNs::create(self.plan.offline).map_err(SpawnError::Io)?);
+                inner.ns = Some(
+                    SandboxNs::create(self.plan.offline, self.layer.as_ref())
+                        .map_err(SpawnError::Io)?,
+                );
             }
             let ns = inner.ns.as_ref().ok_or(SpawnError::Closed)?;
             ns.run_inside(|| command.spawn()).map_err(SpawnError::Io)?

@@ -11,6 +11,10 @@
 //! makes the kernel kill every process left in its PID namespace: pause and kill reach
 //! even processes that left the command's process group and dropped its environment.
 //!
+//! A sandbox with a root layer gets a mount namespace too, made by the holder thread before
+//! it starts the init, with the layer's overlay mounted in it ([`crate::root_layer`]);
+//! commands are forked from a thread that joined it as well, and copy it.
+//!
 //! The init must not outlive the server either, or a SIGKILLed server leaves its
 //! sandboxes' processes behind: it is started with a parent-death signal (SIGKILL). That
 //! signal fires when the *thread* that forked it ends, so the thread that creates a
@@ -29,6 +33,9 @@ use std::sync::mpsc;
 pub(crate) struct NsCapability {
     pub(crate) pid: bool,
     pub(crate) net: bool,
+    /// Root layers ([`crate::root_layer`]): overlay mounts held in a PID namespace's
+    /// mount namespace.
+    pub(crate) layer: bool,
 }
 
 impl NsCapability {
@@ -36,6 +43,7 @@ impl NsCapability {
     pub(crate) const NONE: NsCapability = NsCapability {
         pid: false,
         net: false,
+        layer: false,
     };
 
     /// The namespaces a sandbox gets; `offline` when it has internet access off and no
@@ -65,25 +73,40 @@ pub(crate) struct SandboxNs {
     init_pid: u32,
     pid_ns: File,
     net_ns: Option<File>,
+    /// The mount namespace holding the sandbox's root layer, when it has one
+    /// ([`crate::root_layer`]).
+    mnt_ns: Option<File>,
     /// Dropping it lets the holder thread kill and reap the init, and end.
     _stop: mpsc::Sender<()>,
 }
 
 /// What the holder thread hands back once the init runs.
-type Started = (u32, File, Option<File>);
+type Started = (u32, Namespaces);
+
+/// The namespaces the init holds, opened.
+struct Namespaces {
+    pid: File,
+    net: Option<File>,
+    mnt: Option<File>,
+}
 
 impl SandboxNs {
     /// Starts the init in a new PID namespace, plus a new network namespace with only
-    /// loopback (brought up) when `offline`.
-    pub(crate) fn create(offline: bool) -> io::Result<SandboxNs> {
+    /// loopback (brought up) when `offline`, and a mount namespace with `layer` mounted
+    /// when there is one.
+    pub(crate) fn create(
+        offline: bool,
+        layer: Option<&crate::root_layer::RootLayer>,
+    ) -> io::Result<SandboxNs> {
+        let layer = layer.cloned();
         let (started_tx, started_rx) = mpsc::channel::<io::Result<Started>>();
         let (_stop, stopped) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("e2b-local-ns".to_owned())
             .spawn(move || {
-                let mut init = match SandboxNs::start_init(offline) {
-                    Ok((init, pid_ns, net_ns)) => {
-                        let _ = started_tx.send(Ok((init.id(), pid_ns, net_ns)));
+                let mut init = match SandboxNs::start_init(offline, layer.as_ref()) {
+                    Ok((init, namespaces)) => {
+                        let _ = started_tx.send(Ok((init.id(), namespaces)));
                         init
                     }
                     Err(error) => {
@@ -99,19 +122,27 @@ impl SandboxNs {
                 let _ = init.kill();
                 let _ = init.wait();
             })?;
-        let (init_pid, pid_ns, net_ns) = started_rx
+        let (init_pid, namespaces) = started_rx
             .recv()
             .unwrap_or_else(|_| Err(io::Error::other("namespace thread panicked")))?;
         Ok(SandboxNs {
             init_pid,
-            pid_ns,
-            net_ns,
+            pid_ns: namespaces.pid,
+            net_ns: namespaces.net,
+            mnt_ns: namespaces.mnt,
             _stop,
         })
     }
 
     /// Runs on the holder thread, which it leaves in the new namespaces.
-    fn start_init(offline: bool) -> io::Result<(Child, File, Option<File>)> {
+    fn start_init(
+        offline: bool,
+        layer: Option<&crate::root_layer::RootLayer>,
+    ) -> io::Result<(Child, Namespaces)> {
+        // First, so the init lives in it too: the namespace stays while anything does.
+        let mnt = layer
+            .map(crate::root_layer::RootLayer::mount_in_new_namespace)
+            .transpose()?;
         let mut flags = libc::CLONE_NEWPID;
         if offline {
             flags |= libc::CLONE_NEWNET;
@@ -152,10 +183,14 @@ impl SandboxNs {
             } else {
                 None
             };
-            Ok((pid_ns, net_ns))
+            Ok(Namespaces {
+                pid: pid_ns,
+                net: net_ns,
+                mnt,
+            })
         })();
         match opened {
-            Ok((pid_ns, net_ns)) => Ok((init, pid_ns, net_ns)),
+            Ok(namespaces) => Ok((init, namespaces)),
             Err(error) => {
                 let _ = init.kill();
                 let _ = init.wait();
@@ -180,6 +215,15 @@ impl SandboxNs {
                     if let Some(net) = &self.net_ns {
                         // SAFETY: as above.
                         check(unsafe { libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) })?;
+                    }
+                    if let Some(mnt) = &self.mnt_ns {
+                        // A thread may change its mount namespace only once it no longer
+                        // shares its root and working directory with the process's
+                        // other threads; the children it forks take the namespace along.
+                        // SAFETY: as above.
+                        check(unsafe { libc::unshare(libc::CLONE_FS) })?;
+                        // SAFETY: as above.
+                        check(unsafe { libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS) })?;
                     }
                     start()
                 })

@@ -348,7 +348,7 @@ impl Snapshots {
         self.dir.join(template_id).join("builds").join(build_id)
     }
 
-    /// Copies a sandbox's files (home and tmp) into a staging directory, holding its
+    /// Copies a sandbox's files (home, tmp and its root layer) into a staging directory, holding its
     /// processes still meanwhile. Errors are the caller's answer.
     pub(crate) fn capture(&self, source: SnapshotSource) -> Result<Capture, ApiError> {
         let dir = self.dir.join(STAGING).join(random_id(20));
@@ -362,11 +362,12 @@ impl Snapshots {
             fs::create_dir(&capture.dir).and_then(|()| {
                 let home = copy_tree(&capture.source.dir.join("home"), &capture.dir.join("home"))?;
                 let tmp = copy_tree(&capture.source.dir.join("tmp"), &capture.dir.join("tmp"))?;
+                let layer = crate::root_layer::copy_layer(&capture.source.dir, &capture.dir)?;
                 Ok(CopyStats {
-                    files: home.files + tmp.files,
-                    bytes: home.bytes + tmp.bytes,
-                    reflinked: home.reflinked + tmp.reflinked,
-                    skipped: home.skipped + tmp.skipped,
+                    files: home.files + tmp.files + layer.files,
+                    bytes: home.bytes + tmp.bytes + layer.bytes,
+                    reflinked: home.reflinked + tmp.reflinked + layer.reflinked,
+                    skipped: home.skipped + tmp.skipped + layer.skipped,
                 })
             })
         };

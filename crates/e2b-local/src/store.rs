@@ -106,7 +106,9 @@ pub(crate) struct Record {
     #[serde(default)]
     pub(crate) iam_tokens: BTreeMap<String, crate::identity::IamToken>,
     /// The template build this sandbox runs the steps of ([`crate::builder`]): left out of
-    /// the list, and its commands see the host's system read-only.
+    /// the list, and its commands write to a root layer of their own
+    /// ([`crate::root_layer`]), or see the host's system read-only where the host allows
+    /// no layer.
     #[serde(default)]
     pub(crate) build_of: Option<String>,
     /// The user and working directory a request that names none gets (a built template's).
@@ -392,6 +394,8 @@ impl Store {
         let procs = Arc::new(process_table(
             record,
             self.ns,
+            crate::root_layer::RootLayer::of_sandbox(&self.sandbox_dir(&record.id))
+                .filter(|_| self.ns.layer),
             self.egress_unavailable.is_none(),
             self.logs.of(&record.id),
         ));
@@ -534,8 +538,21 @@ impl Store {
             Some(files) => fs::create_dir_all(self.sandbox_dir(&id))
                 .and_then(|()| crate::tree_copy::copy_tree(&files.join("home"), &home))
                 .and_then(|_| crate::tree_copy::copy_tree(&files.join("tmp"), &tmp))
+                .and_then(|_| crate::root_layer::copy_layer(files, &self.sandbox_dir(&id)))
                 .map(|_| ()),
         };
+        // A build's steps get a layer of their own to install into (the files it starts
+        // from may have brought one already).
+        let made = made.and_then(|()| match params.build_of {
+            Some(_) if self.ns.layer => {
+                let dir = self.sandbox_dir(&id);
+                match crate::root_layer::RootLayer::of_sandbox(&dir) {
+                    Some(_) => Ok(()),
+                    None => crate::root_layer::RootLayer::create_empty(&dir).map(|_| ()),
+                }
+            }
+            _ => Ok(()),
+        });
         let virt_home = crate::paths::home_for_template(
             params
                 .origin
@@ -787,10 +804,10 @@ impl Store {
             procs: Arc::clone(&entry.procs),
             mounts: Arc::clone(&entry.mounts),
             volumes: Arc::clone(&entry.volumes),
-            system: if entry.record.build_of.is_some() {
-                crate::isolation::SystemView::ReadOnly
-            } else {
-                crate::isolation::SystemView::Shared
+            system: match entry.procs.layer() {
+                Some(layer) => crate::isolation::SystemView::Layered(layer.clone()),
+                None if entry.record.build_of.is_some() => crate::isolation::SystemView::ReadOnly,
+                None => crate::isolation::SystemView::Shared,
             },
             defaults: entry.record.defaults.clone(),
         })

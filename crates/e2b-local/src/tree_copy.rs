@@ -22,8 +22,27 @@ pub(crate) struct CopyStats {
     pub(crate) skipped: u64,
 }
 
+/// What a copy does with the entries that are not files, directories or links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Specials {
+    /// Leaves them out (a home or `/tmp`: sockets and fifos belong to processes).
+    Skip,
+    /// Keeps overlayfs' markers of a root layer ([`crate::root_layer`]): whiteouts (the
+    /// lower files it deleted) and opaque directories (the lower ones it replaced).
+    OverlayMarkers,
+}
+
 /// Copies the tree at `src` to `dst`, which must not exist yet.
 pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
+    copy_tree_keeping(src, dst, Specials::Skip)
+}
+
+/// [`copy_tree`], keeping the special entries `specials` names.
+pub(crate) fn copy_tree_keeping(
+    src: &Path,
+    dst: &Path,
+    specials: Specials,
+) -> io::Result<CopyStats> {
     let mut stats = CopyStats::default();
     // Directories get their real mode and times only after their content is in, so a
     // read-only directory can still be filled and its mtime is not changed by the filling.
@@ -34,6 +53,9 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
         let kind = meta.file_type();
         if kind.is_dir() {
             fs::DirBuilder::new().mode(0o700).create(&to)?;
+            if specials == Specials::OverlayMarkers && crate::root_layer::is_opaque(&from) {
+                crate::root_layer::make_opaque(&to)?;
+            }
             for entry in fs::read_dir(&from)? {
                 let entry = entry?;
                 stack.push((entry.path(), to.join(entry.file_name())));
@@ -47,6 +69,8 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<CopyStats> {
         } else if kind.is_symlink() {
             std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
             keep_owner(&to, &meta)?;
+        } else if specials == Specials::OverlayMarkers && crate::root_layer::is_whiteout(&meta) {
+            crate::root_layer::make_whiteout(&to)?;
         } else {
             tracing::debug!(path = %from.display(), "snapshot skips a socket, fifo or device");
             stats.skipped += 1;

@@ -136,7 +136,8 @@ fn base(app: &App, job: &Job, source: &Source) -> Result<Base, Failure> {
                 "warn",
                 Some("base"),
                 "[base] e2b-local pulls no images: the steps start from this host's system, \
-                 as sandboxes of the template 'base' do, and cannot change it",
+                 as sandboxes of the template 'base' do; what they write outside the home \
+                 and /tmp goes to the template's own layer, not to the host",
             );
             job.log("info", Some("base"), "[base] DEFAULT USER user");
             Ok(fresh("base"))

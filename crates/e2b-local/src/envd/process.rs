@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::connect::{self, BreakOff, Code, ConnectError, Outgoing, de_opt_u32};
 use super::ctx::Ctx;
-use crate::isolation::{CommandSpec, CommandStdio, EgressSpec};
+use crate::isolation::{CommandSpec, CommandStdio, EgressSpec, SystemView};
 use crate::paths::{Last, SandboxFs};
 use crate::process_table::{
     EndInfo, Event, Listing, PauseWatch, Proc, ProcConfig, ProcessTable, SpawnError,
@@ -301,7 +301,7 @@ pub(crate) fn launch(
         .cwd
         .or_else(|| sandbox.defaults.as_ref()?.workdir.as_deref())
         .unwrap_or_default();
-    let (cwd_virtual, cwd_host) = resolve_cwd(ctx, &fs, cwd_request)?;
+    let (cwd_virtual, cwd_host) = resolve_cwd(ctx, &fs, &sandbox.system, cwd_request)?;
     // A sandbox with egress rules starts every command under the filter (crate::egress).
     let egress = sandbox.procs.egress();
     let handoff = match (&egress, &ctx.app.egress) {
@@ -355,7 +355,7 @@ pub(crate) fn launch(
         }),
         trust: ctx.app.egress.as_ref().map(|e| &e.trust),
         boot_id: Some(&sandbox.boot_id),
-        system: sandbox.system,
+        system: &sandbox.system,
     };
     let command =
         ctx.app.isolation.command(&spec).map_err(|e| {
@@ -413,6 +413,7 @@ pub(crate) fn launch(
 fn resolve_cwd(
     ctx: &Ctx,
     fs: &SandboxFs<'_>,
+    system: &SystemView,
     cwd: &str,
 ) -> Result<(String, std::path::PathBuf), ConnectError> {
     let not_found =
@@ -426,9 +427,14 @@ fn resolve_cwd(
             }
         }
         Err(crate::paths::PathError::Outside(virt)) => {
-            // Outside the sandbox areas the command sees the host's own tree.
+            // Outside the sandbox areas the command sees the host's own tree, under the
+            // sandbox's layer when it has one.
             let host = std::path::PathBuf::from(&virt);
-            if ctx.app.isolation_is_namespace() && host.is_dir() {
+            let is_dir = match system {
+                SystemView::Layered(layer) => layer.is_dir(&virt),
+                SystemView::Shared | SystemView::ReadOnly => host.is_dir(),
+            };
+            if ctx.app.isolation_is_namespace() && is_dir {
                 Ok((virt, host))
             } else {
                 Err(not_found())

@@ -13,6 +13,7 @@ use crate::sandbox_ns::NsCapability;
 pub(super) fn process_table(
     record: &Record,
     ns: NsCapability,
+    layer: Option<crate::root_layer::RootLayer>,
     egress_ok: bool,
     log: crate::sandbox_log::SandboxLog,
 ) -> ProcessTable {
@@ -38,7 +39,7 @@ pub(super) fn process_table(
         let policy = policy.unwrap_or_else(|_| deny_everything());
         LivePolicy::new(policy, log.clone(), record.workload())
     });
-    ProcessTable::new(&record.id, plan, egress, log)
+    ProcessTable::new(&record.id, plan, layer, egress, log)
 }
 
 impl Store {
