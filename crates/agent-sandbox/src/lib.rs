@@ -5,6 +5,7 @@ mod arbitration;
 mod backend;
 mod checkpoint;
 mod command;
+mod command_threads;
 mod config;
 mod credentials;
 mod egress;

@@ -27,6 +27,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::tree_copy::is_opaque;
+
 /// The directory holding a layer's changes (overlayfs' upper directory) in a sandbox's
 /// directory and in a snapshot's files.
 pub(crate) const LAYER_DIR: &str = "layer";
@@ -35,11 +37,6 @@ const WORK_DIR: &str = "layer-work";
 /// Where the overlay is mounted inside the sandbox's mount namespace (an empty directory
 /// on the host).
 const MOUNT_DIR: &str = "layer-root";
-
-/// Overlayfs' marker for a deleted lower file: a character device 0:0 in the upper dir.
-const WHITEOUT_RDEV: u64 = 0;
-/// The extended attribute that makes an upper directory hide the lower one's entries.
-pub(crate) const OPAQUE_XATTR: &std::ffi::CStr = c"trusted.overlay.opaque";
 
 /// A sandbox's layer directories.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,34 +146,6 @@ impl RootLayer {
     }
 }
 
-/// Whether an upper-directory entry is a whiteout (a deleted lower entry).
-pub(crate) fn is_whiteout(meta: &fs::Metadata) -> bool {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    meta.file_type().is_char_device() && meta.rdev() == WHITEOUT_RDEV
-}
-
-/// Marks `path` (absent) deleted, as overlayfs does: a character device 0:0.
-pub(crate) fn make_whiteout(path: &Path) -> io::Result<()> {
-    let path = cstring(path)?;
-    // SAFETY: a valid NUL-terminated path; mknod touches no memory of ours.
-    check(unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR, WHITEOUT_RDEV) })
-}
-
-/// Makes the directory `dir` opaque, as overlayfs does.
-pub(crate) fn make_opaque(dir: &Path) -> io::Result<()> {
-    let path = cstring(dir)?;
-    // SAFETY: valid NUL-terminated strings and a one-byte value of the length given.
-    check(unsafe {
-        libc::lsetxattr(
-            path.as_ptr(),
-            OPAQUE_XATTR.as_ptr(),
-            b"y".as_ptr().cast(),
-            1,
-            0,
-        )
-    })
-}
-
 /// Copies the root layer of the sandbox (or snapshot) files at `from`, if they have one,
 /// into `to`'s.
 pub(crate) fn copy_layer(from: &Path, to: &Path) -> io::Result<crate::tree_copy::CopyStats> {
@@ -189,24 +158,6 @@ pub(crate) fn copy_layer(from: &Path, to: &Path) -> io::Result<crate::tree_copy:
         &to.join(LAYER_DIR),
         crate::tree_copy::Specials::OverlayMarkers,
     )
-}
-
-/// Whether an upper directory is opaque (hides the lower directory's entries).
-pub(crate) fn is_opaque(dir: &Path) -> bool {
-    let Ok(path) = cstring(dir) else {
-        return false;
-    };
-    let mut value = [0u8; 4];
-    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
-    let read = unsafe {
-        libc::lgetxattr(
-            path.as_ptr(),
-            OPAQUE_XATTR.as_ptr(),
-            value.as_mut_ptr().cast(),
-            value.len(),
-        )
-    };
-    read > 0 && value[0] == b'y'
 }
 
 /// The mount points directly on the host's root mount (`/proc`, `/dev`, `/sys`, ...), which
@@ -295,6 +246,7 @@ fn check(result: libc::c_int) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tree_copy::{is_whiteout, make_opaque, make_whiteout};
 
     #[test]
     fn the_top_mounts_are_the_children_of_the_topmost_root_mount() {

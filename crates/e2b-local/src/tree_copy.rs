@@ -2,6 +2,8 @@
 //! where the filesystem shares extents (btrfs, xfs, bcachefs), an in-kernel copy
 //! (`copy_file_range`, through `std::io::copy`) otherwise. Modes, owners and modification
 //! times are kept, as `cp -a` keeps them; symlinks are copied as links, never followed.
+//! A root layer's copy also keeps overlayfs' markers, whiteouts and opaque directories, which
+//! this module reads and writes for [`crate::root_layer`] too.
 
 use std::fs::{self, File, FileTimes, OpenOptions};
 use std::io;
@@ -53,8 +55,8 @@ pub(crate) fn copy_tree_keeping(
         let kind = meta.file_type();
         if kind.is_dir() {
             fs::DirBuilder::new().mode(0o700).create(&to)?;
-            if specials == Specials::OverlayMarkers && crate::root_layer::is_opaque(&from) {
-                crate::root_layer::make_opaque(&to)?;
+            if specials == Specials::OverlayMarkers && is_opaque(&from) {
+                make_opaque(&to)?;
             }
             for entry in fs::read_dir(&from)? {
                 let entry = entry?;
@@ -69,8 +71,8 @@ pub(crate) fn copy_tree_keeping(
         } else if kind.is_symlink() {
             std::os::unix::fs::symlink(fs::read_link(&from)?, &to)?;
             keep_owner(&to, &meta)?;
-        } else if specials == Specials::OverlayMarkers && crate::root_layer::is_whiteout(&meta) {
-            crate::root_layer::make_whiteout(&to)?;
+        } else if specials == Specials::OverlayMarkers && is_whiteout(&meta) {
+            make_whiteout(&to)?;
         } else {
             tracing::debug!(path = %from.display(), "snapshot skips a socket, fifo or device");
             stats.skipped += 1;
@@ -120,6 +122,70 @@ fn keep_owner(path: &Path, meta: &fs::Metadata) -> io::Result<()> {
     match std::os::unix::fs::lchown(path, Some(meta.uid()), Some(meta.gid())) {
         Err(error) if error.kind() == io::ErrorKind::PermissionDenied => Ok(()),
         other => other,
+    }
+}
+
+/// Overlayfs' marker for a deleted lower file: a character device 0:0 in the upper dir.
+const WHITEOUT_RDEV: u64 = 0;
+/// The extended attribute that makes an upper directory hide the lower one's entries.
+const OPAQUE_XATTR: &std::ffi::CStr = c"trusted.overlay.opaque";
+
+/// Whether an upper-directory entry is a whiteout (a deleted lower entry).
+pub(crate) fn is_whiteout(meta: &fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    meta.file_type().is_char_device() && meta.rdev() == WHITEOUT_RDEV
+}
+
+/// Marks `path` (absent) deleted, as overlayfs does: a character device 0:0.
+pub(crate) fn make_whiteout(path: &Path) -> io::Result<()> {
+    let path = c_path(path)?;
+    // SAFETY: a valid NUL-terminated path; mknod touches no memory of ours.
+    check(unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR, WHITEOUT_RDEV) })
+}
+
+/// Makes the directory `dir` opaque, as overlayfs does.
+pub(crate) fn make_opaque(dir: &Path) -> io::Result<()> {
+    let path = c_path(dir)?;
+    // SAFETY: valid NUL-terminated strings and a one-byte value of the length given.
+    check(unsafe {
+        libc::lsetxattr(
+            path.as_ptr(),
+            OPAQUE_XATTR.as_ptr(),
+            b"y".as_ptr().cast(),
+            1,
+            0,
+        )
+    })
+}
+
+/// Whether an upper directory is opaque (hides the lower directory's entries).
+pub(crate) fn is_opaque(dir: &Path) -> bool {
+    let Ok(path) = c_path(dir) else {
+        return false;
+    };
+    let mut value = [0u8; 4];
+    // SAFETY: valid NUL-terminated strings and a buffer of the length given.
+    let read = unsafe {
+        libc::lgetxattr(
+            path.as_ptr(),
+            OPAQUE_XATTR.as_ptr(),
+            value.as_mut_ptr().cast(),
+            value.len(),
+        )
+    };
+    read > 0 && value[0] == b'y'
+}
+
+fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)
+}
+
+fn check(result: libc::c_int) -> io::Result<()> {
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
