@@ -6,6 +6,7 @@ contract: O11 (each test below names the part it checks)."""
 
 import base64
 import json
+import shutil
 import threading
 import urllib.error
 import urllib.request
@@ -143,6 +144,36 @@ def test_javascript_keeps_its_state_imports_awaits_and_streams(interpreter):
     failed = interpreter.run_code("missing()", **js)
     assert failed.error.name == "ReferenceError"
     assert failed.error.value == "missing is not defined"
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no java on this machine for the sandbox to run")
+def test_java_keeps_its_state_shows_values_takes_variables_as_properties_and_streams(server):
+    # contract: O11 — a JVM per java context (JShell): state, the last expression's value,
+    # `println`'s text and line end as two messages (as E2B's Java kernel sends them), the
+    # sandbox's and a cell's variables as system properties, errors by exception class.
+    sbx = Sandbox.create(timeout=300, envs={"FROM_SANDBOX": "s"})
+    try:
+        java = {"language": "java"}
+        printed = sbx.run_code('System.out.println("Hello, World!")', **java)
+        assert printed.logs.stdout == ["Hello, World!", "\n"]
+        assert printed.text is None
+        assert sbx.run_code("int n = 40;\nn + 2", **java).text == "42"
+        assert sbx.run_code("n * 2", **java).text == "80"
+        assert sbx.run_code('System.getProperty("user.dir")', **java).text == "/home/user"
+        assert sbx.run_code('"a\\tb"', **java).text == "a\tb"
+        assert sbx.run_code('System.getProperty("FROM_SANDBOX")', **java).text == "s"
+        assert sbx.run_code('System.getProperty("ONCE")', envs={"ONCE": "o"}, **java).text == "o"
+        assert sbx.run_code('System.getProperty("ONCE", "gone")', **java).text == "gone"
+        failed = sbx.run_code('throw new IllegalStateException("nope")', **java)
+        assert failed.error.name == "java.lang.IllegalStateException"
+        assert failed.error.value == "nope"
+        rejected = sbx.run_code('int wrong = "s";', **java)
+        assert rejected.error.name == "CompilationException"
+        assert "incompatible types" in rejected.error.value
+        # The state outlived the errors.
+        assert sbx.run_code("n", **java).text == "40"
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
 
 
 def test_bash_runs_in_a_persistent_shell_and_other_languages_are_refused(interpreter):

@@ -6,7 +6,8 @@
 # {"type": "end_of_execution"}. The cell's own stdout and stderr (its prints and whatever
 # its subprocesses write) are pipes read here, so nothing it writes can be taken for a
 # protocol line. argv[1] is the language: "python" (a persistent namespace), "bash" (a
-# persistent bash process) or "javascript" (a persistent Node process running argv[2]).
+# persistent bash process), "javascript" (a persistent Node process running argv[2]) or
+# "java" (a persistent JVM running the JShell host whose source is argv[2]).
 import ast
 import base64
 import codecs
@@ -531,43 +532,63 @@ def _run_bash(code):
     return None
 
 
-# ---- javascript cells -----------------------------------------------------------------
-# A Node process running the script given as argv[2] (kernel.js), fed cells on its stdin and
-# answering on the pipe named by E2B_ANSWER_FD; its stdout and stderr are this kernel's pipes.
+# ---- javascript and java cells ----------------------------------------------------------
+# A Node process running the script given as argv[2] (kernel.js), or a JVM running the
+# source given there (Kernel.java, through JShell), fed cells on its stdin and answering on
+# the pipe named by E2B_ANSWER_FD; its stdout and stderr are this kernel's pipes.
 
-_node = [None]
+_hosted = [None]
 
 
-def _node_process():
-    if _node[0] is None or _node[0][0].poll() is not None:
-        if _node[0] is not None:
-            os.close(_node[0][1])
+def _hosted_command():
+    if LANGUAGE == "java":
+        import tempfile
+
+        source = os.path.join(tempfile.mkdtemp(prefix="e2b-java-kernel-"), "Kernel.java")
+        with open(source, "w", encoding="utf-8") as f:
+            f.write(sys.argv[2])
+        return ["java", "-Xshare:auto", "-XX:TieredStopAtLevel=1", source]
+    return ["node", "-e", sys.argv[2]]
+
+
+def _hosted_process():
+    if _hosted[0] is None or _hosted[0][0].poll() is not None:
+        if _hosted[0] is not None:
+            _hosted[0][1].close()
         answer_r, answer_w = os.pipe()
         process = subprocess.Popen(
-            ["node", "-e", sys.argv[2]],
+            _hosted_command(),
             stdin=subprocess.PIPE,
             pass_fds=(answer_w,),
             env=dict(os.environ, E2B_ANSWER_FD=str(answer_w)),
         )
         os.close(answer_w)
-        _node[0] = (process, os.fdopen(answer_r, "r", encoding="utf-8"))
-    return _node[0]
+        _hosted[0] = (process, os.fdopen(answer_r, "r", encoding="utf-8"))
+    return _hosted[0]
 
 
-def _run_javascript(code, env):
-    node, answers = _node_process()
+def _run_hosted(code, env):
+    host, answers = _hosted_process()
+    exited = "NodeExited" if LANGUAGE == "javascript" else "JavaExited"
+    said = None
     try:
-        node.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
-        node.stdin.flush()
-        line = answers.readline()
+        host.stdin.write((json.dumps({"code": code, "env": env}) + "\n").encode())
+        host.stdin.flush()
+        while True:
+            line = answers.readline()
+            said = json.loads(line) if line else None
+            # Java's output comes framed on the answer pipe, one message per write.
+            if not isinstance(said, dict) or "stream" not in said:
+                break
+            if not _silent[0] and said["stream"] in ("stdout", "stderr"):
+                emit({"type": said["stream"], "text": str(said.get("text", "")), "timestamp": _now()})
     except KeyboardInterrupt:
-        node.kill()
+        host.kill()
         return {"type": "error", "name": "KeyboardInterrupt", "value": "", "traceback": ""}
     except BrokenPipeError:
-        line = ""
-    if not line:
-        return {"type": "error", "name": "NodeExited", "value": "node exited", "traceback": ""}
-    said = json.loads(line)
+        said = None
+    if not isinstance(said, dict):
+        return {"type": "error", "name": exited, "value": f"{_hosted_command_name()} exited", "traceback": ""}
     if "error" in said:
         error = said["error"]
         return {"type": "error", "name": error.get("name", "Error"),
@@ -576,6 +597,10 @@ def _run_javascript(code, env):
         _flush_output()
         emit(_result({"text/plain": said["text"]}, True))
     return None
+
+
+def _hosted_command_name():
+    return "java" if LANGUAGE == "java" else "node"
 
 
 # ---- the loop -------------------------------------------------------------------------
@@ -604,8 +629,8 @@ def _cell(request):
     if not silent:
         _count[0] += 1
         emit({"type": "number_of_executions", "execution_count": _count[0]})
-    if LANGUAGE == "javascript":
-        error = _run_javascript(code, env)
+    if LANGUAGE in ("javascript", "java"):
+        error = _run_hosted(code, env)
     elif LANGUAGE == "bash":
         if env:
             exports = "".join(f"export {k}={_quote(v)}\n" for k, v in env.items())
@@ -629,8 +654,8 @@ def _quote(value):
 
 
 def main():
-    if LANGUAGE == "javascript" and not shutil.which("node"):
-        sys.stderr.write("no node in the sandbox's PATH\n")
+    if LANGUAGE in ("javascript", "java") and not shutil.which(_hosted_command_name()):
+        sys.stderr.write(f"no {_hosted_command_name()} in the sandbox's PATH\n")
         sys.exit(3)
     os.environ.setdefault("MPLBACKEND", "Agg")
     _install_ipython_display()

@@ -8,7 +8,9 @@
 //! that keeps the context's state, started on first use as root (as E2B's Jupyter runs),
 //! hidden from envd's process list, paused, resumed and killed with the sandbox like every
 //! process of it. Languages: `python`, `javascript`
-//! (a `node` process the Python kernel hosts, `kernel.js`) and `bash`.
+//! (a `node` process the Python kernel hosts, `kernel.js`), `bash` and `java` (a JVM the
+//! Python kernel hosts, running JShell in-process, `Kernel.java`, where the sandbox has
+//! `java`).
 //! What the kernel understands of IPython is in `kernel.py`.
 
 use std::collections::BTreeMap;
@@ -39,6 +41,9 @@ const KERNEL: &str = concat!(include_str!("charts.py"), "\n", include_str!("kern
 /// The JavaScript a `javascript` kernel hosts in `node` (its second argument).
 const KERNEL_JS: &str = include_str!("kernel.js");
 
+/// The JShell host a `java` kernel runs in `java` (its second argument).
+const KERNEL_JAVA: &str = include_str!("Kernel.java");
+
 /// The service's port in every sandbox (`E2b-Sandbox-Port`).
 pub(crate) const PORT: u16 = 49999;
 
@@ -54,7 +59,7 @@ const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 const DEFAULT_CWD: &str = "/home/user";
 
 /// The languages the kernel runs, by the names the service takes (`js` is javascript;
-/// `typescript`, `r` and `java`, which E2B's template also has, are refused with a reason).
+/// `typescript` and `r`, which E2B's template also has, are refused with a reason).
 fn normalize_language(language: Option<&str>) -> Result<String, String> {
     let language = language
         .map(|l| l.trim().to_lowercase())
@@ -63,8 +68,9 @@ fn normalize_language(language: Option<&str>) -> Result<String, String> {
         "" | "python" => Ok("python".to_owned()),
         "js" | "javascript" => Ok("javascript".to_owned()),
         "bash" => Ok("bash".to_owned()),
+        "java" => Ok("java".to_owned()),
         other => Err(format!(
-            "no {other} kernel: e2b-local's code interpreter runs python, javascript and bash"
+            "no {other} kernel: e2b-local's code interpreter runs python, javascript, bash and java"
         )),
     }
 }
@@ -77,8 +83,10 @@ async fn start_kernel(ctx: &Ctx, language: &str, cwd: &str) -> Result<Kernel, St
         KERNEL.to_owned(),
         language.to_owned(),
     ];
-    if language == "javascript" {
-        args.push(KERNEL_JS.to_owned());
+    match language {
+        "javascript" => args.push(KERNEL_JS.to_owned()),
+        "java" => args.push(KERNEL_JAVA.to_owned()),
+        _ => {}
     }
     let envs = BTreeMap::new();
     let (proc, events) = launch(
