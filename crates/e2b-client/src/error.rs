@@ -145,6 +145,15 @@ pub enum Operation {
     RemoveTemplateTags,
     /// `GET /templates/{id}/tags`.
     TemplateTags,
+    /// Reading a Dockerfile into a template
+    /// ([`TemplateSpec::from_dockerfile`](crate::TemplateSpec::from_dockerfile); local,
+    /// nothing sent).
+    ParseDockerfile,
+    /// Writing a template as the SDK's JSON or Dockerfile
+    /// ([`TemplateSpec::to_json`](crate::TemplateSpec::to_json),
+    /// [`TemplateSpec::to_dockerfile`](crate::TemplateSpec::to_dockerfile); local, nothing
+    /// sent).
+    RenderTemplate,
 }
 
 impl Operation {
@@ -238,6 +247,8 @@ impl fmt::Display for Operation {
             Operation::AssignTemplateTags => "assign template tags",
             Operation::RemoveTemplateTags => "remove template tags",
             Operation::TemplateTags => "list template tags",
+            Operation::ParseDockerfile => "parse Dockerfile",
+            Operation::RenderTemplate => "render template",
         })
     }
 }

@@ -14,7 +14,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
 
-use super::spec::{CopyPlan, SymlinkMode};
+use super::options::{CopyPlan, SymlinkMode};
 
 /// The sources of one COPY: absolute paths, sorted as the SDK sorts them (by their text).
 pub(super) fn collect(

@@ -4,216 +4,20 @@
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::error::{Error, Operation};
 use crate::secret::SecretValue;
 
+use super::dockerfile::{self, DockerfileError, shell_quote};
+use super::files::copy_hash;
+use super::options::{
+    AptOptions, CopyItem, CopyOptions, CopyPlan, DependencyKind, Force, GitCloneOptions,
+    MakeDirOptions, NodeScope, PipScope, Recommends, Recursion, RemoveOptions, RenameOptions,
+    SymlinkOptions, UploadMode,
+};
+use super::wire::{RegistryWire, StartBody, StepWire};
+
 /// The image `from_base_image` builds on (no tag, as the SDK sends it).
 const BASE_IMAGE: &str = "e2bdev/base";
-
-/// Whether a `-f` flag is given (`rm -f`, `mv … -f`, `ln -s -f`, a forced upload).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Force {
-    /// No `-f`.
-    Off,
-    /// With `-f`.
-    On,
-}
-
-/// Whether `rm` removes directories with what is in them (`-r`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Recursion {
-    /// Plain `rm`.
-    Single,
-    /// `rm -r`.
-    Recursive,
-}
-
-/// What a COPY does with the symbolic links among its sources.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SymlinkMode {
-    /// Links travel as links, with their raw targets (the SDK's default).
-    Preserve,
-    /// The file or directory a link points at travels in its place; a broken link fails the
-    /// upload.
-    Resolve,
-}
-
-/// When a COPY source is uploaded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UploadMode {
-    /// Only when E2B does not already hold files of the same hash (the SDK's default).
-    WhenMissing,
-    /// Every build, and the step's layer is rebuilt (`force_upload=True`).
-    Always,
-}
-
-/// How a COPY step copies. Start from [`CopyOptions::new`].
-#[derive(Clone, Debug)]
-pub struct CopyOptions {
-    /// The owner in the template, `user` or `user:group`; `None`: the current user.
-    pub user: Option<String>,
-    /// The permission bits the copied files get (`0o755`); `None` keeps theirs.
-    pub mode: Option<u32>,
-    /// What happens to symbolic links.
-    pub symlinks: SymlinkMode,
-    /// When the files are uploaded.
-    pub upload: UploadMode,
-}
-
-impl CopyOptions {
-    /// The SDK's defaults: current user, modes kept, links preserved, uploaded when missing.
-    pub fn new() -> CopyOptions {
-        CopyOptions {
-            user: None,
-            mode: None,
-            symlinks: SymlinkMode::Preserve,
-            upload: UploadMode::WhenMissing,
-        }
-    }
-}
-
-/// How [`TemplateSpec::remove`] runs `rm`. Start from [`RemoveOptions::new`].
-#[derive(Clone, Debug)]
-pub struct RemoveOptions {
-    /// `-r`.
-    pub recursion: Recursion,
-    /// `-f`.
-    pub force: Force,
-    /// The user the command runs as; `None`: the current user.
-    pub user: Option<String>,
-}
-
-impl RemoveOptions {
-    /// Plain `rm` as the current user.
-    pub fn new() -> RemoveOptions {
-        RemoveOptions {
-            recursion: Recursion::Single,
-            force: Force::Off,
-            user: None,
-        }
-    }
-}
-
-/// How [`TemplateSpec::rename`] runs `mv`. Start from [`RenameOptions::new`].
-#[derive(Clone, Debug)]
-pub struct RenameOptions {
-    /// `-f`.
-    pub force: Force,
-    /// The user the command runs as; `None`: the current user.
-    pub user: Option<String>,
-}
-
-impl RenameOptions {
-    /// Plain `mv` as the current user.
-    pub fn new() -> RenameOptions {
-        RenameOptions {
-            force: Force::Off,
-            user: None,
-        }
-    }
-}
-
-/// How [`TemplateSpec::make_dir`] runs `mkdir -p`. Start from [`MakeDirOptions::new`].
-#[derive(Clone, Debug)]
-pub struct MakeDirOptions {
-    /// `-m` with these permission bits; `None` (or 0, as the SDK reads it): no `-m`.
-    pub mode: Option<u32>,
-    /// The user the command runs as; `None`: the current user.
-    pub user: Option<String>,
-}
-
-impl MakeDirOptions {
-    /// `mkdir -p` as the current user.
-    pub fn new() -> MakeDirOptions {
-        MakeDirOptions {
-            mode: None,
-            user: None,
-        }
-    }
-}
-
-/// How [`TemplateSpec::make_symlink`] runs `ln -s`. Start from [`SymlinkOptions::new`].
-#[derive(Clone, Debug)]
-pub struct SymlinkOptions {
-    /// `-f`: replace what is at the link's path.
-    pub force: Force,
-    /// The user the command runs as; `None`: the current user.
-    pub user: Option<String>,
-}
-
-impl SymlinkOptions {
-    /// Plain `ln -s` as the current user.
-    pub fn new() -> SymlinkOptions {
-        SymlinkOptions {
-            force: Force::Off,
-            user: None,
-        }
-    }
-}
-
-/// Where [`TemplateSpec::pip_install`] installs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PipScope {
-    /// System-wide, as root (the SDK's `g=True`, its default).
-    Global,
-    /// `pip install --user`, as the current user.
-    User,
-}
-
-/// Whether apt installs recommended packages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Recommends {
-    /// apt's default.
-    Install,
-    /// `--no-install-recommends`.
-    Skip,
-}
-
-/// How [`TemplateSpec::apt_install`] runs apt. Start from [`AptOptions::new`].
-#[derive(Clone, Debug)]
-pub struct AptOptions {
-    /// Recommended packages.
-    pub recommends: Recommends,
-    /// `--fix-missing` when [`Force::On`].
-    pub fix_missing: Force,
-}
-
-impl AptOptions {
-    /// apt's defaults.
-    pub fn new() -> AptOptions {
-        AptOptions {
-            recommends: Recommends::Install,
-            fix_missing: Force::Off,
-        }
-    }
-}
-
-/// How [`TemplateSpec::git_clone`] clones. Start from [`GitCloneOptions::new`].
-#[derive(Clone, Debug)]
-pub struct GitCloneOptions {
-    /// Where the clone goes; `None`: git's choice in the working directory.
-    pub path: Option<String>,
-    /// The one branch cloned (`--branch B --single-branch`); `None`: the default branch.
-    pub branch: Option<String>,
-    /// `--depth N`; `None`: the whole history.
-    pub depth: Option<u32>,
-    /// The user the command runs as; `None`: the current user.
-    pub user: Option<String>,
-}
-
-impl GitCloneOptions {
-    /// A full clone of the default branch, as the current user.
-    pub fn new() -> GitCloneOptions {
-        GitCloneOptions {
-            path: None,
-            branch: None,
-            depth: None,
-            user: None,
-        }
-    }
-}
 
 /// A template's ready command: E2B runs it every 2 s after the start command until it exits
 /// 0. The helpers make the official SDK's exact commands.
@@ -278,21 +82,6 @@ impl From<String> for ReadyCmd {
     fn from(command: String) -> ReadyCmd {
         ReadyCmd(command)
     }
-}
-
-/// Python's `shlex.quote`: unchanged when only `[A-Za-z0-9_@%+=:,./-]`, else single-quoted
-/// with each `'` as `'"'"'`; the empty string is `''`.
-pub(crate) fn shell_quote(text: &str) -> String {
-    if text.is_empty() {
-        return "''".to_owned();
-    }
-    let safe = text
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"_@%+=:,./-".contains(&b));
-    if safe {
-        return text.to_owned();
-    }
-    format!("'{}'", text.replace('\'', "'\"'\"'"))
 }
 
 fn quoted<I, S>(paths: I) -> Vec<String>
@@ -372,66 +161,11 @@ impl RegistryCredentials {
     }
 }
 
-/// `fromImageRegistry`, as the SDK writes it.
-#[derive(Serialize)]
-#[serde(tag = "type")]
-enum RegistryWire<'a> {
-    #[serde(rename = "registry")]
-    Basic {
-        username: &'a str,
-        password: &'a str,
-    },
-    #[serde(rename = "aws")]
-    Aws {
-        #[serde(rename = "awsAccessKeyId")]
-        access_key_id: &'a str,
-        #[serde(rename = "awsSecretAccessKey")]
-        secret_access_key: &'a str,
-        #[serde(rename = "awsRegion")]
-        region: &'a str,
-    },
-    #[serde(rename = "gcp")]
-    Gcp {
-        #[serde(rename = "serviceAccountJson")]
-        service_account_json: &'a str,
-    },
-}
-
-/// Where [`TemplateSpec::npm_install`] and [`TemplateSpec::bun_install`] install.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeScope {
-    /// Into the working directory's project, as the current user (the SDK's default).
-    Project,
-    /// `-g`, system-wide, as root (the SDK's `g=True`).
-    Global,
-}
-
-/// Which dependencies a Node package install records the packages as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DependencyKind {
-    /// Ordinary dependencies (the SDK's default).
-    Regular,
-    /// Development dependencies (`--save-dev` for npm, `--dev` for bun; the SDK's
-    /// `dev=True`).
-    Development,
-}
-
 /// What the template starts from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Base {
     Image(String),
     Template(String),
-}
-
-/// A COPY step's source, as the build needs it to hash and pack it.
-#[derive(Clone, Debug)]
-pub(crate) struct CopyPlan {
-    pub(crate) src: String,
-    pub(crate) dest: String,
-    pub(crate) symlinks: SymlinkMode,
-    pub(crate) upload: UploadMode,
-    /// The spec's ignore patterns (those of `.dockerignore` are read at build time).
-    pub(crate) ignore: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -443,8 +177,12 @@ struct Step {
 }
 
 /// What goes into a template: a base, then steps in order, then the start and ready
-/// commands. Each method returns the spec, so calls chain; only [`TemplateSpec::copy`] can
-/// fail (a source outside the file context).
+/// commands. Each method returns the spec, so calls chain; those that can refuse their input
+/// return it in a `Result`: [`TemplateSpec::copy`] and [`TemplateSpec::copy_items`] (a source
+/// outside the file context), [`TemplateSpec::from_dockerfile`], and the helpers that need one
+/// of E2B's own templates as the base ([`TemplateSpec::add_mcp_server`] and the dev container
+/// ones). [`TemplateSpec::to_json`] and [`TemplateSpec::to_dockerfile`] write it as the SDK
+/// does.
 ///
 /// ```
 /// use e2b_client::template::{CopyOptions, ReadyCmd, TemplateSpec};
@@ -585,6 +323,109 @@ impl TemplateSpec {
         TemplateSpec::with_base(Base::Template(template.into()))
     }
 
+    /// A template made from a Dockerfile's text, as the SDK's `from_dockerfile` makes it: the
+    /// FROM image is the base, and the steps run as `root` in `/` (Docker's defaults) unless
+    /// the Dockerfile says otherwise, then end with `USER user` and `WORKDIR /home/user`
+    /// (E2B's defaults) for what the Dockerfile left unset.
+    ///
+    /// RUN (shell, exec and heredoc forms), COPY and ADD (local sources relative to the file
+    /// context, `--chown`, `--chmod`, heredoc sources written by a RUN as root), WORKDIR,
+    /// USER, ENV (`ENV a=b c=d` and `ENV a b`) and ARG (an ENV step with its default) become
+    /// steps; CMD and ENTRYPOINT combine into the start command as Docker combines them,
+    /// ready after 20 s. `$VAR` references stay for the build's shell to expand. Line
+    /// continuations, comments, quotes and the `# escape=` directive are read as BuildKit
+    /// reads them. EXPOSE, VOLUME, LABEL and MAINTAINER are dropped; HEALTHCHECK, ONBUILD,
+    /// SHELL, STOPSIGNAL and flags a template cannot honour (`RUN --mount`, `COPY --link`,
+    /// …) are dropped with a `tracing` warning.
+    ///
+    /// Refused ([`Error::is_invalid_request`], [`Operation::ParseDockerfile`], the reason
+    /// naming the line): a second FROM (multi-stage builds), `COPY --from`, ADD of a URL, a
+    /// COPY source outside the file context, an unknown instruction or flag, and malformed
+    /// text (an unclosed quote or heredoc, a bad `${…}`).
+    ///
+    /// ```
+    /// use e2b_client::template::TemplateSpec;
+    ///
+    /// let spec = TemplateSpec::from_dockerfile(
+    ///     r#"
+    /// FROM python:3.12-slim
+    /// ## Line continuations and comments read as Docker reads them.
+    /// RUN pip install flask \
+    ///     gunicorn
+    /// WORKDIR /app
+    /// CMD ["gunicorn", "app:app"]
+    /// "#,
+    /// )?;
+    /// assert!(spec.to_dockerfile()?.starts_with("FROM python:3.12-slim\n"));
+    /// assert!(TemplateSpec::from_dockerfile("FROM a\nFROM b\n").is_err());
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn from_dockerfile(content: &str) -> Result<TemplateSpec, Error> {
+        let refuse = |error: DockerfileError| Error::InvalidInput {
+            operation: Operation::ParseDockerfile,
+            sandbox_id: None,
+            reason: error.to_string(),
+        };
+        let converted = dockerfile::convert(content).map_err(refuse)?;
+        for warning in &converted.warnings {
+            tracing::warn!(%warning, "Dockerfile instruction left out of the template");
+        }
+        let mut spec = TemplateSpec::from_image(converted.base_image);
+        for step in converted.steps {
+            spec = match step {
+                dockerfile::Step::Run { command, user } => spec.run_maybe_as(command, user),
+                dockerfile::Step::Copy {
+                    src,
+                    dest,
+                    user,
+                    mode,
+                    line,
+                } => {
+                    check_source(&src).map_err(|reason| {
+                        refuse(DockerfileError {
+                            line: Some(line),
+                            reason,
+                        })
+                    })?;
+                    let mut options = CopyOptions::new();
+                    options.user = user;
+                    options.mode = mode;
+                    spec.copy(&src, &dest, &options)?
+                }
+                dockerfile::Step::Workdir(workdir) => spec.set_workdir(workdir),
+                dockerfile::Step::User(user) => spec.set_user(user),
+                dockerfile::Step::Env(envs) => spec.set_envs(envs),
+            };
+        }
+        if let Some(start) = converted.start_cmd {
+            spec = spec.set_start_cmd(start, ReadyCmd::wait_for_timeout(Duration::from_secs(20)));
+        }
+        Ok(spec)
+    }
+
+    /// [`TemplateSpec::from_dockerfile`] of the file at `path` (UTF-8). COPY sources stay
+    /// relative to the file context ([`TemplateSpec::with_file_context`]), not to the
+    /// Dockerfile's directory, as in the SDK. A file that cannot be read is
+    /// [`Error::is_invalid_request`] too.
+    ///
+    /// ```no_run
+    /// use e2b_client::template::TemplateSpec;
+    ///
+    /// let spec = TemplateSpec::from_dockerfile_path("docker/Dockerfile")?
+    ///     .with_file_context("docker");
+    /// # let _ = spec;
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn from_dockerfile_path(path: impl AsRef<Path>) -> Result<TemplateSpec, Error> {
+        let path = path.as_ref();
+        let content = std::fs::read_to_string(path).map_err(|error| Error::InvalidInput {
+            operation: Operation::ParseDockerfile,
+            sandbox_id: None,
+            reason: format!("cannot read the Dockerfile {}: {error}", path.display()),
+        })?;
+        TemplateSpec::from_dockerfile(&content)
+    }
+
     /// The local directory COPY sources are relative to; without one, the process's current
     /// directory at build time.
     pub fn with_file_context(mut self, dir: impl Into<PathBuf>) -> TemplateSpec {
@@ -675,6 +516,28 @@ impl TemplateSpec {
             }),
         });
         Ok(self)
+    }
+
+    /// Copies several sources, each as [`TemplateSpec::copy`] would (the SDK's `copy_items`);
+    /// the first invalid source refuses the whole list.
+    ///
+    /// ```
+    /// use e2b_client::template::{CopyItem, TemplateSpec};
+    ///
+    /// let mut config = CopyItem::new("config.toml", "/app/");
+    /// config.options.mode = Some(0o600);
+    /// let spec = TemplateSpec::from_base_image()
+    ///     .copy_items([CopyItem::new("app.py", "/app/"), config])?;
+    /// # let _ = spec;
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn copy_items<I>(self, items: I) -> Result<TemplateSpec, Error>
+    where
+        I: IntoIterator<Item = CopyItem>,
+    {
+        items.into_iter().try_fold(self, |spec, item| {
+            spec.copy(&item.src, &item.dest, &item.options)
+        })
     }
 
     /// Runs a shell command as the current user (a RUN step).
@@ -772,7 +635,7 @@ impl TemplateSpec {
         S: AsRef<str>,
     {
         let mut args = vec!["mkdir".to_owned(), "-p".to_owned()];
-        if let Some(mode) = options.mode.filter(|mode| *mode != 0) {
+        if let Some(mode) = options.mode {
             args.push(format!("-m {mode:04o}"));
         }
         args.extend(quoted(paths));
@@ -993,6 +856,93 @@ impl TemplateSpec {
         self.run_maybe_as(args.join(" "), options.user)
     }
 
+    /// Installs MCP servers into a template built on E2B's `mcp-gateway` template
+    /// (`mcp-gateway pull SERVERS` as root; names as given, unquoted, as the SDK sends them).
+    /// On any other base it is refused ([`Error::is_invalid_request`]): only that template
+    /// has the gateway.
+    ///
+    /// ```
+    /// use e2b_client::template::TemplateSpec;
+    ///
+    /// let spec = TemplateSpec::from_template("mcp-gateway").add_mcp_server(["brave", "exa"])?;
+    /// # let _ = spec;
+    /// assert!(TemplateSpec::from_base_image().add_mcp_server(["exa"]).is_err());
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn add_mcp_server<I, S>(self, servers: I) -> Result<TemplateSpec, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.require_base_template("mcp-gateway", "MCP servers")?;
+        let servers: Vec<String> = servers.into_iter().map(Into::into).collect();
+        Ok(self.run_cmd_as(format!("mcp-gateway pull {}", servers.join(" ")), "root"))
+    }
+
+    /// Builds the dev container of `dir` (a directory in the template holding a
+    /// `.devcontainer`) at template build time, so that sandboxes start it faster
+    /// (`devcontainer build --workspace-folder DIR` as root; the SDK's beta
+    /// `beta_dev_container_prebuild`). Only on E2B's `devcontainer` template; elsewhere it
+    /// is refused ([`Error::is_invalid_request`]).
+    ///
+    /// ```
+    /// use e2b_client::template::{GitCloneOptions, TemplateSpec};
+    ///
+    /// let mut clone = GitCloneOptions::new();
+    /// clone.path = Some("/project".to_owned());
+    /// let spec = TemplateSpec::from_template("devcontainer")
+    ///     .git_clone("https://github.com/example/project.git", clone)
+    ///     .beta_dev_container_prebuild("/project")?
+    ///     .beta_set_dev_container_start("/project")?;
+    /// # let _ = spec;
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn beta_dev_container_prebuild(self, dir: &str) -> Result<TemplateSpec, Error> {
+        self.require_base_template("devcontainer", "dev containers")?;
+        let command = format!("devcontainer build --workspace-folder {}", shell_quote(dir));
+        Ok(self.run_cmd_as(command, "root"))
+    }
+
+    /// Makes the dev container of `dir` the sandboxes' start command: `devcontainer up`,
+    /// then `/devcontainer.sh` written to run commands inside it, ready once
+    /// `/devcontainer.up` exists (the SDK's beta `beta_set_dev_container_start`). Only on
+    /// E2B's `devcontainer` template; elsewhere it is refused ([`Error::is_invalid_request`]).
+    ///
+    /// ```
+    /// use e2b_client::template::TemplateSpec;
+    ///
+    /// let spec = TemplateSpec::from_template("devcontainer")
+    ///     .beta_set_dev_container_start("/project")?;
+    /// # let _ = spec;
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn beta_set_dev_container_start(self, dir: &str) -> Result<TemplateSpec, Error> {
+        self.require_base_template("devcontainer", "dev containers")?;
+        let dir = shell_quote(dir);
+        let start = format!(
+            "sudo devcontainer up --workspace-folder {dir} && sudo /prepare-exec.sh {dir} | \
+             sudo tee /devcontainer.sh > /dev/null && sudo chmod +x /devcontainer.sh && \
+             sudo touch /devcontainer.up"
+        );
+        Ok(self.set_start_cmd(start, ReadyCmd::wait_for_file("/devcontainer.up")))
+    }
+
+    /// Refuses a helper that needs E2B's template `name` as the base (exactly that name, as
+    /// the SDK compares it).
+    fn require_base_template(&self, name: &str, what: &str) -> Result<(), Error> {
+        if matches!(&self.base, Base::Template(base) if base == name) {
+            return Ok(());
+        }
+        Err(Error::InvalidInput {
+            operation: Operation::BuildTemplate,
+            sandbox_id: None,
+            reason: format!(
+                "{what} can only be added to a template built on the {name} template \
+                 (TemplateSpec::from_template(\"{name}\"))"
+            ),
+        })
+    }
+
     /// Rebuilds every later step instead of reusing E2B's cached layers (no step of its
     /// own). To rebuild everything, base included, use
     /// [`BuildCache::Skip`](super::BuildCache::Skip) on the build.
@@ -1042,6 +992,75 @@ impl TemplateSpec {
     pub fn set_ready_cmd(mut self, ready: impl Into<ReadyCmd>) -> TemplateSpec {
         self.ready_cmd = Some(ready.into().0);
         self
+    }
+
+    /// The template as the SDK's `Template.to_dockerfile` writes it: `FROM image`, then a
+    /// line per step (`RUN command`, `COPY src dest`, `ENV k=v …`, `WORKDIR`, `USER`), then
+    /// `ENTRYPOINT start-command`. Like the SDK's, it drops what a plain Dockerfile line
+    /// cannot say as the SDK writes it: a RUN's user, a COPY's owner and mode, the ready
+    /// command, registry credentials, and no value is quoted. A template built on another
+    /// template has no Dockerfile: refused ([`Error::is_invalid_request`],
+    /// [`Operation::RenderTemplate`]).
+    ///
+    /// ```
+    /// use e2b_client::template::TemplateSpec;
+    ///
+    /// let spec = TemplateSpec::from_python_image("3")
+    ///     .set_envs([("PORT", "8000")])
+    ///     .run_cmd("pip install flask");
+    /// assert_eq!(
+    ///     spec.to_dockerfile()?,
+    ///     "FROM python:3\nENV PORT=8000\nRUN pip install flask\n"
+    /// );
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn to_dockerfile(&self) -> Result<String, Error> {
+        self.start_body(&[], false)
+            .sdk_dockerfile()
+            .map_err(|reason| Error::InvalidInput {
+                operation: Operation::RenderTemplate,
+                sandbox_id: None,
+                reason,
+            })
+    }
+
+    /// The template as the SDK's `Template.to_json` writes it: the start-build body a build
+    /// of this spec sends (without [`BuildCache::Skip`](super::BuildCache::Skip)), in the
+    /// SDK's key order, indented by two spaces, non-ASCII escaped. Each COPY step carries
+    /// its `filesHash`, so the file context is read (blocking; the current directory
+    /// without one) and a source that matches nothing is refused
+    /// ([`Error::is_invalid_request`], [`Operation::RenderTemplate`]). Registry credentials
+    /// are in it in clear, as in the body: treat the text as a secret then.
+    ///
+    /// ```
+    /// use e2b_client::template::{ReadyCmd, TemplateSpec};
+    ///
+    /// let spec = TemplateSpec::from_base_image()
+    ///     .run_cmd("echo hi")
+    ///     .set_start_cmd("sleep infinity", ReadyCmd::new("true"));
+    /// let json: serde_json::Value = serde_json::from_str(&spec.to_json()?).unwrap();
+    /// assert_eq!(json["steps"][0]["args"][0], "echo hi");
+    /// assert_eq!(json["fromImage"], "e2bdev/base");
+    /// # Ok::<(), e2b_client::Error>(())
+    /// ```
+    pub fn to_json(&self) -> Result<String, Error> {
+        let refuse = |reason: String| Error::InvalidInput {
+            operation: Operation::RenderTemplate,
+            sandbox_id: None,
+            reason,
+        };
+        let context = match &self.context {
+            Some(dir) => dir.clone(),
+            None => std::env::current_dir()
+                .map_err(|error| refuse(format!("the current directory is unknown: {error}")))?,
+        };
+        let mut hashes = vec![None; self.steps.len()];
+        for (index, plan) in self.copies() {
+            let hash = copy_hash(&context, &plan)
+                .map_err(|reason| refuse(format!("COPY \"{}\": {reason}", plan.src)))?;
+            hashes[index] = Some(hash);
+        }
+        Ok(self.start_body(&hashes, false).sdk_json())
     }
 
     /// The COPY steps, in order, with their indices among all steps and the spec's ignore
@@ -1107,35 +1126,6 @@ impl TemplateSpec {
     }
 }
 
-/// `TemplateBuildStartV2`, in the order the SDK writes it.
-#[derive(Serialize)]
-pub(crate) struct StartBody<'a> {
-    #[serde(rename = "fromImage", skip_serializing_if = "Option::is_none")]
-    from_image: Option<&'a str>,
-    #[serde(rename = "fromTemplate", skip_serializing_if = "Option::is_none")]
-    from_template: Option<&'a str>,
-    #[serde(rename = "fromImageRegistry", skip_serializing_if = "Option::is_none")]
-    from_image_registry: Option<RegistryWire<'a>>,
-    force: bool,
-    steps: Vec<StepWire<'a>>,
-    #[serde(rename = "startCmd", skip_serializing_if = "Option::is_none")]
-    start_cmd: Option<&'a str>,
-    #[serde(rename = "readyCmd", skip_serializing_if = "Option::is_none")]
-    ready_cmd: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct StepWire<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    args: &'a [String],
-    #[serde(rename = "filesHash", skip_serializing_if = "Option::is_none")]
-    files_hash: Option<&'a str>,
-    force: bool,
-    #[serde(rename = "forceUpload", skip_serializing_if = "Option::is_none")]
-    force_upload: Option<bool>,
-}
-
 /// A COPY source must be relative and stay inside the file context (checked on the text,
 /// as the SDK does at `.copy()` time).
 fn check_source(src: &str) -> Result<(), String> {
@@ -1171,25 +1161,3 @@ fn check_source(src: &str) -> Result<(), String> {
     }
     Ok(())
 }
-
-/// `Default` is `new()` for the option structs that need no argument, as elsewhere in the
-/// crate (`CloneOptions`).
-macro_rules! default_is_new {
-    ($($name:ident),*) => {$(
-        impl Default for $name {
-            fn default() -> $name {
-                $name::new()
-            }
-        }
-    )*};
-}
-
-default_is_new!(
-    CopyOptions,
-    RemoveOptions,
-    RenameOptions,
-    MakeDirOptions,
-    SymlinkOptions,
-    AptOptions,
-    GitCloneOptions
-);

@@ -10,9 +10,11 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::answers::strip_ansi;
+use super::dockerfile::shell_quote;
 use super::files::{collect, pack};
-use super::spec::shell_quote;
 use super::*;
+
+mod render;
 
 fn plan(src: &str, dest: &str, symlinks: SymlinkMode) -> CopyPlan {
     CopyPlan {
@@ -126,6 +128,8 @@ fn helpers_emit_the_sdks_steps() {
     clone.branch = Some("main".to_owned());
     clone.depth = Some(1);
     clone.path = Some("/src/y".to_owned());
+    let mut closed = MakeDirOptions::new();
+    closed.mode = Some(0);
     let spec = TemplateSpec::from_base_image()
         .run_cmd("whoami")
         .run_cmd_as("whoami", "root")
@@ -133,6 +137,7 @@ fn helpers_emit_the_sdks_steps() {
         .rename("/tmp/x", "/tmp/y", rename)
         .make_dir(["/data", "/logs"], mkdir)
         .make_dir(["/plain"], MakeDirOptions::new())
+        .make_dir(["/closed"], closed)
         .make_symlink("/usr/bin/python3", "/usr/bin/python", link)
         .pip_install(["numpy", "pandas"], PipScope::Global)
         .pip_install(["requests"], PipScope::User)
@@ -165,6 +170,8 @@ fn helpers_emit_the_sdks_steps() {
         ("RUN", vec!["mv /tmp/x /tmp/y -f", "root"]),
         ("RUN", vec!["mkdir -p -m 0700 /data /logs"]),
         ("RUN", vec!["mkdir -p /plain"]),
+        // Mode 0 is written too, as the SDK writes it.
+        ("RUN", vec!["mkdir -p -m 0000 /closed"]),
         ("RUN", vec!["ln -s -f /usr/bin/python3 /usr/bin/python"]),
         ("RUN", vec!["pip install numpy pandas", "root"]),
         ("RUN", vec!["pip install --user requests"]),
