@@ -129,6 +129,7 @@ fn isolation_json(app: &App) -> Value {
         "mode": if app.isolation_is_namespace() { "mount-namespace" } else { "path-mapping" },
         "pidNamespace": capability.pid,
         "networkNamespace": capability.net,
+        "rootLayers": capability.layer,
         "missing": app.isolation.ns_missing(),
         "egressRules": app.egress.is_some(),
         "egressMissing": app.store.egress_unavailable(),

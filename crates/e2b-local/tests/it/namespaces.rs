@@ -28,6 +28,7 @@ async fn namespaces_expected(api: &Api) -> bool {
         assert_eq!(report["mode"], "mount-namespace", "{report}");
         assert_eq!(report["pidNamespace"], true, "{report}");
         assert_eq!(report["networkNamespace"], true, "{report}");
+        assert_eq!(report["rootLayers"], true, "{report}");
         assert_eq!(report["missing"], json!([]), "{report}");
         true
     } else {
@@ -395,6 +396,7 @@ async fn path_mapping_says_it_has_no_namespaces() {
     assert_eq!(report["mode"], "path-mapping");
     assert_eq!(report["pidNamespace"], false);
     assert_eq!(report["networkNamespace"], false);
+    assert_eq!(report["rootLayers"], false);
     assert!(
         !report["missing"].as_array().unwrap().is_empty(),
         "{report}"
