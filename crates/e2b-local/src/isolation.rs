@@ -26,11 +26,11 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::root_layer::RootLayer;
 use crate::sandbox_ns::{NsCapability, SandboxNs};
+use crate::syscall::{check, cstring};
 use crate::volumes::{MOUNT_ROOT, MountPoint, VolumeMount};
 
 /// How commands are isolated (the public configuration choice).
@@ -699,14 +699,6 @@ fn area_host_dir<'p>(spec: &CommandSpec<'_>, path: &'p str) -> Option<(PathBuf, 
         .map(|(area, rest)| (area.dir(spec.home, spec.tmp).to_path_buf(), rest))
 }
 
-fn check(result: libc::c_int) -> io::Result<()> {
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 impl MountPlan {
     /// Runs in the forked child: new mount namespace, binds, user switch.
     fn enter(&self) -> io::Result<()> {
@@ -902,10 +894,6 @@ impl MountPlan {
         }
         Ok(())
     }
-}
-
-fn cstring(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)
 }
 
 /// The host's account file without any entry named `user` or numbered 1000, plus ours.

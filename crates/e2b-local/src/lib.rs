@@ -36,6 +36,7 @@ mod secrets;
 mod server;
 mod snapshots;
 mod store;
+mod syscall;
 mod token;
 mod tree_copy;
 mod volumes;

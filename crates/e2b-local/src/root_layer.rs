@@ -24,9 +24,9 @@
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::syscall::{check, cstring};
 use crate::tree_copy::is_opaque;
 
 /// The directory holding a layer's changes (overlayfs' upper directory) in a sandbox's
@@ -229,18 +229,6 @@ fn overlay_path(path: &Path) -> io::Result<String> {
         )));
     }
     Ok(text.to_owned())
-}
-
-fn cstring(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)
-}
-
-fn check(result: libc::c_int) -> io::Result<()> {
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

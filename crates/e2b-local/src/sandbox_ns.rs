@@ -28,6 +28,8 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 
+use crate::syscall::check;
+
 /// Which namespaces the host lets e2b-local create, found when the server starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NsCapability {
@@ -307,14 +309,6 @@ pub(crate) fn inner_pid(host_pid: u32) -> Option<u32> {
         .last()?
         .parse()
         .ok()
-}
-
-fn check(result: libc::c_int) -> io::Result<()> {
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 /// Brings up `lo` in the calling thread's network namespace (new ones start with it

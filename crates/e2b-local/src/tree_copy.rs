@@ -11,6 +11,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::syscall::{check, cstring};
+
 /// What one copy did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CopyStats {
@@ -138,14 +140,14 @@ pub(crate) fn is_whiteout(meta: &fs::Metadata) -> bool {
 
 /// Marks `path` (absent) deleted, as overlayfs does: a character device 0:0.
 pub(crate) fn make_whiteout(path: &Path) -> io::Result<()> {
-    let path = c_path(path)?;
+    let path = cstring(path)?;
     // SAFETY: a valid NUL-terminated path; mknod touches no memory of ours.
     check(unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR, WHITEOUT_RDEV) })
 }
 
 /// Makes the directory `dir` opaque, as overlayfs does.
 pub(crate) fn make_opaque(dir: &Path) -> io::Result<()> {
-    let path = c_path(dir)?;
+    let path = cstring(dir)?;
     // SAFETY: valid NUL-terminated strings and a one-byte value of the length given.
     check(unsafe {
         libc::lsetxattr(
@@ -160,7 +162,7 @@ pub(crate) fn make_opaque(dir: &Path) -> io::Result<()> {
 
 /// Whether an upper directory is opaque (hides the lower directory's entries).
 pub(crate) fn is_opaque(dir: &Path) -> bool {
-    let Ok(path) = c_path(dir) else {
+    let Ok(path) = cstring(dir) else {
         return false;
     };
     let mut value = [0u8; 4];
@@ -174,19 +176,6 @@ pub(crate) fn is_opaque(dir: &Path) -> bool {
         )
     };
     read > 0 && value[0] == b'y'
-}
-
-fn c_path(path: &Path) -> io::Result<std::ffi::CString> {
-    use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)
-}
-
-fn check(result: libc::c_int) -> io::Result<()> {
-    if result < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 #[cfg(test)]
