@@ -87,8 +87,9 @@ pub(crate) enum SystemView {
     /// Only with a mount namespace.
     ReadOnly,
     /// Under the sandbox's own writable layer ([`crate::root_layer`]), mounted in the
-    /// mount namespace the command is started in.
-    Layered(RootLayer),
+    /// mount namespace the command is started in. Shared with the sandbox's process table:
+    /// every request of the sandbox gets its view.
+    Layered(std::sync::Arc<RootLayer>),
 }
 
 /// The mechanism actually in use.
@@ -293,7 +294,11 @@ impl Isolation {
         let probed = fs::write(dir.join(crate::root_layer::LAYER_DIR).join(LAYER_PROBE), "")
             .and_then(|()| SandboxNs::create(false, Some(&layer)))
             .and_then(|ns| {
-                let probed = self.probe(etc_dir, Some(&ns), &SystemView::Layered(layer.clone()));
+                let probed = self.probe(
+                    etc_dir,
+                    Some(&ns),
+                    &SystemView::Layered(std::sync::Arc::new(layer.clone())),
+                );
                 ns.kill();
                 probed
             });
@@ -1007,7 +1012,7 @@ mod tests {
         let sandbox = dir.path().join("sandbox");
         let layer = RootLayer::create_empty(&sandbox).unwrap();
         let ns = SandboxNs::create(false, Some(&layer)).unwrap();
-        let layered = SystemView::Layered(layer.clone());
+        let layered = SystemView::Layered(std::sync::Arc::new(layer.clone()));
         let wrote = run_as_root(&iso, dir.path(), Some(&ns), &layered, &write);
         assert!(wrote.status.success(), "{wrote:?}");
         assert!(!target.exists(), "the host's /usr/local was written");

@@ -197,7 +197,7 @@ pub(crate) struct ProcessTable {
     plan: NsPlan,
     /// The sandbox's root layer, mounted in its namespaces ([`crate::root_layer`]); only
     /// with a PID namespace, whose init holds the mount.
-    layer: Option<crate::root_layer::RootLayer>,
+    layer: Option<Arc<crate::root_layer::RootLayer>>,
     /// This boot's id, as `/proc/sys/kernel/random/boot_id` shows it (a random UUID, [`crate::token::new_uuid`]).
     boot_id: String,
     inner: Mutex<TableInner>,
@@ -244,7 +244,7 @@ impl ProcessTable {
     pub(crate) fn new(
         sandbox_id: &str,
         plan: NsPlan,
-        layer: Option<crate::root_layer::RootLayer>,
+        layer: Option<Arc<crate::root_layer::RootLayer>>,
         egress: Option<Arc<LivePolicy>>,
         log: crate::sandbox_log::SandboxLog,
     ) -> ProcessTable {
@@ -273,7 +273,7 @@ impl ProcessTable {
     }
 
     /// The sandbox's root layer, when its commands have one.
-    pub(crate) fn layer(&self) -> Option<&crate::root_layer::RootLayer> {
+    pub(crate) fn layer(&self) -> Option<&Arc<crate::root_layer::RootLayer>> {
         self.layer.as_ref()
     }
 
@@ -516,7 +516,7 @@ impl ProcessTable {
         let mut child = if self.plan.pid {
             if inner.ns.is_none() {
                 inner.ns = Some(
-                    SandboxNs::create(self.plan.offline, self.layer.as_ref())
+                    SandboxNs::create(self.plan.offline, self.layer.as_deref())
                         .map_err(SpawnError::Io)?,
                 );
             }

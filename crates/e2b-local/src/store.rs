@@ -395,7 +395,8 @@ impl Store {
             record,
             self.ns,
             crate::root_layer::RootLayer::of_sandbox(&self.sandbox_dir(&record.id))
-                .filter(|_| self.ns.layer),
+                .filter(|_| self.ns.layer)
+                .map(Arc::new),
             self.egress_unavailable.is_none(),
             self.logs.of(&record.id),
         ));
@@ -805,7 +806,7 @@ impl Store {
             mounts: Arc::clone(&entry.mounts),
             volumes: Arc::clone(&entry.volumes),
             system: match entry.procs.layer() {
-                Some(layer) => crate::isolation::SystemView::Layered(layer.clone()),
+                Some(layer) => crate::isolation::SystemView::Layered(Arc::clone(layer)),
                 None if entry.record.build_of.is_some() => crate::isolation::SystemView::ReadOnly,
                 None => crate::isolation::SystemView::Shared,
             },

@@ -13,7 +13,7 @@ use crate::sandbox_ns::NsCapability;
 pub(super) fn process_table(
     record: &Record,
     ns: NsCapability,
-    layer: Option<crate::root_layer::RootLayer>,
+    layer: Option<std::sync::Arc<crate::root_layer::RootLayer>>,
     egress_ok: bool,
     log: crate::sandbox_log::SandboxLog,
 ) -> ProcessTable {
